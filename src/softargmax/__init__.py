@@ -1,0 +1,40 @@
+"""softargmax: sparse and f-divergence softargmax operators for PyTorch.
+
+Operators (DESIGN §1): :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
+α >= 1, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
+for every f-divergence, and the binary :func:`f_sigmoid` / :func:`f_softplus`.
+Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences`,
+the threshold solvers in :mod:`softargmax.threshold`.
+"""
+
+from . import divergences, threshold
+from .alpha_relu import alpha_relu
+from .binary import f_sigmoid, f_softplus
+from .divergences import Divergence, CustomDivergence
+from .entmax import entmax, entmax15, sparsemax
+from .fdiv import f_softargmax, f_softmax
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "sparsemax",
+    "entmax15",
+    "entmax",
+    "alpha_relu",
+    "f_softargmax",
+    "f_softmax",
+    "f_sigmoid",
+    "f_softplus",
+    "Divergence",
+    "CustomDivergence",
+    "divergences",
+    "threshold",
+]
+
+
+def __getattr__(name):  # lazy submodules that import torch.nn
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'softargmax' has no attribute {name!r}")

@@ -1,0 +1,122 @@
+r"""The autograd function behind every normalized mapping.
+
+Forward: :func:`softargmax.threshold.solve` on ``z = x / β``.  Backward is a JVP
+(DESIGN §2), one pass over the candidates, never a ``k × k`` matrix:
+
+* scores: ``∂L/∂x = s ⊙ (v - c) / β`` with ``s_j = q_j g'(z_j - τ)``,
+  ``c = ⟨s, v⟩ / Σ s``;
+* reference measure: ``∂L/∂q = g(z - τ) ⊙ (v - c)`` (from ``∂τ/∂q_i = g_i / Σ s``);
+* α (α-entmax, ``002_…`` eqs. 26–38): per row,
+  ``⟨v, ∂p/∂α⟩ = (⟨v,p⟩ - ⟨v,p̃⟩)/(α-1)^2 - (⟨v, p log p⟩ + H(p) ⟨v,p̃⟩)/(α-1)``
+  with ``p̃ ∝ p^{2-α}`` and ``H`` the Shannon entropy; at ``|α - 1| < 1e-5`` the limit
+  ``(-⟨v, p log² p⟩ + ⟨v,p⟩ ⟨p, log² p⟩)/2`` is used (both have error ≈ 1e-5 there;
+  the α terms are computed in float64 because of the cancellation).
+
+The function is once differentiable (no double backward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ._checks import Rows, sum_to
+from .divergences import AlphaDivergence, Divergence
+from .threshold import Solution, solve
+
+ALPHA_LIMIT = 1e-5
+
+
+def grad_to_param(grad2d: Tensor, rows: Rows, param: Tensor) -> Tensor:
+    """Map a ``[R|1, k]`` or ``[R, 1]`` gradient back to the shape of a broadcast parameter."""
+    shape = list(rows.shape)
+    if grad2d.shape[0] == 1 and rows.R != 1:
+        full = [1] * len(shape)
+        full[rows.dim] = grad2d.shape[-1]
+        g = grad2d.reshape(full)
+    else:
+        moved = list(rows.moved_shape)
+        moved[-1] = grad2d.shape[-1]
+        g = grad2d.reshape(moved).movedim(-1, rows.dim)
+    lead = [1] * (len(shape) - param.dim()) + list(param.shape)
+    return sum_to(g, lead).reshape(param.shape).to(param.dtype)
+
+
+def entmax_alpha_vjp(p: Tensor, v: Tensor, alpha: Tensor) -> Tensor:
+    """``⟨v, ∂p/∂α⟩`` per row for α-entmax (``002_…`` eqs. 29–30 and 38); ``[R, 1]``, float64."""
+    p = p.double()
+    v = v.double()
+    a = alpha.double() - 1
+    supp = p > 0
+    logp = torch.where(supp, torch.log(torch.where(supp, p, torch.ones_like(p))), torch.zeros_like(p))
+    plogp = p * logp
+    H = -plogp.sum(-1, keepdim=True)
+    pt = torch.where(supp, torch.exp((1 - a) * logp), torch.zeros_like(p))
+    pt = pt / pt.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    vp = (v * p).sum(-1, keepdim=True)
+    vpt = (v * pt).sum(-1, keepdim=True)
+    vplogp = (v * plogp).sum(-1, keepdim=True)
+    a_safe = torch.where(a.abs() < ALPHA_LIMIT, torch.ones_like(a), a)
+    general = (vp - vpt) / (a_safe * a_safe) - (vplogp + H * vpt) / a_safe
+    log2 = logp * logp
+    limit = 0.5 * (-(v * p * log2).sum(-1, keepdim=True) + vp * (p * log2).sum(-1, keepdim=True))
+    return torch.where(a.abs() < ALPHA_LIMIT, limit, general)
+
+
+class NormalizedMapping(torch.autograd.Function):
+    """``p = q ⊙ g(x/β - τ)`` with ``Σ p = 1`` along ``dim``; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
+                temperature: float, dim: int):
+        rows = Rows(x, dim)
+        z = rows.flat
+        if temperature != 1.0:
+            z = z / temperature
+        q2d = rows.class_param(q) if q is not None else None
+        alpha2d = None
+        if alpha is not None:
+            alpha2d = rows.row_param(alpha.detach(), "alpha")
+            divergence = AlphaDivergence(alpha2d)
+        sol = solve(z, divergence, q2d)
+        ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
+        ctx.temperature = temperature
+        ctx.x_dtype = x.dtype
+        ctx.q_param = q.detach() if q is not None else None
+        ctx.alpha_param = alpha.detach() if alpha is not None else None
+        return rows.restore(sol.dense_p())
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        rows: Rows = ctx.rows
+        sol: Solution = ctx.sol
+        v = rows.to_rows(grad_out)
+        vc = sol.gather(v)
+        s = sol.s
+        ssum = s.sum(-1, keepdim=True)
+        c = (s * vc).sum(-1, keepdim=True) / torch.where(ssum > 0, ssum, torch.ones_like(ssum))
+        vmc = vc - c
+        grad_x = grad_q = grad_alpha = None
+        if ctx.needs_input_grad[0]:
+            gx = s * vmc
+            if ctx.temperature != 1.0:
+                gx = gx / ctx.temperature
+            gx = sol.scatter(gx)
+            if sol.bad_rows is not None:
+                gx = gx.masked_fill(sol.bad_rows, math.nan)
+            grad_x = rows.restore(gx, ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            # g(z - τ) = p / q on the (dense) candidates: q paths are never pruned
+            gq = (sol.p / ctx.q2d) * vmc
+            if ctx.q2d.shape[0] == 1 and rows.R != 1:
+                gq = gq.sum(0, keepdim=True)
+            grad_q = grad_to_param(gq, rows, ctx.q_param)
+        if ctx.needs_input_grad[2]:
+            ga = entmax_alpha_vjp(sol.p, vc, ctx.alpha2d).to(rows.dtype)
+            grad_alpha = grad_to_param(ga, rows, ctx.alpha_param)
+        return grad_x, grad_q, grad_alpha, None, None, None

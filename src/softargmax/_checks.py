@@ -1,0 +1,155 @@
+"""Argument checks and the row layout shared by every public function.
+
+Conventions (DESIGN §4): any shape and any ``dim``; float64 and float32 are
+computed natively; float16/bfloat16 are computed in float32 and returned in the
+input dtype; inputs are never modified in place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def check_tensor(x, name: str = "x") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
+    return x
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the math is done in: float32 for float16/bfloat16, else the input's."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def check_dim(x: Tensor, dim, name: str = "dim") -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
+    if x.dim() == 0:
+        raise ValueError(f"{name}: the input is a scalar (0-d); it needs at least one dimension to normalize over")
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"{name}={dim} is out of range for a tensor with {x.dim()} dimensions")
+    return dim % x.dim()
+
+
+def check_positive_number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False) -> Union[float, Tensor]:
+    """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor."""
+    op = ">" if strict else ">="
+    if isinstance(alpha, Tensor):
+        if not alpha.is_floating_point():
+            raise TypeError(f"{name} must be a float or a floating-point tensor, got dtype {alpha.dtype}")
+        a = alpha.detach()
+        bad = (a <= minimum) if strict else (a < minimum)
+        if bool((bad | ~torch.isfinite(a)).any()):
+            raise ValueError(f"{name} must be finite and {op} {minimum}, got values in [{a.min().item()}, {a.max().item()}]")
+        return alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"{name} must be a float or a tensor, got {type(alpha).__name__}")
+    alpha = float(alpha)
+    if not math.isfinite(alpha) or (alpha <= minimum if strict else alpha < minimum):
+        raise ValueError(f"{name} must be finite and {op} {minimum}, got {alpha}")
+    return alpha
+
+
+class Rows:
+    """A view of ``x`` as ``[R, k]`` rows along ``dim``, and the way back.
+
+    ``z = rows.flat`` is contiguous, in the compute dtype; ``rows.restore(t)`` maps a
+    ``[R, k]`` result back to ``x``'s layout and dtype.
+    """
+
+    def __init__(self, x: Tensor, dim: int, dtype: Optional[torch.dtype] = None):
+        self.shape = x.shape
+        self.dim = dim
+        self.in_dtype = x.dtype
+        self.dtype = dtype or compute_dtype(x.dtype)
+        moved = x.movedim(dim, -1)
+        self.moved_shape = moved.shape
+        self.k = x.shape[dim]
+        self.R = moved.numel() // self.k if self.k else 0
+        self.flat = moved.reshape(self.R, self.k).to(self.dtype).contiguous()
+
+    def to_rows(self, t: Tensor) -> Tensor:
+        """A tensor of ``x``'s shape (e.g. an incoming gradient) as ``[R, k]`` in the compute dtype."""
+        return t.movedim(self.dim, -1).reshape(self.R, self.k).to(self.dtype).contiguous()
+
+    def restore(self, t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+        out = t.reshape(self.moved_shape).movedim(-1, self.dim)
+        return out.to(dtype or self.in_dtype)
+
+    def row_param(self, p: Tensor, name: str) -> Tensor:
+        """A per-row parameter broadcastable to ``x`` with size 1 along ``dim``, as ``[R, 1]``."""
+        shape = list(self.shape)
+        shape[self.dim] = 1
+        try:
+            expanded = p.to(self.dtype).expand(shape) if p.dim() <= len(shape) else None
+        except RuntimeError:
+            expanded = None
+        if expanded is None:
+            raise ValueError(
+                f"{name} of shape {tuple(p.shape)} must be broadcastable to the input's shape {tuple(self.shape)} "
+                f"with size 1 along dim={self.dim - len(self.shape)}"
+            )
+        return expanded.movedim(self.dim, -1).reshape(self.R, 1).contiguous()
+
+    def class_param(self, q: Tensor, name: str = "q") -> Tensor:
+        """A tensor broadcastable to ``x`` (e.g. ``q``) as ``[R, k]`` or ``[1, k]`` (shared by all rows)."""
+        if q.dim() > len(self.shape):
+            raise ValueError(f"{name} of shape {tuple(q.shape)} has more dimensions than the input {tuple(self.shape)}")
+        qs = [1] * (len(self.shape) - q.dim()) + list(q.shape)
+        for i, (a, b) in enumerate(zip(qs, self.shape)):
+            if a not in (1, b):
+                raise ValueError(f"{name} of shape {tuple(q.shape)} is not broadcastable to the input's shape {tuple(self.shape)}")
+        q = q.reshape(qs).to(self.dtype)
+        if all(s == 1 for i, s in enumerate(qs) if i != self.dim):
+            return q.reshape(1, -1).expand(1, self.k).contiguous()
+        return q.expand(self.shape).movedim(self.dim, -1).reshape(self.R, self.k).contiguous()
+
+
+def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
+    """Validate a reference measure: ``None`` or a finite, strictly positive floating tensor broadcastable to ``x``."""
+    if q is None:
+        return None
+    if not isinstance(q, Tensor):
+        raise TypeError(f"{name} must be None or a positive tensor, got {type(q).__name__}")
+    if not q.is_floating_point():
+        raise TypeError(f"{name} must have a floating-point dtype, got {q.dtype}")
+    try:
+        ok = torch.broadcast_shapes(q.shape, x.shape) == x.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(q.shape)} is not broadcastable to the input's shape {tuple(x.shape)}")
+    qd = q.detach()
+    if bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
+        raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
+    return q
+
+
+def sum_to(t: Tensor, shape) -> Tensor:
+    """Reduce a broadcast gradient back to ``shape``."""
+    if tuple(t.shape) == tuple(shape):
+        return t
+    lead = t.dim() - len(shape)
+    if lead > 0:
+        t = t.sum(dim=tuple(range(lead)))
+    dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
+    if dims:
+        t = t.sum(dim=dims, keepdim=True)
+    return t.reshape(shape)

@@ -1,0 +1,584 @@
+r"""Generators of f-divergences, as data.
+
+Every operator of the library is a regularized argmax over a per-coordinate
+regularizer ``q_j f(p_j / q_j)`` (``003_…`` §3).  A :class:`Divergence` holds the
+generator ``f`` and what the threshold solvers need from it:
+
+===================  =====================================================
+``f(u)``             the generator, convex on ``u >= 0``, ``f(1) = 0``
+``f_prime(u)``       ``f'(u)``
+``f_prime_zero``     ``f'(0) = lim_{u -> 0+} f'(u)``; finite means sparse outputs
+``conj(v)``          ``f*(v)``, valid for ``v >= f'(0)``
+``conj_prime(v)``    ``g(v) = (f*)'(v)``; the mapping is ``p_j = q_j g(θ_j - τ)``
+``conj_prime2(v)``   ``g'(v)``; the Jacobian weights ``s_j = q_j g'(θ_j - τ)``
+``newton_power``     ``ρ``: Newton's method is run on ``(S(τ)^ρ - 1)/ρ``
+                     (``log S`` for ``ρ = 0``) with ``S(τ) = Σ_j q_j g(θ_j - τ)``
+===================  =====================================================
+
+The conjugate functions are only ever called with ``v >= f'(0)`` (the solvers
+clamp) and below the pole of ``g`` where there is one.  ``v = -inf`` (a masked
+score) must give ``g = g' = 0`` and never NaN.
+
+The power ``ρ`` is chosen so that ``(S^ρ - 1)/ρ`` is convex and decreasing in ``τ``
+(for the α family: the ``1/(α-1)``-norm of an affine map; for the pole-type
+generators: a power mean with negative exponent; for KL and Jensen–Shannon:
+log-convexity of ``g``).  Newton's method started at the lower end of the bracket
+then increases monotonically to the root without overshoot, and is exact in one
+step when a single coordinate carries all the mass.  The solvers still keep a
+bisection bracket as a safeguard, so a user-defined generator with a poor ``ρ``
+is only slower, never wrong.
+
+Built-in generators (``003_…`` Appendix B) are registered by name:
+``"kl"``, ``"reverse_kl"``, ``"jeffrey"``, ``"jensen_shannon"``,
+``"squared_hellinger"``, ``"chi_square"``, ``"reverse_chi_square"`` and
+``"alpha"`` (with ``alpha=``).  Users can pass their own :class:`Divergence`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Divergence",
+    "CustomDivergence",
+    "KL",
+    "ReverseKL",
+    "Jeffrey",
+    "JensenShannon",
+    "SquaredHellinger",
+    "ChiSquare",
+    "ReverseChiSquare",
+    "AlphaDivergence",
+    "get_divergence",
+    "DIVERGENCE_NAMES",
+]
+
+Number = Union[float, int]
+
+
+class Divergence:
+    """Base class of a generator ``f``.  Subclasses implement the elementwise functions.
+
+    Attributes:
+        name: short name used in messages.
+        f_prime_zero: ``f'(0)`` as a float; ``-inf`` for generators whose mapping is dense.
+        newton_power: ``ρ`` of the transformed root equation (see module docstring).
+    """
+
+    name: str = "custom"
+    f_prime_zero: float = -math.inf
+    newton_power: float = 0.0
+
+    # -- the generator -------------------------------------------------------------
+    def f(self, u: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def f_prime(self, u: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def conj(self, v: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def conj_prime(self, v: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def conj_prime2(self, v: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``(g(v), g'(v))``; subclasses override this to share work between the two."""
+        return self.conj_prime(v), self.conj_prime2(v)
+
+    # -- derived -------------------------------------------------------------------
+    @property
+    def sparse(self) -> bool:
+        """Whether the mapping can give exact zeros (``f'(0)`` finite)."""
+        return math.isfinite(self.f_prime_zero)
+
+    def exact_tau(self, z: Tensor, q: Optional[Tensor], support: Tensor) -> Optional[Tensor]:
+        """Closed-form threshold for a known support, or ``None`` if there is none.
+
+        ``z``: scores ``[R, K]``; ``q``: ``None`` or weights broadcastable to ``z``;
+        ``support``: boolean ``[R, K]``.  Returns ``τ`` of shape ``[R, 1]``.
+        """
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+# ----------------------------------------------------------------------------------
+# Built-in generators
+# ----------------------------------------------------------------------------------
+
+
+class KL(Divergence):
+    """Kullback–Leibler, ``f(u) = u log u``: f-softargmax is ``softmax(θ + log q)``."""
+
+    name = "kl"
+    newton_power = 0.0
+
+    def f(self, u):
+        return torch.special.xlogy(u, u)
+
+    def f_prime(self, u):
+        return torch.log(u) + 1
+
+    def conj(self, v):
+        return torch.exp(v - 1)
+
+    def conj_prime(self, v):
+        return torch.exp(v - 1)
+
+    def conj_prime2(self, v):
+        return torch.exp(v - 1)
+
+    def conj_prime_and_prime2(self, v):
+        g = torch.exp(v - 1)
+        return g, g
+
+
+class ReverseKL(Divergence):
+    """Reverse KL, ``f(u) = -log u``: ``p_j = q_j / (τ - θ_j)``."""
+
+    name = "reverse_kl"
+    newton_power = -1.0
+
+    def f(self, u):
+        return -torch.log(u)
+
+    def f_prime(self, u):
+        return -1.0 / u
+
+    def conj(self, v):
+        return -1.0 - torch.log(-v)
+
+    def conj_prime(self, v):
+        return -1.0 / v
+
+    def conj_prime2(self, v):
+        return 1.0 / (v * v)
+
+    def conj_prime_and_prime2(self, v):
+        g = -1.0 / v
+        return g, g * g
+
+
+def lambertw_exp(L: Tensor, iterations: int = 6) -> Tensor:
+    """``W(exp(L))`` for the principal branch of Lambert's W, elementwise, for any real ``L``.
+
+    Solves ``w + log w = L`` by Newton's method in ``l = log w`` (``e^l + l = L``,
+    convex and increasing in ``l``, so the iteration converges from the start below).
+    ``L = +inf`` gives ``inf``; ``L = -inf`` gives ``0``.
+    """
+    big = L > 1
+    Ls = torch.where(big, L, torch.ones_like(L))
+    l0_big = torch.log(Ls - torch.log(Ls))
+    l0_small = L - torch.nn.functional.softplus(L)
+    l = torch.where(big, l0_big, l0_small)
+    l = torch.where(torch.isfinite(L), l, torch.zeros_like(L))
+    Lf = torch.where(torch.isfinite(L), L, torch.ones_like(L))
+    for _ in range(iterations):
+        e = torch.exp(l)
+        l = l - (e + l - Lf) / (e + 1)
+    w = torch.exp(l)
+    w = torch.where(L == math.inf, torch.full_like(L, math.inf), w)
+    w = torch.where(L == -math.inf, torch.zeros_like(L), w)
+    return w
+
+
+class Jeffrey(Divergence):
+    """Jeffrey, ``f(u) = (u - 1) log u``: ``g(v) = 1 / W(exp(1 - v))`` (Lambert W)."""
+
+    name = "jeffrey"
+    newton_power = 0.0
+
+    def f(self, u):
+        return (u - 1) * torch.log(u)
+
+    def f_prime(self, u):
+        return torch.log(u) + 1 - 1.0 / u
+
+    def conj(self, v):
+        g = self.conj_prime(v)
+        return g + torch.log(g) - 1
+
+    def conj_prime(self, v):
+        return 1.0 / lambertw_exp(1 - v)
+
+    def conj_prime2(self, v):
+        return self.conj_prime_and_prime2(v)[1]
+
+    def conj_prime_and_prime2(self, v):
+        w = lambertw_exp(1 - v)
+        g = 1.0 / w
+        # dg/dv = 1 / (w (1 + w)) = g^2 / (1 + g)
+        return g, g * g / (1 + g)
+
+
+class JensenShannon(Divergence):
+    """Jensen–Shannon, ``f(u) = u log u - (u + 1) log((u + 1)/2)``: ``g(v) = 1/(2e^{-v} - 1)``."""
+
+    name = "jensen_shannon"
+    newton_power = 0.0
+
+    def f(self, u):
+        return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
+
+    def f_prime(self, u):
+        return torch.log(2 * u / (u + 1))
+
+    def conj(self, v):
+        return -torch.log1p(-torch.expm1(v))
+
+    def conj_prime(self, v):
+        return 1.0 / (2 * torch.exp(-v) - 1)
+
+    def conj_prime2(self, v):
+        g = self.conj_prime(v)
+        return g + g * g
+
+    def conj_prime_and_prime2(self, v):
+        g = 1.0 / (2 * torch.exp(-v) - 1)
+        return g, g + g * g
+
+
+class SquaredHellinger(Divergence):
+    """Squared Hellinger, ``f(u) = (√u - 1)^2``: ``g(v) = 1/(1 - v)^2``."""
+
+    name = "squared_hellinger"
+    newton_power = -0.5
+
+    def f(self, u):
+        return (torch.sqrt(u) - 1) ** 2
+
+    def f_prime(self, u):
+        return 1 - 1.0 / torch.sqrt(u)
+
+    def conj(self, v):
+        return v / (1 - v)
+
+    def conj_prime(self, v):
+        r = 1.0 / (1 - v)
+        return r * r
+
+    def conj_prime2(self, v):
+        r = 1.0 / (1 - v)
+        return 2 * r * r * r
+
+    def conj_prime_and_prime2(self, v):
+        r = 1.0 / (1 - v)
+        g = r * r
+        return g, 2 * g * r
+
+
+class ChiSquare(Divergence):
+    """Chi-square (Pearson), ``f(u) = (u^2 - 1)/2``: sparsemax, ``p_j = q_j [θ_j - τ]_+``."""
+
+    name = "chi_square"
+    f_prime_zero = 0.0
+    newton_power = 1.0
+
+    def f(self, u):
+        return 0.5 * (u * u - 1)
+
+    def f_prime(self, u):
+        return u
+
+    def conj(self, v):
+        return 0.5 * (v * v + 1)
+
+    def conj_prime(self, v):
+        return torch.clamp(v, min=0)
+
+    def conj_prime2(self, v):
+        return (v > 0).to(v.dtype)
+
+    def conj_prime_and_prime2(self, v):
+        return torch.clamp(v, min=0), (v > 0).to(v.dtype)
+
+    def exact_tau(self, z, q, support):
+        # sum_{S} q_j (z_j - τ) = 1  =>  τ = (sum_S q z - 1) / sum_S q
+        w = support.to(z.dtype) if q is None else q * support
+        return ((w * torch.where(support, z, 0)).sum(-1, keepdim=True) - 1) / w.sum(-1, keepdim=True)
+
+
+class ReverseChiSquare(Divergence):
+    """Reverse chi-square (Neyman), ``f(u) = (1/u - 1)/2``: ``g(v) = (-2v)^{-1/2}``."""
+
+    name = "reverse_chi_square"
+    newton_power = -2.0
+
+    def f(self, u):
+        return 0.5 * (1.0 / u - 1)
+
+    def f_prime(self, u):
+        return -0.5 / (u * u)
+
+    def conj(self, v):
+        return 0.5 - torch.sqrt(-2 * v)
+
+    def conj_prime(self, v):
+        return torch.rsqrt(-2 * v)
+
+    def conj_prime2(self, v):
+        r = torch.rsqrt(-2 * v)
+        return r * r * r
+
+    def conj_prime_and_prime2(self, v):
+        r = torch.rsqrt(-2 * v)
+        return r, r * r * r
+
+
+class AlphaDivergence(Divergence):
+    r"""α-divergence, ``f(u) = (u^α - 1 - α(u - 1)) / (α(α - 1))`` (``u log u - u + 1`` at α = 1).
+
+    ``g(v) = exp_α(v) = [1 + (α - 1) v]_+^{1/(α-1)}``; with ``q = 1`` the mapping is
+    α-entmax in the f-divergence parametrization ``τ_f`` (DESIGN §1:
+    ``τ_entmax = (α - 1) τ_f - 1``).  α > 1 gives sparse outputs, α = 2 sparsemax,
+    α = 1 softmax, α ∈ (0, 1) dense outputs.
+
+    ``alpha`` is a float or a tensor broadcastable against the scores with size 1
+    along the normalized dimension (one α per row).  Tensor α is evaluated with
+    ``log1p``/``exp`` so that α → 1 is continuous.
+    """
+
+    name = "alpha"
+
+    def __init__(self, alpha: Union[Number, Tensor]):
+        self.alpha = alpha
+        if isinstance(alpha, Tensor):
+            self._a = alpha - 1
+        else:
+            self._a = float(alpha) - 1.0
+
+    def __repr__(self):
+        return f"AlphaDivergence(alpha={self.alpha!r})"
+
+    @property
+    def f_prime_zero(self):  # type: ignore[override]
+        if isinstance(self.alpha, Tensor):
+            # per-row α: only used for the candidate bound, the widest one is safe
+            a = float(self._a.min()) if self._a.numel() else 1.0
+        else:
+            a = self._a
+        return -1.0 / a if a > 0 else -math.inf
+
+    @property
+    def newton_power(self):  # type: ignore[override]
+        return self._a
+
+    def _scalar(self) -> Optional[float]:
+        return None if isinstance(self._a, Tensor) else self._a
+
+    def f(self, u):
+        a = self._a
+        al = a + 1
+        if isinstance(a, float):
+            if a == 0.0:
+                return torch.special.xlogy(u, u) - u + 1
+            return (u ** al - 1 - al * (u - 1)) / (al * a)
+        a_safe = torch.where(a == 0, torch.ones_like(a), a)
+        gen = (u ** (a_safe + 1) - 1 - (a_safe + 1) * (u - 1)) / ((a_safe + 1) * a_safe)
+        return torch.where(a == 0, torch.special.xlogy(u, u) - u + 1, gen)
+
+    def f_prime(self, u):
+        a = self._a
+        if isinstance(a, float):
+            return torch.log(u) if a == 0.0 else (u ** a - 1) / a
+        a_safe = torch.where(a == 0, torch.ones_like(a), a)
+        return torch.where(a == 0, torch.log(u), (u ** a_safe - 1) / a_safe)
+
+    def _exponent(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``E = log g(v) = log1p((α-1)v)/(α-1)`` and ``t = (α-1) v`` for tensor α."""
+        a = self._a
+        t = torch.clamp(a * v, min=-1.0)
+        t = torch.where(torch.isnan(v), v, t)
+        a_safe = torch.where(a == 0, torch.ones_like(a), a)
+        E = torch.where(a == 0, v, torch.log1p(t) / a_safe)
+        return E, t
+
+    def conj(self, v):
+        a = self._a
+        al = a + 1
+        if isinstance(a, float):
+            if a == 0.0:
+                return torch.exp(v) - 1
+            base = torch.clamp(1 + a * v, min=0)
+            return (base ** (al / a) - 1) / al
+        E, t = self._exponent(v)
+        # f*(v) = (g(v) (1 + t) - 1) / α
+        return (torch.exp(E) * (1 + t) - 1) / al
+
+    def conj_prime(self, v):
+        return self.conj_prime_and_prime2(v)[0]
+
+    def conj_prime2(self, v):
+        return self.conj_prime_and_prime2(v)[1]
+
+    def conj_prime_and_prime2(self, v):
+        a = self._a
+        if isinstance(a, float):
+            if a == 0.0:
+                g = torch.exp(v)
+                return g, g
+            if a == 1.0:  # α = 2: sparsemax
+                t = torch.clamp(v + 1, min=0)
+                return t, (t > 0).to(v.dtype)
+            if a == 0.5:  # α = 1.5
+                t = torch.clamp(0.5 * v + 1, min=0)
+                return t * t, t
+            base = 1 + a * v
+            if a > 0:
+                base = torch.clamp(base, min=0)
+                g = base ** (1.0 / a)
+                gp = base ** ((1.0 - a) / a)
+                if a > 1:  # α > 2: negative exponent, zero it outside the support
+                    gp = torch.where(base > 0, gp, torch.zeros_like(gp))
+                return g, gp
+            # α < 1: dense, pole at v = 1/(1-α); -inf gives base = +inf -> g = 0
+            g = base ** (1.0 / a)
+            return g, g / base
+        E, t = self._exponent(v)
+        g = torch.exp(E)
+        gp = torch.where(g > 0, torch.exp((1 - a) * E), torch.zeros_like(g))
+        return g, gp
+
+    def exact_tau(self, z, q, support):
+        a = self._scalar()
+        if a == 1.0:  # α = 2: p = q [1 + z - τ]_+
+            w = support.to(z.dtype) if q is None else q * support
+            return ((w * torch.where(support, z + 1, 0)).sum(-1, keepdim=True) - 1) / w.sum(-1, keepdim=True)
+        if a == 0.5:  # α = 1.5: p = (q/4) (z - t)^2 with t = τ - 2 on the support
+            w = support.to(z.dtype) * 0.25 if q is None else 0.25 * q * support
+            zs = torch.where(support, z, 0)
+            W = w.sum(-1, keepdim=True)
+            mean = (w * zs).sum(-1, keepdim=True) / W
+            var = (w * (zs - mean) ** 2).sum(-1, keepdim=True)
+            t = mean - torch.sqrt(torch.clamp(1 - var, min=0) / W)
+            return t + 2
+        return None
+
+
+# ----------------------------------------------------------------------------------
+# User-defined generators
+# ----------------------------------------------------------------------------------
+
+
+class CustomDivergence(Divergence):
+    """A generator given by functions, for users who bring their own ``f``.
+
+    Args:
+        f, f_prime, conj, conj_prime: elementwise tensor functions (see module docstring).
+        f_prime_zero: ``f'(0)`` (``-math.inf`` for dense mappings).
+        conj_prime2: ``g'``; if omitted it is obtained by automatic differentiation of
+            ``conj_prime``.
+        newton_power: ``ρ`` (default 0, i.e. Newton on ``log S``).  Any value is
+            safe because the solver keeps a bisection bracket.
+        name: a label for messages.
+    """
+
+    def __init__(
+        self,
+        f: Callable[[Tensor], Tensor],
+        f_prime: Callable[[Tensor], Tensor],
+        conj: Callable[[Tensor], Tensor],
+        conj_prime: Callable[[Tensor], Tensor],
+        f_prime_zero: float = -math.inf,
+        conj_prime2: Optional[Callable[[Tensor], Tensor]] = None,
+        newton_power: float = 0.0,
+        name: str = "custom",
+    ):
+        for arg, fn in (("f", f), ("f_prime", f_prime), ("conj", conj), ("conj_prime", conj_prime)):
+            if not callable(fn):
+                raise TypeError(f"CustomDivergence: `{arg}` must be callable, got {type(fn).__name__}")
+        self._f, self._fp, self._conj, self._cp = f, f_prime, conj, conj_prime
+        self._cp2 = conj_prime2
+        self.f_prime_zero = float(f_prime_zero)
+        self.newton_power = float(newton_power)
+        self.name = name
+
+    def __repr__(self):
+        return f"CustomDivergence(name={self.name!r})"
+
+    def f(self, u):
+        return self._f(u)
+
+    def f_prime(self, u):
+        return self._fp(u)
+
+    def conj(self, v):
+        return self._conj(v)
+
+    def conj_prime(self, v):
+        return self._cp(v)
+
+    def conj_prime2(self, v):
+        if self._cp2 is not None:
+            return self._cp2(v)
+        with torch.enable_grad():
+            vv = v.detach().requires_grad_(True)
+            g = self._cp(vv)
+            (gp,) = torch.autograd.grad(g.sum(), vv)
+        return torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))
+
+
+# ----------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, Callable[..., Divergence]] = {
+    "kl": KL,
+    "reverse_kl": ReverseKL,
+    "jeffrey": Jeffrey,
+    "jensen_shannon": JensenShannon,
+    "squared_hellinger": SquaredHellinger,
+    "chi_square": ChiSquare,
+    "reverse_chi_square": ReverseChiSquare,
+    "alpha": AlphaDivergence,
+}
+
+DIVERGENCE_NAMES = tuple(_REGISTRY)
+
+
+def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
+    """Resolve a divergence name (with its parameters) or pass a :class:`Divergence` through.
+
+    Raises:
+        ValueError: unknown name, missing/unexpected parameters, or α out of range.
+        TypeError: neither a string nor a :class:`Divergence`.
+    """
+    if isinstance(divergence, Divergence):
+        if params:
+            raise ValueError(
+                f"divergence: parameters {sorted(params)} given with a Divergence object; "
+                "put them in the object instead"
+            )
+        return divergence
+    if not isinstance(divergence, str):
+        raise TypeError(
+            f"divergence must be a name or a softargmax.divergences.Divergence, got {type(divergence).__name__}"
+        )
+    if divergence not in _REGISTRY:
+        raise ValueError(f"divergence: unknown name {divergence!r}; accepted: {', '.join(DIVERGENCE_NAMES)}")
+    if divergence == "alpha":
+        if "alpha" not in params:
+            raise ValueError("divergence='alpha' needs the parameter alpha=, a number > 0")
+        extra = set(params) - {"alpha"}
+        if extra:
+            raise ValueError(f"divergence='alpha': unexpected parameters {sorted(extra)}; accepted: alpha")
+        alpha = params["alpha"]
+        if isinstance(alpha, Tensor):
+            raise TypeError("divergence='alpha': alpha must be a number here; use softargmax.entmax for tensor α")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise TypeError(f"alpha must be a number, got {type(alpha).__name__}")
+        if not (alpha > 0 and math.isfinite(alpha)):
+            raise ValueError(f"alpha must be a finite number > 0 for the alpha divergence, got {alpha}")
+        return AlphaDivergence(float(alpha))
+    if params:
+        raise ValueError(f"divergence={divergence!r} takes no parameters, got {sorted(params)}")
+    return _REGISTRY[divergence]()
