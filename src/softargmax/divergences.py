@@ -93,19 +93,28 @@ class Divergence:
         """``(g(v), g'(v))``; subclasses override this to share work between the two."""
         return self.conj_prime(v), self.conj_prime2(v)
 
+    #: whether Newton on ``(S^ρ - 1)/ρ`` from ``τ_lo`` is proven monotone (convex transform);
+    #: if not, the solver keeps a bisection bracket around every step
+    monotone_newton: bool = False
+
+    def prepare(self, z: Tensor, m: Tensor):
+        """Per-call precomputation for :meth:`evaluate` (``z``: candidates, ``m``: row maxima)."""
+        return None
+
+    def evaluate(self, z: Tensor, tau: Tensor, prep) -> tuple[Tensor, Tensor]:
+        """``(g(z - τ), g'(z - τ))`` for candidates ``z`` ``[R, K]`` and thresholds ``τ`` ``[R, 1]``.
+
+        Subclasses override this with cheaper formulas that reuse :meth:`prepare`
+        (e.g. ``exp(z - m)`` computed once), so a Newton step has no transcendental call.
+        """
+        return self.conj_prime_and_prime2(z - tau)
+
     # -- derived -------------------------------------------------------------------
     @property
     def sparse(self) -> bool:
         """Whether the mapping can give exact zeros (``f'(0)`` finite)."""
         return math.isfinite(self.f_prime_zero)
 
-    def exact_tau(self, z: Tensor, q: Optional[Tensor], support: Tensor) -> Optional[Tensor]:
-        """Closed-form threshold for a known support, or ``None`` if there is none.
-
-        ``z``: scores ``[R, K]``; ``q``: ``None`` or weights broadcastable to ``z``;
-        ``support``: boolean ``[R, K]``.  Returns ``τ`` of shape ``[R, 1]``.
-        """
-        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -121,6 +130,15 @@ class KL(Divergence):
 
     name = "kl"
     newton_power = 0.0
+    monotone_newton = True
+
+    def prepare(self, z, m):
+        return torch.exp(z - m), m
+
+    def evaluate(self, z, tau, prep):
+        e, m = prep
+        g = e * torch.exp(m - tau - 1)
+        return g, g
 
     def f(self, u):
         return torch.special.xlogy(u, u)
@@ -147,6 +165,11 @@ class ReverseKL(Divergence):
 
     name = "reverse_kl"
     newton_power = -1.0
+    monotone_newton = True
+
+    def evaluate(self, z, tau, prep):
+        g = torch.sub(tau, z).reciprocal_()
+        return g, g * g
 
     def f(self, u):
         return -torch.log(u)
@@ -225,6 +248,17 @@ class JensenShannon(Divergence):
 
     name = "jensen_shannon"
     newton_power = 0.0
+    monotone_newton = True
+
+    def prepare(self, z, m):
+        # exp(m - z) >= 1 (inf far below the maximum, where g = 0)
+        return torch.exp(m - z), m
+
+    def evaluate(self, z, tau, prep):
+        e, m = prep
+        # g = 1/(2 exp(τ - z) - 1) = 1/(2 exp(τ - m) exp(m - z) - 1);  τ >= m on the path
+        g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
+        return g, torch.addcmul(g, g, g)
 
     def f(self, u):
         return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
@@ -252,6 +286,12 @@ class SquaredHellinger(Divergence):
 
     name = "squared_hellinger"
     newton_power = -0.5
+    monotone_newton = True
+
+    def evaluate(self, z, tau, prep):
+        r = torch.sub(tau + 1, z).reciprocal_()
+        g = r * r
+        return g, 2 * g * r
 
     def f(self, u):
         return (torch.sqrt(u) - 1) ** 2
@@ -282,6 +322,11 @@ class ChiSquare(Divergence):
     name = "chi_square"
     f_prime_zero = 0.0
     newton_power = 1.0
+    monotone_newton = True
+
+    def evaluate(self, z, tau, prep):
+        g = torch.sub(z, tau).clamp_(min=0)
+        return g, torch.sign(g)
 
     def f(self, u):
         return 0.5 * (u * u - 1)
@@ -299,12 +344,9 @@ class ChiSquare(Divergence):
         return (v > 0).to(v.dtype)
 
     def conj_prime_and_prime2(self, v):
-        return torch.clamp(v, min=0), (v > 0).to(v.dtype)
+        g = torch.clamp(v, min=0)
+        return g, torch.sign(g)
 
-    def exact_tau(self, z, q, support):
-        # sum_{S} q_j (z_j - τ) = 1  =>  τ = (sum_S q z - 1) / sum_S q
-        w = support.to(z.dtype) if q is None else q * support
-        return ((w * torch.where(support, z, 0)).sum(-1, keepdim=True) - 1) / w.sum(-1, keepdim=True)
 
 
 class ReverseChiSquare(Divergence):
@@ -312,6 +354,7 @@ class ReverseChiSquare(Divergence):
 
     name = "reverse_chi_square"
     newton_power = -2.0
+    monotone_newton = True
 
     def f(self, u):
         return 0.5 * (1.0 / u - 1)
@@ -374,6 +417,44 @@ class AlphaDivergence(Divergence):
 
     def _scalar(self) -> Optional[float]:
         return None if isinstance(self._a, Tensor) else self._a
+
+    @property
+    def monotone_newton(self):  # type: ignore[override]
+        # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative
+        # exponent (α < 1): convex transform.  α > 2 is not covered.
+        if isinstance(self._a, Tensor):
+            return bool((self._a <= 1).all())
+        return self._a <= 1.0
+
+    def prepare(self, z, m):
+        a = self._a
+        if isinstance(a, float) and a == 0.0:
+            return torch.exp(z - m), m
+        if isinstance(a, float) and a > 0 and a != 1.0:
+            # 1 + a (z - τ) = a z - (a τ - 1): scale the candidates once
+            return z * a
+        return None
+
+    def evaluate(self, z, tau, prep):
+        a = self._a
+        if not isinstance(a, float):
+            return self.conj_prime_and_prime2(z - tau)
+        if a == 0.0:
+            e, m = prep
+            g = e * torch.exp(m - tau)
+            return g, g
+        if a == 1.0:
+            g = torch.sub(z, tau - 1).clamp_(min=0)
+            return g, torch.sign(g)
+        if a > 0:
+            base = torch.sub(prep, a * tau - 1).clamp_(min=0)
+            if a == 0.5:
+                return base * base, base
+            gp = base ** ((1.0 - a) / a)
+            if a > 1:
+                gp = torch.where(base > 0, gp, torch.zeros_like(gp))
+            return gp * base, gp
+        return self.conj_prime_and_prime2(z - tau)
 
     def f(self, u):
         a = self._a
@@ -447,21 +528,6 @@ class AlphaDivergence(Divergence):
         g = torch.exp(E)
         gp = torch.where(g > 0, torch.exp((1 - a) * E), torch.zeros_like(g))
         return g, gp
-
-    def exact_tau(self, z, q, support):
-        a = self._scalar()
-        if a == 1.0:  # α = 2: p = q [1 + z - τ]_+
-            w = support.to(z.dtype) if q is None else q * support
-            return ((w * torch.where(support, z + 1, 0)).sum(-1, keepdim=True) - 1) / w.sum(-1, keepdim=True)
-        if a == 0.5:  # α = 1.5: p = (q/4) (z - t)^2 with t = τ - 2 on the support
-            w = support.to(z.dtype) * 0.25 if q is None else 0.25 * q * support
-            zs = torch.where(support, z, 0)
-            W = w.sum(-1, keepdim=True)
-            mean = (w * zs).sum(-1, keepdim=True) / W
-            var = (w * (zs - mean) ** 2).sum(-1, keepdim=True)
-            t = mean - torch.sqrt(torch.clamp(1 - var, min=0) / W)
-            return t + 2
-        return None
 
 
 # ----------------------------------------------------------------------------------

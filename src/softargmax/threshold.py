@@ -11,21 +11,23 @@ For rows of scores ``z`` (already divided by the temperature), a reference measu
 
 Method (DESIGN §3):
 
-1. **Pruning** (sparse generators, ``q = None``): only coordinates with
-   ``z_j > τ_lo + f'(0)`` can be in the support.  The row is cut into blocks, the
-   block maxima are computed in one pass, and only the blocks that can hold a
-   support coordinate are gathered into a small candidate matrix.
-2. **Safeguarded Newton** on the candidates: Newton's method on
-   ``(S^ρ - 1)/ρ`` (``log S`` for ``ρ = 0``), with ``ρ = divergence.newton_power``
-   chosen to make it convex, started at ``τ_lo``; any step that leaves the current
-   bisection bracket is replaced by bisection.  For sparsemax this is Michelot's
-   algorithm.
-3. **Exact polish** (sparsemax, 1.5-entmax, α = 2): once the support is known,
-   ``τ`` has a closed form; it is accepted where the KKT conditions certify it
-   (the support it implies is the one it was computed from).
-
-The last evaluation of ``g`` at the final ``τ`` is the output itself, so a row that
-converges after ``t`` Newton steps costs ``t + 1`` passes over its candidates.
+1. **Pruning** (sparse generators, ``q = None``, rows of at least
+   :data:`PRUNE_MIN_LENGTH`): only coordinates with ``z_j > τ_lo + f'(0)`` can be in
+   the support.  Each row is split into ``nb`` strided blocks
+   (``z.view(R, B, nb)``: block ``b`` holds columns ``b, b + nb, …``); one pass
+   computes the block maxima, and only blocks whose maximum passes the bound are
+   gathered into a small candidate matrix ``[R, B·KB]`` (``KB`` = the most blocks
+   any row needs).  Rows needing fewer blocks pad with masked (``-inf``) slots.
+2. **Newton** on ``(S^ρ - 1)/ρ`` (``log S`` at ``ρ = 0``), ``ρ =
+   divergence.newton_power``, started at ``τ_lo``.  Where the divergence proves this
+   transform convex (``divergence.monotone_newton``) the iterates increase
+   monotonically to the root and no safeguard is needed; otherwise every step
+   that leaves the current bisection bracket is replaced by bisection.  For
+   sparsemax Newton is Michelot's algorithm: once the support is stable the step
+   is exactly ``τ = (Σ_S z - 1)/|S|``.
+3. Stop when ``|S - 1|`` is at rounding level for every row.  The last evaluation
+   of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
+   the candidates.
 
 Rows whose maximum is ``-inf`` (everything masked) give ``p = 0``; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
@@ -42,11 +44,11 @@ from torch import Tensor
 
 from .divergences import Divergence
 
-__all__ = ["Solution", "solve", "solve_tau", "block_size"]
+__all__ = ["Solution", "solve", "solve_tau", "block_layout"]
 
 #: rows shorter than this are never pruned (the full row is the candidate set)
-PRUNE_MIN_LENGTH = 256
-#: most Newton/bisection steps; bisection alone needs ~60 in float64
+PRUNE_MIN_LENGTH = 128
+#: most Newton/bisection steps (bisection alone needs ~60 in float64)
 MAX_ITER = 200
 
 
@@ -55,43 +57,40 @@ class Solution:
     """The threshold of every row and the mapping evaluated on the candidates.
 
     Attributes:
-        tau: ``[R, 1]`` thresholds in the f-divergence parametrization (scores ``z``).
+        tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
         p: ``[R, K]`` probabilities of the candidates.
-        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` of the candidates (0 off the support).
-        block_index: ``None`` when the candidates are the full rows (``K = k``); otherwise
-            ``[R, KB]`` indices of the gathered blocks of ``block`` columns each.
-        block: the block width.
+        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support).
+        block_index: ``None`` when the candidates are the full rows; otherwise
+            ``[R, B, KB]`` indices into ``z.view(R, B, nb)`` along the last axis.
         k: the row length.
-        bad_rows: ``[R, 1]`` boolean, rows with NaN or ``+inf`` scores (``None`` if none).
-        iterations: Newton/bisection steps taken.
+        bad_rows: ``[R, 1]`` boolean, rows with NaN or ``+inf`` (``None`` if none).
+        iterations: Newton (or bisection) steps taken.
     """
 
     tau: Tensor
     p: Tensor
     s: Tensor
     block_index: Optional[Tensor]
-    block: int
     k: int
     bad_rows: Optional[Tensor]
     iterations: int
 
-    # -- moving between candidates and full rows -----------------------------------
     def gather(self, full: Tensor) -> Tensor:
-        """``[R, k]`` -> ``[R, K]`` values at the candidates."""
-        if self.block_index is None:
+        """``[R, k]`` -> ``[R, K]``: values at the candidates."""
+        idx = self.block_index
+        if idx is None:
             return full
-        R, KB = self.block_index.shape
-        idx = self.block_index.unsqueeze(-1).expand(R, KB, self.block)
-        return full.reshape(R, -1, self.block).gather(1, idx).reshape(R, KB * self.block)
+        R, B, KB = idx.shape
+        return full.reshape(R, B, self.k // B).gather(2, idx).reshape(R, B * KB)
 
     def scatter(self, cand: Tensor) -> Tensor:
-        """``[R, K]`` -> ``[R, k]``, zeros outside the candidates."""
-        if self.block_index is None:
+        """``[R, K]`` -> ``[R, k]``, zeros outside the candidates (padding slots hold zeros)."""
+        idx = self.block_index
+        if idx is None:
             return cand
-        R, KB = self.block_index.shape
-        out = cand.new_zeros(R, self.k // self.block, self.block)
-        idx = self.block_index.unsqueeze(-1).expand(R, KB, self.block)
-        out.scatter_(1, idx, cand.reshape(R, KB, self.block))
+        R, B, KB = idx.shape
+        out = cand.new_zeros(R, B, self.k // B)
+        out.scatter_add_(2, idx, cand.reshape(R, B, KB))
         return out.reshape(R, self.k)
 
     def dense_p(self) -> Tensor:
@@ -101,26 +100,41 @@ class Solution:
             p = p.masked_fill(self.bad_rows, math.nan)
         return p
 
-    def jvp_t(self, v_cand: Tensor) -> Tensor:
-        r"""``J^T v`` on the candidates, for the Jacobian ``diag(s) - s s^T / Σ s`` (temperature excluded)."""
-        s = self.s
-        ssum = s.sum(-1, keepdim=True)
-        c = (s * v_cand).sum(-1, keepdim=True) / torch.where(ssum > 0, ssum, torch.ones_like(ssum))
-        return s * (v_cand - c)
 
+def block_layout(k: int) -> Optional[tuple[int, int]]:
+    """``(B, nb)`` with ``B · nb = k`` for pruning a row of length ``k``, or ``None``.
 
-def block_size(k: int) -> Optional[int]:
-    """A divisor of ``k`` near ``2√k`` (clamped to [16, 128]) used to prune rows, or ``None``."""
+    ``B`` (elements per block) is a divisor of ``k`` near ``√k / 4`` (at least 4), so
+    the candidate matrix stays small and the block maxima cost one strided pass.
+    """
     if k < PRUNE_MIN_LENGTH:
         return None
-    target = min(128, max(16, int(2 * math.sqrt(k))))
+    target = max(4.0, math.sqrt(k) / 4)
     best = None
-    for b in range(max(8, target // 2), min(k, 2 * target) + 1):
-        if k % b == 0 and (best is None or abs(b - target) < abs(best - target)):
+    for b in range(2, int(4 * target) + 1):
+        if k % b == 0 and (best is None or abs(math.log(b / target)) < abs(math.log(best / target))):
             best = b
-    if best is None or k // best < 4:
+    if best is None or k // best < 8:
         return None
-    return best
+    return best, k // best
+
+
+def _select_blocks(bmax: Tensor, thr: Tensor):
+    """Indices ``[R, KB]`` of the blocks with ``bmax > thr`` (padded) and the valid-slot mask."""
+    R, nb = bmax.shape
+    sel = torch.sign(torch.clamp(bmax - thr, min=0))  # 1.0 where selected (float ops are fast on CPU)
+    sel = torch.nan_to_num(sel, nan=0.0)
+    count = sel.sum(-1, keepdim=True)
+    KB = max(int(count.max()), 1)
+    if 2 * KB > nb:
+        return None, None
+    rank = sel.cumsum(-1)
+    # selected block -> its rank - 1; the others -> the dump column KB
+    slot = (sel * (rank - 1 - KB) + KB).long()
+    table = torch.zeros(R, KB + 1, dtype=torch.long, device=bmax.device)
+    table.scatter_(1, slot, torch.arange(nb, device=bmax.device).expand(R, nb))
+    valid = torch.arange(KB, device=bmax.device) < count
+    return table[:, :KB], valid
 
 
 def _newton_step(S: Tensor, Sp: Tensor, rho) -> Tensor:
@@ -133,22 +147,15 @@ def _newton_step(S: Tensor, Sp: Tensor, rho) -> Tensor:
         return S * torch.log(S) / Sp
     if rho == 1:
         return (S - 1) / Sp
+    if rho == 0.5:
+        return (S - torch.sqrt(S)) / (0.5 * Sp)
     return (S - S ** (1 - rho)) / (rho * Sp)
 
 
-def _evaluate(div: Divergence, z: Tensor, tau: Tensor, q: Optional[Tensor]):
-    g, gp = div.conj_prime_and_prime2(z - tau)
-    if q is not None:
-        g = g * q
-        gp = gp * q
-    return g, gp
-
-
 def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor):
-    """``τ_lo``, ``τ_hi`` of every row (``m``: row maxima, finite rows only meaningful)."""
-    dtype = z.dtype
+    """``τ_lo``, ``τ_hi`` of every row (``m``: row maxima)."""
     if q is None:
-        one = torch.ones((), dtype=dtype, device=z.device)
+        one = torch.ones((), dtype=z.dtype, device=z.device)
         lo = m - div.f_prime(one)
         hi = m - div.f_prime(one / z.shape[-1])
     else:
@@ -170,92 +177,86 @@ def solve(
     ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.
     """
     R, k = z.shape
-    dtype = z.dtype
-    eps = torch.finfo(dtype).eps
+    eps = torch.finfo(z.dtype).eps
     div = divergence
 
-    # -- row maxima, candidate blocks ---------------------------------------------
-    B = block_size(k) if (prune and q is None and div.sparse) else None
-    if B is not None:
-        bmax = z.reshape(R, k // B, B).amax(-1)
+    # -- row maxima and candidate blocks ---------------------------------------------
+    layout = block_layout(k) if (prune and q is None and div.sparse) else None
+    if layout is not None:
+        B, nb = layout
+        zb = z.reshape(R, B, nb)
+        bmax = zb.amax(1)
         m = bmax.amax(-1, keepdim=True)
     else:
         m = z.amax(-1, keepdim=True)
 
     finite = torch.isfinite(m)
+    all_finite = bool(finite.all())
     bad_rows = None
-    if not bool(finite.all()):
+    if not all_finite:
         bad = torch.isnan(m) | (m == math.inf)
         bad_rows = bad if bool(bad.any()) else None
-    m_safe = torch.where(finite, m, torch.zeros_like(m))
-    lo, hi = _bounds(div, z, q, m_safe)
-    if q is not None:
+        m = torch.where(finite, m, torch.zeros_like(m))
+    lo, hi = _bounds(div, z, q, m)
+    if q is not None and not all_finite:
         lo = torch.where(finite, lo, torch.zeros_like(lo))
-    hi = torch.where(finite, hi, lo + 1)
 
     block_index = None
     cand, qc = z, q
-    if B is not None:
+    if layout is not None:
         thr = lo + div.f_prime_zero
-        nsel = (bmax > thr).sum(-1)
-        KB = max(int(nsel.max()), 1)
-        if 2 * KB <= k // B:
-            block_index = bmax.topk(KB, -1, sorted=False).indices
-            idx = block_index.unsqueeze(-1).expand(R, KB, B)
-            cand = z.reshape(R, k // B, B).gather(1, idx).reshape(R, KB * B)
-        else:
-            B = None
-    if not bool(finite.all()):
-        # rows that are all -inf or contain NaN/+inf: make them harmless for the iteration
+        table, valid = _select_blocks(bmax, thr)
+        if table is not None:
+            KB = table.shape[1]
+            block_index = table.unsqueeze(1).expand(R, B, KB)
+            cand = zb.gather(2, block_index)
+            cand = torch.where(valid.unsqueeze(1), cand, torch.full_like(cand, -math.inf)).reshape(R, B * KB)
+    if not all_finite:
+        # all -inf rows and NaN/+inf rows: iterate on a harmless all-masked row instead
         cand = torch.where(finite, cand, torch.full_like(cand, -math.inf))
+        cand[~finite.squeeze(-1), 0] = 0.0
 
-    # -- safeguarded Newton --------------------------------------------------------
+    # -- Newton ----------------------------------------------------------------------
     K = cand.shape[-1]
     rho = div.newton_power
-    tol_S = 8 * eps * max(1.0, math.log2(K + 1))
-    tau = lo.clone()
+    tol = 8 * eps * max(1.0, math.log2(K + 1))
+    prep = div.prepare(cand, m)
+    tau = lo
     it = 0
-    done = ~finite
-    while True:
-        g, gp = _evaluate(div, cand, tau, qc)
-        S = g.sum(-1, keepdim=True)
-        if it >= max_iter:
-            break
-        resid = S - 1
-        width = hi - lo
-        done = done | (resid.abs() <= tol_S) | (width <= 4 * eps * (1 + tau.abs()))
-        if bool(done.all()):
-            break
-        Sp = gp.sum(-1, keepdim=True)
-        lo = torch.where(resid >= 0, tau, lo)
-        hi = torch.where(resid < 0, tau, hi)
-        new = tau + _newton_step(S, Sp, rho)
-        inside = (new > lo) & (new < hi)
-        new = torch.where(inside, new, 0.5 * (lo + hi))
-        tau = torch.where(done, tau, new)
-        it += 1
+    if div.monotone_newton:
+        while True:
+            g, gp = div.evaluate(cand, tau, prep)
+            if qc is not None:
+                g, gp = g * qc, gp * qc
+            S = g.sum(-1, keepdim=True)
+            if it >= max_iter or float((S - 1).abs().amax()) <= tol:
+                break
+            tau = tau + _newton_step(S, gp.sum(-1, keepdim=True), rho)
+            it += 1
+    else:
+        hi = torch.where(torch.isfinite(hi), hi, lo + 1)
+        done = torch.zeros_like(finite)
+        while True:
+            g, gp = div.evaluate(cand, tau, prep)
+            if qc is not None:
+                g, gp = g * qc, gp * qc
+            S = g.sum(-1, keepdim=True)
+            resid = S - 1
+            done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
+            if it >= max_iter or bool(done.all()):
+                break
+            lo = torch.where(resid >= 0, tau, lo)
+            hi = torch.where(resid < 0, tau, hi)
+            new = tau + _newton_step(S, gp.sum(-1, keepdim=True), rho)
+            inside = (new > lo) & (new < hi)
+            new = torch.where(inside, new, 0.5 * (lo + hi))
+            tau = torch.where(done, tau, new)
+            it += 1
 
-    # -- exact polish ---------------------------------------------------------------
-    if div.sparse:
-        support = cand - tau > div.f_prime_zero
-        exact = div.exact_tau(cand, qc, support)
-        if exact is not None:
-            certified = ((cand - exact > div.f_prime_zero) == support).all(-1, keepdim=True) & finite
-            certified = certified & support.any(-1, keepdim=True)
-            if bool(certified.any()):
-                tau = torch.where(certified, exact, tau)
-                g, gp = _evaluate(div, cand, tau, qc)
-
-    return Solution(
-        tau=tau,
-        p=g,
-        s=gp,
-        block_index=block_index,
-        block=B or k,
-        k=k,
-        bad_rows=bad_rows,
-        iterations=it,
-    )
+    if not all_finite:
+        g = g.masked_fill(~finite, 0.0)
+        gp = gp.masked_fill(~finite, 0.0)
+    return Solution(tau=tau, p=g, s=gp, block_index=block_index, k=k, bad_rows=bad_rows, iterations=it)
 
 
 def solve_tau(z: Tensor, divergence: Divergence, q: Optional[Tensor] = None) -> Tensor:
