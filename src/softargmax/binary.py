@@ -74,8 +74,8 @@ def _js_h(t, q0, q1):
 
 def _generic_inputs(s, q0, q1):
     x = torch.stack([torch.zeros_like(s), s], -1)
-    if isinstance(q0, Tensor) and q0.dim() == 0 and q1.dim() == 0 and float(q0) == 1.0 and float(q1) == 1.0 \
-            and not (q0.requires_grad or q1.requires_grad):
+    if not (q0.requires_grad or q1.requires_grad) and q0.dim() == 0 and q1.dim() == 0 \
+            and float(q0) == 1.0 and float(q1) == 1.0:
         return x, None
     q0b, q1b = torch.broadcast_tensors(q0, q1)
     qs = torch.stack([q0b, q1b], -1)

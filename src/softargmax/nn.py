@@ -1,0 +1,174 @@
+"""``torch.nn`` modules wrapping the operators.
+
+* :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax` (optionally learnable α),
+  :class:`AlphaReLU`, :class:`FSoftargmax` (optionally learnable reference measure ``q``).
+
+A learnable α is kept in ``(alpha_min, alpha_max)`` through the smooth
+reparametrization ``α = alpha_min + (alpha_max - alpha_min) · sigmoid(w)``
+(``002_…`` keeps α in (1, 2]); a learnable ``q`` is ``exp(log_q)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_alpha, check_positive_number
+from .alpha_relu import alpha_relu
+from .divergences import Divergence, get_divergence
+from .entmax import entmax, entmax15, sparsemax
+from .fdiv import f_softargmax
+
+__all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax"]
+
+
+class Sparsemax(nn.Module):
+    """:func:`softargmax.sparsemax` along ``dim``."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return sparsemax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Entmax15(Sparsemax):
+    """:func:`softargmax.entmax15` along ``dim``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return entmax15(x, self.dim)
+
+
+class Entmax(nn.Module):
+    """α-entmax along ``dim`` with a fixed or learnable α.
+
+    Args:
+        alpha: initial α: a float or a tensor broadcastable to the input with size 1
+            along ``dim`` (e.g. shape ``(heads, 1, 1)`` for one α per attention head).
+        learn_alpha: make α a parameter, ``α = alpha_min + (alpha_max - alpha_min) sigmoid(w)``;
+            the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
+        dim: the normalized dimension.
+        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``).
+    """
+
+    def __init__(
+        self,
+        alpha: Union[float, Tensor] = 1.5,
+        learn_alpha: bool = False,
+        dim: int = -1,
+        alpha_min: float = 1.0,
+        alpha_max: float = 2.0,
+    ):
+        super().__init__()
+        alpha = check_alpha(alpha, "alpha", minimum=1.0)
+        self.dim = dim
+        self.learn_alpha = bool(learn_alpha)
+        if self.learn_alpha:
+            if not (1.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
+                raise ValueError(f"alpha_min, alpha_max must satisfy 1 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
+            a = torch.as_tensor(alpha, dtype=torch.get_default_dtype()).detach().clone()
+            if bool(((a <= alpha_min) | (a >= alpha_max)).any()):
+                raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
+            self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
+            frac = (a - alpha_min) / (alpha_max - alpha_min)
+            self.alpha_logit = nn.Parameter(torch.log(frac) - torch.log1p(-frac))
+        elif isinstance(alpha, Tensor):
+            self.register_buffer("_alpha", alpha.detach().clone())
+        else:
+            self._alpha_float = float(alpha)
+
+    @property
+    def alpha(self) -> Union[float, Tensor]:
+        """The current α (a tensor that carries gradients when learnable)."""
+        if self.learn_alpha:
+            return self.alpha_min + (self.alpha_max - self.alpha_min) * torch.sigmoid(self.alpha_logit)
+        if hasattr(self, "_alpha"):
+            return self._alpha
+        return self._alpha_float
+
+    def forward(self, x: Tensor) -> Tensor:
+        alpha = self.alpha
+        if isinstance(alpha, Tensor) and alpha.dim() == 0:
+            alpha = alpha.reshape([1] * x.dim())
+        return entmax(x, alpha, self.dim)
+
+    def extra_repr(self) -> str:
+        if self.learn_alpha:
+            return f"learn_alpha=True, range=({self.alpha_min}, {self.alpha_max}), dim={self.dim}"
+        return f"alpha={self.alpha}, dim={self.dim}"
+
+
+class AlphaReLU(nn.Module):
+    """:func:`softargmax.alpha_relu` with fixed ``alpha`` and ``tau`` (τ in the entmax parametrization)."""
+
+    def __init__(self, alpha: float = 1.5, tau: float = 0.0):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        if isinstance(self.alpha, Tensor):
+            raise TypeError("AlphaReLU: alpha must be a float > 1")
+        if isinstance(tau, Tensor):
+            self.register_buffer("tau", tau.detach().clone())
+        else:
+            self.tau = float(tau)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return alpha_relu(x, self.alpha, self.tau)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, tau={self.tau}"
+
+
+class FSoftargmax(nn.Module):
+    """:func:`softargmax.f_softargmax` with a fixed or learnable reference measure.
+
+    Args:
+        divergence: a name or a :class:`~softargmax.divergences.Divergence`.
+        q: ``None`` or a positive tensor broadcastable to the input.
+        temperature: ``β > 0``.
+        dim: the normalized dimension.
+        learn_q: make ``q = exp(log_q)`` a parameter (``q`` must be given).
+        **params: parameters of the named divergence (``alpha=``).
+    """
+
+    def __init__(
+        self,
+        divergence: Union[str, Divergence] = "kl",
+        q: Optional[Tensor] = None,
+        temperature: float = 1.0,
+        dim: int = -1,
+        learn_q: bool = False,
+        **params,
+    ):
+        super().__init__()
+        self.divergence = get_divergence(divergence, **params)
+        self.temperature = check_positive_number(temperature, "temperature")
+        self.dim = dim
+        self.learn_q = bool(learn_q)
+        if q is not None:
+            if not isinstance(q, Tensor) or not q.is_floating_point() or bool((q <= 0).any()):
+                raise ValueError("q must be None or a strictly positive floating tensor")
+            if self.learn_q:
+                self.log_q = nn.Parameter(torch.log(q.detach().clone()))
+            else:
+                self.register_buffer("_q", q.detach().clone())
+        elif self.learn_q:
+            raise ValueError("learn_q=True needs an initial q (e.g. torch.ones(num_classes))")
+
+    @property
+    def q(self) -> Optional[Tensor]:
+        if self.learn_q:
+            return torch.exp(self.log_q)
+        return getattr(self, "_q", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return f_softargmax(x, self.divergence, q=self.q, temperature=self.temperature, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"divergence={self.divergence!r}, temperature={self.temperature}, dim={self.dim}, learn_q={self.learn_q}"

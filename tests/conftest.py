@@ -1,0 +1,104 @@
+"""Independent references shared by the tests.
+
+* sort-based exact sparsemax and 1.5-entmax (Martins & Astudillo 2016; Peters et al. 2019),
+  written here in NumPy, independent of the library's solver;
+* a brute-force constrained optimizer (SciPy SLSQP) for the f-softargmax / f-softmax
+  variational problem  max_{p in simplex} <p, x> - beta * sum_j q_j f(p_j / q_j),
+  which only uses the primal generator f and f' (never the conjugates the solver uses).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+ALL_DIVERGENCES = [
+    ("kl", {}),
+    ("reverse_kl", {}),
+    ("jeffrey", {}),
+    ("jensen_shannon", {}),
+    ("squared_hellinger", {}),
+    ("chi_square", {}),
+    ("reverse_chi_square", {}),
+    ("alpha", {"alpha": 1.5}),
+    ("alpha", {"alpha": 1.25}),
+    ("alpha", {"alpha": 2.5}),
+    ("alpha", {"alpha": 0.5}),
+]
+
+
+def div_id(d):
+    name, params = d
+    return name + "".join(f"-{k}{v}" for k, v in params.items())
+
+
+def sparsemax_sort(x: np.ndarray) -> np.ndarray:
+    """Exact sparsemax of the last axis by sorting (004, Algorithm 1)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.zeros_like(x)
+    for idx in np.ndindex(x.shape[:-1]):
+        z = x[idx]
+        zs = np.sort(z)[::-1]
+        cs = np.cumsum(zs)
+        ks = np.arange(1, len(z) + 1)
+        support = 1 + ks * zs > cs
+        kz = ks[support][-1]
+        tau = (cs[kz - 1] - 1) / kz
+        out[idx] = np.maximum(z - tau, 0)
+    return out
+
+
+def entmax15_sort(x: np.ndarray) -> np.ndarray:
+    """Exact 1.5-entmax of the last axis by sorting (Peters et al. 2019, Algorithm 2)."""
+    x = np.asarray(x, dtype=np.float64) / 2
+    out = np.zeros_like(x)
+    for idx in np.ndindex(x.shape[:-1]):
+        z = x[idx] - x[idx].max()
+        zs = np.sort(z)[::-1]
+        ks = np.arange(1, len(z) + 1)
+        mean = np.cumsum(zs) / ks
+        mean_sq = np.cumsum(zs**2) / ks
+        ss = ks * (mean_sq - mean**2)
+        delta = np.clip((1 - ss) / ks, 0, None)
+        tau = mean - np.sqrt(delta)
+        kz = (tau <= zs).sum()
+        out[idx] = np.maximum(z - tau[kz - 1], 0) ** 2
+    return out
+
+
+def brute_force_fsoftargmax(div, x: np.ndarray, q: np.ndarray, beta: float):
+    """(p, value) maximizing <p, x> - beta * sum q f(p/q) over the simplex, by SLSQP."""
+    from scipy.optimize import minimize
+
+    x = np.asarray(x, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    k = len(x)
+    t = lambda a: torch.as_tensor(a, dtype=torch.float64)
+
+    def fun(p):
+        r = t(p / q)
+        val = float((p * x).sum() - beta * (t(q) * div.f(r)).sum())
+        grad = x - beta * div.f_prime(r).numpy()
+        return -val, -grad
+
+    lo = 0.0 if np.isfinite(div.f_prime_zero) else 1e-14
+    best = None
+    starts = [np.full(k, 1.0 / k)]
+    e = np.full(k, 0.05 / k)
+    e[np.argmax(x)] += 0.95
+    starts.append(e / e.sum())
+    for p0 in starts:
+        res = minimize(
+            fun, p0, jac=True, method="SLSQP", bounds=[(lo, 1.0)] * k,
+            constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1, "jac": lambda p: np.ones_like(p)}],
+            options={"ftol": 1e-15, "maxiter": 2000},
+        )
+        if best is None or res.fun < best.fun:
+            best = res
+    return best.x, -best.fun
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

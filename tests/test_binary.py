@@ -1,0 +1,72 @@
+"""f_sigmoid / f_softplus: the closed forms of 003 Appendix C.3 against the generic solver."""
+
+import math
+
+import pytest
+import torch
+
+import softargmax as sa
+from softargmax.binary import _generic_inputs
+from softargmax.divergences import get_divergence
+
+F64 = torch.float64
+CLOSED = ["kl", "reverse_kl", "jensen_shannon", "chi_square"]
+
+
+def generic(s, name, q, beta=1.0, **params):
+    q0 = torch.as_tensor(q[0], dtype=F64)
+    q1 = torch.as_tensor(q[1], dtype=F64)
+    x, qs = _generic_inputs(s / beta, q0, q1)
+    div = get_divergence(name, **params)
+    return sa.f_softargmax(x, div, q=qs)[..., 1], beta * sa.f_softmax(x, div, q=qs)
+
+
+@pytest.mark.parametrize("name", CLOSED)
+@pytest.mark.parametrize("q", [(1.0, 1.0), (0.3, 1.7), (2.0, 0.5)])
+@pytest.mark.parametrize("beta", [1.0, 0.6])
+def test_closed_forms_match_generic_solver(name, q, beta):
+    s = torch.linspace(-8, 8, 81, dtype=F64)
+    p_ref, v_ref = generic(s, name, q, beta)
+    torch.testing.assert_close(sa.f_sigmoid(s, name, q=q, temperature=beta), p_ref, atol=1e-10, rtol=1e-9)
+    torch.testing.assert_close(sa.f_softplus(s, name, q=q, temperature=beta), v_ref, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", CLOSED + ["squared_hellinger", "reverse_chi_square"])
+def test_softplus_derivative_is_sigmoid_and_gradcheck(name):
+    s = torch.linspace(-4, 4, 17, dtype=F64).requires_grad_()
+    (g,) = torch.autograd.grad(sa.f_softplus(s, name).sum(), s)
+    torch.testing.assert_close(g, sa.f_sigmoid(s.detach(), name), atol=1e-10, rtol=1e-8)
+    q0 = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    q1 = torch.tensor(1.3, dtype=F64, requires_grad=True)
+    s2 = torch.tensor([-1.3, 0.2, 0.9], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: sa.f_sigmoid(a, name, q=(b, c)), (s2, q0, q1), atol=1e-6)
+
+
+def test_known_values():
+    s = torch.linspace(-5, 5, 21, dtype=F64)
+    torch.testing.assert_close(sa.f_sigmoid(s, "kl"), torch.sigmoid(s))
+    torch.testing.assert_close(sa.f_softplus(s, "kl"), torch.nn.functional.softplus(s))
+    # binary sparsemax (004, section 3.3)
+    torch.testing.assert_close(sa.f_sigmoid(s, "chi_square"), torch.clamp((s + 1) / 2, 0, 1))
+    # prior of the positive class at s = 0 (003 Appendix A.4)
+    for q1 in [0.1, 0.25, 0.75]:
+        assert sa.f_sigmoid(torch.zeros(1, dtype=F64), "kl", q=(1 - q1, q1)).item() == pytest.approx(q1)
+
+
+def test_stable_at_extreme_scores():
+    s = torch.tensor([-1e4, -300.0, 300.0, 1e4], dtype=F64)
+    for name in CLOSED:
+        p = sa.f_sigmoid(s, name)
+        v = sa.f_softplus(s, name)
+        assert torch.isfinite(p).all() and torch.isfinite(v).all(), name
+        assert p[0] == pytest.approx(0, abs=1e-3) and p[-1] == pytest.approx(1, abs=1e-3)
+
+
+def test_errors():
+    s = torch.zeros(3)
+    with pytest.raises(TypeError, match="pair"):
+        sa.f_sigmoid(s, "kl", q=1.0)
+    with pytest.raises(ValueError, match="q0"):
+        sa.f_sigmoid(s, "kl", q=(0.0, 1.0))
+    with pytest.raises(TypeError, match="s must be a torch.Tensor"):
+        sa.f_sigmoid([0.0], "kl")

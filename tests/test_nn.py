@@ -1,0 +1,58 @@
+"""Modules: same results as the functions, learnable alpha and q."""
+
+import pytest
+import torch
+
+import softargmax as sa
+from softargmax import nn as snn
+
+F64 = torch.float64
+
+
+def test_modules_match_functions():
+    x = torch.randn(3, 4, 20)
+    torch.testing.assert_close(snn.Sparsemax(dim=1)(x), sa.sparsemax(x, dim=1))
+    torch.testing.assert_close(snn.Entmax15()(x), sa.entmax15(x))
+    torch.testing.assert_close(snn.Entmax(1.3)(x), sa.entmax(x, 1.3))
+    torch.testing.assert_close(snn.AlphaReLU(1.5, 0.2)(x), sa.alpha_relu(x, 1.5, 0.2))
+    q = torch.rand(20) + 0.5
+    torch.testing.assert_close(snn.FSoftargmax("jensen_shannon", q=q)(x), sa.f_softargmax(x, "jensen_shannon", q=q))
+    torch.testing.assert_close(snn.FSoftargmax("alpha", alpha=1.5)(x), sa.entmax15(x))
+
+
+def test_learnable_alpha_per_head_trains_and_stays_in_range():
+    torch.manual_seed(0)
+    m = snn.Entmax(alpha=torch.full((4, 1, 1), 1.5), learn_alpha=True)
+    assert torch.allclose(m.alpha, torch.full((4, 1, 1), 1.5))
+    opt = torch.optim.SGD(m.parameters(), lr=5.0)
+    x = torch.randn(2, 4, 5, 9)
+    target = sa.entmax(x, 1.9)  # a sparser target pushes alpha up
+    for _ in range(30):
+        opt.zero_grad()
+        loss = ((m(x) - target) ** 2).sum()
+        loss.backward()
+        assert m.alpha_logit.grad is not None and torch.isfinite(m.alpha_logit.grad).all()
+        opt.step()
+        a = m.alpha.detach()
+        assert ((a > 1) & (a < 2)).all()
+    assert (m.alpha.detach() > 1.6).all()
+
+
+def test_scalar_learnable_alpha_and_errors():
+    m = snn.Entmax(alpha=1.2, learn_alpha=True)
+    y = m(torch.randn(3, 7))
+    y.sum().backward()
+    assert m.alpha_logit.grad is not None
+    with pytest.raises(ValueError, match="strictly inside"):
+        snn.Entmax(alpha=2.0, learn_alpha=True)
+    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
+        snn.Entmax(alpha=0.5)
+
+
+def test_learnable_q():
+    m = snn.FSoftargmax("squared_hellinger", q=torch.ones(6), learn_q=True)
+    x = torch.randn(5, 6)
+    m(x)[:, 0].sum().backward()
+    assert m.log_q.grad is not None and torch.isfinite(m.log_q.grad).all()
+    with pytest.raises(ValueError, match="learn_q=True needs"):
+        snn.FSoftargmax("kl", learn_q=True)
