@@ -1,0 +1,69 @@
+"""Command line: ``softargmax bench`` (also ``python -m softargmax bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _shape(text: str):
+    try:
+        rows, cols = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must look like 64x32000, got {text!r}") from None
+    if rows <= 0 or cols <= 0:
+        raise argparse.ArgumentTypeError(f"shape must be positive, got {text!r}")
+    return rows, cols
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="softargmax", description="softargmax: sparse and f-divergence softargmax operators")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="time the operators against torch.softmax (and the entmax package)")
+    b.add_argument("--quick", action="store_true", help="small shapes and few repeats (a smoke run)")
+    b.add_argument("--shapes", type=_shape, nargs="+", help="row x column sizes, e.g. 64x32000 256x1000")
+    b.add_argument("--ops", nargs="+", help="operators to time (default: all)")
+    b.add_argument("--pass", dest="passes", choices=["fwd", "fwd+bwd", "both"], default="both")
+    b.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    b.add_argument("--repeats", type=int, default=None, help="timed calls per case (median reported)")
+    b.add_argument("--device", default="cpu", help="cpu or cuda")
+    b.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
+    b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
+    b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "bench":
+        import torch
+
+        from . import bench
+
+        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
+        repeats = args.repeats or (3 if args.quick else 20)
+        passes = ("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,)
+        print(bench.header(), flush=True)
+        result = bench.run(
+            shapes=shapes,
+            ops=args.ops,
+            passes=passes,
+            dtype=getattr(torch, args.dtype),
+            device=args.device,
+            threads=args.threads,
+            repeats=repeats,
+            warmup=1 if args.quick else 3,
+            with_package=not args.no_package,
+            log=lambda line: print(line, flush=True),
+        )
+        over = [c for c in result["cases"] if c["target"] is not None and c["ratio"] > c["target"]]
+        print(f"\n{result['device']}, torch {result['torch']}, {result['threads']} threads; "
+              f"{len(result['cases'])} cases, {len(over)} over their target")
+        if args.json_path:
+            bench.save(result, args.json_path)
+            print(f"wrote {args.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

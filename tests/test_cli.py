@@ -1,0 +1,35 @@
+"""The bench command: runs, prints a table, writes the documented JSON schema."""
+
+import json
+import subprocess
+import sys
+
+from softargmax.cli import main
+
+
+def test_bench_quick_writes_schema(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--shapes", "4x300", "--ops", "sparsemax", "alpha_relu", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "sparsemax" in printed and "ratio" in printed
+    data = json.loads(out.read_text())
+    assert {"device", "torch", "threads", "cases"} <= set(data)
+    assert len(data["cases"]) == 4
+    for case in data["cases"]:
+        assert {"op", "shape", "dtype", "pass", "ms", "softmax_ms", "ratio"} <= set(case)
+        assert case["pass"] in ("fwd", "fwd+bwd") and case["shape"] == [4, 300]
+        assert case["ms"] > 0 and abs(case["ratio"] - case["ms"] / case["softmax_ms"]) <= 0.05 * case["ratio"] + 0.01
+
+
+def test_python_dash_m_entry_point():
+    r = subprocess.run([sys.executable, "-m", "softargmax", "bench", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--quick" in r.stdout
+
+
+def test_bad_arguments():
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--shapes", "64by32"])
+    with pytest.raises(ValueError, match="ops: unknown"):
+        main(["bench", "--quick", "--ops", "nope"])
