@@ -98,21 +98,21 @@ class NormalizedMapping(torch.autograd.Function):
         v = rows.to_rows(grad_out)
         vc = sol.gather(v)
         s = sol.s
-        ssum = s.sum(-1, keepdim=True)
-        c = (s * vc).sum(-1, keepdim=True) / torch.where(ssum > 0, ssum, torch.ones_like(ssum))
-        vmc = vc - c
+        ssum = sol.s_sum
+        sv = s * vc
+        c = sv.sum(-1, keepdim=True) / torch.where(ssum > 0, ssum, torch.ones_like(ssum))
         grad_x = grad_q = grad_alpha = None
         if ctx.needs_input_grad[0]:
-            gx = s * vmc
+            gx = torch.addcmul(sv, s, -c)  # s ⊙ (v - c)
             if ctx.temperature != 1.0:
-                gx = gx / ctx.temperature
+                gx = gx.div_(ctx.temperature)
             gx = sol.scatter(gx)
             if sol.bad_rows is not None:
                 gx = gx.masked_fill(sol.bad_rows, math.nan)
             grad_x = rows.restore(gx, ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             # g(z - τ) = p / q on the (dense) candidates: q paths are never pruned
-            gq = (sol.p / ctx.q2d) * vmc
+            gq = (sol.p / ctx.q2d) * (vc - c)
             if ctx.q2d.shape[0] == 1 and rows.R != 1:
                 gq = gq.sum(0, keepdim=True)
             grad_q = grad_to_param(gq, rows, ctx.q_param)

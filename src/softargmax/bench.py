@@ -78,8 +78,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_call(fn: Callable, x: torch.Tensor, pas: str, repeats: int, warmup: int) -> float:
-    """Median milliseconds of ``fn(x)`` (``pas="fwd"``) or of ``fn`` + backward (``"fwd+bwd"``)."""
+def _runner(fn: Callable, x: torch.Tensor, pas: str) -> Callable[[], None]:
     grad = torch.randn_like(x)
 
     def run():
@@ -91,16 +90,28 @@ def time_call(fn: Callable, x: torch.Tensor, pas: str, repeats: int, warmup: int
             y = fn(xx)
             torch.autograd.grad(y, xx, grad)
 
+    return run
+
+
+def time_calls(fns: dict, x: torch.Tensor, pas: str, repeats: int, warmup: int) -> dict:
+    """Median milliseconds of each ``fn(x)`` (``pas="fwd"``) or ``fn`` + backward (``"fwd+bwd"``).
+
+    The functions are interleaved within every repeat, so that a slow phase of a shared
+    machine affects them alike and their ratios stay meaningful.
+    """
+    runs = {name: _runner(fn, x, pas) for name, fn in fns.items()}
     for _ in range(warmup):
-        run()
-    times = []
+        for run in runs.values():
+            run()
+    times = {name: [] for name in runs}
     for _ in range(repeats):
-        _sync(x.device)
-        t0 = time.perf_counter()
-        run()
-        _sync(x.device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for name, run in runs.items():
+            _sync(x.device)
+            t0 = time.perf_counter()
+            run()
+            _sync(x.device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def device_name(device: torch.device) -> str:
@@ -147,25 +158,24 @@ def run(
     for shape in shapes:
         x = (torch.randn(*shape, generator=gen) * 3).to(device=device, dtype=dtype)
         for pas in passes:
-            soft = time_call(lambda t: torch.softmax(t, -1), x, pas, repeats, warmup)
             for name in names:
-                ms = time_call(ours[name], x, pas, repeats, warmup)
+                ms = time_calls({"softmax": lambda t: torch.softmax(t, -1), name: ours[name]}, x, pas, repeats, warmup)
                 case = {
                     "op": name,
                     "shape": list(shape),
                     "dtype": str(dtype).replace("torch.", ""),
                     "pass": pas,
-                    "ms": round(ms, 4),
-                    "softmax_ms": round(soft, 4),
-                    "ratio": round(ms / soft, 3),
+                    "ms": round(ms[name], 4),
+                    "softmax_ms": round(ms["softmax"], 4),
+                    "ratio": round(ms[name] / ms["softmax"], 3),
                     "target": target_ratio(name, shape, pas),
                 }
                 if name in package:
-                    case["entmax_pkg"] = {}
-                    for variant, fn in package[name].items():
-                        reps = max(3, repeats // 4)
-                        pms = time_call(fn, x, pas, reps, 1)
-                        case["entmax_pkg"][variant] = {"ms": round(pms, 4), "ratio": round(pms / soft, 2)}
+                    fns = {"softmax": lambda t: torch.softmax(t, -1), **package[name]}
+                    pk = time_calls(fns, x, pas, max(3, repeats // 4), 1)
+                    case["entmax_pkg"] = {
+                        v: {"ms": round(pk[v], 4), "ratio": round(pk[v] / pk["softmax"], 2)} for v in package[name]
+                    }
                 cases.append(case)
                 log(_row(case))
     return {

@@ -109,12 +109,34 @@ class Divergence:
         """
         return self.conj_prime_and_prime2(z - tau)
 
+    def newton_sums(self, z: Tensor, tau: Tensor, prep):
+        """``(S, S', state)`` with ``S = Σ g(z - τ)``, ``S' = Σ g'(z - τ)`` per row (``[R, 1]``).
+
+        Only the sums are needed by a Newton step; :meth:`finish` turns ``state`` into
+        ``(g, g')`` once, at the final ``τ``.  Subclasses override both to skip full-size
+        work (e.g. ``Σ g^2`` as a squared norm, which reads without writing).
+        """
+        g, gp = self.evaluate(z, tau, prep)
+        return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
+
+    def finish(self, z: Tensor, tau: Tensor, prep, state) -> tuple[Tensor, Tensor]:
+        """``(g, g')`` at the ``τ`` of the last :meth:`newton_sums` call."""
+        return state
+
+    def bound_offsets(self, k: int) -> tuple:
+        """``(f'(1), f'(1/k))``: ``τ_lo = max - f'(1)``, ``τ_hi = max - f'(1/k)`` for ``q = 1`` (cached)."""
+        cache = self.__dict__.setdefault("_bound_cache", {})
+        if k not in cache:
+            u = torch.tensor([1.0, 1.0 / k], dtype=torch.float64)
+            v = self.f_prime(u)
+            cache[k] = (float(v[0]), float(v[1]))
+        return cache[k]
+
     # -- derived -------------------------------------------------------------------
     @property
     def sparse(self) -> bool:
         """Whether the mapping can give exact zeros (``f'(0)`` finite)."""
         return math.isfinite(self.f_prime_zero)
-
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -139,6 +161,14 @@ class KL(Divergence):
         e, m = prep
         g = e * torch.exp(m - tau - 1)
         return g, g
+
+    def newton_sums(self, z, tau, prep):
+        g = self.evaluate(z, tau, prep)[0]
+        S = g.sum(-1, keepdim=True)
+        return S, S, g
+
+    def finish(self, z, tau, prep, state):
+        return state, state
 
     def f(self, u):
         return torch.special.xlogy(u, u)
@@ -170,6 +200,13 @@ class ReverseKL(Divergence):
     def evaluate(self, z, tau, prep):
         g = torch.sub(tau, z).reciprocal_()
         return g, g * g
+
+    def newton_sums(self, z, tau, prep):
+        g = torch.sub(tau, z).reciprocal_()
+        return g.sum(-1, keepdim=True), torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, g
+
+    def finish(self, z, tau, prep, state):
+        return state, state * state
 
     def f(self, u):
         return -torch.log(u)
@@ -260,6 +297,15 @@ class JensenShannon(Divergence):
         g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
         return g, torch.addcmul(g, g, g)
 
+    def newton_sums(self, z, tau, prep):
+        e, m = prep
+        g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
+        S = g.sum(-1, keepdim=True)
+        return S, S + torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, g
+
+    def finish(self, z, tau, prep, state):
+        return state, torch.addcmul(state, state, state)
+
     def f(self, u):
         return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
 
@@ -292,6 +338,16 @@ class SquaredHellinger(Divergence):
         r = torch.sub(tau + 1, z).reciprocal_()
         g = r * r
         return g, 2 * g * r
+
+    def newton_sums(self, z, tau, prep):
+        r = torch.sub(tau + 1, z).reciprocal_()
+        g = r * r
+        r3 = g * r
+        return g.sum(-1, keepdim=True), 2 * r3.sum(-1, keepdim=True), (g, r3)
+
+    def finish(self, z, tau, prep, state):
+        g, r3 = state
+        return g, r3.mul_(2)
 
     def f(self, u):
         return (torch.sqrt(u) - 1) ** 2
@@ -327,6 +383,10 @@ class ChiSquare(Divergence):
     def evaluate(self, z, tau, prep):
         g = torch.sub(z, tau).clamp_(min=0)
         return g, torch.sign(g)
+
+    def newton_sums(self, z, tau, prep):
+        g, s = self.evaluate(z, tau, prep)
+        return g.sum(-1, keepdim=True), s.sum(-1, keepdim=True), (g, s)
 
     def f(self, u):
         return 0.5 * (u * u - 1)
@@ -455,6 +515,25 @@ class AlphaDivergence(Divergence):
                 gp = torch.where(base > 0, gp, torch.zeros_like(gp))
             return gp * base, gp
         return self.conj_prime_and_prime2(z - tau)
+
+    def newton_sums(self, z, tau, prep):
+        a = self._a
+        if isinstance(a, float) and a == 0.5:
+            base = torch.sub(prep, 0.5 * tau - 1).clamp_(min=0)
+            S = torch.linalg.vector_norm(base, 2, -1, keepdim=True) ** 2
+            return S, base.sum(-1, keepdim=True), base
+        if isinstance(a, float) and a == 0.0:
+            e, m = prep
+            g = e * torch.exp(m - tau)
+            S = g.sum(-1, keepdim=True)
+            return S, S, (g, g)
+        return super().newton_sums(z, tau, prep)
+
+    def finish(self, z, tau, prep, state):
+        a = self._a
+        if isinstance(a, float) and a == 0.5:
+            return state * state, state
+        return state
 
     def f(self, u):
         a = self._a

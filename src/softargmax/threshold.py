@@ -60,6 +60,7 @@ class Solution:
         tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
         p: ``[R, K]`` probabilities of the candidates.
         s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support).
+        s_sum: ``[R, 1]`` their row sums (from the last Newton evaluation).
         block_index: ``None`` when the candidates are the full rows; otherwise
             ``[R, B, KB]`` indices into ``z.view(R, B, nb)`` along the last axis.
         k: the row length.
@@ -70,6 +71,7 @@ class Solution:
     tau: Tensor
     p: Tensor
     s: Tensor
+    s_sum: Tensor
     block_index: Optional[Tensor]
     k: int
     bad_rows: Optional[Tensor]
@@ -155,9 +157,11 @@ def _newton_step(S: Tensor, Sp: Tensor, rho) -> Tensor:
 def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor):
     """``τ_lo``, ``τ_hi`` of every row (``m``: row maxima)."""
     if q is None:
-        one = torch.ones((), dtype=z.dtype, device=z.device)
-        lo = m - div.f_prime(one)
-        hi = m - div.f_prime(one / z.shape[-1])
+        if isinstance(getattr(div, "alpha", None), Tensor):
+            one = torch.ones((), dtype=z.dtype, device=z.device)
+            return m - div.f_prime(one), m - div.f_prime(one / z.shape[-1])
+        f1, fk = div.bound_offsets(z.shape[-1])
+        return m - f1, m - fk
     else:
         lo = (z - div.f_prime(1.0 / q)).amax(-1, keepdim=True)
         hi = m - div.f_prime(1.0 / q.sum(-1, keepdim=True))
@@ -223,40 +227,44 @@ def solve(
     prep = div.prepare(cand, m)
     tau = lo
     it = 0
+
+    def sums(t):
+        if qc is None:
+            return div.newton_sums(cand, t, prep)
+        g, gp = div.evaluate(cand, t, prep)
+        g, gp = g * qc, gp * qc
+        return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
+
     if div.monotone_newton:
         while True:
-            g, gp = div.evaluate(cand, tau, prep)
-            if qc is not None:
-                g, gp = g * qc, gp * qc
-            S = g.sum(-1, keepdim=True)
+            S, Sp, state = sums(tau)
             if it >= max_iter or float((S - 1).abs().amax()) <= tol:
                 break
-            tau = tau + _newton_step(S, gp.sum(-1, keepdim=True), rho)
+            tau = tau + _newton_step(S, Sp, rho)
             it += 1
     else:
         hi = torch.where(torch.isfinite(hi), hi, lo + 1)
         done = torch.zeros_like(finite)
         while True:
-            g, gp = div.evaluate(cand, tau, prep)
-            if qc is not None:
-                g, gp = g * qc, gp * qc
-            S = g.sum(-1, keepdim=True)
+            S, Sp, state = sums(tau)
             resid = S - 1
             done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
             if it >= max_iter or bool(done.all()):
                 break
             lo = torch.where(resid >= 0, tau, lo)
             hi = torch.where(resid < 0, tau, hi)
-            new = tau + _newton_step(S, gp.sum(-1, keepdim=True), rho)
+            new = tau + _newton_step(S, Sp, rho)
             inside = (new > lo) & (new < hi)
             new = torch.where(inside, new, 0.5 * (lo + hi))
             tau = torch.where(done, tau, new)
             it += 1
+    g, gp = state if qc is not None else div.finish(cand, tau, prep, state)
 
     if not all_finite:
         g = g.masked_fill(~finite, 0.0)
         gp = gp.masked_fill(~finite, 0.0)
-    return Solution(tau=tau, p=g, s=gp, block_index=block_index, k=k, bad_rows=bad_rows, iterations=it)
+        Sp = Sp.masked_fill(~finite, 0.0)
+    return Solution(tau=tau, p=g, s=gp, s_sum=Sp, block_index=block_index, k=k, bad_rows=bad_rows, iterations=it)
 
 
 def solve_tau(z: Tensor, divergence: Divergence, q: Optional[Tensor] = None) -> Tensor:
