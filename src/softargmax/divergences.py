@@ -109,12 +109,14 @@ class Divergence:
         """
         return self.conj_prime_and_prime2(z - tau)
 
-    def newton_sums(self, z: Tensor, tau: Tensor, prep):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep, out: tuple):
         """``(S, S', state)`` with ``S = Σ g(z - τ)``, ``S' = Σ g'(z - τ)`` per row (``[R, 1]``).
 
         Only the sums are needed by a Newton step; :meth:`finish` turns ``state`` into
-        ``(g, g')`` once, at the final ``τ``.  Subclasses override both to skip full-size
-        work (e.g. ``Σ g^2`` as a squared norm, which reads without writing).
+        ``(g, g')`` once, at the final ``τ``.  ``out`` holds two work buffers shaped like
+        ``z`` that subclasses write into (fresh full-size allocations page-fault on every
+        Newton step on CPU); the buffers may become the returned ``(g, g')``.  Subclasses
+        also skip full-size writes where they can (``Σ g^2`` as a squared norm).
         """
         g, gp = self.evaluate(z, tau, prep)
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
@@ -162,8 +164,9 @@ class KL(Divergence):
         g = e * torch.exp(m - tau - 1)
         return g, g
 
-    def newton_sums(self, z, tau, prep):
-        g = self.evaluate(z, tau, prep)[0]
+    def newton_sums(self, z, tau, prep, out):
+        e, m = prep
+        g = torch.mul(e, torch.exp(m - tau - 1), out=out[0])
         S = g.sum(-1, keepdim=True)
         return S, S, g
 
@@ -201,12 +204,13 @@ class ReverseKL(Divergence):
         g = torch.sub(tau, z).reciprocal_()
         return g, g * g
 
-    def newton_sums(self, z, tau, prep):
-        g = torch.sub(tau, z).reciprocal_()
-        return g.sum(-1, keepdim=True), torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, g
+    def newton_sums(self, z, tau, prep, out):
+        g = torch.sub(tau, z, out=out[0]).reciprocal_()
+        return g.sum(-1, keepdim=True), torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, (g, out[1])
 
     def finish(self, z, tau, prep, state):
-        return state, state * state
+        g, buf = state
+        return g, torch.mul(g, g, out=buf)
 
     def f(self, u):
         return -torch.log(u)
@@ -297,14 +301,15 @@ class JensenShannon(Divergence):
         g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
         return g, torch.addcmul(g, g, g)
 
-    def newton_sums(self, z, tau, prep):
+    def newton_sums(self, z, tau, prep, out):
         e, m = prep
-        g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
+        g = torch.mul(e, 2 * torch.exp(tau - m), out=out[0]).sub_(1).reciprocal_()
         S = g.sum(-1, keepdim=True)
-        return S, S + torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, g
+        return S, S + torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, (g, out[1])
 
     def finish(self, z, tau, prep, state):
-        return state, torch.addcmul(state, state, state)
+        g, buf = state
+        return g, torch.addcmul(g, g, g, out=buf)
 
     def f(self, u):
         return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
@@ -339,10 +344,10 @@ class SquaredHellinger(Divergence):
         g = r * r
         return g, 2 * g * r
 
-    def newton_sums(self, z, tau, prep):
-        r = torch.sub(tau + 1, z).reciprocal_()
-        g = r * r
-        r3 = g * r
+    def newton_sums(self, z, tau, prep, out):
+        r = torch.sub(tau + 1, z, out=out[0]).reciprocal_()
+        g = torch.mul(r, r, out=out[1])
+        r3 = r.mul_(g)  # r is not needed afterwards: r^3 in place
         return g.sum(-1, keepdim=True), 2 * r3.sum(-1, keepdim=True), (g, r3)
 
     def finish(self, z, tau, prep, state):
@@ -384,8 +389,9 @@ class ChiSquare(Divergence):
         g = torch.sub(z, tau).clamp_(min=0)
         return g, torch.sign(g)
 
-    def newton_sums(self, z, tau, prep):
-        g, s = self.evaluate(z, tau, prep)
+    def newton_sums(self, z, tau, prep, out):
+        g = torch.sub(z, tau, out=out[0]).clamp_(min=0)
+        s = torch.sign(g, out=out[1])
         return g.sum(-1, keepdim=True), s.sum(-1, keepdim=True), (g, s)
 
     def f(self, u):
@@ -516,25 +522,6 @@ class AlphaDivergence(Divergence):
             return gp * base, gp
         return self.conj_prime_and_prime2(z - tau)
 
-    def newton_sums(self, z, tau, prep):
-        a = self._a
-        if isinstance(a, float) and a == 0.5:
-            base = torch.sub(prep, 0.5 * tau - 1).clamp_(min=0)
-            S = torch.linalg.vector_norm(base, 2, -1, keepdim=True) ** 2
-            return S, base.sum(-1, keepdim=True), base
-        if isinstance(a, float) and a == 0.0:
-            e, m = prep
-            g = e * torch.exp(m - tau)
-            S = g.sum(-1, keepdim=True)
-            return S, S, (g, g)
-        return super().newton_sums(z, tau, prep)
-
-    def finish(self, z, tau, prep, state):
-        a = self._a
-        if isinstance(a, float) and a == 0.5:
-            return state * state, state
-        return state
-
     def f(self, u):
         a = self._a
         al = a + 1
@@ -607,6 +594,36 @@ class AlphaDivergence(Divergence):
         g = torch.exp(E)
         gp = torch.where(g > 0, torch.exp((1 - a) * E), torch.zeros_like(g))
         return g, gp
+
+    def newton_sums(self, z, tau, prep, out):
+        a = self._a
+        if not isinstance(a, float) or a < 0:
+            return super().newton_sums(z, tau, prep, out)
+        if a == 0.0:
+            e, m = prep
+            g = torch.mul(e, torch.exp(m - tau), out=out[0])
+            S = g.sum(-1, keepdim=True)
+            return S, S, (g, g)
+        if a == 1.0:
+            g = torch.sub(z, tau - 1, out=out[0]).clamp_(min=0)
+            s = torch.sign(g, out=out[1])
+            return g.sum(-1, keepdim=True), s.sum(-1, keepdim=True), (g, s)
+        base = torch.sub(prep, a * tau - 1, out=out[0]).clamp_(min=0)
+        if a == 0.5:
+            S = torch.linalg.vector_norm(base, 2, -1, keepdim=True) ** 2
+            return S, base.sum(-1, keepdim=True), (base, out[1])
+        gp = torch.pow(base, (1.0 - a) / a, out=out[1])
+        if a > 1:
+            gp.masked_fill_(base == 0, 0.0)
+        g = base.mul_(gp)  # g = base^{1/a} = base * base^{(1-a)/a}
+        return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
+
+    def finish(self, z, tau, prep, state):
+        a = self._a
+        if isinstance(a, float) and a == 0.5:
+            base, buf = state
+            return torch.mul(base, base, out=buf), base
+        return state
 
 
 # ----------------------------------------------------------------------------------
