@@ -51,6 +51,8 @@ __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
 
 #: rows shorter than this are never pruned (the full row is the candidate set)
 PRUNE_MIN_LENGTH = 128
+#: rows at least this long get Newton pre-steps on their block maxima
+PRESTEP_MIN_LENGTH = 16
 #: most Newton/bisection steps (bisection alone needs ~60 in float64)
 MAX_ITER = 200
 #: Newton steps on the block maxima that tighten the pruning bound
@@ -108,20 +110,20 @@ class Solution:
         return p
 
 
-def block_layout(k: int) -> Optional[tuple[int, int]]:
-    """``(B, nb)`` with ``B · nb = k`` for pruning a row of length ``k``, or ``None``.
+def block_layout(k: int, min_length: int = PRUNE_MIN_LENGTH) -> Optional[tuple[int, int]]:
+    """``(B, nb)`` with ``B · nb = k`` for splitting a row of length ``k`` into ``nb`` blocks, or ``None``.
 
     ``B`` (elements per block) is a divisor of ``k`` near ``√k / 4`` (at least 4), so
     the candidate matrix stays small and the block maxima cost one strided pass.
     """
-    if k < PRUNE_MIN_LENGTH:
+    if k < min_length:
         return None
     target = max(4.0, math.sqrt(k) / 4)
     best = None
     for b in range(2, int(4 * target) + 1):
         if k % b == 0 and (best is None or abs(math.log(b / target)) < abs(math.log(best / target))):
             best = b
-    if best is None or k // best < 8:
+    if best is None or k // best < 4:
         return None
     return best, k // best
 
@@ -190,7 +192,7 @@ def solve(
     div = divergence
 
     # -- row maxima and candidate blocks ---------------------------------------------
-    layout = block_layout(k) if (prune and q is None and div.sparse) else None
+    layout = block_layout(k, PRESTEP_MIN_LENGTH) if (q is None and (div.monotone_newton or div.sparse)) else None
     if layout is not None:
         B, nb = layout
         zb = z.reshape(R, B, nb)
@@ -214,7 +216,7 @@ def solve(
     cand, qc = z, q
     rho = div.newton_power
     if layout is not None:
-        if div.monotone_newton:
+        if div.monotone_newton and all_finite:
             # The block maxima are a subset of the coordinates, so Newton on them from τ_lo
             # stays below their root, itself below τ: a tighter bound, fewer candidates.
             bprep = div.prepare(bmax, m)
@@ -222,6 +224,7 @@ def solve(
             for _ in range(PRE_STEPS):
                 S, Sp, _ = div.newton_sums(bmax, lo, bprep, bout)
                 lo = torch.where(S > 1, lo + _newton_step(S, Sp, rho), lo)
+    if layout is not None and prune and div.sparse and k >= PRUNE_MIN_LENGTH:
         thr = lo + div.f_prime_zero
         table, valid = _select_blocks(bmax, thr)
         if table is not None:
