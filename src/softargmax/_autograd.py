@@ -100,10 +100,11 @@ class NormalizedMapping(torch.autograd.Function):
         s = sol.s
         ssum = sol.s_sum
         sv = s * vc
-        c = sv.sum(-1, keepdim=True) / torch.where(ssum > 0, ssum, torch.ones_like(ssum))
+        # Σs = 0 only in all-masked rows, where s v = 0 too: c = 0 there
+        c = sv.sum(-1, keepdim=True) / ssum.clamp_min(torch.finfo(ssum.dtype).tiny)
         grad_x = grad_q = grad_alpha = None
         if ctx.needs_input_grad[0]:
-            gx = torch.addcmul(sv, s, -c)  # s ⊙ (v - c)
+            gx = torch.addcmul(sv, s, c, value=-1.0)  # s ⊙ (v - c)
             if ctx.temperature != 1.0:
                 gx = gx.div_(ctx.temperature)
             gx = sol.scatter(gx)

@@ -79,19 +79,29 @@ class Rows:
         self.dim = dim
         self.in_dtype = x.dtype
         self.dtype = dtype or compute_dtype(x.dtype)
-        moved = x.movedim(dim, -1)
-        self.moved_shape = moved.shape
         self.k = x.shape[dim]
+        self.last = dim == x.dim() - 1
+        moved = x if self.last else x.movedim(dim, -1)
+        self.moved_shape = moved.shape
         self.R = moved.numel() // self.k if self.k else 0
-        self.flat = moved.reshape(self.R, self.k).to(self.dtype).contiguous()
+        flat = moved.reshape(self.R, self.k)
+        if flat.dtype != self.dtype:
+            flat = flat.to(self.dtype)
+        self.flat = flat if flat.is_contiguous() else flat.contiguous()
 
     def to_rows(self, t: Tensor) -> Tensor:
         """A tensor of ``x``'s shape (e.g. an incoming gradient) as ``[R, k]`` in the compute dtype."""
-        return t.movedim(self.dim, -1).reshape(self.R, self.k).to(self.dtype).contiguous()
+        flat = (t if self.last else t.movedim(self.dim, -1)).reshape(self.R, self.k)
+        if flat.dtype != self.dtype:
+            flat = flat.to(self.dtype)
+        return flat if flat.is_contiguous() else flat.contiguous()
 
     def restore(self, t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
-        out = t.reshape(self.moved_shape).movedim(-1, self.dim)
-        return out.to(dtype or self.in_dtype)
+        out = t.reshape(self.moved_shape)
+        if not self.last:
+            out = out.movedim(-1, self.dim)
+        dtype = dtype or self.in_dtype
+        return out if out.dtype == dtype else out.to(dtype)
 
     def row_param(self, p: Tensor, name: str) -> Tensor:
         """A per-row parameter broadcastable to ``x`` with size 1 along ``dim``, as ``[R, 1]``."""

@@ -36,6 +36,7 @@ Built-in generators (``003_…`` Appendix B) are registered by name:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Optional, Union
 
@@ -707,6 +708,12 @@ _REGISTRY: dict[str, Callable[..., Divergence]] = {
 DIVERGENCE_NAMES = tuple(_REGISTRY)
 
 
+@functools.lru_cache(maxsize=64)
+def _cached(name: str, alpha: Optional[float]) -> Divergence:
+    """One instance per generator, so per-instance caches (bounds) are reused across calls."""
+    return AlphaDivergence(alpha) if name == "alpha" else _REGISTRY[name]()
+
+
 def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
     """Resolve a divergence name (with its parameters) or pass a :class:`Divergence` through.
 
@@ -740,7 +747,7 @@ def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
             raise TypeError(f"alpha must be a number, got {type(alpha).__name__}")
         if not (alpha > 0 and math.isfinite(alpha)):
             raise ValueError(f"alpha must be a finite number > 0 for the alpha divergence, got {alpha}")
-        return AlphaDivergence(float(alpha))
+        return _cached("alpha", float(alpha))
     if params:
         raise ValueError(f"divergence={divergence!r} takes no parameters, got {sorted(params)}")
-    return _REGISTRY[divergence]()
+    return _cached(divergence, None)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from ._autograd import NormalizedMapping
 from ._checks import check_alpha, check_dim, check_tensor, compute_dtype
-from .divergences import AlphaDivergence, ChiSquare
+from .divergences import get_divergence
 
 __all__ = ["sparsemax", "entmax15", "entmax", "safe_softmax"]
 
@@ -59,7 +59,7 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
     dim = check_dim(x, dim)
     if x.numel() == 0:
         return _empty_like(x)
-    return NormalizedMapping.apply(x, None, None, ChiSquare(), 1.0, dim)
+    return NormalizedMapping.apply(x, None, None, get_divergence("chi_square"), 1.0, dim)
 
 
 def entmax15(x: Tensor, dim: int = -1) -> Tensor:
@@ -71,7 +71,7 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
     dim = check_dim(x, dim)
     if x.numel() == 0:
         return _empty_like(x)
-    return NormalizedMapping.apply(x, None, None, AlphaDivergence(1.5), 1.0, dim)
+    return NormalizedMapping.apply(x, None, None, get_divergence("alpha", alpha=1.5), 1.0, dim)
 
 
 def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tensor:
@@ -99,5 +99,5 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     if alpha == 1.0:
         return safe_softmax(x, dim)
     if alpha == 2.0:
-        return NormalizedMapping.apply(x, None, None, ChiSquare(), 1.0, dim)
-    return NormalizedMapping.apply(x, None, None, AlphaDivergence(alpha), 1.0, dim)
+        return NormalizedMapping.apply(x, None, None, get_divergence("chi_square"), 1.0, dim)
+    return NormalizedMapping.apply(x, None, None, get_divergence("alpha", alpha=alpha), 1.0, dim)

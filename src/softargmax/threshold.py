@@ -18,7 +18,8 @@ Method (DESIGN §3):
    computes the block maxima, and only blocks whose maximum passes the bound are
    gathered into a small candidate matrix ``[R, B·KB]`` (``KB`` = the most blocks
    any row needs).  Rows needing fewer blocks pad with masked (``-inf``) slots.
-   Before selecting, :data:`PRE_STEPS` monotone Newton steps on the block maxima
+   Before selecting (rows of at least :data:`PRUNE_MIN_LENGTH`, any monotone
+   divergence), :data:`PRE_STEPS` monotone Newton steps on the block maxima
    alone raise ``τ_lo`` (a subset's root is below the full root), which tightens the
    bound and gives the main iteration a better start.
 2. **Newton** on ``(S^ρ - 1)/ρ`` (``log S`` at ``ρ = 0``), ``ρ =
@@ -51,8 +52,6 @@ __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
 
 #: rows shorter than this are never pruned (the full row is the candidate set)
 PRUNE_MIN_LENGTH = 128
-#: rows at least this long get Newton pre-steps on their block maxima
-PRESTEP_MIN_LENGTH = 16
 #: most Newton/bisection steps (bisection alone needs ~60 in float64)
 MAX_ITER = 200
 #: Newton steps on the block maxima that tighten the pruning bound
@@ -135,7 +134,7 @@ def _select_blocks(bmax: Tensor, thr: Tensor):
     sel = torch.nan_to_num(sel, nan=0.0)
     count = sel.sum(-1, keepdim=True)
     KB = max(int(count.max()), 1)
-    if 2 * KB > nb:
+    if 4 * KB > 3 * nb:  # gathering most of the row would not pay for itself
         return None, None
     rank = sel.cumsum(-1)
     # selected block -> its rank - 1; the others -> the dump column KB
@@ -146,19 +145,22 @@ def _select_blocks(bmax: Tensor, thr: Tensor):
     return table[:, :KB], valid
 
 
-def _newton_step(S: Tensor, Sp: Tensor, rho) -> Tensor:
-    """Newton step on ``(S^ρ - 1)/ρ`` (``log S`` at ρ = 0) for ``dS/dτ = -Sp``."""
+def _newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
+    """``τ`` after one Newton step on ``(S^ρ - 1)/ρ`` (``log S`` at ρ = 0), ``dS/dτ = -Sp``.
+
+    The step is ``(S - S^{1-ρ}) / (ρ Sp)`` (``S log S / Sp`` at ρ = 0).
+    """
     if isinstance(rho, Tensor):
         r_safe = torch.where(rho == 0, torch.ones_like(rho), rho)
         gen = (S - S ** (1 - r_safe)) / (r_safe * Sp)
-        return torch.where(rho == 0, S * torch.log(S) / Sp, gen)
+        return tau + torch.where(rho == 0, S * torch.log(S) / Sp, gen)
     if rho == 0:
-        return S * torch.log(S) / Sp
+        return torch.addcdiv(tau, S * torch.log(S), Sp)
     if rho == 1:
-        return (S - 1) / Sp
+        return torch.addcdiv(tau, S - 1, Sp)
     if rho == 0.5:
-        return (S - torch.sqrt(S)) / (0.5 * Sp)
-    return (S - S ** (1 - rho)) / (rho * Sp)
+        return torch.addcdiv(tau, S - torch.sqrt(S), Sp, value=2.0)
+    return torch.addcdiv(tau, S - S ** (1 - rho), Sp, value=1.0 / rho)
 
 
 def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor):
@@ -192,7 +194,7 @@ def solve(
     div = divergence
 
     # -- row maxima and candidate blocks ---------------------------------------------
-    layout = block_layout(k, PRESTEP_MIN_LENGTH) if (q is None and (div.monotone_newton or div.sparse)) else None
+    layout = block_layout(k) if (q is None and (div.monotone_newton or div.sparse)) else None
     if layout is not None:
         B, nb = layout
         zb = z.reshape(R, B, nb)
@@ -201,8 +203,11 @@ def solve(
     else:
         m = z.amax(-1, keepdim=True)
 
-    finite = torch.isfinite(m)
-    all_finite = bool(finite.all())
+    # one reduction decides the common case (a finite sum means every maximum is finite)
+    all_finite = math.isfinite(float(m.sum()))
+    finite = torch.isfinite(m) if not all_finite else None
+    if finite is not None and bool(finite.all()):
+        all_finite, finite = True, None
     bad_rows = None
     if not all_finite:
         bad = torch.isnan(m) | (m == math.inf)
@@ -223,8 +228,8 @@ def solve(
             bout = (torch.empty_like(bmax), torch.empty_like(bmax))
             for _ in range(PRE_STEPS):
                 S, Sp, _ = div.newton_sums(bmax, lo, bprep, bout)
-                lo = torch.where(S > 1, lo + _newton_step(S, Sp, rho), lo)
-    if layout is not None and prune and div.sparse and k >= PRUNE_MIN_LENGTH:
+                lo = torch.where(S > 1, _newton_update(lo, S, Sp, rho), lo)
+    if layout is not None and prune and div.sparse:
         thr = lo + div.f_prime_zero
         table, valid = _select_blocks(bmax, thr)
         if table is not None:
@@ -256,13 +261,15 @@ def solve(
     if div.monotone_newton:
         while True:
             S, Sp, state = sums(tau)
-            if it >= max_iter or float((S - 1).abs().amax()) <= tol:
+            # (the first two iterates are not checked: a step from the root is a no-op,
+            # and checking costs a synchronizing reduction)
+            if it >= max_iter or (it > 1 and float((S - 1).abs().amax()) <= tol):
                 break
-            tau = tau + _newton_step(S, Sp, rho)
+            tau = _newton_update(tau, S, Sp, rho)
             it += 1
     else:
         hi = torch.where(torch.isfinite(hi), hi, lo + 1)
-        done = torch.zeros_like(finite)
+        done = torch.zeros_like(m, dtype=torch.bool) if finite is None else ~finite
         while True:
             S, Sp, state = sums(tau)
             resid = S - 1
@@ -271,7 +278,7 @@ def solve(
                 break
             lo = torch.where(resid >= 0, tau, lo)
             hi = torch.where(resid < 0, tau, hi)
-            new = tau + _newton_step(S, Sp, rho)
+            new = _newton_update(tau, S, Sp, rho)
             inside = (new > lo) & (new < hi)
             new = torch.where(inside, new, 0.5 * (lo + hi))
             tau = torch.where(done, tau, new)
