@@ -259,12 +259,19 @@ def solve(
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
 
     if div.monotone_newton:
+        last = math.inf
         while True:
             S, Sp, state = sums(tau)
-            # (the first two iterates are not checked: a step from the root is a no-op,
-            # and checking costs a synchronizing reduction)
-            if it >= max_iter or (it > 1 and float((S - 1).abs().amax()) <= tol):
+            # The first two iterates are not checked (a step from the root is a no-op, and
+            # a check is a synchronizing reduction).  Monotone convergence makes the largest
+            # residual decrease until rounding: stop at tolerance or when it stalls.
+            if it >= max_iter:
                 break
+            if it > 1:
+                resid = float((S - 1).abs().amax())
+                if resid <= tol or resid >= last:
+                    break
+                last = resid
             tau = _newton_update(tau, S, Sp, rho)
             it += 1
     else:
