@@ -7,12 +7,22 @@ Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences
 the threshold solvers in :mod:`softargmax.threshold`.
 """
 
-from . import divergences, threshold
+from . import divergences, losses, tau, threshold
 from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus
 from .divergences import Divergence, CustomDivergence
 from .entmax import entmax, entmax15, sparsemax
 from .fdiv import f_softargmax, f_softmax
+from .fused import linear_fenchel_young_loss
+from .losses import (
+    alpha_relu_loss,
+    binary_f_divergence_loss,
+    entmax15_loss,
+    entmax_loss,
+    f_divergence_loss,
+    fenchel_young_loss,
+    sparsemax_loss,
+)
 
 __version__ = "0.1.0"
 
@@ -25,9 +35,19 @@ __all__ = [
     "f_softmax",
     "f_sigmoid",
     "f_softplus",
+    "fenchel_young_loss",
+    "sparsemax_loss",
+    "entmax15_loss",
+    "entmax_loss",
+    "alpha_relu_loss",
+    "f_divergence_loss",
+    "binary_f_divergence_loss",
+    "linear_fenchel_young_loss",
     "Divergence",
     "CustomDivergence",
     "divergences",
+    "losses",
+    "tau",
     "threshold",
 ]
 

@@ -1,7 +1,11 @@
 """``torch.nn`` modules wrapping the operators.
 
 * :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax` (optionally learnable α),
-  :class:`AlphaReLU`, :class:`FSoftargmax` (optionally learnable reference measure ``q``).
+  :class:`AlphaReLU` (optionally calibrating τ on its first training batch),
+  :class:`FSoftargmax` (optionally learnable reference measure ``q``);
+* losses: :class:`FenchelYoungLoss` and the named :class:`SparsemaxLoss`,
+  :class:`Entmax15Loss`, :class:`EntmaxLoss`, :class:`AlphaReLULoss`,
+  :class:`FDivergenceLoss` (options of :func:`softargmax.losses.fenchel_young_loss`).
 
 A learnable α is kept in ``(alpha_min, alpha_max)`` through the smooth
 reparametrization ``α = alpha_min + (alpha_max - alpha_min) · sigmoid(w)``
@@ -22,7 +26,19 @@ from .divergences import Divergence, get_divergence
 from .entmax import entmax, entmax15, sparsemax
 from .fdiv import f_softargmax
 
-__all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax"]
+__all__ = [
+    "Sparsemax",
+    "Entmax15",
+    "Entmax",
+    "AlphaReLU",
+    "FSoftargmax",
+    "FenchelYoungLoss",
+    "SparsemaxLoss",
+    "Entmax15Loss",
+    "EntmaxLoss",
+    "AlphaReLULoss",
+    "FDivergenceLoss",
+]
 
 
 class Sparsemax(nn.Module):
@@ -106,23 +122,45 @@ class Entmax(nn.Module):
 
 
 class AlphaReLU(nn.Module):
-    """:func:`softargmax.alpha_relu` with fixed ``alpha`` and ``tau`` (τ in the entmax parametrization)."""
+    """:func:`softargmax.alpha_relu` with fixed ``alpha`` and ``tau`` (τ in the entmax parametrization).
 
-    def __init__(self, alpha: float = 1.5, tau: float = 0.0):
+    With ``tau="calibrate"`` the module sets τ on its first forward call in training
+    mode to the mean α-entmax threshold of that batch (:func:`softargmax.tau.from_logits`,
+    how ``001_…`` chooses τ from the untrained model); until then it must not be used in
+    eval mode.  The calibrated value is a buffer, saved with the state dict.
+    """
+
+    def __init__(self, alpha: float = 1.5, tau: Union[float, Tensor, str] = 0.0, dim: int = -1):
         super().__init__()
         self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
         if isinstance(self.alpha, Tensor):
             raise TypeError("AlphaReLU: alpha must be a float > 1")
-        if isinstance(tau, Tensor):
+        self.dim = dim
+        self.calibrate = tau == "calibrate"
+        if isinstance(tau, str) and not self.calibrate:
+            raise ValueError(f"tau must be a number, a tensor or 'calibrate', got {tau!r}")
+        if self.calibrate:
+            self.register_buffer("tau", torch.tensor(float("nan")))
+        elif isinstance(tau, Tensor):
             self.register_buffer("tau", tau.detach().clone())
         else:
-            self.tau = float(tau)
+            self.register_buffer("tau", torch.tensor(float(tau)))
+
+    @property
+    def calibrated(self) -> bool:
+        return not bool(torch.isnan(self.tau).any())
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.calibrate and not self.calibrated:
+            if not self.training:
+                raise RuntimeError("AlphaReLU(tau='calibrate') has not seen a training batch yet")
+            from .tau import from_logits
+
+            self.tau.copy_(from_logits(x.detach(), self.alpha, self.dim).to(self.tau.dtype))
         return alpha_relu(x, self.alpha, self.tau)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, tau={self.tau}"
+        return f"alpha={self.alpha}, tau={self.tau.tolist()}, calibrate={self.calibrate}"
 
 
 class FSoftargmax(nn.Module):
@@ -172,3 +210,61 @@ class FSoftargmax(nn.Module):
 
     def extra_repr(self) -> str:
         return f"divergence={self.divergence!r}, temperature={self.temperature}, dim={self.dim}, learn_q={self.learn_q}"
+
+
+class FenchelYoungLoss(nn.Module):
+    """:func:`softargmax.losses.fenchel_young_loss` as a module; keyword options are stored.
+
+    Example: ``FenchelYoungLoss("entmax", alpha=1.3, ignore_index=0, label_smoothing=0.1)``.
+    """
+
+    def __init__(self, mapping: Union[str, Divergence] = "entmax15", **options):
+        super().__init__()
+        from .losses import _resolve
+
+        _resolve(mapping, {k: v for k, v in options.items() if k in ("alpha", "tau")})  # validate early
+        self.mapping = mapping
+        self.options = options
+
+    def forward(self, x: Tensor, target: Tensor):
+        from .losses import fenchel_young_loss
+
+        return fenchel_young_loss(x, target, self.mapping, **self.options)
+
+    def extra_repr(self) -> str:
+        return f"mapping={self.mapping!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+
+class SparsemaxLoss(FenchelYoungLoss):
+    """The sparsemax loss."""
+
+    def __init__(self, **options):
+        super().__init__("sparsemax", **options)
+
+
+class Entmax15Loss(FenchelYoungLoss):
+    """The 1.5-entmax loss."""
+
+    def __init__(self, **options):
+        super().__init__("entmax15", **options)
+
+
+class EntmaxLoss(FenchelYoungLoss):
+    """The α-entmax loss (float α)."""
+
+    def __init__(self, alpha: float = 1.5, **options):
+        super().__init__("entmax", alpha=alpha, **options)
+
+
+class AlphaReLULoss(FenchelYoungLoss):
+    """The α-ReLU loss (DESIGN §2)."""
+
+    def __init__(self, alpha: float = 1.5, tau: float = 0.0, **options):
+        super().__init__("alpha_relu", alpha=alpha, tau=tau, **options)
+
+
+class FDivergenceLoss(FenchelYoungLoss):
+    """The loss generated by an f-divergence, with ``q`` and ``temperature`` among the options."""
+
+    def __init__(self, divergence: Union[str, Divergence] = "kl", **options):
+        super().__init__(divergence, **options)
