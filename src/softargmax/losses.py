@@ -133,7 +133,7 @@ def parse_target(
         if bool((counts == 0).any()):
             raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
         dense = t / counts
-        keep = torch.ones(R, dtype=torch.bool, device=x.device)
+        keep = torch.ones(R, dtype=torch.bool, device=target.device)
     elif not target.is_floating_point():
         if target.dtype == torch.bool or target.is_complex():
             raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
@@ -156,7 +156,7 @@ def parse_target(
         if bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
         dense = y
-        keep = torch.ones(R, dtype=torch.bool, device=x.device)
+        keep = torch.ones(R, dtype=torch.bool, device=target.device)
 
     if label_smoothing > 0:
         base = dense if dense is not None else Target(index, None, keep, None).as_dense(k, dtype)

@@ -1,0 +1,252 @@
+"""Fenchel-Young losses against independent references (cross_entropy, KL, entmax package, finite differences)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import softargmax as sa
+from softargmax.divergences import get_divergence
+
+from conftest import ALL_DIVERGENCES, div_id
+
+entmax_pkg = pytest.importorskip("entmax")
+F64 = torch.float64
+FINITE_F0 = [d for d in ALL_DIVERGENCES if math.isfinite(float(get_divergence(d[0], **d[1]).f(torch.zeros((), dtype=F64))))]
+
+
+def _xt(n=6, k=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, k, dtype=F64, generator=g) * 2).requires_grad_()
+    t = torch.randint(0, k, (n,), generator=g)
+    return x, t
+
+
+def test_kl_equals_cross_entropy_hard_labels_ignore_index_and_weight():
+    x, t = _xt()
+    t[2] = -100
+    w = torch.rand(9, dtype=F64) + 0.2
+    for kwargs in [{}, {"weight": w}, {"reduction": "sum"}, {"reduction": "none"}]:
+        ours = sa.fenchel_young_loss(x, t, "softmax", **kwargs)
+        ref = F.cross_entropy(x, t, **kwargs)
+        torch.testing.assert_close(ours, ref)
+        (g1,) = torch.autograd.grad(ours.sum(), x)
+        (g2,) = torch.autograd.grad(ref.sum(), x)
+        torch.testing.assert_close(g1, g2)
+    # temperature: beta * KL(y || softmax(x / beta)) for one-hot y
+    torch.testing.assert_close(sa.f_divergence_loss(x, t, "kl", temperature=2.0, ignore_index=-100),
+                               2.0 * F.cross_entropy(x / 2.0, t))
+
+
+def test_kl_soft_labels_is_kl_divergence_and_label_smoothing_gradients():
+    x, t = _xt()
+    y = torch.softmax(torch.randn(6, 9, dtype=F64), -1)
+    ours = sa.fenchel_young_loss(x, y, "softmax", reduction="none")
+    ref = F.kl_div(torch.log_softmax(x, -1), y, reduction="none").sum(-1)
+    torch.testing.assert_close(ours, ref)
+    for eps in [0.1, 0.3]:
+        ours = sa.fenchel_young_loss(x, t, "softmax", label_smoothing=eps)
+        ref = F.cross_entropy(x, t, label_smoothing=eps)
+        (g1,) = torch.autograd.grad(ours, x)
+        (g2,) = torch.autograd.grad(ref, x)
+        torch.testing.assert_close(g1, g2)
+        # values differ by the (constant) entropy of the smoothed target
+        ys = (1 - eps) * F.one_hot(t, 9).to(F64) + eps / 9
+        torch.testing.assert_close(ours, ref + torch.special.xlogy(ys, ys).sum(-1).mean())
+
+
+@pytest.mark.parametrize("name,pkg", [("sparsemax", "sparsemax_loss"), ("entmax15", "entmax15_loss")])
+def test_matches_entmax_package(name, pkg):
+    x, t = _xt(n=12, k=30, seed=1)
+    ours = sa.fenchel_young_loss(x, t, name, reduction="none")
+    ref = getattr(entmax_pkg, pkg)(x, t)
+    torch.testing.assert_close(ours, ref, atol=1e-10, rtol=1e-8)
+    (g1,) = torch.autograd.grad(ours.sum(), x)
+    (g2,) = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(g1, g2, atol=1e-10, rtol=1e-8)
+    ours = sa.entmax_loss(x, t, alpha=1.3, reduction="none")
+    ref = entmax_pkg.entmax_bisect_loss(x, t, alpha=1.3, n_iter=200)
+    torch.testing.assert_close(ours, ref, atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("d", ALL_DIVERGENCES, ids=div_id)
+def test_nonnegative_and_zero_at_target_with_soft_labels_and_q(d):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 7, dtype=F64, generator=g) * 2
+    q = torch.rand(7, dtype=F64, generator=g) + 0.5
+    beta = 0.7
+    y = torch.softmax(torch.randn(8, 7, dtype=F64, generator=g), -1)  # strictly positive soft labels
+    loss = sa.f_divergence_loss(x, y, d[0], q=q, temperature=beta, reduction="none", **d[1])
+    assert (loss >= -1e-10).all()
+    # zero exactly at the target: use the prediction itself as the target
+    p = sa.f_softargmax(x, d[0], q=q, temperature=beta, **d[1])
+    at = sa.f_divergence_loss(x, p, d[0], q=q, temperature=beta, reduction="none", **d[1])
+    assert at.abs().max() < 1e-9
+    # and positive away from it
+    assert (loss > 1e-6).all()
+
+
+@pytest.mark.parametrize("d", ALL_DIVERGENCES, ids=div_id)
+def test_gradient_is_prediction_minus_target_by_finite_differences(d):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 6, dtype=F64, generator=g) * 1.5
+    y = torch.softmax(torch.randn(4, 6, dtype=F64, generator=g), -1)
+    q = torch.rand(6, dtype=F64, generator=g) + 0.5
+    f = lambda a: sa.f_divergence_loss(a, y, d[0], q=q, temperature=0.8, reduction="sum", **d[1])
+    xr = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(f(xr), xr)
+    torch.testing.assert_close(grad, sa.f_softargmax(x, d[0], q=q, temperature=0.8, **d[1]) - y)
+    # finite differences of the *value* (so the value and the gradient are consistent)
+    h = 1e-6
+    fd = torch.zeros_like(x)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            e = torch.zeros_like(x)
+            e[i, j] = h
+            fd[i, j] = (f(x + e) - f(x - e)) / (2 * h)
+    torch.testing.assert_close(fd, grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha,tau", [(1.5, 0.0), (1.5, 0.4), (1.3, -0.2), (2.0, 0.3)])
+def test_alpha_relu_loss_gradient_value_consistency(alpha, tau):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 8, dtype=F64, generator=g) * 2
+    t = torch.randint(0, 8, (5,), generator=g)
+    f = lambda a: sa.alpha_relu_loss(a, t, alpha=alpha, tau=tau, reduction="sum")
+    xr = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(f(xr), xr)
+    torch.testing.assert_close(grad, sa.alpha_relu(x, alpha, tau) - F.one_hot(t, 8).to(F64))
+    h = 1e-6
+    fd = torch.zeros_like(x)
+    for i in range(5):
+        for j in range(8):
+            e = torch.zeros_like(x)
+            e[i, j] = h
+            fd[i, j] = (f(x + e) - f(x - e)) / (2 * h)
+    torch.testing.assert_close(fd, grad, atol=1e-6, rtol=1e-5)
+    assert (sa.alpha_relu_loss(x, t, alpha=alpha, tau=tau, reduction="none") >= -1e-12).all()
+
+
+def test_alpha_relu_loss_zero_at_its_prediction_for_unnormalized_targets():
+    # alpha-ReLU predictions need not sum to 1; the loss accepts them only as probability
+    # vectors, so check zero-at-target on a row where alpha-ReLU happens to be normalized
+    x = torch.randn(3, 40, dtype=F64) * 2
+    tau_f = sa.threshold.solve(x, get_divergence("alpha", alpha=1.5)).tau
+    tau_e = 0.5 * tau_f - 1  # per-row entmax threshold -> alpha-ReLU reproduces entmax
+    for i in range(3):
+        p = sa.alpha_relu(x[i:i + 1], 1.5, float(tau_e[i]))
+        loss = sa.alpha_relu_loss(x[i:i + 1], p, alpha=1.5, tau=float(tau_e[i]))
+        assert abs(float(loss)) < 1e-10
+
+
+def test_multilabel_target_is_uniform_over_active_labels():
+    x, _ = _xt()
+    labels = (torch.rand(6, 9) > 0.6).to(F64)
+    labels[:, 0] = 1
+    a = sa.sparsemax_loss(x, labels, multilabel=True, reduction="none")
+    b = sa.sparsemax_loss(x, labels / labels.sum(-1, keepdim=True), reduction="none")
+    torch.testing.assert_close(a, b)
+
+
+def test_class_weight_with_soft_labels_and_mean_denominator():
+    x, t = _xt()
+    w = torch.rand(9, dtype=F64) + 0.5
+    per = sa.entmax15_loss(x, t, reduction="none")
+    torch.testing.assert_close(sa.entmax15_loss(x, t, weight=w), (per * w[t]).sum() / w[t].sum())
+
+
+def test_return_prediction_any_dim_and_dtypes():
+    x = torch.randn(3, 9, 5, requires_grad=True)
+    t = torch.randint(0, 9, (3, 5))
+    loss, p = sa.entmax15_loss(x, t, dim=1, return_prediction=True)
+    torch.testing.assert_close(p, sa.entmax15(x.detach(), dim=1))
+    ref = sa.entmax15_loss(x.movedim(1, -1), t)
+    torch.testing.assert_close(loss, ref)
+    xb = x.detach().to(torch.bfloat16).requires_grad_()
+    lb = sa.entmax15_loss(xb, t, dim=1)
+    lb.backward()
+    assert xb.grad.dtype == torch.bfloat16 and torch.isfinite(xb.grad).all()
+
+
+def test_masked_target_gives_inf_not_nan():
+    x = torch.randn(2, 5, dtype=F64)
+    x[0, 3] = -math.inf
+    x = x.requires_grad_()
+    t = torch.tensor([3, 1])
+    for mapping in ["softmax", "sparsemax", "entmax15", "jensen_shannon", "alpha_relu"]:
+        loss = sa.fenchel_young_loss(x, t, mapping, reduction="none")
+        assert loss[0].item() == math.inf and math.isfinite(loss[1].item()), mapping
+        (g,) = torch.autograd.grad(loss.sum(), x)
+        assert torch.isfinite(g).all(), mapping
+    # masked non-target classes are excluded: same loss as without them
+    x2 = torch.randn(2, 5, dtype=F64)
+    xm = torch.cat([x2, torch.full((2, 3), -math.inf, dtype=F64)], -1)
+    for name, params in FINITE_F0:
+        torch.testing.assert_close(sa.f_divergence_loss(xm, t, name, reduction="none", **params),
+                                   sa.f_divergence_loss(x2, t, name, reduction="none", **params))
+
+
+def test_reverse_kl_hard_label_value_is_inf_but_gradient_finite():
+    x, t = _xt()
+    loss = sa.f_divergence_loss(x, t, "reverse_kl")
+    assert loss == math.inf
+    (g,) = torch.autograd.grad(loss, x)
+    assert torch.isfinite(g).all()
+
+
+def test_bad_targets():
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="class index 7 is out of range"):
+        sa.entmax15_loss(x, torch.tensor([0, 7, 1]))
+    with pytest.raises(ValueError, match="shape without dim"):
+        sa.entmax15_loss(x, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="non-negative"):
+        sa.entmax15_loss(x, torch.tensor([[1.2, -0.2, 0, 0]] * 3))
+    with pytest.raises(ValueError, match="sum to 1"):
+        sa.entmax15_loss(x, torch.full((3, 4), 0.3))
+    with pytest.raises(ValueError, match="at least one active label"):
+        sa.entmax15_loss(x, torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0]]), multilabel=True)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        sa.entmax15_loss(x, torch.full((3, 4), 0.5), multilabel=True)
+    with pytest.raises(ValueError, match="reduction must be"):
+        sa.entmax15_loss(x, torch.tensor([0, 1, 2]), reduction="avg")
+    with pytest.raises(ValueError, match="mapping: unknown name"):
+        sa.fenchel_young_loss(x, torch.tensor([0, 1, 2]), "entmax17")
+    with pytest.raises(ValueError, match="weight must be"):
+        sa.entmax15_loss(x, torch.tensor([0, 1, 2]), weight=torch.ones(5))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        sa.entmax15_loss(x, torch.tensor([0, 1, 2]), label_smoothing=1.5)
+    with pytest.raises(TypeError, match="class indices must be an integer"):
+        sa.entmax15_loss(x, torch.tensor([True, False, True]))
+
+
+def test_binary_losses():
+    s = torch.linspace(-3, 3, 25, dtype=F64)
+    ones = torch.ones_like(s)
+    huber = torch.where(s >= 1, 0 * s, torch.where(s <= -1, -s, (s - 1) ** 2 / 4))
+    torch.testing.assert_close(sa.binary_f_divergence_loss(s, ones, "chi_square", reduction="none"), huber)
+    y = (torch.rand(25) > 0.5).to(F64)
+    torch.testing.assert_close(sa.binary_f_divergence_loss(s, y, "kl", reduction="none"),
+                               F.binary_cross_entropy_with_logits(s, y, reduction="none"))
+    for name in ["jensen_shannon", "squared_hellinger", "chi_square", "alpha"]:
+        params = {"alpha": 1.5} if name == "alpha" else {}
+        ys = torch.rand(25, dtype=F64) * 0.8 + 0.1
+        sr = s.clone().requires_grad_()
+        loss = sa.binary_f_divergence_loss(sr, ys, name, q=(0.7, 1.4), reduction="sum", **params)
+        (g,) = torch.autograd.grad(loss, sr)
+        torch.testing.assert_close(g, sa.f_sigmoid(s, name, q=(0.7, 1.4), **params) - ys, atol=1e-9, rtol=1e-7)
+        assert (sa.binary_f_divergence_loss(s, ys, name, q=(0.7, 1.4), reduction="none", **params) >= -1e-10).all()
+
+
+def test_modules():
+    x, t = _xt()
+    torch.testing.assert_close(sa.nn.SparsemaxLoss()(x, t), sa.sparsemax_loss(x, t))
+    torch.testing.assert_close(sa.nn.EntmaxLoss(alpha=1.3, reduction="sum")(x, t), sa.entmax_loss(x, t, alpha=1.3, reduction="sum"))
+    torch.testing.assert_close(sa.nn.AlphaReLULoss(1.5, 0.2)(x, t), sa.alpha_relu_loss(x, t, alpha=1.5, tau=0.2))
+    torch.testing.assert_close(sa.nn.FDivergenceLoss("jensen_shannon", temperature=2.0)(x, t),
+                               sa.f_divergence_loss(x, t, "jensen_shannon", temperature=2.0))
+    torch.testing.assert_close(sa.nn.Entmax15Loss(ignore_index=0)(x, t), sa.entmax15_loss(x, t, ignore_index=0))
+    with pytest.raises(ValueError, match="unknown"):
+        sa.nn.FenchelYoungLoss("nope")
