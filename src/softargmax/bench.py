@@ -93,25 +93,29 @@ def _runner(fn: Callable, x: torch.Tensor, pas: str) -> Callable[[], None]:
     return run
 
 
-def time_calls(fns: dict, x: torch.Tensor, pas: str, repeats: int, warmup: int) -> dict:
-    """Median milliseconds of each ``fn(x)`` (``pas="fwd"``) or ``fn`` + backward (``"fwd+bwd"``).
+def time_thunks(thunks: dict, repeats: int, warmup: int, device=torch.device("cpu")) -> dict:
+    """Median milliseconds of each zero-argument callable, interleaved within every repeat.
 
-    The functions are interleaved within every repeat, so that a slow phase of a shared
-    machine affects them alike and their ratios stay meaningful.
+    Interleaving makes a slow phase of a shared machine affect every callable alike, so
+    their ratios stay meaningful.
     """
-    runs = {name: _runner(fn, x, pas) for name, fn in fns.items()}
     for _ in range(warmup):
-        for run in runs.values():
+        for run in thunks.values():
             run()
-    times = {name: [] for name in runs}
+    times = {name: [] for name in thunks}
     for _ in range(repeats):
-        for name, run in runs.items():
-            _sync(x.device)
+        for name, run in thunks.items():
+            _sync(device)
             t0 = time.perf_counter()
             run()
-            _sync(x.device)
+            _sync(device)
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def time_calls(fns: dict, x: torch.Tensor, pas: str, repeats: int, warmup: int) -> dict:
+    """Median milliseconds of each ``fn(x)`` (``pas="fwd"``) or ``fn`` + backward (``"fwd+bwd"``)."""
+    return time_thunks({name: _runner(fn, x, pas) for name, fn in fns.items()}, repeats, warmup, x.device)
 
 
 def device_name(device: torch.device) -> str:
@@ -213,3 +217,152 @@ def save(result: dict, path: str) -> None:
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
+
+
+# ----------------------------------------------------------------------------------
+# losses
+# ----------------------------------------------------------------------------------
+
+LOSS_SHAPES = [(64, 32000)]
+FUSED_SHAPE = (4096, 512, 32000)  # tokens, hidden, vocabulary
+
+
+def _loss_ops() -> dict[str, Callable]:
+    return {
+        "sparsemax_loss": lambda x, t: sa.sparsemax_loss(x, t),
+        "entmax15_loss": lambda x, t: sa.entmax15_loss(x, t),
+        "entmax_loss_a1.3": lambda x, t: sa.entmax_loss(x, t, alpha=1.3),
+        "alpha_relu_loss": lambda x, t: sa.alpha_relu_loss(x, t, alpha=1.5, tau=0.3),
+        "kl_loss": lambda x, t: sa.fenchel_young_loss(x, t, "softmax"),
+    }
+
+
+def _loss_package() -> dict[str, dict[str, Callable]]:
+    try:
+        import entmax as E
+    except ImportError:
+        return {}
+    return {
+        "sparsemax_loss": {"sort": lambda x, t: E.sparsemax_loss(x, t).mean(),
+                           "topk100": lambda x, t: E.sparsemax_loss(x, t, k=100).mean()},
+        "entmax15_loss": {"sort": lambda x, t: E.entmax15_loss(x, t).mean(),
+                          "topk100": lambda x, t: E.entmax15_loss(x, t, k=100).mean()},
+        "entmax_loss_a1.3": {"bisect": lambda x, t: E.entmax_bisect_loss(x, t, alpha=1.3).mean()},
+    }
+
+
+LOSS_TARGETS = {"sparsemax_loss": 3.0, "entmax15_loss": 3.0}
+
+
+def _time_losses(fns: dict, x, t, repeats: int, warmup: int) -> dict:
+    """Forward+backward of ``fn(x, t)`` for each loss, interleaved."""
+    def runner(fn):
+        def run():
+            xx = x.detach().requires_grad_(True)
+            torch.autograd.grad(fn(xx, t), xx)
+        return run
+
+    return time_thunks({name: runner(fn) for name, fn in fns.items()}, repeats, warmup)
+
+
+_FUSED_CHILD = r"""
+import json, resource, sys, time, torch, softargmax as sa
+torch.set_num_threads(int(sys.argv[5]))
+variant, N, d, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+g = torch.Generator().manual_seed(0)
+h = torch.randn(N, d, generator=g).requires_grad_()
+W = (torch.randn(V, d, generator=g) / d ** 0.5).requires_grad_()
+t = torch.randint(0, V, (N,), generator=g)
+def run():
+    if variant == "fused":
+        loss = sa.linear_fenchel_young_loss(h, W, t, mapping="entmax15")
+    else:
+        loss = sa.entmax15_loss(h @ W.T, t)
+    gh, gw = torch.autograd.grad(loss, (h, W))
+    return loss
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+run()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+times = []
+for _ in range(int(sys.argv[6])):
+    t0 = time.perf_counter(); run(); times.append(time.perf_counter() - t0)
+times.sort()
+print(json.dumps({"ms": times[len(times) // 2] * 1e3, "peak_mb": (peak - base) / 1024}))
+"""
+
+
+def fused_case(shape=FUSED_SHAPE, threads: int = 2, repeats: int = 3, log=print) -> dict:
+    """Fused linear + entmax15 loss vs ``linear`` followed by the loss: time and extra peak memory.
+
+    Each variant runs in a fresh subprocess; memory is the growth of the peak resident set
+    during the first forward+backward (inputs already allocated).
+    """
+    import subprocess
+
+    N, d, V = shape
+    res = {}
+    for variant in ("unfused", "fused"):
+        out = subprocess.run(
+            [sys.executable, "-c", _FUSED_CHILD, variant, str(N), str(d), str(V), str(threads), str(repeats)],
+            capture_output=True, text=True, check=True,
+        )
+        res[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+    case = {
+        "op": "linear+entmax15_loss (fused)",
+        "shape": [N, d, V],
+        "dtype": "float32",
+        "pass": "fwd+bwd",
+        "ms": round(res["fused"]["ms"], 2),
+        "baseline": "linear then entmax15_loss (unfused)",
+        "baseline_ms": round(res["unfused"]["ms"], 2),
+        "ratio": round(res["fused"]["ms"] / res["unfused"]["ms"], 3),
+        "peak_mb": round(res["fused"]["peak_mb"], 1),
+        "baseline_peak_mb": round(res["unfused"]["peak_mb"], 1),
+        "memory_ratio": round(res["fused"]["peak_mb"] / max(res["unfused"]["peak_mb"], 1e-9), 3),
+        "target": 1.3,
+        "memory_target": 0.25,
+    }
+    log(f"{case['op']:<30} {str(tuple(shape)):<20} {case['ms']:>9.1f} ms vs {case['baseline_ms']:.1f} ms "
+        f"({case['ratio']:.2f}x, target <= 1.3x); peak +{case['peak_mb']:.0f} MB vs +{case['baseline_peak_mb']:.0f} MB "
+        f"({case['memory_ratio']:.2f}, target <= 0.25)")
+    return case
+
+
+def run_losses(shapes=None, threads: Optional[int] = 2, repeats: int = 20, warmup: int = 3, with_package: bool = True,
+               fused: bool = True, fused_shape=FUSED_SHAPE, seed: int = 0, log=print) -> dict:
+    """Loss benchmark: forward+backward vs ``F.cross_entropy``, and the fused output layer."""
+    import torch.nn.functional as F
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(seed)
+    ours = _loss_ops()
+    package = _loss_package() if with_package else {}
+    cases = []
+    for shape in [tuple(s) for s in (shapes or LOSS_SHAPES)]:
+        x = torch.randn(*shape, generator=gen) * 3
+        t = torch.randint(0, shape[1], (shape[0],), generator=gen)
+        for name, fn in ours.items():
+            ms = _time_losses({"cross_entropy": F.cross_entropy, name: fn}, x, t, repeats, warmup)
+            case = {
+                "op": name, "shape": list(shape), "dtype": "float32", "pass": "fwd+bwd",
+                "ms": round(ms[name], 4), "softmax_ms": round(ms["cross_entropy"], 4), "baseline": "F.cross_entropy",
+                "ratio": round(ms[name] / ms["cross_entropy"], 3), "target": LOSS_TARGETS.get(name),
+            }
+            if name in package:
+                pk = _time_losses({"cross_entropy": F.cross_entropy, **package[name]}, x, t, max(3, repeats // 4), 1)
+                case["entmax_pkg"] = {v: {"ms": round(pk[v], 4), "ratio": round(pk[v] / pk["cross_entropy"], 2)} for v in package[name]}
+            cases.append(case)
+            log(_row(case))
+    if fused:
+        cases.append(fused_case(fused_shape, threads or torch.get_num_threads(), log=log))
+    return {
+        "device": device_name(torch.device("cpu")),
+        "torch": torch.__version__,
+        "softargmax": sa.__version__,
+        "python": sys.version.split()[0],
+        "threads": torch.get_num_threads(),
+        "input": "randn * 3, uniform random class indices",
+        "repeats": repeats,
+        "cases": cases,
+    }

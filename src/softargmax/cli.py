@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="time the operators against torch.softmax (and the entmax package)")
     b.add_argument("--quick", action="store_true", help="small shapes and few repeats (a smoke run)")
+    b.add_argument("--losses", action="store_true", help="time the losses against F.cross_entropy and the fused output layer")
     b.add_argument("--shapes", type=_shape, nargs="+", help="row x column sizes, e.g. 64x32000 256x1000")
     b.add_argument("--ops", nargs="+", help="operators to time (default: all)")
     b.add_argument("--pass", dest="passes", choices=["fwd", "fwd+bwd", "both"], default="both")
@@ -40,8 +41,23 @@ def main(argv=None) -> int:
 
         from . import bench
 
-        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
         repeats = args.repeats or (3 if args.quick else 20)
+        if args.losses:
+            print(bench.header(), flush=True)
+            result = bench.run_losses(
+                shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
+                threads=args.threads,
+                repeats=repeats,
+                warmup=1 if args.quick else 3,
+                with_package=not args.no_package,
+                fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
+                log=lambda line: print(line, flush=True),
+            )
+            if args.json_path:
+                bench.save(result, args.json_path)
+                print(f"wrote {args.json_path}")
+            return 0
+        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
         passes = ("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,)
         print(bench.header(), flush=True)
         result = bench.run(

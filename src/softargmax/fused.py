@@ -149,7 +149,7 @@ def linear_fenchel_young_loss(
         compute = lambda th, part: fy_rows(th, part, div, beta, q2d, inplace=True)  # noqa: E731
     else:
         _, alpha, tau = kind
-        compute = lambda th, part: alpha_relu_rows(th, part, alpha, float(tau))  # noqa: E731
+        compute = lambda th, part: alpha_relu_rows(th, part, alpha, float(tau), inplace=True)  # noqa: E731
     if reduction == "mean":
         denom = float(tgt.keep.sum()) if tgt.item_weight is None else float(tgt.item_weight.sum())
         if denom == 0:

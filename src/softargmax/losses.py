@@ -50,7 +50,6 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
-from .alpha_relu import alpha_relu
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .threshold import solve
 
@@ -276,20 +275,34 @@ def _p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
     return G
 
 
-def alpha_relu_rows(theta: Tensor, target: Target, alpha: float, tau):
-    """Per-row α-ReLU loss, prediction and ``p - y`` (DESIGN §2)."""
-    R, k = theta.shape
-    p = alpha_relu(theta, alpha, tau)
-    y = target.as_dense(k, theta.dtype)
-    shift = theta - (tau / (alpha - 1))
-    diff = p - y
-    lin = torch.where(diff != 0, diff * shift, torch.zeros_like(diff)).sum(-1)
-    pa = p.pow(alpha).sum(-1)
-    ya = y.pow(alpha).sum(-1)
-    loss = lin + (ya - pa) / (alpha * (alpha - 1))
+def alpha_relu_rows(theta: Tensor, target: Target, alpha: float, tau: float, inplace: bool = False):
+    """Per-row α-ReLU loss, prediction and ``p - y`` (DESIGN §2), with one product ``p·t``.
+
+    With ``t = [(α-1)θ - τ]_+`` and ``p = t^{1/(α-1)}``: ``p^α = p t`` and, on the support,
+    ``θ - τ/(α-1) = t/(α-1)``, so ``⟨p, θ - τ/(α-1)⟩ = Σ p t / (α-1)`` and
+    ``Σ p^α = Σ p t`` (masked scores have ``t = 0`` and never meet ``-inf · 0``).
+    """
+    a = alpha - 1.0
+    t = torch.mul(theta, a).sub_(tau).clamp_(min=0)
+    if a == 0.5:
+        p = t * t
+    elif a == 1.0:
+        p = t.clone()
+    else:
+        p = t.pow(1.0 / a)
+    spt = (p * t).sum(-1)
+    c = tau / a
+    if target.dense is None:
+        ty = theta.gather(1, target.index.unsqueeze(1)).squeeze(1)
+        lin = spt / a - (ty - c)
+        ya = 1.0
+    else:
+        y = target.dense
+        lin = spt / a - torch.where(y > 0, y * (theta - c), torch.zeros_like(y)).sum(-1)
+        ya = y.pow(alpha).sum(-1)
+    loss = lin + (ya - spt) / (alpha * a)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    G = diff.masked_fill(~target.keep.unsqueeze(1), 0.0) if not bool(target.keep.all()) else diff
-    return loss, p, G
+    return loss, p, _p_minus_y(p, target, inplace)
 
 
 def rows_of(target: Target, start: int, end: int) -> Target:
