@@ -70,3 +70,12 @@ def test_errors():
         sa.f_sigmoid(s, "kl", q=(0.0, 1.0))
     with pytest.raises(TypeError, match="s must be a torch.Tensor"):
         sa.f_sigmoid([0.0], "kl")
+
+
+def test_low_precision_in_and_out():
+    s = torch.linspace(-4, 4, 9).to(torch.bfloat16)
+    for name in ["kl", "jensen_shannon", "squared_hellinger"]:
+        p = sa.f_sigmoid(s, name)
+        v = sa.f_softplus(s, name)
+        assert p.dtype == torch.bfloat16 and v.dtype == torch.bfloat16
+        torch.testing.assert_close(p.float(), sa.f_sigmoid(s.float(), name), atol=1e-2, rtol=0)

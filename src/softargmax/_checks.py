@@ -132,6 +132,16 @@ class Rows:
         return q.expand(self.shape).movedim(self.dim, -1).reshape(self.R, self.k).contiguous()
 
 
+def check_broadcastable(t: Tensor, x: Tensor, name: str, what: str = "the input's shape") -> None:
+    """``ValueError`` unless ``t`` broadcasts to ``x``'s shape (without enlarging it)."""
+    try:
+        ok = torch.broadcast_shapes(t.shape, x.shape) == x.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} is not broadcastable to {what} {tuple(x.shape)}")
+
+
 def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
     """Validate a reference measure: ``None`` or a finite, strictly positive floating tensor broadcastable to ``x``."""
     if q is None:
@@ -140,12 +150,7 @@ def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
         raise TypeError(f"{name} must be None or a positive tensor, got {type(q).__name__}")
     if not q.is_floating_point():
         raise TypeError(f"{name} must have a floating-point dtype, got {q.dtype}")
-    try:
-        ok = torch.broadcast_shapes(q.shape, x.shape) == x.shape
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {tuple(q.shape)} is not broadcastable to the input's shape {tuple(x.shape)}")
+    check_broadcastable(q, x, name)
     qd = q.detach()
     if bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_alpha, check_tensor, compute_dtype, sum_to
+from ._checks import check_alpha, check_broadcastable, check_tensor, compute_dtype, sum_to
 
 __all__ = ["alpha_relu"]
 
@@ -86,12 +86,7 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
     if isinstance(tau, Tensor):
         if not tau.is_floating_point():
             raise TypeError(f"tau must be a float or a floating-point tensor, got dtype {tau.dtype}")
-        try:
-            ok = torch.broadcast_shapes(tau.shape, x.shape) == x.shape
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"tau of shape {tuple(tau.shape)} is not broadcastable to x {tuple(x.shape)}")
+        check_broadcastable(tau, x, "tau", "x")
     elif isinstance(tau, bool) or not isinstance(tau, (int, float)):
         raise TypeError(f"tau must be a float or a tensor, got {type(tau).__name__}")
     else:

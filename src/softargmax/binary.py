@@ -24,7 +24,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from ._checks import check_positive_number, check_tensor
+from ._checks import check_positive_number, check_tensor, compute_dtype
 from .divergences import ChiSquare, Divergence, JensenShannon, KL, ReverseKL, get_divergence
 from .fdiv import f_softargmax, f_softmax
 
@@ -82,6 +82,16 @@ def _generic_inputs(s, q0, q1):
     return x, qs
 
 
+def _prologue(s, divergence, q, temperature, params):
+    """Validate the common arguments; returns ``(divergence, β, q0, q1, s/β)`` in the compute dtype."""
+    check_tensor(s, "s")
+    div = get_divergence(divergence, **params)
+    beta = check_positive_number(temperature, "temperature")
+    s = s.to(compute_dtype(s.dtype))
+    q0, q1 = _check_pair(q, s)
+    return div, beta, q0, q1, (s / beta if beta != 1.0 else s)
+
+
 def f_sigmoid(
     s: Tensor,
     divergence: Union[str, Divergence] = "kl",
@@ -90,11 +100,11 @@ def f_sigmoid(
     **params,
 ) -> Tensor:
     """Probability of the positive class, ``f_softargmax((0, s); q)[1]``, elementwise over ``s``."""
-    check_tensor(s, "s")
-    div = get_divergence(divergence, **params)
-    beta = check_positive_number(temperature, "temperature")
-    q0, q1 = _check_pair(q, s)
-    t = s / beta if beta != 1.0 else s
+    return _sigmoid(s, divergence, q, temperature, params).to(s.dtype)
+
+
+def _sigmoid(s, divergence, q, temperature, params):
+    div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     if type(div) is KL:
         return torch.sigmoid(t + torch.log(q1) - torch.log(q0))
     if type(div) is ChiSquare:
@@ -116,11 +126,11 @@ def f_softplus(
     **params,
 ) -> Tensor:
     """``f_softmax((0, s); q)`` elementwise over ``s``; its derivative in ``s`` is :func:`f_sigmoid`."""
-    check_tensor(s, "s")
-    div = get_divergence(divergence, **params)
-    beta = check_positive_number(temperature, "temperature")
-    q0, q1 = _check_pair(q, s)
-    t = s / beta if beta != 1.0 else s
+    return _softplus(s, divergence, q, temperature, params).to(s.dtype)
+
+
+def _softplus(s, divergence, q, temperature, params):
+    div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     if type(div) is KL:
         out = torch.logaddexp(torch.log(q0) + torch.zeros_like(t), t + torch.log(q1))
     elif type(div) is ChiSquare:

@@ -38,6 +38,16 @@ def _is_softmax(div: Divergence) -> bool:
     return isinstance(div, KL) or (isinstance(div, AlphaDivergence) and not isinstance(div.alpha, Tensor) and div.alpha == 1.0)
 
 
+def _prologue(x, divergence, q, temperature, dim, params):
+    """Validate the common arguments; returns ``(dim, divergence, temperature)``."""
+    check_tensor(x)
+    dim = check_dim(x, dim)
+    div = get_divergence(divergence, **params)
+    temperature = check_positive_number(temperature, "temperature")
+    check_q(q, x)
+    return dim, div, temperature
+
+
 def f_softargmax(
     x: Tensor,
     divergence: Union[str, Divergence] = "kl",
@@ -59,11 +69,7 @@ def f_softargmax(
         dim: the dimension that sums to one.
         **params: parameters of the named divergence (``alpha=`` for ``"alpha"``).
     """
-    check_tensor(x)
-    dim = check_dim(x, dim)
-    div = get_divergence(divergence, **params)
-    temperature = check_positive_number(temperature, "temperature")
-    check_q(q, x)
+    dim, div, temperature = _prologue(x, divergence, q, temperature, dim, params)
     if x.numel() == 0:
         return _empty_like(x)
     if _is_softmax(div):
@@ -132,11 +138,7 @@ def f_softmax(
     Same arguments as :func:`f_softargmax`.  Its gradient with respect to ``x`` is
     :func:`f_softargmax` (Danskin's theorem).  ``"kl"`` gives ``β logsumexp(x/β + log q)``.
     """
-    check_tensor(x)
-    dim = check_dim(x, dim)
-    div = get_divergence(divergence, **params)
-    temperature = check_positive_number(temperature, "temperature")
-    check_q(q, x)
+    dim, div, temperature = _prologue(x, divergence, q, temperature, dim, params)
     if x.shape[dim] == 0:
         raise ValueError(f"f_softmax: dim={dim} has size 0; the maximum over an empty simplex is undefined")
     if x.numel() == 0:
