@@ -31,11 +31,31 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
     b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
+    r = sub.add_parser("reproduce", help="run a reproduction experiment and write its report")
+    r.add_argument("experiment", choices=["translation"])
+    r.add_argument("--preset", choices=["smoke", "default", "full"], default="default")
+    r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
+    r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
+    r.add_argument("--out", help="output folder (default: reports/<experiment>)")
+    r.add_argument("--device", default="cpu")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--systems", nargs="+", help="output layers to compare (default: softmax sparsemax entmax15 alpha_relu)")
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "reproduce":
+        from .experiments import translation
+
+        kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=args.out or f"reports/{args.experiment}",
+                      device=args.device, seed=args.seed, download=args.download, threads=args.threads,
+                      log=lambda line: print(line, flush=True))
+        if args.systems:
+            kwargs["systems"] = args.systems
+        translation.run(**kwargs)
+        return 0
     if args.command == "bench":
         import torch
 

@@ -1,0 +1,3 @@
+"""Reproducible experiments (``softargmax reproduce NAME``).  They use the public API only."""
+
+EXPERIMENTS = {"translation": "softargmax.experiments.translation"}
