@@ -4,7 +4,9 @@ Scores are sums of ``log p`` of the system's next-token scores (for 1.5-ReLU the
 unnormalized, as in ``001_…``), with no length penalty, the setting of the
 "cat got your tongue" analysis (``001_…`` Table 2).  Zero-probability tokens have score
 ``-inf`` and are never expanded; a beam with fewer live continuations than its width
-keeps ``-inf`` placeholders.
+keeps ``-inf`` placeholders.  A sentence is finished when its best-scoring candidate
+ends with EOS (the rule of OpenNMT-py, which the paper used), when no continuation has
+a nonzero probability, or at the length limit.
 
 While decoding, every step of every live hypothesis records the number of exact zeros
 among the next-token probabilities and the sum of the scores (``Σ_i α-ReLU_i(z)`` for
@@ -62,7 +64,7 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
     scores = torch.full((N, beam), -math.inf, device=device)
     scores[:, 0] = 0.0
     finished = [[] for _ in range(N)]
-    normalized = layer.system != "alpha_relu"
+    done = [False] * N
     for t in range(max_len):
         logits = model.decode(tokens, memory, mask)[:, -1]
         p = layer.probs(logits.float())
@@ -73,36 +75,36 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
         V = logp.shape[-1]
         cand = (scores.unsqueeze(-1) + logp).view(N, beam * V)
         top, idx = cand.topk(min(2 * beam, beam * V), dim=-1)
-        new_tokens, new_scores = [], torch.full((N, beam), -math.inf, device=device)
+        new_scores = torch.full((N, beam), -math.inf, device=device)
         src_rows = torch.zeros(N, beam, dtype=torch.long, device=device)
         next_tok = torch.full((N, beam), PAD, dtype=torch.long, device=device)
         for i in range(N):
+            if done[i]:
+                continue
             k = 0
-            for sc, ix in zip(top[i].tolist(), idx[i].tolist()):
+            for rank, (sc, ix) in enumerate(zip(top[i].tolist(), idx[i].tolist())):
                 if sc == -math.inf or k == beam:
                     break
                 b, tok = divmod(ix, V)
                 if tok == EOS:
-                    seq = tokens[i * beam + b, 1:].tolist()
-                    finished[i].append((sc, seq))
+                    finished[i].append((sc, tokens[i * beam + b, 1:].tolist()))
+                    if rank == 0:  # the best candidate ends: this sentence is decoded (OpenNMT's rule)
+                        done[i] = True
+                        break
                     continue
                 src_rows[i, k] = i * beam + b
                 next_tok[i, k] = tok
                 new_scores[i, k] = sc
                 k += 1
+            if k == 0:  # every continuation has probability zero
+                done[i] = True
+        if all(done):
+            break
+        for i in range(N):
+            if done[i]:
+                new_scores[i] = -math.inf
         tokens = torch.cat([tokens[src_rows.view(-1)], next_tok.view(-1, 1)], 1)
         scores = new_scores
-        # stop when no live hypothesis can still beat the best finished one (log p <= 0 when normalized)
-        done = True
-        for i in range(N):
-            best_live = float(scores[i].max())
-            if best_live == -math.inf:
-                continue
-            if not normalized or len(finished[i]) < beam or max(f[0] for f in finished[i]) < best_live:
-                done = False
-                break
-        if done:
-            break
     out, out_scores = [], []
     for i in range(N):
         if finished[i]:
