@@ -52,11 +52,17 @@ def pad_batch(seqs, device) -> Tensor:
 @torch.no_grad()
 def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, max_len: int = None,
                 stats: DecodeStats = None):
-    """Translate a padded batch ``src`` ``[N, S]``; returns ``(token lists, scores)``."""
+    """Translate a padded batch ``src`` ``[N, S]``; returns ``(token lists, scores)``.
+
+    Finished sentences leave the batch (as in OpenNMT-py), so a sentence that never
+    ends only costs its own steps; each sentence stops at ``2 * its source length + 10``
+    tokens (or ``max_len``).
+    """
     model.eval()
     N, S = src.shape
     device = src.device
-    max_len = max_len or min(model.cfg.max_len - 1, 2 * S + 10)
+    src_len = (src != PAD).sum(1).tolist()
+    limit = [min(model.cfg.max_len - 1, max_len or (2 * n + 10)) for n in src_len]
     memory, mask = model.encode(src)
     memory = memory.repeat_interleave(beam, 0)
     mask = mask.repeat_interleave(beam, 0)
@@ -64,54 +70,58 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
     scores = torch.full((N, beam), -math.inf, device=device)
     scores[:, 0] = 0.0
     finished = [[] for _ in range(N)]
-    done = [False] * N
-    for t in range(max_len):
-        logits = model.decode(tokens, memory, mask)[:, -1]
+    active = list(range(N))
+    t = 0
+    while active:
+        rows = torch.tensor([i * beam + b for i in active for b in range(beam)], device=device)
+        logits = model.decode(tokens[rows], memory[rows], mask[rows])[:, -1]
         p = layer.probs(logits.float())
-        live = torch.isfinite(scores).reshape(-1)
+        sc_active = scores[active]
+        live = torch.isfinite(sc_active).reshape(-1)
         if stats is not None and bool(live.any()):
             stats.add(p[live])
-        logp = torch.log(p).view(N, beam, -1)
+        logp = torch.log(p).view(len(active), beam, -1)
         V = logp.shape[-1]
-        cand = (scores.unsqueeze(-1) + logp).view(N, beam * V)
+        cand = (sc_active.unsqueeze(-1) + logp).view(len(active), beam * V)
         top, idx = cand.topk(min(2 * beam, beam * V), dim=-1)
-        new_scores = torch.full((N, beam), -math.inf, device=device)
-        src_rows = torch.zeros(N, beam, dtype=torch.long, device=device)
         next_tok = torch.full((N, beam), PAD, dtype=torch.long, device=device)
-        for i in range(N):
-            if done[i]:
-                continue
-            k = 0
-            for rank, (sc, ix) in enumerate(zip(top[i].tolist(), idx[i].tolist())):
+        src_rows = torch.arange(N * beam, device=device).view(N, beam).clone()
+        still = []
+        for a, i in enumerate(active):
+            k, done = 0, False
+            new_sc = [-math.inf] * beam
+            for rank, (sc, ix) in enumerate(zip(top[a].tolist(), idx[a].tolist())):
                 if sc == -math.inf or k == beam:
                     break
                 b, tok = divmod(ix, V)
                 if tok == EOS:
                     finished[i].append((sc, tokens[i * beam + b, 1:].tolist()))
                     if rank == 0:  # the best candidate ends: this sentence is decoded (OpenNMT's rule)
-                        done[i] = True
+                        done = True
                         break
                     continue
                 src_rows[i, k] = i * beam + b
                 next_tok[i, k] = tok
-                new_scores[i, k] = sc
+                new_sc[k] = sc
                 k += 1
-            if k == 0:  # every continuation has probability zero
-                done[i] = True
-        if all(done):
-            break
-        for i in range(N):
-            if done[i]:
-                new_scores[i] = -math.inf
+            scores[i] = torch.tensor(new_sc, device=device)
+            if done or k == 0 or t + 1 >= limit[i]:
+                if not done and k > 0 and not finished[i]:
+                    # length limit: keep the best unfinished hypothesis
+                    b0 = int(src_rows[i, 0])
+                    finished[i].append((new_sc[0], tokens[b0, 1:].tolist() + [int(next_tok[i, 0])]))
+                scores[i] = -math.inf
+            else:
+                still.append(i)
         tokens = torch.cat([tokens[src_rows.view(-1)], next_tok.view(-1, 1)], 1)
-        scores = new_scores
+        active = still
+        t += 1
     out, out_scores = [], []
     for i in range(N):
         if finished[i]:
             sc, seq = max(finished[i], key=lambda f: f[0])
         else:
-            b = int(scores[i].argmax())
-            sc, seq = float(scores[i, b]), tokens[i * beam + b, 1:].tolist()
+            sc, seq = -math.inf, []
         out.append(seq)
         out_scores.append(sc)
     return out, out_scores

@@ -129,7 +129,7 @@ def train_system(
         log(f"[{system}] tau from the untrained model's first batch: {layer.tau:.4f} "
             f"(data-free estimate {record['tau_formula']:.4f})")
     model.train()
-    step = record["steps_done"]
+    step = start_step = record["steps_done"]
     epoch_pos = step % len(batches)
     t_start = time.perf_counter()
     while step < cfg.steps:
@@ -162,6 +162,7 @@ def train_system(
             log(f"[{system}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
     record["wall_seconds_this_run"] = time.perf_counter() - t_start
+    record["steps_this_run"] = step - start_step
     record["seconds_per_step"] = record["train_seconds"] / max(step, 1)
     record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
     return {"model": model, "layer": layer, "record": record}
