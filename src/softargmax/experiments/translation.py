@@ -250,28 +250,26 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     systems = results["systems"]
     files = []
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for s, rec in systems.items():
-        h = rec["history"]
-        axes[0].plot([e["step"] for e in h], [e["val_bleu"] for e in h], marker="o", label=_name(s))
-        axes[1].plot([e["train_seconds"] / 60 for e in h], [e["val_bleu"] for e in h], marker="o", label=_name(s))
-    axes[0].set_xlabel("training step"); axes[1].set_xlabel("training time (min)")
-    for a in axes:
-        a.set_ylabel("val BLEU (greedy)"); a.grid(alpha=0.3); a.legend()
-    fig.suptitle("Validation BLEU during training (cf. 001, Figs. 2-3)")
-    fig.tight_layout(); fig.savefig(out_dir / "curves_bleu.png", dpi=120); plt.close(fig)
-    files.append("curves_bleu.png")
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for s, rec in systems.items():
-        h = rec["history"]
-        axes[0].plot([e["step"] for e in h], [e["val_loss"] for e in h], marker="o", label=_name(s))
-        axes[1].plot([e["train_seconds"] / 60 for e in h], [e["val_loss"] for e in h], marker="o", label=_name(s))
-    axes[0].set_xlabel("training step"); axes[1].set_xlabel("training time (min)")
-    for a in axes:
-        a.set_ylabel("val loss per token (own loss)"); a.grid(alpha=0.3); a.legend()
-    fig.tight_layout(); fig.savefig(out_dir / "curves_loss.png", dpi=120); plt.close(fig)
-    files.append("curves_loss.png")
+    for key, ylabel, fname, title in [
+        ("val_bleu", "val BLEU (greedy)", "curves_bleu.png", "Validation BLEU during training (cf. 001, Figs. 2-3)"),
+        ("val_loss", "val loss per token (own loss)", "curves_loss.png", "Validation loss during training"),
+    ]:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for s, rec in systems.items():
+            h = rec["history"]
+            axes[0].plot([e["step"] for e in h], [e[key] for e in h], marker="o", label=_name(s))
+            axes[1].plot([e["train_seconds"] / 60 for e in h], [e[key] for e in h], marker="o", label=_name(s))
+        axes[0].set_xlabel("training step")
+        axes[1].set_xlabel("training time (min)")
+        for a in axes:
+            a.set_ylabel(ylabel)
+            a.grid(alpha=0.3)
+            a.legend()
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(out_dir / fname, dpi=120)
+        plt.close(fig)
+        files.append(fname)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for s, rec in systems.items():
