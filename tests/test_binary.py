@@ -1,6 +1,5 @@
 """f_sigmoid / f_softplus: the closed forms of 003 Appendix C.3 against the generic solver."""
 
-import math
 
 import pytest
 import torch

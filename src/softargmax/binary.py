@@ -19,7 +19,7 @@ gives ``sigmoid_{βf}(s) = sigmoid_f(s/β)`` and ``softplus_{βf}(s) = β softpl
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor

@@ -20,7 +20,7 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 

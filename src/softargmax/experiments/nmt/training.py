@@ -3,12 +3,10 @@ gradient clipping, token-count batches, periodic validation, resumable checkpoin
 
 from __future__ import annotations
 
-import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 
