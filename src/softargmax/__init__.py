@@ -8,6 +8,7 @@ the threshold solvers in :mod:`softargmax.threshold`.
 """
 
 from . import divergences, losses, tau, threshold
+from .attention import attention
 from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus
 from .divergences import Divergence, CustomDivergence
@@ -43,6 +44,7 @@ __all__ = [
     "f_divergence_loss",
     "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
+    "attention",
     "Divergence",
     "CustomDivergence",
     "divergences",

@@ -18,6 +18,7 @@ import math
 from typing import Optional, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_alpha, check_positive_number
@@ -38,6 +39,8 @@ __all__ = [
     "EntmaxLoss",
     "AlphaReLULoss",
     "FDivergenceLoss",
+    "SparseMultiheadAttention",
+    "convert_attention",
 ]
 
 
@@ -268,3 +271,149 @@ class FDivergenceLoss(FenchelYoungLoss):
 
     def __init__(self, divergence: Union[str, Divergence] = "kl", **options):
         super().__init__(divergence, **options)
+
+
+def _no_op_pre_hook(module, args):
+    return None
+
+
+class SparseMultiheadAttention(nn.MultiheadAttention):
+    """A drop-in for ``torch.nn.MultiheadAttention`` with a sparse (or any) normalization.
+
+    Same constructor, parameters, state dict and call as ``nn.MultiheadAttention``
+    (``batch_first``, ``key_padding_mask`` and ``attn_mask`` with ``True`` = *not allowed*
+    or additive floats, ``need_weights``, ``average_attn_weights``, ``is_causal``), plus:
+
+    Args:
+        mapping: ``"entmax15"`` (default), ``"softmax"``, ``"sparsemax"``, ``"entmax"`` or an
+            f-divergence name (see :func:`softargmax.attention.attention`).
+        alpha: α of ``mapping="entmax"``: a float, or a tensor of shape ``(num_heads,)``.
+        learn_alpha: learn one α per head, kept in ``(1, 2)`` by
+            ``α = 1 + sigmoid(w)`` (``002_…``); implies ``mapping="entmax"``.
+
+    ``add_bias_kv`` and ``add_zero_attn`` are not supported.  The module registers a
+    no-op forward pre-hook so that ``nn.TransformerEncoderLayer`` never takes its fused
+    inference fast path, which would bypass this module and compute softmax.
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *,
+                 mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5, learn_alpha: bool = False):
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("SparseMultiheadAttention: add_bias_kv and add_zero_attn are not supported")
+        super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, kdim=kdim, vdim=vdim,
+                         batch_first=batch_first, device=device, dtype=dtype)
+        from .attention import MAPPINGS
+
+        if learn_alpha:
+            mapping = "entmax"
+        if mapping not in MAPPINGS:
+            raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)}")
+        self.mapping = mapping
+        self.learn_alpha = bool(learn_alpha)
+        a = torch.as_tensor(alpha, dtype=torch.get_default_dtype()).detach().clone()
+        if a.dim() == 0:
+            a = a.expand(num_heads).clone()
+        if a.shape != (num_heads,):
+            raise ValueError(f"alpha must be a float or a tensor of shape ({num_heads},), got shape {tuple(a.shape)}")
+        if self.learn_alpha:
+            if bool(((a <= 1) | (a >= 2)).any()):
+                raise ValueError(f"learnable alpha must start strictly inside (1, 2), got {a.tolist()}")
+            self.alpha_logit = nn.Parameter(torch.log(a - 1) - torch.log(2 - a))
+        else:
+            check_alpha(a, "alpha", minimum=1.0)
+            self.register_buffer("_alpha", a, persistent=False)  # keeps nn.MultiheadAttention's state dict
+        self.register_forward_pre_hook(_no_op_pre_hook)
+
+    @property
+    def alpha(self) -> Tensor:
+        """α per head, shape ``(num_heads,)``."""
+        return 1 + torch.sigmoid(self.alpha_logit) if self.learn_alpha else self._alpha
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        from .attention import attention
+
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if self.batch_first and not unbatched:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        L, B, E = query.shape
+        S = key.shape[0]
+        H, D = self.num_heads, self.head_dim
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q = b_k = b_v = None
+        if self.in_proj_bias is not None:
+            b_q, b_k, b_v = self.in_proj_bias.chunk(3)
+        q = F.linear(query, w_q, b_q).view(L, B, H, D).permute(1, 2, 0, 3)
+        k = F.linear(key, w_k, b_k).view(S, B, H, D).permute(1, 2, 0, 3)
+        v = F.linear(value, w_v, b_v).view(S, B, H, D).permute(1, 2, 0, 3)
+
+        mask = torch.zeros(1, dtype=q.dtype, device=q.device)  # additive, broadcast to [B, H, L, S]
+        if is_causal and attn_mask is None:
+            attn_mask = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
+        if attn_mask is not None:
+            am = attn_mask
+            am = torch.zeros_like(am, dtype=q.dtype).masked_fill(am, float("-inf")) if am.dtype == torch.bool else am.to(q.dtype)
+            mask = mask + (am.view(B, H, L, S) if am.dim() == 3 else am)
+        if key_padding_mask is not None:
+            kp = key_padding_mask
+            kp = torch.zeros_like(kp, dtype=q.dtype).masked_fill(kp, float("-inf")) if kp.dtype == torch.bool else kp.to(q.dtype)
+            mask = mask + kp.view(B, 1, 1, S)
+        alpha = self.alpha.to(q.dtype).view(H, 1, 1) if self.mapping in ("entmax", "alpha") else None
+        if self.mapping == "alpha":
+            alpha = float(self._alpha[0])
+        out, weights = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                 mapping=self.mapping, alpha=alpha, return_weights=True)
+        out = out.permute(2, 0, 1, 3).reshape(L, B, E)
+        out = self.out_proj(out)
+        if self.batch_first and not unbatched:
+            out = out.transpose(0, 1)
+        if unbatched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = weights.mean(1)
+        if unbatched:
+            weights = weights.squeeze(0)
+        return out, weights
+
+    def extra_repr(self) -> str:
+        return f"mapping={self.mapping!r}, learn_alpha={self.learn_alpha}"
+
+
+def convert_attention(module: nn.Module, mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5,
+                      learn_alpha: bool = False) -> nn.Module:
+    """Replace, in place, every ``nn.MultiheadAttention`` inside ``module`` (including those of
+    ``nn.Transformer*`` layers) by a :class:`SparseMultiheadAttention` with the same weights.
+
+    Returns ``module`` (or the replacement if ``module`` itself is an ``nn.MultiheadAttention``).
+    """
+
+    def convert(m: nn.MultiheadAttention) -> SparseMultiheadAttention:
+        new = SparseMultiheadAttention(
+            m.embed_dim, m.num_heads, dropout=m.dropout, bias=m.in_proj_bias is not None, kdim=m.kdim, vdim=m.vdim,
+            batch_first=m.batch_first, device=m.out_proj.weight.device, dtype=m.out_proj.weight.dtype,
+            mapping=mapping, alpha=alpha, learn_alpha=learn_alpha,
+        )
+        if m.bias_k is not None or m.bias_v is not None or m.add_zero_attn:
+            raise ValueError("convert_attention: add_bias_kv / add_zero_attn are not supported")
+        new.load_state_dict(m.state_dict(), strict=False)
+        new.train(m.training)
+        return new
+
+    if isinstance(module, nn.MultiheadAttention) and not isinstance(module, SparseMultiheadAttention):
+        return convert(module)
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.MultiheadAttention) and not isinstance(child, SparseMultiheadAttention):
+            setattr(module, name, convert(child))
+        else:
+            convert_attention(child, mapping, alpha, learn_alpha)
+    return module

@@ -1,0 +1,116 @@
+r"""Sparse attention: ``scaled_dot_product_attention`` with any normalization of the library.
+
+``attention(q, k, v, ...)`` computes ``mapping(q kᵀ · scale + mask) v`` with the
+conventions of ``torch.nn.functional.scaled_dot_product_attention``:
+
+* ``attn_mask``: boolean (``True`` = may attend) or additive float mask, broadcastable
+  to ``[..., L, S]``; ``is_causal`` applies the lower-triangular mask (aligned top-left,
+  as SDPA) and cannot be combined with ``attn_mask``;
+* ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
+* ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
+  modules do).
+
+``mapping`` is ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
+``alpha``: a float or a per-head tensor, e.g. shape ``(H,)`` or ``(H, 1, 1)``, which
+can be learned), or any f-divergence name (f-softargmax).  Query rows whose keys are all
+masked get zero weights and a zero output, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_tensor
+from .divergences import DIVERGENCE_NAMES
+from .entmax import entmax, entmax15, safe_softmax, sparsemax
+from .fdiv import f_softargmax
+
+__all__ = ["attention", "attention_weights", "MAPPINGS"]
+
+MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAMES
+
+
+def _alpha_for_scores(alpha, scores: Tensor):
+    """A per-head α tensor of shape ``(H,)`` becomes ``(H, 1, 1)``; others must broadcast with size 1 last."""
+    if not isinstance(alpha, Tensor):
+        return alpha
+    if alpha.dim() == 1 and scores.dim() >= 3 and alpha.shape[0] == scores.shape[-3]:
+        return alpha.reshape(-1, 1, 1)
+    return alpha
+
+
+def attention_weights(scores: Tensor, mapping: str = "entmax15", alpha: Union[float, Tensor, None] = None) -> Tensor:
+    """Normalize attention scores ``[..., L, S]`` over the keys with ``mapping``."""
+    if mapping == "softmax":
+        return safe_softmax(scores, -1)
+    if mapping == "sparsemax":
+        return sparsemax(scores, -1)
+    if mapping == "entmax15":
+        return entmax15(scores, -1)
+    if mapping == "entmax":
+        if alpha is None:
+            raise ValueError("mapping='entmax' needs alpha= (a float or a per-head tensor)")
+        return entmax(scores, _alpha_for_scores(alpha, scores), -1)
+    if mapping in DIVERGENCE_NAMES:
+        params = {"alpha": alpha} if mapping == "alpha" else {}
+        if mapping == "alpha" and alpha is None:
+            raise ValueError("mapping='alpha' needs alpha=")
+        return f_softargmax(scores, mapping, dim=-1, **params)
+    raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)}")
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    mapping: str = "entmax15",
+    alpha: Union[float, Tensor, None] = None,
+    return_weights: bool = False,
+):
+    """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
+
+    Args:
+        query: ``[..., L, E]``; key: ``[..., S, E]``; value: ``[..., S, Ev]``.
+        attn_mask, dropout_p, is_causal, scale: as in ``scaled_dot_product_attention``.
+        mapping, alpha: the normalization (module docstring).
+        return_weights: also return the ``[..., L, S]`` attention weights.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(t, name)
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError("query, key and value need at least 2 dimensions ([..., length, features])")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must share the feature size, got {query.shape[-1]} and {key.shape[-1]}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length, got {key.shape[-2]} and {value.shape[-2]}")
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask and is_causal cannot both be set (as in scaled_dot_product_attention)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    elif attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask.is_floating_point():
+            scores = scores + attn_mask
+        else:
+            raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
+    weights = attention_weights(scores, mapping, alpha)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
+    out = weights @ value
+    return (out, weights) if return_weights else out

@@ -1,0 +1,153 @@
+"""Sparse attention: SDPA semantics, naive references, gradients, the MultiheadAttention drop-in."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import softargmax as sa
+from softargmax import nn as snn
+
+F64 = torch.float64
+
+
+def _qkv(B=2, H=3, L=5, S=7, E=8, Ev=4, dtype=F64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, H, L, E, generator=g, dtype=dtype), torch.randn(B, H, S, E, generator=g, dtype=dtype),
+            torch.randn(B, H, S, Ev, generator=g, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_softmax_equals_sdpa_for_every_mask_kind(dtype):
+    q, k, v = _qkv(dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    bool_mask = torch.rand(5, 7, generator=g) > 0.3
+    bool_mask[:, 0] = True
+    float_mask = torch.randn(2, 1, 5, 7, generator=g, dtype=dtype)
+    tol = dict(atol=1e-12, rtol=1e-10) if dtype == F64 else dict(atol=1e-5, rtol=1e-5)
+    for kwargs in [{}, {"attn_mask": bool_mask}, {"attn_mask": float_mask}, {"is_causal": True}, {"scale": 0.3}]:
+        torch.testing.assert_close(sa.attention(q, k, v, mapping="softmax", **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs), **tol)
+    # broadcasting over batch and heads
+    q1 = q[:, :1]
+    torch.testing.assert_close(sa.attention(q1, k, v, mapping="softmax"), F.scaled_dot_product_attention(q1.expand_as(q), k, v), **tol)
+
+
+@pytest.mark.parametrize("mapping,alpha", [("sparsemax", None), ("entmax15", None), ("entmax", 1.3),
+                                           ("entmax", torch.tensor([1.2, 1.5, 1.9], dtype=F64)), ("jensen_shannon", None)])
+def test_sparse_mappings_match_a_naive_reference(mapping, alpha):
+    q, k, v = _qkv()
+    mask = torch.rand(2, 1, 5, 7) > 0.4
+    mask[..., 0] = True
+    out, w = sa.attention(q, k, v, attn_mask=mask, mapping=mapping, alpha=alpha, return_weights=True)
+    ref_w = torch.zeros(2, 3, 5, 7, dtype=F64)
+    for b in range(2):
+        for h in range(3):
+            for i in range(5):
+                s = (q[b, h, i] @ k[b, h].T) / math.sqrt(8)
+                s = s.masked_fill(~mask[b, 0, i], -math.inf)
+                a = alpha[h] if isinstance(alpha, torch.Tensor) else alpha
+                if mapping == "sparsemax":
+                    ref_w[b, h, i] = sa.sparsemax(s)
+                elif mapping == "entmax15":
+                    ref_w[b, h, i] = sa.entmax15(s)
+                elif mapping == "entmax":
+                    ref_w[b, h, i] = sa.entmax(s, float(a))
+                else:
+                    ref_w[b, h, i] = sa.f_softargmax(s, mapping)
+    torch.testing.assert_close(w, ref_w)
+    torch.testing.assert_close(out, ref_w @ v)
+    if mapping != "jensen_shannon":
+        assert (w == 0).any()
+
+
+def test_gradcheck_including_alpha_per_head():
+    q, k, v = (t.requires_grad_() for t in _qkv(B=1, H=2, L=3, S=4, E=3, Ev=2))
+    alpha = torch.tensor([1.3, 1.7], dtype=F64, requires_grad=True)
+    f = lambda a, b, c, al: sa.attention(a, b, c, mapping="entmax", alpha=al)
+    assert torch.autograd.gradcheck(f, (q, k, v, alpha), atol=1e-6)
+    g = lambda a, b, c: sa.attention(a, b, c, mapping="entmax15", is_causal=True)
+    assert torch.autograd.gradcheck(g, (q, k, v), atol=1e-6)
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax"])
+def test_fully_masked_rows_give_zero_output(mapping):
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    mask = torch.ones(5, 7, dtype=torch.bool)
+    mask[2] = False
+    out = sa.attention(q, k, v, attn_mask=mask, mapping=mapping, alpha=1.4)
+    assert torch.isfinite(out).all() and (out[..., 2, :] == 0).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_attention_errors():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="cannot both be set"):
+        sa.attention(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.bool), is_causal=True)
+    with pytest.raises(ValueError, match="mapping: unknown"):
+        sa.attention(q, k, v, mapping="sparse")
+    with pytest.raises(ValueError, match="needs alpha"):
+        sa.attention(q, k, v, mapping="entmax")
+    with pytest.raises(ValueError, match="feature size"):
+        sa.attention(q, k[..., :3], v)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_module_matches_multihead_attention_with_softmax(batch_first):
+    torch.manual_seed(0)
+    ref = torch.nn.MultiheadAttention(16, 4, dropout=0.0, batch_first=batch_first).double().eval()
+    ours = snn.SparseMultiheadAttention(16, 4, batch_first=batch_first, mapping="softmax").double().eval()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 6, 16, dtype=F64)
+    if not batch_first:
+        x = x.transpose(0, 1)
+    kp_bool = torch.zeros(2, 6, dtype=torch.bool)
+    kp_bool[0, -2:] = True
+    am_bool = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    am_float = torch.randn(2 * 4, 6, 6, dtype=F64)
+    for kwargs in [{}, {"key_padding_mask": kp_bool}, {"attn_mask": am_bool}, {"attn_mask": am_float},
+                   {"key_padding_mask": kp_bool.double() * -1e9, "attn_mask": am_bool.double() * -1e9},
+                   {"need_weights": True, "average_attn_weights": False}, {"attn_mask": am_bool, "is_causal": True}]:
+        o1, w1 = ref(x, x, x, **kwargs)
+        o2, w2 = ours(x, x, x, **kwargs)
+        torch.testing.assert_close(o2, o1)
+        torch.testing.assert_close(w2, w1)
+    # different key/value sizes and unbatched input
+    ref2 = torch.nn.MultiheadAttention(16, 2, kdim=6, vdim=5).double().eval()
+    ours2 = snn.convert_attention(torch.nn.MultiheadAttention(16, 2, kdim=6, vdim=5).double(), mapping="softmax").eval()
+    ours2.load_state_dict(ref2.state_dict())
+    qx, kx, vx = torch.randn(4, 16, dtype=F64), torch.randn(3, 6, dtype=F64), torch.randn(3, 5, dtype=F64)
+    torch.testing.assert_close(ours2(qx, kx, vx)[0], ref2(qx, kx, vx)[0])
+
+
+def test_converting_transformer_layers_keeps_weights_and_bypasses_the_fast_path():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True).eval()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        ref = layer(x)
+        snn.convert_attention(layer, mapping="softmax")
+        assert isinstance(layer.self_attn, snn.SparseMultiheadAttention)
+        torch.testing.assert_close(layer(x), ref, atol=1e-5, rtol=1e-5)
+        snn.convert_attention(layer, mapping="entmax15")  # already converted: unchanged
+        layer.self_attn.mapping = "entmax15"
+        sparse_out = layer(x)
+    assert not torch.allclose(sparse_out, ref, atol=1e-3)
+    # the attention weights really are sparse in eval mode inside the layer
+    _, w = layer.self_attn(x, x, x, average_attn_weights=False)
+    assert (w == 0).any()
+
+
+def test_learned_alpha_per_head():
+    torch.manual_seed(0)
+    m = snn.SparseMultiheadAttention(16, 4, batch_first=True, learn_alpha=True, alpha=torch.tensor([1.2, 1.4, 1.6, 1.8]))
+    torch.testing.assert_close(m.alpha, torch.tensor([1.2, 1.4, 1.6, 1.8]))
+    x = torch.randn(2, 5, 16)
+    out, _ = m(x, x, x)
+    out.sum().backward()
+    assert m.alpha_logit.grad is not None and torch.isfinite(m.alpha_logit.grad).all() and (m.alpha_logit.grad != 0).any()
+    with pytest.raises(ValueError, match="strictly inside"):
+        snn.SparseMultiheadAttention(16, 4, learn_alpha=True, alpha=2.0)
+    with pytest.raises(ValueError, match="not supported"):
+        snn.SparseMultiheadAttention(16, 4, add_bias_kv=True)
