@@ -151,3 +151,31 @@ def test_learned_alpha_per_head():
         snn.SparseMultiheadAttention(16, 4, learn_alpha=True, alpha=2.0)
     with pytest.raises(ValueError, match="not supported"):
         snn.SparseMultiheadAttention(16, 4, add_bias_kv=True)
+
+
+def test_inspection_helpers():
+    from softargmax import inspect
+
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2).eval()
+    snn.convert_attention(enc, mapping="entmax", alpha=torch.tensor([1.1, 1.5, 1.8, 2.0]))
+    a = inspect.alphas(enc)
+    assert set(a) == {"layers.0.self_attn", "layers.1.self_attn"}
+    torch.testing.assert_close(a["layers.0.self_attn"], torch.tensor([1.1, 1.5, 1.8, 2.0]))
+    x = torch.randn(3, 9, 16)
+    w = inspect.collect_attention(enc, lambda: enc(x))
+    assert w["layers.1.self_attn"].shape == (3, 4, 9, 9)
+    dens = inspect.head_density(w["layers.0.self_attn"])
+    # higher alpha, sparser head (on average); alpha = 1.1 is nearly dense
+    assert dens[0] > dens[3] and dens[0] > 0.5
+    # density by hand
+    w0 = w["layers.0.self_attn"]
+    torch.testing.assert_close(dens[2], (w0[:, 2] > 0).float().mean())
+    js = inspect.head_js_divergence(w0)
+    assert js.shape == (4, 4) and torch.allclose(js.diagonal(), torch.zeros(4), atol=1e-7)
+    assert (js >= 0).all() and (js <= math.log(2) + 1e-6).all() and torch.allclose(js, js.T)
+    # JS of two known distributions
+    p = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])
+    torch.testing.assert_close(inspect.head_js_divergence(p)[0, 1], torch.tensor(math.log(2)))
+    with pytest.raises(ValueError, match="no SparseMultiheadAttention"):
+        inspect.collect_attention(torch.nn.Linear(2, 2), lambda: None)

@@ -324,6 +324,9 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             check_alpha(a, "alpha", minimum=1.0)
             self.register_buffer("_alpha", a, persistent=False)  # keeps nn.MultiheadAttention's state dict
         self.register_forward_pre_hook(_no_op_pre_hook)
+        #: when True, every forward keeps its per-head weights ``[B, H, L, S]`` (detached) in ``last_weights``
+        self.store_weights = False
+        self.last_weights: Optional[Tensor] = None
 
     @property
     def alpha(self) -> Tensor:
@@ -371,6 +374,8 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             alpha = float(self._alpha[0])
         out, weights = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                                  mapping=self.mapping, alpha=alpha, return_weights=True)
+        if self.store_weights:
+            self.last_weights = weights.detach()
         out = out.permute(2, 0, 1, 3).reshape(L, B, E)
         out = self.out_proj(out)
         if self.batch_first and not unbatched:
