@@ -1,0 +1,59 @@
+"""Hugging Face Transformers integration, on tiny randomly initialized models built from configs (no downloads)."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import softargmax.integrations.huggingface as H  # noqa: E402  (registers sparsemax and entmax15)
+
+
+def _tiny(attn="eager"):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
+
+
+def test_softmax_registration_equals_eager_attention():
+    m = _tiny("eager")
+    ids = torch.randint(0, 97, (2, 11))
+    mask = torch.ones(2, 11, dtype=torch.long)
+    mask[1, :4] = 0  # left padding
+    with torch.no_grad():
+        ref = m(ids, attention_mask=mask).logits
+        H.register("softargmax_softmax", mapping="softmax")
+        m.set_attn_implementation("softargmax_softmax")
+        out = m(ids, attention_mask=mask).logits
+    keep = mask.bool()
+    torch.testing.assert_close(out[keep], ref[keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["entmax15", "sparsemax"])
+def test_sparse_attention_from_config_runs_forward_and_backward(impl):
+    m = _tiny(impl).train()
+    assert m.config._attn_implementation == impl
+    ids = torch.randint(0, 97, (2, 9))
+    out = m(ids, labels=ids, output_attentions=True)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    grad = m.model.layers[0].self_attn.q_proj.weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+    w = out.attentions[0]
+    assert (w == 0).any()  # sparse attention weights
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    # causal: no weight on future positions
+    assert (w.triu(1) == 0).all()
+    # and generation works
+    gen = m.eval().generate(ids[:, :3], max_new_tokens=4, do_sample=False)
+    assert gen.shape == (2, 7)
+
+
+def test_custom_alpha_registration():
+    H.register("entmax13", mapping="entmax", alpha=1.3)
+    m = _tiny("entmax13")
+    with torch.no_grad():
+        out = m(torch.randint(0, 97, (1, 6)), output_attentions=True)
+    assert torch.isfinite(out.logits).all()
