@@ -33,3 +33,11 @@ def test_bad_arguments():
         main(["bench", "--shapes", "64by32"])
     with pytest.raises(ValueError, match="ops: unknown"):
         main(["bench", "--quick", "--ops", "nope"])
+
+
+def test_attention_bench_quick_schema(tmp_path):
+    out = tmp_path / "attn.json"
+    assert main(["bench", "--attention", "--quick", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {c["op"] for c in data["cases"]} >= {"attention[entmax15]", "attention[sparsemax]"}
+    assert all(c["ms"] > 0 and c["baseline"] == "F.scaled_dot_product_attention" for c in data["cases"])

@@ -265,7 +265,26 @@ def _time_losses(fns: dict, x, t, repeats: int, warmup: int) -> dict:
     return time_thunks({name: runner(fn) for name, fn in fns.items()}, repeats, warmup)
 
 
-_FUSED_CHILD = r"""
+
+_PEAK_RSS = r"""
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024  # MiB
+def measure_peak(fn):
+    # reset the peak resident set (Linux: write 5 to clear_refs), run, report the growth
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    before = _status("VmRSS:")
+    fn()
+    return _status("VmHWM:") - before
+"""
+
+_FUSED_CHILD = _PEAK_RSS + r"""
 import json, resource, sys, time, torch, softargmax as sa
 torch.set_num_threads(int(sys.argv[5]))
 variant, N, d, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -280,14 +299,12 @@ def run():
         loss = sa.entmax15_loss(h @ W.T, t)
     gh, gw = torch.autograd.grad(loss, (h, W))
     return loss
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-run()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak_mb = measure_peak(run)
 times = []
 for _ in range(int(sys.argv[6])):
     t0 = time.perf_counter(); run(); times.append(time.perf_counter() - t0)
 times.sort()
-print(json.dumps({"ms": times[len(times) // 2] * 1e3, "peak_mb": (peak - base) / 1024}))
+print(json.dumps({"ms": times[len(times) // 2] * 1e3, "peak_mb": peak_mb}))
 """
 
 
@@ -295,7 +312,8 @@ def fused_case(shape=FUSED_SHAPE, threads: int = 2, repeats: int = 3, log=print)
     """Fused linear + entmax15 loss vs ``linear`` followed by the loss: time and extra peak memory.
 
     Each variant runs in a fresh subprocess; memory is the growth of the peak resident set
-    during the first forward+backward (inputs already allocated).
+    during the first forward+backward (inputs already allocated; the peak is reset first
+    through ``/proc/self/clear_refs``).
     """
     import subprocess
 
@@ -365,4 +383,84 @@ def run_losses(shapes=None, threads: Optional[int] = 2, repeats: int = 20, warmu
         "input": "randn * 3, uniform random class indices",
         "repeats": repeats,
         "cases": cases,
+    }
+
+
+# ----------------------------------------------------------------------------------
+# attention
+# ----------------------------------------------------------------------------------
+
+ATTENTION_LENGTHS = (128, 256, 512, 1024, 2048)
+ATTENTION_VARIANTS = ("sdpa", "softmax", "sparsemax", "entmax15", "entmax_per_head")
+
+_ATTN_CHILD = _PEAK_RSS + r"""
+import json, resource, sys, torch, torch.nn.functional as F, softargmax as sa
+torch.set_num_threads(int(sys.argv[4]))
+variant, L, H = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, H, L, 64, generator=g).requires_grad_() for _ in range(3))
+alpha = torch.linspace(1.2, 1.8, H)
+def run():
+    if variant == "sdpa":
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    elif variant == "entmax_per_head":
+        out = sa.attention(q, k, v, is_causal=True, mapping="entmax", alpha=alpha)
+    else:
+        out = sa.attention(q, k, v, is_causal=True, mapping=variant)
+    out.sum().backward()
+run()  # warm up allocator and kernels once
+print(json.dumps({"peak_mb": measure_peak(run)}))
+"""
+
+
+def _attention_fn(variant: str, alpha):
+    import torch.nn.functional as F
+
+    if variant == "sdpa":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if variant == "entmax_per_head":
+        return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping="entmax", alpha=alpha)
+    return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping=variant)
+
+
+def run_attention(lengths=ATTENTION_LENGTHS, heads: int = 8, threads: Optional[int] = 2, repeats: int = 5,
+                  memory: bool = True, log=print) -> dict:
+    """Causal self-attention forward+backward (batch 1, ``heads`` × 64 features) vs ``scaled_dot_product_attention``."""
+    import subprocess
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    alpha = torch.linspace(1.2, 1.8, heads)
+    cases = []
+    for L in lengths:
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, heads, L, 64, generator=g) for _ in range(3))
+
+        def runner(fn):
+            def run():
+                qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+                fn(qq, kk, vv).sum().backward()
+            return run
+
+        ms = time_thunks({var: runner(_attention_fn(var, alpha)) for var in ATTENTION_VARIANTS}, repeats, 1)
+        peaks = {}
+        if memory:
+            for var in ATTENTION_VARIANTS:
+                out = subprocess.run([sys.executable, "-c", _ATTN_CHILD, var, str(L), str(heads), str(threads or 2)],
+                                     capture_output=True, text=True, check=True)
+                peaks[var] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+        for var in ATTENTION_VARIANTS[1:]:
+            case = {"op": f"attention[{var}]", "shape": [1, heads, L, 64], "dtype": "float32", "pass": "fwd+bwd",
+                    "ms": round(ms[var], 3), "softmax_ms": round(ms["sdpa"], 3), "baseline": "F.scaled_dot_product_attention",
+                    "ratio": round(ms[var] / ms["sdpa"], 3), "target": None}
+            if memory:
+                case.update({"peak_mb": round(peaks[var], 1), "baseline_peak_mb": round(peaks["sdpa"], 1),
+                             "memory_ratio": round(peaks[var] / max(peaks["sdpa"], 1e-9), 2)})
+            cases.append(case)
+            mem = f", peak +{case['peak_mb']:.0f} MB vs +{case['baseline_peak_mb']:.0f} MB" if memory else ""
+            log(f"{case['op']:<28} L={L:<5} {case['ms']:>9.2f} ms vs sdpa {case['softmax_ms']:>8.2f} ms ({case['ratio']:.2f}x){mem}")
+    return {
+        "device": device_name(torch.device("cpu")), "torch": torch.__version__, "softargmax": sa.__version__,
+        "python": sys.version.split()[0], "threads": torch.get_num_threads(),
+        "input": "randn, causal self-attention, batch 1, 64 features per head", "repeats": repeats, "cases": cases,
     }

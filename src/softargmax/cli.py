@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="time the operators against torch.softmax (and the entmax package)")
     b.add_argument("--quick", action="store_true", help="small shapes and few repeats (a smoke run)")
     b.add_argument("--losses", action="store_true", help="time the losses against F.cross_entropy and the fused output layer")
+    b.add_argument("--attention", action="store_true", help="time sparse attention against scaled_dot_product_attention")
     b.add_argument("--shapes", type=_shape, nargs="+", help="row x column sizes, e.g. 64x32000 256x1000")
     b.add_argument("--ops", nargs="+", help="operators to time (default: all)")
     b.add_argument("--pass", dest="passes", choices=["fwd", "fwd+bwd", "both"], default="both")
@@ -62,6 +63,16 @@ def main(argv=None) -> int:
         from . import bench
 
         repeats = args.repeats or (3 if args.quick else 20)
+        if args.attention:
+            result = bench.run_attention(
+                lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
+                repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick,
+                log=lambda line: print(line, flush=True),
+            )
+            if args.json_path:
+                bench.save(result, args.json_path)
+                print(f"wrote {args.json_path}")
+            return 0
         if args.losses:
             print(bench.header(), flush=True)
             result = bench.run_losses(
