@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, sum_to
-from .divergences import AlphaDivergence, Divergence
+from .divergences import AlphaDivergence, Divergence, get_divergence
 from .threshold import Solution, solve
 
 ALPHA_LIMIT = 1e-5
@@ -67,6 +67,47 @@ def entmax_alpha_vjp(p: Tensor, v: Tensor, alpha: Tensor) -> Tensor:
     return torch.where(a.abs() < ALPHA_LIMIT, limit, general)
 
 
+#: at most this many distinct α values are solved group by group with the fast float-α solver
+MAX_ALPHA_GROUPS = 32
+
+
+def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
+    """α-entmax with one α per row: rows sharing an α (e.g. one α per attention head) are
+    solved together by the float-α solver; many distinct values use the tensor-α solver."""
+    values = torch.unique(alpha2d)
+    if values.numel() > MAX_ALPHA_GROUPS:
+        return solve(z, AlphaDivergence(alpha2d))
+    if values.numel() == 1:
+        sol = solve(z, get_divergence("alpha", alpha=float(values[0])))
+        if sol.block_index is None:
+            return sol
+        groups = [(None, sol)]
+    else:
+        groups = []
+        for a in values.tolist():
+            idx = (alpha2d[:, 0] == a).nonzero().squeeze(1)
+            groups.append((idx, solve(z.index_select(0, idx), get_divergence("alpha", alpha=a))))
+    p = torch.empty_like(z)
+    s = torch.empty_like(z)
+    s_sum = torch.empty_like(z[:, :1])
+    tau = torch.empty_like(z[:, :1])
+    bad = None
+    for idx, g in groups:
+        gp, gs = g.scatter(g.p), g.scatter(g.s)
+        if idx is None:
+            p, s, s_sum, tau, bad = gp, gs, g.s_sum, g.tau, g.bad_rows
+            break
+        p.index_copy_(0, idx, gp)
+        s.index_copy_(0, idx, gs)
+        s_sum.index_copy_(0, idx, g.s_sum)
+        tau.index_copy_(0, idx, g.tau)
+        if g.bad_rows is not None:
+            bad = torch.zeros_like(z[:, :1], dtype=torch.bool) if bad is None else bad
+            bad.index_copy_(0, idx, g.bad_rows)
+    return Solution(tau=tau, p=p, s=s, s_sum=s_sum, block_index=None, k=z.shape[1], bad_rows=bad,
+                    iterations=max(g.iterations for _, g in groups))
+
+
 class NormalizedMapping(torch.autograd.Function):
     """``p = q ⊙ g(x/β - τ)`` with ``Σ p = 1`` along ``dim``; see the module docstring."""
 
@@ -81,8 +122,9 @@ class NormalizedMapping(torch.autograd.Function):
         alpha2d = None
         if alpha is not None:
             alpha2d = rows.row_param(alpha.detach(), "alpha")
-            divergence = AlphaDivergence(alpha2d)
-        sol = solve(z, divergence, q2d)
+            sol = solve_grouped(z, alpha2d)
+        else:
+            sol = solve(z, divergence, q2d)
         ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
         ctx.temperature = temperature
         ctx.x_dtype = x.dtype
