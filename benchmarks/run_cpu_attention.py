@@ -7,15 +7,7 @@ median) and peak memory (growth of the resident set, one subprocess per variant)
     python benchmarks/run_cpu_attention.py
 """
 
-import os
-import sys
-
-from softargmax.cli import main
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import run
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if "--json" not in args:
-        args += ["--json", os.path.join(HERE, "results", "cpu-attention.json")]
-    sys.exit(main(["bench", "--attention", *args]))
+    run(["--attention"], "cpu-attention.json")

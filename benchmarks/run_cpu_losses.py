@@ -7,15 +7,7 @@ fused linear + entmax15 loss against linear followed by the loss at 4096 tokens 
     python benchmarks/run_cpu_losses.py
 """
 
-import os
-import sys
-
-from softargmax.cli import main
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import run
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if "--json" not in args:
-        args += ["--json", os.path.join(HERE, "results", "cpu-losses.json")]
-    sys.exit(main(["bench", "--losses", *args]))
+    run(["--losses"], "cpu-losses.json")

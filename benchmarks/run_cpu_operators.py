@@ -4,15 +4,7 @@
     python benchmarks/run_cpu_operators.py --quick    # smoke run
 """
 
-import os
-import sys
-
-from softargmax.cli import main
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import run
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if "--json" not in args:
-        args += ["--json", os.path.join(HERE, "results", "cpu-operators.json")]
-    sys.exit(main(["bench", *args]))
+    run([], "cpu-operators.json")

@@ -319,7 +319,6 @@ class _RowLoss(torch.autograd.Function):
         loss, p, G = compute(rows.flat)
         ctx.save_for_backward(G)
         ctx.rows = rows
-        ctx.p = p
         return loss.to(x.dtype)
 
     @staticmethod
@@ -426,19 +425,21 @@ def fenchel_young_loss(
                 raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
-    fn = _RowLoss.apply if (x.requires_grad and torch.is_grad_enabled()) else None
-    if fn is not None:
-        per_row = fn(x, compute, rows)
-        ctx_p = None
+    kept = {}
+
+    def compute_and_keep(theta):
+        loss, p, G = compute(theta)
+        kept["p"] = p
+        return loss, p, G
+
+    if x.requires_grad and torch.is_grad_enabled():
+        per_row = _RowLoss.apply(x, compute_and_keep, rows)
     else:
-        per_row, ctx_p, _ = compute(rows.flat)
-        per_row = per_row.to(x.dtype)
+        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
     loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
     if not return_prediction:
         return loss
-    if ctx_p is None:
-        ctx_p = per_row.grad_fn.p if per_row.grad_fn is not None else compute(rows.flat)[1]
-    return loss, rows.restore(ctx_p.detach())
+    return loss, rows.restore(kept["p"].detach())
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, **kwargs):
