@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
     r = sub.add_parser("reproduce", help="run a reproduction experiment and write its report")
-    r.add_argument("experiment", choices=["translation"])
+    r.add_argument("experiment", choices=["translation", "tau-table", "bisection"])
     r.add_argument("--preset", choices=["smoke", "default", "full"], default="default")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
@@ -48,14 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
-        from .experiments import translation
+        import importlib
 
+        from .experiments import EXPERIMENTS
+
+        module = importlib.import_module(EXPERIMENTS[args.experiment])
+        if args.preset not in module.PRESETS:
+            raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
         kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=args.out or f"reports/{args.experiment}",
                       device=args.device, seed=args.seed, download=args.download, threads=args.threads,
                       log=lambda line: print(line, flush=True))
         if args.systems:
             kwargs["systems"] = args.systems
-        translation.run(**kwargs)
+        module.run(**kwargs)
         return 0
     if args.command == "bench":
         import torch

@@ -184,10 +184,13 @@ def solve(
     *,
     prune: bool = True,
     max_iter: int = MAX_ITER,
+    trace: Optional[list] = None,
 ) -> Solution:
     """Solve every row of ``z`` (``[R, k]``, contiguous, float32/64).  See the module docstring.
 
-    ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.
+    ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
+    given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
+    appended to it (for convergence studies).
     """
     R, k = z.shape
     eps = torch.finfo(z.dtype).eps
@@ -248,6 +251,8 @@ def solve(
     prep = div.prepare(cand, m)
     tau = lo
     it = 0
+    if trace is not None:
+        trace.append(tau.clone())
 
     out = (torch.empty_like(cand), torch.empty_like(cand))
 
@@ -274,6 +279,8 @@ def solve(
                 last = resid
             tau = _newton_update(tau, S, Sp, rho)
             it += 1
+            if trace is not None:
+                trace.append(tau.clone())
     else:
         hi = torch.where(torch.isfinite(hi), hi, lo + 1)
         done = torch.zeros_like(m, dtype=torch.bool) if finite is None else ~finite
@@ -290,6 +297,8 @@ def solve(
             new = torch.where(inside, new, 0.5 * (lo + hi))
             tau = torch.where(done, tau, new)
             it += 1
+            if trace is not None:
+                trace.append(tau.clone())
     g, gp = state if qc is not None else div.finish(cand, tau, prep, state)
 
     if not all_finite:

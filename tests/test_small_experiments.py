@@ -1,0 +1,32 @@
+"""Smoke runs of the small reproductions: tau-table (001 Table 3) and bisection (003 Fig. 6)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from softargmax.cli import main
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def test_bisection_smoke(tmp_path):
+    out = tmp_path / "bis"
+    assert main(["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    for label, r in res["generators"].items():
+        assert r["bisection_within_bound"], label  # the measured error obeys (τmax − τmin)·2^−t
+        assert r["newton_steps_to_1e-6"] is not None and r["newton_steps_to_1e-6"] <= 6, label
+        assert r["bisection_iterations_to_1e-6"] >= 15, label
+    assert (out / "report.md").exists() and (out / "convergence.png").exists()
+
+
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+def test_tau_table_smoke(tmp_path):
+    pytest.importorskip("sentencepiece")
+    out = tmp_path / "tt"
+    assert main(["reproduce", "tau-table", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    for r in res["rows"]:
+        assert r["tau_model"] == pytest.approx(r["tau_formula"], rel=0.1)
+        assert r["logit_std_measured"] == pytest.approx(r["logit_std_formula"], rel=0.1)
