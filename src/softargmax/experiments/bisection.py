@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-import softargmax as sa
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
 
