@@ -7,13 +7,14 @@ Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences
 the threshold solvers in :mod:`softargmax.threshold`.
 """
 
-from . import divergences, losses, tau, threshold
+from . import divergences, losses, mappings, tau, threshold
 from .attention import attention
 from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus
 from .divergences import Divergence, CustomDivergence
 from .entmax import entmax, entmax15, sparsemax
 from .fdiv import f_softargmax, f_softmax
+from .mappings import normalize
 from .fused import linear_fenchel_young_loss
 from .losses import (
     alpha_relu_loss,
@@ -45,10 +46,12 @@ __all__ = [
     "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
     "attention",
+    "normalize",
     "Divergence",
     "CustomDivergence",
     "divergences",
     "losses",
+    "mappings",
     "tau",
     "threshold",
 ]

@@ -26,13 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_tensor
-from .divergences import DIVERGENCE_NAMES
-from .entmax import entmax, entmax15, safe_softmax, sparsemax
-from .fdiv import f_softargmax
+from .mappings import MAPPING_NAMES as MAPPINGS
+from .mappings import normalize
 
 __all__ = ["attention", "attention_weights", "MAPPINGS"]
-
-MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAMES
 
 
 def _alpha_for_scores(alpha, scores: Tensor):
@@ -45,23 +42,8 @@ def _alpha_for_scores(alpha, scores: Tensor):
 
 
 def attention_weights(scores: Tensor, mapping: str = "entmax15", alpha: Union[float, Tensor, None] = None) -> Tensor:
-    """Normalize attention scores ``[..., L, S]`` over the keys with ``mapping``."""
-    if mapping == "softmax":
-        return safe_softmax(scores, -1)
-    if mapping == "sparsemax":
-        return sparsemax(scores, -1)
-    if mapping == "entmax15":
-        return entmax15(scores, -1)
-    if mapping == "entmax":
-        if alpha is None:
-            raise ValueError("mapping='entmax' needs alpha= (a float or a per-head tensor)")
-        return entmax(scores, _alpha_for_scores(alpha, scores), -1)
-    if mapping in DIVERGENCE_NAMES:
-        params = {"alpha": alpha} if mapping == "alpha" else {}
-        if mapping == "alpha" and alpha is None:
-            raise ValueError("mapping='alpha' needs alpha=")
-        return f_softargmax(scores, mapping, dim=-1, **params)
-    raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)}")
+    """Normalize attention scores ``[..., L, S]`` over the keys with ``mapping`` (:func:`softargmax.mappings.normalize`)."""
+    return normalize(scores, mapping, _alpha_for_scores(alpha, scores), dim=-1)
 
 
 def attention(

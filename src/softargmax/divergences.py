@@ -482,9 +482,6 @@ class AlphaDivergence(Divergence):
     def newton_power(self):  # type: ignore[override]
         return self._a
 
-    def _scalar(self) -> Optional[float]:
-        return None if isinstance(self._a, Tensor) else self._a
-
     @property
     def monotone_newton(self):  # type: ignore[override]
         # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative

@@ -51,6 +51,7 @@ from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
+from .mappings import resolve
 from .threshold import solve
 
 __all__ = [
@@ -336,22 +337,6 @@ def _check_reduction(reduction):
 
 def _resolve(mapping: Union[str, Divergence], params: dict):
     """``("fy", divergence)`` or ``("alpha_relu", alpha, tau)`` from a mapping name and its parameters."""
-    if isinstance(mapping, Divergence):
-        return "fy", get_divergence(mapping, **params)
-    if not isinstance(mapping, str):
-        raise TypeError(f"mapping must be a name or a Divergence, got {type(mapping).__name__}")
-    if mapping == "softmax":
-        return "fy", get_divergence("kl", **params)
-    if mapping == "sparsemax":
-        return "fy", get_divergence("chi_square", **params)
-    if mapping == "entmax15":
-        return "fy", get_divergence("alpha", alpha=1.5, **params)
-    if mapping == "entmax":
-        alpha = params.pop("alpha", 1.5)
-        alpha = check_alpha(alpha, "alpha", minimum=1.0)
-        if isinstance(alpha, Tensor):
-            raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
-        return "fy", get_divergence("alpha", alpha=alpha, **params)
     if mapping == "alpha_relu":
         alpha = check_alpha(params.pop("alpha", 1.5), "alpha", minimum=1.0, strict=True)
         if isinstance(alpha, Tensor):
@@ -360,12 +345,12 @@ def _resolve(mapping: Union[str, Divergence], params: dict):
         if params:
             raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
         return "alpha_relu", alpha, tau
-    try:
-        return "fy", get_divergence(mapping, **params)
-    except ValueError as e:
-        if "unknown name" in str(e):
-            raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)} or a divergence name") from None
-        raise
+    alpha = params.pop("alpha", 1.5 if mapping == "entmax" else None)
+    if isinstance(alpha, Tensor):
+        raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
+    if params:
+        raise ValueError(f"mapping={mapping!r}: unexpected parameters {sorted(params)}")
+    return "fy", resolve(mapping, alpha)
 
 
 def fenchel_young_loss(

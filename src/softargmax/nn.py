@@ -44,6 +44,17 @@ __all__ = [
 ]
 
 
+def _bounded_logit(a: Tensor, lo: float, hi: float) -> Tensor:
+    """``w`` with ``lo + (hi - lo) sigmoid(w) = a`` (the inverse of :func:`_bounded`)."""
+    frac = (a - lo) / (hi - lo)
+    return torch.log(frac) - torch.log1p(-frac)
+
+
+def _bounded(w: Tensor, lo: float, hi: float) -> Tensor:
+    """The smooth reparametrization of a learnable α kept in ``(lo, hi)``."""
+    return lo + (hi - lo) * torch.sigmoid(w)
+
+
 class Sparsemax(nn.Module):
     """:func:`softargmax.sparsemax` along ``dim``."""
 
@@ -96,8 +107,7 @@ class Entmax(nn.Module):
             if bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
             self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
-            frac = (a - alpha_min) / (alpha_max - alpha_min)
-            self.alpha_logit = nn.Parameter(torch.log(frac) - torch.log1p(-frac))
+            self.alpha_logit = nn.Parameter(_bounded_logit(a, alpha_min, alpha_max))
         elif isinstance(alpha, Tensor):
             self.register_buffer("_alpha", alpha.detach().clone())
         else:
@@ -107,7 +117,7 @@ class Entmax(nn.Module):
     def alpha(self) -> Union[float, Tensor]:
         """The current α (a tensor that carries gradients when learnable)."""
         if self.learn_alpha:
-            return self.alpha_min + (self.alpha_max - self.alpha_min) * torch.sigmoid(self.alpha_logit)
+            return _bounded(self.alpha_logit, self.alpha_min, self.alpha_max)
         if hasattr(self, "_alpha"):
             return self._alpha
         return self._alpha_float
@@ -319,7 +329,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         if self.learn_alpha:
             if bool(((a <= 1) | (a >= 2)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside (1, 2), got {a.tolist()}")
-            self.alpha_logit = nn.Parameter(torch.log(a - 1) - torch.log(2 - a))
+            self.alpha_logit = nn.Parameter(_bounded_logit(a, 1.0, 2.0))
         else:
             check_alpha(a, "alpha", minimum=1.0)
             self.register_buffer("_alpha", a, persistent=False)  # keeps nn.MultiheadAttention's state dict
@@ -331,7 +341,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
     @property
     def alpha(self) -> Tensor:
         """α per head, shape ``(num_heads,)``."""
-        return 1 + torch.sigmoid(self.alpha_logit) if self.learn_alpha else self._alpha
+        return _bounded(self.alpha_logit, 1.0, 2.0) if self.learn_alpha else self._alpha
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):

@@ -57,13 +57,9 @@ class OutputLayer:
         """Next-token scores: probabilities (unnormalized for α-ReLU)."""
         if self.system == "softmax":
             return torch.softmax(logits, -1)
-        if self.system == "sparsemax":
-            return sa.sparsemax(logits)
-        if self.system == "entmax15":
-            return sa.entmax15(logits)
         if self.system == "alpha_relu":
             return sa.alpha_relu(logits, self.alpha, self.tau)
-        return sa.f_softargmax(logits, self.mapping)
+        return sa.mappings.normalize(logits, self.mapping)
 
     def log_probs(self, logits: Tensor) -> Tensor:
         if self.system == "softmax":

@@ -1,0 +1,55 @@
+"""Mapping names shared by the losses, attention and experiments: one table from a name to its generator.
+
+``"softmax"`` is the KL generator, ``"sparsemax"`` chi-square, ``"entmax15"`` the
+α-divergence with α = 1.5, ``"entmax"`` (and ``"alpha"``) the α-divergence with the given
+α; every divergence name of :mod:`softargmax.divergences` and any
+:class:`~softargmax.divergences.Divergence` object are accepted as well.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+from torch import Tensor
+
+from ._checks import check_alpha
+from .divergences import DIVERGENCE_NAMES, Divergence, get_divergence
+from .entmax import entmax
+from .fdiv import f_softargmax
+
+__all__ = ["MAPPING_NAMES", "resolve", "normalize"]
+
+MAPPING_NAMES = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAMES
+
+
+def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -> Divergence:
+    """The generator of ``mapping`` (a name above or a :class:`Divergence`); ``alpha`` for ``"entmax"``/``"alpha"``."""
+    if isinstance(mapping, Divergence):
+        return get_divergence(mapping) if alpha is None else get_divergence(mapping, alpha=alpha)
+    if not isinstance(mapping, str):
+        raise TypeError(f"mapping must be a name or a Divergence, got {type(mapping).__name__}")
+    if mapping == "softmax":
+        return get_divergence("kl")
+    if mapping == "sparsemax":
+        return get_divergence("chi_square")
+    if mapping == "entmax15":
+        return get_divergence("alpha", alpha=1.5)
+    if mapping in ("entmax", "alpha"):
+        if alpha is None:
+            raise ValueError(f"mapping={mapping!r} needs alpha= (a number)")
+        if isinstance(alpha, Tensor):
+            raise TypeError(f"mapping={mapping!r}: alpha must be a number here (a tensor alpha is for entmax)")
+        if mapping == "entmax":
+            check_alpha(alpha, "alpha", minimum=1.0)
+        return get_divergence("alpha", alpha=alpha)
+    if mapping in DIVERGENCE_NAMES:
+        return get_divergence(mapping)
+    raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPING_NAMES)} or a Divergence")
+
+
+def normalize(x: Tensor, mapping: Union[str, Divergence] = "entmax15", alpha: Union[float, Tensor, None] = None,
+              dim: int = -1) -> Tensor:
+    """``mapping`` applied to ``x`` along ``dim``; ``mapping="entmax"`` also takes a per-row tensor ``alpha``."""
+    if mapping == "entmax" and isinstance(alpha, Tensor):
+        return entmax(x, alpha, dim)
+    return f_softargmax(x, resolve(mapping, alpha), dim=dim)
