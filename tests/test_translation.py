@@ -1,9 +1,7 @@
 """The translation experiment: data, tokenizer, model, decoding, and a smoke run of the whole pipeline."""
 
-import gzip
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -34,25 +32,6 @@ def test_local_data_sizes_and_checksums():
     assert train.src[0] and train.tgt[0] and train.src[0] != train.tgt[0]
     with pytest.raises(ValueError, match="split must be"):
         data.read_split(folder, "dev")
-
-
-@needs_data
-def test_download_is_checksum_verified(tmp_path, monkeypatch):
-    """The download code path, with the network replaced by the local copies (no internet here)."""
-    def fake_retrieve(url, dest):
-        shutil.copy(SHARED / "multi30k" / url.rsplit("/", 1)[1], dest)
-
-    monkeypatch.setattr(data.urllib.request, "urlretrieve", fake_retrieve)
-    got = data.download(tmp_path / "cache", log=lambda *_: None)
-    assert all((got / n).exists() for n in data.SHA256)
-
-    def corrupt(url, dest):
-        with gzip.open(dest, "wt") as f:
-            f.write("not the data\n")
-
-    monkeypatch.setattr(data.urllib.request, "urlretrieve", corrupt)
-    with pytest.raises(RuntimeError, match="checksum mismatch"):
-        data.download(tmp_path / "other", log=lambda *_: None)
 
 
 def test_missing_data_gives_a_clear_error(tmp_path, monkeypatch):
