@@ -58,8 +58,8 @@ __all__ = [
 
 
 def __getattr__(name):  # lazy submodules that import torch.nn
-    if name == "nn":
+    if name in ("nn", "inspect"):
         import importlib
 
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'softargmax' has no attribute {name!r}")

@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
     r = sub.add_parser("reproduce", help="run a reproduction experiment and write its report")
-    r.add_argument("experiment", choices=["translation", "tau-table", "bisection"])
+    from .experiments import EXPERIMENTS
+
+    r.add_argument("experiment", choices=list(EXPERIMENTS))
     r.add_argument("--preset", choices=["smoke", "default", "full"], default="default")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
@@ -41,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="cpu")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    r.add_argument("--systems", nargs="+", help="output layers to compare (default: softmax sparsemax entmax15 alpha_relu)")
+    r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
+                   "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive)")
     return parser
 
 

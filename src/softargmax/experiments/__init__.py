@@ -4,4 +4,9 @@ EXPERIMENTS = {
     "translation": "softargmax.experiments.translation",
     "tau-table": "softargmax.experiments.tau_table",
     "bisection": "softargmax.experiments.bisection",
+    "adaptive-attention": "softargmax.experiments.adaptive_attention",
+    "nli-attention": "softargmax.experiments.nli_attention",
+    "label-proportions": "softargmax.experiments.label_proportions",
+    "multilabel": "softargmax.experiments.multilabel",
+    "classification": "softargmax.experiments.classification",
 }

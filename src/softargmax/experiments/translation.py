@@ -90,6 +90,27 @@ def _name(system: str) -> str:
     return NAMES.get(system, system)
 
 
+def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, seed: int, log=print):
+    """Multi30k splits cut to the preset's sizes and the joint BPE tokenizer (trained once, kept in ``out_dir``).
+
+    Returns ``(folder, train, val, test, dev, tokenizer)``; ``dev`` is the head of ``val``.
+    """
+    folder = nmt_data.find(data_dir, download_missing=download, log=log)
+    train = nmt_data.read_split(folder, "train").head(P["train"])
+    val = nmt_data.read_split(folder, "val").head(P["val"])
+    test = nmt_data.read_split(folder, "test").head(P["test"])
+    dev = val.head(P["dev_sentences"])
+    log(f"Multi30k De→En from {folder}: train {len(train)}, val {len(val)}, test (test_2016_flickr) {len(test)}")
+    tok_path = out_dir / "spm.model"
+    if tok_path.exists():
+        tok = Tokenizer.load(tok_path)
+    else:
+        tok = Tokenizer.train(train.src + train.tgt, P["vocab"], seed=seed)
+        tok.save(tok_path)
+    log(f"joint sentencepiece BPE vocabulary: {len(tok)} pieces")
+    return folder, train, val, test, dev, tok
+
+
 def evaluate_system(trained: dict, tok, test, dev, preset: dict, device: str, log=print) -> dict:
     """BLEU with decoding statistics, the empty-string rate and inference time against beam size."""
     import sacrebleu
@@ -172,20 +193,7 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
 
-    folder = nmt_data.find(data_dir, download_missing=download, log=log)
-    train = nmt_data.read_split(folder, "train").head(P["train"])
-    val = nmt_data.read_split(folder, "val").head(P["val"])
-    test = nmt_data.read_split(folder, "test").head(P["test"])
-    dev = val.head(P["dev_sentences"])
-    log(f"Multi30k De→En from {folder}: train {len(train)}, val {len(val)}, test (test_2016_flickr) {len(test)}")
-
-    tok_path = out_dir / "spm.model"
-    if tok_path.exists():
-        tok = Tokenizer.load(tok_path)
-    else:
-        tok = Tokenizer.train(train.src + train.tgt, P["vocab"], seed=seed)
-        tok.save(tok_path)
-    log(f"joint sentencepiece BPE vocabulary: {len(tok)} pieces")
+    folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seed, log)
 
     model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
     train_cfg = TrainConfig(seed=seed, **P["train_cfg"])

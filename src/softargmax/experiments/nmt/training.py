@@ -7,6 +7,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -97,14 +98,26 @@ def train_system(
     device: str = "cpu",
     log=print,
     resume: bool = True,
+    attention: Optional[dict] = None,
+    name: Optional[str] = None,
 ) -> dict:
-    """Train one system; returns its record (history, timings, τ).  Resumes from ``out_dir/checkpoint.pt``."""
+    """Train one system; returns its record (history, timings, τ).  Resumes from ``out_dir/checkpoint.pt``.
+
+    ``system`` names the output layer and its loss.  ``attention``, if given, holds the
+    keyword arguments of :func:`softargmax.nn.convert_attention` (``mapping``, ``alpha``,
+    ``learn_alpha``): every attention block of the freshly initialized model is converted
+    (same weights, so all variants start from the same initialization).  Learned α are
+    ordinary parameters of the same Adam optimizer.  ``name`` labels the log lines.
+    """
     import sacrebleu
 
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     model = Seq2Seq(model_cfg).to(device)
+    if attention:
+        sa.nn.convert_attention(model, **attention)
     layer = OutputLayer(system)
+    system = name or system
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
@@ -119,7 +132,7 @@ def train_system(
         record = state["record"]
         layer.tau = record.get("tau", 0.0)
         log(f"[{system}] resumed at step {record['steps_done']}")
-    elif system == "alpha_relu":
+    elif layer.system == "alpha_relu":
         first = tensors(pairs, batches[0], device)
         layer.tau = calibrate_tau(model, layer, first)
         record["tau"] = layer.tau
@@ -156,7 +169,10 @@ def train_system(
             hyps = translate(model, layer, tok, sub.src, beam=1, device=device)
             vbleu = sacrebleu.corpus_bleu(hyps, [sub.tgt]).score
             model.train()
-            record["history"].append({"step": step, "train_seconds": record["train_seconds"], "val_loss": vloss, "val_bleu": vbleu})
+            entry = {"step": step, "train_seconds": record["train_seconds"], "val_loss": vloss, "val_bleu": vbleu}
+            if attention and attention.get("learn_alpha"):
+                entry["alphas"] = {k: v.tolist() for k, v in sa.inspect.alphas(model).items()}
+            record["history"].append(entry)
             log(f"[{system}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
     record["wall_seconds_this_run"] = time.perf_counter() - t_start
