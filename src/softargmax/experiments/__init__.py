@@ -9,4 +9,5 @@ EXPERIMENTS = {
     "label-proportions": "softargmax.experiments.label_proportions",
     "multilabel": "softargmax.experiments.multilabel",
     "classification": "softargmax.experiments.classification",
+    "distillation": "softargmax.experiments.distillation",
 }
