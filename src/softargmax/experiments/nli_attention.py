@@ -379,7 +379,8 @@ def _claims(S: dict) -> list:
         d = a["test_mean"] - b["test_mean"]
         noise = max(a["test_std"], b["test_std"], 0.5)
         out.append(f"- Sparse and soft attention perform similarly: SparseAttention − SoftAttention = {d:+.2f} test "
-                   f"points ({'holds' if abs(d) <= 2 * noise else 'does not hold'}: within twice the seed std / 0.5).")
+                   f"points ({'holds' if abs(d) <= 2 * noise else 'does not hold'}: |difference| ≤ 2 × max(seed std, 0.5) = "
+                   f"{2 * noise:.2f}).")
     for s in ("softmax", "sparsemax"):
         for base in ("noattention", "logistic"):
             if {s, base} <= set(S):
