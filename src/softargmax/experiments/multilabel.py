@@ -356,7 +356,25 @@ def render_report(results: dict, figures: list) -> str:
         lines.append("| Reuters RCV1 (paper only) | 103 | 23,149 / 781,265 |" + " — |" * len(systems)
                      + " " + " | ".join(f"{p[s][0]:.2f} / {p[s][1]:.2f}" for s in ("logistic", "softmax", "sparsemax")) + " |")
     lines += ["", "Cells: micro-F1 / macro-F1 (%), best per dataset in bold.", "", "## Claims checked", ""]
-    lines += _claims(D, systems) + ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    lines += _claims(D, systems)
+    close = []
+    for n, info in D.items():
+        p = paper["f1"].get(n)
+        if p:
+            diffs = [abs(info["systems"][s][k]["f1"] - p[s][i]) for s in p if s in info["systems"]
+                     for i, k in enumerate(("micro", "macro"))]
+            close.append(f"{n} {max(diffs):.1f}")
+    lines += ["", "## Discussion", "",
+              "- **Close to the paper on the shared datasets:** the largest difference from the paper's cell, per "
+              "dataset: " + ", ".join(close) + " F1 points. Birds differs most: we keep only the examples with at "
+              "least one label, as the paper says it did, which leaves about half of the files, while the paper's "
+              "Table 1 lists the full sizes; CAL500 is scored by cross-validation instead of one split.",
+              "- **Which loss wins is mostly noise at these sizes:** the paper's own ranking (Sparsemax 4, Logistic 3, "
+              "Softmax 3 of 10) rests on differences of about a point, as ours does; the paper's macro-F1 advantage of "
+              "sparsemax on CAL500 and Reuters is not visible on CAL500 or the text sets here.",
+              "- **Without shuffling before cross-validation** (the Mulan files are sorted by label set) the tuned "
+              "thresholds were badly off (scene micro-F1 52 for sparsemax); `tune_and_test` shuffles with a fixed seed."]
+    lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     return "\n".join(lines) + "\n"
 
 
