@@ -26,8 +26,6 @@ heads, no loss in BLEU) rather than with values.
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 from dataclasses import asdict
@@ -39,6 +37,7 @@ import torch
 import softargmax as sa
 
 from . import translation
+from ._common import begin, environment, finish, pyplot
 from .nmt.decoding import translate
 from .nmt.model import ModelConfig
 from .nmt.tokenizer import PAD
@@ -155,17 +154,7 @@ def run(
     log=print,
 ) -> dict:
     """Train the three attention variants, analyse them and write ``results.json``, ``report.md`` and figures."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(SYSTEMS)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     folder, train, val, test, _, tok = translation.load_data(P, data_dir, download, out_dir, seed, log)
     model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
     train_cfg = TrainConfig(seed=seed, **P["train_cfg"])
@@ -206,17 +195,11 @@ def run(
         "training": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(train_cfg).items()},
         "attention": {s: SYSTEMS[s] for s in systems},
         "beam": P["beam"],
-        "device": device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads)",
-        "torch": torch.__version__, "softargmax": sa.__version__, "python": platform.python_version(),
-        "total_seconds": time.perf_counter() - t_all,
+        **environment(t_all),
     }
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1, default=float)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures "
-        f"in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+    if device != "cpu":
+        results["settings"]["device"] = device
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def _by_block(attn: dict, key: str) -> dict:
@@ -228,12 +211,8 @@ def _by_block(attn: dict, key: str) -> dict:
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     S = results["systems"]
     files = []

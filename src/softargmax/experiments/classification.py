@@ -17,8 +17,6 @@ loss ("without adjusting any hyperparameters", as in the paper).
 from __future__ import annotations
 
 import gzip
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
+from ._common import begin, environment, finish, pyplot
 
 LOSSES = {  # name -> fenchel_young_loss keywords
     "kl": dict(mapping="softmax"),
@@ -117,18 +116,8 @@ def _summary(runs: list) -> dict:
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/classification", seed: int = 0,
         systems=tuple(LOSSES), download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
     """Table 2 (every loss) and Fig. 5 (the α sweep), all seeds; writes results, report and figures."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in LOSSES]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(LOSSES)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
+    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
     seeds = [seed + s for s in P["seeds"]]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
     folder = datasets.find("fashion-mnist", data_dir, download_missing=download, log=log)
     data = load(folder)
     gen = torch.Generator().manual_seed(0)  # the same training subset for every run
@@ -156,24 +145,14 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
     results["settings"] = {
         "preset": preset, "seeds": seeds, "folder": str(folder), "train": len(keep), "test": len(data["test"][1]),
         "epochs": P["epochs"], "batch": 128, "optimizer": "Adam lr 1e-3", "network": "SmallCNN (2 conv + 2 linear)",
-        "device": f"cpu ({torch.get_num_threads()} threads)", "torch": torch.__version__, "softargmax": sa.__version__,
-        "python": platform.python_version(), "total_seconds": time.perf_counter() - t_all,
+        **environment(t_all),
     }
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'report.md'} in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     L, A = results["losses"], results["alpha_sweep"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))

@@ -23,9 +23,7 @@ the teacher cross-entropy of their samples by itself; the report says so.
 
 from __future__ import annotations
 
-import json
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -37,6 +35,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
+from ._common import begin, environment, finish, pyplot
 
 LOSSES = {"js": "jensen_shannon", "rcs": "reverse_chi_square", "kl": "softmax", "cs": "chi_square", "alpha1.5": "entmax15"}
 NAMES = {"js": "Jensen–Shannon", "rcs": "reverse χ²", "kl": "KL", "cs": "χ²", "alpha1.5": "α = 1.5"}
@@ -144,17 +143,7 @@ def known_word_share(texts, vocabulary: set) -> float:
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/distillation", seed: int = 0,
         systems=tuple(LOSSES), download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
     """Teacher, SFT and distilled students per loss, the Fig. 4 decoding comparison; results, report, figures."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in LOSSES]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(LOSSES)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
+    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
     folder = datasets.find("tinyshakespeare", data_dir, download_missing=download, log=log)
     text = (folder / "input.txt").read_text(encoding="utf-8")[: P["chars"]]
     chars = sorted(set(text))
@@ -198,15 +187,9 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
         "symbols": len(chars), "context": P["context"], "batch": P["batch"], "teacher": P["teacher"],
         "student": P["student"], "student_parameters": sum(p.numel() for p in model.parameters()),
         "samples": P["samples"], "sample_len": P["sample_len"], "optimizer": "Adam lr 3e-3, cosine decay, clip 1",
-        "device": f"cpu ({torch.get_num_threads()} threads)", "torch": torch.__version__, "softargmax": sa.__version__,
-        "python": platform.python_version(), "total_seconds": time.perf_counter() - t_all,
+        **environment(t_all),
     }
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'report.md'} in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def _names(results):
@@ -214,12 +197,8 @@ def _names(results):
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     S, names = results["students"], _names(results)
     x = range(len(names))
@@ -264,6 +243,7 @@ def render_report(results: dict, figures: list) -> str:
         "training text. One seed.", "",
         f"Teacher: accuracy {T['accuracy']:.2f}%, its own samples: teacher NLL {T['teacher_nll']:.3f}, known words "
         f"{100 * T['known_words']:.1f}%.", "",
+        f"**Paper ({paper['source']}).** Fig. 3: {paper['fig3']}. Fig. 4: {paper['fig4']}.", "",
         "## SFT vs distillation per loss (Fig. 3)", "",
         "| loss | SFT accuracy | distill. accuracy | SFT teacher NLL | distill. teacher NLL | SFT known words | "
         "distill. known words |", "| --- | --- | --- | --- | --- | --- | --- |",

@@ -27,16 +27,15 @@ over documents.
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
-import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 import softargmax as sa
+
+from ._common import begin, environment, finish, pyplot
 
 LOSSES = {
     "softmax": dict(mapping="softmax"),
@@ -133,17 +132,7 @@ def cross_validate(x, q, loss: dict, lambdas, folds: int) -> float:
 def run(preset: str = "default", out: str = "reports/label-proportions", seed: int = 0,
         systems=tuple(LOSSES), threads: Optional[int] = None, log=print, **_) -> dict:
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in LOSSES]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(LOSSES)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
+    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
     rows = []
     for K in P["K"]:
         for mixture in ("uniform", "random"):
@@ -170,14 +159,8 @@ def run(preset: str = "default", out: str = "reports/label-proportions", seed: i
         "preset": preset, "seed": seed, "losses": {k: LOSSES[k] for k in systems}, **{k: P[k] for k in P},
         "generator": {"mean_labels": 2.0, "word_distributions": "flat Dirichlet, V = K", "features": "word frequencies, standardized on the training set"},
         "optimizer": "L-BFGS (strong Wolfe), at most 100 iterations, float64",
-        "torch": torch.__version__, "softargmax": sa.__version__, "python": platform.python_version(),
-        "total_seconds": time.perf_counter() - t_all}}
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'report.md'} in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+        **environment(t_all)}}
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def _series(rows, K, mixture, loss, key):
@@ -189,12 +172,8 @@ def _series(rows, K, mixture, loss, key):
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     rows, st = results["rows"], results["settings"]
     losses = list(st["losses"])

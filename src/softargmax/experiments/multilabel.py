@@ -28,8 +28,6 @@ ARFF of medical and enron.
 
 from __future__ import annotations
 
-import json
-import platform
 import re
 import statistics
 import time
@@ -42,6 +40,7 @@ import torch
 import softargmax as sa
 
 from . import datasets
+from ._common import begin, environment, finish, pyplot
 
 SYSTEMS = ("logistic", "softmax", "sparsemax", "entmax15", "binary_chi_square")
 NAMES = {"logistic": "Logistic", "softmax": "Softmax", "sparsemax": "Sparsemax", "entmax15": "1.5-entmax (extra)",
@@ -244,17 +243,7 @@ def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/multilabel", seed: int = 0,
         systems=SYSTEMS, download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
     """Every dataset × system; writes ``results.json``, ``report.md`` and a figure into ``out``."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(SYSTEMS)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     folder = datasets.find("mulan", data_dir, download_missing=download, log=log)
     results = {"datasets": {}, "paper": PAPER}
     for name in P["datasets"]:
@@ -286,23 +275,13 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
                 f"({rec['seconds']:.1f} s)")
         results["datasets"][name] = info
     results["settings"] = {"preset": preset, "seed": seed, "folder": str(folder), **{k: P[k] for k in P},
-                           "thresholds": THRESHOLDS, "torch": torch.__version__, "softargmax": sa.__version__,
-                           "python": platform.python_version(), "total_seconds": time.perf_counter() - t_all}
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'report.md'} in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+                           "thresholds": THRESHOLDS, **environment(t_all)}
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     D = results["datasets"]
     names = list(D)

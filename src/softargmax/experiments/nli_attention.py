@@ -24,8 +24,6 @@ sparsity of the selected premise words (Table 4).
 
 from __future__ import annotations
 
-import json
-import platform
 import random
 import statistics
 import time
@@ -39,6 +37,7 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from . import datasets
+from ._common import begin, environment, finish, pyplot
 
 LABELS = ("entailment", "neutral", "contradiction")
 SYSTEMS = ("noattention", "logistic", "softmax", "sparsemax", "entmax15")
@@ -230,18 +229,8 @@ def examples(models: dict, test, test_ids, count: int) -> list:
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/nli-attention",
         seed: int = 0, systems=SYSTEMS, download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
     """Train every system for every seed; write ``results.json``, ``report.md`` and a figure into ``out``."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(SYSTEMS)}")
-    if threads:
-        torch.set_num_threads(threads)
-    P = PRESETS[preset]
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     seeds = [seed + s for s in P["seeds"]]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
     folder = datasets.find("snli", data_dir, download_missing=download, log=log)
     dev, test = read_split(folder, "dev"), read_split(folder, "test")
     order = list(range(len(dev[2])))
@@ -287,25 +276,14 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
                                             "embeddings": "learned from scratch (no GloVe offline)"},
         "training": {"epochs": P["epochs"], "batch": P["batch"], "optimizer": f"Adam lr {P['lr']:g}, clip 5",
                      "selection": "best validation epoch"},
-        "device": f"cpu ({torch.get_num_threads()} threads)", "torch": torch.__version__,
-        "softargmax": sa.__version__, "python": platform.python_version(),
-        "total_seconds": time.perf_counter() - t_all,
+        **environment(t_all),
     }
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1)
-    figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'report.md'} in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
 def write_figures(results: dict, out_dir: Path) -> list:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     exs = results.get("examples", [])[:3]
     if not exs:
