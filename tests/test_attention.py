@@ -153,6 +153,21 @@ def test_learned_alpha_per_head():
         snn.SparseMultiheadAttention(16, 4, add_bias_kv=True)
 
 
+def test_alpha_mapping_uses_every_heads_alpha():
+    """``mapping="alpha"`` (the α-divergence) with a per-head α is per-head α-entmax, not head 0's α everywhere."""
+    torch.manual_seed(0)
+    alpha = torch.tensor([1.2, 1.5, 1.8, 1.5])
+    by_alpha = snn.SparseMultiheadAttention(16, 4, batch_first=True, mapping="alpha", alpha=alpha).eval()
+    by_entmax = snn.SparseMultiheadAttention(16, 4, batch_first=True, mapping="entmax", alpha=alpha).eval()
+    by_entmax.load_state_dict(by_alpha.state_dict())
+    x = torch.randn(2, 5, 16)
+    _, w_alpha = by_alpha(x, x, x, average_attn_weights=False)
+    _, w_entmax = by_entmax(x, x, x, average_attn_weights=False)
+    torch.testing.assert_close(w_alpha, w_entmax)
+    scores = torch.randn(2, 4, 5, 5)
+    torch.testing.assert_close(sa.normalize(scores, "alpha", alpha.view(4, 1, 1)), sa.entmax(scores, alpha.view(4, 1, 1)))
+
+
 def test_inspection_helpers():
     from softargmax import inspect
 

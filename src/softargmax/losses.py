@@ -51,7 +51,7 @@ from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
-from .mappings import resolve
+from .mappings import MAPPING_NAMES, resolve
 from .threshold import solve
 
 __all__ = [
@@ -61,11 +61,12 @@ __all__ = [
     "entmax_loss",
     "alpha_relu_loss",
     "f_divergence_loss",
+    "binary_f_divergence_loss",
     "MAPPINGS",
 ]
 
-#: mapping names accepted by :func:`fenchel_young_loss` besides the divergence names
-MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax", "alpha_relu")
+#: mapping names accepted by :func:`fenchel_young_loss`: those of :mod:`softargmax.mappings` and ``"alpha_relu"``
+MAPPINGS = MAPPING_NAMES + ("alpha_relu",)
 
 _REDUCTIONS = ("mean", "sum", "none")
 

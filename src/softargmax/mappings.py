@@ -49,7 +49,8 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -
 
 def normalize(x: Tensor, mapping: Union[str, Divergence] = "entmax15", alpha: Union[float, Tensor, None] = None,
               dim: int = -1) -> Tensor:
-    """``mapping`` applied to ``x`` along ``dim``; ``mapping="entmax"`` also takes a per-row tensor ``alpha``."""
-    if mapping == "entmax" and isinstance(alpha, Tensor):
+    """``mapping`` applied to ``x`` along ``dim``; ``"entmax"``/``"alpha"`` also take a per-row tensor ``alpha``
+    (with unit reference measure the α-divergence softargmax *is* α-entmax)."""
+    if mapping in ("entmax", "alpha") and isinstance(alpha, Tensor):
         return entmax(x, alpha, dim)
     return f_softargmax(x, resolve(mapping, alpha), dim=dim)

@@ -380,8 +380,6 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             kp = torch.zeros_like(kp, dtype=q.dtype).masked_fill(kp, float("-inf")) if kp.dtype == torch.bool else kp.to(q.dtype)
             mask = mask + kp.view(B, 1, 1, S)
         alpha = self.alpha.to(q.dtype).view(H, 1, 1) if self.mapping in ("entmax", "alpha") else None
-        if self.mapping == "alpha":
-            alpha = float(self._alpha[0])
         out, weights = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                                  mapping=self.mapping, alpha=alpha, return_weights=True)
         if self.store_weights:
