@@ -41,7 +41,7 @@ from ._common import begin, environment, finish, pyplot
 from .nmt.decoding import translate
 from .nmt.model import ModelConfig
 from .nmt.tokenizer import PAD
-from .nmt.training import TrainConfig, make_batches, tensors, train_system
+from .nmt.training import TrainConfig, make_batches, noam, tensors, train_system
 
 PRESETS = {
     "smoke": dict(translation.PRESETS["smoke"], analysis_sentences=16, timing_steps=2),
@@ -154,6 +154,8 @@ def run(
     log=print,
 ) -> dict:
     """Train the three attention variants, analyse them and write ``results.json``, ``report.md`` and figures."""
+    import sacrebleu
+
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     folder, train, val, test, _, tok = translation.load_data(P, data_dir, download, out_dir, seed, log)
     model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
@@ -167,8 +169,6 @@ def run(
         t0 = time.perf_counter()
         hyps = translate(model, layer, tok, test.src, beam=P["beam"], device=device)
         record["test_decode_seconds"] = time.perf_counter() - t0
-        import sacrebleu
-
         bleu = sacrebleu.BLEU()
         record["bleu"] = bleu.corpus_score(hyps, [test.tgt]).score
         record["bleu_signature"] = str(bleu.get_signature())
@@ -316,10 +316,13 @@ def render_report(results: dict, figures: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_js(S: dict, system: str) -> float:
+    """Mean over attention blocks of the mean JS divergence between a block's heads."""
+    return statistics.fmean(m["js_mean"] for m in S[system]["attention"].values())
+
+
 def _alpha_budget(st: dict) -> float:
     """The most an Adam-trained α can move: Σ_t lr_t · max dα/dw (= 1/4 at w = 0); Adam's step is ≤ ~lr."""
-    from .nmt.training import noam
-
     tr = st["training"]
     total = sum(noam(t, st["model"]["d_model"], tr["warmup"], tr["lr"]) for t in range(1, tr["steps"] + 1))
     return 0.25 * total
@@ -339,7 +342,7 @@ def _discussion(S: dict, st: dict) -> list:
             "(Figs. 11, 14) come from training Transformer-base to convergence; this run cannot show them, and a "
             "longer `full`-style run (or a larger learning rate for α) is what would test it.")
     if {"softmax", "entmax15"} <= set(S):
-        js = lambda s: statistics.fmean(m["js_mean"] for m in S[s]["attention"].values())  # noqa: E731
+        js = lambda s: _mean_js(S, s)  # noqa: E731
         out.append(f"- **Head diversity.** Sparse heads differ more from each other than softmax heads (mean JS "
                    f"{js('entmax15'):.3f} for 1.5-entmax vs {js('softmax'):.3f}), as the paper reports for sparse "
                    "attention; with every α still near 1.5 the adaptive model is close to the 1.5-entmax one.")
@@ -369,7 +372,7 @@ def _claims(S: dict) -> list:
         out.append(f"- Different layers learn different sparsity: learned α by block — {spread}; the largest move "
                    f"from the initial 1.5 is {moved:.2f}.")
         if "softmax" in S:
-            js = lambda s: statistics.fmean(m["js_mean"] for m in S[s]["attention"].values())  # noqa: E731
+            js = lambda s: _mean_js(S, s)  # noqa: E731
             out.append(f"- Adaptive heads are more diverse than softmax heads: mean JS {js('adaptive'):.3f} vs "
                        f"{js('softmax'):.3f} ({'holds' if js('adaptive') > js('softmax') else 'does not hold'})"
                        + (f"; 1.5-entmax {js('entmax15'):.3f}." if "entmax15" in S else "."))

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import torch
 
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
+
+from ._common import begin, pyplot
 
 PRESETS = {
     "smoke": dict(rows=16, k=1000, iterations=40),
@@ -53,9 +54,7 @@ def bisection_trace(div, z, iterations):
 
 
 def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused):
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    P, out_dir, _ = begin(preset, PRESETS, (), (), None, out)
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(P["rows"], P["k"], generator=g, dtype=torch.float64) * 3
     results = {"settings": {"preset": preset, "seed": seed, "rows": P["rows"], "k": P["k"], "logits": "randn * 3",
@@ -106,12 +105,8 @@ def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused)
 
 
 def _figure(results, out_dir):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     gens = results["generators"]
     fig, axes = plt.subplots(1, len(gens), figsize=(3.2 * len(gens), 3.2), sharey=True)

@@ -212,14 +212,13 @@ def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))  # the files are sorted by label
     Xtr, Ytr = Xtr[perm], Ytr[perm]
     oof = {lam: torch.zeros_like(Ytr) for lam in P["lambdas"]}  # out-of-fold scores
-    if len(P["lambdas"]) > 1 or k > 1:
-        for f in range(k):
-            val = torch.zeros(n, dtype=torch.bool)
-            val[f * n // k: (f + 1) * n // k] = True
-            a, b_ = _standardize(Xtr[~val], Xtr[val], text)
-            for lam in P["lambdas"]:
-                W, b = fit(system, a, Ytr[~val], lam, P["max_iter"])
-                oof[lam][val] = b_ @ W + b
+    for f in range(k):
+        val = torch.zeros(n, dtype=torch.bool)
+        val[f * n // k: (f + 1) * n // k] = True
+        a, b_ = _standardize(Xtr[~val], Xtr[val], text)
+        for lam in P["lambdas"]:
+            W, b = fit(system, a, Ytr[~val], lam, P["max_iter"])
+            oof[lam][val] = b_ @ W + b
     best = {}
     for lam, z in oof.items():
         for t in THRESHOLDS[rule(system)]:

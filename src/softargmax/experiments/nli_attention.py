@@ -213,13 +213,13 @@ def examples(models: dict, test, test_ids, count: int) -> list:
             break
         if len(test[0][i]) < 8:
             continue
-        batch = _tensors(test_ids, [i])
-        logits, _ = sparse(*batch[:4])
+        batch = _tensors(test_ids, [i])[:4]
+        logits, w_sparse = sparse(*batch)
         if int(logits.argmax()) != test[2][i]:
             continue
         ex = {"premise": test[0][i], "hypothesis": test[1][i], "label": LABELS[test[2][i]], "weights": {}}
         for s, m in models.items():
-            _, w = m(*batch[:4])
+            w = w_sparse if m is sparse else m(*batch)[1]
             if w is not None:
                 ex["weights"][s] = [round(float(x), 4) for x in w[0]]
         out.append(ex)

@@ -14,12 +14,12 @@ allows.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 
 import softargmax as sa
 
+from ._common import begin
 from .nmt import data as nmt_data
 from .nmt.decoding import pad_batch
 from .nmt.model import ModelConfig, Seq2Seq
@@ -36,9 +36,7 @@ PAPER = {10000: {"p_star": 0.0184, "tau_model": 0.33, "tau_formula": 0.33},
 
 @torch.no_grad()
 def run(preset="default", data_dir=None, out="reports/tau-table", seed=0, download=False, log=print, **_):
-    P = PRESETS[preset]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    P, out_dir, _ = begin(preset, PRESETS, (), (), None, out)
     folder = nmt_data.find(data_dir, download_missing=download, log=log)
     train = nmt_data.read_split(folder, "train")
     sample = train.head(P["sentences"])

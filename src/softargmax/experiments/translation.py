@@ -28,6 +28,7 @@ import torch
 
 import softargmax as sa
 
+from ._common import pyplot
 from .nmt import data as nmt_data
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
@@ -248,12 +249,8 @@ def run(
 
 def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     """PNG figures: training curves (steps, time), inference vs beam, zeros per step, Σ α-ReLU per step."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     systems = results["systems"]
     files = []

@@ -117,12 +117,12 @@ def train_system(
     if attention:
         sa.nn.convert_attention(model, **attention)
     layer = OutputLayer(system)
-    system = name or system
+    label = name or system
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
-    record = {"system": system, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0}
+    record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0}
     ckpt = out_dir / "checkpoint.pt"
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
@@ -131,13 +131,13 @@ def train_system(
         sched.load_state_dict(state["sched"])
         record = state["record"]
         layer.tau = record.get("tau", 0.0)
-        log(f"[{system}] resumed at step {record['steps_done']}")
+        log(f"[{label}] resumed at step {record['steps_done']}")
     elif layer.system == "alpha_relu":
         first = tensors(pairs, batches[0], device)
         layer.tau = calibrate_tau(model, layer, first)
         record["tau"] = layer.tau
         record["tau_formula"] = sa.tau.gaussian(model_cfg.vocab_size, sa.tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
-        log(f"[{system}] tau from the untrained model's first batch: {layer.tau:.4f} "
+        log(f"[{label}] tau from the untrained model's first batch: {layer.tau:.4f} "
             f"(data-free estimate {record['tau_formula']:.4f})")
     model.train()
     step = start_step = record["steps_done"]
@@ -161,7 +161,7 @@ def train_system(
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
             per = record["train_seconds"] / step
-            log(f"[{system}] step {step}/{cfg.steps} loss {loss.item():.3f} "
+            log(f"[{label}] step {step}/{cfg.steps} loss {loss.item():.3f} "
                 f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s, ETA {per * (cfg.steps - step) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             vloss = validation_loss(model, layer, vpairs, vbatches, device)
@@ -173,7 +173,7 @@ def train_system(
             if attention and attention.get("learn_alpha"):
                 entry["alphas"] = {k: v.tolist() for k, v in sa.inspect.alphas(model).items()}
             record["history"].append(entry)
-            log(f"[{system}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
+            log(f"[{label}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
     record["wall_seconds_this_run"] = time.perf_counter() - t_start
     record["steps_this_run"] = step - start_step
