@@ -108,3 +108,26 @@ def rng():
 def _seed_every_test():
     """Tests draw random inputs; a fixed seed per test keeps every run identical."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(params=["fused", "torch"])
+def solver_path(request):
+    """Run a test on both CPU solvers: the fused C row solver (:mod:`softargmax._cpu_rows`,
+    the default where it covers the operator) and the PyTorch reference path."""
+    from softargmax import _cpu_rows
+
+    if request.param == "fused" and not _cpu_rows.available():
+        pytest.skip("the fused CPU row solver could not be built here")
+    old = _cpu_rows.set_enabled(request.param == "fused")
+    yield request.param
+    _cpu_rows.set_enabled(old)
+
+
+@pytest.fixture
+def torch_solver():
+    """The PyTorch solver only (for tests of its pruning and tracing)."""
+    from softargmax import _cpu_rows
+
+    old = _cpu_rows.set_enabled(False)
+    yield
+    _cpu_rows.set_enabled(old)

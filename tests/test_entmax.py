@@ -16,6 +16,9 @@ F64 = torch.float64
 
 SHAPES = [(1, 2), (7, 5), (4, 130), (3, 1000), (2, 4096), (64, 512)]
 
+# every test runs on the fused CPU row solver and on the PyTorch path
+pytestmark = pytest.mark.usefixtures("solver_path")
+
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("scale", [0.3, 3.0, 30.0])
@@ -129,7 +132,7 @@ def test_support_is_sparse_and_sums_to_one():
         assert (p >= 0).all()
 
 
-def test_pruned_and_unpruned_solutions_agree():
+def test_pruned_and_unpruned_solutions_agree(torch_solver):
     from softargmax.divergences import AlphaDivergence, ChiSquare
     from softargmax.threshold import solve
 

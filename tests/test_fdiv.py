@@ -13,6 +13,9 @@ from conftest import ALL_DIVERGENCES, brute_force_fsoftargmax, div_id
 
 F64 = torch.float64
 
+# every test runs on the fused CPU row solver and on the PyTorch path
+pytestmark = pytest.mark.usefixtures("solver_path")
+
 
 def test_kl_is_softmax_with_log_q():
     x = torch.randn(4, 9, dtype=F64)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import _cpu_rows
 from ._checks import Rows, sum_to
 from .divergences import AlphaDivergence, Divergence, get_divergence
 from .threshold import Solution, solve
@@ -74,6 +75,9 @@ MAX_ALPHA_GROUPS = 32
 def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
     """α-entmax with one α per row: rows sharing an α (e.g. one α per attention head) are
     solved together by the float-α solver; many distinct values use the tensor-α solver."""
+    fused = _cpu_rows.solve_alpha_rows(z, alpha2d) if z.device.type == "cpu" else None
+    if fused is not None:
+        return fused
     values = torch.unique(alpha2d)
     if values.numel() > MAX_ALPHA_GROUPS:
         return solve(z, AlphaDivergence(alpha2d))

@@ -33,6 +33,10 @@ Method (DESIGN §3):
    of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
    the candidates.
 
+On CPU, the operators it covers (α-entmax with α ∈ (1, 2], Jensen–Shannon, squared
+Hellinger; ``q = None``) go to the fused C row solver :mod:`softargmax._cpu_rows`, which
+follows the same method row by row and returns the same :class:`Solution`.
+
 Rows whose maximum is ``-inf`` (everything masked) give ``p = 0``; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
 """
@@ -46,6 +50,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _cpu_rows
 from .divergences import Divergence
 
 __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
@@ -192,6 +197,10 @@ def solve(
     given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
     appended to it (for convergence studies).
     """
+    if q is None and prune and trace is None and max_iter == MAX_ITER and z.device.type == "cpu":
+        fused = _cpu_rows.solve(z, divergence)
+        if fused is not None:
+            return fused
     R, k = z.shape
     eps = torch.finfo(z.dtype).eps
     div = divergence

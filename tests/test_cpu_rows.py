@@ -1,0 +1,182 @@
+"""The fused CPU row solver (softargmax._cpu_rows) against the PyTorch solver and the sort references.
+
+Both paths are independent implementations of the same method (DESIGN §3); the PyTorch one
+is checked against brute-force optimizers in test_fdiv and against sort-based references
+in test_entmax, and those suites run on both paths (the ``solver_path`` fixture).  Here:
+the Solution objects agree field by field on edge cases (masks, NaN/+inf rows, ties,
+one-element rows, long rows, extreme scales), threads do not change results, and the
+fallbacks work.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import softargmax as sa
+from softargmax import _cpu_rows
+from softargmax.divergences import get_divergence
+from softargmax.threshold import solve
+
+from conftest import entmax15_sort, sparsemax_sort
+
+pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
+
+COVERED = [
+    ("chi_square", {}),
+    ("alpha", {"alpha": 2.0}),
+    ("alpha", {"alpha": 1.5}),
+    ("alpha", {"alpha": 1.3}),
+    ("alpha", {"alpha": 1.7}),
+    ("alpha", {"alpha": 1.05}),
+    ("jensen_shannon", {}),
+    ("squared_hellinger", {}),
+]
+
+
+def _ids(case):
+    name, params = case
+    return name + "".join(f"-{v}" for v in params.values())
+
+
+def _torch_solve(z, div):
+    old = _cpu_rows.set_enabled(False)
+    try:
+        return solve(z, div)
+    finally:
+        _cpu_rows.set_enabled(old)
+
+
+def _edge_rows(k, dtype, gen):
+    """Random rows plus masked entries, an all-masked row, a NaN row, a +inf row, ties."""
+    z = torch.randn(9, k, dtype=dtype, generator=gen) * 3
+    z[1, : k // 2] = -math.inf
+    z[2] = -math.inf
+    z[3, 0] = math.nan
+    z[4, -1] = math.inf
+    z[5] = 1.25  # constant row: uniform answer
+    z[6, : max(1, k // 3)] = z[6].max() + 2  # tied maxima
+    z[7] *= 1e4  # extreme scale: one winner
+    z[8] *= 1e-4  # tiny scale: dense for every mapping
+    return z
+
+
+@pytest.mark.parametrize("case", COVERED, ids=_ids)
+@pytest.mark.parametrize("k", [1, 2, 7, 64, 1000, 5003])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_solution_matches_torch_solver(case, k, dtype):
+    name, params = case
+    div = get_divergence(name, **params)
+    z = _edge_rows(k, dtype, torch.Generator().manual_seed(k))
+    fused = _cpu_rows.solve(z, div)
+    assert fused is not None
+    ref = _torch_solve(z, div)
+    tol = dict(atol=1e-11, rtol=1e-9) if dtype == torch.float64 else dict(atol=3e-6, rtol=1e-4)
+    torch.testing.assert_close(fused.dense_p(), ref.dense_p(), equal_nan=True, **tol)
+    ok = torch.ones(9, dtype=torch.bool)
+    ok[[2, 3, 4]] = False  # masked / bad rows: tau is a convention there, p and s are what count
+    torch.testing.assert_close(fused.tau[ok], ref.tau[ok], **tol)
+    s_ref = ref.scatter(ref.s)
+    torch.testing.assert_close(fused.s[ok], s_ref[ok], **tol)
+    torch.testing.assert_close(fused.s_sum[ok], ref.s_sum[ok], **tol)
+    assert fused.bad_rows is not None and fused.bad_rows.squeeze(1).tolist() == [
+        False, False, False, True, True, False, False, False, False]
+    assert torch.all(fused.p[2] == 0) and torch.all(fused.s[2] == 0) and fused.s_sum[2, 0] == 0
+    assert torch.isnan(fused.dense_p()[3]).all() and torch.isnan(fused.dense_p()[4]).all()
+    good = fused.dense_p()[[0, 1, 5, 6, 7, 8]].double()
+    torch.testing.assert_close(good.sum(-1), torch.ones(6, dtype=torch.float64),
+                               atol=1e-12 if dtype == torch.float64 else 2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("k", [3, 50, 777, 20000])
+def test_exact_sparsemax_and_entmax15_against_sort(k):
+    gen = torch.Generator().manual_seed(k)
+    z = torch.randn(16, k, dtype=torch.float64, generator=gen) * 2
+    for fn, ref in [(sa.sparsemax, sparsemax_sort), (sa.entmax15, entmax15_sort)]:
+        expect = torch.from_numpy(np.stack([ref(row) for row in z.numpy()]))
+        torch.testing.assert_close(fn(z), expect, atol=1e-13, rtol=0)
+        # exact: the support matches the sort reference's exactly
+        assert torch.equal(fn(z) > 0, expect > 0)
+
+
+def test_per_row_alpha_matches_torch_path_with_gradients():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 3, 40, dtype=torch.float64, generator=gen) * 2
+    x[0, 0, :5] = -math.inf
+    alpha = (1.0 + torch.rand(4, 3, 1, dtype=torch.float64, generator=gen)).clamp(1.01, 2.0)
+    alpha[1, 2] = 2.0
+    alpha[2, 1] = 1.5
+    v = torch.randn(4, 3, 40, dtype=torch.float64, generator=gen)
+    results = []
+    for enabled in (True, False):
+        old = _cpu_rows.set_enabled(enabled)
+        try:
+            xx, aa = x.clone().requires_grad_(), alpha.clone().requires_grad_()
+            p = sa.entmax(xx, aa)
+            (p * v).sum().backward()
+            results.append((p.detach(), xx.grad, aa.grad))
+        finally:
+            _cpu_rows.set_enabled(old)
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+
+
+def test_alpha_outside_covered_range_falls_back():
+    z = torch.randn(4, 30, dtype=torch.float64)
+    for name, params in [("alpha", {"alpha": 2.5}), ("alpha", {"alpha": 0.5}), ("reverse_kl", {}), ("kl", {})]:
+        assert _cpu_rows.solve(z, get_divergence(name, **params)) is None
+    assert _cpu_rows.solve_alpha_rows(z, torch.tensor([[1.5], [2.5], [1.5], [1.5]], dtype=torch.float64)) is None
+    assert _cpu_rows.solve(z.t(), get_divergence("chi_square")) is None  # not contiguous
+    assert _cpu_rows.solve(z.half(), get_divergence("chi_square")) is None  # computed in float32 upstream
+    # the public operators still answer (PyTorch path)
+    p = sa.entmax(z, 2.5)
+    torch.testing.assert_close(p.sum(-1), torch.ones(4, dtype=torch.float64))
+
+
+def test_threads_do_not_change_results():
+    z = torch.randn(512, 300, generator=torch.Generator().manual_seed(0)) * 3  # above PARALLEL_MIN_ELEMENTS
+    assert z.numel() >= _cpu_rows.PARALLEL_MIN_ELEMENTS
+    old = torch.get_num_threads()
+    outs = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            outs.append(sa.entmax(z, 1.3))
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_input_is_not_modified():
+    z = torch.randn(8, 100) * 3
+    z[0, :3] = -math.inf
+    before = z.clone()
+    for name, params in COVERED:
+        _cpu_rows.solve(z, get_divergence(name, **params))
+    assert torch.equal(z, before)
+
+
+def _run_python(code, **env):
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=full,
+                          timeout=300)
+
+
+def test_missing_compiler_falls_back_with_a_warning(tmp_path):
+    code = ("import torch, softargmax as sa; from softargmax import _cpu_rows; "
+            "x = torch.randn(3, 9, dtype=torch.float64); p = sa.sparsemax(x); "
+            "print(_cpu_rows.available(), float(p.sum(-1).sub(1).abs().max()) < 1e-12)")
+    proc = _run_python(code, CC="/nonexistent/cc", SOFTARGMAX_CACHE_DIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+    assert "fused CPU row solver is unavailable" in proc.stderr
+
+
+def test_environment_switch_disables_the_fused_path():
+    proc = _run_python("from softargmax import _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
