@@ -188,10 +188,18 @@ def run(
         "softargmax": sa.__version__,
         "python": sys.version.split()[0],
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "cpu_solver": _cpu_solver() if device.type == "cpu" else None,
         "input": "randn * 3",
         "repeats": repeats,
         "cases": cases,
     }
+
+
+def _cpu_solver() -> str:
+    """Which CPU solver the covered operators used: the fused C row solver or the PyTorch path."""
+    from . import _cpu_rows
+
+    return "fused C row solver" if _cpu_rows.enabled() and _cpu_rows.available() else "PyTorch path"
 
 
 def _row(c: dict) -> str:
