@@ -198,7 +198,9 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     z = theta / beta if beta != 1.0 else theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
-    sol = solve(z, div, q)
+    # the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the fused
+    # CPU solver's dense rows would make them full-size)
+    sol = solve(z, div, q, fused=False)
     p = sol.dense_p()
     # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
     th_c = sol.gather(theta)

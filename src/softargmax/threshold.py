@@ -190,17 +190,21 @@ def solve(
     prune: bool = True,
     max_iter: int = MAX_ITER,
     trace: Optional[list] = None,
+    fused: bool = True,
 ) -> Solution:
     """Solve every row of ``z`` (``[R, k]``, contiguous, float32/64).  See the module docstring.
 
     ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
     given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
-    appended to it (for convergence studies).
+    appended to it (for convergence studies).  ``fused``: allow the fused CPU row solver,
+    whose solution is dense (``block_index`` None); callers that then work on the
+    candidates only (the Fenchel–Young loss values) pass ``False`` to keep the pruned,
+    candidate-sized solution.
     """
-    if q is None and prune and trace is None and max_iter == MAX_ITER and z.device.type == "cpu":
-        fused = _cpu_rows.solve(z, divergence)
-        if fused is not None:
-            return fused
+    if fused and q is None and prune and trace is None and max_iter == MAX_ITER and z.device.type == "cpu":
+        row_solution = _cpu_rows.solve(z, divergence)
+        if row_solution is not None:
+            return row_solution
     R, k = z.shape
     eps = torch.finfo(z.dtype).eps
     div = divergence
