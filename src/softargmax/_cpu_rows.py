@@ -17,7 +17,8 @@ generators, α > 2 or α < 1, tracing).  The tests run both paths against each o
 against the brute-force references.
 
 **Building.**  The C file is compiled on first use with the system C compiler
-(``$CC``, else ``cc``; ``-O3 -march=native -fopenmp``) into a cache directory
+(``$CC``, else ``cc``; ``-O3 -march=native -fopenmp``, with glibc's vector math library
+libmvec where it links, else without) into a cache directory
 (``$SOFTARGMAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/softargmax`` or
 ``~/.cache/softargmax``), keyed by a hash of the source, the flags and the CPU, and
 loaded with :mod:`ctypes`.  If there is no compiler, or ``SOFTARGMAX_CPU_KERNELS=0`` is
@@ -172,7 +173,8 @@ def _usable(z: Tensor) -> bool:
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
-    from .threshold import Solution
+    from .threshold import Solution  # threshold dispatches here: import at call time
+
 
     R, k = z.shape
     p = torch.empty_like(z)
