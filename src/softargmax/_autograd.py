@@ -75,7 +75,7 @@ MAX_ALPHA_GROUPS = 32
 def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
     """α-entmax with one α per row: rows sharing an α (e.g. one α per attention head) are
     solved together by the float-α solver; many distinct values use the tensor-α solver."""
-    fused = _cpu_rows.solve_alpha_rows(z, alpha2d) if z.device.type == "cpu" else None
+    fused = _cpu_rows.solve_alpha_rows(z, alpha2d)  # None unless CPU and every α in (1, 2]
     if fused is not None:
         return fused
     values = torch.unique(alpha2d)

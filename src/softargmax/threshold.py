@@ -201,7 +201,7 @@ def solve(
     candidates only (the Fenchel–Young loss values) pass ``False`` to keep the pruned,
     candidate-sized solution.
     """
-    if fused and q is None and prune and trace is None and max_iter == MAX_ITER and z.device.type == "cpu":
+    if fused and q is None and prune and trace is None and max_iter == MAX_ITER:  # _cpu_rows checks the device
         row_solution = _cpu_rows.solve(z, divergence)
         if row_solution is not None:
             return row_solution
