@@ -7,11 +7,18 @@
   which only uses the primal generator f and f' (never the conjugates the solver uses).
 """
 
+import math
+import os
+
 import numpy as np
 import pytest
 import torch
 
 torch.set_num_threads(2)
+if not torch.cuda.is_available():
+    # the Triton kernels run in Triton's interpreter on CPU tensors (must be set before
+    # Triton is imported; softargmax imports it only when a kernel is first needed)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 ALL_DIVERGENCES = [
     ("kl", {}),
@@ -65,6 +72,20 @@ def entmax15_sort(x: np.ndarray) -> np.ndarray:
         kz = (tau <= zs).sum()
         out[idx] = np.maximum(z - tau[kz - 1], 0) ** 2
     return out
+
+
+def edge_rows(k, dtype, gen, device="cpu"):
+    """Random rows plus masked entries, an all-masked row, a NaN row, a +inf row, ties."""
+    z = torch.randn(9, k, dtype=dtype, generator=gen) * 3
+    z[1, : k // 2] = -math.inf
+    z[2] = -math.inf
+    z[3, 0] = math.nan
+    z[4, -1] = math.inf
+    z[5] = 1.25  # constant row: uniform answer
+    z[6, : max(1, k // 3)] = z[6].max() + 2  # tied maxima
+    z[7] *= 1e4  # extreme scale: one winner
+    z[8] *= 1e-4  # tiny scale: dense for every mapping
+    return z.to(device)
 
 
 def brute_force_fsoftargmax(div, x: np.ndarray, q: np.ndarray, beta: float):
@@ -131,3 +152,21 @@ def torch_solver():
     old = _cpu_rows.set_enabled(False)
     yield
     _cpu_rows.set_enabled(old)
+
+
+@pytest.fixture
+def triton_device():
+    """Where the Triton kernels run: ``"cuda"`` on a GPU, else ``"cpu"`` under Triton's
+    interpreter (CPU tensors are routed to the kernels); skips without Triton."""
+    from softargmax import _triton_rows
+
+    if not _triton_rows.available():
+        pytest.skip("Triton is not installed")
+    if torch.cuda.is_available():
+        yield "cuda"
+        return
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+    old = _triton_rows.set_cpu_interpret(True)
+    yield "cpu"
+    _triton_rows.set_cpu_interpret(old)

@@ -22,7 +22,7 @@ from softargmax import _cpu_rows
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
 
-from conftest import entmax15_sort, sparsemax_sort
+from conftest import edge_rows, entmax15_sort, sparsemax_sort
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 
@@ -51,27 +51,13 @@ def _torch_solve(z, div):
         _cpu_rows.set_enabled(old)
 
 
-def _edge_rows(k, dtype, gen):
-    """Random rows plus masked entries, an all-masked row, a NaN row, a +inf row, ties."""
-    z = torch.randn(9, k, dtype=dtype, generator=gen) * 3
-    z[1, : k // 2] = -math.inf
-    z[2] = -math.inf
-    z[3, 0] = math.nan
-    z[4, -1] = math.inf
-    z[5] = 1.25  # constant row: uniform answer
-    z[6, : max(1, k // 3)] = z[6].max() + 2  # tied maxima
-    z[7] *= 1e4  # extreme scale: one winner
-    z[8] *= 1e-4  # tiny scale: dense for every mapping
-    return z
-
-
 @pytest.mark.parametrize("case", COVERED, ids=_ids)
 @pytest.mark.parametrize("k", [1, 2, 7, 64, 1000, 5003])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fused_solution_matches_torch_solver(case, k, dtype):
     name, params = case
     div = get_divergence(name, **params)
-    z = _edge_rows(k, dtype, torch.Generator().manual_seed(k))
+    z = edge_rows(k, dtype, torch.Generator().manual_seed(k))
     fused = _cpu_rows.solve(z, div)
     assert fused is not None
     ref = _torch_solve(z, div)

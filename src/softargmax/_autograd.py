@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import _cpu_rows
+from . import _kernels
 from ._checks import Rows, sum_to
 from .divergences import AlphaDivergence, Divergence, get_divergence
 from .threshold import Solution, solve
@@ -75,7 +75,7 @@ MAX_ALPHA_GROUPS = 32
 def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
     """α-entmax with one α per row: rows sharing an α (e.g. one α per attention head) are
     solved together by the float-α solver; many distinct values use the tensor-α solver."""
-    fused = _cpu_rows.solve_alpha_rows(z, alpha2d)  # None unless CPU and every α in (1, 2]
+    fused = _kernels.solve_alpha_rows(z, alpha2d)  # None unless a fused solver covers it (every α in (1, 2])
     if fused is not None:
         return fused
     values = torch.unique(alpha2d)
@@ -142,6 +142,14 @@ class NormalizedMapping(torch.autograd.Function):
         rows: Rows = ctx.rows
         sol: Solution = ctx.sol
         v = rows.to_rows(grad_out)
+        if sol.s is None:  # a GPU kernel solution (q = None): its JVP kernel recomputes s from p
+            grad_x = grad_alpha = None
+            if ctx.needs_input_grad[0]:
+                grad_x = rows.restore(sol.jvp(v, 1.0 / ctx.temperature), ctx.x_dtype)
+            if ctx.needs_input_grad[2]:
+                ga = entmax_alpha_vjp(sol.p, v, ctx.alpha2d).to(rows.dtype)
+                grad_alpha = grad_to_param(ga, rows, ctx.alpha_param)
+            return grad_x, None, grad_alpha, None, None, None
         vc = sol.gather(v)
         s = sol.s
         ssum = sol.s_sum

@@ -40,12 +40,12 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .divergences import AlphaDivergence, ChiSquare, Divergence, JensenShannon, SquaredHellinger
+from ._row_kinds import kind_of, solve_alpha_rows_with, solve_with
+from .divergences import Divergence
 
 __all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows"]
 
@@ -55,8 +55,6 @@ FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-fopenm
 VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
 #: below this many elements one thread does the whole batch (thread start-up costs more)
 PARALLEL_MIN_ELEMENTS = 1 << 15
-
-KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 
 _lock = threading.Lock()
 _lib = None  # None: not tried yet; False: unavailable
@@ -148,25 +146,6 @@ def set_enabled(flag: bool) -> bool:
     return old
 
 
-def _exponent(div: Divergence) -> Optional[float]:
-    """``a`` of ``Σ [a z - t]_+^{1/a} = 1`` for a covered power generator, else ``None``."""
-    if type(div) is ChiSquare:
-        return 1.0
-    if type(div) is AlphaDivergence and not isinstance(div.alpha, Tensor):
-        a = float(div.alpha) - 1.0
-        return a if 0.0 < a <= 1.0 else None
-    return None
-
-
-def _kind(div: Divergence):
-    if type(div) is JensenShannon:
-        return KIND_JS, None
-    if type(div) is SquaredHellinger:
-        return KIND_HELL, None
-    a = _exponent(div)
-    return (KIND_POWER, a) if a is not None else (None, None)
-
-
 def _usable(z: Tensor) -> bool:
     return (_enabled and z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64)
             and z.dim() == 2 and z.is_contiguous() and z.shape[1] < 2**31 and bool(_load()))
@@ -196,25 +175,13 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
 
 def solve(z: Tensor, div: Divergence):
     """The :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
-    kind, a = _kind(div)
-    if kind is None or not _usable(z):
+    if kind_of(div)[0] is None or not _usable(z):
         return None
-    a_t = torch.tensor([1.0 if a is None else a], dtype=torch.float64)
-    sol = _run(z, kind, a_t, 0)
-    if kind == KIND_POWER and type(div) is not ChiSquare:
-        # t = a τ_f - 1 (the solver's scaled threshold) -> the f-divergence τ_f
-        sol.tau = (sol.tau + 1) / a
-    return sol
+    return solve_with(_run, z, div)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
     if not _usable(z):
         return None
-    a = alpha2d.detach().reshape(-1).to(torch.float64) - 1
-    if a.numel() != z.shape[0] or not bool(((a > 0) & (a <= 1)).all()):
-        return None
-    a = a.contiguous()
-    sol = _run(z, KIND_POWER, a, 1)
-    sol.tau = (sol.tau + 1) / a.to(z.dtype).unsqueeze(1)
-    return sol
+    return solve_alpha_rows_with(_run, z, alpha2d)

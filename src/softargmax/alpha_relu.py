@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import _kernels
 from ._checks import check_alpha, check_broadcastable, check_tensor, compute_dtype, sum_to
 
 __all__ = ["alpha_relu"]
@@ -27,6 +28,17 @@ __all__ = ["alpha_relu"]
 class _AlphaReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tau, alpha: float):
+        ctx.alpha = alpha
+        ctx.x_dtype = x.dtype
+        ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
+        ctx.tau_dtype = tau.dtype if isinstance(tau, Tensor) else None
+        ctx.kernel_tau = None
+        if not isinstance(tau, Tensor):
+            y = _kernels.alpha_relu_forward(x, alpha, tau)  # GPU: one elementwise kernel each way
+            if y is not None:
+                ctx.save_for_backward(x)
+                ctx.kernel_tau = tau
+                return y
         dtype = compute_dtype(x.dtype)
         a = alpha - 1.0
         xc = x.to(dtype)
@@ -41,20 +53,19 @@ class _AlphaReLU(torch.autograd.Function):
         else:
             p = t ** (1.0 / a)
         ctx.save_for_backward(t)
-        ctx.alpha = alpha
-        ctx.x_dtype = x.dtype
-        ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
-        ctx.tau_dtype = tau.dtype if isinstance(tau, Tensor) else None
         return p.to(x.dtype) if p.dtype != x.dtype else p
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
+        if ctx.kernel_tau is not None:
+            (x,) = ctx.saved_tensors
+            return _kernels.alpha_relu_backward(x, grad_out, ctx.alpha, ctx.kernel_tau), None, None
         (t,) = ctx.saved_tensors
         a = ctx.alpha - 1.0
         # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
         if a == 1.0:
-            d = (t > 0).to(t.dtype)
+            d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
         elif a == 0.5:
             d = t
         else:

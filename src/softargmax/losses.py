@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import _kernels
 from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .mappings import MAPPING_NAMES, resolve
@@ -198,9 +199,9 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     z = theta / beta if beta != 1.0 else theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
-    # the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the fused
-    # CPU solver's dense rows would make them full-size)
-    sol = solve(z, div, q, fused=False)
+    # on CPU the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the
+    # fused CPU solver's dense rows would make them full-size); on GPU the Triton kernels
+    sol = solve(z, div, q, fused=_kernels.dense_solution_pays(z))
     p = sol.dense_p()
     # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
     th_c = sol.gather(theta)

@@ -33,9 +33,11 @@ Method (DESIGN §3):
    of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
    the candidates.
 
-On CPU, the operators it covers (α-entmax with α ∈ (1, 2], Jensen–Shannon, squared
-Hellinger; ``q = None``) go to the fused C row solver :mod:`softargmax._cpu_rows`, which
-follows the same method row by row and returns the same :class:`Solution`.
+The operators the fused row solvers cover (α-entmax with α ∈ (1, 2], Jensen–Shannon,
+squared Hellinger; ``q = None``; :mod:`softargmax._row_kinds`) go, through
+:mod:`softargmax._kernels`, to the C row solver on CPU (:mod:`softargmax._cpu_rows`) and
+to the Triton kernels on CUDA (:mod:`softargmax._triton_rows`); both follow the same
+method row by row and return the same :class:`Solution`.
 
 Rows whose maximum is ``-inf`` (everything masked) give ``p = 0``; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
@@ -45,12 +47,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
-from . import _cpu_rows
+from . import _kernels
 from .divergences import Divergence
 
 __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
@@ -70,13 +72,16 @@ class Solution:
     Attributes:
         tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
         p: ``[R, K]`` probabilities of the candidates.
-        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support).
+        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support); ``None`` for
+            the GPU kernels' solutions, whose backward recomputes them from ``p`` (see ``jvp``).
         s_sum: ``[R, 1]`` their row sums (from the last Newton evaluation).
         block_index: ``None`` when the candidates are the full rows; otherwise
             ``[R, B, KB]`` indices into ``z.view(R, B, nb)`` along the last axis.
         k: the row length.
         bad_rows: ``[R, 1]`` boolean, rows with NaN or ``+inf`` (``None`` if none).
-        iterations: Newton (or bisection) steps taken.
+        iterations: Newton (or bisection) steps taken (``-1``: not counted, GPU kernels).
+        jvp: ``None``, or (GPU kernels) ``jvp(v, scale)`` returning the dense
+            ``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for an incoming gradient ``v`` ``[R, k]``.
     """
 
     tau: Tensor
@@ -87,6 +92,7 @@ class Solution:
     k: int
     bad_rows: Optional[Tensor]
     iterations: int
+    jvp: Optional[Callable[[Tensor, float], Tensor]] = None
 
     def gather(self, full: Tensor) -> Tensor:
         """``[R, k]`` -> ``[R, K]``: values at the candidates."""
@@ -201,8 +207,8 @@ def solve(
     candidates only (the Fenchel–Young loss values) pass ``False`` to keep the pruned,
     candidate-sized solution.
     """
-    if fused and q is None and prune and trace is None and max_iter == MAX_ITER:  # _cpu_rows checks the device
-        row_solution = _cpu_rows.solve(z, divergence)
+    if fused and q is None and prune and trace is None and max_iter == MAX_ITER:  # _kernels checks the device
+        row_solution = _kernels.solve(z, divergence)
         if row_solution is not None:
             return row_solution
     R, k = z.shape

@@ -1,0 +1,68 @@
+r"""The operators the fused row solvers cover, shared by the CPU (C) and GPU (Triton) paths.
+
+A fused row solver is a function ``run(z, kind, a, a_stride) -> Solution`` that solves
+every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kinds:
+
+* ``KIND_POWER``: ``Σ_j [a z_j - t]_+^{1/a} = 1`` with ``a = α - 1 ∈ (0, 1]`` (α-entmax;
+  ``a = 1`` is sparsemax, also as the ``"chi_square"`` divergence), one ``a`` for all
+  rows (``a_stride = 0``) or one per row (``a_stride = 1``).  Its ``Solution.tau`` is
+  ``t`` in the variable ``y = a z``; :func:`solve_with` converts it to the f-divergence
+  parametrization ``τ_f = (t + 1)/a`` (DESIGN §1) except for ``"chi_square"``, whose
+  ``τ`` is ``t`` itself.
+* ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
+  ``Solution.tau`` is already ``τ_f``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from .divergences import AlphaDivergence, ChiSquare, Divergence, JensenShannon, SquaredHellinger
+
+KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
+
+
+def power_exponent(div: Divergence) -> Optional[float]:
+    """``a`` of ``Σ [a z - t]_+^{1/a} = 1`` for a covered power generator, else ``None``."""
+    if type(div) is ChiSquare:
+        return 1.0
+    if type(div) is AlphaDivergence and not isinstance(div.alpha, Tensor):
+        a = float(div.alpha) - 1.0
+        return a if 0.0 < a <= 1.0 else None
+    return None
+
+
+def kind_of(div: Divergence):
+    """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``."""
+    if type(div) is JensenShannon:
+        return KIND_JS, None
+    if type(div) is SquaredHellinger:
+        return KIND_HELL, None
+    a = power_exponent(div)
+    return (KIND_POWER, a) if a is not None else (None, None)
+
+
+def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64):
+    """The :class:`~softargmax.threshold.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered."""
+    kind, a = kind_of(div)
+    if kind is None:
+        return None
+    a_t = torch.tensor([1.0 if a is None else a], dtype=a_dtype)  # on the CPU: run reads it without a sync
+    sol = run(z, kind, a_t, 0)
+    if kind == KIND_POWER and type(div) is not ChiSquare:
+        sol.tau = (sol.tau + 1) / a
+    return sol
+
+
+def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]."""
+    a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
+    if a.numel() != z.shape[0] or not bool(((a > 0) & (a <= 1)).all()):
+        return None
+    a = a.contiguous()
+    sol = run(z, KIND_POWER, a, 1)
+    sol.tau = (sol.tau + 1) / a.to(z.dtype).unsqueeze(1)
+    return sol

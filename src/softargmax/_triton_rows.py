@@ -1,0 +1,225 @@
+r"""The GPU row solver: Triton kernels behind the same :class:`~softargmax.threshold.Solution`.
+
+CUDA tensors of the operators the fused row solvers cover (:mod:`softargmax._row_kinds`:
+α-entmax for α ∈ (1, 2] with a float α or one α per row, sparsemax, the Jensen–Shannon
+and squared-Hellinger f-softargmax, all with ``q = 1``) and α-ReLU with a float τ go
+through the kernels of :mod:`softargmax._triton_kernels`; everything else stays on the
+PyTorch path, which remains the reference.  Triton is optional: without it (or with
+``SOFTARGMAX_GPU_KERNELS=0``) CUDA tensors take the PyTorch path, with the same results.
+
+Design (the CPU row solver's, mapped to the GPU):
+
+* the iteration is in float32 for every input type (float16/bfloat16 are read and
+  written as they are); float64 inputs stay on the PyTorch path;
+* rows of at most :data:`BLOCK_ROWS_MAX` entries are held in registers and read once
+  (several short rows per program, so attention-shaped inputs fill the GPU); longer rows
+  are streamed: one pass for the maximum and the candidates (at most :data:`CAP` per row
+  are kept; a row with more iterates on the whole row), the Newton passes on the
+  candidates, and one pass that writes ``p``;
+* the forward writes only ``p`` (plus per-row ``τ``, ``Σ s`` and a status); the backward
+  kernel recomputes ``s`` from ``p``, so :attr:`Solution.s` is ``None`` and
+  :attr:`Solution.jvp` computes the gradient.  ``Solution.iterations`` is ``-1`` (counting
+  would cost a device synchronization).
+
+**Testing on a CPU.**  With ``TRITON_INTERPRET=1`` set before Triton is imported, the
+kernels run in Triton's interpreter on CPU tensors; :func:`set_cpu_interpret` routes CPU
+tensors here (the test suite does this at small sizes).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ._row_kinds import KIND_POWER, kind_of, solve_alpha_rows_with, solve_with
+from .divergences import Divergence
+
+__all__ = ["available", "enabled", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
+           "alpha_relu_forward", "alpha_relu_backward"]
+
+#: rows up to this length are held in registers (one read of the scores)
+BLOCK_ROWS_MAX = 16384
+#: chunk length of the streamed (long-row) kernels
+LONG_BLOCK = 4096
+#: candidate slots per long row; a row with more iterates on the whole row
+CAP = 4096
+#: most Newton steps per row
+MAX_ITER = 100
+#: elements per program of the elementwise (α-ReLU) kernels
+ELEMENTWISE_BLOCK = 1024
+
+_kernels = None  # the kernel module once imported; False: Triton unavailable
+_enabled = os.environ.get("SOFTARGMAX_GPU_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
+_cpu_interpret = False
+
+
+def _module():
+    global _kernels
+    if _kernels is None:
+        try:
+            from . import _triton_kernels
+
+            _kernels = _triton_kernels
+        except Exception:  # Triton missing or broken: the PyTorch path serves
+            _kernels = False
+    return _kernels
+
+
+def available() -> bool:
+    """Whether Triton imports and the kernels compile to Python objects."""
+    return bool(_module())
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the GPU kernels on or off (e.g. to compare with the PyTorch path); returns the old setting."""
+    global _enabled
+    old, _enabled = _enabled, bool(flag)
+    return old
+
+
+def set_cpu_interpret(flag: bool) -> bool:
+    """Route CPU tensors to the kernels (only with ``TRITON_INTERPRET=1``: the interpreter); returns the old setting."""
+    global _cpu_interpret
+    if flag and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        raise RuntimeError("set_cpu_interpret needs TRITON_INTERPRET=1 set before Triton is imported")
+    old, _cpu_interpret = _cpu_interpret, bool(flag)
+    return old
+
+
+def usable_device(t: Tensor) -> bool:
+    """Whether ``t`` lives where the kernels run (CUDA, or the CPU under the interpreter)."""
+    return _enabled and (t.device.type == "cuda" or (_cpu_interpret and t.device.type == "cpu")) and available()
+
+
+def _usable(z: Tensor) -> bool:
+    return (z.dtype in (torch.float32, torch.float16, torch.bfloat16) and z.dim() == 2 and z.is_contiguous()
+            and z.shape[0] > 0 and 0 < z.shape[1] < 2**31 and usable_device(z))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _exact(kind: int, a: Tensor, a_stride: int) -> int:
+    """1: sparsemax, 2: 1.5-entmax (closed-form steps), 0: general.  A single α is a CPU tensor (no sync)."""
+    if kind != KIND_POWER or a_stride != 0:
+        return 0
+    value = float(a[0])
+    return 1 if value == 1.0 else 2 if value == 0.5 else 0
+
+
+def _tile(k: int):
+    """``(ROWS, BLOCK, num_warps)`` of the register kernels for rows of length ``k``.
+
+    About 8 scores per thread (16 at ``BLOCK = 16384``); several rows per program up to
+    ``BLOCK = 1024``.  Chosen from ptxas register reports for sm_90 (no spills, or a few
+    bytes for the shortest rows): GPU timings are still owed.
+    """
+    block = max(16, 1 << (k - 1).bit_length())
+    if block <= 128:
+        return 1024 // block, block, 4
+    if block <= 1024:
+        return 2048 // block, block, 8
+    return 1, block, min(32, block // 256)
+
+
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
+    from .threshold import Solution  # threshold dispatches here: import at call time
+
+    K = _module()
+    R, k = z.shape
+    exact = _exact(kind, a, a_stride)
+    a = a.to(device=z.device, dtype=torch.float32)
+    p = torch.empty_like(z)
+    tau = torch.empty(R, 1, dtype=torch.float32, device=z.device)
+    ssum = torch.empty(R, 1, dtype=torch.float32, device=z.device)
+    status = torch.empty(R, dtype=torch.int8, device=z.device)
+    tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
+    if k <= BLOCK_ROWS_MAX:
+        rows, block, warps = _tile(k)
+        K.solve_block_rows[(_cdiv(R, rows),)](z, p, tau, ssum, status, a, R, k, a_stride, tol, MAX_ITER,
+                                                    KIND=kind, EXACT=exact, ROWS=rows, BLOCK=block,
+                                                    num_warps=warps)
+    else:
+        cap = CAP if kind == KIND_POWER else 1
+        scratch = torch.empty(R, cap, dtype=torch.float32, device=z.device)
+        K.solve_long_rows[(R,)](z, p, tau, ssum, status, a, scratch, k, a_stride, tol, MAX_ITER,
+                                KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK, CAP=cap, num_warps=16)
+    bad = (status == 2).unsqueeze(1)
+    bad = bad if bool(bad.any()) else None
+    if z.dtype != torch.float32:
+        tau, ssum = tau.to(z.dtype), ssum.to(z.dtype)
+
+    def jvp(v: Tensor, scale: float) -> Tensor:
+        return _jvp(p, v, kind, exact, a, a_stride, scale)
+
+    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1, jvp=jvp)
+
+
+def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, scale: float) -> Tensor:
+    """``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` with ``s`` recomputed from ``p``."""
+    K = _module()
+    R, k = p.shape
+    v = v.contiguous()
+    g = torch.empty_like(p)
+    if k <= BLOCK_ROWS_MAX:
+        rows, block, warps = _tile(k)
+        K.jvp_block_rows[(_cdiv(R, rows),)](p, v, g, a, R, k, a_stride, scale, KIND=kind, EXACT=exact,
+                                                  ROWS=rows, BLOCK=block, num_warps=warps)
+    else:
+        K.jvp_long_rows[(R,)](p, v, g, a, k, a_stride, scale, KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK,
+                              num_warps=16)
+    return g
+
+
+def solve(z: Tensor, div: Divergence):
+    """The :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
+    if kind_of(div)[0] is None or not _usable(z):
+        return None
+    return solve_with(_run, z, div, a_dtype=torch.float32)
+
+
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
+    if not _usable(z):
+        return None
+    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32)
+
+
+def _relu_exact(a: float) -> int:
+    return 1 if a == 1.0 else 2 if a == 0.5 else 0
+
+
+def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
+    """``[(α-1) x - τ]_+^{1/(α-1)}`` in ``x``'s dtype, or ``None`` where the kernels do not apply."""
+    if not (x.dtype in (torch.float32, torch.float16, torch.bfloat16) and x.numel() > 0 and usable_device(x)):
+        return None
+    a = alpha - 1.0
+    if not 0.0 < a <= 1.0:  # 1/a > 1 keeps the kernel's exp2/log2 form accurate; the rest is rare
+        return None
+    xc = x.contiguous()
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    _module().alpha_relu_forward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, y, n, a, tau, EXACT=_relu_exact(a),
+                                                                       BLOCK=ELEMENTWISE_BLOCK)
+    return y
+
+
+def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Tensor:
+    """``grad · [(α-1) x - τ]_+^{1/(α-1) - 1}`` (the pair of :func:`alpha_relu_forward`), in ``x``'s dtype."""
+    a = alpha - 1.0
+    xc = x.contiguous()
+    gy = grad.contiguous()
+    gx = torch.empty_like(xc)
+    n = xc.numel()
+    _module().alpha_relu_backward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, gy, gx, n, a, tau, EXACT=_relu_exact(a),
+                                                                        BLOCK=ELEMENTWISE_BLOCK)
+    return gx
