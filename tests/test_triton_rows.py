@@ -294,8 +294,8 @@ from triton.compiler import ASTSource
 from softargmax import _triton_kernels as K, _triton_rows as T
 
 target = GPUTarget("cuda", 90, 32)
-row = {"P": "*fp32", "T": "*fp32", "SSUM": "*fp32", "STATUS": "*i8", "A": "*fp32"}
-scal = {"k": "i32", "a_stride": "i32", "tol": "fp32", "max_iter": "i32"}
+row = {"P": "*fp32", "T": "*fp32", "SSUM": "*fp32", "STATUS": "*i8", "ZP": "*fp32", "OMEGA": "*fp32", "A": "*fp32"}
+scal = {"k": "i32", "a_stride": "i32", "tol": "fp32", "max_iter": "i32", "omega_c": "fp32"}
 jobs = []
 for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0)]:
     for k in (64, 512, T.BLOCK_ROWS_MAX):

@@ -118,16 +118,24 @@ class NormalizedMapping(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                 temperature: float, dim: int):
-        rows = Rows(x, dim)
+        sol = None
+        if (x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and q is None
+                and temperature == 1.0 and _kernels.on_gpu_kernels(x)):
+            # the GPU kernels read and write half rows as they are (float32 inside): no
+            # conversion passes over the input and the output
+            rows = Rows(x, dim, dtype=x.dtype)
+            sol = _kernels.solve(rows.flat, divergence)
+        if sol is None:
+            rows = Rows(x, dim)
         z = rows.flat
         if temperature != 1.0:
             z = z / temperature
         q2d = rows.class_param(q) if q is not None else None
         alpha2d = None
-        if alpha is not None:
+        if sol is None and alpha is not None:
             alpha2d = rows.row_param(alpha.detach(), "alpha")
             sol = solve_grouped(z, alpha2d)
-        else:
+        elif sol is None:
             sol = solve(z, divergence, q2d)
         ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
         ctx.temperature = temperature

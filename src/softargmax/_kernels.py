@@ -33,11 +33,12 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
     return _cpu_rows.solve_alpha_rows(z, alpha2d)
 
 
-def dense_solution_pays(z: Tensor) -> bool:
-    """Whether callers that go on to work on every entry (the Fenchel–Young loss values) should
-    take a fused solver's dense solution: yes for the GPU kernels; on CPU the pruned PyTorch
-    solution is cheaper for them (the C solver's dense rows made the loss 5× slower)."""
-    return _triton_rows.usable_device(z)
+def on_gpu_kernels(t: Tensor) -> bool:
+    """Whether ``t`` is where the GPU kernels run.  Callers use it to pick what suits them:
+    half rows passed as they are (the kernels read them directly), and a dense solution for
+    the Fenchel–Young loss values (on CPU the pruned PyTorch solution is cheaper for those:
+    the C solver's dense rows made the loss 5× slower)."""
+    return _triton_rows.usable_device(t)
 
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:

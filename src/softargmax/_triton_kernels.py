@@ -25,6 +25,9 @@ slots; a row with more candidates iterates on the full row instead), the Newton 
 on the candidates, and one pass that writes ``p``.  The backward kernels recompute
 ``s`` from ``p`` (``s = p^{1-a}``, ``p + p²``, ``2 p^{3/2}``), so the forward writes only ``p``.
 
+The solver kernels also write two row sums for the Fenchel–Young loss values, from the
+pass that writes ``p``: ``⟨z, p⟩`` and the raw regularizer sum of :func:`_omega_terms`.
+
 Status per row: 0 solved, 1 all ``-inf`` (``p = 0``), 2 NaN or ``+inf`` (``p = NaN``).
 """
 
@@ -61,6 +64,22 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
         p = r * r
         s = 2.0 * p * r
     return p, s
+
+
+@triton.jit
+def _omega_terms(x, m, t, a, p, c, KIND: tl.constexpr):
+    """Per entry, the raw term of the regularizer's row sum (0 where ``p = 0``):
+    ``p^α - c p = p (d - t - c)`` (power), ``f(p) - f(0)`` (Jensen–Shannon:
+    ``p log p - (p+1) log((p+1)/2) - log 2``; squared Hellinger: ``p - 2 √p``)."""
+    pos = p > 0
+    if KIND == KIND_POWER:
+        w = p * (a * (x - m) - t - c)
+    elif KIND == KIND_JS:
+        pp = tl.where(pos, p, 1.0)
+        w = pp * tl.log(pp) - (pp + 1.0) * tl.log(0.5 * (pp + 1.0)) - 0.6931471805599453
+    else:
+        w = p - 2.0 * tl.sqrt(p)
+    return tl.where(pos, w, 0.0)
 
 
 @triton.jit
@@ -112,7 +131,7 @@ def _quadratic(t, tn, S, Sp, n, umin):
 
 
 @triton.jit
-def solve_block_rows(Z, P, T, SSUM, STATUS, A, R, k, a_stride, tol, max_iter,
+def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, max_iter, omega_c,
                      KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """Rows of at most ``BLOCK`` scores, ``ROWS`` of them per program, held in registers."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -152,6 +171,10 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, A, R, k, a_stride, tol, max_iter,
         t = tl.where(go, tn, t)
         it += 1
     p, s = _evaluate(x, m[:, None], t[:, None], a[:, None], KIND, EXACT)
+    zp = tl.sum(tl.where(p > 0, x * p, 0.0), 1)
+    omega = tl.sum(_omega_terms(x, m[:, None], t[:, None], a[:, None], p, omega_c, KIND), 1)
+    tl.store(ZP + rows, tl.where(bad, float("nan"), zp), mask=rmask)
+    tl.store(OMEGA + rows, tl.where(bad, float("nan"), omega), mask=rmask)
     p = tl.where(bad[:, None], float("nan"), p)
     tl.store(P + offs, p.to(P.dtype.element_ty), mask=mask)
     if KIND == KIND_POWER:
@@ -166,7 +189,7 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, A, R, k, a_stride, tol, max_iter,
 
 
 @triton.jit
-def solve_long_rows(Z, P, T, SSUM, STATUS, A, SCRATCH, k, a_stride, tol, max_iter,
+def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, tol, max_iter, omega_c,
                     KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr):
     """One row per program, streamed in ``BLOCK`` chunks (see the module docstring)."""
     row = tl.program_id(0).to(tl.int64)
@@ -238,6 +261,8 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, A, SCRATCH, k, a_stride, tol, max_ite
         it += 1
     # -- pass 3: write p ----------------------------------------------------------------------
     Sp = 0.0
+    zp = 0.0
+    omega = 0.0
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         inb = idx < k
@@ -245,6 +270,8 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, A, SCRATCH, k, a_stride, tol, max_ite
         x = tl.where(empty, float("-inf"), x)
         p, s = _evaluate(x, m, t, a, KIND, EXACT)
         Sp += tl.sum(s, 0)
+        zp += tl.sum(tl.where(p > 0, x * p, 0.0), 0)
+        omega += tl.sum(_omega_terms(x, m, t, a, p, omega_c, KIND), 0)
         p = tl.where(bad, float("nan"), p)
         tl.store(P + row * k + idx, p.to(P.dtype.element_ty), mask=inb)
     if KIND == KIND_POWER:
@@ -253,6 +280,8 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, A, SCRATCH, k, a_stride, tol, max_ite
         tau = t + m
     tl.store(T + row, tl.where(bad, float("nan"), tau).to(T.dtype.element_ty))
     tl.store(SSUM + row, Sp.to(SSUM.dtype.element_ty))
+    tl.store(ZP + row, tl.where(bad, float("nan"), zp))
+    tl.store(OMEGA + row, tl.where(bad, float("nan"), omega))
     tl.store(STATUS + row, tl.where(bad, 2, tl.where(empty, 1, 0)).to(tl.int8))
 
 

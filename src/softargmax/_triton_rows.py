@@ -16,7 +16,8 @@ Design (the CPU row solver's, mapped to the GPU):
   are streamed: one pass for the maximum and the candidates (at most :data:`CAP` per row
   are kept; a row with more iterates on the whole row), the Newton passes on the
   candidates, and one pass that writes ``p``;
-* the forward writes only ``p`` (plus per-row ``τ``, ``Σ s`` and a status); the backward
+* the forward writes only ``p`` (plus per-row ``τ``, ``Σ s``, a status, and the row sums
+  ``⟨z, p⟩`` and ``Σ_j f(p_j) - f(0)`` that make the Fenchel–Young loss values free); the backward
   kernel recomputes ``s`` from ``p``, so :attr:`Solution.s` is ``None`` and
   :attr:`Solution.jvp` computes the gradient.  ``Solution.iterations`` is ``-1`` (counting
   would cost a device synchronization).
@@ -28,7 +29,6 @@ tensors here (the test suite does this at small sizes).
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Optional
 
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ._row_kinds import KIND_POWER, kind_of, solve_alpha_rows_with, solve_with
-from .divergences import Divergence
+from .divergences import ChiSquare, Divergence
 
 __all__ = ["available", "enabled", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
            "alpha_relu_forward", "alpha_relu_backward"]
@@ -131,7 +131,7 @@ def _tile(k: int):
     return 1, block, min(32, block // 256)
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0):
     from .threshold import Solution  # threshold dispatches here: import at call time
 
     K = _module()
@@ -142,16 +142,19 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
     tau = torch.empty(R, 1, dtype=torch.float32, device=z.device)
     ssum = torch.empty(R, 1, dtype=torch.float32, device=z.device)
     status = torch.empty(R, dtype=torch.int8, device=z.device)
+    zp = torch.empty(R, dtype=torch.float32, device=z.device)
+    omega = torch.empty(R, dtype=torch.float32, device=z.device)
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
     if k <= BLOCK_ROWS_MAX:
         rows, block, warps = _tile(k)
-        K.solve_block_rows[(_cdiv(R, rows),)](z, p, tau, ssum, status, a, R, k, a_stride, tol, MAX_ITER,
+        K.solve_block_rows[(_cdiv(R, rows),)](z, p, tau, ssum, status, zp, omega, a, R, k, a_stride, tol, MAX_ITER,
+                                              omega_c,
                                                     KIND=kind, EXACT=exact, ROWS=rows, BLOCK=block,
                                                     num_warps=warps)
     else:
         cap = CAP if kind == KIND_POWER else 1
         scratch = torch.empty(R, cap, dtype=torch.float32, device=z.device)
-        K.solve_long_rows[(R,)](z, p, tau, ssum, status, a, scratch, k, a_stride, tol, MAX_ITER,
+        K.solve_long_rows[(R,)](z, p, tau, ssum, status, zp, omega, a, scratch, k, a_stride, tol, MAX_ITER, omega_c,
                                 KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK, CAP=cap, num_warps=16)
     bad = (status == 2).unsqueeze(1)
     bad = bad if bool(bad.any()) else None
@@ -161,7 +164,8 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, a, a_stride, scale)
 
-    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1, jvp=jvp)
+    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1, jvp=jvp,
+                    zp=zp, omega=omega)
 
 
 def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, scale: float) -> Tensor:
@@ -182,9 +186,17 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, 
 
 def solve(z: Tensor, div: Divergence):
     """The :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
-    if kind_of(div)[0] is None or not _usable(z):
+    kind, a = kind_of(div)
+    if kind is None or not _usable(z):
         return None
-    return solve_with(_run, z, div, a_dtype=torch.float32)
+    # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
+    # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
+    chi = type(div) is ChiSquare
+    c = 0.0 if (kind != KIND_POWER or chi) else a + 1.0
+    sol = solve_with(lambda *args: _run(*args, omega_c=c), z, div, a_dtype=torch.float32)
+    if kind == KIND_POWER:
+        sol.omega = sol.omega / (2.0 if chi else (a + 1.0) * a)
+    return sol
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor):

@@ -201,17 +201,23 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
         return _kl_rows(z, target, beta, q, inplace)
     # on CPU the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the
     # fused CPU solver's dense rows would make them full-size); on GPU the Triton kernels
-    sol = solve(z, div, q, fused=_kernels.dense_solution_pays(z))
+    sol = solve(z, div, q, fused=_kernels.on_gpu_kernels(z))
     p = sol.dense_p()
     # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
-    th_c = sol.gather(theta)
     pc = sol.p
-    theta_p = torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
+    if sol.zp is not None:  # the GPU kernels' row sums, from the pass that wrote p
+        theta_p = (beta * sol.zp).to(theta.dtype)
+    else:
+        th_c = sol.gather(theta)
+        theta_p = torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
     f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
     if math.isfinite(f0):
         # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-        q_c = None if q is None else sol.gather(q.expand(R, k))
-        omega_p = _sum_f_minus_f0(div, pc, q_c, f0)
+        if sol.omega is not None:
+            omega_p = sol.omega.to(theta.dtype)
+        else:
+            q_c = None if q is None else sol.gather(q.expand(R, k))
+            omega_p = _sum_f_minus_f0(div, pc, q_c, f0)
         if target.dense is None:
             qt = None if q is None else q.expand(R, k).gather(1, target.index.unsqueeze(1)).squeeze(1)
             one = torch.ones(R, dtype=theta.dtype, device=theta.device)

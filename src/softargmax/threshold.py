@@ -82,6 +82,8 @@ class Solution:
         iterations: Newton (or bisection) steps taken (``-1``: not counted, GPU kernels).
         jvp: ``None``, or (GPU kernels) ``jvp(v, scale)`` returning the dense
             ``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for an incoming gradient ``v`` ``[R, k]``.
+        zp, omega: ``None``, or (GPU kernels) ``[R]`` row sums ``⟨z, p⟩`` and
+            ``Σ_{p_j > 0} f(p_j) - f(0)`` (``q = 1``), for the Fenchel–Young loss values.
     """
 
     tau: Tensor
@@ -93,6 +95,8 @@ class Solution:
     bad_rows: Optional[Tensor]
     iterations: int
     jvp: Optional[Callable[[Tensor, float], Tensor]] = None
+    zp: Optional[Tensor] = None
+    omega: Optional[Tensor] = None
 
     def gather(self, full: Tensor) -> Tensor:
         """``[R, k]`` -> ``[R, K]``: values at the candidates."""
