@@ -17,6 +17,10 @@ Kinds (all with ``q = 1``), in the solver's own variable ``t``:
 * ``KIND_HELL`` (squared Hellinger, dense): ``t = τ - m``, ``r = 1/(1 + t + m - z)``,
   ``p = r²``, ``s = 2 r³``; Newton on ``S^{-1/2}`` from ``t = 0``.
 
+Stopping: the iterates increase monotonically in exact arithmetic; in float32 a step may go
+back by rounding, so a row stops when its residual ``|S - 1|`` is below ``tol``, stops
+decreasing (checked from the third evaluation), the step vanishes, or after ``max_iter``.
+
 Row layouts: :func:`solve_block_rows` holds ``ROWS × BLOCK`` scores in registers (rows up
 to ``BLOCK`` long, several short rows per program) and reads them once;
 :func:`solve_long_rows` is one program per row and streams the row in ``BLOCK`` chunks:
