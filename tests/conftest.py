@@ -34,6 +34,18 @@ ALL_DIVERGENCES = [
     ("alpha", {"alpha": 0.5}),
 ]
 
+#: the divergences the fused row solvers cover (softargmax._row_kinds), with q = 1
+FUSED_COVERED = [
+    ("chi_square", {}),
+    ("alpha", {"alpha": 2.0}),
+    ("alpha", {"alpha": 1.5}),
+    ("alpha", {"alpha": 1.3}),
+    ("alpha", {"alpha": 1.7}),
+    ("alpha", {"alpha": 1.05}),
+    ("jensen_shannon", {}),
+    ("squared_hellinger", {}),
+]
+
 
 def div_id(d):
     name, params = d

@@ -22,20 +22,11 @@ from softargmax import _cpu_rows
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
 
-from conftest import edge_rows, entmax15_sort, sparsemax_sort
+from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 
-COVERED = [
-    ("chi_square", {}),
-    ("alpha", {"alpha": 2.0}),
-    ("alpha", {"alpha": 1.5}),
-    ("alpha", {"alpha": 1.3}),
-    ("alpha", {"alpha": 1.7}),
-    ("alpha", {"alpha": 1.05}),
-    ("jensen_shannon", {}),
-    ("squared_hellinger", {}),
-]
+COVERED = FUSED_COVERED
 
 
 def _ids(case):

@@ -24,19 +24,11 @@ from softargmax import _cpu_rows, _triton_rows
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
 
-from conftest import edge_rows, entmax15_sort, sparsemax_sort
+from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
 
-COVERED = [
-    ("chi_square", {}),
-    ("alpha", {"alpha": 2.0}),
-    ("alpha", {"alpha": 1.5}),
-    ("alpha", {"alpha": 1.3}),
-    ("alpha", {"alpha": 1.7}),
-    ("jensen_shannon", {}),
-    ("squared_hellinger", {}),
-]
+COVERED = FUSED_COVERED
 ON_GPU = torch.cuda.is_available()
 LENGTHS = [1, 2, 7, 64, 300] + ([5003, 40000, 262144] if ON_GPU else [])
 

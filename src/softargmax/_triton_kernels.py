@@ -135,14 +135,21 @@ def _quadratic(t, tn, S, Sp, n, umin):
 
 
 @triton.jit
-def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, max_iter, omega_c,
-                     KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Rows of at most ``BLOCK`` scores, ``ROWS`` of them per program, held in registers."""
+def _row_tile(R, k, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's rows, their mask, the ``[ROWS, BLOCK]`` mask and offsets into a ``[R, k]`` matrix."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     rmask = rows < R
     mask = rmask[:, None] & (cols[None, :] < k)
     offs = rows.to(tl.int64)[:, None] * k + cols[None, :]
+    return rows, rmask, mask, offs
+
+
+@triton.jit
+def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, max_iter, omega_c,
+                     KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows of at most ``BLOCK`` scores, ``ROWS`` of them per program, held in registers."""
+    rows, rmask, mask, offs = _row_tile(R, k, ROWS, BLOCK)
     x = tl.load(Z + offs, mask=mask, other=float("-inf")).to(tl.float32)
     a = tl.load(A + rows * a_stride, mask=rmask, other=1.0).to(tl.float32)
     bad = tl.max(((x != x) | (x == float("inf"))).to(tl.int32), 1) > 0
@@ -293,11 +300,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
 def jvp_block_rows(P, V, G, A, R, k, a_stride, scale,
                    KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """``g = scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for rows of at most ``BLOCK`` entries."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK)
-    rmask = rows < R
-    mask = rmask[:, None] & (cols[None, :] < k)
-    offs = rows.to(tl.int64)[:, None] * k + cols[None, :]
+    rows, rmask, mask, offs = _row_tile(R, k, ROWS, BLOCK)
     p = tl.load(P + offs, mask=mask, other=0.0).to(tl.float32)
     v = tl.load(V + offs, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + rows * a_stride, mask=rmask, other=1.0).to(tl.float32)
