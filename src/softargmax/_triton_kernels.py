@@ -135,6 +135,21 @@ def _quadratic(t, tn, S, Sp, n, umin):
 
 
 @triton.jit
+def _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+    """The stopping test at ``t`` (module docstring) and the next iterate: ``(tn, stop, last)``.
+    ``n``, ``umin``: the support's size and smallest ``u`` (used by 1.5-entmax only)."""
+    resid = tl.abs(S - 1.0)
+    stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
+    if it > 1:
+        last = resid
+    tn = _newton(t, S, Sp, a, KIND, EXACT)
+    if EXACT == 2:
+        tn = _quadratic(t, tn, S, Sp, n, umin)
+    stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
+    return tn, stop, last
+
+
+@triton.jit
 def _row_tile(R, k, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """This program's rows, their mask, the ``[ROWS, BLOCK]`` mask and offsets into a ``[R, k]`` matrix."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -168,16 +183,12 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, m
         p, s = _evaluate(x, m[:, None], t[:, None], a[:, None], KIND, EXACT)
         S = tl.sum(p, 1)
         Sp = tl.sum(s, 1)
-        resid = tl.abs(S - 1.0)
-        stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
-        if it > 1:
-            last = resid
-        tn = _newton(t, S, Sp, a, KIND, EXACT)
+        n = S  # the support's size and smallest u: only 1.5-entmax's quadratic step uses them
+        umin = S
         if EXACT == 2:
             n = tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
             umin = tl.min(tl.where(s > 0, s, float("inf")), 1)
-            tn = _quadratic(t, tn, S, Sp, n, umin)
-        stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
+        tn, stop, last = _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1
@@ -259,14 +270,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
             if EXACT == 2:
                 cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 0)
                 umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 0))
-        resid = tl.abs(S - 1.0)
-        stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
-        if it > 1:
-            last = resid
-        tn = _newton(t, S, Sp, a, KIND, EXACT)
-        if EXACT == 2:
-            tn = _quadratic(t, tn, S, Sp, cnt, umin)
-        stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
+        tn, stop, last = _step(t, S, Sp, cnt, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = stop == 0
         t = tl.where(go, tn, t)
         it += 1

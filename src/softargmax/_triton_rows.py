@@ -10,7 +10,7 @@ PyTorch path, which remains the reference.  Triton is optional: without it (or w
 Design (the CPU row solver's, mapped to the GPU):
 
 * the iteration is in float32 for every input type (float16/bfloat16 are read and
-  written as they are); float64 inputs stay on the PyTorch path;
+  written as they are; ``τ`` and ``Σ s`` stay float32); float64 inputs stay on the PyTorch path;
 * rows of at most :data:`BLOCK_ROWS_MAX` entries are held in registers and read once
   (several short rows per program, so attention-shaped inputs fill the GPU); longer rows
   are streamed: one pass for the maximum and the candidates (at most :data:`CAP` per row
@@ -38,7 +38,7 @@ from torch import Tensor
 from ._row_kinds import KIND_POWER, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import ChiSquare, Divergence
 
-__all__ = ["available", "enabled", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
+__all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
            "alpha_relu_forward", "alpha_relu_backward"]
 
 #: rows up to this length are held in registers (one read of the scores)
@@ -72,10 +72,6 @@ def _module():
 def available() -> bool:
     """Whether Triton imports and the kernels compile to Python objects."""
     return bool(_module())
-
-
-def enabled() -> bool:
-    return _enabled
 
 
 def set_enabled(flag: bool) -> bool:
@@ -158,8 +154,6 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0):
                                 KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK, CAP=cap, num_warps=16)
     bad = (status == 2).unsqueeze(1)
     bad = bad if bool(bad.any()) else None
-    if z.dtype != torch.float32:
-        tau, ssum = tau.to(z.dtype), ssum.to(z.dtype)
 
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, a, a_stride, scale)
