@@ -48,12 +48,41 @@ def check_positive_number(value, name: str) -> float:
     return value
 
 
-def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False) -> Union[float, Tensor]:
-    """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor."""
+def check_device(t: Tensor, x: Tensor, name: str, move_scalar: bool = True) -> Tensor:
+    """The one device rule for tensor arguments (α, τ, ``q``, class weights) that go with scores ``x``.
+
+    A tensor on ``x``'s device is used as it is.  A 0-d CPU tensor is moved to ``x``'s
+    device, as PyTorch's own elementwise operations treat CPU scalars (the move is
+    differentiable).  Anything else raises a ``ValueError`` naming the argument: moving a
+    whole per-row or per-head tensor silently would hide a model whose parameters were
+    left on another device.  (``move_scalar=False``: no exception for 0-d tensors, for
+    callers that use the argument as given.)  Against shape-only ``meta`` scores nothing is
+    checked.
+    """
+    if t.device == x.device or x.device.type == "meta":
+        return t
+    if move_scalar and t.dim() == 0 and t.device.type == "cpu":
+        return t.to(x.device)
+    raise ValueError(
+        f"{name} is on {t.device} but the input is on {x.device}; move it to the input's device "
+        f"(for a module's parameters and buffers: module.to(device))"
+    )
+
+
+def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False,
+                x: Optional[Tensor] = None) -> Union[float, Tensor]:
+    """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor.
+
+    With the scores ``x``, a tensor α also follows :func:`check_device` (and may come back moved).
+    """
     op = ">" if strict else ">="
     if isinstance(alpha, Tensor):
         if not alpha.is_floating_point():
             raise TypeError(f"{name} must be a float or a floating-point tensor, got dtype {alpha.dtype}")
+        if x is not None:
+            alpha = check_device(alpha, x, name)
+        if alpha.device.type == "meta":
+            return alpha  # no values to check
         a = alpha.detach()
         bad = (a <= minimum) if strict else (a < minimum)
         if bool((bad | ~torch.isfinite(a)).any()):
@@ -151,6 +180,7 @@ def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
     if not q.is_floating_point():
         raise TypeError(f"{name} must have a floating-point dtype, got {q.dtype}")
     check_broadcastable(q, x, name)
+    check_device(q, x, name, move_scalar=False)
     qd = q.detach()
     if bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")

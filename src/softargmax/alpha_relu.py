@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _kernels
-from ._checks import check_alpha, check_broadcastable, check_tensor, compute_dtype, sum_to
+from ._checks import check_device, check_alpha, check_broadcastable, check_tensor, compute_dtype, sum_to
 
 __all__ = ["alpha_relu"]
 
@@ -98,6 +98,7 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         if not tau.is_floating_point():
             raise TypeError(f"tau must be a float or a floating-point tensor, got dtype {tau.dtype}")
         check_broadcastable(tau, x, "tau", "x")
+        tau = check_device(tau, x, "tau")
     elif isinstance(tau, bool) or not isinstance(tau, (int, float)):
         raise TypeError(f"tau must be a float or a tensor, got {type(tau).__name__}")
     else:

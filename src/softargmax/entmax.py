@@ -80,8 +80,9 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     Args:
         x: scores.
         alpha: a float ``>= 1`` or a floating tensor broadcastable to ``x`` with size 1
-            along ``dim`` (one α per row, e.g. per attention head).  A tensor α is
-            differentiable (``002_…`` eqs. 26–39, including the α → 1 limit).
+            along ``dim`` (one α per row, e.g. per attention head), on ``x``'s device (a
+            0-d CPU tensor is moved there; any other tensor on another device is a
+            ``ValueError``).  A tensor α is differentiable (``002_…`` eqs. 26–39, including the α → 1 limit).
         dim: the dimension that sums to one.
 
     α = 1 is softmax, α = 2 sparsemax.  Rows with α close to 1 are dense in practice
@@ -89,7 +90,7 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     """
     check_tensor(x)
     dim = check_dim(x, dim)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0, x=x)
     if x.numel() == 0:
         return _empty_like(x) if not isinstance(alpha, Tensor) else _empty_like(x) + 0 * alpha.sum()
     if isinstance(alpha, Tensor):

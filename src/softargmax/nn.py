@@ -55,6 +55,24 @@ def _bounded(w: Tensor, lo: float, hi: float) -> Tensor:
     return lo + (hi - lo) * torch.sigmoid(w)
 
 
+def _initial_value(value) -> Tensor:
+    """A detached copy of ``value`` (a number or tensor) as the module's initial parameter or buffer.
+
+    Values are validated by the caller on this copy *before* :func:`_placed` moves it: a
+    ``device="meta"`` tensor has no values to check.  Without ``dtype`` a tensor keeps its
+    floating dtype and a number takes the default dtype.
+    """
+    if isinstance(value, Tensor):
+        t = value.detach().clone()
+        return t if t.is_floating_point() else t.to(torch.get_default_dtype())
+    return torch.tensor(float(value), dtype=torch.get_default_dtype())
+
+
+def _placed(t: Tensor, device=None, dtype=None) -> Tensor:
+    """``t`` on the module's ``device``/``dtype`` (the factory keywords of ``torch.nn`` modules), where given."""
+    return t.to(device=device if device is not None else t.device, dtype=dtype if dtype is not None else t.dtype)
+
+
 class Sparsemax(nn.Module):
     """:func:`softargmax.sparsemax` along ``dim``."""
 
@@ -86,6 +104,9 @@ class Entmax(nn.Module):
             the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
         dim: the normalized dimension.
         alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``).
+        device, dtype: where and in which dtype α (parameter or buffer) is created, as for
+            ``torch.nn`` layers (default: a tensor α's own device and dtype; the default dtype
+            for a float α).
     """
 
     def __init__(
@@ -95,6 +116,9 @@ class Entmax(nn.Module):
         dim: int = -1,
         alpha_min: float = 1.0,
         alpha_max: float = 2.0,
+        *,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         alpha = check_alpha(alpha, "alpha", minimum=1.0)
@@ -103,13 +127,13 @@ class Entmax(nn.Module):
         if self.learn_alpha:
             if not (1.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
                 raise ValueError(f"alpha_min, alpha_max must satisfy 1 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
-            a = torch.as_tensor(alpha, dtype=torch.get_default_dtype()).detach().clone()
-            if bool(((a <= alpha_min) | (a >= alpha_max)).any()):
+            a = _initial_value(alpha)
+            if a.device.type != "meta" and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
             self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
-            self.alpha_logit = nn.Parameter(_bounded_logit(a, alpha_min, alpha_max))
+            self.alpha_logit = nn.Parameter(_placed(_bounded_logit(a, alpha_min, alpha_max), device, dtype))
         elif isinstance(alpha, Tensor):
-            self.register_buffer("_alpha", alpha.detach().clone())
+            self.register_buffer("_alpha", _placed(_initial_value(alpha), device, dtype))
         else:
             self._alpha_float = float(alpha)
 
@@ -143,7 +167,8 @@ class AlphaReLU(nn.Module):
     eval mode.  The calibrated value is a buffer, saved with the state dict.
     """
 
-    def __init__(self, alpha: float = 1.5, tau: Union[float, Tensor, str] = 0.0, dim: int = -1):
+    def __init__(self, alpha: float = 1.5, tau: Union[float, Tensor, str] = 0.0, dim: int = -1, *,
+                 device=None, dtype=None):
         super().__init__()
         self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
         if isinstance(self.alpha, Tensor):
@@ -152,12 +177,9 @@ class AlphaReLU(nn.Module):
         self.calibrate = tau == "calibrate"
         if isinstance(tau, str) and not self.calibrate:
             raise ValueError(f"tau must be a number, a tensor or 'calibrate', got {tau!r}")
-        if self.calibrate:
-            self.register_buffer("tau", torch.tensor(float("nan")))
-        elif isinstance(tau, Tensor):
-            self.register_buffer("tau", tau.detach().clone())
-        else:
-            self.register_buffer("tau", torch.tensor(float(tau)))
+        # the τ buffer is created on ``device``/``dtype`` where given (``torch.nn`` factory keywords)
+        t = _initial_value(float("nan") if self.calibrate else tau)
+        self.register_buffer("tau", _placed(t, device, dtype))
 
     @property
     def calibrated(self) -> bool:
@@ -185,6 +207,8 @@ class FSoftargmax(nn.Module):
         temperature: ``β > 0``.
         dim: the normalized dimension.
         learn_q: make ``q = exp(log_q)`` a parameter (``q`` must be given).
+        device, dtype: where and in which dtype ``q`` (parameter or buffer) is created, as for
+            ``torch.nn`` layers (default: ``q``'s own).
         **params: parameters of the named divergence (``alpha=``).
     """
 
@@ -195,6 +219,9 @@ class FSoftargmax(nn.Module):
         temperature: float = 1.0,
         dim: int = -1,
         learn_q: bool = False,
+        *,
+        device=None,
+        dtype=None,
         **params,
     ):
         super().__init__()
@@ -203,12 +230,12 @@ class FSoftargmax(nn.Module):
         self.dim = dim
         self.learn_q = bool(learn_q)
         if q is not None:
-            if not isinstance(q, Tensor) or not q.is_floating_point() or bool((q <= 0).any()):
+            if not isinstance(q, Tensor) or not q.is_floating_point() or (q.device.type != "meta" and bool((q <= 0).any())):
                 raise ValueError("q must be None or a strictly positive floating tensor")
             if self.learn_q:
-                self.log_q = nn.Parameter(torch.log(q.detach().clone()))
+                self.log_q = nn.Parameter(_placed(torch.log(_initial_value(q)), device, dtype))
             else:
-                self.register_buffer("_q", q.detach().clone())
+                self.register_buffer("_q", _placed(_initial_value(q), device, dtype))
         elif self.learn_q:
             raise ValueError("learn_q=True needs an initial q (e.g. torch.ones(num_classes))")
 
@@ -321,18 +348,22 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)}")
         self.mapping = mapping
         self.learn_alpha = bool(learn_alpha)
-        a = torch.as_tensor(alpha, dtype=torch.get_default_dtype()).detach().clone()
+        # α is validated where it is given, then created on the module's device/dtype (like its weights)
+        a = _initial_value(alpha)
         if a.dim() == 0:
             a = a.expand(num_heads).clone()
         if a.shape != (num_heads,):
             raise ValueError(f"alpha must be a float or a tensor of shape ({num_heads},), got shape {tuple(a.shape)}")
+        checkable = a.device.type != "meta"
         if self.learn_alpha:
-            if bool(((a <= 1) | (a >= 2)).any()):
+            if checkable and bool(((a <= 1) | (a >= 2)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside (1, 2), got {a.tolist()}")
-            self.alpha_logit = nn.Parameter(_bounded_logit(a, 1.0, 2.0))
+            self.alpha_logit = nn.Parameter(_placed(_bounded_logit(a, 1.0, 2.0), device, dtype))
         else:
-            check_alpha(a, "alpha", minimum=1.0)
-            self.register_buffer("_alpha", a, persistent=False)  # keeps nn.MultiheadAttention's state dict
+            if checkable:
+                check_alpha(a, "alpha", minimum=1.0)
+            # not persistent: keeps nn.MultiheadAttention's state dict
+            self.register_buffer("_alpha", _placed(a, device, dtype), persistent=False)
         self.register_forward_pre_hook(_no_op_pre_hook)
         #: when True, every forward keeps its per-head weights ``[B, H, L, S]`` (detached) in ``last_weights``
         self.store_weights = False
