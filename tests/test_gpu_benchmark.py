@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,7 +29,7 @@ def test_gpu_benchmark_refuses_without_cuda():
     import torch
 
     if torch.cuda.is_available():
-        return
+        pytest.skip("a CUDA device is present: the script runs instead of refusing")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run_gpu.py")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr

@@ -52,8 +52,28 @@ def test_sparse_attention_from_config_runs_forward_and_backward(impl):
 
 
 def test_custom_alpha_registration():
+    """The registered name really computes 1.3-entmax: the first layer's weights equal
+    ``entmax(scores, 1.3)``, with the scores recovered (up to a per-row constant, to which
+    entmax is invariant) as the log of the eager model's softmax weights of that layer
+    (same seed, so the same parameters and the same first-layer scores)."""
+    import softargmax as sa
+
     H.register("entmax13", mapping="entmax", alpha=1.3)
-    m = _tiny("entmax13")
+    ids = torch.randint(0, 97, (1, 6))
+    models = []
+    for impl in ("entmax13", "eager"):
+        m = _tiny(impl)
+        with torch.no_grad():
+            m.model.layers[0].self_attn.q_proj.weight.mul_(300)  # peaked scores, so that entmax is sparse
+        models.append(m)
     with torch.no_grad():
-        out = m(torch.randint(0, 97, (1, 6)), output_attentions=True)
+        out, eager = (m(ids, output_attentions=True) for m in models)
     assert torch.isfinite(out.logits).all()
+    w, w_soft = out.attentions[0], eager.attentions[0]
+    scores = torch.log(w_soft.double())  # -inf where the causal mask is
+    expected = sa.entmax(scores, 1.3)
+    assert ((expected == 0) & (w_soft > 0)).any()  # zeros where softmax has none
+    torch.testing.assert_close(w.double(), expected, atol=2e-5, rtol=1e-4)
+    # and it is neither softmax nor 1.5-entmax
+    assert (w.double() - w_soft.double()).abs().max() > 1e-2
+    assert (w.double() - sa.entmax15(scores)).abs().max() > 1e-3
