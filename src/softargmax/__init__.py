@@ -57,9 +57,16 @@ __all__ = [
 ]
 
 
+_LAZY = ("nn", "inspect")
+
+
 def __getattr__(name):  # lazy submodules that import torch.nn
-    if name in ("nn", "inspect"):
+    if name in _LAZY:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'softargmax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

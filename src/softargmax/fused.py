@@ -106,7 +106,7 @@ def linear_fenchel_young_loss(
         chunk_size: tokens per chunk; default ``max(1, 2**23 // V)`` (32 MiB of float32 logits).
         class_weight: per-class weights (the ``weight`` option of the unfused loss).
         reduction: ``"mean"`` or ``"sum"``.
-        q, temperature, multilabel, ignore_index, label_smoothing, **mapping_params:
+        q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
     """
     check_tensor(hidden, "hidden")
