@@ -47,3 +47,8 @@ def test_masking_dtypes_and_errors():
         sa.alpha_relu(x, 1.0)
     with pytest.raises(ValueError, match="tau of shape"):
         sa.alpha_relu(x, 1.5, torch.zeros(5))
+
+
+def test_nan_tau_is_refused():
+    with pytest.raises(ValueError, match="tau must be a number, got nan"):
+        sa.alpha_relu(torch.randn(3), 1.5, float("nan"))

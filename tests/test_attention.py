@@ -194,3 +194,11 @@ def test_inspection_helpers():
     torch.testing.assert_close(inspect.head_js_divergence(p)[0, 1], torch.tensor(math.log(2)))
     with pytest.raises(ValueError, match="no SparseMultiheadAttention"):
         inspect.collect_attention(torch.nn.Linear(2, 2), lambda: None)
+
+
+def test_mask_of_the_wrong_shape_is_named():
+    q = torch.randn(2, 3, 5, 4)
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(4, 4\) is not broadcastable"):
+        sa.attention(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="attn_mask must be a tensor"):
+        sa.attention(q, q, q, attn_mask=[[True]])

@@ -41,3 +41,27 @@ def test_attention_bench_quick_schema(tmp_path):
     data = json.loads(out.read_text())
     assert {c["op"] for c in data["cases"]} >= {"attention[entmax15]", "attention[sparsemax]"}
     assert all(c["ms"] > 0 and c["baseline"] == "F.scaled_dot_product_attention" for c in data["cases"])
+
+
+def _run_without(modules, code):
+    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported."""
+    import subprocess
+    import sys
+
+    block = "; ".join(f"sys.modules[{m!r}] = None" for m in modules)
+    return subprocess.run([sys.executable, "-c", f"import sys; {block}; {code}"], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_reproduce_names_the_missing_extra_up_front():
+    proc = _run_without(["sentencepiece"], "from softargmax.cli import main; sys.exit(main(['reproduce', 'translation', "
+                                           "'--preset', 'smoke', '--out', '/nonexistent/never-written']))")
+    assert proc.returncode == 2
+    assert "sentencepiece" in proc.stderr and 'pip install "softargmax[experiments]"' in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_huggingface_integration_names_the_missing_extra():
+    proc = _run_without(["transformers"], "import softargmax.integrations.huggingface")
+    assert proc.returncode != 0
+    assert "MissingExtraError" in proc.stderr and 'pip install "softargmax[hf]"' in proc.stderr

@@ -13,6 +13,8 @@ multiplication.
 
 from __future__ import annotations
 
+import math
+
 from typing import Union
 
 import torch
@@ -103,4 +105,6 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         raise TypeError(f"tau must be a float or a tensor, got {type(tau).__name__}")
     else:
         tau = float(tau)
+        if math.isnan(tau):
+            raise ValueError("tau must be a number, got nan (a NaN threshold would make every output NaN)")
     return _AlphaReLU.apply(x, tau, alpha)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_tensor
+from ._checks import check_broadcastable, check_tensor
 from .mappings import MAPPING_NAMES as MAPPINGS
 from .mappings import normalize
 
@@ -85,6 +85,9 @@ def attention(
         causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
     elif attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
+        check_broadcastable(attn_mask, scores, "attn_mask", "the attention scores' shape [..., L, S] =")
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         elif attn_mask.is_floating_point():

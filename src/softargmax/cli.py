@@ -55,6 +55,13 @@ def main(argv=None) -> int:
 
         from .experiments import EXPERIMENTS
 
+        from ._extras import MissingExtraError, require
+
+        try:
+            require("experiments", f"softargmax reproduce {args.experiment}")
+        except MissingExtraError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         module = importlib.import_module(EXPERIMENTS[args.experiment])
         if args.preset not in module.PRESETS:
             raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")

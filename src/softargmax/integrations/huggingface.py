@@ -20,7 +20,10 @@ from typing import Callable, Optional, Union
 
 from torch import Tensor
 
+from .._extras import require
 from ..attention import attention
+
+require("hf", "softargmax.integrations.huggingface")
 
 __all__ = ["register", "attention_function", "DEFAULT_IMPLEMENTATIONS"]
 

@@ -1,0 +1,35 @@
+"""Optional dependencies, checked up front with the ``pip install`` line that provides them.
+
+The core needs PyTorch only.  The experiments, the Hugging Face integration and the docs
+need the packages of an *extra* (``pyproject.toml``); a missing one is reported before any
+work starts, as an ``ImportError`` that names the package and the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: the import names each extra provides (those the code imports)
+EXTRAS = {
+    "experiments": ("sentencepiece", "sacrebleu", "matplotlib"),
+    "hf": ("transformers",),
+}
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message says which extra provides it."""
+
+
+def require(extra: str, what: str) -> None:
+    """Import every package of ``extra``; raise :class:`MissingExtraError` naming the missing ones."""
+    missing = []
+    for name in EXTRAS[extra]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise MissingExtraError(
+            f"{what} needs {', '.join(missing)} (the '{extra}' extra): "
+            f'pip install "softargmax[{extra}]"  (from a checkout: pip install -e ".[{extra}]")'
+        )
