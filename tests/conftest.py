@@ -182,3 +182,16 @@ def triton_device():
     old = _triton_rows.set_cpu_interpret(True)
     yield "cpu"
     _triton_rows.set_cpu_interpret(old)
+
+
+#: test files whose kernels run in Triton's interpreter without a GPU (most of the suite's time):
+#: marked ``slow`` there, so ``pytest -m "not slow"`` gives a quick local run; CI runs everything
+INTERPRETED_FILES = ("test_triton_rows.py", "test_flash_attention.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.path.name in INTERPRETED_FILES:
+            item.add_marker(pytest.mark.slow)
