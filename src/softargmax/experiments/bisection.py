@@ -10,7 +10,6 @@ library's solver in float64 polished by 200 bisection steps in its final bracket
 
 from __future__ import annotations
 
-import json
 import time
 
 import torch
@@ -18,7 +17,7 @@ import torch
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
 
-from ._common import begin, pyplot
+from ._common import begin, environment, finish, pyplot
 
 PRESETS = {
     "smoke": dict(rows=16, k=1000, iterations=40),
@@ -54,11 +53,11 @@ def bisection_trace(div, z, iterations):
 
 
 def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused):
-    P, out_dir, _ = begin(preset, PRESETS, (), (), None, out)
+    P, out_dir, t_start = begin(preset, PRESETS, (), (), None, out)
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(P["rows"], P["k"], generator=g, dtype=torch.float64) * 3
     results = {"settings": {"preset": preset, "seed": seed, "rows": P["rows"], "k": P["k"], "logits": "randn * 3",
-                            "dtype": "float64 (errors), float32 and float64 (timing)", "torch": torch.__version__},
+                            "dtype": "float64 (errors), float32 and float64 (timing)"},
                "generators": {}, "paper": PAPER}
     for label, name, params in GENERATORS:
         div = get_divergence(name, **params)
@@ -97,17 +96,15 @@ def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused)
         r = results["generators"][label]
         log(f"{label}: bisection reaches 1e-6 after {r['bisection_iterations_to_1e-6']} iterations, "
             f"1e-13 after {r['bisection_iterations_to_1e-13']}; Newton after {r['newton_steps_to_1e-6']} / {r['newton_steps_to_1e-13']} steps")
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    figure = _figure(results, out_dir)
-    (out_dir / "report.md").write_text(_report(results, figure))
-    log(f"wrote {out_dir / 'report.md'}")
-    return results
+    results["settings"].update(environment(t_start))
+    return finish(results, out_dir, write_figures, render_report, log)
 
 
-def _figure(results, out_dir):
+def write_figures(results, out_dir) -> list:
+    """``convergence.png``: error per pass of bisection, its bound, and the library's solver, per generator."""
     plt = pyplot()
     if plt is None:
-        return None
+        return []
     gens = results["generators"]
     fig, axes = plt.subplots(1, len(gens), figsize=(3.2 * len(gens), 3.2), sharey=True)
     for ax, (label, r) in zip(axes, gens.items()):
@@ -124,10 +121,11 @@ def _figure(results, out_dir):
     fig.tight_layout()
     fig.savefig(out_dir / "convergence.png", dpi=120)
     plt.close(fig)
-    return "convergence.png"
+    return ["convergence.png"]
 
 
-def _report(results, figure):
+def render_report(results, figures) -> str:
+    """``report.md``: passes to 1e-6 / 1e-13 per generator, bisection against its bound, the library's solver."""
     st = results["settings"]
     lines = ["# Threshold search: bisection vs this library's solver (003, Appendix A.3, Fig. 6)", "",
              f"{st['rows']} rows × {st['k']} logits (`randn * 3`, seed {st['seed']}), q = 1, float64 errors against a "
@@ -143,6 +141,6 @@ def _report(results, figure):
               "g′); the solver's passes run over the pruned candidates only for sparse generators. Bisection halves "
               "the bracket per pass exactly as the paper states; Newton on the convex transform converges "
               "quadratically and needs a handful of passes (step 0 is the bound after the block pre-steps).", ""]
-    if figure:
-        lines.append(f"![convergence]({figure})")
+    lines.append(f"Ran on {st['device']} with torch {st['torch']} in {st['total_seconds'] / 60:.1f} min.")
+    lines += [f"\n![convergence]({f})" for f in figures]
     return "\n".join(lines) + "\n"

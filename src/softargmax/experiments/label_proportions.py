@@ -36,6 +36,7 @@ import torch
 import softargmax as sa
 
 from ._common import begin, environment, finish, pyplot
+from ._linear import fit_linear
 
 LOSSES = {
     "softmax": dict(mapping="softmax"),
@@ -84,20 +85,7 @@ def generate(n: int, K: int, mean_length: float, mixture: str, word_dists: torch
 
 def fit(x: torch.Tensor, q: torch.Tensor, loss: dict, lam: float, max_iter: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W, b)`` minimizing ``mean FY loss(W x + b; q) + λ ‖W‖²`` by L-BFGS (strong Wolfe)."""
-    V, K = x.shape[1], q.shape[1]
-    W = torch.zeros(V, K, dtype=x.dtype, requires_grad=True)
-    b = torch.zeros(K, dtype=x.dtype, requires_grad=True)
-    opt = torch.optim.LBFGS([W, b], lr=1, max_iter=max_iter, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-9, tolerance_change=1e-12)
-
-    def closure():
-        opt.zero_grad()
-        obj = sa.fenchel_young_loss(x @ W + b, q, **loss) + lam * (W * W).sum()
-        obj.backward()
-        return obj
-
-    opt.step(closure)
-    return W.detach(), b.detach()
+    return fit_linear(x, q.shape[1], lambda z: sa.fenchel_young_loss(z, q, **loss), lam, max_iter)
 
 
 def predict(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor, loss: dict) -> torch.Tensor:

@@ -41,6 +41,7 @@ import softargmax as sa
 
 from . import datasets
 from ._common import begin, environment, finish, pyplot
+from ._linear import fit_linear
 
 SYSTEMS = ("logistic", "softmax", "sparsemax", "entmax15", "binary_chi_square")
 NAMES = {"logistic": "Logistic", "softmax": "Softmax", "sparsemax": "Sparsemax", "entmax15": "1.5-entmax (extra)",
@@ -149,19 +150,7 @@ def _loss(system: str, z, Y):
 
 def fit(system: str, X, Y, lam: float, max_iter: int = 100):
     """``(W, b)`` minimizing the loss of ``system`` + ``λ ‖W‖²`` by L-BFGS (strong Wolfe)."""
-    W = torch.zeros(X.shape[1], Y.shape[1], dtype=X.dtype, requires_grad=True)
-    b = torch.zeros(Y.shape[1], dtype=X.dtype, requires_grad=True)
-    opt = torch.optim.LBFGS([W, b], lr=1, max_iter=max_iter, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-9, tolerance_change=1e-12)
-
-    def closure():
-        opt.zero_grad()
-        obj = _loss(system, X @ W + b, Y) + lam * (W * W).sum()
-        obj.backward()
-        return obj
-
-    opt.step(closure)
-    return W.detach(), b.detach()
+    return fit_linear(X, Y.shape[1], lambda z: _loss(system, z, Y), lam, max_iter)
 
 
 def rule(system: str) -> str:
