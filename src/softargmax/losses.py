@@ -49,10 +49,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import _kernels
 from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .mappings import MAPPING_NAMES, resolve
+from .solution import sum_f_minus_f0 as _sum_f_minus_f0
 from .threshold import solve
 
 __all__ = [
@@ -199,25 +199,14 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     z = theta / beta if beta != 1.0 else theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
-    # on CPU the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the
-    # fused CPU solver's dense rows would make them full-size); on GPU the Triton kernels
-    sol = solve(z, div, q, fused=_kernels.on_gpu_kernels(z))
+    # for_loss: on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
+    sol = solve(z, div, q, for_loss=True)
     p = sol.dense_p()
-    # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
-    pc = sol.p
-    if sol.zp is not None:  # the GPU kernels' row sums, from the pass that wrote p
-        theta_p = (beta * sol.zp).to(theta.dtype)
-    else:
-        th_c = sol.gather(theta)
-        theta_p = torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
+    theta_p = sol.inner(theta, beta)  # ⟨θ, p⟩ (p = 0 off the candidates)
     f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
     if math.isfinite(f0):
         # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-        if sol.omega is not None:
-            omega_p = sol.omega.to(theta.dtype)
-        else:
-            q_c = None if q is None else sol.gather(q.expand(R, k))
-            omega_p = _sum_f_minus_f0(div, pc, q_c, f0)
+        omega_p = sol.f_sum(div, q, f0, theta.dtype)
         if target.dense is None:
             qt = None if q is None else q.expand(R, k).gather(1, target.index.unsqueeze(1)).squeeze(1)
             one = torch.ones(R, dtype=theta.dtype, device=theta.device)
@@ -241,16 +230,6 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
         loss = loss.masked_fill(sol.bad_rows.squeeze(1), math.nan)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))
     return loss, p, G
-
-
-def _sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
-    """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
-    pos = p > 0
-    ratio = p if q is None else p / q
-    vals = div.f(torch.where(pos, ratio, torch.ones_like(ratio))) - f0
-    if q is not None:
-        vals = vals * q
-    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1)
 
 
 def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplace: bool = False):
