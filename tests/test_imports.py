@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
 LAYERS = [
     ("base", {"_checks", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
     ("solvers", {"_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
-    ("mappings", {"_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings"}),
-    ("losses", {"losses", "fused"}),
+    ("mappings", {"_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
+    ("losses", {"losses", "fused", "_loss_ops"}),
     ("modules", {"attention", "nn", "integrations"}),
     ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
 ]

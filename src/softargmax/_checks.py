@@ -48,6 +48,18 @@ def check_positive_number(value, name: str) -> float:
     return value
 
 
+def values_checkable(t: Tensor) -> bool:
+    """Whether a check may read the values of ``t`` now.
+
+    Not while ``torch.compile`` traces (the custom operators of :mod:`softargmax._custom_ops`
+    run the same checks at run time) and not for a CUDA tensor while its stream is being
+    captured into a CUDA graph (reading a value would synchronize with the host).
+    """
+    if torch.compiler.is_compiling():
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False) -> Union[float, Tensor]:
     """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor."""
     op = ">" if strict else ">="
@@ -55,6 +67,8 @@ def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool =
         if not alpha.is_floating_point():
             raise TypeError(f"{name} must be a float or a floating-point tensor, got dtype {alpha.dtype}")
         a = alpha.detach()
+        if not values_checkable(a):
+            return alpha
         bad = (a <= minimum) if strict else (a < minimum)
         if bool((bad | ~torch.isfinite(a)).any()):
             raise ValueError(f"{name} must be finite and {op} {minimum}, got values in [{a.min().item()}, {a.max().item()}]")
@@ -152,7 +166,7 @@ def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
         raise TypeError(f"{name} must have a floating-point dtype, got {q.dtype}")
     check_broadcastable(q, x, name)
     qd = q.detach()
-    if bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
+    if values_checkable(qd) and bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
     return q
 

@@ -102,4 +102,6 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         raise TypeError(f"tau must be a float or a tensor, got {type(tau).__name__}")
     else:
         tau = float(tau)
+        if torch.compiler.is_compiling():  # one opaque operator for the compiler (softargmax._custom_ops)
+            return torch.ops.softargmax.alpha_relu(x, alpha, tau)
     return _AlphaReLU.apply(x, tau, alpha)

@@ -49,7 +49,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
+from ._custom_ops import divergence_spec
+from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, values_checkable
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .mappings import MAPPING_NAMES, resolve
 from .solution import sum_f_minus_f0 as _sum_f_minus_f0
@@ -120,7 +121,7 @@ def parse_target(
         if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
             raise ValueError(f"weight must be a floating tensor of shape ({k},) (one weight per class), got "
                              f"{type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
-        if bool((weight.detach() < 0).any()):
+        if values_checkable(weight) and bool((weight.detach() < 0).any()):
             raise ValueError("weight must be non-negative")
         weight = weight.to(dtype)
 
@@ -129,10 +130,10 @@ def parse_target(
         if target.shape != x.shape:
             raise ValueError(f"target: with multilabel=True it must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
         t = rows.to_rows(target.to(dtype))
-        if bool(((t != 0) & (t != 1)).any()):
+        if values_checkable(t) and bool(((t != 0) & (t != 1)).any()):
             raise ValueError("target: a multi-hot label set must contain only 0 and 1")
         counts = t.sum(-1, keepdim=True)
-        if bool((counts == 0).any()):
+        if values_checkable(t) and bool((counts == 0).any()):
             raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
         dense = t / counts
         keep = torch.ones(R, dtype=torch.bool, device=target.device)
@@ -144,18 +145,18 @@ def parse_target(
         idx = target.reshape(R).to(torch.long)
         keep = idx != ignore_index
         bad = keep & ((idx < 0) | (idx >= k))
-        if bool(bad.any()):
+        if values_checkable(bad) and bool(bad.any()):
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {k}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     else:
         if target.shape != x.shape:
             raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
         y = rows.to_rows(target)
-        if bool((y < 0).any()):
+        if values_checkable(y) and bool((y < 0).any()):
             raise ValueError("target: probability vectors must be non-negative")
         s = y.sum(-1)
         tol = 1e-4 if dtype != torch.float64 else 1e-8
-        if bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
+        if values_checkable(s) and bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
         dense = y
         keep = torch.ones(R, dtype=torch.bool, device=target.device)
@@ -236,10 +237,11 @@ def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplac
     """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
     zz = z if q is None else z + torch.log(q)
     all_masked = zz.amax(-1, keepdim=True) == -math.inf
-    if bool(all_masked.any()):
+    masked = not values_checkable(zz) or bool(all_masked.any())  # unknown: take the masked-safe form
+    if masked:
         zz = torch.where(all_masked, torch.zeros_like(zz), zz)
     logp = torch.log_softmax(zz, -1)
-    if bool(all_masked.any()):
+    if masked:
         logp = torch.where(all_masked, torch.full_like(logp, -math.inf), logp)
     p = torch.exp(logp)
     if target.dense is None:
@@ -260,7 +262,7 @@ def _p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
     else:
         G = p if inplace else p.clone()
         G.scatter_add_(1, target.index.unsqueeze(1), -torch.ones_like(G[:, :1]))
-    if not bool(target.keep.all()):
+    if not values_checkable(G) or not bool(target.keep.all()):
         G = G.masked_fill(~target.keep.unsqueeze(1), 0.0)
     return G
 
@@ -381,6 +383,43 @@ def fenchel_young_loss(
     dim = check_dim(x, dim)
     _check_reduction(reduction)
     kind = _resolve(mapping, dict(mapping_params))
+    if torch.compiler.is_compiling() and not return_prediction:
+        spec = _operator_spec(kind)
+        if spec is not None:  # one opaque operator for the compiler (softargmax._loss_ops)
+            return torch.ops.softargmax.fenchel_young_loss(
+                x, target, q, weight, *spec, float(temperature), dim, multilabel, ignore_index, reduction,
+                float(label_smoothing))[0]
+    rows, tgt, compute = _prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
+                                  weight)
+    kept = {}
+
+    def compute_and_keep(theta):
+        loss, p, G = compute(theta)
+        kept["p"] = p
+        return loss, p, G
+
+    if x.requires_grad and torch.is_grad_enabled():
+        per_row = _RowLoss.apply(x, compute_and_keep, rows)
+    else:
+        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
+    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
+    if not return_prediction:
+        return loss
+    return loss, rows.restore(kept["p"].detach())
+
+
+def _operator_spec(kind):
+    """``(mapping, parameter, tau)`` naming a resolved mapping to the loss operator, or ``None`` (stays eager)."""
+    if kind[0] == "fy":
+        spec = divergence_spec(kind[1])
+        return None if spec is None else (spec[0], spec[1], 0.0)
+    _, alpha, tau = kind
+    return None if isinstance(tau, Tensor) else ("alpha_relu", float(alpha), float(tau))
+
+
+def _prepare(x: Tensor, target: Tensor, kind, dim: int, q, temperature, multilabel, ignore_index, label_smoothing,
+             weight):
+    """``(rows, parsed target, compute)`` of :func:`fenchel_young_loss`; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
     rows = Rows(x, dim)
     tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
                        label_smoothing=label_smoothing, weight=weight)
@@ -399,21 +438,7 @@ def fenchel_young_loss(
                 raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
-    kept = {}
-
-    def compute_and_keep(theta):
-        loss, p, G = compute(theta)
-        kept["p"] = p
-        return loss, p, G
-
-    if x.requires_grad and torch.is_grad_enabled():
-        per_row = _RowLoss.apply(x, compute_and_keep, rows)
-    else:
-        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
-    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
-    if not return_prediction:
-        return loss
-    return loss, rows.restore(kept["p"].detach())
+    return rows, tgt, compute
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, **kwargs):
