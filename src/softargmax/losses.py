@@ -358,6 +358,7 @@ def fenchel_young_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
+    softcap: Optional[float] = None,
     **mapping_params,
 ):
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
@@ -374,6 +375,9 @@ def fenchel_young_loss(
         multilabel, ignore_index, reduction, label_smoothing, weight: as in the module docstring.
         return_prediction: also return the prediction (detached, ``x``'s shape), computed
             in the same call.
+        softcap: ``c > 0`` replaces the scores by ``c · tanh(x / c)`` first (logit
+            soft-capping, as in Gemma 2: Gemma Team, "Gemma 2: Improving Open Language Models
+            at a Practical Size", 2024, https://arxiv.org/abs/2408.00118); differentiable.
 
     Returns:
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
@@ -383,6 +387,9 @@ def fenchel_young_loss(
     dim = check_dim(x, dim)
     _check_reduction(reduction)
     kind = _resolve(mapping, dict(mapping_params))
+    if softcap is not None:
+        c = check_positive_number(softcap, "softcap")
+        x = c * torch.tanh(x / c)
     if torch.compiler.is_compiling() and not return_prediction:
         spec = _operator_spec(kind)
         if spec is not None:  # one opaque operator for the compiler (softargmax._loss_ops)
