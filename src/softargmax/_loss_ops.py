@@ -3,10 +3,11 @@ r"""The Fenchel–Young losses as one ``torch.library`` custom operator, for ``t
 While ``torch.compile`` traces, :func:`softargmax.losses.fenchel_young_loss` (and the named
 losses built on it) calls ``softargmax::fenchel_young_loss`` instead of running its body:
 the target checks and the solver read tensor values, which a tracer cannot follow.  The
-operator returns the reduced loss and its gradient with respect to the scores (the loss
-gradient is ``p - y`` scaled by the item weights and the reduction, computed in the same
-pass, as in eager mode); its autograd formula multiplies that by the incoming gradient.
-Values equal eager's; gradients equal them up to the order of one multiplication.
+operator returns the reduced loss and its gradient with respect to the scores, in the
+compute dtype (``p - y`` scaled by the item weights and the reduction, from the same pass,
+as in eager mode); its autograd formula multiplies that by the incoming gradient.  Values
+equal eager's; gradients equal them up to the rounding of one multiplication (eager rounds
+the per-row factor to the input dtype first).
 
 Not covered (these stay eager, so ``fullgraph=True`` fails on them): ``return_prediction``,
 a :class:`~softargmax.divergences.CustomDivergence`, a tensor ``tau`` for α-ReLU.
@@ -49,7 +50,7 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
         scale = scale / denom
     if w is not None:
         scale = scale * w
-    grad = rows.restore(G * scale.to(G.dtype).unsqueeze(1))
+    grad = rows.restore(G * scale.to(G.dtype).unsqueeze(1), G.dtype)  # in the compute dtype, as eager's G
     return loss.clone() if loss is per_row else loss, grad.contiguous()
 
 
@@ -63,11 +64,12 @@ def _(x, target, q, weight, mapping, param, tau, temperature, dim, multilabel, i
         loss = x.new_empty(shape, dtype=dtype)
     else:
         loss = x.new_empty((), dtype=dtype)
-    return loss, x.new_empty(x.shape)
+    return loss, x.new_empty(x.shape, dtype=compute_dtype(x.dtype))
 
 
 def _setup(ctx, inputs, output):
     ctx.save_for_backward(output[1])
+    ctx.x_dtype = inputs[0].dtype
     ctx.dim = inputs[8]
     ctx.none = inputs[11] == "none"
 
@@ -75,7 +77,7 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad_loss, grad_grad):
     (g,) = ctx.saved_tensors
     upstream = grad_loss.unsqueeze(ctx.dim) if ctx.none else grad_loss
-    return (g * upstream.to(g.dtype),) + (None,) * 12
+    return ((g * upstream.to(g.dtype)).to(ctx.x_dtype),) + (None,) * 12
 
 
 _fenchel_young_loss.register_autograd(_backward, setup_context=_setup)
