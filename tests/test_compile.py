@@ -100,6 +100,32 @@ def test_compiled_operators_still_check_values():
         g(X, torch.full((6,), 40))
 
 
+def test_compile_on_the_triton_path(triton_device):
+    """The operators' Triton solutions (no s, a JVP kernel, bad rows kept on the device) inside
+    the custom operators: compiled equals eager, NaN rows included (Triton's interpreter on CPU)."""
+    from softargmax.divergences import get_divergence
+    from softargmax.threshold import solve
+
+    x = X.float().to(triton_device)
+    x[3, 2] = float("nan")
+    y = Y.to(triton_device)
+    assert solve(x, get_divergence("alpha", alpha=1.5)).backend == "triton"
+
+    def run(xs):
+        return sa.entmax15(xs[0]), sa.entmax15(xs[1].bfloat16()).float(), sa.entmax15_loss(xs[2], y, reduction="none")
+
+    def values_and_grads(fn):
+        xs = [x.clone().requires_grad_(True) for _ in range(3)]
+        outs = fn(xs)
+        total = sum((o.nan_to_num(0.0) * (i + 1)).sum() for i, o in enumerate(outs))
+        return [o.detach() for o in outs], torch.autograd.grad(total, xs)
+
+    torch._dynamo.reset()
+    eager, compiled = values_and_grads(run), values_and_grads(torch.compile(run, fullgraph=True, backend="aot_eager"))
+    for a, b in zip(eager[0] + list(eager[1]), compiled[0] + list(compiled[1])):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True)
+
+
 # -- GPU ---------------------------------------------------------------------------------
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
