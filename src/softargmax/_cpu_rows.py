@@ -159,7 +159,7 @@ def covers(z: Tensor) -> bool:
 
 def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
     """Whether one α per row ``alpha2d`` is covered (every α in (1, 2])."""
-    return alpha_rows_covered(z, alpha2d)
+    return alpha_rows_covered(z, alpha2d, torch.float64)
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
@@ -189,8 +189,9 @@ def solve(z: Tensor, div: Divergence):
     return solve_with(_run, z, div)
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d)
+    return solve_alpha_rows_with(_run, z, alpha2d, checked=checked)

@@ -66,7 +66,7 @@ def solve(z: Tensor, div: Divergence):
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``, every α in (1, 2]) by a fused solver, or ``None``."""
     backend = select(z, alpha_rows=alpha2d)
-    return None if backend is None else backend.solve_alpha_rows(z, alpha2d)
+    return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)
 
 
 def on_gpu_kernels(t: Tensor) -> bool:

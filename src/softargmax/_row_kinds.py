@@ -60,15 +60,18 @@ def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype =
     return sol
 
 
-def alpha_rows_covered(z: Tensor, alpha2d: Tensor) -> bool:
-    """Whether ``alpha2d`` is one α per row of ``z``, every α in (1, 2] (a device synchronization on CUDA)."""
-    a = alpha2d.detach().reshape(-1)
-    return a.numel() == z.shape[0] and bool(((a > 1) & (a <= 2)).all())
+def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:
+    """Whether ``alpha2d`` is one α per row of ``z`` with every ``a = α - 1`` in (0, 1] once
+    rounded to ``a_dtype`` (what the solver reads; a device synchronization on CUDA)."""
+    a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
+    return a.numel() == z.shape[0] and bool(((a > 0) & (a <= 1)).all())
 
 
-def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]."""
-    if not alpha_rows_covered(z, alpha2d):
+def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
+                          checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`alpha_rows_covered` already said yes)."""
+    if not checked and not alpha_rows_covered(z, alpha2d, a_dtype):
         return None
     a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
     a = a.contiguous()

@@ -112,7 +112,7 @@ def covers(z: Tensor) -> bool:
 
 def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
     """Whether one α per row ``alpha2d`` is covered (every α in (1, 2]; a device synchronization)."""
-    return alpha_rows_covered(z, alpha2d)
+    return alpha_rows_covered(z, alpha2d, torch.float32)
 
 
 def covers_alpha_relu(x: Tensor, alpha: float) -> bool:
@@ -201,11 +201,12 @@ def solve(z: Tensor, div: Divergence):
     return sol
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32)
+    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32, checked=checked)
 
 
 def _relu_exact(a: float) -> int:
