@@ -48,6 +48,21 @@ def check_positive_number(value, name: str) -> float:
     return value
 
 
+#: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
+CUSTOM_OPS = hasattr(torch.library, "custom_op")
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing this call (``False`` on a torch without the query)."""
+    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(query()) if query is not None else False
+
+
+def use_custom_ops() -> bool:
+    """Whether the public functions call their ``torch.library`` operators (while compiling, where they exist)."""
+    return CUSTOM_OPS and compiling()
+
+
 def values_checkable(t: Tensor) -> bool:
     """Whether a check may read the values of ``t`` now.
 
@@ -55,7 +70,7 @@ def values_checkable(t: Tensor) -> bool:
     run the same checks at run time) and not for a CUDA tensor while its stream is being
     captured into a CUDA graph (reading a value would synchronize with the host).
     """
-    if torch.compiler.is_compiling():
+    if compiling():
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ._autograd import NormalizedMapping
-from ._checks import check_alpha, check_q
+from ._checks import CUSTOM_OPS, check_alpha, check_q, use_custom_ops
 from .alpha_relu import _AlphaReLU
 from .divergences import DIVERGENCE_NAMES, AlphaDivergence, Divergence, get_divergence
 
@@ -71,7 +71,6 @@ class _Ctx:
 # -- normalized mappings --------------------------------------------------------------
 
 
-@torch.library.custom_op("softargmax::normalized", mutates_args=())
 def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str, param: float,
                 temperature: float, dim: int) -> Tensor:
     _check_values(x, q, alpha)
@@ -80,12 +79,10 @@ def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], diverge
     return out.contiguous()
 
 
-@_normalized.register_fake
-def _(x, q, alpha, divergence, param, temperature, dim):
+def _normalized_fake(x, q, alpha, divergence, param, temperature, dim):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("softargmax::normalized_backward", mutates_args=())
 def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str,
                          param: float, temperature: float, dim: int) -> tuple[Tensor, Tensor, Tensor]:
     ctx = _Ctx((True, q is not None, alpha is not None, False, False, False))
@@ -95,8 +92,7 @@ def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Op
             x.new_empty(0) if ga is None else ga.contiguous())
 
 
-@_normalized_backward.register_fake
-def _(grad, x, q, alpha, divergence, param, temperature, dim):
+def _normalized_backward_fake(grad, x, q, alpha, divergence, param, temperature, dim):
     return (x.new_empty(x.shape), x.new_empty(0) if q is None else q.new_empty(q.shape),
             x.new_empty(0) if alpha is None else alpha.new_empty(alpha.shape))
 
@@ -113,13 +109,12 @@ def _normalized_grad(ctx, grad):
     return gx, (gq if q is not None else None), (ga if alpha is not None else None), None, None, None, None
 
 
-_normalized.register_autograd(_normalized_grad, setup_context=_normalized_setup)
 
 
 def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                temperature: float, dim: int) -> Tensor:
     """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling."""
-    if torch.compiler.is_compiling():
+    if use_custom_ops():
         spec = divergence_spec(divergence)
         if spec is not None:
             return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
@@ -129,25 +124,21 @@ def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergen
 # -- α-ReLU with a float τ --------------------------------------------------------------
 
 
-@torch.library.custom_op("softargmax::alpha_relu", mutates_args=())
 def _alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
     return _AlphaReLU.forward(_Ctx((False,) * 3), x, tau, alpha).contiguous()
 
 
-@_alpha_relu.register_fake
-def _(x, alpha, tau):
+def _alpha_relu_fake(x, alpha, tau):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("softargmax::alpha_relu_backward", mutates_args=())
 def _alpha_relu_backward(grad: Tensor, x: Tensor, alpha: float, tau: float) -> Tensor:
     ctx = _Ctx((True, False, False))
     _AlphaReLU.forward(ctx, x, tau, alpha)
     return _AlphaReLU.backward(ctx, grad)[0].contiguous()
 
 
-@_alpha_relu_backward.register_fake
-def _(grad, x, alpha, tau):
+def _alpha_relu_backward_fake(grad, x, alpha, tau):
     return x.new_empty(x.shape)
 
 
@@ -162,9 +153,34 @@ def _alpha_relu_grad(ctx, grad):
     return torch.ops.softargmax.alpha_relu_backward(grad, x, *ctx.args), None, None
 
 
-_alpha_relu.register_autograd(_alpha_relu_grad, setup_context=_alpha_relu_setup)
 
 
 def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
     """The ``softargmax::alpha_relu`` operator (a float τ), for compiled code."""
     return torch.ops.softargmax.alpha_relu(x, float(alpha), float(tau))
+
+
+def define(name: str, impl, fake, backward=None, setup_context=None):
+    """``torch.library.custom_op(name, impl)`` with its fake implementation and autograd formula."""
+    op = torch.library.custom_op(name, impl, mutates_args=())
+    op.register_fake(fake)
+    if backward is not None:
+        op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _register() -> dict:
+    """Register the operators (torch >= 2.4); returns them by name."""
+    return {
+        "normalized": define("softargmax::normalized", _normalized, _normalized_fake, _normalized_grad,
+                             _normalized_setup),
+        "normalized_backward": define("softargmax::normalized_backward", _normalized_backward,
+                                      _normalized_backward_fake),
+        "alpha_relu": define("softargmax::alpha_relu", _alpha_relu, _alpha_relu_fake, _alpha_relu_grad,
+                             _alpha_relu_setup),
+        "alpha_relu_backward": define("softargmax::alpha_relu_backward", _alpha_relu_backward,
+                                      _alpha_relu_backward_fake),
+    }
+
+
+OPERATORS = _register() if CUSTOM_OPS else {}

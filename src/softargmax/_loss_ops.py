@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._checks import compute_dtype
+from ._checks import CUSTOM_OPS, compute_dtype
+from ._custom_ops import define
 from .losses import _prepare, _resolve, reduce_loss
 
 __all__: list = []
@@ -32,7 +33,6 @@ def _kind(mapping: str, param: float, tau: float):
     return _resolve(mapping, {"alpha": param} if mapping == "alpha" else {})
 
 
-@torch.library.custom_op("softargmax::fenchel_young_loss", mutates_args=())
 def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: Optional[Tensor], mapping: str,
                         param: float, tau: float, temperature: float, dim: int, multilabel: bool, ignore_index: int,
                         reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
@@ -54,9 +54,8 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
     return loss.clone() if loss is per_row else loss, grad.contiguous()
 
 
-@_fenchel_young_loss.register_fake
-def _(x, target, q, weight, mapping, param, tau, temperature, dim, multilabel, ignore_index, reduction,
-      label_smoothing):
+def _fenchel_young_loss_fake(x, target, q, weight, mapping, param, tau, temperature, dim, multilabel, ignore_index,
+                             reduction, label_smoothing):
     dtype = x.dtype if weight is None else torch.promote_types(x.dtype, compute_dtype(x.dtype))
     if reduction == "none":
         shape = list(x.shape)
@@ -80,4 +79,5 @@ def _backward(ctx, grad_loss, grad_grad):
     return ((g * upstream.to(g.dtype)).to(ctx.x_dtype),) + (None,) * 12
 
 
-_fenchel_young_loss.register_autograd(_backward, setup_context=_setup)
+OPERATORS = {"fenchel_young_loss": define("softargmax::fenchel_young_loss", _fenchel_young_loss,
+                                          _fenchel_young_loss_fake, _backward, _setup)} if CUSTOM_OPS else {}

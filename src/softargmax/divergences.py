@@ -713,7 +713,8 @@ def _cached(name: str, alpha: Optional[float]) -> Divergence:
 
 def _instance(name: str, alpha: Optional[float]) -> Divergence:
     """The cached instance; built afresh while ``torch.compile`` traces (its tracer does not follow caches)."""
-    if torch.compiler.is_compiling():
+    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if query is not None and query():
         return _cached.__wrapped__(name, alpha)
     return _cached(name, alpha)
 

@@ -50,7 +50,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._custom_ops import divergence_spec
-from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, values_checkable
+from ._checks import (Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, use_custom_ops,
+                      values_checkable)
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .mappings import MAPPING_NAMES, resolve
 from .solution import sum_f_minus_f0 as _sum_f_minus_f0
@@ -390,7 +391,7 @@ def fenchel_young_loss(
     if softcap is not None:
         c = check_positive_number(softcap, "softcap")
         x = c * torch.tanh(x / c)
-    if torch.compiler.is_compiling() and not return_prediction:
+    if use_custom_ops() and not return_prediction:
         spec = _operator_spec(kind)
         if spec is not None:  # one opaque operator for the compiler (softargmax._loss_ops)
             return torch.ops.softargmax.fenchel_young_loss(
