@@ -165,7 +165,7 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, e
         return _jvp(p, v, kind, exact, a, a_stride, scale)
 
     return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1,
-                    jvp_kernel=jvp, zp=zp, omega=omega, backend="triton")
+                    jvp_kernel=jvp, zp=zp, omega=omega, backend="triton", nan_written=True)
 
 
 def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, scale: float) -> Tensor:

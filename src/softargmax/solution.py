@@ -53,6 +53,8 @@ class Solution:
             (``q = 1``) computed by the backend (used by :meth:`inner` and :meth:`f_sum`).
         backend: which solver ran (``"torch"``, ``"cpu"``, ``"triton"``), for tests and
             diagnostics only.
+        nan_written: the backend already wrote NaN into ``p`` in the bad rows (then
+            :meth:`dense_p` needs no masking pass).
     """
 
     tau: Tensor
@@ -67,6 +69,7 @@ class Solution:
     zp: Optional[Tensor] = None
     omega: Optional[Tensor] = None
     backend: str = "torch"
+    nan_written: bool = False
 
     def gather(self, full: Tensor) -> Tensor:
         """``[R, k]`` -> ``[R, K]``: values at the candidates."""
@@ -89,7 +92,7 @@ class Solution:
     def dense_p(self) -> Tensor:
         """The full ``[R, k]`` output, NaN in bad rows."""
         p = self.scatter(self.p)
-        if self.bad_rows is not None:
+        if self.bad_rows is not None and not self.nan_written:
             p = p.masked_fill(self.bad_rows, math.nan)
         return p
 
