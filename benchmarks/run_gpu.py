@@ -191,7 +191,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats")
-    ap.add_argument("--only", choices=["operators", "losses", "fused"], nargs="+")
+    ap.add_argument("--only", choices=["operators", "losses", "fused", "peers"], nargs="+",
+                    help="sections (default: all but peers)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     ap.add_argument("--json", dest="json_path")
@@ -220,6 +221,8 @@ def main(argv=None) -> int:
         result["loss_cases"] = loss_cases(vocab, device, repeats)
     if "fused" in only:
         result["fused"] = fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device, max(3, repeats // 5))
+    if "peers" in only:
+        result["peers"] = run_peers(args, device, repeats)
     name = "gpu-" + device_name(device).replace(" ", "-").lower() + ".json"
     path = args.json_path or os.path.join(RESULTS, name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -227,6 +230,163 @@ def main(argv=None) -> int:
         json.dump(result, f, indent=1)
     print(f"wrote {path}")
     return 0
+
+
+# -- peers (optional packages, never dependencies) -----------------------------------------
+
+#: shapes of the peer comparison: the vocabulary shapes, 16384x4096 and the attention shape
+PEER_SHAPES = [(4096, 32768), (1024, 131072), (256, 262144), (16384, 4096), (65536, 512)]
+#: fused linear + loss shapes of the peer comparison (tokens, hidden, vocab)
+PEER_FUSED_SHAPES = [(8192, 4096, 131072), (16384, 4096, 131072)]
+SMOKE_PEER_SHAPES = [(8, 300)]
+SMOKE_PEER_FUSED = [(64, 16, 300)]
+
+
+def _call_with(fn, x, **maybe):
+    """``fn(x, **kw)`` passing only the keywords ``fn`` declares (peer signatures differ by version)."""
+    import inspect
+
+    try:
+        names = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = set()
+    return fn(x, **{k: v for k, v in maybe.items() if k in names})
+
+
+def peer_operators():
+    """``{op: {peer: fn(x)}}`` for the installed peers: AdaSplash ``triton_entmax``/``triton_sparsemax``
+    and Liger's sparsemax.  Missing packages are skipped; a call that fails is recorded, not raised."""
+    peers = {"sparsemax": {}, "entmax15": {}, "entmax_a1.3": {}}
+    try:
+        from adasplash import triton_entmax
+    except Exception:
+        triton_entmax = None
+    try:
+        from adasplash import triton_sparsemax
+    except Exception:
+        triton_sparsemax = None
+    if triton_entmax is not None:
+        peers["entmax15"]["adasplash"] = lambda x: _call_with(triton_entmax, x, alpha=1.5)
+        peers["entmax_a1.3"]["adasplash"] = lambda x: _call_with(triton_entmax, x, alpha=1.3)
+        if triton_sparsemax is None:
+            peers["sparsemax"]["adasplash"] = lambda x: _call_with(triton_entmax, x, alpha=2.0)
+    if triton_sparsemax is not None:
+        peers["sparsemax"]["adasplash"] = lambda x: triton_sparsemax(x)
+    try:
+        from liger_kernel.ops.sparsemax import LigerSparsemaxFunction
+
+        peers["sparsemax"]["liger"] = lambda x: LigerSparsemaxFunction.apply(x, -1)
+    except Exception:
+        pass
+    return {op: fns for op, fns in peers.items() if fns}
+
+
+def peer_operator_cases(shapes, dtypes, device, repeats, log=print):
+    """Forward+backward time of each installed peer next to ours and softmax, with the peer's
+    largest absolute error against our exact result (float32 compute) on the same input."""
+    cases = []
+    peers = peer_operators()
+    if not peers:
+        log("peers: none of adasplash, liger_kernel is installed")
+        return cases
+    for dtype in dtypes:
+        for shape in shapes:
+            gen = torch.Generator().manual_seed(0)
+            x = (torch.randn(*shape, generator=gen) * 3).to(device=device, dtype=dtype)
+            grad = torch.randn_like(x)
+            thunks = {"softmax": _fwd_bwd(lambda t: torch.softmax(t, -1), x, grad)}
+            errors = {}
+            for op, fns in peers.items():
+                ours = OPERATORS[op]
+                thunks[op] = _fwd_bwd(ours, x, grad)
+                exact = ours(x.float())
+                for peer, fn in fns.items():
+                    try:
+                        errors[(op, peer)] = float((fn(x).float() - exact).abs().max())
+                        thunks[f"{peer}:{op}"] = _fwd_bwd(fn, x, grad)
+                    except Exception as err:  # a shape or dtype the peer refuses
+                        errors[(op, peer)] = f"error: {type(err).__name__}: {str(err)[:200]}"
+            times = time_thunks(thunks, repeats, max(2, repeats // 5), device)
+            for (op, peer), err in errors.items():
+                key = f"{peer}:{op}"
+                case = {"op": op, "peer": peer, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
+                        "pass": "fwd+bwd", "ours_ms": round(times[op], 4), "softmax_ms": round(times["softmax"], 4),
+                        "peer_ms": round(times[key], 4) if key in times else None,
+                        "peer_max_abs_error": err}
+                cases.append(case)
+                log(f"{peer:>10} {op:>12} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} ours {case['ours_ms']:8.3f} ms"
+                    f"  peer {case['peer_ms']} ms  softmax {case['softmax_ms']:.3f} ms  peer error {err}")
+    return cases
+
+
+def peer_fused_cases(shapes, device, repeats, log=print):
+    """Fused linear + loss (bf16): ours (entmax15, KL) against torch linear + cross_entropy,
+    Liger's ``LigerFusedLinearCrossEntropyFunction``, Cut-Cross-Entropy's ``linear_cross_entropy``
+    and ``torch.nn.functional.linear_cross_entropy`` where installed; time, peak extra memory,
+    and each cross-entropy's loss against our fused KL loss."""
+    runs = {
+        "ours_entmax15": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="entmax15"),
+        "ours_kl": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="softmax"),
+        "torch_linear_ce": lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t),
+    }
+    if hasattr(F, "linear_cross_entropy"):
+        runs["torch_linear_cross_entropy"] = lambda h, w, t: F.linear_cross_entropy(h, w, t)
+    try:
+        from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+        runs["liger_flce"] = lambda h, w, t: LigerFusedLinearCrossEntropyFunction.apply(h, w, t)[0]
+    except Exception:
+        pass
+    try:
+        from cut_cross_entropy import linear_cross_entropy
+
+        runs["cce"] = lambda h, w, t: linear_cross_entropy(h, w, t)
+    except Exception:
+        pass
+    cases = []
+    for N, H, V in shapes:
+        gen = torch.Generator().manual_seed(0)
+        h = (torch.randn(N, H, generator=gen) / H**0.5).to(device, torch.bfloat16)
+        w = (torch.randn(V, H, generator=gen) * 0.02).to(device, torch.bfloat16)
+        t = torch.randint(0, V, (N,), generator=gen).to(device)
+        reference = None
+        for name, fn in runs.items():
+            def run():
+                hh, ww = h.detach().requires_grad_(True), w.detach().requires_grad_(True)
+                loss = fn(hh, ww, t)
+                loss.backward()
+                return loss
+
+            try:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats(device)
+                    base = torch.cuda.memory_allocated(device)
+                value = float(run().detach())
+                peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
+                ms = time_thunks({name: run}, repeats, 1, device)[name]
+            except Exception as err:
+                cases.append({"op": name, "shape": [N, H, V], "error": f"{type(err).__name__}: {str(err)[:200]}"})
+                log(f"{name:>28} {N}x{H}x{V}: error {err}")
+                continue
+            if name == "ours_kl":
+                reference = value
+            case = {"op": name, "shape": [N, H, V], "dtype": "bfloat16", "pass": "fwd+bwd", "ms": round(ms, 3),
+                    "peak_extra_mb": None if peak is None else round(peak, 1), "loss": value}
+            cases.append(case)
+            log(f"{name:>28} {N}x{H}x{V}: {ms:9.2f} ms  peak extra {case['peak_extra_mb']} MB  loss {value:.6f}")
+        for case in cases:
+            if case.get("shape") == [N, H, V] and "loss" in case and reference is not None and case["op"] != "ours_entmax15":
+                case["loss_error_vs_ours_kl"] = abs(case["loss"] - reference)
+    return cases
+
+
+def run_peers(args, device, repeats, log=print) -> dict:
+    """The ``--only peers`` section: operators and the fused output layer against the installed peers."""
+    shapes = SMOKE_PEER_SHAPES if args.smoke else PEER_SHAPES
+    fused = SMOKE_PEER_FUSED if args.smoke else PEER_FUSED_SHAPES
+    return {"operators": peer_operator_cases(shapes, [torch.float32, torch.bfloat16], device, repeats, log),
+            "fused": peer_fused_cases(fused, device, max(3, repeats // 5), log)}
 
 
 def _triton_version():

@@ -58,3 +58,91 @@ def test_fused_errors():
         sa.linear_fenchel_young_loss(h, W, torch.tensor([0, 1, 2, 10]))
     with pytest.raises(ValueError, match="chunk_size"):
         sa.linear_fenchel_young_loss(h, W, t, chunk_size=0)
+
+
+def _explicit_softcap(x, c):
+    return c * torch.tanh(x / c)
+
+
+@pytest.mark.parametrize("mapping,params", [("entmax15", {}), ("softmax", {}), ("alpha_relu", {"alpha": 1.5, "tau": 0.1})])
+def test_softcap_is_the_explicit_formula(mapping, params):
+    """softcap=c equals the loss of c·tanh(x/c) computed by hand, values and gradients (autograd of the formula)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(7, 20, dtype=F64, generator=g) * 30).requires_grad_()  # large: the cap matters
+    t = torch.randint(0, 20, (7,), generator=g)
+    got = sa.fenchel_young_loss(x, t, mapping, softcap=15.0, **params)
+    want = sa.fenchel_young_loss(_explicit_softcap(x, 15.0), t, mapping, **params)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, x)[0], torch.autograd.grad(want, x)[0])
+    assert not torch.allclose(got, sa.fenchel_young_loss(x, t, mapping, **params))  # the cap changed something
+    with pytest.raises(ValueError, match="softcap"):
+        sa.fenchel_young_loss(x, t, mapping, softcap=0.0, **params)
+
+
+@pytest.mark.parametrize("mapping,params", [("entmax15", {}), ("sparsemax", {}), ("softmax", {}), ("jensen_shannon", {})])
+def test_fused_softcap_equals_unfused(mapping, params):
+    g = torch.Generator().manual_seed(1)
+    N, d, V = 23, 10, 30
+    h = (torch.randn(N, d, dtype=F64, generator=g) * 3).requires_grad_()
+    W = torch.randn(V, d, dtype=F64, generator=g).requires_grad_()
+    b = torch.randn(V, dtype=F64, generator=g).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+    fused = sa.linear_fenchel_young_loss(h, W, t, b, mapping=mapping, chunk_size=6, softcap=5.0, **params)
+    ref = sa.fenchel_young_loss(_explicit_softcap(h @ W.T + b, 5.0), t, mapping, **params)
+    torch.testing.assert_close(fused, ref)
+    for a, c in zip(torch.autograd.grad(fused, (h, W, b)), torch.autograd.grad(ref, (h, W, b))):
+        torch.testing.assert_close(a, c)
+
+
+def test_chunks_follow_the_memory_budget():
+    from softargmax.fused import chunk_tokens
+
+    V = 1000
+    assert chunk_tokens(V, torch.float32, 10**9) > chunk_tokens(V, torch.float32, 10**8) > 1
+    assert chunk_tokens(V, torch.float32, 1) == 1
+    # half inputs need their float32 copies too: fewer tokens per byte than 2-byte elements alone would allow
+    assert chunk_tokens(V, torch.bfloat16, 10**8) < 10**8 // (2 * V)
+    assert chunk_tokens(V, torch.float32, 10**8, softcap=True) < chunk_tokens(V, torch.float32, 10**8)
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(40, 6, dtype=F64, generator=g).requires_grad_()
+    W = torch.randn(V, 6, dtype=F64, generator=g).requires_grad_()
+    t = torch.randint(0, V, (40,), generator=g)
+    small = sa.linear_fenchel_young_loss(h, W, t, memory_budget=5 * 8 * 3 * V)  # a few tokens per chunk
+    ref = sa.entmax15_loss(h @ W.T, t)
+    torch.testing.assert_close(small, ref)
+    torch.testing.assert_close(torch.autograd.grad(small, W)[0], torch.autograd.grad(ref, W)[0])
+    with pytest.raises(ValueError, match="memory_budget"):
+        sa.linear_fenchel_young_loss(h, W, t, memory_budget=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_half_matches_the_unfused_half_loss(dtype):
+    """Half inputs: half GEMMs, float32 solver and accumulation; close to the unfused loss on the same half logits."""
+    g = torch.Generator().manual_seed(3)
+    N, d, V = 64, 32, 50
+    h = torch.randn(N, d, generator=g).to(dtype).requires_grad_()
+    W = (torch.randn(V, d, generator=g) * 0.3).to(dtype).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+    fused = sa.linear_fenchel_young_loss(h, W, t, chunk_size=16)
+    ref = sa.entmax15_loss(h @ W.T, t)
+    torch.testing.assert_close(fused.float(), ref.float(), rtol=2e-2, atol=2e-3)
+    for a, c in zip(torch.autograd.grad(fused, (h, W)), torch.autograd.grad(ref, (h, W))):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), c.float(), rtol=5e-2, atol=2e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_weight_gradient_uses_half_gemm_with_float32_accumulation():
+    from softargmax import fused as F
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    N, d, V = 512, 256, 4096
+    h = torch.randn(N, d, device="cuda", generator=g).bfloat16().requires_grad_()
+    W = (torch.randn(V, d, device="cuda", generator=g) * 0.05).bfloat16().requires_grad_()
+    t = torch.randint(0, V, (N,), device="cuda", generator=g)
+    loss = sa.linear_fenchel_young_loss(h, W, t, chunk_size=64)
+    (gw,) = torch.autograd.grad(loss, W)
+    assert F._OUT_DTYPE[0] is True, "torch.addmm(out_dtype=float32) was not used"
+    hd, Wd = h.detach().double().requires_grad_(), W.detach().double().requires_grad_()
+    (ref,) = torch.autograd.grad(sa.entmax15_loss(hd @ Wd.T, t), Wd)
+    torch.testing.assert_close(gw.double(), ref, rtol=2e-2, atol=1e-5)

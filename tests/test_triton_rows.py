@@ -61,6 +61,58 @@ def layout(request, monkeypatch):
     return request.param
 
 
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def s_sum_error_bound(z: torch.Tensor, a: float, tau64: torch.Tensor, kappa: float = 4.0) -> torch.Tensor:
+    r"""A bound ``[R, 1]`` on the error of ``Σ s`` computed by a float32 solver, for the power kind.
+
+    With ``u_j = 1 + a (z_j - τ_f)`` (``a = α - 1``, ``τ_f`` exact), ``p_j = [u_j]_+^{1/a}`` and
+    ``s_j = [u_j]_+^{(1-a)/a}``.  A float32 solver evaluates ``u_j`` with an absolute error
+    ``δ_j <= κ ε (|a z_j| + a |τ_f| + 1)`` (rounding of the products and of the threshold,
+    whichever of the two parametrizations it uses), so
+    ``|ΔΣs| <= Σ_j max_{|d| <= δ_j} |s(u_j + d) - s(u_j)|``.  For ``α > 1.5`` the exponent
+    ``(1-a)/a`` is below 1 and ``s`` has an unbounded slope at the edge of the support (a
+    jump at α = 2: an entry within ``δ_j`` of the threshold may be in or out); rows with
+    many entries there (long rows, ties, tiny scales) make ``Σ s`` ill-conditioned in float32
+    whatever the summation: the PyTorch float32 path itself is off by up to 5e-4 relative at
+    rows of 40000 and 262144 (α = 1.7, 2.0) against float64, within this bound.
+    """
+    z = z.double()
+    u = 1 + a * (z - tau64)
+    delta = kappa * EPS32 * ((a * z).abs() + a * tau64.abs() + 1)
+    e = (1 - a) / a
+
+    def s(v):
+        pos = v > 0
+        return torch.where(pos, torch.where(pos, v, torch.ones_like(v)) ** e, torch.zeros_like(v))
+
+    s0 = s(u)
+    dev = torch.maximum((s(u + delta) - s0).abs(), (s(u - delta) - s0).abs())
+    return torch.where(torch.isfinite(z), dev, torch.zeros_like(dev)).sum(-1, keepdim=True)
+
+
+def _assert_s_sum_close(fast, ref, z, div, ok, tol):
+    """``Σ s`` of two float32 solvers: the usual tolerance, widened for the power kind by the
+    conditioning bound of :func:`s_sum_error_bound` (twice: each solver may be off by it) plus
+    the float32 summation error of the blocked sums (``(log2 k + k/4096 + 2) ε Σ s``)."""
+    a = None
+    if div.name == "chi_square":
+        a = 1.0
+    elif div.name == "alpha":
+        a = float(div.alpha) - 1.0
+    if a is None:
+        torch.testing.assert_close(fast.s_sum[ok], ref.s_sum[ok], **tol)
+        return
+    with reference_path():
+        exact = solve(z.double(), div)
+    k = z.shape[1]
+    bound = 2 * s_sum_error_bound(z, a, exact.tau) + (math.log2(k + 1) + k / 4096 + 2) * EPS32 * exact.s_sum.abs()
+    allowed = torch.maximum(tol["atol"] + tol["rtol"] * ref.s_sum.double().abs(), bound)
+    err = (fast.s_sum.double() - ref.s_sum.double()).abs()
+    assert bool((err[ok] <= allowed[ok]).all()), (err[ok] / allowed[ok]).squeeze(1).tolist()
+
+
 @pytest.mark.parametrize("case", COVERED, ids=_ids)
 @pytest.mark.parametrize("k", LENGTHS)
 def test_solution_matches_reference(case, k, layout, triton_device):
@@ -68,7 +120,7 @@ def test_solution_matches_reference(case, k, layout, triton_device):
     div = get_divergence(name, **params)
     z = edge_rows(k, torch.float32, torch.Generator().manual_seed(k), triton_device)
     fast = solve(z, div)
-    assert fast.s is None and fast.jvp is not None, "the Triton path was not taken"
+    assert fast.backend == "triton", "the Triton path was not taken"
     with reference_path():
         ref = solve(z, div)
     tol = dict(atol=3e-6, rtol=1e-4)
@@ -76,7 +128,7 @@ def test_solution_matches_reference(case, k, layout, triton_device):
     ok = torch.ones(9, dtype=torch.bool, device=z.device)
     ok[[2, 3, 4]] = False  # masked / bad rows: tau is a convention there, p is what counts
     torch.testing.assert_close(fast.tau[ok], ref.tau[ok], **tol)
-    torch.testing.assert_close(fast.s_sum[ok], ref.s_sum[ok], **tol)
+    _assert_s_sum_close(fast, ref, z, div, ok, tol)
     assert fast.bad_rows.squeeze(1).tolist() == [False, False, False, True, True, False, False, False, False]
     assert torch.all(fast.p[2] == 0) and fast.s_sum[2, 0] == 0
     assert torch.isnan(fast.p[3]).all() and torch.isnan(fast.p[4]).all()
@@ -275,7 +327,7 @@ def test_switch_off_takes_reference_path(triton_device):
         sol = solve(z, get_divergence("alpha", alpha=1.5))
     finally:
         _triton_rows.set_enabled(old)
-    assert sol.s is not None and sol.jvp is None
+    assert sol.backend != "triton"
 
 
 COMPILE_SCRIPT = r"""
@@ -323,3 +375,19 @@ def test_kernels_compile_for_sm90():
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(done) == 5 * 6 + 6
+
+
+@pytest.mark.parametrize("k", [300, 40000])
+@pytest.mark.parametrize("alpha", [1.5, 1.7, 2.0])
+def test_s_sum_bound_covers_the_float32_reference(k, alpha):
+    """The bound used for ``Σ s`` holds for the PyTorch float32 solver against float64 (the case
+    that fails a plain 1e-4 tolerance at long rows), yet stays tight on well-conditioned rows."""
+    div = get_divergence("alpha", alpha=alpha)
+    z = edge_rows(k, torch.float32, torch.Generator().manual_seed(k))
+    with reference_path():
+        s32, s64 = solve(z, div), solve(z.double(), div)
+    ok = [0, 1, 5, 6, 7, 8]
+    bound = s_sum_error_bound(z, alpha - 1, s64.tau)[ok] + (math.log2(k + 1) + 2) * EPS32 * s64.s_sum[ok]
+    err = (s32.s_sum.double() - s64.s_sum).abs()[ok]
+    assert bool((err <= bound).all())
+    assert float((bound / s64.s_sum[ok])[0]) < 1e-4  # a random row: the bound is not vacuous

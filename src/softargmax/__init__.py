@@ -8,6 +8,7 @@ the threshold solvers in :mod:`softargmax.threshold`.
 """
 
 from . import divergences, losses, mappings, tau, threshold
+from . import _custom_ops, _loss_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
 from .attention import attention
 from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus

@@ -17,7 +17,6 @@ The function is once differentiable (no double backward).
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -27,7 +26,8 @@ from torch.autograd.function import once_differentiable
 from . import _kernels
 from ._checks import Rows, sum_to
 from .divergences import AlphaDivergence, Divergence, get_divergence
-from .threshold import Solution, solve
+from .solution import Solution
+from .threshold import solve
 
 ALPHA_LIMIT = 1e-5
 
@@ -118,24 +118,24 @@ class NormalizedMapping(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                 temperature: float, dim: int):
-        sol = None
-        if (x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and q is None
-                and temperature == 1.0 and _kernels.on_gpu_kernels(x)):
-            # the GPU kernels read and write half rows as they are (float32 inside): no
-            # conversion passes over the input and the output
+        rows = None
+        if x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and temperature == 1.0:
+            # a fast path that reads and writes half rows as they are (the GPU kernels, float32
+            # inside) saves the conversion passes over the input and the output
             rows = Rows(x, dim, dtype=x.dtype)
-            sol = _kernels.solve(rows.flat, divergence)
-        if sol is None:
+            if _kernels.select(rows.flat, divergence, q=q) is None:
+                rows = None
+        if rows is None:
             rows = Rows(x, dim)
         z = rows.flat
         if temperature != 1.0:
             z = z / temperature
         q2d = rows.class_param(q) if q is not None else None
         alpha2d = None
-        if sol is None and alpha is not None:
+        if alpha is not None:
             alpha2d = rows.row_param(alpha.detach(), "alpha")
             sol = solve_grouped(z, alpha2d)
-        elif sol is None:
+        else:
             sol = solve(z, divergence, q2d)
         ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
         ctx.temperature = temperature
@@ -150,36 +150,17 @@ class NormalizedMapping(torch.autograd.Function):
         rows: Rows = ctx.rows
         sol: Solution = ctx.sol
         v = rows.to_rows(grad_out)
-        if sol.s is None:  # a GPU kernel solution (q = None): its JVP kernel recomputes s from p
-            grad_x = grad_alpha = None
-            if ctx.needs_input_grad[0]:
-                grad_x = rows.restore(sol.jvp(v, 1.0 / ctx.temperature), ctx.x_dtype)
-            if ctx.needs_input_grad[2]:
-                ga = entmax_alpha_vjp(sol.p, v, ctx.alpha2d).to(rows.dtype)
-                grad_alpha = grad_to_param(ga, rows, ctx.alpha_param)
-            return grad_x, None, grad_alpha, None, None, None
-        vc = sol.gather(v)
-        s = sol.s
-        ssum = sol.s_sum
-        sv = s * vc
-        # Σs = 0 only in all-masked rows, where s v = 0 too: c = 0 there
-        c = sv.sum(-1, keepdim=True) / ssum.clamp_min(torch.finfo(ssum.dtype).tiny)
         grad_x = grad_q = grad_alpha = None
         if ctx.needs_input_grad[0]:
-            gx = torch.addcmul(sv, s, c, value=-1.0)  # s ⊙ (v - c)
-            if ctx.temperature != 1.0:
-                gx = gx.div_(ctx.temperature)
-            gx = sol.scatter(gx)
-            if sol.bad_rows is not None:
-                gx = gx.masked_fill(sol.bad_rows, math.nan)
-            grad_x = rows.restore(gx, ctx.x_dtype)
+            grad_x = rows.restore(sol.jvp(v, ctx.temperature), ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             # g(z - τ) = p / q on the (dense) candidates: q paths are never pruned
-            gq = (sol.p / ctx.q2d) * (vc - c)
+            _, c = sol.centered(v)
+            gq = (sol.p / ctx.q2d) * (sol.gather(v) - c)
             if ctx.q2d.shape[0] == 1 and rows.R != 1:
                 gq = gq.sum(0, keepdim=True)
             grad_q = grad_to_param(gq, rows, ctx.q_param)
         if ctx.needs_input_grad[2]:
-            ga = entmax_alpha_vjp(sol.p, vc, ctx.alpha2d).to(rows.dtype)
+            ga = entmax_alpha_vjp(sol.p, sol.gather(v), ctx.alpha2d).to(rows.dtype)
             grad_alpha = grad_to_param(ga, rows, ctx.alpha_param)
         return grad_x, grad_q, grad_alpha, None, None, None

@@ -69,6 +69,34 @@ def check_device(t: Tensor, x: Tensor, name: str, move_scalar: bool = True) -> T
     )
 
 
+#: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
+CUSTOM_OPS = hasattr(torch.library, "custom_op")
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing this call (``False`` on a torch without the query)."""
+    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(query()) if query is not None else False
+
+
+def use_custom_ops() -> bool:
+    """Whether the public functions call their ``torch.library`` operators (while compiling, where they exist)."""
+    return CUSTOM_OPS and compiling()
+
+
+def values_checkable(t: Tensor) -> bool:
+    """Whether a check may read the values of ``t`` now.
+
+    Not while ``torch.compile`` traces (the custom operators of :mod:`softargmax._custom_ops`
+    run the same checks at run time) and not for a CUDA tensor while its stream is being
+    captured into a CUDA graph (reading a value would synchronize with the host), and not
+    for a ``meta`` tensor (it has none).
+    """
+    if compiling() or t.device.type == "meta":
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False,
                 x: Optional[Tensor] = None) -> Union[float, Tensor]:
     """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor.
@@ -81,9 +109,9 @@ def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool =
             raise TypeError(f"{name} must be a float or a floating-point tensor, got dtype {alpha.dtype}")
         if x is not None:
             alpha = check_device(alpha, x, name)
-        if alpha.device.type == "meta":
-            return alpha  # no values to check
         a = alpha.detach()
+        if not values_checkable(a):
+            return alpha
         bad = (a <= minimum) if strict else (a < minimum)
         if bool((bad | ~torch.isfinite(a)).any()):
             raise ValueError(f"{name} must be finite and {op} {minimum}, got values in [{a.min().item()}, {a.max().item()}]")
@@ -182,7 +210,7 @@ def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
     check_broadcastable(q, x, name)
     check_device(q, x, name, move_scalar=False)
     qd = q.detach()
-    if bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
+    if values_checkable(qd) and bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
     return q
 

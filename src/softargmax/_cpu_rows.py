@@ -11,7 +11,7 @@ OpenMP threads.  It covers the operators of the speed targets, all with ``q = 1`
   iteration and its quadratic analogue on the candidates);
 * the Jensen–Shannon and squared-Hellinger f-softargmax.
 
-It returns the same :class:`~softargmax.threshold.Solution` (dense candidates) as the
+It returns the same :class:`~softargmax.solution.Solution` (dense candidates) as the
 PyTorch path, which stays the reference and handles everything else (``q``, other
 generators, α > 2 or α < 1, tracing).  The tests run both paths against each other and
 against the brute-force references.
@@ -44,8 +44,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ._row_kinds import kind_of, solve_alpha_rows_with, solve_with
+from ._row_kinds import alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import Divergence
+from .solution import Solution
 
 __all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows"]
 
@@ -151,10 +152,17 @@ def _usable(z: Tensor) -> bool:
             and z.dim() == 2 and z.is_contiguous() and z.shape[1] < 2**31 and bool(_load()))
 
 
+def covers(z: Tensor) -> bool:
+    """Whether the C solver takes rows ``z`` (device, dtype, layout, and the library loads)."""
+    return _usable(z)
+
+
+def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
+    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2])."""
+    return alpha_rows_covered(z, alpha2d, torch.float64)
+
+
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
-    from .threshold import Solution  # threshold dispatches here: import at call time
-
-
     R, k = z.shape
     p = torch.empty_like(z)
     s = torch.empty_like(z)
@@ -170,18 +178,20 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
     bad = None
     if R and int(status.max()) == 2:
         bad = (status == 2).unsqueeze(1)
-    return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=it)
+    return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=it,
+                    backend="cpu")
 
 
 def solve(z: Tensor, div: Divergence):
-    """The :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
+    """The :class:`~softargmax.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
     if kind_of(div)[0] is None or not _usable(z):
         return None
     return solve_with(_run, z, div)
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d)
+    return solve_alpha_rows_with(_run, z, alpha2d, checked=checked)

@@ -4,45 +4,80 @@ r"""The one dispatch point of the fast paths: the fused row solvers and the α-R
   kernels of :mod:`softargmax._triton_rows`;
 * other CPU tensors go to the C row solver of :mod:`softargmax._cpu_rows`.
 
-Each function returns ``None`` where its fast path does not cover the input (an operator
-or dtype it lacks, no compiler, no Triton, switched off); the caller then takes the
-PyTorch path, which is the reference and gives the same results.
+:func:`select` is the only function that decides whether a fast path applies; the
+consumers (:func:`softargmax.threshold.solve`, the autograd functions, the losses,
+α-ReLU) ask it and call the backend it names, or take the PyTorch path, which is the
+reference and gives the same results.  Every backend returns the same
+:class:`~softargmax.solution.Solution`.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Optional
 
 from torch import Tensor
 
 from . import _cpu_rows, _triton_rows
+from ._row_kinds import kind_of
 from .divergences import Divergence
+
+__all__ = ["select", "solve", "solve_alpha_rows", "on_gpu_kernels", "alpha_relu_forward", "alpha_relu_backward"]
+
+
+def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
+           alpha_rows: Optional[Tensor] = None, alpha_relu: Optional[float] = None,
+           for_loss: bool = False) -> Optional[ModuleType]:
+    """The backend module whose kernels cover this call, or ``None`` (the PyTorch path).
+
+    Exactly one of ``div`` (a normalized mapping with ``q``), ``alpha_rows`` (α-entmax
+    with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU with a float τ) names
+    the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
+    ``for_loss``: the caller needs the Fenchel–Young loss values; on CPU the pruned
+    PyTorch solution is cheaper for those than the C solver's dense rows, so no fast
+    path is taken there.
+
+    The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
+    kernels run go to them (:func:`softargmax._triton_rows.covers`), other CPU tensors to
+    the C solver (:func:`softargmax._cpu_rows.covers`); the operator must be one the
+    fused solvers cover (:func:`softargmax._row_kinds.kind_of`).
+    """
+    if q is not None:
+        return None
+    gpu = _triton_rows.usable_device(x)
+    if alpha_relu is not None:
+        return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
+    if not gpu and for_loss:
+        return None
+    backend = _triton_rows if gpu else _cpu_rows
+    if not backend.covers(x):
+        return None
+    if alpha_rows is not None:
+        return backend if backend.covers_alpha_rows(x, alpha_rows) else None
+    return backend if div is not None and kind_of(div)[0] is not None else None
 
 
 def solve(z: Tensor, div: Divergence):
-    """A fused :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` with ``q = 1``, or ``None``."""
-    if _triton_rows.usable_device(z):
-        return _triton_rows.solve(z, div)
-    return _cpu_rows.solve(z, div)
+    """A fused :class:`~softargmax.solution.Solution` of ``z`` ``[R, k]`` with ``q = 1``, or ``None``."""
+    backend = select(z, div)
+    return None if backend is None else backend.solve(z, div)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``, every α in (1, 2]) by a fused solver, or ``None``."""
-    if _triton_rows.usable_device(z):
-        return _triton_rows.solve_alpha_rows(z, alpha2d)
-    return _cpu_rows.solve_alpha_rows(z, alpha2d)
+    backend = select(z, alpha_rows=alpha2d)
+    return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)
 
 
 def on_gpu_kernels(t: Tensor) -> bool:
-    """Whether ``t`` is where the GPU kernels run.  Callers use it to pick what suits them:
-    half rows passed as they are (the kernels read them directly), and a dense solution for
-    the Fenchel–Young loss values (on CPU the pruned PyTorch solution is cheaper for those:
-    the C solver's dense rows made the loss 5× slower)."""
+    """Whether ``t`` is where the GPU kernels run."""
     return _triton_rows.usable_device(t)
 
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
     """α-ReLU with a float τ by the Triton kernel (``x``'s dtype), or ``None`` (then :func:`alpha_relu_backward` is not used)."""
+    if select(x, alpha_relu=alpha) is None:
+        return None
     return _triton_rows.alpha_relu_forward(x, alpha, tau)
 
 

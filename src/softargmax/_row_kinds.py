@@ -45,23 +45,35 @@ def kind_of(div: Divergence):
     return (KIND_POWER, a) if a is not None else (None, None)
 
 
-def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64):
-    """The :class:`~softargmax.threshold.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered."""
+def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64, device="cpu"):
+    """The :class:`~softargmax.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
+
+    ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
+    copied from the host, so a CUDA graph can capture it)."""
     kind, a = kind_of(div)
     if kind is None:
         return None
-    a_t = torch.tensor([1.0 if a is None else a], dtype=a_dtype)  # on the CPU: run reads it without a sync
+    a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
     sol = run(z, kind, a_t, 0)
     if kind == KIND_POWER and type(div) is not ChiSquare:
         sol.tau = (sol.tau + 1) / a
     return sol
 
 
-def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]."""
+def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:
+    """Whether ``alpha2d`` is one α per row of ``z`` with every ``a = α - 1`` in (0, 1] once
+    rounded to ``a_dtype`` (what the solver reads; a device synchronization on CUDA)."""
     a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
-    if a.numel() != z.shape[0] or not bool(((a > 0) & (a <= 1)).all()):
+    return a.numel() == z.shape[0] and bool(((a > 0) & (a <= 1)).all())
+
+
+def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
+                          checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`alpha_rows_covered` already said yes)."""
+    if not checked and not alpha_rows_covered(z, alpha2d, a_dtype):
         return None
+    a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
     a = a.contiguous()
     sol = run(z, KIND_POWER, a, 1)
     sol.tau = (sol.tau + 1) / a.to(z.dtype).unsqueeze(1)

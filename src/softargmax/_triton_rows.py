@@ -1,4 +1,4 @@
-r"""The GPU row solver: Triton kernels behind the same :class:`~softargmax.threshold.Solution`.
+r"""The GPU row solver: Triton kernels behind the same :class:`~softargmax.solution.Solution`.
 
 CUDA tensors of the operators the fused row solvers cover (:mod:`softargmax._row_kinds`:
 α-entmax for α ∈ (1, 2] with a float α or one α per row, sparsemax, the Jensen–Shannon
@@ -19,7 +19,7 @@ Design (the CPU row solver's, mapped to the GPU):
 * the forward writes only ``p`` (plus per-row ``τ``, ``Σ s``, a status, and the row sums
   ``⟨z, p⟩`` and ``Σ_j f(p_j) - f(0)`` that make the Fenchel–Young loss values free); the backward
   kernel recomputes ``s`` from ``p``, so :attr:`Solution.s` is ``None`` and
-  :attr:`Solution.jvp` computes the gradient.  ``Solution.iterations`` is ``-1`` (counting
+  :attr:`Solution.jvp_kernel` computes the gradient.  ``Solution.iterations`` is ``-1`` (counting
   would cost a device synchronization).
 
 **Testing on a CPU.**  With ``TRITON_INTERPRET=1`` set before Triton is imported, the
@@ -35,8 +35,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._row_kinds import KIND_POWER, kind_of, solve_alpha_rows_with, solve_with
+from ._row_kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import ChiSquare, Divergence
+from .solution import Solution
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
            "alpha_relu_forward", "alpha_relu_backward"]
@@ -104,12 +105,20 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _exact(kind: int, a: Tensor, a_stride: int) -> int:
-    """1: sparsemax, 2: 1.5-entmax (closed-form steps), 0: general.  A single α is a CPU tensor (no sync)."""
-    if kind != KIND_POWER or a_stride != 0:
-        return 0
-    value = float(a[0])
-    return 1 if value == 1.0 else 2 if value == 0.5 else 0
+def covers(z: Tensor) -> bool:
+    """Whether the kernels take rows ``z`` (where they run, dtype, layout)."""
+    return _usable(z)
+
+
+def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
+    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2]; a device synchronization)."""
+    return alpha_rows_covered(z, alpha2d, torch.float32)
+
+
+def covers_alpha_relu(x: Tensor, alpha: float) -> bool:
+    """Whether the elementwise α-ReLU kernels take ``x`` with this α (``1/(α-1) >= 1`` keeps their exp2/log2 form accurate)."""
+    return (x.dtype in (torch.float32, torch.float16, torch.bfloat16) and x.numel() > 0 and usable_device(x)
+            and 0.0 < alpha - 1.0 <= 1.0)
 
 
 def _tile(k: int):
@@ -127,12 +136,10 @@ def _tile(k: int):
     return 1, block, min(32, block // 256)
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0):
-    from .threshold import Solution  # threshold dispatches here: import at call time
-
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, exact: int = 0):
+    """``exact``: 1 sparsemax, 2 1.5-entmax (closed-form steps), 0 general (the caller knows α as a float)."""
     K = _module()
     R, k = z.shape
-    exact = _exact(kind, a, a_stride)
     a = a.to(device=z.device, dtype=torch.float32)
     p = torch.empty_like(z)
     tau = torch.empty(R, 1, dtype=torch.float32, device=z.device)
@@ -152,14 +159,13 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0):
         scratch = torch.empty(R, cap, dtype=torch.float32, device=z.device)
         K.solve_long_rows[(R,)](z, p, tau, ssum, status, zp, omega, a, scratch, k, a_stride, tol, MAX_ITER, omega_c,
                                 KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK, CAP=cap, num_warps=16)
-    bad = (status == 2).unsqueeze(1)
-    bad = bad if bool(bad.any()) else None
+    bad = (status == 2).unsqueeze(1)  # always a tensor: testing it for "none" would synchronize
 
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, a, a_stride, scale)
 
-    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1, jvp=jvp,
-                    zp=zp, omega=omega)
+    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1,
+                    jvp_kernel=jvp, zp=zp, omega=omega, backend="triton", nan_written=True)
 
 
 def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, scale: float) -> Tensor:
@@ -179,7 +185,7 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, 
 
 
 def solve(z: Tensor, div: Divergence):
-    """The :class:`~softargmax.threshold.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
+    """The :class:`~softargmax.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
     kind, a = kind_of(div)
     if kind is None or not _usable(z):
         return None
@@ -187,17 +193,20 @@ def solve(z: Tensor, div: Divergence):
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = type(div) is ChiSquare
     c = 0.0 if (kind != KIND_POWER or chi) else a + 1.0
-    sol = solve_with(lambda *args: _run(*args, omega_c=c), z, div, a_dtype=torch.float32)
+    exact = _relu_exact(a) if kind == KIND_POWER else 0
+    sol = solve_with(lambda *args: _run(*args, omega_c=c, exact=exact), z, div, a_dtype=torch.float32,
+                     device=z.device)
     if kind == KIND_POWER:
         sol.omega = sol.omega / (2.0 if chi else (a + 1.0) * a)
     return sol
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
-    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]."""
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32)
+    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32, checked=checked)
 
 
 def _relu_exact(a: float) -> int:
@@ -206,11 +215,9 @@ def _relu_exact(a: float) -> int:
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
     """``[(α-1) x - τ]_+^{1/(α-1)}`` in ``x``'s dtype, or ``None`` where the kernels do not apply."""
-    if not (x.dtype in (torch.float32, torch.float16, torch.bfloat16) and x.numel() > 0 and usable_device(x)):
+    if not covers_alpha_relu(x, alpha):
         return None
     a = alpha - 1.0
-    if not 0.0 < a <= 1.0:  # 1/a > 1 keeps the kernel's exp2/log2 form accurate; the rest is rare
-        return None
     xc = x.contiguous()
     y = torch.empty_like(xc)
     n = xc.numel()

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _kernels
-from ._checks import check_device, check_alpha, check_broadcastable, check_tensor, compute_dtype, sum_to
+from ._checks import check_alpha, check_broadcastable, check_device, check_tensor, compute_dtype, sum_to, use_custom_ops
 
 __all__ = ["alpha_relu"]
 
@@ -107,4 +107,6 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         tau = float(tau)
         if math.isnan(tau):
             raise ValueError("tau must be a number, got nan (a NaN threshold would make every output NaN)")
+        if use_custom_ops():  # one opaque operator for the compiler (softargmax._custom_ops)
+            return torch.ops.softargmax.alpha_relu(x, alpha, tau)
     return _AlphaReLU.apply(x, tau, alpha)

@@ -711,6 +711,14 @@ def _cached(name: str, alpha: Optional[float]) -> Divergence:
     return AlphaDivergence(alpha) if name == "alpha" else _REGISTRY[name]()
 
 
+def _instance(name: str, alpha: Optional[float]) -> Divergence:
+    """The cached instance; built afresh while ``torch.compile`` traces (its tracer does not follow caches)."""
+    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if query is not None and query():
+        return _cached.__wrapped__(name, alpha)
+    return _cached(name, alpha)
+
+
 def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
     """Resolve a divergence name (with its parameters) or pass a :class:`Divergence` through.
 
@@ -744,7 +752,7 @@ def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
             raise TypeError(f"alpha must be a number, got {type(alpha).__name__}")
         if not (alpha > 0 and math.isfinite(alpha)):
             raise ValueError(f"alpha must be a finite number > 0 for the alpha divergence, got {alpha}")
-        return _cached("alpha", float(alpha))
+        return _instance("alpha", float(alpha))
     if params:
         raise ValueError(f"divergence={divergence!r} takes no parameters, got {sorted(params)}")
-    return _cached(divergence, None)
+    return _instance(divergence, None)

@@ -24,8 +24,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ._autograd import NormalizedMapping
-from ._checks import check_alpha, check_dim, check_tensor, compute_dtype
+from ._custom_ops import normalized
+from ._checks import check_alpha, check_dim, check_tensor, compute_dtype, values_checkable
 from .divergences import get_divergence
 
 __all__ = ["sparsemax", "entmax15", "entmax", "safe_softmax"]
@@ -36,7 +36,7 @@ def safe_softmax(x: Tensor, dim: int = -1) -> Tensor:
     xc = x.to(compute_dtype(x.dtype))
     m = xc.amax(dim, keepdim=True)
     masked = m == float("-inf")
-    if bool(masked.any()):
+    if not values_checkable(m) or bool(masked.any()):  # unknown (compiling, capturing): the masked-safe form
         xc = torch.where(masked, torch.zeros_like(xc), xc)
         p = torch.where(masked, torch.zeros_like(xc), torch.softmax(xc, dim))
     else:
@@ -59,7 +59,7 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
     dim = check_dim(x, dim)
     if x.numel() == 0:
         return _empty_like(x)
-    return NormalizedMapping.apply(x, None, None, get_divergence("chi_square"), 1.0, dim)
+    return normalized(x, None, None, get_divergence("chi_square"), 1.0, dim)
 
 
 def entmax15(x: Tensor, dim: int = -1) -> Tensor:
@@ -71,7 +71,7 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
     dim = check_dim(x, dim)
     if x.numel() == 0:
         return _empty_like(x)
-    return NormalizedMapping.apply(x, None, None, get_divergence("alpha", alpha=1.5), 1.0, dim)
+    return normalized(x, None, None, get_divergence("alpha", alpha=1.5), 1.0, dim)
 
 
 def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tensor:
@@ -96,9 +96,9 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     if isinstance(alpha, Tensor):
         if alpha.dim() > x.dim():
             raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")
-        return NormalizedMapping.apply(x, None, alpha, None, 1.0, dim)
+        return normalized(x, None, alpha, None, 1.0, dim)
     if alpha == 1.0:
         return safe_softmax(x, dim)
     if alpha == 2.0:
-        return NormalizedMapping.apply(x, None, None, get_divergence("chi_square"), 1.0, dim)
-    return NormalizedMapping.apply(x, None, None, get_divergence("alpha", alpha=alpha), 1.0, dim)
+        return normalized(x, None, None, get_divergence("chi_square"), 1.0, dim)
+    return normalized(x, None, None, get_divergence("alpha", alpha=alpha), 1.0, dim)

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._autograd import NormalizedMapping, grad_to_param
+from ._autograd import grad_to_param
+from ._custom_ops import normalized
 from ._checks import Rows, check_dim, check_positive_number, check_q, check_tensor
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .entmax import _empty_like, safe_softmax
@@ -77,7 +78,7 @@ def f_softargmax(
         if q is not None:
             z = z + torch.log(q.to(z.dtype))
         return safe_softmax(z, dim)
-    return NormalizedMapping.apply(x, q, None, div, temperature, dim)
+    return normalized(x, q, None, div, temperature, dim)
 
 
 class _FSoftmax(torch.autograd.Function):

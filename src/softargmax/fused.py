@@ -11,8 +11,22 @@ Fenchel–Young loss).  Peak extra memory is one chunk of logits plus the gradie
 the parameters, instead of two ``tokens × vocab`` tensors.
 
 ``reduction`` is ``"mean"`` or ``"sum"`` (the pre-computed gradients are scaled by the
-incoming scalar gradient); float16/bfloat16 matmuls run in the input dtype and the
-solver in float32.
+incoming scalar gradient).
+
+Precision and memory:
+
+* float16/bfloat16 inputs: every GEMM runs in the input dtype (tensor cores) with float32
+  accumulation, and the solver in float32.  The weight gradient is accumulated over the
+  chunks in a float32 ``[V, d]`` buffer; on CUDA each chunk adds its half-precision GEMM
+  into it directly (``torch.addmm(..., out_dtype=torch.float32)``: no float32 GEMM, no
+  float32 copies of the operands); on CPU, which has no such kernel, the chunk's operands
+  are converted to float32.
+* chunks are sized by a memory budget (``memory_budget`` bytes, default
+  :data:`DEFAULT_MEMORY_BUDGET`) for the per-chunk buffers: the logits, their float32 copy,
+  the prediction that becomes the gradient in place, and its half-precision copy for the
+  GEMMs.
+* ``softcap=c`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2) before the loss;
+  the gradient is multiplied in place by ``1 - tanh²``.
 """
 
 from __future__ import annotations
@@ -30,13 +44,51 @@ from .losses import _resolve, alpha_relu_rows, fy_rows, parse_target, rows_of
 
 __all__ = ["linear_fenchel_young_loss"]
 
-#: default number of logits (chunk rows × vocabulary) computed at once
-DEFAULT_CHUNK_ELEMENTS = 2**23
+#: default bytes for one chunk's buffers (logits, their float32 copy, prediction/gradient, half copy)
+DEFAULT_MEMORY_BUDGET = 2**30
+
+
+def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False) -> int:
+    """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes."""
+    size = torch.empty((), dtype=dtype).element_size()
+    half = dtype != compute_dtype(dtype)
+    cdt_size = torch.empty((), dtype=compute_dtype(dtype)).element_size()
+    # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
+    # + the solver's output before the gradient overwrites it + softcap's tanh
+    per_token = V * (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
+                     + (cdt_size if softcap else 0))
+    return max(1, memory_budget // per_token)
+
+
+def _accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
+    """``gw += Gmᵀ h`` with ``gw`` float32 and ``Gm``, ``h`` in the input dtype.
+
+    Half inputs on CUDA: one tensor-core GEMM that accumulates in float32 and adds into ``gw``
+    (``out_dtype``); elsewhere the operands are converted to ``gw``'s dtype.
+    """
+    if Gm.dtype == gw.dtype:
+        gw.addmm_(Gm.T, h)
+    elif gw.is_cuda and _OUT_DTYPE[0] is not False:
+        try:
+            torch.addmm(gw, Gm.T, h, out_dtype=gw.dtype, out=gw)
+            _OUT_DTYPE[0] = True
+            return
+        except (TypeError, RuntimeError):  # a torch without the out_dtype GEMM
+            if _OUT_DTYPE[0]:
+                raise
+            _OUT_DTYPE[0] = False
+        gw.addmm_(Gm.T.to(gw.dtype), h.to(gw.dtype))
+    else:
+        gw.addmm_(Gm.T.to(gw.dtype), h.to(gw.dtype))
+
+
+#: whether torch.addmm(..., out_dtype=) works here: None (not tried), True, False
+_OUT_DTYPE = [None]
 
 
 class _LinearFY(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden2d, weight, bias, compute, tgt, denom, chunk):
+    def forward(ctx, hidden2d, weight, bias, compute, tgt, denom, chunk, softcap):
         N, d = hidden2d.shape
         V = weight.shape[0]
         cdt = compute_dtype(hidden2d.dtype)
@@ -50,19 +102,28 @@ class _LinearFY(torch.autograd.Function):
             h = hidden2d[start:end]
             logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
             part = rows_of(tgt, start, end)
-            loss, _, G = compute(logits.to(cdt), part)
+            z = logits.to(cdt)
+            del logits
+            if softcap is not None:
+                t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
+                z = t * softcap
+            loss, _, G = compute(z, part)
+            del z
             w = part.item_weight
             total = total + (loss if w is None else loss * w).sum()
             scale = (1.0 / denom) if w is None else (w / denom).unsqueeze(1)
             G = G.mul_(scale)
+            if softcap is not None:
+                G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
+                del t
             Gm = G.to(hidden2d.dtype)
             if need_h:
                 torch.mm(Gm, weight, out=gh[start:end])
             if need_w:
-                gw.addmm_(Gm.T.to(cdt), h.to(cdt))
+                _accumulate_weight_grad(gw, Gm, h)
             if need_b:
                 gb.add_(G.sum(0))
-            del logits, G, Gm
+            del G, Gm
         ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype))
         return total / denom
 
@@ -74,7 +135,7 @@ class _LinearFY(torch.autograd.Function):
         out = []
         for g in (gh, gw, gb):
             out.append(None if g is None else g * scale.to(g.dtype))
-        return out[0], out[1], out[2], None, None, None, None
+        return out[0], out[1], out[2], None, None, None, None, None
 
 
 def linear_fenchel_young_loss(
@@ -92,6 +153,8 @@ def linear_fenchel_young_loss(
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     class_weight: Optional[Tensor] = None,
+    softcap: Optional[float] = None,
+    memory_budget: Optional[int] = None,
     **mapping_params,
 ) -> Tensor:
     r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
@@ -103,8 +166,10 @@ def linear_fenchel_young_loss(
             with ``multilabel=True``.
         bias: optional ``[V]``.
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
-        chunk_size: tokens per chunk; default ``max(1, 2**23 // V)`` (32 MiB of float32 logits).
+        chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
         class_weight: per-class weights (the ``weight`` option of the unfused loss).
+        softcap: ``c > 0`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2), as in the unfused loss.
+        memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
         reduction: ``"mean"`` or ``"sum"``.
         q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
@@ -124,8 +189,14 @@ def linear_fenchel_young_loss(
             raise ValueError(f"bias must have shape ({V},), got {tuple(bias.shape)}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")
+    if softcap is not None:
+        softcap = check_positive_number(softcap, "softcap")
+    if memory_budget is None:
+        memory_budget = DEFAULT_MEMORY_BUDGET
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0:
+        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
     if chunk_size is None:
-        chunk_size = max(1, DEFAULT_CHUNK_ELEMENTS // V)
+        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
@@ -156,7 +227,7 @@ def linear_fenchel_young_loss(
             denom = math.nan
     else:
         denom = 1.0
-    return _LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size)
+    return _LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
 
 
 class _MetaRows(Rows):

@@ -49,10 +49,12 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import _kernels
-from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor
+from ._custom_ops import divergence_spec
+from ._checks import (Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, use_custom_ops,
+                      values_checkable)
 from .divergences import KL, AlphaDivergence, Divergence, get_divergence
 from .mappings import MAPPING_NAMES, resolve
+from .solution import sum_f_minus_f0 as _sum_f_minus_f0
 from .threshold import solve
 
 __all__ = [
@@ -120,7 +122,7 @@ def parse_target(
         if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
             raise ValueError(f"weight must be a floating tensor of shape ({k},) (one weight per class), got "
                              f"{type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
-        if bool((weight.detach() < 0).any()):
+        if values_checkable(weight) and bool((weight.detach() < 0).any()):
             raise ValueError("weight must be non-negative")
         weight = weight.to(dtype)
 
@@ -129,10 +131,10 @@ def parse_target(
         if target.shape != x.shape:
             raise ValueError(f"target: with multilabel=True it must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
         t = rows.to_rows(target.to(dtype))
-        if bool(((t != 0) & (t != 1)).any()):
+        if values_checkable(t) and bool(((t != 0) & (t != 1)).any()):
             raise ValueError("target: a multi-hot label set must contain only 0 and 1")
         counts = t.sum(-1, keepdim=True)
-        if bool((counts == 0).any()):
+        if values_checkable(t) and bool((counts == 0).any()):
             raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
         dense = t / counts
         keep = torch.ones(R, dtype=torch.bool, device=target.device)
@@ -144,18 +146,18 @@ def parse_target(
         idx = target.reshape(R).to(torch.long)
         keep = idx != ignore_index
         bad = keep & ((idx < 0) | (idx >= k))
-        if bool(bad.any()):
+        if values_checkable(bad) and bool(bad.any()):
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {k}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     else:
         if target.shape != x.shape:
             raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
         y = rows.to_rows(target)
-        if bool((y < 0).any()):
+        if values_checkable(y) and bool((y < 0).any()):
             raise ValueError("target: probability vectors must be non-negative")
         s = y.sum(-1)
         tol = 1e-4 if dtype != torch.float64 else 1e-8
-        if bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
+        if values_checkable(s) and bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
         dense = y
         keep = torch.ones(R, dtype=torch.bool, device=target.device)
@@ -199,25 +201,14 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     z = theta / beta if beta != 1.0 else theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
-    # on CPU the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the
-    # fused CPU solver's dense rows would make them full-size); on GPU the Triton kernels
-    sol = solve(z, div, q, fused=_kernels.on_gpu_kernels(z))
+    # for_loss: on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
+    sol = solve(z, div, q, for_loss=True)
     p = sol.dense_p()
-    # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
-    pc = sol.p
-    if sol.zp is not None:  # the GPU kernels' row sums, from the pass that wrote p
-        theta_p = (beta * sol.zp).to(theta.dtype)
-    else:
-        th_c = sol.gather(theta)
-        theta_p = torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
+    theta_p = sol.inner(theta, beta)  # ⟨θ, p⟩ (p = 0 off the candidates)
     f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
     if math.isfinite(f0):
         # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-        if sol.omega is not None:
-            omega_p = sol.omega.to(theta.dtype)
-        else:
-            q_c = None if q is None else sol.gather(q.expand(R, k))
-            omega_p = _sum_f_minus_f0(div, pc, q_c, f0)
+        omega_p = sol.f_sum(div, q, f0, theta.dtype)
         if target.dense is None:
             qt = None if q is None else q.expand(R, k).gather(1, target.index.unsqueeze(1)).squeeze(1)
             one = torch.ones(R, dtype=theta.dtype, device=theta.device)
@@ -243,24 +234,15 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     return loss, p, G
 
 
-def _sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
-    """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
-    pos = p > 0
-    ratio = p if q is None else p / q
-    vals = div.f(torch.where(pos, ratio, torch.ones_like(ratio))) - f0
-    if q is not None:
-        vals = vals * q
-    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1)
-
-
 def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplace: bool = False):
     """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
     zz = z if q is None else z + torch.log(q)
     all_masked = zz.amax(-1, keepdim=True) == -math.inf
-    if bool(all_masked.any()):
+    masked = not values_checkable(zz) or bool(all_masked.any())  # unknown: take the masked-safe form
+    if masked:
         zz = torch.where(all_masked, torch.zeros_like(zz), zz)
     logp = torch.log_softmax(zz, -1)
-    if bool(all_masked.any()):
+    if masked:
         logp = torch.where(all_masked, torch.full_like(logp, -math.inf), logp)
     p = torch.exp(logp)
     if target.dense is None:
@@ -281,7 +263,7 @@ def _p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
     else:
         G = p if inplace else p.clone()
         G.scatter_add_(1, target.index.unsqueeze(1), -torch.ones_like(G[:, :1]))
-    if not bool(target.keep.all()):
+    if not values_checkable(G) or not bool(target.keep.all()):
         G = G.masked_fill(~target.keep.unsqueeze(1), 0.0)
     return G
 
@@ -377,6 +359,7 @@ def fenchel_young_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
+    softcap: Optional[float] = None,
     **mapping_params,
 ):
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
@@ -393,6 +376,9 @@ def fenchel_young_loss(
         multilabel, ignore_index, reduction, label_smoothing, weight: as in the module docstring.
         return_prediction: also return the prediction (detached, ``x``'s shape), computed
             in the same call.
+        softcap: ``c > 0`` replaces the scores by ``c · tanh(x / c)`` first (logit
+            soft-capping, as in Gemma 2: Gemma Team, "Gemma 2: Improving Open Language Models
+            at a Practical Size", 2024, https://arxiv.org/abs/2408.00118); differentiable.
 
     Returns:
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
@@ -402,6 +388,46 @@ def fenchel_young_loss(
     dim = check_dim(x, dim)
     _check_reduction(reduction)
     kind = _resolve(mapping, dict(mapping_params))
+    if softcap is not None:
+        c = check_positive_number(softcap, "softcap")
+        x = c * torch.tanh(x / c)
+    if use_custom_ops() and not return_prediction:
+        spec = _operator_spec(kind)
+        if spec is not None:  # one opaque operator for the compiler (softargmax._loss_ops)
+            return torch.ops.softargmax.fenchel_young_loss(
+                x, target, q, weight, *spec, float(temperature), dim, multilabel, ignore_index, reduction,
+                float(label_smoothing))[0]
+    rows, tgt, compute = _prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
+                                  weight)
+    kept = {}
+
+    def compute_and_keep(theta):
+        loss, p, G = compute(theta)
+        kept["p"] = p
+        return loss, p, G
+
+    if x.requires_grad and torch.is_grad_enabled():
+        per_row = _RowLoss.apply(x, compute_and_keep, rows)
+    else:
+        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
+    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
+    if not return_prediction:
+        return loss
+    return loss, rows.restore(kept["p"].detach())
+
+
+def _operator_spec(kind):
+    """``(mapping, parameter, tau)`` naming a resolved mapping to the loss operator, or ``None`` (stays eager)."""
+    if kind[0] == "fy":
+        spec = divergence_spec(kind[1])
+        return None if spec is None else (spec[0], spec[1], 0.0)
+    _, alpha, tau = kind
+    return None if isinstance(tau, Tensor) else ("alpha_relu", float(alpha), float(tau))
+
+
+def _prepare(x: Tensor, target: Tensor, kind, dim: int, q, temperature, multilabel, ignore_index, label_smoothing,
+             weight):
+    """``(rows, parsed target, compute)`` of :func:`fenchel_young_loss`; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
     rows = Rows(x, dim)
     tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
                        label_smoothing=label_smoothing, weight=weight)
@@ -420,21 +446,7 @@ def fenchel_young_loss(
                 raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
-    kept = {}
-
-    def compute_and_keep(theta):
-        loss, p, G = compute(theta)
-        kept["p"] = p
-        return loss, p, G
-
-    if x.requires_grad and torch.is_grad_enabled():
-        per_row = _RowLoss.apply(x, compute_and_keep, rows)
-    else:
-        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
-    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
-    if not return_prediction:
-        return loss
-    return loss, rows.restore(kept["p"].detach())
+    return rows, tgt, compute
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, **kwargs):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_alpha, check_positive_number
+from ._checks import check_alpha, check_positive_number, values_checkable
 from .alpha_relu import alpha_relu
 from .divergences import Divergence, get_divergence
 from .entmax import entmax, entmax15, sparsemax
@@ -128,7 +128,7 @@ class Entmax(nn.Module):
             if not (1.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
                 raise ValueError(f"alpha_min, alpha_max must satisfy 1 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
             a = _initial_value(alpha)
-            if a.device.type != "meta" and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
+            if values_checkable(a) and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
             self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
             self.alpha_logit = nn.Parameter(_placed(_bounded_logit(a, alpha_min, alpha_max), device, dtype))
@@ -230,7 +230,7 @@ class FSoftargmax(nn.Module):
         self.dim = dim
         self.learn_q = bool(learn_q)
         if q is not None:
-            if not isinstance(q, Tensor) or not q.is_floating_point() or (q.device.type != "meta" and bool((q <= 0).any())):
+            if not isinstance(q, Tensor) or not q.is_floating_point() or (values_checkable(q) and bool((q <= 0).any())):
                 raise ValueError("q must be None or a strictly positive floating tensor")
             if self.learn_q:
                 self.log_q = nn.Parameter(_placed(torch.log(_initial_value(q)), device, dtype))
@@ -354,7 +354,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             a = a.expand(num_heads).clone()
         if a.shape != (num_heads,):
             raise ValueError(f"alpha must be a float or a tensor of shape ({num_heads},), got shape {tuple(a.shape)}")
-        checkable = a.device.type != "meta"
+        checkable = values_checkable(a)
         if self.learn_alpha:
             if checkable and bool(((a <= 1) | (a >= 2)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside (1, 2), got {a.tolist()}")

@@ -37,7 +37,7 @@ The operators the fused row solvers cover (α-entmax with α ∈ (1, 2], Jensen�
 squared Hellinger; ``q = None``; :mod:`softargmax._row_kinds`) go, through
 :mod:`softargmax._kernels`, to the C row solver on CPU (:mod:`softargmax._cpu_rows`) and
 to the Triton kernels on CUDA (:mod:`softargmax._triton_rows`); both follow the same
-method row by row and return the same :class:`Solution`.
+method row by row and return the same :class:`~softargmax.solution.Solution`.
 
 Rows whose maximum is ``-inf`` (everything masked) give ``p = 0``; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
@@ -46,14 +46,14 @@ NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import _kernels
 from .divergences import Divergence
+from .solution import Solution
 
 __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
 
@@ -63,65 +63,6 @@ PRUNE_MIN_LENGTH = 128
 MAX_ITER = 200
 #: Newton steps on the block maxima that tighten the pruning bound
 PRE_STEPS = 2
-
-
-@dataclass
-class Solution:
-    """The threshold of every row and the mapping evaluated on the candidates.
-
-    Attributes:
-        tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
-        p: ``[R, K]`` probabilities of the candidates.
-        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support); ``None`` for
-            the GPU kernels' solutions, whose backward recomputes them from ``p`` (see ``jvp``).
-        s_sum: ``[R, 1]`` their row sums (from the last Newton evaluation).
-        block_index: ``None`` when the candidates are the full rows; otherwise
-            ``[R, B, KB]`` indices into ``z.view(R, B, nb)`` along the last axis.
-        k: the row length.
-        bad_rows: ``[R, 1]`` boolean, rows with NaN or ``+inf`` (``None`` if none).
-        iterations: Newton (or bisection) steps taken (``-1``: not counted, GPU kernels).
-        jvp: ``None``, or (GPU kernels) ``jvp(v, scale)`` returning the dense
-            ``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for an incoming gradient ``v`` ``[R, k]``.
-        zp, omega: ``None``, or (GPU kernels) ``[R]`` row sums ``⟨z, p⟩`` and
-            ``Σ_{p_j > 0} f(p_j) - f(0)`` (``q = 1``), for the Fenchel–Young loss values.
-    """
-
-    tau: Tensor
-    p: Tensor
-    s: Tensor
-    s_sum: Tensor
-    block_index: Optional[Tensor]
-    k: int
-    bad_rows: Optional[Tensor]
-    iterations: int
-    jvp: Optional[Callable[[Tensor, float], Tensor]] = None
-    zp: Optional[Tensor] = None
-    omega: Optional[Tensor] = None
-
-    def gather(self, full: Tensor) -> Tensor:
-        """``[R, k]`` -> ``[R, K]``: values at the candidates."""
-        idx = self.block_index
-        if idx is None:
-            return full
-        R, B, KB = idx.shape
-        return full.reshape(R, B, self.k // B).gather(2, idx).reshape(R, B * KB)
-
-    def scatter(self, cand: Tensor) -> Tensor:
-        """``[R, K]`` -> ``[R, k]``, zeros outside the candidates (padding slots hold zeros)."""
-        idx = self.block_index
-        if idx is None:
-            return cand
-        R, B, KB = idx.shape
-        out = cand.new_zeros(R, B, self.k // B)
-        out.scatter_add_(2, idx, cand.reshape(R, B, KB))
-        return out.reshape(R, self.k)
-
-    def dense_p(self) -> Tensor:
-        """The full ``[R, k]`` output, NaN in bad rows."""
-        p = self.scatter(self.p)
-        if self.bad_rows is not None:
-            p = p.masked_fill(self.bad_rows, math.nan)
-        return p
 
 
 def block_layout(k: int, min_length: int = PRUNE_MIN_LENGTH) -> Optional[tuple[int, int]]:
@@ -201,20 +142,22 @@ def solve(
     max_iter: int = MAX_ITER,
     trace: Optional[list] = None,
     fused: bool = True,
+    for_loss: bool = False,
 ) -> Solution:
     """Solve every row of ``z`` (``[R, k]``, contiguous, float32/64).  See the module docstring.
 
     ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
     given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
     appended to it (for convergence studies).  ``fused``: allow the fused CPU row solver,
-    whose solution is dense (``block_index`` None); callers that then work on the
-    candidates only (the Fenchel–Young loss values) pass ``False`` to keep the pruned,
-    candidate-sized solution.
+    whose solution is dense (``block_index`` None).  ``for_loss``: the caller needs the
+    Fenchel–Young loss values; :func:`softargmax._kernels.select` then keeps the pruned,
+    candidate-sized PyTorch solution on CPU (cheaper for those).  Whichever solver runs,
+    the :class:`~softargmax.solution.Solution` has the same contract.
     """
-    if fused and q is None and prune and trace is None and max_iter == MAX_ITER:  # _kernels checks the device
-        row_solution = _kernels.solve(z, divergence)
-        if row_solution is not None:
-            return row_solution
+    if fused and prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
+        backend = _kernels.select(z, divergence, q=q, for_loss=for_loss)
+        if backend is not None:
+            return backend.solve(z, divergence)
     R, k = z.shape
     eps = torch.finfo(z.dtype).eps
     div = divergence

@@ -1,0 +1,216 @@
+"""torch.compile(fullgraph=True) and CUDA graphs accept the operators and losses, with eager's results.
+
+On CPU (CI) the compiled functions run with the ``aot_eager`` backend: Dynamo traces with no
+graph break (``fullgraph=True``), AOTAutograd traces forward and backward through the fake
+implementations and autograd formulas of the custom operators (:mod:`softargmax._custom_ops`,
+:mod:`softargmax._loss_ops`); Inductor's code generation adds nothing to check here and
+would take minutes on a small CPU.  The GPU tests (skipped without CUDA) compile with the
+default backend, capture and replay CUDA graphs, and run the operators with device
+synchronization made an error.
+"""
+
+import pytest
+import torch
+
+import softargmax as sa
+
+GEN = torch.Generator().manual_seed(0)
+X = torch.randn(6, 40, generator=GEN, dtype=torch.float64) * 2
+X[1, :10] = -float("inf")
+ALPHA_ROWS = torch.tensor([[1.2], [1.5], [1.9], [2.0], [1.05], [3.0]], dtype=torch.float64)
+Y = torch.randint(0, 40, (6,), generator=GEN)
+Y[1] = 20  # not a masked class
+Y[4] = -100  # ignored
+SOFT = torch.softmax(torch.randn(6, 40, generator=GEN, dtype=torch.float64), -1)
+CLASS_W = torch.rand(40, generator=GEN, dtype=torch.float64) + 0.5
+
+OPERATORS = {
+    "entmax15": lambda x, a: sa.entmax15(x),
+    "sparsemax": lambda x, a: sa.sparsemax(x),
+    "entmax_1.3": lambda x, a: sa.entmax(x, 1.3),
+    "entmax_alpha_rows": lambda x, a: sa.entmax(x, a),
+    "entmax15_dim0": lambda x, a: sa.entmax15(x.t(), dim=0).t(),
+    "js": lambda x, a: sa.f_softargmax(x, "jensen_shannon"),
+    "hellinger_T": lambda x, a: sa.f_softargmax(x, "squared_hellinger", temperature=2.0),
+    "alpha_relu": lambda x, a: sa.alpha_relu(x, 1.5, 0.2),
+}
+
+LOSSES = {
+    "entmax15_loss": lambda x: sa.entmax15_loss(x, Y),
+    "sparsemax_loss_sum": lambda x: sa.sparsemax_loss(x, Y, reduction="sum"),
+    "entmax_loss_soft": lambda x: sa.entmax_loss(x, SOFT, alpha=1.3, label_smoothing=0.1),
+    "entmax15_loss_none_weight": lambda x: sa.entmax15_loss(x, Y, reduction="none", weight=CLASS_W),
+    "js_loss": lambda x: sa.f_divergence_loss(x, Y, "jensen_shannon"),
+    "alpha_relu_loss": lambda x: sa.alpha_relu_loss(x, Y, alpha=1.5, tau=0.3),
+}
+
+
+def _run_operators(xs, alpha):
+    return tuple(fn(x, alpha) for fn, x in zip(OPERATORS.values(), xs))
+
+
+def _run_losses(xs):
+    return tuple(fn(x) for fn, x in zip(LOSSES.values(), xs))
+
+
+def _values_and_grads(fn, n, extra=None):
+    """Outputs and the gradients of a random projection of them, for ``n`` fresh inputs (and ``extra``)."""
+    xs = [X.clone().requires_grad_(True) for _ in range(n)]
+    args = (xs,) if extra is None else (xs, extra)
+    outs = fn(*args)
+    gen = torch.Generator().manual_seed(1)
+    total = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outs)
+    wrt = xs + ([extra] if extra is not None and extra.requires_grad else [])
+    return outs, torch.autograd.grad(total, wrt)
+
+
+def _compare(eager, compiled):
+    (outs_e, grads_e), (outs_c, grads_c) = eager, compiled
+    for o_e, o_c in zip(outs_e, outs_c):
+        assert o_e.dtype == o_c.dtype and o_e.shape == o_c.shape
+        torch.testing.assert_close(o_c, o_e, rtol=1e-12, atol=1e-14, equal_nan=True)
+    for g_e, g_c in zip(grads_e, grads_c):
+        torch.testing.assert_close(g_c, g_e, rtol=1e-12, atol=1e-14)
+
+
+def test_operators_compile_fullgraph():
+    torch._dynamo.reset()
+    compiled = torch.compile(_run_operators, fullgraph=True, backend="aot_eager")
+    alpha = ALPHA_ROWS.clone().requires_grad_(True)
+    eager = _values_and_grads(_run_operators, len(OPERATORS), alpha)
+    alpha_c = ALPHA_ROWS.clone().requires_grad_(True)
+    _compare(eager, _values_and_grads(compiled, len(OPERATORS), alpha_c))
+    assert eager[1][-1].abs().sum() > 0  # the α gradient is compared too, and is not trivially zero
+
+
+def test_losses_compile_fullgraph():
+    torch._dynamo.reset()
+    compiled = torch.compile(_run_losses, fullgraph=True, backend="aot_eager")
+    _compare(_values_and_grads(_run_losses, len(LOSSES)), _values_and_grads(compiled, len(LOSSES)))
+
+
+def test_compiled_operators_still_check_values():
+    """Checks that read tensor values move into the operators: they still raise, at run time."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, a: sa.entmax(x, a), fullgraph=True, backend="aot_eager")
+    with pytest.raises(ValueError, match="alpha"):
+        f(X, torch.full((6, 1), 0.5, dtype=torch.float64))
+    g = torch.compile(lambda x, y: sa.entmax15_loss(x, y), fullgraph=True, backend="aot_eager")
+    with pytest.raises(ValueError, match="out of range"):
+        g(X, torch.full((6,), 40))
+
+
+def test_compile_on_the_triton_path(triton_device):
+    """The operators' Triton solutions (no s, a JVP kernel, bad rows kept on the device) inside
+    the custom operators: compiled equals eager, NaN rows included (Triton's interpreter on CPU)."""
+    from softargmax.divergences import get_divergence
+    from softargmax.threshold import solve
+
+    x = X.float().to(triton_device)
+    x[3, 2] = float("nan")
+    y = Y.to(triton_device)
+    assert solve(x, get_divergence("alpha", alpha=1.5)).backend == "triton"
+
+    def run(xs):
+        return sa.entmax15(xs[0]), sa.entmax15(xs[1].bfloat16()).float(), sa.entmax15_loss(xs[2], y, reduction="none")
+
+    def values_and_grads(fn):
+        xs = [x.clone().requires_grad_(True) for _ in range(3)]
+        outs = fn(xs)
+        total = sum((o.nan_to_num(0.0) * (i + 1)).sum() for i, o in enumerate(outs))
+        return [o.detach() for o in outs], torch.autograd.grad(total, xs)
+
+    torch._dynamo.reset()
+    eager, compiled = values_and_grads(run), values_and_grads(torch.compile(run, fullgraph=True, backend="aot_eager"))
+    for a, b in zip(eager[0] + list(eager[1]), compiled[0] + list(compiled[1])):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True)
+
+
+# -- GPU ---------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+#: the operators and losses the GPU kernels cover, with float parameters (a per-row tensor α
+#: is checked on the host: it is neither graph-capturable nor free of synchronization)
+GPU_OPERATORS = {k: v for k, v in OPERATORS.items() if k != "entmax_alpha_rows"}
+
+
+def _gpu_inputs(dtype):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    return torch.randn(64, 1000, generator=gen, device="cuda", dtype=dtype) * 2
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(GPU_OPERATORS))
+def test_gpu_operators_without_synchronization(name, dtype):
+    fn = GPU_OPERATORS[name]
+    x = _gpu_inputs(dtype).requires_grad_(True)
+    v = torch.randn_like(x)
+    fn(x, None)  # first call: kernels compile, the C/Triton modules load
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = fn(x, None)
+        (gx,) = torch.autograd.grad(y, x, v)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(gx).all()
+
+
+@cuda
+@pytest.mark.parametrize("name", list(GPU_OPERATORS) + list(LOSSES))
+def test_gpu_cuda_graph_replays(name):
+    if name in GPU_OPERATORS:
+        fn = lambda x: GPU_OPERATORS[name](x, None)  # noqa: E731
+        y_gpu = None
+    else:
+        fn = LOSSES[name]
+        y_gpu = {"Y": Y.cuda(), "SOFT": SOFT.float().cuda(), "CLASS_W": CLASS_W.float().cuda()}
+    g = globals()
+    saved = {k: g[k] for k in ("Y", "SOFT", "CLASS_W")}
+    if y_gpu is not None:
+        g.update(y_gpu)
+    try:
+        static_x = torch.randn(6, 40, device="cuda", requires_grad=True)
+        static_v = None
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):  # warm-up: kernels compile, the allocator settles
+                out = fn(static_x)
+                static_v = torch.ones_like(out)
+                torch.autograd.grad(out, static_x, static_v)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fn(static_x)
+            (static_grad,) = torch.autograd.grad(static_out, static_x, static_v)
+        for seed in range(3):
+            new = torch.randn(6, 40, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+            with torch.no_grad():
+                static_x.copy_(new)
+            graph.replay()
+            x = new.clone().requires_grad_(True)
+            out = fn(x)
+            (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+            torch.testing.assert_close(static_out, out)
+            torch.testing.assert_close(static_grad, grad)
+    finally:
+        g.update(saved)
+
+
+@cuda
+@pytest.mark.parametrize("name", list(GPU_OPERATORS))
+def test_gpu_compile_fullgraph(name):
+    torch._dynamo.reset()
+    fn = GPU_OPERATORS[name]
+    compiled = torch.compile(lambda x: fn(x, None) * 2, fullgraph=True)
+    x = _gpu_inputs(torch.float32).requires_grad_(True)
+    y = compiled(x)
+    (gc,) = torch.autograd.grad(y.sum(), x)
+    x2 = x.detach().clone().requires_grad_(True)
+    y2 = fn(x2, None) * 2
+    (ge,) = torch.autograd.grad(y2.sum(), x2)
+    torch.testing.assert_close(y, y2)
+    torch.testing.assert_close(gc, ge)

@@ -1,0 +1,140 @@
+"""The package's import graph, read from the source: no cycle, and imports run one way.
+
+The core flows divergences -> threshold solvers -> mappings -> losses -> modules -> tools;
+a module may import from its own layer or a lower one, never from a higher one, and the
+graph of every import (module level and inside functions) has no cycle.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
+
+#: lowest layer first; every module of the package must be listed (subpackages by prefix)
+LAYERS = [
+    ("base", {"_checks", "_extras", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
+    ("solvers", {"_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
+    ("mappings", {"_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
+    ("losses", {"losses", "fused", "_loss_ops"}),
+    ("modules", {"attention", "nn", "integrations"}),
+    ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
+]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    for i, (_, names) in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"softargmax.{module} is in no layer of tests/test_imports.py: add it to LAYERS")
+
+
+def _imports(path: Path, module: str):
+    """Intra-package modules imported by ``path`` (relative and absolute imports)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    package = module.split(".") if is_pkg else module.split(".")[:-1]
+    if module == "__init__":
+        package = []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else list(package)
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "softargmax":
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            if target:
+                out.add(".".join(target))
+            else:  # "from . import a, b"
+                out.update(".".join(base + [alias.name]) for alias in node.names)
+            if target:  # "from .pkg import submodule"
+                for alias in node.names:
+                    candidate = ".".join(target + [alias.name])
+                    if (ROOT / Path(*candidate.split("."))).with_suffix(".py").exists():
+                        out.add(candidate)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "softargmax":
+                    out.add(".".join(parts[1:]) or "__init__")
+    return {m for m in out if m != module}
+
+
+def _graph():
+    graph = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        name = _module_name(path)
+        graph[name] = _imports(path, name)
+    return graph
+
+
+def test_every_module_has_a_layer():
+    for name in _graph():
+        _layer(name)
+
+
+def test_imports_run_one_way():
+    bad = []
+    for name, deps in _graph().items():
+        for dep in deps:
+            if _layer(dep) > _layer(name):
+                bad.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})")
+    assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
+
+
+def _cycle(graph):
+    """One import cycle as a list of modules, or ``None``."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep not in graph:
+                continue
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    # the package root re-exports everything and subpackage roots their members: not edges of a cycle
+    core = {n: {d for d in deps if d != "__init__"} for n, deps in graph.items() if n != "__init__"}
+    cycle = _cycle(core)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_checks_can_fail():
+    """The checker finds a planted cycle and a planted upward import."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert _layer("threshold") < _layer("losses")
+    with pytest.raises(AssertionError):
+        _layer("not_a_module")
