@@ -377,6 +377,7 @@ def fenchel_young_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
+    process_group=None,
     **mapping_params,
 ):
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
@@ -393,11 +394,22 @@ def fenchel_young_loss(
         multilabel, ignore_index, reduction, label_smoothing, weight: as in the module docstring.
         return_prediction: also return the prediction (detached, ``x``'s shape), computed
             in the same call.
+        process_group: a ``torch.distributed`` process group over which the classes are
+            split: ``x`` holds this rank's contiguous slice along ``dim`` (vocabulary
+            parallelism, :mod:`softargmax.distributed`).  A ``DTensor`` ``x`` sharded on
+            ``dim`` needs no group.
 
     Returns:
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
         the prediction if ``return_prediction``.
     """
+    if process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
+        from . import distributed
+
+        return distributed.fenchel_young_loss(
+            x, target, mapping, process_group=process_group, dim=dim, q=q, temperature=temperature,
+            multilabel=multilabel, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+            weight=weight, return_prediction=return_prediction, **mapping_params)
     check_tensor(x)
     dim = check_dim(x, dim)
     _check_reduction(reduction)
