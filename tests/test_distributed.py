@@ -258,7 +258,12 @@ def _worker_q_tensor_alpha(rank, world, V):
     _close("tensor alpha gradient = p - y", xl.grad, G[:, sl])
 
 
-def _worker_fused(rank, world, V):
+FUSED_CASES = {
+    "sparsemax": {}, "entmax15": {}, "entmax": {"alpha": 1.3}, "alpha_relu": {"alpha": 1.5, "tau": 0.2}, "jensen_shannon": {},
+}
+
+
+def _worker_fused(rank, world, V, mappings=tuple(FUSED_CASES)):
     import softargmax as sa
 
     group = dist.group.WORLD
@@ -274,8 +279,8 @@ def _worker_fused(rank, world, V):
     idx[4] = -100
     y = torch.softmax(torch.randn(N, V, generator=g) * 3, -1)
     cw = torch.rand(V, generator=g) + 0.5
-    for mapping, kw in (("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("alpha_relu", {"alpha": 1.5, "tau": 0.2}),
-                        ("jensen_shannon", {})):
+    for mapping in mappings:
+        kw = FUSED_CASES[mapping]
         for tname, tf, tl, extra in (("index", idx, idx, {}), ("soft", y, y[:, sl].contiguous(), {}),
                                      ("smoothed weighted", idx, idx, {"label_smoothing": 0.05, "class_weight": cw, "reduction": "sum"})):
             hl = h.clone().requires_grad_(True)
@@ -360,27 +365,112 @@ def _worker_dtensor(rank, world, V):
         _close(f"dtensor mapping {name} gradient", xr.grad.full_tensor(), xf.grad)
 
 
+class _TinyModel(torch.nn.Module):
+    """Embedding, sparse attention with one learned α per head, output layer."""
+
+    def __init__(self, vocab=13, d=8, heads=2, classes=11):
+        super().__init__()
+        from softargmax.nn import SparseMultiheadAttention
+
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.attn = SparseMultiheadAttention(d, heads, batch_first=True, learn_alpha=True, alpha=torch.tensor([1.3, 1.7]))
+        self.out = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        h = self.emb(tokens)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        return self.out(h + a)
+
+
+def _train(model, tokens, labels, steps, loss_name, reduce_world=1):
+    import softargmax as sa
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        logits = model(tokens)
+        if loss_name == "entmax15":
+            loss = sa.entmax15_loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        else:
+            loss = sa.sparsemax_loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), label_smoothing=0.1)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def _worker_data_parallel(rank, world):
+    """DDP and FSDP2 (fully_shard) over the batch give the single-process parameters."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        g = torch.Generator().manual_seed(11)
+        B, L = 4 * world, 5
+        tokens = torch.randint(0, 13, (B, L), generator=g)
+        labels = torch.randint(0, 11, (B, L), generator=g)
+        mine = slice(rank * B // world, (rank + 1) * B // world)
+        for loss_name in ("entmax15", "sparsemax"):
+            torch.manual_seed(0)
+            ref = _TinyModel()
+            init = {k: v.clone() for k, v in ref.state_dict().items()}
+            ref_losses = _train(ref, tokens, labels, 3, loss_name)
+            ref_params = dict(ref.named_parameters())
+            assert not torch.equal(ref_params["attn.alpha_logit"], init["attn.alpha_logit"])  # α is learned
+
+            ddp_model = _TinyModel()
+            ddp_model.load_state_dict(init)
+            ddp = DistributedDataParallel(ddp_model)
+            ddp_losses = _train(ddp, tokens[mine], labels[mine], 3, loss_name)
+            for name, p in ddp_model.named_parameters():
+                _close(f"DDP {loss_name} {name}", p, ref_params[name], 1e-10)
+            # the local losses average to the global one (equal shards)
+            t = torch.tensor(ddp_losses)
+            dist.all_reduce(t)
+            _close(f"DDP {loss_name} losses", t / world, torch.tensor(ref_losses), 1e-10)
+
+            fs_model = _TinyModel()
+            fs_model.load_state_dict(init)
+            mesh = init_device_mesh("cpu", (world,))
+            fully_shard(fs_model.attn, mesh=mesh)
+            fully_shard(fs_model, mesh=mesh)
+            _train(fs_model, tokens[mine], labels[mine], 3, loss_name)
+            for name, p in fs_model.named_parameters():
+                _close(f"FSDP2 {loss_name} {name}", p.full_tensor(), ref_params[name], 1e-10)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 # ----------------------------------------------------------------------------------
 # tests
 # ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("world,V", [(2, 257), (3, 1001)])
-def test_vocab_parallel_losses(world, V):
-    run_spawned("_worker_losses", world, V)
+def _worker_two(rank, world):
+    _worker_losses(rank, world, 257)
+    _worker_fused(rank, world, 130, ("entmax15", "jensen_shannon", "sparsemax"))
+    _worker_dtensor(rank, world, 301)
+    _worker_data_parallel(rank, world)
 
 
-def test_vocab_parallel_q_and_tensor_alpha():
-    run_spawned("_worker_q_tensor_alpha", 3, 301)
+def _worker_three(rank, world):
+    _worker_losses(rank, world, 1001)
+    _worker_fused(rank, world, 1001, ("sparsemax", "entmax", "alpha_relu"))
+    _worker_q_tensor_alpha(rank, world, 1001)
 
 
-@pytest.mark.parametrize("world,V", [(2, 130), (3, 1001)])
-def test_vocab_parallel_fused(world, V):
-    run_spawned("_worker_fused", world, V)
+def test_vocab_parallel_two_ranks():
+    """Losses (V = 257 over 2), the fused output layer, DTensor logits and DTensor mappings;
+    DDP and FSDP2 training of a model with learned-α sparse attention."""
+    run_spawned("_worker_two", 2)
 
 
-def test_dtensor():
-    run_spawned("_worker_dtensor", 2, 301)
+def test_vocab_parallel_three_ranks_uneven():
+    """V = 1001 over 3 ranks (slices 342/333/326): losses, fused output layer, q, tensor α."""
+    run_spawned("_worker_three", 3)
 
 
 def test_needs_initialized_group():
