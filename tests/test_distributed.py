@@ -313,6 +313,7 @@ def _worker_fused(rank, world, V, mappings=tuple(FUSED_CASES)):
 
 def _worker_dtensor(rank, world, V):
     import softargmax as sa
+    from softargmax.distributed import local_map_rows
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
@@ -346,14 +347,12 @@ def _worker_dtensor(rank, world, V):
     _close("dtensor dim=1 soft gradient", xd.grad.full_tensor(), xf.grad)
 
     # mappings on a DTensor sharded on the rows run on the local shards
-    from softargmax.distributed import local_map_rows
-
     xr = distribute_tensor(x[:, :50].clone(), mesh, [Shard(0)]).requires_grad_(True)
     alpha = distribute_tensor(torch.linspace(1.1, 1.9, R).unsqueeze(1), mesh, [Shard(0)])
     for name, fn, args in (("entmax15", sa.entmax15, ()), ("sparsemax", sa.sparsemax, ()), ("entmax tensor alpha", sa.entmax, (alpha,)),
-                           ("f_softargmax", sa.f_softargmax, ("jensen_shannon",))):
+                           ("f_softargmax", sa.f_softargmax, ("jensen_shannon",)), ("alpha_relu", lambda t, dim: sa.alpha_relu(t, 1.5, 0.3), ())):
         xr.grad = None
-        out = local_map_rows(fn, xr, *args, dim=-1)
+        out = fn(xr, *args, dim=-1)
         assert isinstance(out, DTensor) and out.placements == (Shard(0),)
         xf = x[:, :50].clone().requires_grad_(True)
         full_args = [a.full_tensor() if isinstance(a, DTensor) else a for a in args]
@@ -363,6 +362,16 @@ def _worker_dtensor(rank, world, V):
         (out * distribute_tensor(wgt.expand(R, 50).contiguous(), mesh, [Shard(0)])).sum().backward()
         (ref * wgt).sum().backward()
         _close(f"dtensor mapping {name} gradient", xr.grad.full_tensor(), xf.grad)
+    # a user function through local_map_rows; sharded on the normalized dimension: a clear error
+    out = local_map_rows(lambda t, dim: sa.normalize(t, "entmax", 1.2, dim=dim), xr, dim=-1)
+    _close("local_map_rows", out.full_tensor(), sa.normalize(x[:, :50], "entmax", 1.2))
+    xc = distribute_tensor(x.clone(), mesh, [Shard(1)])
+    try:
+        sa.entmax15(xc)
+    except ValueError as e:
+        assert "normalized dimension" in str(e)
+    else:
+        raise AssertionError("a DTensor sharded on the normalized dimension was accepted by a mapping")
 
 
 class _TinyModel(torch.nn.Module):

@@ -874,24 +874,32 @@ def _dtensor_loss(x, target, mapping, process_group, *, dim, reduction, return_p
     return DTensor.from_local(out, mesh, replicate, run_check=False)
 
 
-def local_map_rows(fn, x, *args, dim: int = -1, **kwargs):
-    """Apply a row-wise ``fn(x_local, *args, dim=dim, **kwargs)`` to a ``DTensor`` not sharded on ``dim``.
+def dtensor_apply(apply, x, *args, dim: Optional[int] = None):
+    """``apply(x_local, *args_local)`` for a ``DTensor`` ``x``, returned with ``x``'s placements.
 
-    A normalized mapping is independent row by row, so when the normalized dimension is
-    whole on every rank it runs on the local shards with no communication; the result has
-    ``x``'s placements.  Sharded on ``dim`` (or ``Partial``), the rows would need the
-    distributed solver: ``ValueError``.  Tensor arguments that are ``DTensor`` (e.g. a
-    per-row α) are used through their local shards and must be placed like ``x``.
+    The hook of the mappings: a normalized mapping (``dim`` given) is independent row by
+    row, so when ``dim`` is whole on every rank it runs on the local shards with no
+    communication; an elementwise map (``dim=None``, α-ReLU) accepts any sharding.  Sharded
+    on ``dim`` (or ``Partial``): ``ValueError`` (the losses accept class-sharded logits).
+    ``DTensor`` arguments (a per-row α, ``q``) are used through their local shards and
+    must be placed like ``x``.
     """
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
-    d = dim % x.dim()
+    d = None if dim is None else dim % x.dim()
     for pl in x.placements:
         if not (isinstance(pl, Replicate) or (isinstance(pl, Shard) and pl.dim != d)):
-            raise ValueError(f"x: a DTensor passed to a mapping must not be sharded on the normalized dimension "
-                             f"(dim={dim}) nor be partial; got placements {x.placements}. For losses over sharded "
-                             "classes use process_group= or the losses (which accept class-sharded DTensors)")
+            where = "partial" if dim is None else f"sharded on the normalized dimension (dim={dim}) or partial"
+            raise ValueError(f"x: a DTensor passed to a mapping must not be {where}; got placements {x.placements}. "
+                             "Losses over sharded classes take class-sharded DTensors or process_group=")
     args = [a.to_local() if is_dtensor(a) else a for a in args]
-    kwargs = {k: (v.to_local() if is_dtensor(v) else v) for k, v in kwargs.items()}
-    out = fn(x.to_local(), *args, dim=dim, **kwargs)
+    out = apply(x.to_local(), *args)
     return DTensor.from_local(out, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
+
+
+def local_map_rows(fn, x, *args, dim: int = -1, **kwargs):
+    """``fn(x, *args, dim=dim, **kwargs)`` for any row-wise ``fn`` on a ``DTensor`` not sharded on ``dim``,
+    run on the local shards (see :func:`dtensor_apply`).  The library's mappings do this by
+    themselves; this helper is for user functions built on them."""
+    kwargs = {k: (v.to_local() if is_dtensor(v) else v) for k, v in kwargs.items()}
+    return dtensor_apply(lambda xl, *a: fn(xl, *a, dim=dim, **kwargs), x, *args, dim=dim)
