@@ -78,7 +78,7 @@ def _worker(rank, world, port, args, out_path):
     for mapping, kw in CASES:
         xl = x.clone().requires_grad_(True)
 
-        def split_step():
+        def split_step(xl=xl, mapping=mapping, kw=kw):
             loss = sa.fenchel_young_loss(xl, target, mapping, process_group=group, **kw)
             loss.backward()
 
@@ -89,10 +89,13 @@ def _worker(rank, world, port, args, out_path):
             div = sa.mappings.resolve(mapping, kw.get("alpha"))
             iterations = D.solve(x, div, group).iterations
 
-        def gather_step():
-            parts = [torch.empty(R, s) for s in sizes]
-            dist.all_gather(parts, x)
-            xf = torch.cat(parts, 1).requires_grad_(True)
+        def gather_step(mapping=mapping, kw=kw):
+            # gloo gathers equal sizes: pad the slices to the largest
+            kmax = max(sizes)
+            xp = torch.nn.functional.pad(x, (0, kmax - x.shape[1]))
+            parts = [torch.empty(R, kmax) for _ in sizes]
+            dist.all_gather(parts, xp)
+            xf = torch.cat([p[:, :s] for p, s in zip(parts, sizes)], 1).requires_grad_(True)
             loss = sa.fenchel_young_loss(xf, target, mapping, **kw)
             loss.backward()
             return xf.grad[:, off:off + sizes[rank]]

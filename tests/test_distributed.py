@@ -211,6 +211,15 @@ def _worker_losses(rank, world, V):
     idx_m[0] = V - 1
     idx_m[1] = -100
     _loss_case("entmax15 masked", sa.entmax15_loss, xm, idx_m, idx_m, sl, group, {})
+    # NaN in one row (on the first rank's slice): NaN in that row only
+    xn = x.clone()
+    xn[4, 1] = math.nan
+    _loss_case("sparsemax NaN row", sa.sparsemax_loss, xn, idx, idx, sl, group, {"reduction": "none"})
+    # multi-hot label sets (this rank's slice), normalized by the global number of labels
+    labels = (torch.rand(R, V, generator=g) < 0.01).float()
+    labels[:, 0] = 1.0
+    _loss_case("entmax15 multilabel", sa.entmax15_loss, x, labels, labels[:, sl].contiguous(), sl, group,
+               {"multilabel": True, "reduction": "sum"})
     # float64: agreement to rounding
     _loss_case("entmax15 float64", sa.entmax15_loss, x.double(), idx, idx, sl, group, {}, atol=1e-12)
 
@@ -312,10 +321,11 @@ def _worker_fused(rank, world, V, mappings=tuple(FUSED_CASES)):
 
 
 def _worker_dtensor(rank, world, V):
-    import softargmax as sa
-    from softargmax.distributed import local_map_rows
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    import softargmax as sa
+    from softargmax.distributed import local_map_rows
 
     mesh = init_device_mesh("cpu", (world,))
     R = 8

@@ -57,9 +57,24 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, compute_dtype
+from ._checks import (
+    Rows,
+    check_alpha,
+    check_dim,
+    check_positive_number,
+    check_q,
+    check_tensor,
+    compute_dtype,
+)
 from .divergences import AlphaDivergence, Divergence
-from .losses import Target, _check_reduction, _resolve, reduce_loss, _RowLoss, _sum_f_minus_f0
+from .losses import (
+    Target,
+    _check_reduction,
+    _resolve,
+    _RowLoss,
+    _sum_f_minus_f0,
+    reduce_loss,
+)
 from .threshold import MAX_ITER, Solution, _newton_update
 
 __all__ = [
@@ -70,6 +85,7 @@ __all__ = [
     "count_collectives",
     "CommStats",
     "is_dtensor",
+    "dtensor_apply",
     "local_map_rows",
 ]
 
@@ -141,8 +157,6 @@ def _all_reduce(t: Tensor, op, group, kind: str) -> Tensor:
 def _group_info(group):
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("process_group: torch.distributed is not initialized (call init_process_group first)")
-    if group is True:
-        group = dist.group.WORLD
     try:
         return group, dist.get_rank(group), dist.get_world_size(group)
     except (RuntimeError, ValueError, TypeError) as e:
