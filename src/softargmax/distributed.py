@@ -76,6 +76,7 @@ from .losses import (
     reduce_loss,
 )
 from .threshold import MAX_ITER, Solution, _newton_update
+from .threshold import solve as solve_local
 
 __all__ = [
     "fenchel_young_loss",
@@ -235,16 +236,32 @@ def solve(
     return _solve(z, divergence, process_group, q, max_iter=max_iter, maxima=maxima)[0]
 
 
+def _local_bound(z: Tensor, div: Divergence, q: Optional[Tensor]) -> Tensor:
+    """``[R]``: what this rank contributes to the ``MAX`` round besides the row maxima.
+
+    With ``q``: ``max_j (z_j - f'(1/q_j))`` over the slice (the lower end of the bracket).
+    Without: the root ``τ_r`` of this slice alone, ``S_r(τ_r) = 1`` (one rank's solver, pruned
+    and fused): since ``S >= S_r``, ``S(τ_r) >= 1``, so ``max_r τ_r <= τ`` is a lower bound,
+    exact when one rank holds the whole support, and Newton starts there.
+    """
+    R, k = z.shape
+    z = z.detach()
+    if k == 0:
+        return torch.full((R,), -math.inf, dtype=z.dtype, device=z.device)
+    if q is not None:
+        return (z - div.f_prime(1.0 / q)).amax(-1)
+    tau = solve_local(z, div).tau.squeeze(1)
+    # rows masked on this slice contribute nothing; NaN rows are caught by the maxima
+    return torch.where(z.amax(-1) > -math.inf, tau, torch.full_like(tau, -math.inf))
+
+
 def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=None):
     """:func:`solve`, and the global sums ``S`` ``[R, 1]`` at the returned ``τ`` (1 in non-finite rows)."""
     group, rank, world = _group_info(process_group)
     R, k = z.shape
     div = divergence
     if maxima is None:
-        extra = None
-        if q is not None:
-            extra = (z - div.f_prime(1.0 / q)).amax(-1) if k else torch.full((R,), -math.inf, dtype=z.dtype, device=z.device)
-        maxima = _max_round(z, k, group, rank, world, extra)
+        maxima = _max_round(z, k, group, rank, world, _local_bound(z, div, q))
     m, lo_q, sizes = maxima
     K = sum(sizes)
     eps = torch.finfo(z.dtype).eps
@@ -259,6 +276,8 @@ def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=No
     f1, fK = _offsets(div, K, z.dtype, z.device)
     if q is None:
         lo, hi = m - f1, m - fK
+        if lo_q is not None:  # the largest root of one slice: a tighter lower bound
+            lo = torch.where(finite & (lo_q > lo), lo_q, lo)
     else:
         lo = lo_q if all_finite else torch.where(finite, lo_q, torch.zeros_like(lo_q))
         hi = None
@@ -298,11 +317,11 @@ def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=No
             S, Sp, state = sums(tau)
             if it >= max_iter:
                 break
-            if it > 1:
-                resid = float((S - 1).abs().amax())
-                if resid <= tol or resid >= last:
-                    break
-                last = resid
+            # the sums are global after the all-reduce: check from the first evaluation
+            resid = float((S - 1).abs().amax())
+            if resid <= tol or resid >= last:
+                break
+            last = resid
             tau = _newton_update(tau, S, Sp, rho)
             it += 1
     else:
@@ -645,13 +664,12 @@ def fenchel_young_loss(
         q2d = rows.class_param(q.detach()) if q is not None else None
         div = kind[1]
         z = z_rows / beta if beta != 1.0 else z_rows
-        if q2d is not None:
-            extra = (z - div.f_prime(1.0 / q2d)).amax(-1) if k else torch.full((R,), -math.inf, dtype=z.dtype)
+        extra = _local_bound(z, div, q2d)
     else:
         if q is not None or temperature != 1.0:
             raise ValueError("alpha_relu_loss takes no q or temperature")
         z = z_rows
-    maxima = _max_round(z if kind[0] == "fy" else None, k, group, rank, world, extra)
+    maxima = _max_round(z.detach() if kind[0] == "fy" else None, k, group, rank, world, extra)
     plan = _plan(target, x.shape, rows.to_rows, R, k, rows.dtype, x.device, maxima[2], group, rank, world,
                  multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
                  weight=weight, batch_shape=rows.moved_shape[:-1])
@@ -814,10 +832,7 @@ def linear_fenchel_young_loss(
         if kind[0] == "fy":
             div = kind[1]
             z = logits / beta if beta != 1.0 else logits
-            extra = None
-            if q2d is not None:
-                extra = (z - div.f_prime(1.0 / q2d)).amax(-1) if k else torch.full((z.shape[0],), -math.inf, dtype=z.dtype)
-            sol, S = _solve(z, div, group, q2d, maxima=_max_round(z, k, group, rank, world, extra))
+            sol, S = _solve(z, div, group, q2d, maxima=_max_round(z, k, group, rank, world, _local_bound(z, div, q2d)))
             partial, p, G = _fy_partial(logits, z, plan, rows, div, beta, q2d, sol)
             bad = sol.bad_rows
         else:
