@@ -3,12 +3,12 @@
 For a vocabulary of V classes split over W ranks, the loss of R tokens needs (per call of
 ``fenchel_young_loss(..., process_group=...)``; per chunk of the fused output layer):
 
-* one MAX all-reduce of R + W numbers (row maxima, slice sizes; float32);
+* one MAX all-reduce of 2R + W numbers (row maxima, each slice's own root, slice sizes; float32);
 * one SUM all-reduce of 2R numbers per Newton evaluation (T steps: T + 1 evaluations; float32);
 * one SUM all-reduce of R numbers (row losses, float64; 2R-3R with class weights / soft targets).
 (α-ReLU has a fixed threshold: a MAX of W numbers, the slice sizes, and the SUM of the float32 losses.)
 
-So ``T + 3`` rounds and ``4 + 8(T + 1) + 8 = 8T + 20`` bytes per token, independent of V
+So ``T + 3`` rounds and ``8 + 8(T + 1) + 8 = 8T + 24`` bytes per token, independent of V
 and W (plus 4W bytes per call), against ``4V`` bytes per token received by every rank when
 the logits are all-gathered (``4V(W-1)/W`` over the wire in a ring).  This script counts the collectives (``count_collectives``), the
 Newton steps and the time on W = 2, 3, 4 gloo processes on CPU (127.0.0.1), for V = 131072,
@@ -107,7 +107,7 @@ def _worker(rank, world, port, args, out_path):
             "rounds": st.count, "rounds_by_kind": st.by_kind(),
             "bytes_all_reduced": st.bytes, "bytes_per_token": st.bytes / R,
             "formula_rounds": 2 if iterations is None else iterations + 3,
-            "formula_bytes_per_token": (8 * iterations + 20 + 4 * world / R) if iterations is not None else 4 + 8 * world / R,
+            "formula_bytes_per_token": (8 * iterations + 24 + 4 * world / R) if iterations is not None else 4 + 8 * world / R,
             "all_gather_bytes_per_token_received": 4 * V * (world - 1) / world,
             "all_gather_bytes_per_token_materialized": 4 * V,
             "time_split_ms": 1e3 * t_split, "time_all_gather_ms": 1e3 * t_gather,
@@ -165,7 +165,7 @@ def main():
     for r in results[-1]["losses"]:
         T = r["newton_steps"]
         rounds = 2 if T is None else T + 3  # alpha-ReLU: the slice sizes (W numbers) and the row losses
-        per_token = 4 + 8 * 8 / args.tokens if T is None else 8 * T + 20 + 4 * 8 / args.tokens
+        per_token = 4 + 8 * 8 / args.tokens if T is None else 8 * T + 24 + 4 * 8 / args.tokens
         extrapolated.append({"mapping": r["mapping"], "world": 8, "rounds": rounds, "bytes_per_token": per_token,
                              "all_gather_bytes_per_token_received": 4 * args.vocab * 7 / 8,
                              "ratio_all_gather_over_split": 4 * args.vocab * 7 / 8 / per_token})
@@ -183,8 +183,8 @@ def main():
         "device": f"CPU ({platform.processor() or platform.machine()}), {os.cpu_count()} cores shared; gloo over 127.0.0.1",
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "softargmax": softargmax.__version__},
         "sizes": {"vocab": args.vocab, "tokens": args.tokens, "fused_tokens": args.fused_tokens, "hidden": args.hidden},
-        "formula": "rounds = T + 3 (MAX of R+W float32; T+1 SUMs of 2R float32; one SUM of R float64); "
-                   "bytes/token = 8T + 20 + 4W/R; alpha-ReLU (fixed threshold): 2 rounds, 4 + 8W/R bytes/token",
+        "formula": "rounds = T + 3 (MAX of 2R+W float32; T+1 SUMs of 2R float32; one SUM of R float64); "
+                   "bytes/token = 8T + 24 + 4W/R; alpha-ReLU (fixed threshold): 2 rounds, 4 + 8W/R bytes/token",
         "measured": results,
         "extrapolated_world_8": extrapolated,
     }
