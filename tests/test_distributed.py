@@ -211,6 +211,15 @@ def _worker_losses(rank, world, V):
     idx_m[0] = V - 1
     idx_m[1] = -100
     _loss_case("entmax15 masked", sa.entmax15_loss, xm, idx_m, idx_m, sl, group, {})
+    # bad arguments: the same ValueError on every rank (no rank is left waiting in a collective)
+    xl = x[:, sl]
+    for bad_kwargs, match in (({"weight": torch.ones(V + 1)}, "weight"), ({"label_smoothing": 2.0}, "label_smoothing")):
+        with pytest.raises(ValueError, match=match):
+            sa.entmax15_loss(xl, idx, process_group=group, **bad_kwargs)
+    with pytest.raises(ValueError, match="out of range"):
+        sa.sparsemax_loss(xl, torch.full((R,), V), process_group=group)
+    with pytest.raises(ValueError, match="sum to 1"):
+        sa.sparsemax_loss(xl, torch.full_like(xl, 1.0 / V) * 2, process_group=group)
     # NaN in one row (on the first rank's slice): NaN in that row only
     xn = x.clone()
     xn[4, 1] = math.nan

@@ -475,54 +475,80 @@ def _item_weight_partial(plan: _Plan, rows: slice) -> Optional[Tensor]:
 
 def _fy_partial(theta: Tensor, z: Tensor, plan: _Plan, rows: slice, div: Divergence, beta: float,
                 q: Optional[Tensor], sol: Solution):
-    """This rank's terms of ``⟨θ, p - y⟩ + β (Ω(y) - Ω(p))`` per row and the local ``p - y``."""
+    """This rank's terms of ``⟨θ, p - y⟩ + β (Ω(y) - Ω(p))`` per row and the local ``p - y``.
+
+    The per-class terms are accumulated in float64 (for float32 rows: ``Ω(y) - Ω(p)`` sums
+    terms ``f(u) - f(0)`` that cancel, and the split sums should not round worse than one
+    rank's).  ``⟨θ, p⟩`` and ``Ω(p)`` are taken over the support of ``p`` only when it is
+    small (sparse mappings), as one rank does on its candidates.
+    """
     R, k = theta.shape
     p32 = sol.p
     keep = plan.keep[rows]
-    # the value's per-class terms in float64 (float32 rows): Ω(y) - Ω(p) sums k terms
-    # f(u) - f(0) that cancel, and the split sums should not round worse than one rank's
     vdt = torch.float64 if theta.dtype == torch.float32 else theta.dtype
-    theta, p = theta.to(vdt), p32.to(vdt)
-    q = None if q is None else q.to(vdt)
-    theta_p = torch.where(p > 0, theta * p, torch.zeros_like(p)).sum(-1)
-    if isinstance(getattr(div, "alpha", None), Tensor):  # per-row α: f(0) per row, [R, 1]
-        f0 = div.f(torch.zeros((), dtype=theta.dtype, device=theta.device))
+    dev = theta.device
+    tensor_alpha = isinstance(getattr(div, "alpha", None), Tensor)
+    if tensor_alpha:  # per-row α: f(0) per row, [R, 1]
+        f0 = div.f(torch.zeros((), dtype=vdt, device=dev))
         f0_finite = bool(torch.isfinite(f0).all())
     else:
         f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
         f0_finite = math.isfinite(f0)
     qq = None if q is None else q.expand(R, k)
     dense32 = None if plan.dense is None else plan.dense[rows]
-    dense = None if dense32 is None else dense32.to(vdt)
     loc = owned = None
-    if dense is None:
+    if dense32 is None:
         loc, owned = plan.local_index(plan.index[rows], keep)
+
+    def row_sums(vals: Tensor, r_idx: Tensor) -> Tensor:
+        return torch.zeros(R, dtype=vdt, device=dev).index_add_(0, r_idx, vals)
+
     if f0_finite:
-        omega_p = _sum_f_minus_f0(div, p, qq, f0)
-        if dense is None:
+        pos = p32 > 0
+        nnz = int(pos.sum())
+        if not tensor_alpha and 4 * nnz < p32.numel():
+            r_idx, c_idx = pos.nonzero(as_tuple=True)
+            pv, thv = p32[r_idx, c_idx].to(vdt), theta[r_idx, c_idx].to(vdt)
+            theta_p = row_sums(thv * pv, r_idx)
             if qq is None:
-                one = torch.ones(R, 1, dtype=theta.dtype, device=theta.device)
+                fv = div.f(pv) - f0
+            else:
+                qv = qq[r_idx, c_idx].to(vdt)
+                fv = qv * (div.f(pv / qv) - f0)
+            omega_p = row_sums(fv, r_idx)
+        else:
+            p = p32.to(vdt)
+            theta_p = torch.where(pos, theta.to(vdt) * p, torch.zeros_like(p)).sum(-1)
+            omega_p = _sum_f_minus_f0(div, p, None if qq is None else qq.to(vdt), f0)
+        if dense32 is None:
+            if qq is None:
+                one = torch.ones(R, 1, dtype=vdt, device=dev)
                 omega_y = (div.f(one) - f0).reshape(R)
             else:
-                qt = qq.gather(1, loc.unsqueeze(1)) if k else torch.ones(R, 1, dtype=theta.dtype, device=theta.device)
+                qt = qq.gather(1, loc.unsqueeze(1)).to(vdt) if k else torch.ones(R, 1, dtype=vdt, device=dev)
                 omega_y = (qt * (div.f(1.0 / qt) - f0)).squeeze(1)
-            th = theta.gather(1, loc.unsqueeze(1)).squeeze(1) if k else torch.zeros(R, dtype=theta.dtype, device=theta.device)
+            th = theta.gather(1, loc.unsqueeze(1)).squeeze(1).to(vdt) if k else torch.zeros(R, dtype=vdt, device=dev)
             theta_y = torch.where(owned, th, torch.zeros_like(th))
             omega_y = torch.where(owned, omega_y, torch.zeros_like(omega_y))
         else:
-            omega_y = _sum_f_minus_f0(div, dense, qq, f0)
-            theta_y = torch.where(dense > 0, theta * dense, torch.zeros_like(dense)).sum(-1)
+            dense = dense32.to(vdt)
+            omega_y = _sum_f_minus_f0(div, dense, None if qq is None else qq.to(vdt), f0)
+            theta_y = torch.where(dense32 > 0, theta * dense32, torch.zeros_like(dense32)).sum(-1, dtype=vdt)
         D = omega_y - omega_p
     else:
-        y = dense
-        if y is None:
+        p = p32.to(vdt)
+        th64 = theta.to(vdt)
+        if dense32 is None:
             y = torch.zeros_like(p)
             y.scatter_(1, loc.unsqueeze(1), owned.to(p.dtype).unsqueeze(1))
-        qd = torch.ones_like(p) if qq is None else qq
+        else:
+            y = dense32.to(vdt)
+        qd = torch.ones_like(p) if qq is None else qq.to(vdt)
         valid = theta > -math.inf
         terms = qd * (div.f(y / qd) - div.f(p / qd))
         D = torch.where(valid, terms, torch.zeros_like(terms)).sum(-1)
-        theta_y = torch.where(y > 0, theta * y, torch.zeros_like(y)).sum(-1)
+        theta_p = torch.where(p > 0, th64 * p, torch.zeros_like(p)).sum(-1)
+        theta_y = torch.where(y > 0, th64 * y, torch.zeros_like(y)).sum(-1)
     partial = theta_p - theta_y + beta * D
     G = _p_minus_y(p32, dense32, loc, owned, keep)
     return partial, p32, G
