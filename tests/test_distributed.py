@@ -381,6 +381,17 @@ def _worker_dtensor(rank, world, V):
         (out * distribute_tensor(wgt.expand(R, 50).contiguous(), mesh, [Shard(0)])).sum().backward()
         (ref * wgt).sum().backward()
         _close(f"dtensor mapping {name} gradient", xr.grad.full_tensor(), xf.grad)
+    # the f-softmax: one value per row, the row sharding carried over
+    xr.grad = None
+    xs = distribute_tensor(x[:, :50].clone(), mesh, [Shard(0)]).requires_grad_(True)
+    val = sa.f_softmax(xs, "chi_square")
+    assert isinstance(val, DTensor) and val.placements == (Shard(0),) and val.shape == (R,)
+    xf = x[:, :50].clone().requires_grad_(True)
+    ref = sa.f_softmax(xf, "chi_square")
+    _close("dtensor f_softmax", val.full_tensor(), ref)
+    val.sum().backward()
+    ref.sum().backward()
+    _close("dtensor f_softmax gradient", xs.grad.full_tensor(), xf.grad)
     # a user function through local_map_rows; sharded on the normalized dimension: a clear error
     out = local_map_rows(lambda t, dim: sa.normalize(t, "entmax", 1.2, dim=dim), xr, dim=-1)
     _close("local_map_rows", out.full_tensor(), sa.normalize(x[:, :50], "entmax", 1.2))

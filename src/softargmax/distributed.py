@@ -934,12 +934,13 @@ def _dtensor_loss(x, target, mapping, process_group, *, dim, reduction, return_p
     return DTensor.from_local(out, mesh, replicate, run_check=False)
 
 
-def dtensor_apply(apply, x, *args, dim: Optional[int] = None):
+def dtensor_apply(apply, x, *args, dim: Optional[int] = None, drops_dim: bool = False):
     """``apply(x_local, *args_local)`` for a ``DTensor`` ``x``, returned with ``x``'s placements.
 
     The hook of the mappings: a normalized mapping (``dim`` given) is independent row by
     row, so when ``dim`` is whole on every rank it runs on the local shards with no
-    communication; an elementwise map (``dim=None``, α-ReLU) accepts any sharding.  Sharded
+    communication; an elementwise map (``dim=None``, α-ReLU) accepts any sharding;
+    ``drops_dim``: the result has one value per row (the f-softmax).  Sharded
     on ``dim`` (or ``Partial``): ``ValueError`` (the losses accept class-sharded logits).
     ``DTensor`` arguments (a per-row α, ``q``) are used through their local shards and
     must be placed like ``x``.
@@ -954,7 +955,13 @@ def dtensor_apply(apply, x, *args, dim: Optional[int] = None):
                              "Losses over sharded classes take class-sharded DTensors or process_group=")
     args = [a.to_local() if is_dtensor(a) else a for a in args]
     out = apply(x.to_local(), *args)
-    return DTensor.from_local(out, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
+    if not drops_dim:
+        return DTensor.from_local(out, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
+    # a value per row (the f-softmax): ``dim`` is gone, later dimensions shift down
+    placements = [Shard(pl.dim - (pl.dim > d)) if isinstance(pl, Shard) else pl for pl in x.placements]
+    shape = torch.Size([n for i, n in enumerate(x.shape) if i != d])
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(out, x.device_mesh, placements, run_check=False, shape=shape, stride=stride)
 
 
 def local_map_rows(fn, x, *args, dim: int = -1, **kwargs):
