@@ -115,6 +115,14 @@ def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
 class NormalizedMapping(torch.autograd.Function):
     """``p = q ⊙ g(x/β - τ)`` with ``Σ p = 1`` along ``dim``; see the module docstring."""
 
+    @classmethod
+    def apply(cls, x, *args):
+        if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
+            from .distributed import dtensor_apply
+
+            return dtensor_apply(super().apply, x, *args, dim=args[-1])
+        return super().apply(x, *args)
+
     @staticmethod
     def forward(ctx, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                 temperature: float, dim: int):

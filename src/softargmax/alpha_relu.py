@@ -28,6 +28,14 @@ __all__ = ["alpha_relu"]
 
 
 class _AlphaReLU(torch.autograd.Function):
+    @classmethod
+    def apply(cls, x, *args):
+        if type(x).__name__ == "DTensor":  # elementwise: run on the local shards
+            from .distributed import dtensor_apply
+
+            return dtensor_apply(super().apply, x, *args)
+        return super().apply(x, *args)
+
     @staticmethod
     def forward(ctx, x, tau, alpha: float):
         ctx.alpha = alpha

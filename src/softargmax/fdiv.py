@@ -84,6 +84,14 @@ def f_softargmax(
 class _FSoftmax(torch.autograd.Function):
     """The f-softmax value; gradients by Danskin: ``∂/∂x = p``, ``∂/∂q_j = β f*(max(z_j - τ, f'(0)))``."""
 
+    @classmethod
+    def apply(cls, x, *args):
+        if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
+            from .distributed import dtensor_apply
+
+            return dtensor_apply(super().apply, x, *args, dim=args[-1], drops_dim=True)
+        return super().apply(x, *args)
+
     @staticmethod
     def forward(ctx, x, q, divergence: Divergence, temperature: float, dim: int):
         rows = Rows(x, dim)

@@ -155,6 +155,7 @@ def linear_fenchel_young_loss(
     class_weight: Optional[Tensor] = None,
     softcap: Optional[float] = None,
     memory_budget: Optional[int] = None,
+    process_group=None,
     **mapping_params,
 ) -> Tensor:
     r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
@@ -173,7 +174,19 @@ def linear_fenchel_young_loss(
         reduction: ``"mean"`` or ``"sum"``.
         q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
+        process_group: a ``torch.distributed`` process group over which the vocabulary is
+            split: ``weight`` (and ``bias``) hold this rank's contiguous rows
+            (:func:`softargmax.distributed.linear_fenchel_young_loss`).
     """
+    if process_group is not None:  # vocabulary split over ranks
+        from . import distributed
+
+
+        return distributed.linear_fenchel_young_loss(
+            hidden, weight, target, bias, mapping, chunk_size, process_group=process_group, q=q,
+            temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
+            label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
+            **mapping_params)
     check_tensor(hidden, "hidden")
     check_tensor(weight, "weight")
     if weight.dim() != 2:

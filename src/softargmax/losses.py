@@ -360,6 +360,7 @@ def fenchel_young_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
     softcap: Optional[float] = None,
+    process_group=None,
     **mapping_params,
 ):
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
@@ -379,18 +380,30 @@ def fenchel_young_loss(
         softcap: ``c > 0`` replaces the scores by ``c · tanh(x / c)`` first (logit
             soft-capping, as in Gemma 2: Gemma Team, "Gemma 2: Improving Open Language Models
             at a Practical Size", 2024, https://arxiv.org/abs/2408.00118); differentiable.
+        process_group: a ``torch.distributed`` process group over which the classes are
+            split: ``x`` holds this rank's contiguous slice along ``dim`` (vocabulary
+            parallelism, :mod:`softargmax.distributed`).  A ``DTensor`` ``x`` sharded on
+            ``dim`` needs no group.
 
     Returns:
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
         the prediction if ``return_prediction``.
     """
+    if softcap is not None:  # elementwise, so it applies to each rank's slice as well
+        check_tensor(x)
+        c = check_positive_number(softcap, "softcap")
+        x = c * torch.tanh(x / c)
+    if process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
+        from . import distributed
+
+        return distributed.fenchel_young_loss(
+            x, target, mapping, process_group=process_group, dim=dim, q=q, temperature=temperature,
+            multilabel=multilabel, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+            weight=weight, return_prediction=return_prediction, **mapping_params)
     check_tensor(x)
     dim = check_dim(x, dim)
     _check_reduction(reduction)
     kind = _resolve(mapping, dict(mapping_params))
-    if softcap is not None:
-        c = check_positive_number(softcap, "softcap")
-        x = c * torch.tanh(x / c)
     if use_custom_ops() and not return_prediction:
         spec = _operator_spec(kind)
         if spec is not None:  # one opaque operator for the compiler (softargmax._loss_ops)
