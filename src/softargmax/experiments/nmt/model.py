@@ -34,14 +34,18 @@ class ModelConfig:
 
 
 class OutputLayer:
-    """Prediction map and loss of one system (``τ`` set later for α-ReLU)."""
+    """Prediction map and loss of one system (``τ`` set later for α-ReLU).
 
-    def __init__(self, system: str, alpha: float = 1.5):
+    ``label_smoothing`` ε trains against ``(1 - ε) e_y + ε / V`` (0: the one-hot target).
+    """
+
+    def __init__(self, system: str, alpha: float = 1.5, label_smoothing: float = 0.0):
         if system not in SYSTEMS and not system.startswith("f:"):
             raise ValueError(f"system must be one of {SYSTEMS} or 'f:<divergence>', got {system!r}")
         self.system = system
         self.alpha = alpha
         self.tau = 0.0
+        self.label_smoothing = label_smoothing
 
     @property
     def mapping(self):
@@ -51,6 +55,8 @@ class OutputLayer:
 
     def loss(self, logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         extra = {"alpha": self.alpha, "tau": self.tau} if self.system == "alpha_relu" else {}
+        if self.label_smoothing:
+            extra["label_smoothing"] = self.label_smoothing
         return sa.fenchel_young_loss(logits, target, self.mapping, ignore_index=PAD, reduction=reduction, **extra)
 
     def probs(self, logits: Tensor) -> Tensor:
