@@ -4,7 +4,8 @@ The output layer is one of ``softmax``, ``sparsemax``, ``entmax15``, ``alpha_rel
 (1.5-ReLU) or ``f:<divergence>`` (any f-divergence softargmax); every system is trained
 with its own Fenchel–Young loss.  The output projection is a bias-free linear map
 initialized Xavier-uniform and applied after the decoder's final LayerNorm, the setting
-of ``001_…`` Lemma 3 (logit std ``sqrt(2 d / (d + V))`` at initialization).
+of Tezekbayev et al., "Speeding Up Entmax", Findings of NAACL 2022
+(https://arxiv.org/abs/2111.06832), Lemma 3 (logit std ``sqrt(2 d / (d + V))`` at initialization).
 """
 
 from __future__ import annotations

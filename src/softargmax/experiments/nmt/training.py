@@ -91,7 +91,7 @@ def noam(step: int, d_model: int, warmup: int, factor: float) -> float:
 
 
 def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch, alpha: float = 1.5) -> float:
-    """τ of 1.5-ReLU: the mean 1.5-entmax threshold of the untrained model's first batch (``001_…`` §3.1)."""
+    """τ of 1.5-ReLU: the mean 1.5-entmax threshold of the untrained model's first batch (Tezekbayev et al., "Speeding Up Entmax", 2022, §3.1)."""
     model.eval()
     with torch.no_grad():
         src, tgt_in, tgt_out = batch
@@ -235,6 +235,7 @@ def train_system(
         step += 1
         record["train_seconds"] += dt
         record["train_tokens"] += ntok
+        record["train_tokens_this_rank"] = record.get("train_tokens_this_rank", 0) + sum(len(pairs[i][1]) + 1 for i in mine)
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
             per = record["train_seconds"] / step
