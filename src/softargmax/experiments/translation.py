@@ -595,7 +595,8 @@ def render_report(results: dict, figures: list) -> str:
                   + (f" (mean ± std over the {len(seeds)} seeds' initializations and first batches)" if len(seeds) > 1 else "")
                   + "; data-free "
                   f"estimate `tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
-                  f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}**. Paper (d_model 512): "
+                  f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
+                  "Paper (d_model 512): "
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
                   + ". `softargmax.tau.gaussian` reproduces the paper's formula column exactly (tests/test_tau.py)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
