@@ -159,3 +159,164 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), systems=("softmax",), log=lambda *_: None)
     assert res2["systems"]["softmax"]["steps_done"] == res["systems"]["softmax"]["steps_done"]
     assert res2["systems"]["softmax"]["bleu"] == pytest.approx(res["systems"]["softmax"]["bleu"])
+
+
+# --- the gpu preset: seeds, model selection, significance ---------------------------------------------------
+
+from softargmax.experiments.nmt.data import Parallel  # noqa: E402
+from softargmax.experiments.nmt.training import TrainConfig, train_system, validation_loss  # noqa: E402
+
+
+def test_train_config_checks_selection_settings():
+    with pytest.raises(ValueError, match="select must be"):
+        TrainConfig(select="best")
+    with pytest.raises(ValueError, match="patience needs"):
+        TrainConfig(patience=2)
+    with pytest.raises(ValueError, match="patience must be"):
+        TrainConfig(select="bleu", patience=0)
+
+
+def test_early_stopping_returns_the_kept_weights_and_resumes_without_training(tmp_path):
+    src, tgt = _toy()
+    tok = Tokenizer.train(src + tgt, 60)
+    train, val = Parallel(src, tgt), Parallel(src[:8], tgt[:8])
+    mcfg = ModelConfig(vocab_size=len(tok), d_model=16, heads=2, layers=1, ff=32, dropout=0.0, max_len=64)
+    # the loss keeps falling; "select on loss with a step limit" and "select on BLEU with patience 1"
+    # exercise both ways a run ends
+    cfg = TrainConfig(steps=40, batch_tokens=64, warmup=4, lr=0.5, eval_every=3, val_bleu_sentences=8, seed=1,
+                      select="bleu", patience=1)
+    tr = train_system("entmax15", mcfg, cfg, tok, train, val, tmp_path / "run", log=lambda *a: None)
+    rec = tr["record"]
+    h = rec["history"]
+    best = max(h, key=lambda e: (e["val_bleu"], -e["step"]))
+    assert rec["kept_step"] == best["step"]
+    # stopped one evaluation after the last improvement, or at the step limit
+    assert rec["stopped_early"] and h[-1]["step"] == rec["kept_step"] + cfg.eval_every
+    assert rec["steps_done"] == h[-1]["step"] < cfg.steps and len(rec["train_loss"]) == rec["steps_done"]
+    # the returned model is the kept one, not the last one
+    vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
+    layer = tr["layer"]
+    assert validation_loss(tr["model"], layer, vpairs, vbatches, "cpu") == pytest.approx(best["val_loss"], rel=1e-6)
+    assert best["val_loss"] != pytest.approx(h[-1]["val_loss"], rel=1e-6)
+    # resuming a stopped run trains nothing and gives back the kept weights
+    again = train_system("entmax15", mcfg, cfg, tok, train, val, tmp_path / "run", log=lambda *a: None)
+    assert again["record"]["steps_this_run"] == 0
+    assert validation_loss(again["model"], layer, vpairs, vbatches, "cpu") == pytest.approx(best["val_loss"], rel=1e-6)
+
+
+def _hyps_pair(n=150, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    words = "a dog cat runs man woman plays ball in the park red blue on grass".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))) for _ in range(n)]
+
+    def noisy(r, p):
+        return " ".join(w if rng.random() > p else rng.choice(words) for w in r.split())
+
+    return refs, noisy
+
+
+def test_paired_bootstrap_is_sacrebleus_for_one_seed_and_pools_seeds():
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from softargmax.experiments.nmt.significance import paired_bootstrap
+
+    refs, noisy = _hyps_pair()
+    a1, a2 = [noisy(r, 0.35) for r in refs], [noisy(r, 0.35) for r in refs]
+    b1, b2 = [noisy(r, 0.38) for r in refs], [noisy(r, 0.38) for r in refs]
+    ours = paired_bootstrap([a1], [b1], refs, n_samples=500, seed=12345)
+    _, theirs = PairedTest([("B", b1), ("A", a1)], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=500)()
+    assert ours["bleu_a"] == pytest.approx(theirs["BLEU"][1].score)
+    assert ours["bleu_b"] == pytest.approx(theirs["BLEU"][0].score)
+    assert ours["p_value"] == pytest.approx(theirs["BLEU"][1].p_value)
+    assert 0.01 < ours["p_value"] < 1  # close systems: a p-value away from the floor
+    assert ours["ci"][0] < ours["delta"] < ours["ci"][1]
+    # pooled seeds: the BLEU of the concatenated corpora; the same seed twice changes nothing
+    pooled = paired_bootstrap([a1, a2], [b1, b2], refs, n_samples=200)
+    assert pooled["bleu_a"] == pytest.approx(BLEU().corpus_score(a1 + a2, [refs + refs]).score)
+    twice = paired_bootstrap([a1, a1], [b1, b1], refs, n_samples=500, seed=12345)
+    assert twice["bleu_a"] == pytest.approx(ours["bleu_a"]) and twice["p_value"] == ours["p_value"]
+    # a clearly better system is significant
+    far = paired_bootstrap([[noisy(r, 0.05) for r in refs]], [b1], refs, n_samples=200)
+    assert far["p_value"] < 0.01 and far["ci"][0] > 0
+    with pytest.raises(ValueError, match="same positive number of seeds"):
+        paired_bootstrap([a1], [b1, b2], refs)
+
+
+def test_selection_check_and_ordering_flag_what_they_should():
+    from softargmax.experiments import translation
+
+    st = {"training": {"select": "bleu", "patience": 2, "steps": 100}}
+    h = [{"step": 10, "val_bleu": 5.0, "val_loss": 2.0}, {"step": 20, "val_bleu": 7.0, "val_loss": 1.9},
+         {"step": 30, "val_bleu": 6.0, "val_loss": 2.1}]
+    good = {"s": {"seeds": {"1": {"history": h, "kept_step": 20, "steps_done": 30}}}}
+    assert translation.check_selection(good, st)["not_best"] == []
+    assert "holds" in translation._selection_claims(good, st)[0]
+    kept_last = {"s": {"seeds": {"1": {"history": h, "kept_step": 30, "steps_done": 30}}}}
+    assert translation.check_selection(kept_last, st)["not_best"] == ["s seed 1"]
+    assert "does not hold" in translation._selection_claims(kept_last, st)[0]
+    late = {"s": {"seeds": {"1": {"history": h + [{"step": 40, "val_bleu": 1.0, "val_loss": 3.0}] * 2,
+                                  "kept_step": 20, "steps_done": 50}}}}
+    assert translation.check_selection(late, st)["trained_past_patience"] == ["s seed 1"]
+    S = {"softmax": {"bleu": 30.0}, "entmax15": {"bleu": 31.0}, "alpha_relu": {"bleu": 31.2}}
+    sig = [{"a": "alpha_relu", "b": "entmax15", "p_value": 0.3}, {"a": "entmax15", "b": "softmax", "p_value": 0.001},
+           {"a": "alpha_relu", "b": "softmax", "p_value": 0.001}]
+    assert translation.ordering(S, sig) == "1.5-ReLU ≈ 1.5-entmax > softmax"
+
+
+def test_gpu_preset_is_transformer_base_with_selection_and_cli_accepts_it():
+    from softargmax.cli import build_parser
+    from softargmax.experiments import translation
+
+    P = translation.preset_settings("gpu")
+    assert P["model"] == dict(d_model=512, heads=8, layers=6, ff=2048, dropout=0.3) and P["vocab"] == 10000
+    cfg = TrainConfig(**P["train_cfg"])
+    assert cfg.select == "bleu" and cfg.patience and cfg.batch_tokens == 8192 and len(P["seeds"]) == 3
+    small = translation.preset_settings("gpu", {"model": {"d_model": 16}, "train": 10})
+    assert small["model"]["d_model"] == 16 and small["model"]["layers"] == 6 and small["train"] == 10
+    assert translation.PRESETS["gpu"]["model"]["d_model"] == 512  # the preset itself is untouched
+    with pytest.raises(ValueError, match="overrides: unknown key"):
+        translation.preset_settings("gpu", {"modle": {}})
+    args = build_parser().parse_args(["reproduce", "translation", "--preset", "gpu", "--seeds", "1", "2", "3"])
+    assert args.preset == "gpu" and args.seeds == [1, 2, 3]
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        translation.run(preset="smoke", seeds=[1, 1])
+
+
+@needs_data
+def test_gpu_preset_at_toy_size(tmp_path):
+    from softargmax.experiments import translation
+
+    toy = dict(train=300, val=40, test=30, vocab=250, model=dict(d_model=32, heads=2, layers=1, ff=64),
+               train_cfg=dict(steps=20, batch_tokens=600, warmup=10, lr=0.3, eval_every=4, val_bleu_sentences=20,
+                              patience=2), beam=2, beams=(1,), timing_sentences=5, dev_sentences=20, bootstrap_samples=100)
+    out = tmp_path / "gpu-toy"
+    threads = torch.get_num_threads()
+    try:
+        res = translation.run(preset="gpu", data_dir=str(SHARED), out=str(out), seeds=[1, 2], threads=1,
+                              systems=("softmax", "alpha_relu"), overrides=toy, log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    st = res["settings"]
+    assert st["seeds"] == [1, 2] and st["processes"] == 1 and st["training"]["select"] == "bleu"
+    assert st["model"]["dropout"] == 0.3 and st["training"]["weight_decay"] == 0.01
+    for rec in res["systems"].values():
+        per = rec["seeds"]
+        assert set(per) == {"1", "2"}
+        bleus = [per[s]["bleu"] for s in per]
+        assert rec["bleu"] == pytest.approx(sum(bleus) / 2) and "bleu_std" in rec and "empty_string_rate_std" in rec
+        for r in per.values():
+            h = r["history"]
+            assert r["kept_step"] == max(h, key=lambda e: (e["val_bleu"], -e["step"]))["step"]
+            assert r["steps_done"] <= 20 and (not r["stopped_early"] or h[-1]["step"] - r["kept_step"] == 2 * 4)
+    assert res["systems"]["alpha_relu"]["tau_std"] >= 0
+    (sig,) = res["significance"]
+    assert {sig["a"], sig["b"]} == {"softmax", "alpha_relu"} and sig["seeds"] == 2 and 0 < sig["p_value"] <= 1
+    report = (out / "report.md").read_text()
+    for text in ["seeds 1, 2", "± ", "Significance of the BLEU differences", "Seeds and model selection",
+                 "No validation curve rises while the kept model keeps training", "weight decay 0.01", "dropout 0.3"]:
+        assert text in report, text
+    assert "keeps training: in all 4 runs" in report and (out / "curves_selection.png").exists()
+    assert (out / "runs" / "softmax" / "seed2" / "best.pt").exists()

@@ -36,12 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments import EXPERIMENTS
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
-    r.add_argument("--preset", choices=["smoke", "default", "full"], default="default")
+    r.add_argument("--preset", choices=["smoke", "default", "full", "gpu"], default="default",
+                   help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
     r.add_argument("--out", help="output folder (default: reports/<experiment>)")
     r.add_argument("--device", default="cpu")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
+                   "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
                    "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive)")
@@ -70,6 +73,12 @@ def main(argv=None) -> int:
                       log=lambda line: print(line, flush=True))
         if args.systems:
             kwargs["systems"] = args.systems
+        if args.seeds:
+            import inspect
+
+            if "seeds" not in inspect.signature(module.run).parameters:
+                raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
+            kwargs["seeds"] = args.seeds
         module.run(**kwargs)
         return 0
     if args.command == "bench":

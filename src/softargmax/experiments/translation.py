@@ -1,6 +1,9 @@
-r"""Reproduce "Speeding Up Entmax" (``000_…``, ``001_…``) on real translation data.
+r"""Reproduce "Speeding Up Entmax" on real translation data.
 
-``softargmax reproduce translation --preset {smoke,default,full}`` trains the same
+Tezekbayev, Nikoulina, Gallé & Assylbekov, "Speeding Up Entmax", Findings of NAACL 2022,
+https://arxiv.org/abs/2111.06832.
+
+``softargmax reproduce translation --preset {smoke,default,full,gpu}`` trains the same
 Transformer with four output layers under identical settings and seeds — softmax +
 cross-entropy, sparsemax + sparsemax loss, 1.5-entmax + 1.5-entmax loss, 1.5-ReLU +
 1.5-ReLU loss (τ from the untrained model's first batch) — on Multi30k De→En, and
@@ -9,6 +12,31 @@ steps and wall-clock (Figs. 2–3), time per step and tokens/s (Table 5), infere
 against beam size (Fig. 4), the empty-string rate on dev (Table 2), the exact-zero
 share per decoding step (Figs. 5–6), ``Σ α-ReLU(z)`` per decoding step (Fig. 9) and τ
 against the data-free formula (Table 3).
+
+Presets:
+
+* ``smoke`` (seconds, CI), ``default`` (minutes on a CPU: d_model 128, 2+2 layers, 500
+  steps) and ``full`` (Transformer-base, 20000 steps; it overfits Multi30k long before
+  the end) train a fixed number of steps, one seed, and keep the last model.
+* ``gpu`` (one H100/H200): Transformer-base (d_model 512, 6+6 layers, 8 heads, FF 2048,
+  10k joint BPE), batches of 8192 target tokens, at most 1600 steps, three seeds
+  (``--seeds`` to change).  Settings for 29k training sentences: dropout 0.3, AdamW with
+  decoupled weight decay 0.01, noam schedule (warm-up 400, factor 0.5: peak learning rate
+  1.1e-3), no label smoothing (as in the paper; it would also make the targets of the
+  sparse output layers dense).  Every 200 steps the model is evaluated on the validation
+  set (loss on all 1014 sentences, greedy BLEU on 500); the kept model is the one with
+  the best validation BLEU and training stops after 2 evaluations without improvement,
+  so no reported model trained on while its validation BLEU fell.  The Transformer runs
+  under bfloat16 autocast with TF32 matrix products; losses are computed in float32.
+  The report adds mean ± standard deviation over seeds of BLEU, the empty-string rate,
+  the step time and τ, a per-seed table with the kept step, the validation curves of
+  every run with the kept model marked, and a paired bootstrap test (Koehn, EMNLP 2004,
+  pooled over seeds, see :mod:`.nmt.significance`) between every two systems.
+
+Under ``torchrun --nproc_per_node N softargmax reproduce translation …`` training is data
+parallel (``DistributedDataParallel``, :mod:`.nmt.distributed`): every global batch is
+split over the N processes, so the optimizer sees the same batches as one process; rank
+0 evaluates and writes the report, which states the number of processes.
 
 Multi30k (29k training pairs of image captions) is a small stand-in for IWSLT'14 and
 WMT, which are not available offline; the report says so.
@@ -30,6 +58,7 @@ import softargmax as sa
 
 from ._common import pyplot
 from .nmt import data as nmt_data
+from .nmt import distributed
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
 from .nmt.tokenizer import EOS, Tokenizer
@@ -54,10 +83,24 @@ PRESETS = {
         train_cfg=dict(steps=20000, batch_tokens=8192, warmup=4000, eval_every=1000, val_bleu_sentences=500),
         beam=5, beams=(1, 2, 4, 8, 16), timing_sentences=500, dev_sentences=None,
     ),
+    # one H100/H200: Transformer-base, 4 systems x 3 seeds, validation-based model selection
+    "gpu": dict(
+        train=None, val=None, test=None, vocab=10000,
+        model=dict(d_model=512, heads=8, layers=6, ff=2048, dropout=0.3),
+        train_cfg=dict(steps=1600, batch_tokens=8192, warmup=400, lr=0.5, eval_every=200, val_bleu_sentences=500,
+                       weight_decay=0.01, label_smoothing=0.0, select="bleu", patience=2, bf16=True,
+                       save_every_eval=False),
+        beam=5, beams=(1, 4, 16), timing_sentences=200, dev_sentences=None,
+        seeds=(1, 2, 3), tf32=True, bootstrap_samples=1000,
+    ),
 }
 
+#: keys a preset may hold (``run(overrides=...)`` accepts these)
+PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
+               "dev_sentences", "seeds", "tf32", "bootstrap_samples"}
+
 PAPER = {
-    "source": "Tezekbayev et al., Speeding Up Entmax (001_…): Tables 1, 2, 3, 5; Transformer base, IWSLT'14 De→En, WMT'14 En→De, WMT'13 En→Ru",
+    "source": "Tezekbayev et al., Speeding Up Entmax (Findings of NAACL 2022, arXiv:2111.06832): Tables 1, 2, 3, 5; Transformer base, IWSLT'14 De→En, WMT'14 En→De, WMT'13 En→Ru",
     "bleu": {  # Table 1
         "softmax": {"IWSLT De→En": 35.3, "WMT En→De": 28.7, "WMT En→Ru": 22.4},
         "sparsemax": {"IWSLT De→En": 35.5, "WMT En→De": 26.6, "WMT En→Ru": 19.6},
@@ -129,6 +172,7 @@ def evaluate_system(trained: dict, tok, test, dev, preset: dict, device: str, lo
     record["zeros_per_step"] = _summary(stats.zeros)
     record["sum_per_step"] = _summary(stats.sums)
     record["examples"] = [{"src": s, "ref": r, "hyp": h} for s, r, h in list(zip(test.src, test.tgt, hyps))[:5]]
+    record["_hyps"] = hyps
     log(f"[{system}] test BLEU {record['bleu']:.2f} (beam {preset['beam']}), zero share {stats.zero_fraction:.3f}")
 
     # empty string vs the beam hypothesis on dev (Table 2)
@@ -170,6 +214,55 @@ def _summary(values) -> dict:
     return {"n": len(v), "mean": statistics.fmean(v), "p5": q(0.05), "median": q(0.5), "p95": q(0.95), "min": v[0], "max": v[-1]}
 
 
+def preset_settings(preset: str, overrides: Optional[dict] = None) -> dict:
+    """The preset's settings with ``overrides`` applied (``model`` and ``train_cfg`` are merged key by key)."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    P = {k: (dict(v) if isinstance(v, dict) else v) for k, v in PRESETS[preset].items()}
+    for key, value in (overrides or {}).items():
+        if key not in PRESET_KEYS:
+            raise ValueError(f"overrides: unknown key {key!r}; accepted: {', '.join(sorted(PRESET_KEYS))}")
+        P[key] = {**P.get(key, {}), **value} if key in ("model", "train_cfg") else value
+    return P
+
+
+def _mean_std(values) -> tuple:
+    values = [float(v) for v in values]
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+PER_SEED_KEYS = ("bleu", "empty_string_rate", "empty_hypotheses_dev", "zero_fraction", "seconds_per_step",
+                 "tokens_per_second", "train_seconds", "steps_done", "kept_step", "kept_val_bleu", "kept_val_loss",
+                 "stopped_early", "tau", "history", "train_loss")
+
+
+def _aggregate(per_seed: dict) -> dict:
+    """The first seed's record, with means over seeds (and ``*_std``) of the figures that vary by seed."""
+    seeds = list(per_seed)
+    rec = dict(per_seed[seeds[0]])
+    if len(seeds) > 1:
+        for key in ("bleu", "empty_string_rate", "empty_hypotheses_dev", "seconds_per_step", "tokens_per_second", "tau"):
+            if all(key in per_seed[s] for s in seeds):
+                rec[key], rec[key + "_std"] = _mean_std(per_seed[s][key] for s in seeds)
+        rec["first_seed_only"] = ["history", "train_loss", "examples", "zero_fraction", "zeros_per_step", "sum_per_step",
+                                  "inference_seconds"]
+    rec["seeds"] = {str(s): {k: per_seed[s][k] for k in PER_SEED_KEYS if k in per_seed[s]} for s in seeds}
+    return rec
+
+
+def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
+    """Paired bootstrap (pooled over seeds) for every pair of systems, in the order given."""
+    from .nmt.significance import paired_bootstrap
+
+    names = list(hyps)
+    out = []
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            r = paired_bootstrap(hyps[names[a]], hyps[names[b]], refs, n_samples=n_samples)
+            out.append({"a": names[a], "b": names[b], **r})
+    return out
+
+
 def run(
     preset: str = "default",
     data_dir: Optional[str] = None,
@@ -180,71 +273,131 @@ def run(
     download: bool = False,
     threads: Optional[int] = None,
     log=print,
+    seeds=None,
+    overrides: Optional[dict] = None,
 ) -> dict:
-    """Run the experiment and write ``results.json``, ``report.md`` and figures into ``out``."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    """Run the experiment and write ``results.json``, ``report.md`` and figures into ``out``.
+
+    ``seeds`` (default: the preset's, else ``[seed]``) trains every system once per seed.
+    ``overrides`` replaces preset settings (see :func:`preset_settings`), e.g. to run the
+    ``gpu`` preset at toy size.  Under ``torchrun --nproc_per_node N`` training is data
+    parallel over N processes (:mod:`.nmt.distributed`); rank 0 evaluates and writes the
+    report, the other ranks return ``{}``.
+    """
+    P = preset_settings(preset, overrides)
     for s in systems:
         if s not in SYSTEMS and not s.startswith("f:"):
             raise ValueError(f"systems: unknown {s!r}; accepted: {', '.join(SYSTEMS)} or f:<divergence>")
+    if seeds is None:
+        seeds = list(P.get("seeds", (seed,)))
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
     if threads:
         torch.set_num_threads(threads)
-    P = PRESETS[preset]
+    owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    ctx = distributed.setup(device)
+    device = ctx.device
+    if not ctx.main:
+        log = lambda *a, **k: None  # noqa: E731
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
+    tf32 = bool(P.get("tf32")) and device.startswith("cuda")
+    old_precision = torch.get_float32_matmul_precision()
+    if tf32:
+        torch.set_float32_matmul_precision("high")
+    try:
+        # rank 0 learns the vocabulary; the other ranks load it
+        if ctx.main:
+            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+        distributed.barrier()
+        if not ctx.main:
+            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+        model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
+        results = {"settings": {}, "systems": {}, "paper": PAPER}
+        stats, trained_all, resumed, hyps = {}, {}, [], {}
+        for system in systems:
+            per_seed = {}
+            for k, sd in enumerate(seeds):
+                train_cfg = TrainConfig(seed=sd, **P["train_cfg"])
+                run_dir = out_dir / "runs" / system.replace(":", "_")
+                if len(seeds) > 1:
+                    run_dir = run_dir / f"seed{sd}"
+                trained = train_system(system, model_cfg, train_cfg, tok, train, val, run_dir, device=device, log=log,
+                                       name=system if len(seeds) == 1 else f"{system} seed {sd}")
+                if not ctx.main:
+                    continue
+                if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
+                    resumed.append(system if len(seeds) == 1 else f"{system} seed {sd}")
+                record = evaluate_system(trained, tok, test, dev, P, device, log=log)
+                record["seed"] = sd
+                hyps.setdefault(system, []).append(record.pop("_hyps"))
+                if k == 0:
+                    stats[system] = record.pop("_stats")
+                    trained_all[system] = trained
+                else:
+                    record.pop("_stats")
+                per_seed[sd] = record
+            if ctx.main:
+                results["systems"][system] = _aggregate(per_seed)
+        if not ctx.main:
+            return {}
+        log("timing inference against beam size (all systems interleaved) ...")
+        for system, per in time_inference(trained_all, tok, test, P, device).items():
+            results["systems"][system]["inference_seconds"] = per
+        soft = results["systems"].get("softmax")
+        for system, rec in results["systems"].items():
+            if soft:
+                rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
+        fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
+        for rec in results["systems"].values():
+            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
+        if len(hyps) > 1:
+            log("paired bootstrap resampling of test BLEU ...")
+            results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
 
-    folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seed, log)
+        train_settings = asdict(TrainConfig(seed=seeds[0], **P["train_cfg"]))
+        results["settings"] = {
+            "preset": preset,
+            "seed": seeds[0],
+            "seeds": seeds,
+            "processes": ctx.world,
+            "overrides": overrides or {},
+            "data": {"name": "Multi30k task 1, De→En", "folder": str(folder), "train": len(train), "val": len(val),
+                     "test": "test_2016_flickr", "test_sentences": len(test), "dev_sentences_for_empty_rate": len(dev),
+                     "stand_in_for": "IWSLT'14 De→En / WMT'14 En→De / WMT'13 En→Ru (not available offline)"},
+            "vocabulary": {"type": "joint sentencepiece BPE", "size": len(tok)},
+            "model": asdict(model_cfg),
+            "training": {k: (list(v) if isinstance(v, tuple) else v) for k, v in train_settings.items()},
+            "decoding": {"beam": P["beam"], "length_penalty": None, "beams_timed": list(P["beams"]),
+                         "timing_sentences": P["timing_sentences"]},
+            "device": _device_name(device),
+            "tf32_matmul": tf32,
+            "torch": torch.__version__,
+            "softargmax": sa.__version__,
+            "python": platform.python_version(),
+            "total_seconds": time.perf_counter() - t_all,
+            "resumed_from_checkpoint": resumed,
+        }
+        with open(out_dir / "results.json", "w") as f:
+            json.dump(results, f, indent=1, default=float)
+        figures = write_figures(results, stats, out_dir)
+        (out_dir / "report.md").write_text(render_report(results, figures))
+        log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures "
+            f"in {results['settings']['total_seconds'] / 60:.1f} min")
+        return results
+    finally:
+        if tf32:
+            torch.set_float32_matmul_precision(old_precision)
+        if owns_group:
+            distributed.teardown()
 
-    model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
-    train_cfg = TrainConfig(seed=seed, **P["train_cfg"])
-    results = {"settings": {}, "systems": {}, "paper": PAPER}
-    stats, trained_all, resumed = {}, {}, []
-    for system in systems:
-        trained = train_system(system, model_cfg, train_cfg, tok, train, val, out_dir / "runs" / system.replace(":", "_"),
-                               device=device, log=log)
-        if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
-            resumed.append(system)
-        record = evaluate_system(trained, tok, test, dev, P, device, log=log)
-        stats[system] = record.pop("_stats")
-        results["systems"][system] = record
-        trained_all[system] = trained
-    log("timing inference against beam size (all systems interleaved) ...")
-    for system, per in time_inference(trained_all, tok, test, P, device).items():
-        results["systems"][system]["inference_seconds"] = per
-    soft = results["systems"].get("softmax")
-    for system, rec in results["systems"].items():
-        if soft:
-            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
-    fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
-    for rec in results["systems"].values():
-        rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
 
-    results["settings"] = {
-        "preset": preset,
-        "seed": seed,
-        "data": {"name": "Multi30k task 1, De→En", "folder": str(folder), "train": len(train), "val": len(val),
-                 "test": "test_2016_flickr", "test_sentences": len(test), "dev_sentences_for_empty_rate": len(dev),
-                 "stand_in_for": "IWSLT'14 De→En / WMT'14 En→De / WMT'13 En→Ru (not available offline)"},
-        "vocabulary": {"type": "joint sentencepiece BPE", "size": len(tok)},
-        "model": asdict(model_cfg),
-        "training": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(train_cfg).items()},
-        "decoding": {"beam": P["beam"], "length_penalty": None, "beams_timed": list(P["beams"]),
-                     "timing_sentences": P["timing_sentences"]},
-        "device": device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads)",
-        "torch": torch.__version__,
-        "softargmax": sa.__version__,
-        "python": platform.python_version(),
-        "total_seconds": time.perf_counter() - t_all,
-        "resumed_from_checkpoint": resumed,
-    }
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1, default=float)
-    figures = write_figures(results, stats, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
-    log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures "
-        f"in {results['settings']['total_seconds'] / 60:.1f} min")
-    return results
+def _device_name(device: str) -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads)"
 
 
 def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
@@ -256,7 +409,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     files = []
 
     for key, ylabel, fname, title in [
-        ("val_bleu", "val BLEU (greedy)", "curves_bleu.png", "Validation BLEU during training (cf. 001, Figs. 2-3)"),
+        ("val_bleu", "val BLEU (greedy)", "curves_bleu.png", "Validation BLEU during training (cf. the paper, Figs. 2-3)"),
         ("val_loss", "val loss per token (own loss)", "curves_loss.png", "Validation loss during training"),
     ]:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -276,12 +429,15 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         plt.close(fig)
         files.append(fname)
 
+    if results["settings"]["training"].get("select", "last") != "last" or len(results["settings"].get("seeds", [])) > 1:
+        files.append(_selection_figure(plt, results, out_dir))
+
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for s, rec in systems.items():
         bs = sorted(rec["inference_normalized"], key=int)
         ax.plot([int(b) for b in bs], [rec["inference_normalized"][b] for b in bs], marker="o", label=_name(s))
     ax.set_xscale("log", base=2); ax.set_xlabel("beam size"); ax.set_ylabel("inference time / fastest")
-    ax.set_title("Inference time vs beam size (cf. 001, Fig. 4)"); ax.grid(alpha=0.3); ax.legend()
+    ax.set_title("Inference time vs beam size (cf. the paper, Fig. 4)"); ax.grid(alpha=0.3); ax.legend()
     fig.tight_layout(); fig.savefig(out_dir / "inference_beam.png", dpi=120); plt.close(fig)
     files.append("inference_beam.png")
 
@@ -292,29 +448,94 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
             st = stats[s]
             ax.hist([z / st.vocab for z in st.zeros], bins=40, alpha=0.5, label=_name(s))
         ax.set_xlabel("share of exact zeros in the next-token distribution"); ax.set_ylabel("decoding steps")
-        ax.set_title("Sparsity per decoding step (cf. 001, Figs. 5-6)"); ax.legend()
+        ax.set_title("Sparsity per decoding step (cf. the paper, Figs. 5-6)"); ax.legend()
         fig.tight_layout(); fig.savefig(out_dir / "zeros_per_step.png", dpi=120); plt.close(fig)
         files.append("zeros_per_step.png")
     if "alpha_relu" in systems:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
         ax.hist(stats["alpha_relu"].sums, bins=50)
         ax.set_xlabel("Σ 1.5-ReLU(z) at a decoding step"); ax.set_ylabel("decoding steps")
-        ax.set_title("Self-normalization (cf. 001, Fig. 9)")
+        ax.set_title("Self-normalization (cf. the paper, Fig. 9)")
         fig.tight_layout(); fig.savefig(out_dir / "alpha_relu_sums.png", dpi=120); plt.close(fig)
         files.append("alpha_relu_sums.png")
     return files
+
+
+def _selection_figure(plt, results: dict, out_dir: Path) -> str:
+    """Validation BLEU and loss of every run against steps; ★ the kept model, × the last evaluation."""
+    systems = results["systems"]
+    fig, axes = plt.subplots(2, len(systems), figsize=(3.4 * len(systems), 5.6), squeeze=False)
+    for col, (system, rec) in enumerate(systems.items()):
+        for seed, r in rec["seeds"].items():
+            h = r["history"]
+            steps = [e["step"] for e in h]
+            for row, key in enumerate(("val_bleu", "val_loss")):
+                ax = axes[row][col]
+                line, = ax.plot(steps, [e[key] for e in h], marker=".", label=f"seed {seed}")
+                kept = [e for e in h if e["step"] == r.get("kept_step")]
+                if kept:
+                    ax.plot([kept[0]["step"]], [kept[0][key]], marker="*", markersize=13, color=line.get_color(),
+                            markeredgecolor="black", linestyle="none")
+                ax.plot([steps[-1]], [h[-1][key]], marker="x", markersize=8, color=line.get_color(), linestyle="none")
+        axes[0][col].set_title(_name(system))
+        axes[1][col].set_xlabel("training step")
+        for row in range(2):
+            axes[row][col].grid(alpha=0.3)
+        axes[0][col].legend(fontsize=7)
+    axes[0][0].set_ylabel("val BLEU (greedy)")
+    axes[1][0].set_ylabel("val loss per token (own loss)")
+    fig.suptitle("Validation curves per seed: ★ kept model, × training stopped")
+    fig.tight_layout()
+    fig.savefig(out_dir / "curves_selection.png", dpi=120)
+    plt.close(fig)
+    return "curves_selection.png"
 
 
 def _fmt(v, nd=2):
     return "—" if v is None else f"{v:.{nd}f}"
 
 
+def _pm(rec: dict, key: str, scale: float = 1.0, nd: int = 2) -> str:
+    """``mean ± std`` over seeds when the record has a ``*_std``, else the value."""
+    v = f"{scale * rec[key]:.{nd}f}"
+    return v + (f" ± {scale * rec[key + '_std']:.{nd}f}" if key + "_std" in rec else "")
+
+
+def _training_text(st: dict) -> str:
+    tr, m = st["training"], st["model"]
+    opt = (f"AdamW (decoupled weight decay {tr['weight_decay']})" if tr.get("weight_decay") else "Adam")
+    ls = tr.get("label_smoothing", 0.0)
+    text = (f"{opt} β=({tr['betas'][0]}, {tr['betas'][1]}), noam warm-up {tr['warmup']} (factor {tr['lr']}), "
+            f"dropout {m['dropout']}, clip {tr['clip']}, "
+            + (f"label smoothing {ls}" if ls else "no label smoothing as in the paper"))
+    if tr.get("bf16"):
+        text += ", bfloat16 autocast of the Transformer on the GPU (losses in float32)"
+    if st.get("tf32_matmul"):
+        text += ", TF32 float32 matrix products"
+    return text
+
+
+def _selection_text(st: dict) -> str:
+    tr = st["training"]
+    if tr.get("select", "last") == "last":
+        return f"trained {tr['steps']} steps"
+    metric = "greedy BLEU" if tr["select"] == "bleu" else "loss"
+    n = tr["val_bleu_sentences"] or st["data"]["val"]
+    return (f"trained at most {tr['steps']} steps, evaluated every {tr['eval_every']} steps on the validation set "
+            f"(loss on all {st['data']['val']} sentences, greedy BLEU on {n}); the kept model is the evaluated one with "
+            f"the best validation {metric}, and training stops after {tr['patience']} evaluations without improvement")
+
+
 def render_report(results: dict, figures: list) -> str:
     S, st, paper = results["systems"], results["settings"], results["paper"]
+    seeds = st.get("seeds", [st["seed"]])
+    who = f"seed {st['seed']}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    procs = st.get("processes", 1)
+    who += f", {procs} process{'es' if procs > 1 else ''} (torchrun, data parallel over the batch)" if procs > 1 else ", 1 process"
     lines = [
         "# Reproducing “Speeding Up Entmax” on Multi30k De→En",
         "",
-        f"Preset `{st['preset']}`, seed {st['seed']}, {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
+        f"Preset `{st['preset']}`, {who}, {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
         f"this invocation took {st['total_seconds'] / 60:.1f} min"
         + (f" (training of {', '.join(st['resumed_from_checkpoint'])} was resumed from finished checkpoints; "
            "training times are those recorded when they were trained)." if st.get("resumed_from_checkpoint") else "."),
@@ -323,14 +544,14 @@ def render_report(results: dict, figures: list) -> str:
         f"for 15–80 GPU-hours. Here: Multi30k task 1 De→En ({st['data']['train']:,} training pairs of image captions, "
         f"test_2016_flickr, {st['data']['test_sentences']} sentences), a joint {st['vocabulary']['size']}-piece BPE "
         f"vocabulary, a Transformer with d_model={st['model']['d_model']}, {st['model']['layers']}+{st['model']['layers']} "
-        f"layers, {st['model']['heads']} heads, FF {st['model']['ff']}, trained {st['training']['steps']} steps of "
-        f"~{st['training']['batch_tokens']} target tokens (Adam β=({st['training']['betas'][0]}, {st['training']['betas'][1]}), "
-        f"noam warm-up {st['training']['warmup']}, dropout {st['model']['dropout']}, clip {st['training']['clip']}, "
-        "no label smoothing as in the paper). Every system has the same data order, initialization and settings.",
+        f"layers, {st['model']['heads']} heads, FF {st['model']['ff']}, {_selection_text(st)}; batches of "
+        f"~{st['training']['batch_tokens']} target tokens ({_training_text(st)}). Every system has the same data order, "
+        "initialization and settings" + (" for each seed." if len(seeds) > 1 else "."),
         "",
         "## Test BLEU (Table 1)",
         "",
-        f"Detokenized, case-sensitive sacreBLEU (`{next(iter(S.values()))['bleu_signature']}`), beam {st['decoding']['beam']}, no length penalty.",
+        f"Detokenized, case-sensitive sacreBLEU (`{next(iter(S.values()))['bleu_signature']}`), beam {st['decoding']['beam']}, no length penalty"
+        + (f"; ours: mean ± standard deviation over {len(seeds)} seeds." if len(seeds) > 1 else "."),
         "",
         "| output layer | loss | ours (Multi30k) | paper IWSLT De→En | paper WMT En→De | paper WMT En→Ru |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -338,8 +559,9 @@ def render_report(results: dict, figures: list) -> str:
     for s, rec in S.items():
         pb = paper["bleu"].get(s, {})
         loss_name = "cross-entropy" if s == "softmax" else f"{_name(s)} loss"
-        lines.append(f"| {_name(s)} | {loss_name} | {rec['bleu']:.2f} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
+        lines.append(f"| {_name(s)} | {loss_name} | {_pm(rec, 'bleu')} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
                      f"{_fmt(pb.get('WMT En→De'), 1)} | {_fmt(pb.get('WMT En→Ru'), 1)} |")
+    lines += _seed_sections(results)
     lines += ["", "## Training speed (Table 5)", "",
               "Seconds per training step and target tokens per second (forward, loss, backward, optimizer; "
               "evaluation excluded), and the time relative to softmax, beside the paper's ratios of total training hours.", "",
@@ -348,7 +570,7 @@ def render_report(results: dict, figures: list) -> str:
     ph = paper["training_hours"]
     for s, rec in S.items():
         ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
-        lines.append(f"| {_name(s)} | {rec['seconds_per_step']:.3f} | {rec['tokens_per_second']:.0f} | "
+        lines.append(f"| {_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
                      f"{_fmt(rec.get('seconds_per_step_vs_softmax'))}× | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
     lines += ["", "## Empty translations (Table 2)", "",
               f"Share of dev sentences ({st['data']['dev_sentences_for_empty_rate']}) whose empty translation scores higher "
@@ -357,7 +579,7 @@ def render_report(results: dict, figures: list) -> str:
     pe = paper["empty_string_percent"]
     for s, rec in S.items():
         p = pe.get(s, {})
-        lines.append(f"| {_name(s)} | {100 * rec['empty_string_rate']:.1f}% | {_fmt(p.get('IWSLT De→En'), 1)}% | "
+        lines.append(f"| {_name(s)} | {_pm(rec, 'empty_string_rate', 100, 1)}% | {_fmt(p.get('IWSLT De→En'), 1)}% | "
                      f"{_fmt(p.get('WMT En→De'), 2)}% | {_fmt(p.get('WMT En→Ru'), 1)}% |")
     lines += ["", "## Sparsity and self-normalization (Figs. 5–6, 9)", "",
               "| output layer | exact-zero share over test decoding steps | zeros per step (median) | Σ scores per step: mean [p5, p95] |",
@@ -369,9 +591,12 @@ def render_report(results: dict, figures: list) -> str:
     if "alpha_relu" in S:
         a = S["alpha_relu"]
         lines += ["", "## τ of 1.5-ReLU (Table 3)", "",
-                  f"τ from the untrained model's first batch (mean 1.5-entmax threshold): **{a['tau']:.4f}**; data-free "
+                  f"τ from the untrained model's first batch (mean 1.5-entmax threshold): **{_pm(a, 'tau', nd=4)}**"
+                  + (f" (mean ± std over the {len(seeds)} seeds' initializations and first batches)" if len(seeds) > 1 else "")
+                  + "; data-free "
                   f"estimate `tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
-                  f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}**. Paper (d_model 512): "
+                  f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
+                  "Paper (d_model 512): "
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
                   + ". `softargmax.tau.gaussian` reproduces the paper's formula column exactly (tests/test_tau.py)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
@@ -382,7 +607,7 @@ def render_report(results: dict, figures: list) -> str:
               "| --- |" + " --- |" * len(st["decoding"]["beams_timed"])]
     for s, rec in S.items():
         lines.append(f"| {_name(s)} | " + " | ".join(f"{rec['inference_normalized'][str(b)]:.2f}" for b in st["decoding"]["beams_timed"]) + " |")
-    lines += ["", "## Claims checked", ""] + _claims(S) + ["", "## Discussion", ""] + _discussion(S, st) + ["", "## Figures", ""]
+    lines += ["", "## Claims checked", ""] + _claims(S) + _selection_claims(S, st) + ["", "## Discussion", ""] + _discussion(S, st) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
     lines += ["", "## Example translations (1.5-ReLU)" if "alpha_relu" in S else "", ""]
     if "alpha_relu" in S:
@@ -391,17 +616,131 @@ def render_report(results: dict, figures: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _runs(S: dict):
+    """``(system, seed, per-seed record)`` of every training run."""
+    for system, rec in S.items():
+        for seed, r in rec.get("seeds", {}).items():
+            yield system, seed, r
+
+
+def _seed_sections(results: dict) -> list:
+    """Per-seed table and the paired bootstrap between systems."""
+    S, st = results["systems"], results["settings"]
+    seeds = st.get("seeds", [st["seed"]])
+    sel = st["training"].get("select", "last") != "last"
+    out = []
+    if len(seeds) > 1 or sel:
+        out += ["", "## Seeds and model selection", "",
+                "Per training seed: test BLEU, empty-string rate on dev, the step of the kept model and the steps "
+                "trained" + (" (training stops early when the validation BLEU has not improved for "
+                             f"{st['training']['patience']} evaluations)" if sel else "") + ".", "",
+                "| output layer | " + " | ".join(f"seed {sd}: BLEU / empty / kept / trained" for sd in seeds) + " |",
+                "| --- |" + " --- |" * len(seeds)]
+        for system, rec in S.items():
+            cells = []
+            for sd in seeds:
+                r = rec["seeds"].get(str(sd), {})
+                cells.append(f"{r.get('bleu', float('nan')):.2f} / {100 * r.get('empty_string_rate', float('nan')):.1f}% / "
+                             f"{r.get('kept_step', '—')} / {r.get('steps_done', '—')}")
+            out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
+    sig = results.get("significance")
+    if sig:
+        n_pairs = len(sig)
+        out += ["", "## Significance of the BLEU differences (paired bootstrap)", "",
+                f"Paired bootstrap resampling of the {sig[0]['sentences']} test sentences (Koehn, EMNLP 2004), "
+                f"{sig[0]['n_samples']} draws, the statistic and p-value of sacreBLEU's paired bootstrap"
+                + (f"; each sentence carries the translations of all {sig[0]['seeds']} seeds, so BLEU here is that of "
+                   "the seeds' translations pooled into one corpus" if sig[0]["seeds"] > 1 else "")
+                + ". `*`: p < 0.05" + (f"; `**`: p < {0.05 / n_pairs:.4f} (0.05 / {n_pairs} comparisons, Bonferroni)."
+                                        if n_pairs > 1 else "."), "",
+                "| A | B | BLEU A | BLEU B | A − B | 95% interval of A − B | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in sig:
+            mark = "**" if n_pairs > 1 and r["p_value"] < 0.05 / n_pairs else ("*" if r["p_value"] < 0.05 else "")
+            out.append(f"| {_name(r['a'])} | {_name(r['b'])} | {r['bleu_a']:.2f} | {r['bleu_b']:.2f} | {r['delta']:+.2f} | "
+                       f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] | {r['p_value']:.4f}{mark} |")
+        out += ["", "Ordering by mean test BLEU (`>`: the difference is significant at p < 0.05, `≈`: it is not): "
+                + ordering(S, sig) + "."]
+    return out
+
+
+def ordering(S: dict, sig: list, level: float = 0.05) -> str:
+    """Systems by decreasing mean BLEU, joined by ``>`` (significant difference) or ``≈``."""
+    p = {frozenset((r["a"], r["b"])): r["p_value"] for r in sig}
+    order = sorted(S, key=lambda s: -S[s]["bleu"])
+    text = _name(order[0])
+    for a, b in zip(order, order[1:]):
+        text += (" > " if p.get(frozenset((a, b)), 1.0) < level else " ≈ ") + _name(b)
+    return text
+
+
+def check_selection(S: dict, st: dict) -> dict:
+    """Whether every run kept its best evaluated model and stopped within the patience after it."""
+    tr = st["training"]
+    key, sign = ("val_bleu", 1) if tr.get("select") == "bleu" else ("val_loss", -1)
+    bad, late, capped, loss_rose = [], [], [], []
+    n = 0
+    for system, seed, r in _runs(S):
+        h = r.get("history", [])
+        if not h:
+            continue
+        n += 1
+        best = max(h, key=lambda e: (sign * e[key], -e["step"]))
+        if r.get("kept_step") != best["step"]:
+            bad.append(f"{_name(system)} seed {seed}")
+        after = sum(1 for e in h if e["step"] > r.get("kept_step", h[-1]["step"]))
+        if tr.get("patience") is not None and after > tr["patience"]:
+            late.append(f"{_name(system)} seed {seed}")
+        if r.get("kept_step") == h[-1]["step"] and r.get("steps_done") == tr["steps"]:
+            capped.append(f"{_name(system)} seed {seed}")
+        before = [e["val_loss"] for e in h if e["step"] <= r.get("kept_step", 0)]
+        if before and before[-1] > min(before) + 1e-9:
+            loss_rose.append(f"{_name(system)} seed {seed}")
+    return {"runs": n, "not_best": bad, "trained_past_patience": late, "best_at_step_limit": capped,
+            "val_loss_rose_before_kept": loss_rose}
+
+
+def _selection_claims(S: dict, st: dict) -> list:
+    if st["training"].get("select", "last") == "last":
+        return []
+    c = check_selection(S, st)
+    ok = not c["not_best"] and not c["trained_past_patience"]
+    metric = "BLEU" if st["training"]["select"] == "bleu" else "loss"
+    out = [f"- No validation curve rises while the kept model keeps training: in all {c['runs']} runs the kept model is "
+           f"the evaluation with the best validation {metric} and training ended at most {st['training']['patience']} "
+           f"evaluations after it: {'holds' if ok else 'does not hold (' + ', '.join(c['not_best'] + c['trained_past_patience']) + ')'}."]
+    if c["best_at_step_limit"]:
+        out.append(f"- The best validation {metric} came at the step limit in {', '.join(c['best_at_step_limit'])}: "
+                   "these runs might have improved with more steps.")
+    if metric == "BLEU":
+        k = len(c["val_loss_rose_before_kept"])
+        out.append(f"- Validation loss (the system's own loss) had already risen above its minimum at the kept step in "
+                   f"{k} of {c['runs']} runs" + (" (the loss overfits before BLEU does)." if k else "."))
+    return out
+
+
 def _discussion(S: dict, st: dict) -> list:
     """What this run can and cannot say about the paper's claims."""
+    seeds = st.get("seeds", [st["seed"]])
+    if st["model"]["d_model"] >= 512:
+        scale = ("- **Scale.** The model has Transformer-base's size, but the data are "
+                 f"{st['data']['train']:,} short captions rather than IWSLT's 160k sentences of talks, so absolute BLEU "
+                 "is not the paper's; what can be compared is the ordering of the output layers under identical settings "
+                 "and the qualitative effects.")
+    else:
+        scale = ("- **Scale.** The model is ~100× smaller than Transformer-base and trains for a few minutes on "
+                 f"{st['data']['train']:,} short captions, so absolute BLEU is not comparable with the paper's; what can be "
+                 "compared is the ordering of the output layers under identical settings and the qualitative effects.")
+    scale += (" With one seed, BLEU differences below about 1 point are within run-to-run noise." if len(seeds) == 1 else
+              f" With {len(seeds)} seeds, the significance section says which differences exceed the test-set noise; "
+              "the standard deviations over seeds show the training noise.")
     out = [
-        "- **Scale.** The model is ~100× smaller than Transformer-base and trains for a few minutes on "
-        f"{st['data']['train']:,} short captions, so absolute BLEU is not comparable with the paper's; what can be "
-        "compared is the ordering of the output layers under identical settings and the qualitative effects. "
-        "With one seed, BLEU differences below about 1 point are within run-to-run noise.",
+        scale,
         "- **Speed.** The paper's 1.6–2.7× longer training of sparsemax/1.5-entmax came from sorting; here both use "
         "this library's pruned Newton solvers, so the remaining overhead is the solver on a "
         f"{st['vocabulary']['size']}-word vocabulary. 1.5-ReLU needs no normalization and costs what softmax costs. "
-        "Per-step times come from a shared 2-core VM whose speed drifts, so ratios within ~10% are not significant.",
+        + ("Per-step times come from a shared 2-core VM whose speed drifts, so ratios within ~10% are not significant."
+           if st["device"].startswith("cpu") else
+           "Per-step times are measured on the GPU with a synchronization at the end of every step (evaluation excluded)."),
         "- **Inference.** Decoding here recomputes the decoder over the prefix at every step (no cache) and stops a "
         "sentence when its best candidate ends (OpenNMT's rule); sparse output layers also end beams whose "
         "continuations all have probability zero, which shortens their searches. The paper's Fig. 4 measured the "

@@ -1,8 +1,9 @@
 """Batched beam search with the statistics the papers report.
 
 Scores are sums of ``log p`` of the system's next-token scores (for 1.5-ReLU these are
-unnormalized, as in ``001_…``), with no length penalty, the setting of the
-"cat got your tongue" analysis (``001_…`` Table 2).  Zero-probability tokens have score
+unnormalized, as in Tezekbayev et al., "Speeding Up Entmax",
+Findings of NAACL 2022, https://arxiv.org/abs/2111.06832), with no length penalty, the setting of the
+"cat got your tongue" analysis (ibid., Table 2).  Zero-probability tokens have score
 ``-inf`` and are never expanded; a beam with fewer live continuations than its width
 keeps ``-inf`` placeholders.  A sentence is finished when its best-scoring candidate
 ends with EOS (the rule of OpenNMT-py, which the paper used), when no continuation has
@@ -10,7 +11,7 @@ a nonzero probability, or at the length limit.
 
 While decoding, every step of every live hypothesis records the number of exact zeros
 among the next-token probabilities and the sum of the scores (``Σ_i α-ReLU_i(z)`` for
-1.5-ReLU, ``001_…`` Fig. 9).
+1.5-ReLU, ibid., Fig. 9).
 """
 
 from __future__ import annotations

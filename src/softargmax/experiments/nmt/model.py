@@ -4,7 +4,8 @@ The output layer is one of ``softmax``, ``sparsemax``, ``entmax15``, ``alpha_rel
 (1.5-ReLU) or ``f:<divergence>`` (any f-divergence softargmax); every system is trained
 with its own Fenchel–Young loss.  The output projection is a bias-free linear map
 initialized Xavier-uniform and applied after the decoder's final LayerNorm, the setting
-of ``001_…`` Lemma 3 (logit std ``sqrt(2 d / (d + V))`` at initialization).
+of Tezekbayev et al., "Speeding Up Entmax", Findings of NAACL 2022
+(https://arxiv.org/abs/2111.06832), Lemma 3 (logit std ``sqrt(2 d / (d + V))`` at initialization).
 """
 
 from __future__ import annotations
@@ -34,14 +35,18 @@ class ModelConfig:
 
 
 class OutputLayer:
-    """Prediction map and loss of one system (``τ`` set later for α-ReLU)."""
+    """Prediction map and loss of one system (``τ`` set later for α-ReLU).
 
-    def __init__(self, system: str, alpha: float = 1.5):
+    ``label_smoothing`` ε trains against ``(1 - ε) e_y + ε / V`` (0: the one-hot target).
+    """
+
+    def __init__(self, system: str, alpha: float = 1.5, label_smoothing: float = 0.0):
         if system not in SYSTEMS and not system.startswith("f:"):
             raise ValueError(f"system must be one of {SYSTEMS} or 'f:<divergence>', got {system!r}")
         self.system = system
         self.alpha = alpha
         self.tau = 0.0
+        self.label_smoothing = label_smoothing
 
     @property
     def mapping(self):
@@ -51,6 +56,8 @@ class OutputLayer:
 
     def loss(self, logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         extra = {"alpha": self.alpha, "tau": self.tau} if self.system == "alpha_relu" else {}
+        if self.label_smoothing:
+            extra["label_smoothing"] = self.label_smoothing
         return sa.fenchel_young_loss(logits, target, self.mapping, ignore_index=PAD, reduction=reduction, **extra)
 
     def probs(self, logits: Tensor) -> Tensor:
