@@ -75,7 +75,9 @@ def f_softargmax(
     if _is_softmax(div):
         z = x / temperature if temperature != 1.0 else x
         if q is not None:
-            z = z + torch.log(q.to(z.dtype))
+            # shift first: z + log q would round log q away at large scores
+            m = z.detach().amax(dim, keepdim=True)
+            z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(q.to(z.dtype))
         return safe_softmax(z, dim)
     return NormalizedMapping.apply(x, q, None, div, temperature, dim)
 

@@ -255,7 +255,11 @@ def _sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: float) 
 
 def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplace: bool = False):
     """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
-    zz = z if q is None else z + torch.log(q)
+    if q is None:
+        zz = z
+    else:  # shift first: z + log q would round log q away at large scores
+        m = z.amax(-1, keepdim=True)
+        zz = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(q)
     all_masked = zz.amax(-1, keepdim=True) == -math.inf
     if bool(all_masked.any()):
         zz = torch.where(all_masked, torch.zeros_like(zz), zz)
