@@ -114,6 +114,8 @@ def parse_target(
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     k, R, dtype = rows.k, rows.R, rows.dtype
     batch_shape = tuple(rows.moved_shape[:-1])
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if weight is not None:
@@ -359,6 +361,10 @@ def _resolve(mapping: Union[str, Divergence], params: dict):
         if params:
             raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
         return "alpha_relu", alpha, tau
+    takes_alpha = mapping in ("entmax", "alpha") or isinstance(mapping, Divergence)
+    if "alpha" in params and not takes_alpha:
+        raise ValueError(f"alpha: mapping={mapping!r} takes no alpha (got alpha={params['alpha']!r}); "
+                         "use mapping='entmax' for alpha-entmax")
     alpha = params.pop("alpha", 1.5 if mapping == "entmax" else None)
     if isinstance(alpha, Tensor):
         raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
@@ -425,11 +431,25 @@ def fenchel_young_loss(
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
     kept = {}
+    # a probability target with NaN gives a NaN loss in its row (as F.cross_entropy), never
+    # a finite number (the loss formulas skip entries where y > 0 is false, NaN included)
+    nan_rows = None
+    if tgt.dense is not None:
+        nan_rows = torch.isnan(tgt.dense).any(-1)
+        nan_rows = nan_rows if bool(nan_rows.any()) else None
 
     def compute_and_keep(theta):
         loss, p, G = compute(theta)
+        if nan_rows is not None:
+            loss = loss.masked_fill(nan_rows, math.nan)
         kept["p"] = p
         return loss, p, G
+
+    if rows.R == 0 or rows.k == 0:
+        # an empty batch: like F.cross_entropy (sum 0, mean NaN, none empty), with a graph
+        per_row = x.sum(dim) * 0
+        loss = reduce_loss(per_row.reshape(-1), tgt, reduction, tuple(rows.moved_shape[:-1]))
+        return loss if not return_prediction else (loss, x.detach() * 0)
 
     if x.requires_grad and torch.is_grad_enabled():
         per_row = _RowLoss.apply(x, compute_and_keep, rows)
