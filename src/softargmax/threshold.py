@@ -220,8 +220,19 @@ def _solve_steep_power(cand: Tensor, q: Optional[Tensor], a, k: int, eps: float,
     ``[max_j (y_j - q_j^{-a}), max_j y_j - (Σ q)^{-a}]`` (``S >= 1`` and ``S <= 1`` at its
     ends); steps that leave it are replaced by bisection of ``|t|`` on a log scale.
 
-    Returns ``(τ_f, p, s, Σ s, steps)`` in the shifted coordinates.
+    The solve runs in float64 whatever the input type: ``p = base^{1/a}`` is only Hölder
+    continuous (exponent ``1/a < 1``) at the edge of the support, so float32 rounding of a
+    base near zero (``1e-11`` next to a ``t`` of ``1e-4``) would cost ``1e-4`` in ``Σ p``.
+
+    Returns ``(τ_f, p, s, Σ s, steps)`` in the shifted coordinates, in ``cand``'s dtype.
     """
+    out_dtype = cand.dtype
+    if out_dtype != torch.float64:
+        cand = cand.double()
+        q = None if q is None else q.double()
+        a = a.double() if isinstance(a, Tensor) else a
+        eps = torch.finfo(torch.float64).eps
+        tol = 8 * eps * max(1.0, math.log2(cand.shape[-1] + 1))
     y = cand * a
     ymax = y.amax(-1, keepdim=True)
     if q is None:
@@ -256,8 +267,13 @@ def _solve_steep_power(cand: Tensor, q: Optional[Tensor], a, k: int, eps: float,
         t = torch.where(done, t, new)
         it += 1
         if trace is not None:
-            trace.append((t + 1) / a)
-    return (t + 1) / a, g, gp, Sp, it
+            trace.append(((t + 1) / a).to(out_dtype))
+    # The last base of the root can be below the resolution of t (α = 6, t = -1e-4: a float64
+    # ulp of t moves Σ p by 1e-12).  p / S is exactly the α-entmax of the scores divided by
+    # S^a (a relative change of the scores by a |S - 1|, at rounding level): rows sum to 1.
+    g = g / S
+    cast = lambda u: u.to(out_dtype)  # noqa: E731
+    return cast((t + 1) / a), cast(g), cast(gp), cast(Sp), it
 
 
 def solve(
