@@ -15,35 +15,9 @@ import torch.nn.functional as F
 import softargmax as sa
 from softargmax import _cpu_rows, _triton_rows
 
-from conftest import entmax15_sort, sparsemax_sort
+from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 entmax_pkg = pytest.importorskip("entmax")
-
-
-def entmax_ref64(x: torch.Tensor, alpha: float, iters: int = 200) -> torch.Tensor:
-    """α-entmax of the last axis by float64 bisection, any α (α < 1 included), in the
-    f-divergence form ``p = exp(log1p(a (x - τ)) / a)``, ``a = α - 1`` (``exp(x - τ)`` at a = 0)."""
-    x = x.double()
-    a = alpha - 1.0
-    m = x.amax(-1, keepdim=True)
-    k = x.shape[-1]
-    lo = m.clone()  # the maximum alone has g = 1: S >= 1
-    hi = m + (math.log(k) if a == 0 else (1 - k ** (-a)) / a)  # every g <= 1/k: S <= 1
-
-    def g(tau):
-        v = x - tau
-        if a == 0:
-            return torch.exp(v)
-        u = torch.clamp(a * v, min=-1.0)
-        return torch.exp(torch.log1p(u) / a)
-
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        big = g(mid).sum(-1, keepdim=True) >= 1
-        lo = torch.where(big, mid, lo)
-        hi = torch.where(big, hi, mid)
-    p = g(0.5 * (lo + hi))
-    return p / p.sum(-1, keepdim=True)
 
 
 @pytest.fixture(params=["torch", "fused-cpu", "triton"])

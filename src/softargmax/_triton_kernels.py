@@ -78,8 +78,8 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             uu = tl.where(pos, u, 1.0)
             lu = tl.log2(uu)
             # log2(1 + w) with w exact (Kahan): log2(u) w / (u - 1), or w log2(e) when u rounds to 1
-            near = c > 0
-            lu = tl.where(near & (uu != 1.0), lu * (w / (uu - 1.0)), tl.where(near, w * 1.4426950408889634, lu))
+            near1p = tl.where(uu != 1.0, lu * (w / (uu - 1.0)), w * 1.4426950408889634)
+            lu = tl.where(c > 0, near1p, lu)
             p = tl.where(pos, tl.exp2(lu / a), 0.0)
             s = tl.where(pos, tl.exp2(lu * (1.0 / a - 1.0)), 0.0)
     elif KIND == KIND_JS:
