@@ -165,7 +165,9 @@ class NormalizedMapping(torch.autograd.Function):
             rows = Rows(x, dim)
         z = rows.flat
         if temperature != 1.0:
-            z = z / temperature
+            # shift before scaling: x / β would round large scores before the solver shifts them
+            m = z.amax(-1, keepdim=True)
+            z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
         q2d = rows.class_param(q) if q is not None else None
         alpha2d = None
         if sol is None and alpha is not None:

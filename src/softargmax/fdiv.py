@@ -73,7 +73,10 @@ def f_softargmax(
     if x.numel() == 0:
         return _empty_like(x)
     if _is_softmax(div):
-        z = x / temperature if temperature != 1.0 else x
+        z = x
+        if temperature != 1.0:  # shift before scaling (x / β would round large scores)
+            m = x.detach().amax(dim, keepdim=True)
+            z = (x - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
         if q is not None:
             # shift first: z + log q would round log q away at large scores
             m = z.detach().amax(dim, keepdim=True)

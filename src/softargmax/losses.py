@@ -198,7 +198,11 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     With ``inplace`` ``G`` is written over ``p`` (the returned ``p`` is then ``G``).
     """
     R, k = theta.shape
-    z = theta / beta if beta != 1.0 else theta
+    if beta != 1.0:  # shift before scaling: theta / β would round large scores
+        m = theta.amax(-1, keepdim=True)
+        z = (theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / beta
+    else:
+        z = theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
     # on CPU the pruned solution: Ω(p) and ⟨θ, p⟩ below then cost only the candidates (the
@@ -207,7 +211,7 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     p = sol.dense_p()
     # ⟨θ, p⟩ on the candidates (p = 0 elsewhere; 0 · (-inf) must not become NaN)
     pc = sol.p
-    if sol.zp is not None:  # the GPU kernels' row sums, from the pass that wrote p
+    if sol.zp is not None and beta == 1.0:  # the GPU kernels' row sums, from the pass that wrote p
         theta_p = (beta * sol.zp).to(theta.dtype)
     else:
         th_c = sol.gather(theta)
