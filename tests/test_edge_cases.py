@@ -11,11 +11,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 import softargmax as sa
 from softargmax import _cpu_rows, _triton_rows
-
-from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 entmax_pkg = pytest.importorskip("entmax")
 

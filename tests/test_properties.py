@@ -21,17 +21,16 @@ many more examples.
 
 import math
 
-import numpy as np
 import pytest
 import torch
+from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 import softargmax as sa
 from softargmax.divergences import get_divergence
 
-from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
-
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import assume, given, strategies as st  # noqa: E402
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 #: |p - p_float64| allowed for the output of each dtype (half types: the output rounding)

@@ -61,7 +61,10 @@ def _expm1_minus_x_over_x2(x: Tensor) -> Tensor:
 
 
 def entmax_alpha_vjp(p: Tensor, v: Tensor, alpha: Tensor) -> Tensor:
-    r"""``⟨v, ∂p/∂α⟩`` per row for α-entmax (``002_…`` eqs. 29–30 and 38); ``[R, 1]``, float64.
+    r"""``⟨v, ∂p/∂α⟩`` per row for α-entmax; ``[R, 1]``, float64.
+
+    (Correia, Niculae & Martins, *Adaptively Sparse Transformers*, EMNLP 2019,
+    arXiv:1909.00015, supplementary material, eqs. 29–30 and 38.)
 
     With ``a = α - 1``, ``L = log p`` on the support, ``E`` and ``Cov`` taken under ``p``
     and ``p̃ ∝ p^{1-a}``, the published form is
