@@ -156,11 +156,13 @@ def test_f_softmax_gradient_is_f_softargmax(x, div, alpha, use_q, beta):
     v.sum().backward()
     p = sa.f_softargmax(x, div, q=q, temperature=beta, **params)
     assert (xr.grad - p).abs().max() <= 1e-9
-    # the value: a central difference along a random direction (finite entries only)
+    # the value: a central difference along a random direction (finite entries only), on
+    # the shifted scores (the value itself is of the size of the scores)
+    xs = x - x.amax(-1, keepdim=True)
     dirn = torch.randn_like(x).masked_fill(x == -math.inf, 0.0)
     h = 1e-6
-    fd = (sa.f_softmax(x + h * dirn, div, q=q, temperature=beta, **params)
-          - sa.f_softmax(x - h * dirn, div, q=q, temperature=beta, **params)) / (2 * h)
+    fd = (sa.f_softmax(xs + h * dirn, div, q=q, temperature=beta, **params)
+          - sa.f_softmax(xs - h * dirn, div, q=q, temperature=beta, **params)) / (2 * h)
     assert (fd - (p * dirn).sum(-1)).abs().max() <= 1e-5 * max(1.0, float(dirn.abs().max()))
 
 
@@ -217,7 +219,9 @@ def test_binary_contract(s, div, alpha, q, dtype):
     ref_sp = sa.f_softmax(x, div, q=qt, **params)[0]  # -inf: the class is absent, as in f_softmax
     assert abs(float(sig) - float(ref)) <= (1e-6 if dtype == torch.float32 else 1e-9)
     if math.isfinite(float(ref_sp)):
-        assert abs(float(sp) - float(ref_sp)) <= (1e-6 if dtype == torch.float32 else 1e-9) * max(1.0, abs(float(ref_sp)))
+        # f_softplus is a value of the size of s: its error scales with ε |s| (docs/numerics.md)
+        eps = torch.finfo(dtype).eps
+        assert abs(float(sp) - float(ref_sp)) <= 1e-9 + 64 * eps * max(1.0, abs(s), abs(float(ref_sp)))
 
 
 @given(alpha=st.one_of(st.floats(-7, -2).map(lambda e: 1 + 10 ** e), st.floats(1.0, 1.01), st.floats(1.01, 2.5)),
@@ -228,7 +232,7 @@ def test_alpha_gradient_matches_finite_differences(alpha, seed, dtype):
     v = torch.randn(3, 10, generator=g, dtype=torch.float64)
     a = torch.full((3, 1), alpha, dtype=dtype, requires_grad=True)
     (sa.entmax(x, a) * v.to(dtype)).sum().backward()
-    h = 1e-4 if alpha < 1.5 else 1e-5
+    h = 2e-5
     xd = x.double()
     ref = ((entmax_ref64(xd, alpha + h) - entmax_ref64(xd, alpha - h)) * v).sum(-1) / (2 * h)
     rel = (a.grad.squeeze(1).double() - ref).abs() / ref.abs().clamp_min(1e-2)
