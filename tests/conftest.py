@@ -106,9 +106,10 @@ def entmax_ref64(x: torch.Tensor, alpha: float, iters: int = 200) -> torch.Tenso
     a = alpha - 1.0
     m = x.amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all-masked rows give zeros
+    x = x - m  # the answer is shift invariant; large scores would round x - τ
     k = x.shape[-1]
-    lo = m.clone()  # the maximum alone has g = 1: S >= 1
-    hi = m + (math.log(k) if a == 0 else (1 - k ** (-a)) / a)  # every g <= 1/k: S <= 1
+    lo = torch.zeros_like(m)  # the maximum alone has g = 1: S >= 1
+    hi = lo + (math.log(k) if a == 0 else (1 - k ** (-a)) / a)  # every g <= 1/k: S <= 1
 
     def g(tau):
         v = x - tau

@@ -232,7 +232,8 @@ def test_alpha_gradient_matches_finite_differences(alpha, seed, dtype):
     v = torch.randn(3, 10, generator=g, dtype=torch.float64)
     a = torch.full((3, 1), alpha, dtype=dtype, requires_grad=True)
     (sa.entmax(x, a) * v.to(dtype)).sum().backward()
-    h = 2e-5
+    # small steps: an entry that just entered the support makes p(α) strongly curved
+    h = 1e-6
     xd = x.double()
     ref = ((entmax_ref64(xd, alpha + h) - entmax_ref64(xd, alpha - h)) * v).sum(-1) / (2 * h)
     rel = (a.grad.squeeze(1).double() - ref).abs() / ref.abs().clamp_min(1e-2)

@@ -549,6 +549,12 @@ class AlphaDivergence(Divergence):
         if isinstance(a, float):
             if a == 0.0:
                 return torch.special.xlogy(u, u) - u + 1
+            if self._near_one():
+                # (u^α - 1 - α(u - 1)) / (α a) = (u expm1(a log u)/a - (u - 1)) / α, no cancellation
+                pos = u > 0
+                us = torch.where(pos, u, torch.ones_like(u))
+                val = (us * torch.expm1(a * torch.log(us)) / a - (us - 1)) / al
+                return torch.where(pos, val, torch.full_like(u, 1.0 / al))
             return (u ** al - 1 - al * (u - 1)) / (al * a)
         a_safe = torch.where(a == 0, torch.ones_like(a), a)
         gen = (u ** (a_safe + 1) - 1 - (a_safe + 1) * (u - 1)) / ((a_safe + 1) * a_safe)
@@ -557,6 +563,8 @@ class AlphaDivergence(Divergence):
     def f_prime(self, u):
         a = self._a
         if isinstance(a, float):
+            if self._near_one():
+                return torch.expm1(a * torch.log(u)) / a
             return torch.log(u) if a == 0.0 else (u ** a - 1) / a
         a_safe = torch.where(a == 0, torch.ones_like(a), a)
         return torch.where(a == 0, torch.log(u), (u ** a_safe - 1) / a_safe)
@@ -576,11 +584,15 @@ class AlphaDivergence(Divergence):
         if isinstance(a, float):
             if a == 0.0:
                 return torch.exp(v) - 1
+            if self._near_one():
+                # f*(v) = (g(v)(1 + a v) - 1)/α = expm1(α E)/α with E = log g(v) = log1p(a v)/a
+                E = torch.log1p(torch.clamp(v * a, min=-1.0)) / a
+                return torch.expm1(al * E) / al
             base = torch.clamp(1 + a * v, min=0)
             return (base ** (al / a) - 1) / al
         E, t = self._exponent(v)
-        # f*(v) = (g(v) (1 + t) - 1) / α
-        return (torch.exp(E) * (1 + t) - 1) / al
+        # f*(v) = (g(v) (1 + t) - 1) / α = expm1(α E) / α (log(1 + t) = (α - 1) E)
+        return torch.expm1(al * E) / al
 
     def conj_prime(self, v):
         return self.conj_prime_and_prime2(v)[0]

@@ -93,7 +93,10 @@ class _FSoftmax(torch.autograd.Function):
         rows = Rows(x, dim)
         z = rows.flat / temperature if temperature != 1.0 else rows.flat
         q2d = rows.class_param(q) if q is not None else None
-        sol = solve(z, divergence, q2d)
+        # the fused solvers return τ = (t + 1)/(α - 1) from their entmax threshold t, which
+        # cancels near α = 1 in float32; the PyTorch solver's τ is exact there
+        near_one = isinstance(divergence, AlphaDivergence) and divergence._near_one()
+        sol = solve(z, divergence, q2d, fused=not near_one)
         p = sol.dense_p()
         u = z - sol.tau
         valid = u > -math.inf
