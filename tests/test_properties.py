@@ -217,7 +217,7 @@ def test_binary_contract(s, div, alpha, q, dtype):
         return
     ref = sa.f_softargmax(x, div, q=qt, **params)[0, 1]
     ref_sp = sa.f_softmax(x, div, q=qt, **params)[0]  # -inf: the class is absent, as in f_softmax
-    assert abs(float(sig) - float(ref)) <= (1e-6 if dtype == torch.float32 else 1e-9)
+    assert abs(float(sig) - float(ref)) <= (2e-6 if dtype == torch.float32 else 1e-9)
     if math.isfinite(float(ref_sp)):
         # f_softplus is a value of the size of s: its error scales with ε |s| (docs/numerics.md)
         eps = torch.finfo(dtype).eps
