@@ -366,9 +366,11 @@ def _resolve(mapping: Union[str, Divergence], params: dict):
             raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
         return "alpha_relu", alpha, tau
     takes_alpha = mapping in ("entmax", "alpha") or isinstance(mapping, Divergence)
-    if "alpha" in params and not takes_alpha:
+    if params.get("alpha") is not None and not takes_alpha:
         raise ValueError(f"alpha: mapping={mapping!r} takes no alpha (got alpha={params['alpha']!r}); "
                          "use mapping='entmax' for alpha-entmax")
+    if not takes_alpha:
+        params.pop("alpha", None)  # alpha=None: nothing was asked
     alpha = params.pop("alpha", 1.5 if mapping == "entmax" else None)
     if isinstance(alpha, Tensor):
         raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
