@@ -15,6 +15,19 @@ import pytest
 import torch
 
 torch.set_num_threads(2)
+
+# Property-based tests (tests/test_properties.py): a fixed, derandomized example budget in CI;
+# HYPOTHESIS_PROFILE=thorough runs many more examples locally.
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("thorough", max_examples=1500, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # hypothesis is a test dependency; without it the property tests are skipped
+    pass
 if not torch.cuda.is_available():
     # the Triton kernels run in Triton's interpreter on CPU tensors (must be set before
     # Triton is imported; softargmax imports it only when a kernel is first needed)
@@ -84,6 +97,35 @@ def entmax15_sort(x: np.ndarray) -> np.ndarray:
         kz = (tau <= zs).sum()
         out[idx] = np.maximum(z - tau[kz - 1], 0) ** 2
     return out
+
+
+def entmax_ref64(x: torch.Tensor, alpha: float, iters: int = 200) -> torch.Tensor:
+    """α-entmax of the last axis by float64 bisection, any α (α < 1 included), in the
+    f-divergence form ``p = exp(log1p(a (x - τ)) / a)``, ``a = α - 1`` (``exp(x - τ)`` at a = 0)."""
+    x = x.double()
+    a = alpha - 1.0
+    m = x.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all-masked rows give zeros
+    x = x - m  # the answer is shift invariant; large scores would round x - τ
+    k = x.shape[-1]
+    lo = torch.zeros_like(m)  # the maximum alone has g = 1: S >= 1
+    hi = lo + (math.log(k) if a == 0 else (1 - k ** (-a)) / a)  # every g <= 1/k: S <= 1
+
+    def g(tau):
+        v = x - tau
+        if a == 0:
+            return torch.exp(v)
+        u = torch.clamp(a * v, min=-1.0)
+        return torch.exp(torch.log1p(u) / a)
+
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        big = g(mid).sum(-1, keepdim=True) >= 1
+        lo = torch.where(big, mid, lo)
+        hi = torch.where(big, hi, mid)
+    p = g(0.5 * (lo + hi))
+    S = p.sum(-1, keepdim=True)
+    return torch.where(S > 0, p / torch.where(S > 0, S, torch.ones_like(S)), torch.zeros_like(p))
 
 
 def edge_rows(k, dtype, gen, device="cpu"):

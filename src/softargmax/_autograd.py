@@ -8,9 +8,9 @@ Forward: :func:`softargmax.threshold.solve` on ``z = x / β``.  Backward is a JV
 * reference measure: ``∂L/∂q = g(z - τ) ⊙ (v - c)`` (from ``∂τ/∂q_i = g_i / Σ s``);
 * α (α-entmax, ``002_…`` eqs. 26–38): per row,
   ``⟨v, ∂p/∂α⟩ = (⟨v,p⟩ - ⟨v,p̃⟩)/(α-1)^2 - (⟨v, p log p⟩ + H(p) ⟨v,p̃⟩)/(α-1)``
-  with ``p̃ ∝ p^{2-α}`` and ``H`` the Shannon entropy; at ``|α - 1| < 1e-5`` the limit
-  ``(-⟨v, p log² p⟩ + ⟨v,p⟩ ⟨p, log² p⟩)/2`` is used (both have error ≈ 1e-5 there;
-  the α terms are computed in float64 because of the cancellation).
+  with ``p̃ ∝ p^{2-α}`` and ``H`` the Shannon entropy; on the band ``|α - 1| < 0.5`` an
+  equivalent form without the cancellation of its two ``1/(α-1)`` terms is used
+  (:func:`entmax_alpha_vjp`), equal to ``(-⟨v, p log² p⟩ + ⟨v,p⟩ ⟨p, log² p⟩)/2`` at α = 1.
 
 The function is once differentiable (no double backward).
 """
@@ -29,7 +29,6 @@ from .divergences import AlphaDivergence, Divergence, get_divergence
 from .solution import Solution
 from .threshold import solve
 
-ALPHA_LIMIT = 1e-5
 
 
 def grad_to_param(grad2d: Tensor, rows: Rows, param: Tensor) -> Tensor:
@@ -47,8 +46,38 @@ def grad_to_param(grad2d: Tensor, rows: Rows, param: Tensor) -> Tensor:
     return sum_to(g, lead).reshape(param.shape).to(param.dtype)
 
 
+#: below this ``|α - 1|`` the α-gradient uses the cancellation-free form (:func:`entmax_alpha_vjp`)
+ALPHA_BAND = 0.5
+
+
+def _expm1_minus_x_over_x2(x: Tensor) -> Tensor:
+    """``φ(x) = (e^x - 1 - x)/x²`` without cancellation (a Taylor series for ``|x| < 0.1``)."""
+    small = x.abs() < 0.1
+    xs = torch.where(small, torch.ones_like(x), x)
+    direct = (torch.expm1(xs) - xs) / (xs * xs)
+    xt = torch.where(small, x, torch.zeros_like(x))
+    series = 1 / 2 + xt * (1 / 6 + xt * (1 / 24 + xt * (1 / 120 + xt * (1 / 720 + xt * (1 / 5040 + xt / 40320)))))
+    return torch.where(small, series, direct)
+
+
 def entmax_alpha_vjp(p: Tensor, v: Tensor, alpha: Tensor) -> Tensor:
-    """``⟨v, ∂p/∂α⟩`` per row for α-entmax (``002_…`` eqs. 29–30 and 38); ``[R, 1]``, float64."""
+    r"""``⟨v, ∂p/∂α⟩`` per row for α-entmax; ``[R, 1]``, float64.
+
+    (Correia, Niculae & Martins, *Adaptively Sparse Transformers*, EMNLP 2019,
+    arXiv:1909.00015, supplementary material, eqs. 29–30 and 38.)
+
+    With ``a = α - 1``, ``L = log p`` on the support, ``E`` and ``Cov`` taken under ``p``
+    and ``p̃ ∝ p^{1-a}``, the published form is
+    ``(⟨v,p⟩ - ⟨v,p̃⟩)/a² - (⟨v, p L⟩ + H(p) ⟨v,p̃⟩)/a``: two terms of size ``1/a`` that
+    cancel (float32 gradients were off by a factor 55 at α = 1 + 1e-5).  Writing
+    ``p^{1-a} = p (1 + e)`` with ``e = -aL + a² L² φ(-aL)``, ``φ(x) = (e^x - 1 - x)/x²``,
+    ``Z = 1 + E[e]`` and ``M = L² φ(-aL)``, the ``1/a`` terms cancel exactly and
+
+        ⟨v, ∂p/∂α⟩ = -[Cov(v, M) + a (E[M] Cov(v, L) - E[L] Cov(v, M))] / Z,
+
+    which is ``-Cov(v, L²)/2`` at α = 1 and has no cancellation.  It is used for
+    ``|a| < ALPHA_BAND``; the published form (well conditioned there) elsewhere.
+    """
     p = p.double()
     v = v.double()
     a = alpha.double() - 1
@@ -61,11 +90,21 @@ def entmax_alpha_vjp(p: Tensor, v: Tensor, alpha: Tensor) -> Tensor:
     vp = (v * p).sum(-1, keepdim=True)
     vpt = (v * pt).sum(-1, keepdim=True)
     vplogp = (v * plogp).sum(-1, keepdim=True)
-    a_safe = torch.where(a.abs() < ALPHA_LIMIT, torch.ones_like(a), a)
+    near = a.abs() < ALPHA_BAND
+    a_safe = torch.where(near, torch.ones_like(a), a)
     general = (vp - vpt) / (a_safe * a_safe) - (vplogp + H * vpt) / a_safe
-    log2 = logp * logp
-    limit = 0.5 * (-(v * p * log2).sum(-1, keepdim=True) + vp * (p * log2).sum(-1, keepdim=True))
-    return torch.where(a.abs() < ALPHA_LIMIT, limit, general)
+    # the band around α = 1: expectations under p normalized in float64
+    a_near = torch.where(near, a, torch.zeros_like(a))
+    pn = p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    M = logp * logp * _expm1_minus_x_over_x2(-a_near * logp)
+    e = -a_near * logp + a_near * a_near * M
+    E = lambda t: (pn * t).sum(-1, keepdim=True)  # noqa: E731
+    vc = v - E(v)
+    cov_vL = E(vc * logp)
+    cov_vM = E(vc * M)
+    Z = 1 + E(e)
+    band = -(cov_vM + a_near * (E(M) * cov_vL - E(logp) * cov_vM)) / Z
+    return torch.where(near, band, general)
 
 
 #: at most this many distinct α values are solved group by group with the fast float-α solver
@@ -137,7 +176,9 @@ class NormalizedMapping(torch.autograd.Function):
             rows = Rows(x, dim)
         z = rows.flat
         if temperature != 1.0:
-            z = z / temperature
+            # shift before scaling: x / β would round large scores before the solver shifts them
+            m = z.amax(-1, keepdim=True)
+            z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
         q2d = rows.class_param(q) if q is not None else None
         alpha2d = None
         if alpha is not None:

@@ -157,9 +157,25 @@ def covers(z: Tensor) -> bool:
     return _usable(z)
 
 
+#: float64 rows with α - 1 below this go to the PyTorch solver: the C iteration forms the
+#: base ``1 + w`` in double, which costs ``p`` a relative ``ε/(α - 1)`` (2e-9 at α = 1 + 1e-7)
+#: where the PyTorch solver uses ``log1p``; float32 rows are unaffected (double inside)
+MIN_A_FLOAT64 = 1e-4
+
+
+def covers_divergence(z: Tensor, div: Divergence) -> bool:
+    """Whether the operator of ``div`` is covered for rows ``z``: a fused kind, and for float64
+    rows not α - 1 < :data:`MIN_A_FLOAT64` (the PyTorch solver keeps full precision there)."""
+    kind, a = kind_of(div)
+    return kind is not None and not (a is not None and z.dtype == torch.float64 and a < MIN_A_FLOAT64)
+
+
 def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
-    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2])."""
-    return alpha_rows_covered(z, alpha2d, torch.float64)
+    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2]; α - 1 >= :data:`MIN_A_FLOAT64`
+    for float64 rows)."""
+    if not alpha_rows_covered(z, alpha2d, torch.float64):
+        return False
+    return not (z.dtype == torch.float64 and bool((alpha2d.detach() - 1 < MIN_A_FLOAT64).any()))
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
@@ -184,7 +200,7 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
 
 def solve(z: Tensor, div: Divergence):
     """The :class:`~softargmax.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
-    if kind_of(div)[0] is None or not _usable(z):
+    if not (_usable(z) and covers_divergence(z, div)):
         return None
     return solve_with(_run, z, div)
 
@@ -194,4 +210,6 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
     (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d, checked=checked)
+    if not checked and not covers_alpha_rows(z, alpha2d):
+        return None
+    return solve_alpha_rows_with(_run, z, alpha2d, checked=True)

@@ -40,7 +40,8 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
     kernels run go to them (:func:`softargmax._triton_rows.covers`), other CPU tensors to
     the C solver (:func:`softargmax._cpu_rows.covers`); the operator must be one the
-    fused solvers cover (:func:`softargmax._row_kinds.kind_of`).
+    backend covers (``backend.covers_divergence``: a kind of :func:`softargmax._row_kinds.kind_of`,
+    and the backend's own limits, such as the C solver's float64 rows near α = 1).
     """
     if q is not None:
         return None
@@ -54,7 +55,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
         return None
     if alpha_rows is not None:
         return backend if backend.covers_alpha_rows(x, alpha_rows) else None
-    return backend if div is not None and kind_of(div)[0] is not None else None
+    return backend if div is not None and backend.covers_divergence(x, div) else None
 
 
 def solve(z: Tensor, div: Divergence):

@@ -8,7 +8,9 @@ Kinds (all with ``q = 1``), in the solver's own variable ``t``:
 
 * ``KIND_POWER`` (α-entmax, ``a = α - 1 ∈ (0, 1]``): ``d = a (z - m)`` with ``m`` the row
   maximum, ``p = [d - t]_+^{1/a}``, ``s = [d - t]_+^{1/a - 1}``; Newton on ``S^a`` from
-  ``t = -1``.  ``EXACT = 1`` (sparsemax): Michelot's step, exact once the support is
+  ``t = -1``.  For ``a < NEAR_ONE`` the kernels hold ``t + 1`` instead of ``t`` and take
+  ``log(1 + w)`` of the base ``1 + w`` without cancellation, so ``p`` keeps full float32
+  precision as α → 1.  ``EXACT = 1`` (sparsemax): Michelot's step, exact once the support is
   stable.  ``EXACT = 2`` (1.5-entmax): the root of the support's quadratic when it keeps
   every candidate positive (then exact), else a Newton step.  Only ``z > m - 1/a`` can be
   in the support: the long-row kernel collects those candidates once and iterates on them.
@@ -43,11 +45,28 @@ KIND_JS = tl.constexpr(1)
 KIND_HELL = tl.constexpr(2)
 
 
+#: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
+#: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
+NEAR_ONE = tl.constexpr(0.25)
+
+
+@triton.jit
+def _near_offset(a):
+    """1.0 where the power kind's variable is ``t + 1`` (``a < NEAR_ONE``), else 0.0."""
+    return tl.where(a < NEAR_ONE, 1.0, 0.0)
+
+
 @triton.jit
 def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
-    """``(p, s)`` at scores ``x`` (``-inf`` masked) for row maximum ``m`` and threshold ``t``."""
+    """``(p, s)`` at scores ``x`` (``-inf`` masked) for row maximum ``m`` and threshold ``t``
+    (power kind with ``a < NEAR_ONE``: ``t`` holds ``t + 1``, see :func:`_near_offset`)."""
     if KIND == KIND_POWER:
-        u = a * (x - m) - t
+        if EXACT == 0:
+            c = _near_offset(a)
+            w = a * (x - m) - t
+            u = w + c
+        else:
+            u = a * (x - m) - t
         pos = u > 0
         if EXACT == 1:
             p = tl.where(pos, u, 0.0)
@@ -56,7 +75,11 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             p = tl.where(pos, u * u, 0.0)
             s = tl.where(pos, u, 0.0)
         else:
-            lu = tl.log2(tl.where(pos, u, 1.0))
+            uu = tl.where(pos, u, 1.0)
+            lu = tl.log2(uu)
+            # log2(1 + w) with w exact (Kahan): log2(u) w / (u - 1), or w log2(e) when u rounds to 1
+            near1p = tl.where(uu != 1.0, lu * (w / (uu - 1.0)), w * 1.4426950408889634)
+            lu = tl.where(c > 0, near1p, lu)
             p = tl.where(pos, tl.exp2(lu / a), 0.0)
             s = tl.where(pos, tl.exp2(lu * (1.0 / a - 1.0)), 0.0)
     elif KIND == KIND_JS:
@@ -77,7 +100,7 @@ def _omega_terms(x, m, t, a, p, c, KIND: tl.constexpr):
     ``p log p - (p+1) log((p+1)/2) - log 2``; squared Hellinger: ``p - 2 √p``)."""
     pos = p > 0
     if KIND == KIND_POWER:
-        w = p * (a * (x - m) - t - c)
+        w = p * (a * (x - m) - (t - _near_offset(a)) - c)
     elif KIND == KIND_JS:
         pp = tl.where(pos, p, 1.0)
         w = pp * tl.log(pp) - (pp + 1.0) * tl.log(0.5 * (pp + 1.0)) - 0.6931471805599453
@@ -115,7 +138,10 @@ def _newton(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
         elif EXACT == 2:
             step = (S - tl.sqrt(S)) / Sp
         else:
-            step = (S - tl.exp2((1.0 - a) * tl.log2(S))) / Sp
+            # S - S^{1-a} = -S expm1(-a log S), without the cancellation at small a
+            y = -a * tl.log(S)
+            em1 = tl.where(tl.abs(y) < 1e-2, y * (1.0 + y * (0.5 + y * (1.0 / 6.0 + y * (1.0 / 24.0)))), tl.exp(y) - 1.0)
+            step = -S * em1 / Sp
     elif KIND == KIND_JS:
         step = S * tl.log(S) / Sp
     else:
@@ -173,7 +199,7 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, m
     x = tl.where(empty[:, None], float("-inf"), x)
     m = tl.where(empty, 0.0, m)
     if KIND == KIND_POWER:
-        t = tl.full([ROWS], -1.0, tl.float32)
+        t = tl.full([ROWS], -1.0, tl.float32) + _near_offset(a)
     else:
         t = tl.zeros([ROWS], tl.float32)
     go = rmask & (empty == 0)
@@ -200,7 +226,7 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, m
     p = tl.where(bad[:, None], float("nan"), p)
     tl.store(P + offs, p.to(P.dtype.element_ty), mask=mask)
     if KIND == KIND_POWER:
-        tau = t + a * m
+        tau = (t - _near_offset(a)) + a * m
     else:
         tau = t + m
     tau = tl.where(bad, float("nan"), tau)
@@ -242,7 +268,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
         n_scratch = tl.where(n <= CAP, n, 0)
         n_row = tl.where(n <= CAP, 0, k)
         length = n_scratch + n_row
-        t = -1.0
+        t = -1.0 + _near_offset(a)
     else:
         length = k
         t = 0.0
@@ -290,7 +316,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
         p = tl.where(bad, float("nan"), p)
         tl.store(P + row * k + idx, p.to(P.dtype.element_ty), mask=inb)
     if KIND == KIND_POWER:
-        tau = t + a * m
+        tau = (t - _near_offset(a)) + a * m
     else:
         tau = t + m
     tl.store(T + row, tl.where(bad, float("nan"), tau).to(T.dtype.element_ty))

@@ -110,6 +110,11 @@ def covers(z: Tensor) -> bool:
     return _usable(z)
 
 
+def covers_divergence(z: Tensor, div: Divergence) -> bool:
+    """Whether the operator of ``div`` has a kernel (:func:`softargmax._row_kinds.kind_of`)."""
+    return kind_of(div)[0] is not None
+
+
 def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
     """Whether one α per row ``alpha2d`` is covered (every α in (1, 2]; a device synchronization)."""
     return alpha_rows_covered(z, alpha2d, torch.float32)

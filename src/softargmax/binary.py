@@ -12,7 +12,17 @@ Appendix C.3 gives them, in their numerically stable versions:
   with ``q = 1`` it is ``clamp((s + 1)/2, 0, 1)``, ``004_…`` §3.3).
 
 Every other divergence (squared Hellinger's quartic included) uses the generic
-solver on ``(0, s)``; the closed forms are tested against it.  A temperature ``β``
+solver on ``(0, s)``; the closed forms are tested against it.  The f-sigmoid computes
+the smaller of the two probabilities and returns ``1 -`` it for ``s > 0``
+(``sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0)``), so it lies in ``[0, 1]`` with full
+relative precision in its tails.
+
+Infinite scores: ``s = +inf`` gives the limits ``f_sigmoid = 1`` and ``f_softplus = +inf``.
+``s = -inf`` follows the library's rule that a ``-inf`` score is an *absent* class (as in
+:func:`~softargmax.f_softmax`): ``f_sigmoid = 0`` and ``f_softplus = -β q0 f(1/q0)``, the
+maximum over ``p = (1, 0)`` with the second class removed (0 for ``q0 = 1``).  This equals
+the limit ``s → -inf`` for KL but not for generators with ``f(0) ≠ 0`` (chi-square's limit
+is ``1/2``, reverse KL's ``-inf``).  Gradients at ``±inf`` are 0.  A temperature ``β``
 gives ``sigmoid_{βf}(s) = sigmoid_f(s/β)`` and ``softplus_{βf}(s) = β softplus_f(s/β)``.
 """
 
@@ -103,19 +113,38 @@ def f_sigmoid(
     return _sigmoid(s, divergence, q, temperature, params).to(s.dtype)
 
 
+def _infinite(t: Tensor):
+    """``(t with ±inf replaced by 0, t == +inf, t == -inf)``: the closed forms and the solver
+    then never see an infinite score (no NaN, in values or gradients)."""
+    pos, neg = t == math.inf, t == -math.inf
+    return torch.where(pos | neg, torch.zeros_like(t), t), pos, neg
+
+
 def _sigmoid(s, divergence, q, temperature, params):
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     if type(div) is KL:
         return torch.sigmoid(t + torch.log(q1) - torch.log(q0))
     if type(div) is ChiSquare:
         return torch.clamp(q1 * (q0 * t + 1) / (q0 + q1), 0, 1)
+    t, pos, neg = _infinite(t)
+    # The smaller of the two probabilities is computed (there it has full relative
+    # precision), the larger one is 1 minus it: sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0).
+    flip = t > 0
+    u = -t.abs()
+    r0, r1 = torch.where(flip, q1, q0), torch.where(flip, q0, q1)
     if type(div) is ReverseKL:
-        _, tau_minus_s = _reverse_kl_tau(t, q0, q1)
-        return q1 / tau_minus_s
-    if type(div) is JensenShannon:
-        return q1 / (2 * torch.exp(-t / 2 + _js_h(t / 2, q0, q1)) - 1)
-    x, qs = _generic_inputs(t, q0, q1)
-    return f_softargmax(x, div, q=qs, dim=-1)[..., 1]
+        _, tau_minus_s = _reverse_kl_tau(u, r0, r1)
+        low = r1 / tau_minus_s
+    elif type(div) is JensenShannon:
+        low = r1 / (2 * torch.exp(-u / 2 + _js_h(u / 2, r0, r1)) - 1)
+    else:
+        x, qs = _generic_inputs(t, q0, q1)
+        pr = f_softargmax(x, div, q=qs, dim=-1)
+        low = torch.where(flip, pr[..., 0], pr[..., 1])
+    out = torch.clamp(torch.where(flip, 1 - low, low), 0, 1)
+    # ±inf scores: the limits 1 and 0 (-inf: the class is absent)
+    out = torch.where(pos, torch.ones_like(out), out)
+    return torch.where(neg, torch.zeros_like(out), out)
 
 
 def f_softplus(
@@ -131,6 +160,7 @@ def f_softplus(
 
 def _softplus(s, divergence, q, temperature, params):
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
+    t, pos, neg = _infinite(t)
     if type(div) is KL:
         out = torch.logaddexp(torch.log(q0) + torch.zeros_like(t), t + torch.log(q1))
     elif type(div) is ChiSquare:
@@ -148,4 +178,10 @@ def _softplus(s, divergence, q, temperature, params):
     else:
         x, qs = _generic_inputs(t, q0, q1)
         out = f_softmax(x, div, q=qs, dim=-1)
+    # s = +inf: the limit +inf.  s = -inf: the class is absent (as in f_softmax), the
+    # maximum over p = (1, 0) alone: -q0 f(1/q0), which is not the limit s -> -inf when
+    # f(0) is finite and nonzero (chi-square: 1/2) or infinite (reverse KL: -inf).
+    absent = -q0 * div.f(1.0 / q0) + 0.0
+    out = torch.where(pos, torch.full_like(out, math.inf), out)
+    out = torch.where(neg, absent.to(out.dtype).expand_as(out), out)
     return beta * out if beta != 1.0 else out

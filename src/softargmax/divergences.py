@@ -490,10 +490,31 @@ class AlphaDivergence(Divergence):
             return bool((self._a <= 1).all())
         return self._a <= 1.0
 
+    #: below this ``|α - 1|`` (float α) ``g(v) = exp(log1p((α-1) v)/(α-1))``: the base
+    #: ``1 + (α-1) v`` rounds away ``v`` near α = 1 (float32 ``p`` was off by 1e-2 at α = 1 + 1e-6)
+    NEAR_ONE = 0.25
+
+    def _near_one(self) -> bool:
+        a = self._a
+        return isinstance(a, float) and a != 0.0 and abs(a) < self.NEAR_ONE
+
+    def _near_one_eval(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``(g(v), g'(v))`` by ``log1p`` for float α near 1 (``v = -inf`` gives 0)."""
+        a = self._a
+        u = torch.clamp(v * a, min=-1.0)
+        E = torch.log1p(u) / a
+        g = torch.exp(E)
+        gp = torch.exp(E * (1.0 - a))
+        if a > 0:
+            gp = torch.where(u > -1.0, gp, torch.zeros_like(gp))
+        return g, gp
+
     def prepare(self, z, m):
         a = self._a
         if isinstance(a, float) and a == 0.0:
             return torch.exp(z - m), m
+        if self._near_one():
+            return None
         if isinstance(a, float) and a > 0 and a != 1.0:
             # 1 + a (z - τ) = a z - (a τ - 1): scale the candidates once
             return z * a
@@ -503,6 +524,8 @@ class AlphaDivergence(Divergence):
         a = self._a
         if not isinstance(a, float):
             return self.conj_prime_and_prime2(z - tau)
+        if self._near_one():
+            return self._near_one_eval(z - tau)
         if a == 0.0:
             e, m = prep
             g = e * torch.exp(m - tau)
@@ -526,6 +549,12 @@ class AlphaDivergence(Divergence):
         if isinstance(a, float):
             if a == 0.0:
                 return torch.special.xlogy(u, u) - u + 1
+            if self._near_one():
+                # (u^α - 1 - α(u - 1)) / (α a) = (u expm1(a log u)/a - (u - 1)) / α, no cancellation
+                pos = u > 0
+                us = torch.where(pos, u, torch.ones_like(u))
+                val = (us * torch.expm1(a * torch.log(us)) / a - (us - 1)) / al
+                return torch.where(pos, val, torch.full_like(u, 1.0 / al))
             return (u ** al - 1 - al * (u - 1)) / (al * a)
         a_safe = torch.where(a == 0, torch.ones_like(a), a)
         gen = (u ** (a_safe + 1) - 1 - (a_safe + 1) * (u - 1)) / ((a_safe + 1) * a_safe)
@@ -534,6 +563,8 @@ class AlphaDivergence(Divergence):
     def f_prime(self, u):
         a = self._a
         if isinstance(a, float):
+            if self._near_one():
+                return torch.expm1(a * torch.log(u)) / a
             return torch.log(u) if a == 0.0 else (u ** a - 1) / a
         a_safe = torch.where(a == 0, torch.ones_like(a), a)
         return torch.where(a == 0, torch.log(u), (u ** a_safe - 1) / a_safe)
@@ -553,11 +584,15 @@ class AlphaDivergence(Divergence):
         if isinstance(a, float):
             if a == 0.0:
                 return torch.exp(v) - 1
+            if self._near_one():
+                # f*(v) = (g(v)(1 + a v) - 1)/α = expm1(α E)/α with E = log g(v) = log1p(a v)/a
+                E = torch.log1p(torch.clamp(v * a, min=-1.0)) / a
+                return torch.expm1(al * E) / al
             base = torch.clamp(1 + a * v, min=0)
             return (base ** (al / a) - 1) / al
         E, t = self._exponent(v)
-        # f*(v) = (g(v) (1 + t) - 1) / α
-        return (torch.exp(E) * (1 + t) - 1) / al
+        # f*(v) = (g(v) (1 + t) - 1) / α = expm1(α E) / α (log(1 + t) = (α - 1) E)
+        return torch.expm1(al * E) / al
 
     def conj_prime(self, v):
         return self.conj_prime_and_prime2(v)[0]
@@ -577,6 +612,8 @@ class AlphaDivergence(Divergence):
             if a == 0.5:  # α = 1.5
                 t = torch.clamp(0.5 * v + 1, min=0)
                 return t * t, t
+            if self._near_one():
+                return self._near_one_eval(v)
             base = 1 + a * v
             if a > 0:
                 base = torch.clamp(base, min=0)
@@ -595,7 +632,7 @@ class AlphaDivergence(Divergence):
 
     def newton_sums(self, z, tau, prep, out):
         a = self._a
-        if not isinstance(a, float) or a < 0:
+        if not isinstance(a, float) or a < 0 or self._near_one():
             return super().newton_sums(z, tau, prep, out)
         if a == 0.0:
             e, m = prep

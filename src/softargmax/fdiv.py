@@ -74,9 +74,14 @@ def f_softargmax(
     if x.numel() == 0:
         return _empty_like(x)
     if _is_softmax(div):
-        z = x / temperature if temperature != 1.0 else x
+        z = x
+        if temperature != 1.0:  # shift before scaling (x / β would round large scores)
+            m = x.detach().amax(dim, keepdim=True)
+            z = (x - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
         if q is not None:
-            z = z + torch.log(q.to(z.dtype))
+            # shift first: z + log q would round log q away at large scores
+            m = z.detach().amax(dim, keepdim=True)
+            z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(q.to(z.dtype))
         return safe_softmax(z, dim)
     return normalized(x, q, None, div, temperature, dim)
 
@@ -97,7 +102,10 @@ class _FSoftmax(torch.autograd.Function):
         rows = Rows(x, dim)
         z = rows.flat / temperature if temperature != 1.0 else rows.flat
         q2d = rows.class_param(q) if q is not None else None
-        sol = solve(z, divergence, q2d)
+        # the fused solvers return τ = (t + 1)/(α - 1) from their entmax threshold t, which
+        # cancels near α = 1 in float32; the PyTorch solver's τ is exact there
+        near_one = isinstance(divergence, AlphaDivergence) and divergence._near_one()
+        sol = solve(z, divergence, q2d, fused=not near_one)
         p = sol.dense_p()
         u = z - sol.tau
         valid = u > -math.inf

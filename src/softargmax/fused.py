@@ -232,6 +232,10 @@ def linear_fenchel_young_loss(
         div = kind[1]
         compute = lambda th, part: fy_rows(th, part, div, beta, q2d, inplace=True)  # noqa: E731
     else:
+        if q is not None:
+            raise ValueError("q: the alpha_relu mapping takes no reference measure (q must be None)")
+        if temperature != 1.0:
+            raise ValueError(f"temperature: the alpha_relu mapping takes no temperature (got {temperature!r})")
         _, alpha, tau = kind
         compute = lambda th, part: alpha_relu_rows(th, part, alpha, float(tau), inplace=True)  # noqa: E731
     if reduction == "mean":

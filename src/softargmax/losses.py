@@ -116,6 +116,8 @@ def parse_target(
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     k, R, dtype = rows.k, rows.R, rows.dtype
     batch_shape = tuple(rows.moved_shape[:-1])
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if weight is not None:
@@ -198,13 +200,18 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     With ``inplace`` ``G`` is written over ``p`` (the returned ``p`` is then ``G``).
     """
     R, k = theta.shape
-    z = theta / beta if beta != 1.0 else theta
+    if beta != 1.0:  # shift before scaling: theta / β would round large scores
+        m = theta.amax(-1, keepdim=True)
+        z = (theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / beta
+    else:
+        z = theta
     if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
         return _kl_rows(z, target, beta, q, inplace)
     # for_loss: on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
     sol = solve(z, div, q, for_loss=True)
     p = sol.dense_p()
-    theta_p = sol.inner(theta, beta)  # ⟨θ, p⟩ (p = 0 off the candidates)
+    # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
+    theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0)
     f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
     if math.isfinite(f0):
         # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
@@ -236,7 +243,11 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
 
 def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplace: bool = False):
     """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
-    zz = z if q is None else z + torch.log(q)
+    if q is None:
+        zz = z
+    else:  # shift first: z + log q would round log q away at large scores
+        m = z.amax(-1, keepdim=True)
+        zz = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(q)
     all_masked = zz.amax(-1, keepdim=True) == -math.inf
     masked = not values_checkable(zz) or bool(all_masked.any())  # unknown: take the masked-safe form
     if masked:
@@ -337,6 +348,12 @@ def _resolve(mapping: Union[str, Divergence], params: dict):
         if params:
             raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
         return "alpha_relu", alpha, tau
+    takes_alpha = mapping in ("entmax", "alpha") or isinstance(mapping, Divergence)
+    if params.get("alpha") is not None and not takes_alpha:
+        raise ValueError(f"alpha: mapping={mapping!r} takes no alpha (got alpha={params['alpha']!r}); "
+                         "use mapping='entmax' for alpha-entmax")
+    if not takes_alpha:
+        params.pop("alpha", None)  # alpha=None: nothing was asked
     alpha = params.pop("alpha", 1.5 if mapping == "entmax" else None)
     if isinstance(alpha, Tensor):
         raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
@@ -412,6 +429,11 @@ def fenchel_young_loss(
                 float(label_smoothing))[0]
     rows, tgt, compute = _prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
                                   weight)
+    if rows.R == 0 or rows.k == 0:
+        # an empty batch: like F.cross_entropy (sum 0, mean NaN, none empty), with a graph
+        per_row = x.sum(dim) * 0
+        loss = reduce_loss(per_row.reshape(-1), tgt, reduction, tuple(rows.moved_shape[:-1]))
+        return loss if not return_prediction else (loss, x.detach() * 0)
     kept = {}
 
     def compute_and_keep(theta):
@@ -459,6 +481,16 @@ def _prepare(x: Tensor, target: Tensor, kind, dim: int, q, temperature, multilab
                 raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
+    if tgt.dense is not None:
+        # a probability target with NaN gives a NaN loss in its row (as F.cross_entropy), never a
+        # finite number (the loss formulas skip entries where y > 0 is false, NaN included)
+        nan_rows = torch.isnan(tgt.dense).any(-1)
+        finite_compute = compute
+
+        def compute(theta):
+            loss, p, G = finite_compute(theta)
+            return loss.masked_fill(nan_rows, math.nan), p, G
+
     return rows, tgt, compute
 
 

@@ -128,12 +128,14 @@ class Solution:
 
     # -- the Fenchel–Young loss value ----------------------------------------------------
 
-    def inner(self, theta: Tensor, beta: float = 1.0) -> Tensor:
+    def inner(self, theta: Tensor, beta: float = 1.0, use_row_sums: bool = True) -> Tensor:
         """``⟨θ, p⟩`` per row ``[R]``, for ``θ = β z`` the unscaled scores of these rows (``[R, k]``).
 
-        Entries with ``p_j = 0`` add nothing (``0 · (-inf)`` does not become NaN).
+        Entries with ``p_j = 0`` add nothing (``0 · (-inf)`` does not become NaN).  With
+        ``use_row_sums=False`` the backend's ``⟨z, p⟩`` is not used (for a ``z`` that is not
+        ``θ / β``, e.g. shifted by the row maximum).
         """
-        if self.zp is not None:  # the backend's row sums, from the pass that wrote p
+        if self.zp is not None and use_row_sums:  # the backend's row sums, from the pass that wrote p
             return (beta * self.zp).to(theta.dtype)
         pc = self.p
         th_c = self.gather(theta)
