@@ -69,13 +69,17 @@ def set_enabled(flag: bool) -> bool:
     return old
 
 
-def blocks(head_dim: int, device: torch.device):
-    """``(BLOCK_M, BLOCK_N, num_warps)``: 64×64 tiles on a GPU (32-key tiles at ``D = 128``,
-    chosen from the sm_90 register reports of the compile test; timings are owed), 16×16
-    under the interpreter (small test sizes still span several tiles)."""
+def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16):
+    """``(BLOCK_M, BLOCK_N, num_warps)``.  On a GPU, half inputs: 64×32 tiles with 8 warps
+    up to ``D = 64``, 32×32 at ``D = 128``; float32 inputs: 32×32.  Chosen from the sm_90
+    register reports of the compile test (no spills, or a few dozen bytes; 64×64 tiles
+    spilled hundreds; float32 at ``D = 128`` still spills ~0.5 KiB); GPU timings are owed.
+    Under the interpreter 16×16 (small test sizes still span several tiles)."""
     if device.type != "cuda":
         return 16, 16, 4
-    return (64, 64, 4) if head_dim <= 64 else (64, 32, 4)
+    if dtype == torch.float32:
+        return 32, 32, 8
+    return (64, 32, 8) if head_dim <= 64 else (32, 32, 8)
 
 
 # -- coverage --------------------------------------------------------------------------------
@@ -197,7 +201,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Option
 
 def _apply(prep, is_causal, scale, block_m=None, block_n=None):
     q, k, v, mask4, a, alpha_h, squeeze = prep
-    bm, bn, warps = blocks(q.shape[-1], q.device)
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
     cfg = (block_m or bm, block_n or bn, warps)
     out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, bool(is_causal), float(scale), cfg)
     return out.squeeze(0) if squeeze else out
@@ -207,6 +211,13 @@ def _exact(a: float, per_head: bool) -> int:
     if per_head:
         return 0
     return 1 if a == 1.0 else 2 if a == 0.5 else 0
+
+
+def _dot_mode(q: Tensor) -> int:
+    """0: tensor-core dots of half inputs, 1: IEEE float32, 2: the interpreter's widened bfloat16."""
+    if q.dtype == torch.float32:
+        return 1
+    return 2 if (q.dtype == torch.bfloat16 and q.device.type == "cpu") else 0
 
 
 def _mask_args(mask4: Optional[Tensor], like: Tensor):
@@ -234,7 +245,7 @@ def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
         H, Hkv, L, S, scale, tol, MAX_ITER,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), *ms,
-        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, IEEE=q.dtype == torch.float32,
+        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
         BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, num_warps=warps)
     return o, w, rows, bmax
 
@@ -257,6 +268,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact = mask4, causal, scale, cfg, exact
         ctx.alpha_h = alpha_h is not None
+        ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
         return o
 
     @staticmethod
@@ -270,7 +282,6 @@ class FlashEntmaxAttention(torch.autograd.Function):
         do = do if do.stride(-1) == 1 else do.contiguous()
         c = (do.float() * w.float()).sum(-1).reshape(-1)  # Σ_j s_j g_j / Σs = dO·W per row
         mask, ms, has_mask = _mask_args(ctx.mask4, q)
-        ieee = q.dtype == torch.float32
         alpha_grad = ctx.alpha_h and ctx.needs_input_grad[3]
         dq = torch.empty(B, H, L, D, dtype=q.dtype, device=q.device)
         dk = torch.empty(B, Hkv, S, D, dtype=k.dtype, device=q.device)
@@ -278,7 +289,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
         plg = torch.empty(B * H * L, dtype=torch.float32, device=q.device) if alpha_grad else rows[0]
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2), *ms)
-        consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, IEEE=ieee, BLOCK_M=BM, BLOCK_N=BN,
+        consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q), BLOCK_M=BM, BLOCK_N=BN,
                       HEAD_DIM=D, num_warps=warps)
         K.attention_bwd_dkdv[(nk, B * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax,
                                             H, Hkv, L, S, ctx.scale, *strides, **consts)
@@ -292,7 +303,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
             cc = c.double().view(B, H, L)
             ent = -rows[4].double().view(B, H, L)
             per_row = (gp - cc) / (a * a) - (plg.double().view(B, H, L) + ent * cc) / a
-            dalpha = per_row.sum((0, 2)).to(A.dtype)
+            dalpha = per_row.sum((0, 2)).to(ctx.alpha_dtype)
         return dq, dk, dv, dalpha, None, None, None, None, None
 
 
@@ -309,7 +320,7 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
         raise ValueError("forward_stats: the fused kernels do not cover these arguments")
     q, k, v, mask4, a, alpha_h, _ = prep
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    bm, bn, warps = blocks(q.shape[-1], q.device)
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
     cfg = (block_m or bm, block_n or bn, warps)
     A = _kernel_a(q, alpha_h, a)
     _, _, rows, bmax = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg)

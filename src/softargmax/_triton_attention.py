@@ -65,15 +65,36 @@ from ._triton_kernels import KIND_POWER, _evaluate, _step
 
 
 @triton.jit
+def _mm(x, y, DOT: tl.constexpr):
+    """``x @ y`` accumulated in float32: tensor cores for half inputs (``DOT = 0``), IEEE
+    float32 for float32 inputs (``DOT = 1``); ``DOT = 2``: half operands widened to float32
+    first (Triton's interpreter multiplies bfloat16 as raw bits)."""
+    if DOT == 1:
+        r = tl.dot(x, y, input_precision="ieee")
+    elif DOT == 2:
+        r = tl.dot(x.to(tl.float32), y.to(tl.float32), input_precision="ieee")
+    else:
+        r = tl.dot(x, y)
+    return r
+
+
+@triton.jit
+def _low(x, like, DOT: tl.constexpr):
+    """``x`` cast to the input type for the tensor-core dots (kept in float32 for IEEE dots)."""
+    if DOT == 1:
+        r = x
+    else:
+        r = x.to(like.dtype)
+    return r
+
+
+@triton.jit
 def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn,
-                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, IEEE: tl.constexpr):
+                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr):
     """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
-    if IEEE:
-        z = tl.dot(q, kt, input_precision="ieee") * scale
-    else:
-        z = tl.dot(q, kt) * scale
+    z = _mm(q, kt, DOT) * scale
     valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
     if HAS_MASK:
         mk = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=valid,
@@ -89,7 +110,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
                   H, HKV, L, S, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
-                  EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, IEEE: tl.constexpr,
+                  EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): threshold, output, and the rows the backward needs."""
     pid_m = tl.program_id(0)
@@ -119,7 +140,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
     for nb in range(0, n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
-                        stride_mm, stride_mn, CAUSAL, HAS_MASK, IEEE)
+                        stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
         m = tl.maximum(m, tl.max(z, 1))
         tl.store(BMAX + bmax_base + nb, float("inf"))
     empty = m == float("-inf")
@@ -138,7 +159,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
             if tl.load(BMAX + bmax_base + nb) > 0:
                 offs_n = nb * BLOCK_N + offs_nb
                 z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
-                                stride_mm, stride_mn, CAUSAL, HAS_MASK, IEEE)
+                                stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
                 p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
                 Ssum += tl.sum(p, 1)
                 Sp += tl.sum(s, 1)
@@ -161,18 +182,14 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
         if tl.load(BMAX + bmax_base + nb) > 0:
             offs_n = nb * BLOCK_N + offs_nb
             z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, IEEE)
+                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
             p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
             umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
             tl.store(BMAX + bmax_base + nb, umax)
             v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < S,
                         other=0.0)
-            if IEEE:
-                acc += tl.dot(p, v, input_precision="ieee")
-                accw += tl.dot(s, v, input_precision="ieee")
-            else:
-                acc += tl.dot(p.to(v.dtype), v)
-                accw += tl.dot(s.to(v.dtype), v)
+            acc += _mm(_low(p, v, DOT), v, DOT)
+            accw += _mm(_low(s, v, DOT), v, DOT)
             Ssum += tl.sum(p, 1)
             Sp += tl.sum(s, 1)
             plogp += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)), 0.0), 1)
@@ -194,7 +211,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                        stride_mb, stride_mh, stride_mm, stride_mn,
-                       EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, IEEE: tl.constexpr,
+                       EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group."""
     pid_n = tl.program_id(0)
@@ -239,12 +256,8 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
                 m = tl.where(m == float("-inf"), 0.0, m)
                 t = tl.load(TROW + row, mask=rmask, other=0.0)
                 c = tl.load(CROW + row, mask=rmask, other=0.0)
-                if IEEE:
-                    z = tl.dot(q, kt, input_precision="ieee") * scale
-                    dp = tl.dot(do, vt, input_precision="ieee")
-                else:
-                    z = tl.dot(q, kt) * scale
-                    dp = tl.dot(do, vt)
+                z = _mm(q, kt, DOT) * scale
+                dp = _mm(do, vt, DOT)
                 valid = rmask[:, None] & nmask[None, :]
                 if HAS_MASK:
                     mk = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn,
@@ -255,12 +268,8 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
                 z = tl.where(valid, z, float("-inf"))
                 p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
                 dz = s * (dp - c[:, None])
-                if IEEE:
-                    dv += tl.dot(tl.trans(p), do, input_precision="ieee")
-                    dk += tl.dot(tl.trans(dz), q, input_precision="ieee")
-                else:
-                    dv += tl.dot(tl.trans(p.to(do.dtype)), do)
-                    dk += tl.dot(tl.trans(dz.to(q.dtype)), q)
+                dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
+                dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
     out = (bhk.to(tl.int64) * S + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
@@ -272,7 +281,7 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                      stride_mb, stride_mh, stride_mm, stride_mn,
-                     EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, IEEE: tl.constexpr,
+                     EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
                      ALPHA_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): ``dQ`` and, with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
@@ -312,19 +321,13 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
             offs_n = nb * BLOCK_N + offs_nb
             nmask = offs_n < S
             z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, IEEE)
+                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
             vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
-            if IEEE:
-                dp = tl.dot(do, vt, input_precision="ieee")
-            else:
-                dp = tl.dot(do, vt)
+            dp = _mm(do, vt, DOT)
             p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
             dz = s * (dp - c[:, None])
-            if IEEE:
-                dq += tl.dot(dz, k, input_precision="ieee")
-            else:
-                dq += tl.dot(dz.to(k.dtype), k)
+            dq += _mm(_low(dz, k, DOT), k, DOT)
             if ALPHA_GRAD:
                 plg += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)) * dp, 0.0), 1)
     tl.store(DQ + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
