@@ -151,6 +151,30 @@ def test_block_sparsity_is_exact(device):
     assert (stats["psum"] == 0).all() and stats["kept"] == 0
 
 
+@pytest.mark.parametrize("mapping", ["sparsemax", "entmax15"])
+def test_small_weights_in_far_tiles(device, mapping):
+    """Each row puts a small weight (u just above 0) in a key tile of its own: a solver or an
+    output pass that skipped tiles too eagerly would lose it (scores set by the additive mask)."""
+    B, H, L, S, D = 1, 1, 16, 48, 16
+    q, k, v, go = _inputs(B, H, H, L, S, D, device, seed=7)
+    q, k = 0.01 * q, 0.01 * k
+    gen = torch.Generator().manual_seed(8)
+    z = -3 + 0.1 * torch.rand(L, S, generator=gen)
+    rows = torch.arange(L)
+    z[rows, rows] = 1.0
+    z[rows, (rows + 1) % 16] = 1.0
+    z[rows, 32 + rows] = 0.52 + 0.002 * rows if mapping == "sparsemax" else 0.8 + 0.01 * rows
+    z = z.to(device)
+    got = _fused(q, k, v, go, attn_mask=z, mapping=mapping, scale=1.0)
+    want = _reference(q, k, v, go, attn_mask=z, mapping=mapping, scale=1.0)
+    _close(got, want, atol=2e-5)
+    _, w = sa.attention(q.double(), k.double(), v.double(), attn_mask=z.double(), mapping=mapping, scale=1.0,
+                        return_weights=True)
+    assert ((w[..., 32:] > 0).sum(-1) == 1).all() and (w[..., 16:32] == 0).all()  # the case is as described
+    stats = FA.forward_stats(q, k, v, attn_mask=z, mapping=mapping, scale=1.0)
+    assert stats["kept"] == 2  # the middle tile is skipped
+
+
 def test_attention_dispatch(device, monkeypatch):
     """``softargmax.attention`` takes the fused path where it covers the call (CPU tensors
     are routed there under the interpreter), and the materialized one otherwise."""
