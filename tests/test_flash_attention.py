@@ -10,7 +10,6 @@ variant for an H100/H200 and reports registers, spills and shared memory.
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 
