@@ -66,7 +66,7 @@ def _close(got, want, atol, rtol=1e-3):
         if w is None:
             continue
         assert torch.isfinite(g).all(), name
-        torch.testing.assert_close(g.double(), w, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(g.double(), w, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("mapping,alpha", [("sparsemax", None), ("entmax15", None), ("entmax", 1.3)])
@@ -265,6 +265,13 @@ for dt, D, causal, mask, exact in variants:
              HEAD_DIM=D)
     for fn, cc in ((K.attention_fwd, c), (K.attention_bwd_dkdv, c), (K.attention_bwd_dq, dict(c, ALPHA_GRAD=exact == 0))):
         jobs.append((fn, signature(fn, cc, dt), cc, warps, (dt, D, causal, mask, exact)))
+for dt, D in (("bf16", 64), ("bf16", 128)):
+    c = dict(BLOCK_R=1024 // D, HEAD_DIM=D)
+    jobs.append((K.row_dot, {"X": "*" + dt, "Y": "*" + dt, "OUT": "*fp32", "R": "i32", "H": "i32", "L": "i32",
+                             "stride_xb": "i32", "stride_xh": "i32", "stride_xl": "i32", "BLOCK_R": "constexpr",
+                             "HEAD_DIM": "constexpr"}, c, 4, (dt, D)))
+
+
 def build(i):
     fn, sig, consts, warps, var = jobs[i]
     c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target, options={"num_warps": warps})
@@ -298,7 +305,7 @@ def test_kernels_compile_for_sm90():
     proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(report) == 3 * 7
+    assert len(report) == 3 * 7 + 2
     for r in report:
         print(f"{r['kernel']:>20} {r['variant']} warps={r['warps']} regs={r['registers']} "
               f"stack(spills)={r['stack_bytes']}B shared={r['shared_bytes']}B")

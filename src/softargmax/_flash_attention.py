@@ -257,6 +257,17 @@ def _kernel_a(q, alpha_h, a):
     return torch.full((H,), a, dtype=torch.float32, device=q.device)
 
 
+def _row_dot(x: Tensor, y: Tensor) -> Tensor:
+    """``Σ_d x·y`` per row of ``[B, H, L, D]`` tensors (``y`` contiguous), float32 ``[B·H·L]``,
+    without float32 copies of the operands."""
+    B, H, L, D = x.shape
+    out = torch.empty(B * H * L, dtype=torch.float32, device=x.device)
+    block = max(1, 1024 // D)  # 1024 elements per program (no spills for sm_90)
+    _module().row_dot[(-(-out.numel() // block),)](x, y, out, out.numel(), H, L, x.stride(0), x.stride(1),
+                                                    x.stride(2), BLOCK_R=block, HEAD_DIM=D)
+    return out
+
+
 class FlashEntmaxAttention(torch.autograd.Function):
     """``O = entmax_α(scale · q kᵀ + mask) v`` by the fused kernels (see :mod:`softargmax._triton_attention`)."""
 
@@ -280,7 +291,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
         BM, BN, warps = ctx.cfg
         nq, nk = -(-L // BM), -(-S // BN)
         do = do if do.stride(-1) == 1 else do.contiguous()
-        c = (do.float() * w.float()).sum(-1).reshape(-1)  # Σ_j s_j g_j / Σs = dO·W per row
+        c = _row_dot(do, w)  # Σ_j s_j g_j / Σs = dO·W per row
         mask, ms, has_mask = _mask_args(ctx.mask4, q)
         alpha_grad = ctx.alpha_h and ctx.needs_input_grad[3]
         dq = torch.empty(B, H, L, D, dtype=q.dtype, device=q.device)
@@ -299,7 +310,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
         if alpha_grad:
             # ⟨g, ∂p/∂α⟩ = (⟨g,p⟩ - c)/a² - (⟨g, p log p⟩ + H(p) c)/a per row, H(p) = -Σ p log p
             a = A.double().view(1, H, 1)
-            gp = (do.double() * o.double()).sum(-1)
+            gp = _row_dot(do, o).double().view(B, H, L)  # ⟨g, p⟩ = dO·O
             cc = c.double().view(B, H, L)
             ent = -rows[4].double().view(B, H, L)
             per_row = (gp - cc) / (a * a) - (plg.double().view(B, H, L) + ent * cc) / a

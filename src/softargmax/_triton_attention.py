@@ -334,3 +334,21 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
              mask=rmask[:, None])
     if ALPHA_GRAD:
         tl.store(PLG + row, plg, mask=rmask)
+
+
+@triton.jit
+def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl,
+            BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """``OUT[r] = Σ_d X[r, d] Y[r, d]`` in float32 for the ``R = B·H·L`` rows of a strided
+    ``X`` ``[B, H, L, D]`` and a contiguous ``Y`` (the backward's ``c = dO·W`` and ``dO·O``)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = rows < R
+    r64 = rows.to(tl.int64)
+    b = r64 // (H * L)
+    h = (r64 // L) % H
+    i = r64 % L
+    xo = b * stride_xb + h * stride_xh + i * stride_xl
+    x = tl.load(X + xo[:, None] + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    y = tl.load(Y + r64[:, None] * HEAD_DIM + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    tl.store(OUT + rows, tl.sum(x * y, 1), mask=rmask)
