@@ -47,15 +47,21 @@ Empty rows (every key masked: ``m = -inf``) get ``p = 0``, ``O = 0`` and zero gr
 Rows, tiles and dots accumulate in float32; ``p`` and ``dz`` are cast to the input type for
 the tensor-core dots (float32 inputs use IEEE float32 dots).
 
-**Bytes moved** (per (batch, head), ``L`` queries, ``S`` keys, head dim ``D``, ``b``
-bytes per element, ``P`` Newton passes, ``ρ`` the fraction of tiles kept): the
-one-read-one-write floor of attention is ``b (2 L D + 2 S D)`` (read ``q, k, v``, write
-``O``); the forward reads ``q`` once, ``K`` ``(1 + P ρ')`` times and ``V`` ``ρ`` times per
-query block, i.e. ``b L D + b S D ⌈L/BLOCK_M⌉ (1 + Pρ' + ρ) + b L D`` and writes
-``W`` (``b L D``) and 5 floats per row (``ρ'`` ≥ ``ρ``: the tiles still evaluated).
-With ``K`` and ``V`` re-read from L2 for the query blocks that run together, the DRAM traffic
-approaches ``b (3 L D + 2 S D)``; the backward reads ``q, k, v, dO, W`` and writes
-``dq, dk, dv`` (≈ ``b (5 L D + 4 S D)`` + K/V re-reads, as FlashAttention-2).
+**Bytes moved and work** (per (batch, head): ``L`` queries, ``S`` keys, head dim ``D``, ``b``
+bytes per element, ``n_q = ⌈L/BLOCK_M⌉`` query blocks, ``P`` Newton passes, ``ρ`` the
+fraction of tiles kept).  The one-read-one-write floor of the forward is ``b (2LD + 2SD)``
+(read ``q, k, v``, write ``O``); this forward reads ``q`` once, the key tiles
+``n_q (1 + Pρ')`` times and the value tiles ``n_q ρ`` times (``ρ' ≥ ρ``: tiles still
+evaluated while ``t`` rises; FlashAttention-2 reads both ``n_q`` times, mostly from L2), and
+writes ``O`` and ``W`` (``2bLD``) plus 5 floats per row and ``n_q ⌈S/BLOCK_N⌉`` tile maxima.
+Its matrix work is ``2LSD (1 + Pρ' + 2ρ)`` flops against FlashAttention-2's ``4LSD``: the
+price of exact thresholds is the ``P`` score passes.  The backward's floor is
+``b (3LD + 4SD)`` (read ``q, dO, k, v``, write ``dq, dk, dv``); it reads ``dO`` and ``W``
+once more for ``c = dO·W`` (and ``O`` for a learned α), then :func:`attention_bwd_dkdv`
+reads ``k, v`` once and the ``q, dO`` tiles ``n_k ρ`` times, :func:`attention_bwd_dq`
+reads ``q, dO`` once and the ``k, v`` tiles ``n_q ρ`` times (the tile re-reads are those
+of FlashAttention-2), with ``7 · 2LSDρ`` flops (FlashAttention-2: ``5 · 2LSD``: ``QKᵀ``
+and ``dO Vᵀ`` are recomputed in both kernels).
 """
 
 import triton
