@@ -246,6 +246,8 @@ def signature(fn, consts, dt):
             sig[name] = "constexpr"
         elif name in HALF:
             sig[name] = "*" + dt
+        elif name == "MASK":
+            sig[name] = "*u8" if consts.get("HAS_MASK") == 2 else "*fp32"
         elif name.isupper() and name not in ("H", "HKV", "L", "S"):
             sig[name] = "*fp32"
         else:
@@ -255,8 +257,8 @@ def signature(fn, consts, dt):
 
 variants = []
 # every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, HEAD_DIM, ALPHA_GRAD, the tiles)
-for dt, D, causal, mask, exact in [("bf16", 64, True, False, 2), ("bf16", 128, False, True, 0),
-                                   ("fp16", 64, False, True, 1), ("fp32", 64, True, False, 0)]:
+for dt, D, causal, mask, exact in [("bf16", 64, True, 0, 2), ("bf16", 128, False, 1, 0),
+                                   ("fp16", 64, False, 2, 1), ("fp32", 64, True, 0, 0)]:
     variants.append((dt, D, causal, mask, exact))
 jobs = []
 for dt, D, causal, mask, exact in variants:

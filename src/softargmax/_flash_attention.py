@@ -12,8 +12,8 @@ style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the 
   ``H`` a multiple of ``Hkv`` (grouped-query attention), ``D`` a power of two in [16, 128];
   float16, bfloat16 or float32 (the same for all three), any strides with a unit last stride;
 * ``is_causal`` (top-left aligned, as SDPA), or ``attn_mask`` boolean or additive float,
-  broadcastable to ``[B, H, L, S]`` (key padding ``[B, 1, 1, S]`` is read as it is, never
-  expanded), without ``requires_grad``; ``scale``;
+  broadcastable to ``[B, H, L, S]``, without ``requires_grad``, read in place by the kernels
+  (broadcast dimensions as stride 0, booleans as bytes: never expanded nor converted); ``scale``;
 * ``dropout_p = 0`` and ``return_weights=False`` (dropout and the weights need the
   materialized path);
 * CUDA tensors (CPU tensors under Triton's interpreter when
@@ -32,6 +32,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
 
@@ -113,12 +114,12 @@ def _per_head(alpha: Tensor, H: int) -> Optional[Tensor]:
 
 
 def _mask4(attn_mask: Tensor, B: int, H: int, L: int, S: int) -> Optional[Tensor]:
-    """The mask as an additive float ``[B, H, L, S]`` view (broadcast strides 0), or ``None``."""
+    """The mask as a ``[B, H, L, S]`` view (broadcast strides 0): additive float, or a boolean
+    mask viewed as bytes; ``None`` if not covered."""
     if attn_mask.requires_grad or attn_mask.dim() > 4:
         return None
     if attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros(attn_mask.shape, dtype=torch.float32, device=attn_mask.device).masked_fill(
-            ~attn_mask, float("-inf"))
+        attn_mask = attn_mask.view(torch.uint8)  # read as bytes (1: may attend), never converted
     elif not attn_mask.is_floating_point():
         return None
     m = attn_mask.reshape([1] * (4 - attn_mask.dim()) + list(attn_mask.shape))
@@ -222,8 +223,8 @@ def _dot_mode(q: Tensor) -> int:
 
 def _mask_args(mask4: Optional[Tensor], like: Tensor):
     if mask4 is None:
-        return like, (0, 0, 0, 0), False
-    return mask4, tuple(mask4.stride()), True
+        return like, (0, 0, 0, 0), 0
+    return mask4, tuple(mask4.stride()), 2 if mask4.dtype == torch.uint8 else 1
 
 
 def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
@@ -283,6 +284,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
         q, k, v, o, w, rows, bmax, A = ctx.saved_tensors
         K = _module()

@@ -101,11 +101,23 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
     """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     z = _mm(q, kt, DOT) * scale
+    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+
+
+@triton.jit
+def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
+            CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+    """``z`` with the mask applied (``HAS_MASK`` 1: additive float, 2: boolean as bytes) and
+    ``-inf`` outside the matrix and above the causal diagonal."""
     valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
-    if HAS_MASK:
+    if HAS_MASK == 1:
         mk = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=valid,
                      other=0.0)
         z = z + mk.to(tl.float32)
+    elif HAS_MASK == 2:
+        keep = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=valid,
+                       other=0)
+        valid = valid & (keep != 0)
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
     return tl.where(valid, z, float("-inf"))
@@ -264,14 +276,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
                 c = tl.load(CROW + row, mask=rmask, other=0.0)
                 z = _mm(q, kt, DOT) * scale
                 dp = _mm(do, vt, DOT)
-                valid = rmask[:, None] & nmask[None, :]
-                if HAS_MASK:
-                    mk = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn,
-                                 mask=valid, other=0.0)
-                    z = z + mk.to(tl.float32)
-                if CAUSAL:
-                    valid = valid & (offs_n[None, :] <= offs_m[:, None])
-                z = tl.where(valid, z, float("-inf"))
+                z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
                 p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
                 dz = s * (dp - c[:, None])
                 dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
