@@ -67,7 +67,27 @@ and ``dO Vᵀ`` are recomputed in both kernels).
 import triton
 import triton.language as tl
 
-from ._triton_kernels import KIND_POWER, _evaluate, _step
+from ._triton_kernels import KIND_POWER, _step
+
+
+@triton.jit
+def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+    """``(p, s)`` of α-entmax at scores ``z`` (``-inf`` masked): ``u = a (z - m) - t``,
+    ``s = u₊^{1/a - 1}``, ``p = s u`` (one ``log2`` and one ``exp2`` per score; sparsemax and
+    1.5-entmax none).  ``KIND`` is the power kind of the row solver (the only one here)."""
+    u = a * (z - m) - t
+    pos = u > 0
+    if EXACT == 1:
+        p = tl.where(pos, u, 0.0)
+        s = tl.where(pos, 1.0, 0.0)
+    elif EXACT == 2:
+        p = tl.where(pos, u * u, 0.0)
+        s = tl.where(pos, u, 0.0)
+    else:
+        up = tl.where(pos, u, 0.0)
+        s = tl.where(pos, tl.exp2(tl.log2(tl.where(pos, u, 1.0)) * (1.0 / a - 1.0)), 0.0)
+        p = s * up
+    return p, s
 
 
 @triton.jit
