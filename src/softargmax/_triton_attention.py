@@ -130,14 +130,13 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
     """``z`` with the mask applied (``HAS_MASK`` 1: additive float, 2: boolean as bytes) and
     ``-inf`` outside the matrix and above the causal diagonal."""
     valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
-    if HAS_MASK == 1:
-        mk = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=valid,
-                     other=0.0)
-        z = z + mk.to(tl.float32)
-    elif HAS_MASK == 2:
-        keep = tl.load(MASK + mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn, mask=valid,
-                       other=0)
-        valid = valid & (keep != 0)
+    if HAS_MASK != 0:
+        # 64-bit offsets: a full [L, S] mask passes 2^31 entries at L = S = 46341
+        moffs = mask_base + offs_m.to(tl.int64)[:, None] * stride_mm + offs_n[None, :] * stride_mn
+        if HAS_MASK == 1:
+            z = z + tl.load(MASK + moffs, mask=valid, other=0.0).to(tl.float32)
+        else:
+            valid = valid & (tl.load(MASK + moffs, mask=valid, other=0) != 0)
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
     return tl.where(valid, z, float("-inf"))
