@@ -11,7 +11,8 @@ Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16):
   cannot resolve 1e-3 near 1), else in the case's dtype (``psum_dtype`` says which); for the
   fused kernels also ``psum_solver``: the threshold solver's own row sums (float32);
 * ``block_sparsity``: for the fused kernels, the fraction of score tiles inside the causal
-  band skipped by the output pass.
+  band skipped by the output pass; ``newton_passes_mean``/``_max``: the Newton passes over
+  the key tiles that the blocks of query rows took.
 
 AdaSplash (Gonçalves, Treviso & Martins, *AdaSplash: Adaptive Sparse Flash Attention*,
 ICML 2025, code: deep-spin/adasplash) is an optional comparison: imported when present,
@@ -144,6 +145,9 @@ def attention_cases(device, repeats, smoke=False, log=print):
                 nonempty = st["psum"] > 0
                 res["psum_solver"] = float((st["psum"][nonempty] - 1).abs().max())
                 res["block_sparsity"] = round(st["block_sparsity"], 4)
+                passes = st["newton_passes"].float()
+                res["newton_passes_mean"] = round(float(passes.mean()), 2)
+                res["newton_passes_max"] = int(passes.max())
             runs[name] = run
             case["impls"][name] = res
         times = time_thunks(runs, repeats, 0 if smoke else max(2, repeats // 5), device) if runs else {}

@@ -143,6 +143,8 @@ def test_block_sparsity_is_exact(device):
         wp = torch.nn.functional.pad(w, (0, 8, 0, 8))
         nz = (wp.reshape(B, H, 3, 16, 3, 16) > 0).any(-1).any(-2)
         assert stats["kept"] == int(nz.sum()) and stats["block_sparsity"] > 0
+        passes = stats["newton_passes"]
+        assert passes.shape == (B, H, 3) and (passes >= 2).all() and (passes < FA.MAX_ITER).all()
         torch.testing.assert_close(stats["psum"], torch.ones(B, H, L, device=device), atol=1e-5, rtol=0)
     keep = torch.ones(B, 1, 1, S, dtype=torch.bool, device=device)
     keep[..., :] = False

@@ -239,16 +239,17 @@ def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
     w = torch.empty_like(o)
     rows = torch.empty(5, B * H * L, dtype=torch.float32, device=dev)  # m, t, Σs, Σp, Σ p log p
     bmax = torch.zeros(B * H, nq, nk, dtype=torch.float32, device=dev)
+    iters = torch.empty(B * H, nq, dtype=torch.int32, device=dev)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
     K.attention_fwd[(nq, B * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax,
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters,
         H, Hkv, L, S, scale, tol, MAX_ITER,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), *ms,
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
         BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, num_warps=warps)
-    return o, w, rows, bmax
+    return o, w, rows, bmax, iters
 
 
 def _kernel_a(q, alpha_h, a):
@@ -276,7 +277,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, alpha_h, a, mask4, causal, scale, cfg):
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
-        o, w, rows, bmax = _forward(q, k, v, A, exact, mask4, causal, scale, cfg)
+        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg)
         ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact = mask4, causal, scale, cfg, exact
         ctx.alpha_h = alpha_h is not None
@@ -327,7 +328,8 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
                   block_n: Optional[int] = None) -> dict:
     """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``,
     0 for empty rows), ``tiles`` and ``kept`` (the score tiles inside the causal band and those
-    the output pass used), and ``block_sparsity = 1 - kept / tiles``."""
+    the output pass used), ``block_sparsity = 1 - kept / tiles``, and ``newton_passes``
+    (``[B, H, query blocks]``: the Newton passes each block of query rows took)."""
     prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
     if prep is None:
         raise ValueError("forward_stats: the fused kernels do not cover these arguments")
@@ -336,7 +338,7 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
     cfg = (block_m or bm, block_n or bn, warps)
     A = _kernel_a(q, alpha_h, a)
-    _, _, rows, bmax = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg)
+    _, _, rows, bmax, iters = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg)
     B, H, L, _ = q.shape
     S = k.shape[2]
     BM, BN = cfg[0], cfg[1]
@@ -346,4 +348,4 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     tiles = int(band.sum()) * B * H
     kept = int(((bmax > 0) & band).sum())
     return {"psum": rows[3].view(B, H, L), "tiles": tiles, "kept": kept,
-            "block_sparsity": 1.0 - kept / max(tiles, 1)}
+            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": iters.view(B, H, -1)}

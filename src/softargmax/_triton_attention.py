@@ -143,7 +143,7 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
 
 
 @triton.jit
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS,
                   H, HKV, L, S, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
@@ -240,6 +240,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX,
     tl.store(SSUM + row, Sp, mask=rmask)
     tl.store(PSUM + row, Ssum, mask=rmask)
     tl.store(PLOGP + row, plogp, mask=rmask)
+    tl.store(ITERS + bh.to(tl.int64) * tl.num_programs(0) + pid_m, it)
 
 
 @triton.jit
