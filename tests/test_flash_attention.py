@@ -214,6 +214,33 @@ def test_attention_dispatch(device, monkeypatch):
             _triton_rows.set_cpu_interpret(old)
 
 
+def test_huggingface_function_without_weights_is_fused(device, monkeypatch):
+    """The Transformers attention function asks for the weights only with
+    ``output_attentions``; without it (grouped key/value heads, causal) it takes the kernels."""
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from softargmax.integrations.huggingface import attention_function
+
+    calls = []
+    real = FA._apply
+    monkeypatch.setattr(FA, "_apply", lambda *a, **k: calls.append(1) or real(*a, **k))
+    old = _triton_rows.set_cpu_interpret(True) if device == "cpu" else None
+    try:
+        q, k, v, _ = _inputs(1, 4, 2, 12, 12, 16, device, seed=9)
+        module = SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False,
+                                 config=SimpleNamespace(output_attentions=False))
+        fn = attention_function("entmax15")
+        out, w = fn(module, q, k, v, None, scaling=0.25)
+        assert w is None and len(calls) == 1 and out.shape == (1, 12, 4, 16)
+        ref, w = fn(module, q, k, v, None, scaling=0.25, output_attentions=True)
+        assert w.shape == (1, 4, 12, 12) and len(calls) == 1
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    finally:
+        if old is not None:
+            _triton_rows.set_cpu_interpret(old)
+
+
 def test_uncovered_arguments(device):
     q, k, v, _ = _inputs(1, 2, 2, 8, 8, 16, device)
     for kw in (dict(mapping="softmax"), dict(mapping="entmax", alpha=2.5), dict(mapping="entmax", alpha=1.001),

@@ -113,10 +113,10 @@ def _per_head(alpha: Tensor, H: int) -> Optional[Tensor]:
     return alpha.reshape(shape[1]).expand(H)
 
 
-def _mask4(attn_mask: Tensor, B: int, H: int, L: int, S: int) -> Optional[Tensor]:
+def _mask4(attn_mask: Tensor, like: Tensor, B: int, H: int, L: int, S: int) -> Optional[Tensor]:
     """The mask as a ``[B, H, L, S]`` view (broadcast strides 0): additive float, or a boolean
     mask viewed as bytes; ``None`` if not covered."""
-    if attn_mask.requires_grad or attn_mask.dim() > 4:
+    if attn_mask.requires_grad or attn_mask.dim() > 4 or attn_mask.device != like.device:
         return None
     if attn_mask.dtype == torch.bool:
         attn_mask = attn_mask.view(torch.uint8)  # read as bytes (1: may attend), never converted
@@ -155,7 +155,7 @@ def _prepare(query, key, value, attn_mask, is_causal, mapping, alpha):
         return None
     mask4 = None
     if attn_mask is not None:
-        mask4 = _mask4(attn_mask, B, H, L, S)
+        mask4 = _mask4(attn_mask, q, B, H, L, S)
         if mask4 is None:
             return None
     alpha_h = None
