@@ -1,7 +1,7 @@
 """GPU benchmark of the Triton kernels (issue: GPU kernels): writes benchmarks/results/gpu-<device>.json.
 
     python benchmarks/run_gpu.py                  # full run on the first CUDA device (H100/H200 sizes)
-    python benchmarks/run_gpu.py --only operators # or: losses, fused
+    python benchmarks/run_gpu.py --only operators # or: losses, fused, attention
     python benchmarks/run_gpu.py --smoke          # tiny sizes; with --device cpu it checks the plumbing
 
 Every case is timed as the median of interleaved calls (``softargmax.bench.time_thunks``)
@@ -9,7 +9,9 @@ against ``torch.softmax`` (operators) or ``F.cross_entropy`` (losses) in the sam
 the reference ``entmax`` package where it has the operator.  Bandwidth: the bytes an ideal
 kernel moves (forward: read x, write p; backward: read p and the incoming gradient, write
 the gradient) divided by the time, as a fraction of the device's copy bandwidth measured
-in the same run (``y.copy_(x)`` of 1 GiB: read + write).  The JSON follows the operator
+in the same run (``y.copy_(x)`` of 1 GiB: read + write).  The attention section
+(``attention_gpu.py``) times the fused α-entmax attention against SDPA, the materialized
+path and AdaSplash when installed.  The JSON follows the operator
 benchmark's schema (``"device"`` names the GPU) with ``gbps`` and ``bw_fraction`` added.
 """
 
@@ -27,6 +29,9 @@ import torch.nn.functional as F
 import softargmax as sa
 from softargmax import _triton_rows
 from softargmax.bench import _package, device_name, time_thunks
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_gpu  # the attention section, next to this file
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -191,7 +196,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats")
-    ap.add_argument("--only", choices=["operators", "losses", "fused", "peers"], nargs="+",
+    ap.add_argument("--only", choices=["operators", "losses", "fused", "attention", "peers"], nargs="+",
                     help="sections (default: all but peers)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
@@ -204,7 +209,7 @@ def main(argv=None) -> int:
     if device.type == "cuda" and not _triton_rows.available():
         print("run_gpu.py: Triton is not importable: the GPU kernels would not run", file=sys.stderr)
         return 2
-    only = set(args.only or ["operators", "losses", "fused"])
+    only = set(args.only or ["operators", "losses", "fused", "attention"])
     repeats = args.repeats or (3 if args.smoke else 25)
     vocab = SMOKE_VOCAB if args.smoke else VOCAB_SHAPES
     attention = SMOKE_ATTENTION if args.smoke else ATTENTION_SHAPE
@@ -212,7 +217,7 @@ def main(argv=None) -> int:
     print(f"device: {device_name(device)}; copy bandwidth {copy_gbps:.0f} GB/s")
     result = {"device": device_name(device), "torch": torch.__version__, "softargmax": sa.__version__,
               "triton": _triton_version(), "copy_gbps": round(copy_gbps, 1), "cases": [], "loss_cases": [],
-              "fused": None}
+              "fused": None, "attention": []}
     if "operators" in only:
         dtypes = [torch.float32, torch.bfloat16]
         result["cases"] += operator_cases(vocab, dtypes, device, repeats, copy_gbps, not args.no_package)
@@ -221,6 +226,9 @@ def main(argv=None) -> int:
         result["loss_cases"] = loss_cases(vocab, device, repeats)
     if "fused" in only:
         result["fused"] = fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device, max(3, repeats // 5))
+    if "attention" in only:
+        result["attention"] = attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
+                                                            smoke=args.smoke)
     if "peers" in only:
         result["peers"] = run_peers(args, device, repeats)
     name = "gpu-" + device_name(device).replace(" ", "-").lower() + ".json"

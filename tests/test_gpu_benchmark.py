@@ -23,6 +23,13 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
         assert c["ratio"] > 0 and 0 < c["bw_fraction"] and c["target"] in (1.0, 1.25, 1.5)
     assert {c["op"] for c in result["loss_cases"]} == {"sparsemax_loss", "entmax15_loss", "entmax_loss_a1.3"}
     assert result["fused"]["time_ratio"] > 0
+    (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)
+    impls = case["impls"]
+    assert {"sdpa", "materialized_entmax15"} <= set(impls) and all(r["ms"] > 0 for r in impls.values())
+    if "fused_entmax15" in impls:
+        for name in ("fused_entmax15", "fused_learned_alpha"):
+            assert impls[name]["max_abs_psum_minus_1"] < 1e-5 and impls[name]["psum_solver"] < 1e-5
+            assert 0 <= impls[name]["block_sparsity"] < 1
 
 
 def test_gpu_benchmark_refuses_without_cuda():

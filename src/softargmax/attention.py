@@ -8,7 +8,15 @@ conventions of ``torch.nn.functional.scaled_dot_product_attention``:
   as SDPA) and cannot be combined with ``attn_mask``;
 * ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
 * ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
-  modules do).
+  modules do);
+* ``enable_gqa=True``: ``key``/``value`` may have fewer heads (dimension -3) than ``query``,
+  each shared by ``H / Hkv`` consecutive query heads (grouped-query attention, as SDPA).
+
+On CUDA, ``return_weights=False`` calls with ``dropout_p = 0`` and ``mapping``
+``"sparsemax"``, ``"entmax15"`` or ``"entmax"`` (float or per-head α) run the fused
+FlashAttention-style Triton kernels (``O(L)`` memory, the weights never stored; coverage in
+:mod:`softargmax._flash_attention`, switch: ``SOFTARGMAX_FLASH_ATTENTION=0``); the rest (and
+``return_weights=True``, dropout, CPU) computes the weights, the reference path.
 
 ``mapping`` is ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
 ``alpha``: a float or a per-head tensor, e.g. shape ``(H,)`` or ``(H, 1, 1)``, which
@@ -25,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _flash_attention
 from ._checks import check_broadcastable, check_tensor
 from .mappings import MAPPING_NAMES as MAPPINGS
 from .mappings import normalize
@@ -57,6 +66,7 @@ def attention(
     mapping: str = "entmax15",
     alpha: Union[float, Tensor, None] = None,
     return_weights: bool = False,
+    enable_gqa: bool = False,
 ):
     """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
 
@@ -65,6 +75,7 @@ def attention(
         attn_mask, dropout_p, is_causal, scale: as in ``scaled_dot_product_attention``.
         mapping, alpha: the normalization (module docstring).
         return_weights: also return the ``[..., L, S]`` attention weights.
+        enable_gqa: allow fewer key/value heads than query heads (module docstring).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(t, name)
@@ -80,14 +91,37 @@ def attention(
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] != query.shape[-3]:
+        if key.shape[-3] == 0 or query.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
+            raise ValueError(f"enable_gqa: the query heads ({query.shape[-3]}) must be a multiple of the key/value "
+                             f"heads ({key.shape[-3]}, {value.shape[-3]})")
+    elif query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] not in (1, query.shape[-3]):
+        enable_gqa = None  # no grouping asked: plain broadcasting decides (and raises) below
+    if attn_mask is not None:  # checked before either path runs
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
+        key_batch = key.shape[:-2]
+        if enable_gqa and len(key_batch) >= 1 and query.dim() >= 3:
+            key_batch = key_batch[:-1] + (query.shape[-3],)
+        try:
+            score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (L, S)
+        except RuntimeError:
+            score_shape = None  # query/key batch shapes that do not broadcast: the matmul below says so
+        if score_shape is not None:
+            check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
+                                "the attention scores' shape [..., L, S] =")
+    fused = None if enable_gqa is None else _flash_attention.maybe_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
+    if fused is not None:
+        return fused
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        group = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
     scores = (query @ key.transpose(-2, -1)) * scale
     if is_causal:
         causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
     elif attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
-        check_broadcastable(attn_mask, scores, "attn_mask", "the attention scores' shape [..., L, S] =")
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         elif attn_mask.is_floating_point():

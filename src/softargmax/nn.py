@@ -411,8 +411,10 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             kp = torch.zeros_like(kp, dtype=q.dtype).masked_fill(kp, float("-inf")) if kp.dtype == torch.bool else kp.to(q.dtype)
             mask = mask + kp.view(B, 1, 1, S)
         alpha = self.alpha.to(q.dtype).view(H, 1, 1) if self.mapping in ("entmax", "alpha") else None
-        out, weights = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                                 mapping=self.mapping, alpha=alpha, return_weights=True)
+        want = need_weights or self.store_weights  # without the weights CUDA inputs may take the fused kernels
+        res = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                        mapping=self.mapping, alpha=alpha, return_weights=want)
+        out, weights = res if want else (res, None)
         if self.store_weights:
             self.last_weights = weights.detach()
         out = out.permute(2, 0, 1, 3).reshape(L, B, E)

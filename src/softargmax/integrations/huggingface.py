@@ -36,19 +36,23 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
     def forward(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
                 scaling: Optional[float] = None, dropout: float = 0.0, **kwargs):
         groups = getattr(module, "num_key_value_groups", 1)
-        if groups > 1:
-            key = key.repeat_interleave(groups, dim=1)
-            value = value.repeat_interleave(groups, dim=1)
+        # the weights only when Transformers asks for them: without them CUDA inputs take the
+        # fused kernels (O(L) memory; grouped key/value heads are read as they are)
+        want = kwargs.get("output_attentions")
+        if want is None:
+            want = getattr(getattr(module, "config", None), "output_attentions", True)
         is_causal = False
         mask = attention_mask
         if mask is not None:
             mask = mask[..., : key.shape[-2]]
         elif query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
             is_causal = True
-        out, weights = attention(
+        res = attention(
             query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling,
-            dropout_p=dropout if module.training else 0.0, mapping=mapping, alpha=alpha, return_weights=True,
+            dropout_p=dropout if module.training else 0.0, mapping=mapping, alpha=alpha, return_weights=bool(want),
+            enable_gqa=groups > 1,
         )
+        out, weights = res if want else (res, None)
         return out.transpose(1, 2).contiguous(), weights
 
     forward.__name__ = f"softargmax_{mapping}_attention"
