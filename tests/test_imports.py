@@ -14,11 +14,11 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
 
 #: lowest layer first; every module of the package must be listed (subpackages by prefix)
 LAYERS = [
-    ("base", {"_checks", "_extras", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
-    ("solvers", {"_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
+    ("base", {"_checks", "_extras", "_dtensor", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
+    ("solvers", {"_triton_attention", "_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
     ("mappings", {"_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
-    ("losses", {"losses", "fused", "_loss_ops"}),
-    ("modules", {"attention", "nn", "integrations"}),
+    ("losses", {"_targets", "_loss_rows", "_fy_loss", "_linear_chunks", "distributed", "losses", "fused", "_loss_ops"}),
+    ("modules", {"_flash_attention", "attention", "nn", "integrations"}),
     ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
 ]
 

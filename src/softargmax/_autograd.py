@@ -157,7 +157,7 @@ class NormalizedMapping(torch.autograd.Function):
     @classmethod
     def apply(cls, x, *args):
         if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
-            from .distributed import dtensor_apply
+            from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args, dim=args[-1])
         return super().apply(x, *args)

@@ -19,7 +19,6 @@ from typing import Optional
 from torch import Tensor
 
 from . import _cpu_rows, _triton_rows
-from ._row_kinds import kind_of
 from .divergences import Divergence
 
 __all__ = ["select", "solve", "solve_alpha_rows", "on_gpu_kernels", "alpha_relu_forward", "alpha_relu_backward"]

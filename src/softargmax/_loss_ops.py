@@ -22,22 +22,24 @@ from torch import Tensor
 
 from ._checks import CUSTOM_OPS, compute_dtype
 from ._custom_ops import define
-from .losses import _prepare, _resolve, reduce_loss
+from ._loss_rows import resolve_loss
+from ._targets import reduce_loss
+from ._fy_loss import prepare
 
 __all__: list = []
 
 
 def _kind(mapping: str, param: float, tau: float):
     if mapping == "alpha_relu":
-        return _resolve("alpha_relu", {"alpha": param, "tau": tau})
-    return _resolve(mapping, {"alpha": param} if mapping == "alpha" else {})
+        return resolve_loss("alpha_relu", {"alpha": param, "tau": tau})
+    return resolve_loss(mapping, {"alpha": param} if mapping == "alpha" else {})
 
 
 def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: Optional[Tensor], mapping: str,
                         param: float, tau: float, temperature: float, dim: int, multilabel: bool, ignore_index: int,
                         reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
     kind = _kind(mapping, param, tau)
-    rows, tgt, compute = _prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
+    rows, tgt, compute = prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
                                   weight)
     per_row, _, G = compute(rows.flat)
     per_row = per_row.to(x.dtype)

@@ -31,7 +31,7 @@ class _AlphaReLU(torch.autograd.Function):
     @classmethod
     def apply(cls, x, *args):
         if type(x).__name__ == "DTensor":  # elementwise: run on the local shards
-            from .distributed import dtensor_apply
+            from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args)
         return super().apply(x, *args)

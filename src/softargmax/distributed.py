@@ -69,15 +69,12 @@ from ._checks import (
     check_tensor,
     compute_dtype,
 )
+from ._dtensor import dtensor_apply, is_dtensor, local_map_rows  # noqa: F401  (re-exported)
+from ._fy_loss import one_process_loss
+from ._loss_rows import RowLoss, resolve_loss
+from ._targets import Target, check_reduction, reduce_loss
 from .divergences import AlphaDivergence, Divergence
-from .losses import (
-    Target,
-    _check_reduction,
-    _resolve,
-    _RowLoss,
-    _sum_f_minus_f0,
-    reduce_loss,
-)
+from .solution import sum_f_minus_f0
 from .threshold import MAX_ITER, Solution, _newton_update
 from .threshold import solve as solve_local
 
@@ -519,7 +516,7 @@ def _fy_partial(theta: Tensor, z: Tensor, plan: _Plan, rows: slice, div: Diverge
         else:
             p = p32.to(vdt)
             theta_p = torch.where(pos, theta.to(vdt) * p, torch.zeros_like(p)).sum(-1)
-            omega_p = _sum_f_minus_f0(div, p, None if qq is None else qq.to(vdt), f0)
+            omega_p = sum_f_minus_f0(div, p, None if qq is None else qq.to(vdt), f0)
         if dense32 is None:
             if qq is None:
                 one = torch.ones(R, 1, dtype=vdt, device=dev)
@@ -532,7 +529,7 @@ def _fy_partial(theta: Tensor, z: Tensor, plan: _Plan, rows: slice, div: Diverge
             omega_y = torch.where(owned, omega_y, torch.zeros_like(omega_y))
         else:
             dense = dense32.to(vdt)
-            omega_y = _sum_f_minus_f0(div, dense, None if qq is None else qq.to(vdt), f0)
+            omega_y = sum_f_minus_f0(div, dense, None if qq is None else qq.to(vdt), f0)
             theta_y = torch.where(dense32 > 0, theta * dense32, torch.zeros_like(dense32)).sum(-1, dtype=vdt)
         D = omega_y - omega_p
     else:
@@ -631,7 +628,7 @@ def _finish_rows(partial: Tensor, plan: _Plan, rows: slice, bad_rows: Optional[T
 
 
 def _resolve_kind(mapping, params: dict, rows_param):
-    """Like :func:`softargmax.losses._resolve`, plus a per-row tensor α for ``"entmax"``."""
+    """Like :func:`softargmax._loss_rows.resolve_loss`, plus a per-row tensor α for ``"entmax"``."""
     alpha = params.get("alpha")
     if mapping in ("entmax", "alpha") and isinstance(alpha, Tensor):
         extra = set(params) - {"alpha"}
@@ -639,7 +636,7 @@ def _resolve_kind(mapping, params: dict, rows_param):
             raise ValueError(f"mapping={mapping!r}: unexpected parameters {sorted(extra)}")
         check_alpha(alpha, "alpha", minimum=1.0 if mapping == "entmax" else 0.0, strict=mapping != "entmax")
         return "fy", AlphaDivergence(rows_param(alpha.detach(), "alpha"))
-    return _resolve(mapping, params)
+    return resolve_loss(mapping, params)
 
 
 # ----------------------------------------------------------------------------------
@@ -681,7 +678,7 @@ def fenchel_young_loss(
     group, rank, world = _group_info(process_group)
     check_tensor(x)
     dim = check_dim(x, dim)
-    _check_reduction(reduction)
+    check_reduction(reduction)
     rows = Rows(x, dim)
     kind = _resolve_kind(mapping, dict(mapping_params), rows.row_param)
     R, k = rows.R, rows.k
@@ -730,7 +727,7 @@ def fenchel_young_loss(
         return loss, p, G
 
     if x.requires_grad and torch.is_grad_enabled():
-        per_row = _RowLoss.apply(x, compute, rows)
+        per_row = RowLoss.apply(x, compute, rows)
     else:
         per_row = compute(z_rows)[0].to(x.dtype)
     tgt = Target(index=None, dense=None, keep=plan.keep, item_weight=kept["w"])
@@ -785,7 +782,7 @@ def linear_fenchel_young_loss(
     gradients of ``weight`` and ``bias`` are this rank's rows.  Soft targets are this rank's
     slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.
     """
-    from .fused import DEFAULT_MEMORY_BUDGET, _LinearFY, chunk_tokens
+    from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, chunk_tokens
 
     group, rank, world = _group_info(process_group)
     check_tensor(hidden, "hidden")
@@ -824,7 +821,7 @@ def linear_fenchel_young_loss(
     plan = _plan(target2, local_shape, lambda t: t.reshape(N, k).to(cdt), N, k, cdt, hidden.device, sizes, group,
                  rank, world, multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
                  weight=class_weight, batch_shape=(N,))
-    kind = _resolve(mapping, dict(mapping_params))
+    kind = resolve_loss(mapping, dict(mapping_params))
     q2d = None
     if kind[0] == "fy":
         beta = check_positive_number(temperature, "temperature")
@@ -884,23 +881,12 @@ def linear_fenchel_young_loss(
 
     tgt = Target(index=None, dense=None, keep=plan.keep, item_weight=item_weight)
     h = _CopyToParallel.apply(hidden2d, group) if hidden2d.requires_grad else hidden2d
-    return _LinearFY.apply(h, weight, bias, compute, tgt, denom, chunk_size, softcap)
+    return LinearFY.apply(h, weight, bias, compute, tgt, denom, chunk_size, softcap)
 
 
 # ----------------------------------------------------------------------------------
 # DTensor
 # ----------------------------------------------------------------------------------
-
-
-def is_dtensor(x) -> bool:
-    """Whether ``x`` is a ``torch.distributed.tensor.DTensor`` (without importing it needlessly)."""
-    if type(x).__name__ != "DTensor":
-        return False
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(x, DTensor)
 
 
 def _dtensor_loss(x, target, mapping, process_group, *, dim, reduction, return_prediction, weight=None, q=None,
@@ -923,9 +909,7 @@ def _dtensor_loss(x, target, mapping, process_group, *, dim, reduction, return_p
     if process_group is not None:
         raise ValueError("process_group: not accepted with a DTensor x (the group is the mesh's)")
     if not class_mesh_dims:  # replicated classes: the ordinary loss on the local copy
-        from . import losses
-
-        out = losses.fenchel_young_loss(local, target, mapping, dim=dim, reduction=reduction, weight=weight, q=q,
+        out = one_process_loss(local, target, mapping, dim=dim, reduction=reduction, weight=weight, q=q,
                                         return_prediction=return_prediction, **kwargs)
     else:
         group = mesh.get_group(class_mesh_dims[0])
@@ -937,41 +921,3 @@ def _dtensor_loss(x, target, mapping, process_group, *, dim, reduction, return_p
         return (DTensor.from_local(loss, mesh, replicate, run_check=False),
                 DTensor.from_local(p, mesh, x.placements, run_check=False))
     return DTensor.from_local(out, mesh, replicate, run_check=False)
-
-
-def dtensor_apply(apply, x, *args, dim: Optional[int] = None, drops_dim: bool = False):
-    """``apply(x_local, *args_local)`` for a ``DTensor`` ``x``, returned with ``x``'s placements.
-
-    The hook of the mappings: a normalized mapping (``dim`` given) is independent row by
-    row, so when ``dim`` is whole on every rank it runs on the local shards with no
-    communication; an elementwise map (``dim=None``, α-ReLU) accepts any sharding;
-    ``drops_dim``: the result has one value per row (the f-softmax).  Sharded
-    on ``dim`` (or ``Partial``): ``ValueError`` (the losses accept class-sharded logits).
-    ``DTensor`` arguments (a per-row α, ``q``) are used through their local shards and
-    must be placed like ``x``.
-    """
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-
-    d = None if dim is None else dim % x.dim()
-    for pl in x.placements:
-        if not (isinstance(pl, Replicate) or (isinstance(pl, Shard) and pl.dim != d)):
-            where = "partial" if dim is None else f"sharded on the normalized dimension (dim={dim}) or partial"
-            raise ValueError(f"x: a DTensor passed to a mapping must not be {where}; got placements {x.placements}. "
-                             "Losses over sharded classes take class-sharded DTensors or process_group=")
-    args = [a.to_local() if is_dtensor(a) else a for a in args]
-    out = apply(x.to_local(), *args)
-    if not drops_dim:
-        return DTensor.from_local(out, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
-    # a value per row (the f-softmax): ``dim`` is gone, later dimensions shift down
-    placements = [Shard(pl.dim - (pl.dim > d)) if isinstance(pl, Shard) else pl for pl in x.placements]
-    shape = torch.Size([n for i, n in enumerate(x.shape) if i != d])
-    stride = torch.empty(shape, device="meta").stride()
-    return DTensor.from_local(out, x.device_mesh, placements, run_check=False, shape=shape, stride=stride)
-
-
-def local_map_rows(fn, x, *args, dim: int = -1, **kwargs):
-    """``fn(x, *args, dim=dim, **kwargs)`` for any row-wise ``fn`` on a ``DTensor`` not sharded on ``dim``,
-    run on the local shards (see :func:`dtensor_apply`).  The library's mappings do this by
-    themselves; this helper is for user functions built on them."""
-    kwargs = {k: (v.to_local() if is_dtensor(v) else v) for k, v in kwargs.items()}
-    return dtensor_apply(lambda xl, *a: fn(xl, *a, dim=dim, **kwargs), x, *args, dim=dim)

@@ -92,7 +92,7 @@ class _FSoftmax(torch.autograd.Function):
     @classmethod
     def apply(cls, x, *args):
         if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
-            from .distributed import dtensor_apply
+            from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args, dim=args[-1], drops_dim=True)
         return super().apply(x, *args)

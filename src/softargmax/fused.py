@@ -36,107 +36,14 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_positive_number, check_q, check_tensor, compute_dtype
 from .divergences import Divergence
-from .losses import _resolve, alpha_relu_rows, fy_rows, parse_target, rows_of
+from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, chunk_tokens
+from ._loss_rows import alpha_relu_rows, fy_rows, resolve_loss
+from ._targets import parse_target
 
 __all__ = ["linear_fenchel_young_loss"]
-
-#: default bytes for one chunk's buffers (logits, their float32 copy, prediction/gradient, half copy)
-DEFAULT_MEMORY_BUDGET = 2**30
-
-
-def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False) -> int:
-    """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes."""
-    size = torch.empty((), dtype=dtype).element_size()
-    half = dtype != compute_dtype(dtype)
-    cdt_size = torch.empty((), dtype=compute_dtype(dtype)).element_size()
-    # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
-    # + the solver's output before the gradient overwrites it + softcap's tanh
-    per_token = V * (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
-                     + (cdt_size if softcap else 0))
-    return max(1, memory_budget // per_token)
-
-
-def _accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
-    """``gw += Gmᵀ h`` with ``gw`` float32 and ``Gm``, ``h`` in the input dtype.
-
-    Half inputs on CUDA: one tensor-core GEMM that accumulates in float32 and adds into ``gw``
-    (``out_dtype``); elsewhere the operands are converted to ``gw``'s dtype.
-    """
-    if Gm.dtype == gw.dtype:
-        gw.addmm_(Gm.T, h)
-    elif gw.is_cuda and _OUT_DTYPE[0] is not False:
-        try:
-            torch.addmm(gw, Gm.T, h, out_dtype=gw.dtype, out=gw)
-            _OUT_DTYPE[0] = True
-            return
-        except (TypeError, RuntimeError):  # a torch without the out_dtype GEMM
-            if _OUT_DTYPE[0]:
-                raise
-            _OUT_DTYPE[0] = False
-        gw.addmm_(Gm.T.to(gw.dtype), h.to(gw.dtype))
-    else:
-        gw.addmm_(Gm.T.to(gw.dtype), h.to(gw.dtype))
-
-
-#: whether torch.addmm(..., out_dtype=) works here: None (not tried), True, False
-_OUT_DTYPE = [None]
-
-
-class _LinearFY(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden2d, weight, bias, compute, tgt, denom, chunk, softcap):
-        N, d = hidden2d.shape
-        V = weight.shape[0]
-        cdt = compute_dtype(hidden2d.dtype)
-        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-        gh = torch.empty_like(hidden2d) if need_h else None
-        gw = torch.zeros(V, d, dtype=cdt, device=weight.device) if need_w else None
-        gb = torch.zeros(V, dtype=cdt, device=weight.device) if need_b else None
-        total = torch.zeros((), dtype=cdt, device=hidden2d.device)
-        for start in range(0, N, chunk):
-            end = min(N, start + chunk)
-            h = hidden2d[start:end]
-            logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
-            part = rows_of(tgt, start, end)
-            z = logits.to(cdt)
-            del logits
-            if softcap is not None:
-                t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
-                z = t * softcap
-            loss, _, G = compute(z, part)
-            del z
-            w = part.item_weight
-            total = total + (loss if w is None else loss * w).sum()
-            scale = (1.0 / denom) if w is None else (w / denom).unsqueeze(1)
-            G = G.mul_(scale)
-            if softcap is not None:
-                G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
-                del t
-            Gm = G.to(hidden2d.dtype)
-            if need_h:
-                torch.mm(Gm, weight, out=gh[start:end])
-            if need_w:
-                _accumulate_weight_grad(gw, Gm, h)
-            if need_b:
-                gb.add_(G.sum(0))
-            del G, Gm
-        ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype))
-        return total / denom
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        gh, gw, gb = ctx.grads
-        scale = grad_out.to(torch.float32)
-        out = []
-        for g in (gh, gw, gb):
-            out.append(None if g is None else g * scale.to(g.dtype))
-        return out[0], out[1], out[2], None, None, None, None, None
-
 
 def linear_fenchel_young_loss(
     hidden: Tensor,
@@ -224,7 +131,7 @@ def linear_fenchel_young_loss(
         target2 = target.reshape(N, V)
     tgt = parse_target(target2, logits_meta, rows, multilabel=multilabel, ignore_index=ignore_index,
                        label_smoothing=label_smoothing, weight=class_weight)
-    kind = _resolve(mapping, dict(mapping_params))
+    kind = resolve_loss(mapping, dict(mapping_params))
     if kind[0] == "fy":
         beta = check_positive_number(temperature, "temperature")
         check_q(q, logits_meta)
@@ -244,7 +151,7 @@ def linear_fenchel_young_loss(
             denom = math.nan
     else:
         denom = 1.0
-    return _LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
+    return LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
 
 
 class _MetaRows(Rows):

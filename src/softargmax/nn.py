@@ -260,9 +260,9 @@ class FenchelYoungLoss(nn.Module):
 
     def __init__(self, mapping: Union[str, Divergence] = "entmax15", **options):
         super().__init__()
-        from .losses import _resolve
+        from ._loss_rows import resolve_loss
 
-        _resolve(mapping, {k: v for k, v in options.items() if k in ("alpha", "tau")})  # validate early
+        resolve_loss(mapping, {k: v for k, v in options.items() if k in ("alpha", "tau")})  # validate early
         self.mapping = mapping
         self.options = options
 
