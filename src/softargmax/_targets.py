@@ -51,6 +51,15 @@ class Target:
         return y
 
 
+def _dim_hint(target_shape, x_shape, dim: int) -> str:
+    """A hint naming the ``dim`` that would make class indices of ``target_shape`` fit ``x_shape``."""
+    fits = [d for d in range(len(x_shape)) if d != dim and tuple(target_shape) == tuple(x_shape[:d]) + tuple(x_shape[d + 1:])]
+    if not fits:
+        return ""
+    return (f"; the classes seem to be along dim={fits[0]}: pass dim={fits[0]} (the losses take the class "
+            f"dimension as dim, default -1, where F.cross_entropy uses dimension 1)")
+
+
 def parse_target(
     target: Tensor,
     x: Tensor,
@@ -78,6 +87,8 @@ def parse_target(
             raise ValueError("weight must be non-negative")
         weight = weight.to(dtype)
 
+    if k == 0 and all(n > 0 for n in batch_shape):
+        raise ValueError(f"x: the class dimension (dim={rows.dim - len(rows.shape)}) has size 0; a loss needs at least one class")
     index = dense = None
     if multilabel:
         if target.shape != x.shape:
@@ -94,7 +105,8 @@ def parse_target(
         if target.dtype == torch.bool or target.is_complex():
             raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
         if tuple(target.shape) != batch_shape:
-            raise ValueError(f"target: class indices must have the input's shape without dim, {batch_shape}, got {tuple(target.shape)}")
+            raise ValueError(f"target: class indices must have the input's shape without dim, {batch_shape}, got "
+                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
         idx = target.reshape(R).to(torch.long)
         keep = idx != ignore_index
         bad = keep & ((idx < 0) | (idx >= k))
@@ -103,7 +115,12 @@ def parse_target(
         index = torch.where(keep, idx, torch.zeros_like(idx))
     else:
         if target.shape != x.shape:
-            raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
+            if tuple(target.shape) == batch_shape:
+                raise TypeError(f"target: a floating tensor of the input's shape without dim, {batch_shape}, looks like "
+                                "class indices: pass them as an integer tensor (target.long()); probability vectors "
+                                f"must have the input's shape {tuple(x.shape)}")
+            raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got "
+                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
         y = rows.to_rows(target)
         if values_checkable(y) and bool((y < 0).any()):
             raise ValueError("target: probability vectors must be non-negative")

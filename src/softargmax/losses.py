@@ -123,24 +123,50 @@ def fenchel_young_loss(
                             weight=weight, return_prediction=return_prediction, **mapping_params)
 
 
-def sparsemax_loss(x: Tensor, target: Tensor, **kwargs):
-    """The sparsemax loss (``004_…`` eq. 26; chi-square f-divergence).  Options: :func:`fenchel_young_loss`."""
-    return fenchel_young_loss(x, target, "sparsemax", **kwargs)
+_OPTIONS_DOC = """
+    Options (keyword-only, as in :func:`fenchel_young_loss`): ``dim`` (the class dimension,
+    default ``-1``), ``multilabel``, ``ignore_index``, ``reduction``, ``label_smoothing``,
+    ``weight``, ``return_prediction``, ``softcap``, ``process_group``."""
 
 
-def entmax15_loss(x: Tensor, target: Tensor, **kwargs):
-    """The 1.5-entmax loss.  Options: :func:`fenchel_young_loss`."""
-    return fenchel_young_loss(x, target, "entmax15", **kwargs)
+def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
+                   reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
+                   return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
+    """The sparsemax loss (``004_…`` eq. 26; the chi-square f-divergence loss)."""
+    return fenchel_young_loss(x, target, "sparsemax", dim=dim, multilabel=multilabel, ignore_index=ignore_index,
+                              reduction=reduction, label_smoothing=label_smoothing, weight=weight,
+                              return_prediction=return_prediction, softcap=softcap, process_group=process_group)
 
 
-def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, **kwargs):
-    """The α-entmax loss for a float α >= 1 (α = 1: cross-entropy).  Options: :func:`fenchel_young_loss`."""
-    return fenchel_young_loss(x, target, "entmax", alpha=alpha, **kwargs)
+def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
+                  return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
+    """The 1.5-entmax loss."""
+    return fenchel_young_loss(x, target, "entmax15", dim=dim, multilabel=multilabel, ignore_index=ignore_index,
+                              reduction=reduction, label_smoothing=label_smoothing, weight=weight,
+                              return_prediction=return_prediction, softcap=softcap, process_group=process_group)
 
 
-def alpha_relu_loss(x: Tensor, target: Tensor, alpha: float = 1.5, tau: float = 0.0, **kwargs):
-    """The α-ReLU loss (DESIGN §2), ``τ`` in the entmax parametrization.  Options: :func:`fenchel_young_loss`."""
-    return fenchel_young_loss(x, target, "alpha_relu", alpha=alpha, tau=tau, **kwargs)
+def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1, multilabel: bool = False,
+                ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                weight: Optional[Tensor] = None, return_prediction: bool = False, softcap: Optional[float] = None,
+                process_group=None):
+    """The α-entmax loss for a float α >= 1 (α = 1: cross-entropy)."""
+    return fenchel_young_loss(x, target, "entmax", alpha=alpha, dim=dim, multilabel=multilabel,
+                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                              weight=weight, return_prediction=return_prediction, softcap=softcap,
+                              process_group=process_group)
+
+
+def alpha_relu_loss(x: Tensor, target: Tensor, alpha: float = 1.5, tau: float = 0.0, *, dim: int = -1,
+                    multilabel: bool = False, ignore_index: int = -100, reduction: str = "mean",
+                    label_smoothing: float = 0.0, weight: Optional[Tensor] = None, return_prediction: bool = False,
+                    softcap: Optional[float] = None, process_group=None):
+    """The α-ReLU loss (DESIGN §2), ``τ`` in the entmax parametrization."""
+    return fenchel_young_loss(x, target, "alpha_relu", alpha=alpha, tau=tau, dim=dim, multilabel=multilabel,
+                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                              weight=weight, return_prediction=return_prediction, softcap=softcap,
+                              process_group=process_group)
 
 
 def f_divergence_loss(
@@ -149,10 +175,28 @@ def f_divergence_loss(
     divergence: Union[str, Divergence] = "kl",
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
-    **kwargs,
+    *,
+    dim: int = -1,
+    multilabel: bool = False,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    weight: Optional[Tensor] = None,
+    return_prediction: bool = False,
+    softcap: Optional[float] = None,
+    process_group=None,
+    **params,
 ):
-    """The loss generated by an f-divergence (``003_…`` §3; ``alpha=`` for ``"alpha"``).  Options: :func:`fenchel_young_loss`."""
-    return fenchel_young_loss(x, target, divergence, q=q, temperature=temperature, **kwargs)
+    """The loss generated by an f-divergence (``003_…`` §3); ``params``: the divergence's (``alpha=`` for ``"alpha"``)."""
+    return fenchel_young_loss(x, target, divergence, q=q, temperature=temperature, dim=dim, multilabel=multilabel,
+                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                              weight=weight, return_prediction=return_prediction, softcap=softcap,
+                              process_group=process_group, **params)
+
+
+for _loss in (sparsemax_loss, entmax15_loss, entmax_loss, alpha_relu_loss, f_divergence_loss):
+    _loss.__doc__ += "\n" + _OPTIONS_DOC
+del _loss
 
 
 def binary_f_divergence_loss(
