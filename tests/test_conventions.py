@@ -134,10 +134,10 @@ def test_argument_errors():
         sa.sparsemax(x, dim=2)
     with pytest.raises(TypeError, match="dim must be an int"):
         sa.sparsemax(x, dim=1.0)
-    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
-        sa.entmax(x, 0.5)
-    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
-        sa.entmax(x, torch.tensor([[0.9], [1.5]]))
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        sa.entmax(x, 0.0)
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        sa.entmax(x, torch.tensor([[-0.1], [1.5]]))
     with pytest.raises(ValueError, match="alpha of shape"):
         sa.entmax(x, torch.full((2, 3), 1.5))
     with pytest.raises(ValueError, match="scalar"):

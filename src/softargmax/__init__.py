@@ -1,7 +1,7 @@
 """softargmax: sparse and f-divergence softargmax operators for PyTorch.
 
 Operators (DESIGN §1): :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
-α >= 1, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
+α > 0, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
 for every f-divergence, and the binary :func:`f_sigmoid` / :func:`f_softplus`.
 Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences`,
 the threshold solvers in :mod:`softargmax.threshold`.

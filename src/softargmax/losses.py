@@ -448,7 +448,7 @@ def entmax15_loss(x: Tensor, target: Tensor, **kwargs):
 
 
 def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, **kwargs):
-    """The α-entmax loss for a float α >= 1 (α = 1: cross-entropy).  Options: :func:`fenchel_young_loss`."""
+    """The α-entmax loss for a float α > 0 (α = 1: cross-entropy).  Options: :func:`fenchel_young_loss`."""
     return fenchel_young_loss(x, target, "entmax", alpha=alpha, **kwargs)
 
 

@@ -40,7 +40,7 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -
         if isinstance(alpha, Tensor):
             raise TypeError(f"mapping={mapping!r}: alpha must be a number here (a tensor alpha is for entmax)")
         if mapping == "entmax":
-            check_alpha(alpha, "alpha", minimum=1.0)
+            check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         return get_divergence("alpha", alpha=alpha)
     if mapping in DIVERGENCE_NAMES:
         return get_divergence(mapping)

@@ -85,7 +85,8 @@ class Entmax(nn.Module):
         learn_alpha: make α a parameter, ``α = alpha_min + (alpha_max - alpha_min) sigmoid(w)``;
             the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
         dim: the normalized dimension.
-        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``).
+        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``; any
+            ``0 <= alpha_min < alpha_max < inf``: α below 1 gives dense outputs).
     """
 
     def __init__(
@@ -97,12 +98,12 @@ class Entmax(nn.Module):
         alpha_max: float = 2.0,
     ):
         super().__init__()
-        alpha = check_alpha(alpha, "alpha", minimum=1.0)
+        alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         self.dim = dim
         self.learn_alpha = bool(learn_alpha)
         if self.learn_alpha:
-            if not (1.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
-                raise ValueError(f"alpha_min, alpha_max must satisfy 1 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
+            if not (0.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
+                raise ValueError(f"alpha_min, alpha_max must satisfy 0 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
             a = torch.as_tensor(alpha, dtype=torch.get_default_dtype()).detach().clone()
             if bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
