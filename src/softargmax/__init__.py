@@ -13,6 +13,8 @@ from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus
 from .divergences import Divergence, CustomDivergence
 from .entmax import entmax, entmax15, sparsemax
+from .normmax import normmax
+from .budget import budget_sparsemax
 from .fdiv import f_softargmax, f_softmax
 from .mappings import normalize
 from .fused import linear_fenchel_young_loss
@@ -25,6 +27,7 @@ from .losses import (
     fenchel_young_loss,
     sparsemax_loss,
 )
+from .norm_budget_losses import budget_sparsemax_loss, normmax_loss
 
 __version__ = "0.1.0"
 
@@ -33,6 +36,10 @@ __all__ = [
     "entmax15",
     "entmax",
     "alpha_relu",
+    "normmax",
+    "budget_sparsemax",
+    "normmax_loss",
+    "budget_sparsemax_loss",
     "f_softargmax",
     "f_softmax",
     "f_sigmoid",
@@ -58,7 +65,7 @@ __all__ = [
 
 
 def __getattr__(name):  # lazy submodules that import torch.nn
-    if name in ("nn", "inspect"):
+    if name in ("nn", "inspect", "compat"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
