@@ -172,3 +172,10 @@ def test_loss_gradient_zero_and_options():
     xm = x.detach().clone()
     xm[0, 0] = -math.inf
     assert sa.normmax_loss(xm, torch.tensor([0, 1, 2, 3]), 2.0, reduction="none")[0] == math.inf
+
+
+def test_normalize_names():
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(sa.mappings.normalize(x, "normmax", 3.0), normmax(x, 3.0))
+    torch.testing.assert_close(sa.mappings.normalize(x, "normmax"), normmax(x, 2.0))
+    torch.testing.assert_close(sa.mappings.normalize(x, "budget_sparsemax", 3.0), sa.budget_sparsemax(x, 3.0))
