@@ -157,3 +157,22 @@ def test_loss_value_and_gradient(rng):
     # zero at the prediction
     p = budget_sparsemax(x.detach(), 3.0)
     assert float(sa.budget_sparsemax_loss(x.detach(), p, 3.0)) < 1e-12
+
+
+def test_long_rows_mostly_masked(rng):
+    # the pruning bound comes from the block maxima; rows with few unmasked entries (some in the
+    # same block) take the exact path: feasible ones are solved on their entries, short ones get c
+    k, budget = 1200, 5.0
+    x = torch.tensor(rng.normal(size=(4, k)))
+    keep = [np.arange(6) * 100, rng.choice(k, size=6, replace=False), rng.choice(k, size=4, replace=False),
+            rng.choice(k, size=400, replace=False)]
+    masked = torch.full_like(x, -math.inf)
+    for i, cols in enumerate(keep):
+        masked[i, cols] = x[i, cols]
+    p = budget_sparsemax(masked, budget)
+    for i, cols in enumerate(keep):
+        assert (np.delete(p[i].numpy(), cols) == 0).all()
+        if len(cols) >= budget:
+            np.testing.assert_allclose(p[i, cols].numpy(), bisection_budget(x[i, cols].numpy(), budget), atol=1e-12)
+        else:
+            np.testing.assert_allclose(p[i, cols].numpy(), 1 / budget)

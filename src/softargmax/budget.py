@@ -62,7 +62,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_dim, check_tensor
-from .threshold import MAX_ITER, PRUNE_MIN_LENGTH, Solution, _select_blocks, block_layout
+from .threshold import MAX_ITER, Solution, _select_blocks, block_layout
 
 __all__ = ["budget_sparsemax", "solve_budget", "check_budget"]
 
@@ -97,19 +97,37 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     budget = budget.to(dtype)
     cap = 1.0 / budget
 
-    m = z.amax(-1, keepdim=True)
+    layout = block_layout(k) if prune else None
+    if layout is not None:
+        B, nbk = layout
+        zb = z.reshape(R, B, nbk)
+        bmax = zb.amax(1)  # one strided pass: the block maxima
+        m = bmax.amax(-1, keepdim=True)
+    else:
+        m = z.amax(-1, keepdim=True)
     bad = torch.isnan(m) | (m == math.inf)
     bad_rows = bad if bool(bad.any()) else None
-    finite_count = (z > -math.inf).sum(-1, keepdim=True).to(dtype)
-    # fewer unmasked entries than the budget (all-masked rows included): c on each of them
-    short = (finite_count < budget) & ~bad
-    special = bad | short
-    any_special = bool(special.any())
 
-    # τ_lo = z_(⌈B⌉) - min(c, 1)
+    # τ_lo = z_(⌈B⌉) - min(c, 1).  The ⌈B⌉-th largest block maximum is at most z_(⌈B⌉) and
+    # already has ⌈B⌉ entries at or above it, so it gives a valid (slightly lower) bound
+    # from a short top-k; rows where it is not finite are checked exactly below.
     nb = torch.ceil(budget).clamp(1, k).long()
     K0 = int(nb.max())
-    zB = z.topk(K0, dim=-1, sorted=True).values.gather(1, nb - 1) if K0 > 1 else m
+    src = bmax if layout is not None and K0 <= bmax.shape[-1] else z
+    zB = src.topk(K0, dim=-1, sorted=True).values.gather(1, nb - 1) if K0 > 1 else m
+    short = torch.zeros_like(bad)
+    unsure = ~torch.isfinite(zB) & ~bad
+    if bool(unsure.any()):
+        # masked entries (all-masked rows included): count the unmasked ones and take the
+        # exact ⌈B⌉-th largest; fewer unmasked entries than the budget make the row short
+        idx = unsure.squeeze(1).nonzero().squeeze(1)
+        zr = z.index_select(0, idx)
+        count = (zr > -math.inf).sum(-1, keepdim=True).to(dtype)
+        short.index_copy_(0, idx, count < budget.index_select(0, idx))
+        exact = zr.topk(K0, dim=-1, sorted=True).values.gather(1, nb.index_select(0, idx) - 1)
+        zB = zB.index_copy(0, idx, exact)
+    special = bad | short
+    any_special = bool(special.any())
     lo = zB - cap.clamp(max=1.0)
     hi = m - 1.0 / k
     # pruning keeps every unmasked entry of the special rows (short rows need them all)
@@ -121,11 +139,8 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
 
     block_index = None
     cand = z
-    layout = block_layout(k) if prune else None
-    if layout is not None and k >= PRUNE_MIN_LENGTH:
-        B, nbk = layout
-        zb = z.reshape(R, B, nbk)
-        table, valid = _select_blocks(zb.amax(1), thr)
+    if layout is not None:
+        table, valid = _select_blocks(bmax, thr)
         if table is not None:
             KB = table.shape[1]
             block_index = table.unsqueeze(1).expand(R, B, KB)

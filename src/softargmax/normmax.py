@@ -54,6 +54,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import _kernels
 from ._autograd import solve_grouped
 from ._checks import Rows, check_alpha, check_dim, check_tensor
 from .divergences import get_divergence
@@ -87,7 +88,10 @@ def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor
         inv_alpha = 1.0 / alpha
     else:
         a_prime = (alpha - 1.0) / alpha
-        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime))
+        # on CPU the pruned solution: the power and the normalization then cost only the
+        # candidates (the fused CPU solver's dense rows would make them full-size, and
+        # transcendental functions of the many zeros are slow); on GPU the Triton kernels
+        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime), fused=_kernels.on_gpu_kernels(z))
         inv_alpha = 1.0 / alpha
     p, norm = _normalize_candidates(sol, inv_alpha)
     return p, norm, sol
@@ -117,17 +121,20 @@ class _Normmax(torch.autograd.Function):
         p = sol.scatter(pc)
         if sol.bad_rows is not None:
             p = p.masked_fill(sol.bad_rows, math.nan)
-        ctx.rows, ctx.alpha = rows, a
-        ctx.save_for_backward(p, norm)
+        ctx.rows, ctx.alpha, ctx.sol = rows, a, sol
+        ctx.save_for_backward(pc, norm)
         return rows.restore(p)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        p, norm = ctx.saved_tensors
+        pc, norm = ctx.saved_tensors
         rows: Rows = ctx.rows
-        v = rows.to_rows(grad_out)
-        return rows.restore(_jvp(p, v, ctx.alpha, norm)), None, None
+        sol: Solution = ctx.sol
+        g = sol.scatter(_jvp(pc, sol.gather(rows.to_rows(grad_out)), ctx.alpha, norm))  # on the candidates
+        if sol.bad_rows is not None:
+            g = g.masked_fill(sol.bad_rows, math.nan)
+        return rows.restore(g), None, None
 
 
 def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tensor:
