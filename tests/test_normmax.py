@@ -179,3 +179,18 @@ def test_normalize_names():
     torch.testing.assert_close(sa.mappings.normalize(x, "normmax", 3.0), normmax(x, 3.0))
     torch.testing.assert_close(sa.mappings.normalize(x, "normmax"), normmax(x, 2.0))
     torch.testing.assert_close(sa.mappings.normalize(x, "budget_sparsemax", 3.0), sa.budget_sparsemax(x, 3.0))
+
+
+def test_modules():
+    import softargmax.nn as snn
+
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(snn.Normmax(3.0, dim=0)(x), normmax(x, 3.0, dim=0))
+    torch.testing.assert_close(snn.BudgetSparsemax(2.5)(x), sa.budget_sparsemax(x, 2.5))
+    y = torch.tensor([0, 2, 7])
+    torch.testing.assert_close(snn.NormmaxLoss(4.0, reduction="sum")(x, y), sa.normmax_loss(x, y, 4.0, reduction="sum"))
+    t = torch.ones(3, 8)
+    torch.testing.assert_close(snn.BudgetSparsemaxLoss(2.0, multilabel=True)(x, t),
+                               sa.budget_sparsemax_loss(x, t, 2.0, multilabel=True))
+    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+        snn.Normmax(0.5)

@@ -1,6 +1,7 @@
 """``torch.nn`` modules wrapping the operators.
 
 * :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax` (optionally learnable α),
+  :class:`Normmax`, :class:`BudgetSparsemax` (and :class:`NormmaxLoss`, :class:`BudgetSparsemaxLoss`),
   :class:`AlphaReLU` (optionally calibrating τ on its first training batch),
   :class:`FSoftargmax` (optionally learnable reference measure ``q``);
 * losses: :class:`FenchelYoungLoss` and the named :class:`SparsemaxLoss`,
@@ -39,6 +40,10 @@ __all__ = [
     "EntmaxLoss",
     "AlphaReLULoss",
     "FDivergenceLoss",
+    "Normmax",
+    "BudgetSparsemax",
+    "NormmaxLoss",
+    "BudgetSparsemaxLoss",
     "SparseMultiheadAttention",
     "convert_attention",
 ]
@@ -282,6 +287,72 @@ class FDivergenceLoss(FenchelYoungLoss):
 
     def __init__(self, divergence: Union[str, Divergence] = "kl", **options):
         super().__init__(divergence, **options)
+
+
+class Normmax(nn.Module):
+    """:func:`softargmax.normmax` (α > 1, a float or a per-row tensor) along ``dim``."""
+
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .normmax import normmax
+
+        return normmax(x, self.alpha, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, dim={self.dim}"
+
+
+class BudgetSparsemax(nn.Module):
+    """:func:`softargmax.budget_sparsemax` (every probability at most ``1/budget``) along ``dim``."""
+
+    def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        from .budget import check_budget
+
+        self.budget = check_budget(budget)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .budget import budget_sparsemax
+
+        return budget_sparsemax(x, self.budget, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"budget={self.budget}, dim={self.dim}"
+
+
+class NormmaxLoss(nn.Module):
+    """:func:`softargmax.normmax_loss` as a module; keyword options are stored."""
+
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, **options):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.options = options
+
+    def forward(self, x: Tensor, target: Tensor):
+        from .norm_budget_losses import normmax_loss
+
+        return normmax_loss(x, target, self.alpha, **self.options)
+
+
+class BudgetSparsemaxLoss(nn.Module):
+    """:func:`softargmax.budget_sparsemax_loss` as a module; keyword options are stored."""
+
+    def __init__(self, budget: Union[float, Tensor] = 2.0, **options):
+        super().__init__()
+        from .budget import check_budget
+
+        self.budget = check_budget(budget)
+        self.options = options
+
+    def forward(self, x: Tensor, target: Tensor):
+        from .norm_budget_losses import budget_sparsemax_loss
+
+        return budget_sparsemax_loss(x, target, self.budget, **self.options)
 
 
 def _no_op_pre_hook(module, args):
