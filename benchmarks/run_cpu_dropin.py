@@ -9,11 +9,18 @@ Ours is what a user switching imports gets (``softargmax.compat.entmax``); each 
 median of ``--repeats`` calls (forward, and forward + backward with a random incoming
 gradient), interleaved with ``torch.softmax`` and the package so that a slow phase of a
 shared machine affects all alike.  Inputs are ``randn * 3`` in float32.
+
+``--clock process`` (the default) times the CPU time of this process (``time.process_time``)
+with one thread: on a machine shared with other jobs, wall-clock medians mostly measure the
+waits for a core; ``--clock wall`` times wall-clock (``time.perf_counter``), as the other
+benchmarks do, and is the right choice on a quiet machine (and with several threads).
 """
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import torch
 
@@ -40,14 +47,39 @@ def cases():
     }
 
 
+def time_interleaved(fns: dict, x: torch.Tensor, pas: str, repeats: int, clock) -> dict:
+    """Median milliseconds of each ``fn(x)`` (or ``fn`` + backward), interleaved per repeat."""
+    grad = torch.randn_like(x)
+
+    def call(fn):
+        if pas == "fwd":
+            with torch.no_grad():
+                fn(x)
+        else:
+            xx = x.detach().requires_grad_(True)
+            torch.autograd.grad(fn(xx), xx, grad)
+
+    for fn in fns.values():
+        call(fn)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = clock()
+            call(fn)
+            times[name].append(clock() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=["process", "wall"], default="process")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "process" else time.perf_counter
     shapes = QUICK_SHAPES if args.quick else SHAPES
     repeats = args.repeats or (3 if args.quick else 15)
     json_path = args.json_path or (None if args.quick else os.path.join(RESULTS, "cpu-dropin.json"))
@@ -59,8 +91,8 @@ def main(argv=None):
         x = torch.randn(*shape, generator=gen) * 3
         for pas in ("fwd", "fwd+bwd"):
             for name, (mine, theirs) in cases().items():
-                ms = bench.time_calls({"softmax": lambda t: torch.softmax(t, -1), "ours": mine, "package": theirs},
-                                      x, pas, repeats, 1)
+                ms = time_interleaved({"softmax": lambda t: torch.softmax(t, -1), "ours": mine, "package": theirs},
+                                      x, pas, repeats, clock)
                 row = {
                     "op": name, "shape": list(shape), "dtype": "float32", "pass": pas,
                     "ms": round(ms["ours"], 4), "softmax_ms": round(ms["softmax"], 4),
@@ -84,6 +116,8 @@ def main(argv=None):
         "threads": torch.get_num_threads(),
         "input": "randn * 3",
         "repeats": repeats,
+        "clock": "process CPU time (time.process_time)" if args.clock == "process" else "wall (time.perf_counter)",
+        "load_average": os.getloadavg(),
         "note": "package: entmax's 50-step bisection (normmax_bisect, budget_bisect, entmax_bisect)",
         "cases": rows,
     }

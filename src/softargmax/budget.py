@@ -84,6 +84,40 @@ def check_budget(budget, name: str = "budget") -> Union[float, Tensor]:
     return budget
 
 
+def _evaluate(cand: Tensor, tau: Tensor, cap: Tensor):
+    """``p = clip(cand - τ, 0, c)``, the free-set indicator ``s`` (float), ``S = Σ p`` and ``|F| = Σ s``."""
+    p = torch.sub(cand, tau).clamp_(min=0)
+    p = torch.minimum(p, cap)
+    s = torch.sign(p * (cap - p))  # 1 on 0 < p < c, float (no bool -> int conversions)
+    return p, s, p.sum(-1, keepdim=True), s.sum(-1, keepdim=True)
+
+
+#: up to this budget the ⌈B⌉-th largest score is found by repeated maxima (``topk`` is slow on
+#: many short rows); above it by ``topk``
+REPEATED_MAX_UP_TO = 16
+
+
+def _kth_largest_lower(src: Tensor, nb: Tensor, K0: int, m: Tensor) -> Tensor:
+    """A lower bound on the ``nb``-th largest entry of every row (``[R, 1]``), exact without ties.
+
+    Repeated maxima remove every entry tied with the current maximum at once, so with ties
+    the value returned is lower (still a valid bound for ``τ_lo``); ``-inf`` when the row runs
+    out of distinct finite values (the caller then computes it exactly).
+    """
+    if K0 == 1:
+        return m
+    if K0 > REPEATED_MAX_UP_TO:
+        return src.topk(K0, dim=-1, sorted=True).values.gather(1, nb - 1)
+    cur = src.amax(-1, keepdim=True)
+    out = cur
+    vals = src
+    for j in range(2, K0 + 1):
+        vals = torch.where(vals >= cur, torch.full_like(vals, -math.inf), vals)
+        cur = vals.amax(-1, keepdim=True)
+        out = torch.where(nb == j, cur, out)
+    return out
+
+
 def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = MAX_ITER) -> Solution:
     """Budget sparsemax of the rows of ``z`` (``[R, k]``, contiguous, float32/64), ``budget`` ``[R, 1]``.
 
@@ -114,7 +148,7 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     nb = torch.ceil(budget).clamp(1, k).long()
     K0 = int(nb.max())
     src = bmax if layout is not None and K0 <= bmax.shape[-1] else z
-    zB = src.topk(K0, dim=-1, sorted=True).values.gather(1, nb - 1) if K0 > 1 else m
+    zB = _kth_largest_lower(src, nb, K0, m)
     short = torch.zeros_like(bad)
     unsure = ~torch.isfinite(zB) & ~bad
     if bool(unsure.any()):
@@ -159,11 +193,7 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     it = 0
     done = torch.zeros_like(m, dtype=torch.bool)
     while True:
-        v = cand - tau
-        p = torch.minimum(v.clamp(min=0), cap_it)
-        free = (v > 0) & (v < cap_it)
-        S = p.sum(-1, keepdim=True)
-        nF = free.sum(-1, keepdim=True).to(dtype)
+        p, s, S, nF = _evaluate(cand, tau, cap_it)
         resid = S - 1
         done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
         if it >= max_iter or bool(done.all()):
@@ -178,11 +208,7 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     # polish: the closed form on the final free and capped sets (a residual within the
     # tolerance, e.g. after a bisection step, becomes rounding error)
     tau = torch.where(nF > 0, tau + resid / nF.clamp_min(1), tau)
-    v = cand - tau
-    p = torch.minimum(v.clamp(min=0), cap_it)
-    free = (v > 0) & (v < cap_it)
-    nF = free.sum(-1, keepdim=True).to(dtype)
-    s = free.to(dtype)
+    p, s, _, nF = _evaluate(cand, tau, cap_it)
     if any_special:
         # short rows: c on every unmasked candidate (pruning never drops them: lo is -inf there
         # unless the row is all masked); bad rows are masked by dense_p
