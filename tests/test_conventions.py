@@ -19,6 +19,9 @@ OPS = {
     "entmax1.3": lambda x, dim=-1: sa.entmax(x, 1.3, dim),
     "entmax-tensor-alpha": lambda x, dim=-1: sa.entmax(x, torch.tensor(1.7, dtype=torch.float64).reshape([1] * x.dim()), dim),
     "softmax-alpha1": lambda x, dim=-1: sa.entmax(x, 1.0, dim),
+    "entmax0.5": lambda x, dim=-1: sa.entmax(x, 0.5, dim),
+    "normmax2.5": lambda x, dim=-1: sa.normmax(x, 2.5, dim),
+    "normmax-tensor-alpha": lambda x, dim=-1: sa.normmax(x, torch.tensor(1.5, dtype=torch.float64).reshape([1] * x.dim()), dim),
 }
 for _d in ALL_DIVERGENCES:
     OPS["f-" + div_id(_d)] = (lambda d: lambda x, dim=-1: sa.f_softargmax(x, d[0], dim=dim, **d[1]))(_d)
@@ -134,10 +137,10 @@ def test_argument_errors():
         sa.sparsemax(x, dim=2)
     with pytest.raises(TypeError, match="dim must be an int"):
         sa.sparsemax(x, dim=1.0)
-    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
-        sa.entmax(x, 0.5)
-    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
-        sa.entmax(x, torch.tensor([[0.9], [1.5]]))
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        sa.entmax(x, 0.0)
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        sa.entmax(x, torch.tensor([[-0.1], [1.5]]))
     with pytest.raises(ValueError, match="alpha of shape"):
         sa.entmax(x, torch.full((2, 3), 1.5))
     with pytest.raises(ValueError, match="scalar"):

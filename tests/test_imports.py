@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
 LAYERS = [
     ("base", {"_checks", "_extras", "_dtensor", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
     ("solvers", {"_triton_attention", "_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
-    ("mappings", {"_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
-    ("losses", {"_targets", "_loss_rows", "_fy_loss", "_linear_chunks", "distributed", "losses", "fused", "_loss_ops"}),
-    ("modules", {"_flash_attention", "attention", "nn", "integrations"}),
+    ("mappings", {"normmax", "budget", "_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
+    ("losses", {"norm_budget_losses", "_targets", "_loss_rows", "_fy_loss", "_linear_chunks", "distributed", "losses", "fused", "_loss_ops"}),
+    ("modules", {"compat", "_flash_attention", "attention", "nn", "integrations"}),
     ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
 ]
 

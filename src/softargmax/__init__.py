@@ -1,7 +1,7 @@
 """softargmax: sparse and f-divergence softargmax operators for PyTorch.
 
 Operators (DESIGN §1): :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
-α >= 1, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
+α > 0, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
 for every f-divergence, and the binary :func:`f_sigmoid` / :func:`f_softplus`.
 Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences`,
 the threshold solvers in :mod:`softargmax.threshold`.
@@ -14,6 +14,8 @@ from .alpha_relu import alpha_relu
 from .binary import f_sigmoid, f_softplus
 from .divergences import Divergence, CustomDivergence
 from .entmax import entmax, entmax15, sparsemax
+from .normmax import normmax
+from .budget import budget_sparsemax
 from .fdiv import f_softargmax, f_softmax
 from .mappings import normalize
 from .fused import linear_fenchel_young_loss
@@ -26,6 +28,7 @@ from .losses import (
     fenchel_young_loss,
     sparsemax_loss,
 )
+from .norm_budget_losses import budget_sparsemax_loss, normmax_loss
 
 __version__ = "0.1.0"
 
@@ -34,6 +37,10 @@ __all__ = [
     "entmax15",
     "entmax",
     "alpha_relu",
+    "normmax",
+    "budget_sparsemax",
+    "normmax_loss",
+    "budget_sparsemax_loss",
     "f_softargmax",
     "f_softmax",
     "f_sigmoid",
@@ -58,7 +65,7 @@ __all__ = [
 ]
 
 
-_LAZY = ("nn", "inspect")
+_LAZY = ("nn", "inspect", "compat")
 
 
 def __getattr__(name):  # lazy submodules that import torch.nn

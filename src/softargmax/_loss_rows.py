@@ -75,7 +75,7 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
         D = torch.where(valid, terms, torch.zeros_like(terms)).sum(-1)
         theta_y = torch.where(y > 0, theta * y, torch.zeros_like(y)).sum(-1)
     loss = theta_p - theta_y + beta * D
-    G = _p_minus_y(p, target, inplace)
+    G = p_minus_y(p, target, inplace)
     if sol.bad_rows is not None:
         loss = loss.masked_fill(sol.bad_rows.squeeze(1), math.nan)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))
@@ -104,12 +104,12 @@ def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplac
         y = target.dense
         cross = torch.where(y > 0, -y * logp, torch.zeros_like(y)).sum(-1)
         loss = beta * (cross + torch.special.xlogy(y, y).sum(-1))
-    G = _p_minus_y(p, target, inplace)
+    G = p_minus_y(p, target, inplace)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))
     return loss, p, G
 
 
-def _p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
+def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
     if target.dense is not None:
         G = p.sub_(target.dense) if inplace else p - target.dense
     else:
@@ -147,7 +147,7 @@ def alpha_relu_rows(theta: Tensor, target: Target, alpha: float, tau: float, inp
         ya = y.pow(alpha).sum(-1)
     loss = lin + (ya - spt) / (alpha * a)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    return loss, p, _p_minus_y(p, target, inplace)
+    return loss, p, p_minus_y(p, target, inplace)
 
 
 class RowLoss(torch.autograd.Function):

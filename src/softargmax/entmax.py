@@ -75,22 +75,29 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tensor:
-    r"""α-entmax ``[(α - 1) x - τ]_+^{1/(α-1)}`` along ``dim`` for any α >= 1.
+    r"""α-entmax ``[(α - 1) x - τ]_+^{1/(α-1)}`` along ``dim`` for any α > 0.
 
     Args:
         x: scores.
-        alpha: a float ``>= 1`` or a floating tensor broadcastable to ``x`` with size 1
+        alpha: a float ``> 0`` or a floating tensor broadcastable to ``x`` with size 1
             along ``dim`` (one α per row, e.g. per attention head), on ``x``'s device (a
             0-d CPU tensor is moved there; any other tensor on another device is a
             ``ValueError``).  A tensor α is differentiable (``002_…`` eqs. 26–39, including the α → 1 limit).
         dim: the dimension that sums to one.
 
     α = 1 is softmax, α = 2 sparsemax.  Rows with α close to 1 are dense in practice
-    (the support is everything within ``1/(α-1)`` of the maximum).
+    (the support is everything within ``1/(α-1)`` of the maximum).  α ∈ (0, 1) gives
+    dense outputs: the same maximizer of ``⟨p, x⟩ + H^T_α(p)`` over the simplex (the
+    Tsallis entropy is strictly concave for every α > 0), now
+    ``p_j = [(α - 1) x_j - τ]^{1/(α-1)}`` with a negative exponent and
+    ``τ > (α - 1) max_j x_j``; it is the α-divergence f-softargmax with ``q = 1``, solved
+    by the same safeguarded Newton iteration (``S^{α-1}`` is a power mean with a negative
+    exponent, so Newton from the lower bracket end is monotone).  The α-gradient formula
+    holds for every α > 0.
     """
     check_tensor(x)
     dim = check_dim(x, dim)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, x=x)
+    alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True, x=x)
     if x.numel() == 0:
         return _empty_like(x) if not isinstance(alpha, Tensor) else _empty_like(x) + 0 * alpha.sum()
     if isinstance(alpha, Tensor):

@@ -151,7 +151,7 @@ def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1,
                 ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                 weight: Optional[Tensor] = None, return_prediction: bool = False, softcap: Optional[float] = None,
                 process_group=None):
-    """The α-entmax loss for a float α >= 1 (α = 1: cross-entropy)."""
+    """The α-entmax loss for a float α > 0 (α = 1: cross-entropy)."""
     return fenchel_young_loss(x, target, "entmax", alpha=alpha, dim=dim, multilabel=multilabel,
                               ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
                               weight=weight, return_prediction=return_prediction, softcap=softcap,

@@ -14,12 +14,17 @@ from torch import Tensor
 
 from ._checks import check_alpha
 from .divergences import DIVERGENCE_NAMES, Divergence, get_divergence
+from .budget import budget_sparsemax
 from .entmax import entmax
 from .fdiv import f_softargmax
+from .normmax import normmax
 
-__all__ = ["MAPPING_NAMES", "resolve", "normalize"]
+__all__ = ["MAPPING_NAMES", "EXTRA_MAPPING_NAMES", "resolve", "normalize"]
 
 MAPPING_NAMES = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAMES
+#: mappings :func:`normalize` also accepts that are not f-softargmaxes (``alpha=`` is their parameter);
+#: their losses are in :mod:`softargmax.norm_budget_losses`
+EXTRA_MAPPING_NAMES = ("normmax", "budget_sparsemax")
 
 
 def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -> Divergence:
@@ -40,7 +45,7 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -
         if isinstance(alpha, Tensor):
             raise TypeError(f"mapping={mapping!r}: alpha must be a number here (a tensor alpha is for entmax)")
         if mapping == "entmax":
-            check_alpha(alpha, "alpha", minimum=1.0)
+            check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         return get_divergence("alpha", alpha=alpha)
     if mapping in DIVERGENCE_NAMES:
         return get_divergence(mapping)
@@ -50,7 +55,11 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -
 def normalize(x: Tensor, mapping: Union[str, Divergence] = "entmax15", alpha: Union[float, Tensor, None] = None,
               dim: int = -1) -> Tensor:
     """``mapping`` applied to ``x`` along ``dim``; ``"entmax"``/``"alpha"`` also take a per-row tensor ``alpha``
-    (with unit reference measure the α-divergence softargmax *is* α-entmax)."""
+    (with unit reference measure the α-divergence softargmax *is* α-entmax).  ``"normmax"`` and
+    ``"budget_sparsemax"`` take their α / budget as ``alpha`` (default 2)."""
     if mapping in ("entmax", "alpha") and isinstance(alpha, Tensor):
         return entmax(x, alpha, dim)
+    if mapping in EXTRA_MAPPING_NAMES:  # their parameter: α of normmax, the budget of budget_sparsemax
+        fn = normmax if mapping == "normmax" else budget_sparsemax
+        return fn(x, 2.0 if alpha is None else alpha, dim)
     return f_softargmax(x, resolve(mapping, alpha), dim=dim)

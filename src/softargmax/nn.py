@@ -1,6 +1,7 @@
 """``torch.nn`` modules wrapping the operators.
 
 * :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax` (optionally learnable α),
+  :class:`Normmax`, :class:`BudgetSparsemax` (and :class:`NormmaxLoss`, :class:`BudgetSparsemaxLoss`),
   :class:`AlphaReLU` (optionally calibrating τ on its first training batch),
   :class:`FSoftargmax` (optionally learnable reference measure ``q``);
 * losses: :class:`FenchelYoungLoss` and the named :class:`SparsemaxLoss`,
@@ -39,6 +40,10 @@ __all__ = [
     "EntmaxLoss",
     "AlphaReLULoss",
     "FDivergenceLoss",
+    "Normmax",
+    "BudgetSparsemax",
+    "NormmaxLoss",
+    "BudgetSparsemaxLoss",
     "SparseMultiheadAttention",
     "convert_attention",
 ]
@@ -103,7 +108,8 @@ class Entmax(nn.Module):
         learn_alpha: make α a parameter, ``α = alpha_min + (alpha_max - alpha_min) sigmoid(w)``;
             the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
         dim: the normalized dimension.
-        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``).
+        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``; any
+            ``0 <= alpha_min < alpha_max < inf``: α below 1 gives dense outputs).
         device, dtype: where and in which dtype α (parameter or buffer) is created, as for
             ``torch.nn`` layers (default: a tensor α's own device and dtype; the default dtype
             for a float α).
@@ -121,12 +127,12 @@ class Entmax(nn.Module):
         dtype=None,
     ):
         super().__init__()
-        alpha = check_alpha(alpha, "alpha", minimum=1.0)
+        alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         self.dim = dim
         self.learn_alpha = bool(learn_alpha)
         if self.learn_alpha:
-            if not (1.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
-                raise ValueError(f"alpha_min, alpha_max must satisfy 1 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
+            if not (0.0 <= alpha_min < alpha_max and math.isfinite(alpha_max)):
+                raise ValueError(f"alpha_min, alpha_max must satisfy 0 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
             a = _initial_value(alpha)
             if values_checkable(a) and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
@@ -308,6 +314,72 @@ class FDivergenceLoss(FenchelYoungLoss):
 
     def __init__(self, divergence: Union[str, Divergence] = "kl", **options):
         super().__init__(divergence, **options)
+
+
+class Normmax(nn.Module):
+    """:func:`softargmax.normmax` (α > 1, a float or a per-row tensor) along ``dim``."""
+
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .normmax import normmax
+
+        return normmax(x, self.alpha, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, dim={self.dim}"
+
+
+class BudgetSparsemax(nn.Module):
+    """:func:`softargmax.budget_sparsemax` (every probability at most ``1/budget``) along ``dim``."""
+
+    def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        from .budget import check_budget
+
+        self.budget = check_budget(budget)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .budget import budget_sparsemax
+
+        return budget_sparsemax(x, self.budget, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"budget={self.budget}, dim={self.dim}"
+
+
+class NormmaxLoss(nn.Module):
+    """:func:`softargmax.normmax_loss` as a module; keyword options are stored."""
+
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, **options):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.options = options
+
+    def forward(self, x: Tensor, target: Tensor):
+        from .norm_budget_losses import normmax_loss
+
+        return normmax_loss(x, target, self.alpha, **self.options)
+
+
+class BudgetSparsemaxLoss(nn.Module):
+    """:func:`softargmax.budget_sparsemax_loss` as a module; keyword options are stored."""
+
+    def __init__(self, budget: Union[float, Tensor] = 2.0, **options):
+        super().__init__()
+        from .budget import check_budget
+
+        self.budget = check_budget(budget)
+        self.options = options
+
+    def forward(self, x: Tensor, target: Tensor):
+        from .norm_budget_losses import budget_sparsemax_loss
+
+        return budget_sparsemax_loss(x, target, self.budget, **self.options)
 
 
 def _no_op_pre_hook(module, args):

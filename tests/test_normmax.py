@@ -1,0 +1,196 @@
+"""α-normmax: against a brute-force constrained optimizer (SciPy SLSQP), an independent
+bisection on its root equation, finite differences, and the library's conventions."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import softargmax as sa
+from softargmax.normmax import normmax
+
+ALPHAS = [1.3, 2.0, 3.0, 7.0]
+
+
+def brute_force_normmax(x, alpha):
+    """(p, value) maximizing <p, x> - ||p||_alpha over the simplex, by SLSQP (primal only)."""
+    from scipy.optimize import minimize
+
+    x = np.asarray(x, dtype=np.float64)
+    k = len(x)
+
+    def fun(p):
+        n = np.sum(np.abs(p) ** alpha) ** (1 / alpha)
+        grad = x - (np.abs(p) / n) ** (alpha - 1)
+        return -(p @ x - n), -grad
+
+    best = None
+    e = np.full(k, 0.05 / k)
+    e[np.argmax(x)] += 0.95
+    for p0 in (np.full(k, 1.0 / k), e / e.sum()):
+        res = minimize(fun, p0, jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
+                       constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1, "jac": lambda p: np.ones_like(p)}],
+                       options={"ftol": 1e-15, "maxiter": 2000})
+        if best is None or res.fun < best.fun:
+            best = res
+    return best.x, -best.fun
+
+
+def bisection_normmax(x, alpha, iters=200):
+    """Independent reference: bisection on ||[x - tau]_+||_beta = 1, then p ∝ [x - tau]_+^{1/(alpha-1)}."""
+    x = np.asarray(x, dtype=np.float64)
+    beta = alpha / (alpha - 1)
+    lo, hi = x.max() - 1.0, x.max()
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if np.sum(np.clip(x - mid, 0, None) ** beta) >= 1:
+            lo = mid
+        else:
+            hi = mid
+    r = np.clip(x - lo, 0, None) ** (1 / (alpha - 1))
+    return r / r.sum()
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_matches_brute_force(alpha, rng):
+    for _ in range(4):
+        x = rng.normal(size=6) * 1.5
+        p = normmax(torch.tensor(x), alpha).numpy()
+        pb, vb = brute_force_normmax(x, alpha)
+        value = p @ x - np.sum(p ** alpha) ** (1 / alpha)
+        assert value >= vb - 1e-9  # ours is at least as good as the optimizer's point
+        np.testing.assert_allclose(p, pb, atol=2e-5)
+        np.testing.assert_allclose(p.sum(), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [1.1, 1.5, 2.0, 4.0, 50.0])
+def test_matches_bisection_reference_long_rows(alpha, rng, solver_path):
+    # long rows exercise the pruned candidate sets and (alpha' in (1, 2)) the fused CPU solver
+    x = rng.normal(size=(5, 700)) * 3
+    p = normmax(torch.tensor(x), alpha).numpy()
+    ref = np.stack([bisection_normmax(r, alpha) for r in x])
+    np.testing.assert_allclose(p, ref, atol=1e-12)
+    p32 = normmax(torch.tensor(x, dtype=torch.float32), alpha).numpy()
+    # float32: an error δ in the threshold moves p by about δ/(α-1) relative
+    np.testing.assert_allclose(p32, ref, atol=2e-6 * max(1.0, 1 / (alpha - 1)))
+
+
+def test_per_row_alpha_and_any_dim(rng):
+    x = torch.tensor(rng.normal(size=(3, 4, 5)))
+    alpha = torch.tensor([1.5, 2.0, 4.0], dtype=torch.float64).view(3, 1, 1)
+    p = normmax(x, alpha, dim=1)
+    for i, a in enumerate((1.5, 2.0, 4.0)):
+        torch.testing.assert_close(p[i], normmax(x[i], a, dim=0), atol=1e-14, rtol=0)
+    torch.testing.assert_close(normmax(x, 3.0, dim=0), normmax(x.movedim(0, -1), 3.0).movedim(-1, 0))
+
+
+@pytest.mark.parametrize("alpha", [1.3, 2.0, 3.0])
+def test_gradcheck(alpha):
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda t: normmax(t, alpha), (x,))
+    assert gradcheck(lambda t: normmax(t, alpha, dim=0), (x,))
+
+
+def test_gradcheck_per_row_alpha():
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    alpha = torch.tensor([[1.2], [2.0], [3.5], [6.0]], dtype=torch.float64)
+    assert gradcheck(lambda t: normmax(t, alpha), (x,))
+
+
+def test_masking_dtypes_and_bad_rows():
+    x = torch.randn(4, 7)
+    x[0, :3] = -math.inf
+    x[1] = -math.inf
+    x[2, 1] = math.nan
+    xr = x.clone().requires_grad_(True)
+    p = normmax(xr, 2.5)
+    torch.testing.assert_close(p[0, 3:], normmax(x[0, 3:], 2.5))
+    assert (p[0, :3] == 0).all() and (p[1] == 0).all()
+    assert torch.isnan(p[2]).all() and not torch.isnan(p[[0, 1, 3]]).any()
+    p[[0, 1, 3]].sum().backward()
+    g = xr.grad
+    assert (g[0, :3] == 0).all() and (g[1] == 0).all() and torch.isfinite(g[[0, 1, 3]]).all()
+    for dt in (torch.float16, torch.bfloat16):
+        y = torch.randn(3, 9) * 4
+        ph = normmax(y.to(dt), 2.0)
+        assert ph.dtype == dt and torch.isfinite(ph).all()
+        ref = normmax(y.to(dt).float(), 2.0)  # half inputs are computed in float32
+        torch.testing.assert_close(ph.float(), ref, atol=4e-3, rtol=0)
+
+
+def test_limits_and_errors():
+    x = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64)
+    # α -> ∞: β -> 1, so τ becomes sparsemax's threshold and r = u^{1/(α-1)} -> 1 on its
+    # support: the uniform distribution over the support of sparsemax(x)
+    for z in (x, torch.randn(20, dtype=torch.float64)):
+        s = (sa.sparsemax(z) > 0).to(z.dtype)
+        torch.testing.assert_close(normmax(z, 1e7), s / s.sum(), atol=1e-5, rtol=0)
+    # scale: the norm is homogeneous, so larger scores are sparser
+    assert (normmax(10 * x, 2.0) > 0).sum() <= (normmax(x, 2.0) > 0).sum()
+    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+        normmax(x, 1.0)
+    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+        normmax(x.view(1, -1), torch.tensor([[0.5]]))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        normmax([1.0, 2.0])
+
+
+# ----------------------------------------------------------------------------------
+# the normmax loss
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 4.0])
+def test_loss_value_is_the_fenchel_young_loss(alpha, rng):
+    for _ in range(3):
+        x = rng.normal(size=5)
+        y = rng.dirichlet(np.ones(5))
+        _, vb = brute_force_normmax(x, alpha)  # Ω*(x) = max <p,x> - ||p||_α
+        expected = vb + np.sum(y ** alpha) ** (1 / alpha) - x @ y
+        got = sa.normmax_loss(torch.tensor(x).view(1, -1), torch.tensor(y).view(1, -1), alpha)
+        assert abs(float(got) - expected) < 1e-7
+        c = int(rng.integers(5))
+        got_idx = sa.normmax_loss(torch.tensor(x).view(1, -1), torch.tensor([c]), alpha)
+        assert abs(float(got_idx) - (vb + 1 - x[c])) < 1e-7
+
+
+def test_loss_gradient_zero_and_options():
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    y = torch.softmax(torch.randn(4, 6, dtype=torch.float64), -1)
+    assert gradcheck(lambda t: sa.normmax_loss(t, y, 2.0), (x,))
+    assert gradcheck(lambda t: sa.normmax_loss(t, torch.tensor([0, 3, 5, 1]), 3.0, reduction="sum"), (x,))
+    p = normmax(x.detach(), 2.0)
+    assert float(sa.normmax_loss(x.detach(), p, 2.0)) < 1e-12  # zero at the prediction
+    t = torch.tensor([0, -100, 5, 1])
+    per = sa.normmax_loss(x, t, 2.0, reduction="none")
+    assert per[1] == 0 and (per >= 0).all()
+    torch.testing.assert_close(sa.normmax_loss(x, t, 2.0), per.sum() / 3)
+    loss, pred = sa.normmax_loss(x, t, 2.0, return_prediction=True)
+    torch.testing.assert_close(pred, p)
+    xm = x.detach().clone()
+    xm[0, 0] = -math.inf
+    assert sa.normmax_loss(xm, torch.tensor([0, 1, 2, 3]), 2.0, reduction="none")[0] == math.inf
+
+
+def test_normalize_names():
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(sa.mappings.normalize(x, "normmax", 3.0), normmax(x, 3.0))
+    torch.testing.assert_close(sa.mappings.normalize(x, "normmax"), normmax(x, 2.0))
+    torch.testing.assert_close(sa.mappings.normalize(x, "budget_sparsemax", 3.0), sa.budget_sparsemax(x, 3.0))
+
+
+def test_modules():
+    import softargmax.nn as snn
+
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(snn.Normmax(3.0, dim=0)(x), normmax(x, 3.0, dim=0))
+    torch.testing.assert_close(snn.BudgetSparsemax(2.5)(x), sa.budget_sparsemax(x, 2.5))
+    y = torch.tensor([0, 2, 7])
+    torch.testing.assert_close(snn.NormmaxLoss(4.0, reduction="sum")(x, y), sa.normmax_loss(x, y, 4.0, reduction="sum"))
+    t = torch.ones(3, 8)
+    torch.testing.assert_close(snn.BudgetSparsemaxLoss(2.0, multilabel=True)(x, t),
+                               sa.budget_sparsemax_loss(x, t, 2.0, multilabel=True))
+    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+        snn.Normmax(0.5)
