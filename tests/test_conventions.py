@@ -4,12 +4,12 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from conftest import ALL_DIVERGENCES, div_id
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import softargmax as sa
-
-from conftest import ALL_DIVERGENCES, div_id
 
 F64 = torch.float64
 

@@ -16,13 +16,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
 from softargmax import _cpu_rows
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
-
-from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 

@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import ALL_DIVERGENCES, div_id
 
 from softargmax import divergences as D
 from softargmax.divergences import CustomDivergence, get_divergence, lambertw_exp
-
-from conftest import ALL_DIVERGENCES, div_id
 
 F64 = torch.float64
 

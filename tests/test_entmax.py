@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import entmax15_sort, sparsemax_sort
 
 import softargmax as sa
 from softargmax._autograd import entmax_alpha_vjp
-
-from conftest import entmax15_sort, sparsemax_sort
 
 entmax_pkg = pytest.importorskip("entmax")
 F64 = torch.float64

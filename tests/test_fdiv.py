@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import ALL_DIVERGENCES, brute_force_fsoftargmax, div_id
 
 import softargmax as sa
 from softargmax.divergences import get_divergence
-
-from conftest import ALL_DIVERGENCES, brute_force_fsoftargmax, div_id
 
 F64 = torch.float64
 

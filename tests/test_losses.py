@@ -5,11 +5,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ALL_DIVERGENCES, div_id
 
 import softargmax as sa
 from softargmax.divergences import get_divergence
-
-from conftest import ALL_DIVERGENCES, div_id
 
 entmax_pkg = pytest.importorskip("entmax")
 F64 = torch.float64

@@ -1,4 +1,4 @@
-"""Smoke runs of the small reproductions: tau-table (001 Table 3) and bisection (003 Fig. 6)."""
+"""Smoke runs of the small reproductions: tau-table (Speeding Up Entmax, Table 3) and bisection (the f-divergence paper, Fig. 6)."""
 
 import json
 from pathlib import Path
@@ -19,6 +19,7 @@ def test_bisection_smoke(tmp_path):
         assert r["newton_steps_to_1e-6"] is not None and r["newton_steps_to_1e-6"] <= 6, label
         assert r["bisection_iterations_to_1e-6"] >= 15, label
     assert (out / "report.md").exists() and (out / "convergence.png").exists()
+    assert "Ran on cpu (" in (out / "report.md").read_text()
 
 
 @pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
@@ -30,3 +31,8 @@ def test_tau_table_smoke(tmp_path):
     for r in res["rows"]:
         assert r["tau_model"] == pytest.approx(r["tau_formula"], rel=0.1)
         assert r["logit_std_measured"] == pytest.approx(r["logit_std_formula"], rel=0.1)
+    # the report names the hardware it ran on (CPU model and threads here)
+    from softargmax.experiments._common import describe_device
+
+    assert res["settings"]["device"] == describe_device("cpu")
+    assert f"Ran on {describe_device('cpu')}" in (out / "report.md").read_text()

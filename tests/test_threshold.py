@@ -5,13 +5,12 @@ import math
 
 import pytest
 import torch
+from conftest import FUSED_COVERED, div_id, sparsemax_sort
 
 from softargmax import _kernels, threshold
 from softargmax.divergences import get_divergence
 from softargmax.solution import Solution
 from softargmax.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
-
-from conftest import FUSED_COVERED, div_id, sparsemax_sort
 
 
 @pytest.mark.parametrize("k", [PRUNE_MIN_LENGTH, 130, 256, 1000, 1024, 4096, 30000, 2**17])

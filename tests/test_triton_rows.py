@@ -18,13 +18,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
 from softargmax import _cpu_rows, _triton_rows
 from softargmax.divergences import get_divergence
 from softargmax.threshold import solve
-
-from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
 

@@ -1,23 +1,20 @@
 """softargmax: sparse and f-divergence softargmax operators for PyTorch.
 
-Operators (DESIGN §1): :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
+Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
 α > 0, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
 for every f-divergence, and the binary :func:`f_sigmoid` / :func:`f_softplus`.
 Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences`,
 the threshold solvers in :mod:`softargmax.threshold`.
 """
 
-from . import divergences, losses, mappings, tau, threshold
-from . import _custom_ops, _loss_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
-from .attention import attention
+from . import _custom_ops, _loss_ops, divergences, losses, mappings, tau, threshold  # noqa: F401  (register the torch.library operators torch.compile uses)
 from .alpha_relu import alpha_relu
+from .attention import attention
 from .binary import f_sigmoid, f_softplus
-from .divergences import Divergence, CustomDivergence
-from .entmax import entmax, entmax15, sparsemax
-from .normmax import normmax
 from .budget import budget_sparsemax
+from .divergences import CustomDivergence, Divergence
+from .entmax import entmax, entmax15, sparsemax
 from .fdiv import f_softargmax, f_softmax
-from .mappings import normalize
 from .fused import linear_fenchel_young_loss
 from .losses import (
     alpha_relu_loss,
@@ -28,7 +25,9 @@ from .losses import (
     fenchel_young_loss,
     sparsemax_loss,
 )
+from .mappings import normalize
 from .norm_budget_losses import budget_sparsemax_loss, normmax_loss
+from .normmax import normmax
 
 __version__ = "0.1.0"
 

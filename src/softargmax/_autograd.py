@@ -1,18 +1,21 @@
 r"""The autograd function behind every normalized mapping.
 
-Forward: :func:`softargmax.threshold.solve` on ``z = x / β``.  Backward is a JVP
-(DESIGN §2), one pass over the candidates, never a ``k × k`` matrix:
+Forward: :func:`softargmax.threshold.solve` on ``z = x / β``.  Backward is a JVP, one pass over the candidates, never a ``k × k`` matrix:
 
 * scores: ``∂L/∂x = s ⊙ (v - c) / β`` with ``s_j = q_j g'(z_j - τ)``,
   ``c = ⟨s, v⟩ / Σ s``;
 * reference measure: ``∂L/∂q = g(z - τ) ⊙ (v - c)`` (from ``∂τ/∂q_i = g_i / Σ s``);
-* α (α-entmax, ``002_…`` eqs. 26–38): per row,
+* α (α-entmax, Correia et al. (2019) eqs. 26–38): per row,
   ``⟨v, ∂p/∂α⟩ = (⟨v,p⟩ - ⟨v,p̃⟩)/(α-1)^2 - (⟨v, p log p⟩ + H(p) ⟨v,p̃⟩)/(α-1)``
   with ``p̃ ∝ p^{2-α}`` and ``H`` the Shannon entropy; on the band ``|α - 1| < 0.5`` an
   equivalent form without the cancellation of its two ``1/(α-1)`` terms is used
   (:func:`entmax_alpha_vjp`), equal to ``(-⟨v, p log² p⟩ + ⟨v,p⟩ ⟨p, log² p⟩)/2`` at α = 1.
 
 The function is once differentiable (no double backward).
+
+References:
+
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from ._checks import Rows, sum_to
 from .divergences import AlphaDivergence, Divergence, get_divergence
 from .solution import Solution
 from .threshold import solve
-
 
 
 def grad_to_param(grad2d: Tensor, rows: Rows, param: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
 """Argument checks and the row layout shared by every public function.
 
-Conventions (DESIGN §4): any shape and any ``dim``; float64 and float32 are
+Conventions: any shape and any ``dim``; float64 and float32 are
 computed natively; float16/bfloat16 are computed in float32 and returned in the
 input dtype; inputs are never modified in place.
 """

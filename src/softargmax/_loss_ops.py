@@ -22,9 +22,9 @@ from torch import Tensor
 
 from ._checks import CUSTOM_OPS, compute_dtype
 from ._custom_ops import define
+from ._fy_loss import prepare
 from ._loss_rows import resolve_loss
 from ._targets import reduce_loss
-from ._fy_loss import prepare
 
 __all__: list = []
 

@@ -121,7 +121,7 @@ def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
 
 
 def alpha_relu_rows(theta: Tensor, target: Target, alpha: float, tau: float, inplace: bool = False):
-    """Per-row α-ReLU loss, prediction and ``p - y`` (DESIGN §2), with one product ``p·t``.
+    """Per-row α-ReLU loss, prediction and ``p - y``, with one product ``p·t``.
 
     With ``t = [(α-1)θ - τ]_+`` and ``p = t^{1/(α-1)}``: ``p^α = p t`` and, on the support,
     ``θ - τ/(α-1) = t/(α-1)``, so ``⟨p, θ - τ/(α-1)⟩ = Σ p t / (α-1)`` and

@@ -7,7 +7,7 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
   ``a = 1`` is sparsemax, also as the ``"chi_square"`` divergence), one ``a`` for all
   rows (``a_stride = 0``) or one per row (``a_stride = 1``).  Its ``Solution.tau`` is
   ``t`` in the variable ``y = a z``; :func:`solve_with` converts it to the f-divergence
-  parametrization ``τ_f = (t + 1)/a`` (DESIGN §1) except for ``"chi_square"``, whose
+  parametrization ``τ_f = (t + 1)/a`` except for ``"chi_square"``, whose
   ``τ`` is ``t`` itself.
 * ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
   ``Solution.tau`` is already ``τ_f``.

@@ -131,7 +131,7 @@ def _tile(k: int):
 
     About 8 scores per thread (16 at ``BLOCK = 16384``); several rows per program up to
     ``BLOCK = 1024``.  Chosen from ptxas register reports for sm_90 (no spills, or a few
-    bytes for the shortest rows): GPU timings are still owed.
+    bytes for the shortest rows), not from timings.
     """
     block = max(16, 1 << (k - 1).bit_length())
     if block <= 128:

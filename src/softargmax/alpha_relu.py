@@ -1,20 +1,23 @@
-r"""α-ReLU (``000_…``, ``001_…``): α-entmax's elementwise map with a fixed threshold.
+r"""α-ReLU (Tezekbayev et al., 2022): α-entmax's elementwise map with a fixed threshold.
 
     alpha_relu(x) = [(α - 1) x - τ]_+^{1/(α-1)}
 
 No normalization: one read and one write per element, like a ReLU.  ``τ`` is in
-the entmax parametrization (DESIGN §1): with the τ that 1.5-entmax would compute,
-1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.tau` (issue 3) estimates it.
+the entmax parametrization: with the τ that 1.5-entmax would compute,
+1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.tau` estimates it.
 
 Derivatives: ``∂p/∂x = p^{2-α}`` (diagonal) and ``∂p/∂τ = -p^{2-α}/(α-1)``.  For
 α = 1.5 these are ``√p``, so the backward stores ``[(α-1)x - τ]_+`` and costs one
 multiplication.
+
+References:
+
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
 """
 
 from __future__ import annotations
 
 import math
-
 from typing import Union
 
 import torch

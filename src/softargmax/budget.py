@@ -24,7 +24,7 @@ score (the ``⌈B⌉`` largest entries are capped, ``⌈B⌉ c >= 1``; for ``B <
 alone gives ``1``).  Since ``τ >= τ_lo``, only scores above ``τ_lo`` can be non-zero: long
 rows are **pruned** to the blocks holding such scores (the block scheme of
 :mod:`softargmax.threshold`).  On the candidates, **Newton's method** with the free set
-``F = {0 < x_j - τ < c}`` and capped set ``C = {x_j - τ >= c}`` steps to
+``F = {0 < x_j - τ < c}`` and capped set ``C = {x_j - τ >= c}`` steps to::
 
     τ ← (Σ_F x_j + |C| c - 1) / |F|,
 
@@ -33,7 +33,7 @@ empty ``F``) is replaced by bisection.  On a piecewise-linear function Newton la
 exact root as soon as it reaches the right piece, so the result is exact up to rounding
 (the closed form on the final free and capped sets), typically after a few passes.
 
-**Jacobian.**  With ``s`` the indicator of the free set, ``dτ = Σ_F dx_j / |F|`` and
+**Jacobian.**  With ``s`` the indicator of the free set, ``dτ = Σ_F dx_j / |F|`` and::
 
     J = diag(s) - s sᵀ / |F|            (0 if ``F`` is empty),
 

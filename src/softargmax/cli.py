@@ -56,9 +56,8 @@ def main(argv=None) -> int:
     if args.command == "reproduce":
         import importlib
 
-        from .experiments import EXPERIMENTS
-
         from ._extras import MissingExtraError, require
+        from .experiments import EXPERIMENTS
 
         try:
             require("experiments", f"softargmax reproduce {args.experiment}")

@@ -1,20 +1,25 @@
 r"""Sparsemax, 1.5-entmax and α-entmax.
 
-α-entmax (``002_…`` eq. 13) is
+α-entmax (Correia et al., 2019, eq. 13) is
 
     entmax_α(x) = argmax_{p ∈ Δ} ⟨p, x⟩ + H^T_α(p) = [(α - 1) x - τ]_+^{1/(α-1)},
 
-with ``τ`` (the entmax parametrization of DESIGN §1) chosen so that the output sums
+with ``τ`` (the entmax parametrization of the library's conventions) chosen so that the output sums
 to one.  α = 1 is softmax, α = 2 is sparsemax (the Euclidean projection of ``x`` on
-the simplex, ``004_…``), α = 1.5 is 1.5-entmax.  All three are the α-divergence
+the simplex, Martins & Astudillo (2016)), α = 1.5 is 1.5-entmax.  All three are the α-divergence
 f-softargmax with ``q = 1`` and are computed by the same pruned, safeguarded-Newton
 solver (:mod:`softargmax.threshold`); sparsemax and 1.5-entmax finish with their exact
 closed form on the support found, so they are exact up to rounding.
 
-Conventions (DESIGN §4): any ``dim``; float64/float32 native, float16/bfloat16
+Conventions: any ``dim``; float64/float32 native, float16/bfloat16
 computed in float32 and returned in the input dtype; ``-inf`` entries get
 probability 0 and gradient 0; a row that is entirely ``-inf`` returns zeros (and zero
 gradient); NaN or ``+inf`` in a row gives NaN in that row only.
+
+References:
+
+* André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ._custom_ops import normalized
 from ._checks import check_alpha, check_dim, check_tensor, compute_dtype, values_checkable
+from ._custom_ops import normalized
 from .divergences import get_divergence
 
 __all__ = ["sparsemax", "entmax15", "entmax", "safe_softmax"]
@@ -51,7 +56,7 @@ def _empty_like(x: Tensor) -> Tensor:
 def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
     r"""Sparsemax: the Euclidean projection of ``x`` onto the probability simplex along ``dim``.
 
-    ``sparsemax(x) = [x - τ]_+`` with ``Σ = 1`` (``004_…`` eq. 2).  Exact (the support is
+    ``sparsemax(x) = [x - τ]_+`` with ``Σ = 1`` (Martins & Astudillo, 2016, eq. 2).  Exact (the support is
     found by Michelot's iteration on pruned candidates, then ``τ = (Σ_S x - 1)/|S|``).
     The Jacobian is ``diag(s) - s sᵀ/|S|`` with ``s`` the support indicator.
     """
@@ -65,7 +70,7 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
 def entmax15(x: Tensor, dim: int = -1) -> Tensor:
     r"""1.5-entmax: ``[x/2 - τ]_+^2`` with ``Σ = 1`` along ``dim`` (exact: the support's quadratic is solved in closed form).
 
-    Jacobian weights ``s = √p`` (``002_…``; Peters et al. 2019).
+    Jacobian weights ``s = √p`` (Correia et al., 2019; Peters et al. 2019).
     """
     check_tensor(x)
     dim = check_dim(x, dim)
@@ -82,7 +87,7 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
         alpha: a float ``> 0`` or a floating tensor broadcastable to ``x`` with size 1
             along ``dim`` (one α per row, e.g. per attention head), on ``x``'s device (a
             0-d CPU tensor is moved there; any other tensor on another device is a
-            ``ValueError``).  A tensor α is differentiable (``002_…`` eqs. 26–39, including the α → 1 limit).
+            ``ValueError``).  A tensor α is differentiable (Correia et al., 2019, eqs. 26–39, including the α → 1 limit).
         dim: the dimension that sums to one.
 
     α = 1 is softmax, α = 2 sparsemax.  Rows with α close to 1 are dense in practice

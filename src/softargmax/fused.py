@@ -38,10 +38,10 @@ import torch
 from torch import Tensor
 
 from ._checks import Rows, check_positive_number, check_q, check_tensor, compute_dtype
-from .divergences import Divergence
 from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, chunk_tokens
 from ._loss_rows import alpha_relu_rows, fy_rows, resolve_loss
 from ._targets import parse_target
+from .divergences import Divergence
 
 __all__ = ["linear_fenchel_young_loss"]
 

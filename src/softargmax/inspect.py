@@ -1,4 +1,4 @@
-r"""Inspecting trained sparse attention (``002_…`` Figs. 11–14).
+r"""Inspecting trained sparse attention (Correia et al., 2019, Figs. 11–14).
 
 * :func:`alphas` — α per head of every :class:`~softargmax.nn.SparseMultiheadAttention`;
 * :func:`collect_attention` — run a model and keep every such module's per-head weights;
@@ -6,6 +6,10 @@ r"""Inspecting trained sparse attention (``002_…`` Figs. 11–14).
 * :func:`head_js_divergence` — Jensen–Shannon divergence between the heads of a layer,
   ``JS(p, p') = ½ KL(p ‖ m) + ½ KL(p' ‖ m)``, ``m = (p + p')/2`` (natural log), per pair of
   heads and averaged over queries.
+
+References:
+
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Union
 from torch import Tensor
 
 from ._checks import check_alpha
-from .divergences import DIVERGENCE_NAMES, Divergence, get_divergence
 from .budget import budget_sparsemax
+from .divergences import DIVERGENCE_NAMES, Divergence, get_divergence
 from .entmax import entmax
 from .fdiv import f_softargmax
 from .normmax import normmax

@@ -10,7 +10,12 @@
 
 A learnable α is kept in ``(alpha_min, alpha_max)`` through the smooth
 reparametrization ``α = alpha_min + (alpha_max - alpha_min) · sigmoid(w)``
-(``002_…`` keeps α in (1, 2]); a learnable ``q`` is ``exp(log_q)``.
+(Correia et al. (2019) keeps α in (1, 2]); a learnable ``q`` is ``exp(log_q)``.
+
+References:
+
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
 """
 
 from __future__ import annotations
@@ -169,7 +174,7 @@ class AlphaReLU(nn.Module):
 
     With ``tau="calibrate"`` the module sets τ on its first forward call in training
     mode to the mean α-entmax threshold of that batch (:func:`softargmax.tau.from_logits`,
-    how ``001_…`` chooses τ from the untrained model); until then it must not be used in
+    how Tezekbayev et al. (2022) chooses τ from the untrained model); until then it must not be used in
     eval mode.  The calibrated value is a buffer, saved with the state dict.
     """
 
@@ -303,7 +308,7 @@ class EntmaxLoss(FenchelYoungLoss):
 
 
 class AlphaReLULoss(FenchelYoungLoss):
-    """The α-ReLU loss (DESIGN §2)."""
+    """The α-ReLU loss."""
 
     def __init__(self, alpha: float = 1.5, tau: float = 0.0, **options):
         super().__init__("alpha_relu", alpha=alpha, tau=tau, **options)
@@ -398,7 +403,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             f-divergence name (see :func:`softargmax.attention.attention`).
         alpha: α of ``mapping="entmax"``: a float, or a tensor of shape ``(num_heads,)``.
         learn_alpha: learn one α per head, kept in ``(1, 2)`` by
-            ``α = 1 + sigmoid(w)`` (``002_…``); implies ``mapping="entmax"``.
+            ``α = 1 + sigmoid(w)`` (Correia et al., 2019); implies ``mapping="entmax"``.
 
     ``add_bias_kv`` and ``add_zero_attn`` are not supported.  The module registers a
     no-op forward pre-hook so that ``nn.TransformerEncoderLayer`` never takes its fused

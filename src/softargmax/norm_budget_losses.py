@@ -33,9 +33,9 @@ import torch
 from torch import Tensor
 
 from ._checks import Rows, check_alpha, check_dim, check_tensor
-from .budget import check_budget, solve_budget
 from ._loss_rows import RowLoss, p_minus_y
 from ._targets import Target, check_reduction, parse_target, reduce_loss
+from .budget import check_budget, solve_budget
 from .normmax import normmax_rows
 
 __all__ = ["normmax_loss", "budget_sparsemax_loss"]

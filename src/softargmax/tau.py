@@ -1,19 +1,22 @@
-r"""Choosing α-ReLU's threshold ``τ`` (``000_…``, ``001_…``).
+r"""Choosing α-ReLU's threshold ``τ`` (Tezekbayev et al., 2022).
 
 α-ReLU reproduces α-entmax when its fixed ``τ`` equals the threshold α-entmax would
 compute, so the papers set ``τ`` from the model itself before training:
 
 * :func:`from_logits` — the mean α-entmax threshold over a batch of (untrained) logits,
-  the way ``001_…`` §3 picks ``τ`` from the first batch;
+  the way Tezekbayev et al. (2022) §3 picks ``τ`` from the first batch;
 * :func:`gaussian` — the data-free estimate for i.i.d. ``N(0, std²)`` logits:
-  ``001_…`` Lemma 2 (α = 1.5, ``method="paper"``) and, for any α > 1, the same
+  Tezekbayev et al. (2022) Lemma 2 (α = 1.5, ``method="paper"``) and, for any α > 1, the same
   asymptotic argument evaluated by quadrature (``method="integral"``);
-* :func:`linear_logit_std` — ``001_…`` Lemma 3: the logit standard deviation of a
+* :func:`linear_logit_std` — Tezekbayev et al. (2022) Lemma 3: the logit standard deviation of a
   Xavier-uniform output projection applied to layer-normalized features,
   ``sqrt(2 d_model / (d_model + vocab))``; with it ``gaussian`` gives eq. (4).
 
-Every ``τ`` here is in the entmax parametrization ``p = [(α-1) z - τ]_+^{1/(α-1)}``
-(DESIGN §1), the one :func:`softargmax.alpha_relu` takes.
+Every ``τ`` here is in the entmax parametrization ``p = [(α-1) z - τ]_+^{1/(α-1)}``, the one :func:`softargmax.alpha_relu` takes.
+
+References:
+
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def from_logits(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tensor:
 
 
 def linear_logit_std(d_model: int, vocab_size: int) -> float:
-    """``sqrt(2 d_model / (d_model + vocab_size))`` (``001_…`` Lemma 3)."""
+    """``sqrt(2 d_model / (d_model + vocab_size))`` (Tezekbayev et al., 2022, Lemma 3)."""
     for name, v in (("d_model", d_model), ("vocab_size", vocab_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -93,7 +96,7 @@ def _bisect(fn, lo: float, hi: float, iters: int = 200) -> float:
 
 
 def _paper_lemma2(d: int, sigma: float):
-    """``001_…`` Lemma 2 for 1.5-entmax: ``(τ, p*)`` with eqs. (8), (9), (12)."""
+    """Tezekbayev et al. (2022) Lemma 2 for 1.5-entmax: ``(τ, p*)`` with eqs. (8), (9), (12)."""
     eps = 1.0 / d
     t64 = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
 
@@ -159,7 +162,7 @@ def gaussian(
 ) -> Union[float, tuple]:
     r"""Data-free estimate of the α-entmax threshold of ``vocab_size`` i.i.d. ``N(0, std²)`` logits.
 
-    Following ``001_…`` Appendix B.2, the sorted logits are replaced by their asymptotic
+    Following Tezekbayev et al. (2022) Appendix B.2, the sorted logits are replaced by their asymptotic
     means ``σ Φ^{-1}(1 - i/d)`` and sums by integrals over ``x = i/d ∈ [ε, p]``, ``ε = 1/d``.
 
     * ``method="paper"`` (α = 1.5 only): Lemma 2 verbatim — solve eq. (12) for the support

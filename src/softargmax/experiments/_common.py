@@ -32,11 +32,26 @@ def begin(preset: str, presets: dict, systems, known, threads: Optional[int], ou
     return presets[preset], out_dir, time.perf_counter()
 
 
-def environment(t_start: float) -> dict:
+def describe_device(device: str = "cpu") -> str:
+    """The hardware a run used, for its report: the GPU's name, or the CPU model and threads."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    if str(device) != "cpu":
+        return str(device)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"cpu ({torch.get_num_threads()} threads, {model})"
+
+
+def environment(t_start: float, device: str = "cpu") -> dict:
     """Device, versions and the seconds since ``t_start``, for ``results["settings"]``."""
     import softargmax
 
-    return {"device": f"cpu ({torch.get_num_threads()} threads)", "torch": torch.__version__,
+    return {"device": describe_device(device), "torch": torch.__version__,
             "softargmax": softargmax.__version__, "python": platform.python_version(),
             "total_seconds": time.perf_counter() - t_start}
 

@@ -1,4 +1,4 @@
-r"""Adaptively sparse attention (``002_…``) on Multi30k De→En.
+r"""Adaptively sparse attention (Correia et al., 2019) on Multi30k De→En.
 
 ``softargmax reproduce adaptive-attention --preset {smoke,default}`` trains the translation
 experiment's Transformer (same data, tokenizer, model, schedule and seed; see
@@ -10,18 +10,22 @@ every attention block (encoder self-attention, decoder self-attention, context a
 * ``adaptive`` — α-entmax with one learned α per head, α = 1 + sigmoid(w) ∈ (1, 2),
   every head starting at α = 1.5 so that the only difference from ``entmax15`` is that
   α is learned (by the same Adam optimizer and schedule as the weights, through the
-  α-gradient of ``002_…`` eqs. 26–39).
+  α-gradient of Correia et al. (2019) eqs. 26–39).
 
-The output layer is softmax + cross-entropy in all three, as in ``002_…``.  Reported:
-test BLEU, time per training step (measured interleaved after training), the learned α per head and layer (``002_…`` Fig. 11)
+The output layer is softmax + cross-entropy in all three, as in Correia et al. (2019).  Reported:
+test BLEU, time per training step (measured interleaved after training), the learned α per head and layer (Correia et al., 2019, Fig. 11)
 and its trajectory, the share of nonzero attention weights per head (Figs. 12, 14) and
 the mean Jensen–Shannon divergence between the heads of each block (Fig. 13), measured
 on teacher-forced test sentences.
 
-Our copy of ``002_…`` is the supplementary material only: its Figs. 11–14 are images
+Our copy of Correia et al. (2019) is the supplementary material only: its Figs. 11–14 are images
 without numbers, so the report compares with the paper's stated findings (heads in
 different layers learn different sparsity, adaptive heads are more diverse than softmax
 heads, no loss in BLEU) rather than with values.
+
+References:
+
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ BLOCKS = {"self_attn@encoder": "encoder self-attention", "self_attn@decoder": "d
           "multihead_attn@decoder": "context attention"}
 
 PAPER = {
-    "source": "Correia, Niculae, Martins — Adaptively Sparse Transformers (EMNLP 2019); our 002_… is its supplement",
+    "source": "Correia, Niculae, Martins — Adaptively Sparse Transformers (EMNLP 2019); our copy is its supplementary material",
     "findings": [
         "no loss in BLEU: α-entmax and 1.5-entmax attention translate as well as softmax on IWSLT'17 De→En, "
         "KFTT Ja→En, WMT'16 Ro→En and WMT'14 En→De",
@@ -195,10 +199,8 @@ def run(
         "training": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(train_cfg).items()},
         "attention": {s: SYSTEMS[s] for s in systems},
         "beam": P["beam"],
-        **environment(t_all),
+        **environment(t_all, device),
     }
-    if device != "cpu":
-        results["settings"]["device"] = device
     return finish(results, out_dir, write_figures, render_report, log)
 
 
@@ -270,7 +272,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
 def render_report(results: dict, figures: list) -> str:
     S, st = results["systems"], results["settings"]
     lines = [
-        "# Adaptively sparse attention on Multi30k De→En (002_…)", "",
+        "# Adaptively sparse attention on Multi30k De→En (Correia et al., 2019)", "",
         f"Preset `{st['preset']}`, seed {st['seed']}, {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
         f"this invocation took {st['total_seconds'] / 60:.1f} min.", "",
         "**Stand-in data and model.** The paper trains Transformer-base on IWSLT'17 De→En, KFTT Ja→En, WMT'16 Ro→En "
@@ -285,8 +287,8 @@ def render_report(results: dict, figures: list) -> str:
         "## BLEU and training time", "",
         f"Detokenized sacreBLEU (`{next(iter(S.values()))['bleu_signature']}`), beam {st['beam']}. Time per training "
         "step (forward, loss, backward) of the trained models on the same batches, all systems interleaved, median of "
-        "3; the cumulative training time (evaluation excluded) was measured while each system trained, on a shared "
-        "2-core VM whose speed drifts, so only the interleaved ratio is comparable.", "",
+        "3; the cumulative training time (evaluation excluded) was measured while each system trained, on "
+        f"{st.get('device', 'this machine')}; a shared machine's speed drifts, so only the interleaved ratio is comparable.", "",
         "| attention | test BLEU | s/step (interleaved) | vs softmax | training time (min) | mean head density |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -350,7 +352,7 @@ def _discussion(S: dict, st: dict) -> list:
                    f"{S['entmax15']['seconds_per_step_vs_softmax']:.2f}× softmax per training step"
                    + (f" and learned-α attention {S['adaptive']['seconds_per_step_vs_softmax']:.2f}× (rows are grouped "
                       "by α, and the α-gradient adds a pass)" if "adaptive" in S else "")
-                   + ". Our copy of 002_… has no timings to compare with.")
+                   + ". Our copy of the paper's supplement has no timings to compare with.")
     return out
 
 

@@ -1,8 +1,8 @@
-r"""Label-proportion estimation on synthetic documents (``004_…`` §4.1, Fig. 3).
+r"""Label-proportion estimation on synthetic documents (Martins & Astudillo, 2016, §4.1, Fig. 3).
 
 ``softargmax reproduce label-proportions --preset {smoke,default}``.
 
-**Generator** (``004_…`` §4.1; the extracted text lost the inline values, our choices are
+**Generator** (Martins & Astudillo, 2016, §4.1; the extracted text lost the inline values, our choices are
 marked *ours*): each example is a "multi-labelled document".  The number of active
 labels is drawn from a Poisson (*ours*: mean 2) with rejection to ``[1, K]``, the labels
 uniformly without replacement; the label proportions ``q`` are uniform over the active
@@ -23,6 +23,10 @@ set (mean squared error), as in the paper (*ours*: 3 folds and 3 values of λ in
 default preset, to stay within 15 minutes on two cores).  Metrics on the test set: the mean squared
 error ``‖q − p‖²`` and the Jensen–Shannon divergence ``JS(q, p)`` (natural log), averaged
 over documents.
+
+References:
+
+* André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ PRESETS = {
                     lambdas=(1e-3, 1e-2, 1e-1), folds=3, seeds=(0,)),
 }
 PAPER = {
-    "source": "Martins & Astudillo, From Softmax to Sparsemax (004_…), §4.1 and Fig. 3",
+    "source": "Martins & Astudillo, From Softmax to Sparsemax (ICML 2016), §4.1 and Fig. 3",
     "claim": "the two losses perform similarly for small document lengths, but as the average document length exceeds "
              "400 the sparsemax loss outperforms the logistic loss consistently, in MSE and JS, for uniform and "
              "random mixtures",
@@ -188,7 +192,7 @@ def render_report(results: dict, figures: list) -> str:
     rows, st = results["rows"], results["settings"]
     losses = list(st["losses"])
     lines = [
-        "# Label-proportion estimation (004_…, §4.1, Fig. 3)", "",
+        "# Label-proportion estimation (Martins & Astudillo 2016, §4.1, Fig. 3)", "",
         f"Preset `{st['preset']}`, seed {st['seed']}, torch {st['torch']}, softargmax {st['softargmax']}; "
         f"{st['total_seconds'] / 60:.1f} min.", "",
         f"**Setting.** Synthetic documents as in the paper ({st['train']} training / {st['test']} test), vocabulary "

@@ -1,7 +1,7 @@
-r"""Sparse attention for natural language inference (``004_…`` §4.3, Tables 3–4) on SNLI.
+r"""Sparse attention for natural language inference (Martins & Astudillo, 2016, §4.3, Tables 3–4) on SNLI.
 
 ``softargmax reproduce nli-attention --preset {smoke,default}`` trains the attention
-model of ``004_…`` Fig. 4 (Rocktäschel et al.'s architecture): a premise GRU gives
+model of Martins & Astudillo (2016) Fig. 4 (Rocktäschel et al.'s architecture): a premise GRU gives
 states ``Y = [h_1 … h_L]``; a hypothesis GRU, started from the premise's last state,
 ends in ``h_N``; attention scores ``z_t = wᵀ tanh(W^y h_t + W^h h_N)`` are normalized into
 weights ``a`` over the premise words, ``r = Y a`` and ``h* = tanh(W^p r + W^x h_N)`` feeds a
@@ -20,6 +20,10 @@ embeddings are learned from scratch (the paper used fixed GloVe vectors, not ava
 offline).  Absolute accuracies are therefore far below the paper's ~82%; what carries
 over is the comparison between attention mappings under identical conditions and the
 sparsity of the selected premise words (Table 4).
+
+References:
+
+* André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ PRESETS = {
     "default": dict(train=None, test=None, dim=64, epochs=6, seeds=(0, 1, 2), batch=128, lr=2e-3, examples=8),
 }
 PAPER = {
-    "source": "Martins & Astudillo, From Softmax to Sparsemax (004_…), Table 3 (SNLI 1.0, full training split, GloVe)",
+    "source": "Martins & Astudillo, From Softmax to Sparsemax (ICML 2016), Table 3 (SNLI 1.0, full training split, GloVe)",
     "accuracy": {"noattention": {"dev": 81.84, "test": 80.99}, "logistic": {"dev": 82.11, "test": 80.84},
                  "softmax": {"dev": 82.86, "test": 82.08}, "sparsemax": {"dev": 82.52, "test": 82.20}},
     "table4": "for all examples only a small number of premise words are selected, which are key to the decision",
@@ -95,7 +99,7 @@ def pad(seqs, value: int = 0) -> tuple[Tensor, Tensor]:
 
 
 class AttentionNLI(nn.Module):
-    """``004_…`` Fig. 4 with the attention normalization ``system`` (see the module docstring)."""
+    """Martins & Astudillo (2016) Fig. 4 with the attention normalization ``system`` (see the module docstring)."""
 
     def __init__(self, vocab: int, dim: int, system: str, dropout: float = 0.2):
         super().__init__()
@@ -306,7 +310,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
 def render_report(results: dict, figures: list) -> str:
     S, st, paper = results["systems"], results["settings"], results["paper"]
     lines = [
-        "# Sparse attention for natural language inference (004_…, §4.3)", "",
+        "# Sparse attention for natural language inference (Martins & Astudillo 2016, §4.3)", "",
         f"Preset `{st['preset']}`, seeds {st['seeds']}, {st['device']}, torch {st['torch']}, "
         f"softargmax {st['softargmax']}; {st['total_seconds'] / 60:.1f} min.", "",
         f"**Stand-in data.** {st['data']['note']}: {st['data']['train']:,} training pairs (the paper: ~550,000), "

@@ -1,4 +1,4 @@
-r"""τ of an untrained Transformer's 1.5-entmax output vs the data-free estimate (``001_…`` Table 3).
+r"""τ of an untrained Transformer's 1.5-entmax output vs the data-free estimate (Tezekbayev et al., 2022, Table 3).
 
 For each vocabulary size, an untrained encoder-decoder Transformer (d_model 512 as in the
 paper, one layer each side to keep it fast; Lemma 3 only involves the final LayerNorm and the
@@ -9,6 +9,10 @@ picks τ), ``τ̂`` the formula (:func:`softargmax.tau.gaussian` with
 captions (folded into range for smaller vocabularies); with a larger vocabulary only those ids
 occur in the input, which the paper's observation ("regardless of what data is supplied")
 allows.
+
+References:
+
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
 """
 
 from __future__ import annotations

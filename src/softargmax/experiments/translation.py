@@ -56,7 +56,7 @@ import torch
 
 import softargmax as sa
 
-from ._common import pyplot
+from ._common import describe_device, pyplot
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
@@ -395,9 +395,7 @@ def run(
 
 
 def _device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
-    return device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads)"
+    return describe_device(device)
 
 
 def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
@@ -738,7 +736,7 @@ def _discussion(S: dict, st: dict) -> list:
         "- **Speed.** The paper's 1.6–2.7× longer training of sparsemax/1.5-entmax came from sorting; here both use "
         "this library's pruned Newton solvers, so the remaining overhead is the solver on a "
         f"{st['vocabulary']['size']}-word vocabulary. 1.5-ReLU needs no normalization and costs what softmax costs. "
-        + ("Per-step times come from a shared 2-core VM whose speed drifts, so ratios within ~10% are not significant."
+        + (f"Per-step times come from {st['device']}; on a shared CPU the speed drifts, so ratios within ~10% are not significant."
            if st["device"].startswith("cpu") else
            "Per-step times are measured on the GPU with a synchronization at the end of every step (evaluation excluded)."),
         "- **Inference.** Decoding here recomputes the decoder over the prefix at every step (no cache) and stops a "
