@@ -7,7 +7,9 @@ function of the same data and differ only in floating-point summation order (two
 gradients added by the all-reduce instead of one sum; each rank pads its half of the batch
 to its own longest sentence), so their per-step training losses agree to float32
 round-off amplified by a few Adam steps: we require 1e-5 relative (measured: 2e-7 over 12
-steps of entmax15 and 1.5-ReLU training).
+steps of entmax15 and 1.5-ReLU training), and 1e-4 for the final weights (measured 1.3e-5:
+the pruned solver's candidate blocks depend on which rows share a batch, so the ranks round
+differently from one process, and Adam's normalized steps amplify that in near-zero gradients).
 With dropout on, the ranks draw different masks from one process, so the curves would
 agree only statistically; these tests switch it off.
 """
@@ -120,7 +122,9 @@ def test_two_processes_follow_the_single_process_loss_curve(runs):
         assert ref["train_loss"][-1] < 0.8 * ref["train_loss"][0]
         # both ranks hold the same model; every rank saw its own share of every batch
         assert a["weights"] == b["weights"]
-        assert a["weights"] == pytest.approx(ref["weights"], rel=RTOL)
+        # the weights end the trajectory: Adam's normalized step m/√v turns the rounding of a
+        # near-zero gradient entry into a step of either sign, so they get 10× the losses' tolerance
+        assert a["weights"] == pytest.approx(ref["weights"], rel=10 * RTOL)
         assert a["train_tokens"] == b["train_tokens"] == ref["train_tokens"]
         assert a["rank_tokens"] + b["rank_tokens"] == ref["train_tokens"]
         assert 0.3 < a["rank_tokens"] / ref["train_tokens"] < 0.7

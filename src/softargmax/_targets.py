@@ -51,6 +51,18 @@ class Target:
         return y
 
 
+def check_ignore_index(ignore_index) -> int:
+    """``ignore_index`` as an int: a Python int or a 0-d integer tensor (as ``F.cross_entropy``
+    and the ``entmax`` package accept); a bool, a float or anything else is a ``TypeError``."""
+    if isinstance(ignore_index, Tensor):
+        if ignore_index.dim() == 0 and not ignore_index.is_floating_point() and not ignore_index.is_complex() \
+                and ignore_index.dtype != torch.bool:
+            return int(ignore_index)
+    elif isinstance(ignore_index, int) and not isinstance(ignore_index, bool):
+        return ignore_index
+    raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+
+
 def _dim_hint(target_shape, x_shape, dim: int) -> str:
     """A hint naming the ``dim`` that would make class indices of ``target_shape`` fit ``x_shape``."""
     fits = [d for d in range(len(x_shape)) if d != dim and tuple(target_shape) == tuple(x_shape[:d]) + tuple(x_shape[d + 1:])]
@@ -75,8 +87,7 @@ def parse_target(
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     k, R, dtype = rows.k, rows.R, rows.dtype
     batch_shape = tuple(rows.moved_shape[:-1])
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+    ignore_index = check_ignore_index(ignore_index)
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if weight is not None:
