@@ -48,8 +48,17 @@ def one_process_loss(
                 float(label_smoothing))[0]
     rows, tgt, compute = prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
                                   weight)
+    return reduce_rows(x, dim, rows, tgt, compute, reduction, return_prediction)
+
+
+def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, return_prediction: bool):
+    """The reduced loss (and the prediction) from ``compute(theta) -> (loss, p, p - y)`` per row.
+
+    The backward is ``p - y`` saved by the forward (:class:`~softargmax._loss_rows.RowLoss`);
+    an empty batch gives what ``F.cross_entropy`` gives (0 for sum, NaN for mean, an empty
+    tensor for none), with a graph.
+    """
     if rows.R == 0 or rows.k == 0:
-        # an empty batch: like F.cross_entropy (sum 0, mean NaN, none empty), with a graph
         per_row = x.sum(dim) * 0
         loss = reduce_loss(per_row.reshape(-1), tgt, reduction, tuple(rows.moved_shape[:-1]))
         return loss if not return_prediction else (loss, x.detach() * 0)

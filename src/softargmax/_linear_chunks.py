@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._checks import compute_dtype
+from ._checks import check_tensor, compute_dtype
 from ._targets import rows_of
 
 #: default bytes for one chunk's buffers (logits, their float32 copy, prediction/gradient, half copy)
@@ -106,3 +106,21 @@ class LinearFY(torch.autograd.Function):
         for g in (gh, gw, gb):
             out.append(None if g is None else g * scale.to(g.dtype))
         return out[0], out[1], out[2], None, None, None, None, None
+
+
+def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str, rows: str = "vocab") -> None:
+    """The argument checks of the fused linear + loss (``rows``: what ``weight``'s rows are, for the message)."""
+    check_tensor(hidden, "hidden")
+    check_tensor(weight, "weight")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be [{rows}, d], got shape {tuple(weight.shape)}")
+    if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"hidden's last dimension ({hidden.shape[-1] if hidden.dim() else None}) must equal weight.shape[1] ({weight.shape[1]})")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype")
+    if bias is not None:
+        check_tensor(bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")

@@ -782,24 +782,11 @@ def linear_fenchel_young_loss(
     gradients of ``weight`` and ``bias`` are this rank's rows.  Soft targets are this rank's
     slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.
     """
-    from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, chunk_tokens
+    from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens
 
     group, rank, world = _group_info(process_group)
-    check_tensor(hidden, "hidden")
-    check_tensor(weight, "weight")
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be [vocab slice, d], got shape {tuple(weight.shape)}")
-    if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"hidden's last dimension ({hidden.shape[-1] if hidden.dim() else None}) must equal weight.shape[1] ({weight.shape[1]})")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype")
+    check_linear_arguments(hidden, weight, bias, reduction, "vocab slice")
     k, d = weight.shape
-    if bias is not None:
-        check_tensor(bias, "bias")
-        if bias.shape != (k,):
-            raise ValueError(f"bias must have shape ({k},), got {tuple(bias.shape)}")
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")
     if any(isinstance(v, Tensor) for v in mapping_params.values()):
         raise TypeError("linear_fenchel_young_loss: alpha and tau must be numbers")
     cdt = compute_dtype(hidden.dtype)

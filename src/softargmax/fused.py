@@ -37,8 +37,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from ._checks import Rows, check_positive_number, check_q, check_tensor, compute_dtype
-from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, chunk_tokens
+from ._checks import Rows, check_positive_number, check_q, compute_dtype
+from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens
 from ._loss_rows import alpha_relu_rows, fy_rows, resolve_loss
 from ._targets import parse_target
 from .divergences import Divergence
@@ -94,21 +94,8 @@ def linear_fenchel_young_loss(
             temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
             label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
             **mapping_params)
-    check_tensor(hidden, "hidden")
-    check_tensor(weight, "weight")
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be [vocab, d], got shape {tuple(weight.shape)}")
-    if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"hidden's last dimension ({hidden.shape[-1] if hidden.dim() else None}) must equal weight.shape[1] ({weight.shape[1]})")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have the same dtype")
+    check_linear_arguments(hidden, weight, bias, reduction, "vocab")
     V, d = weight.shape
-    if bias is not None:
-        check_tensor(bias, "bias")
-        if bias.shape != (V,):
-            raise ValueError(f"bias must have shape ({V},), got {tuple(bias.shape)}")
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")
     if softcap is not None:
         softcap = check_positive_number(softcap, "softcap")
     if memory_budget is None:

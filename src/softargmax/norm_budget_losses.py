@@ -33,8 +33,9 @@ import torch
 from torch import Tensor
 
 from ._checks import Rows, check_alpha, check_dim, check_tensor
-from ._loss_rows import RowLoss, p_minus_y
-from ._targets import Target, check_reduction, parse_target, reduce_loss
+from ._fy_loss import reduce_rows
+from ._loss_rows import p_minus_y
+from ._targets import Target, check_reduction, parse_target
 from .budget import check_budget, solve_budget
 from .normmax import normmax_rows
 
@@ -108,22 +109,7 @@ def _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label
     rows = Rows(x, dim)
     tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
                        label_smoothing=label_smoothing, weight=weight)
-    compute = compute_for(rows, tgt)
-    kept = {}
-
-    def compute_and_keep(theta):
-        loss, p, G = compute(theta)
-        kept["p"] = p
-        return loss, p, G
-
-    if x.requires_grad and torch.is_grad_enabled():
-        per_row = RowLoss.apply(x, compute_and_keep, rows)
-    else:
-        per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
-    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
-    if not return_prediction:
-        return loss
-    return loss, rows.restore(kept["p"].detach())
+    return reduce_rows(x, dim, rows, tgt, compute_for(rows, tgt), reduction, return_prediction)
 
 
 def normmax_loss(
