@@ -7,8 +7,9 @@ import pytest
 import torch
 from conftest import FUSED_COVERED, div_id, sparsemax_sort
 
+import softargmax as sa
 from softargmax import _kernels, threshold
-from softargmax.divergences import get_divergence
+from softargmax.divergences import Divergence, get_divergence
 from softargmax.solution import Solution
 from softargmax.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
 
@@ -180,3 +181,59 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z, alpha_relu=1.5) is None  # α-ReLU has GPU kernels only
     assert threshold.solve(z, covered).backend == "cpu"
     assert threshold.solve(z, covered, for_loss=True).backend == "torch"
+
+
+class _Tsallis15(Divergence):
+    """A toy generator written from scratch: the 1.5-Tsallis entropy, ``f(u) = (u^1.5 - 1 - 1.5(u - 1))/0.75``,
+    whose ``g(v) = [1 + v/2]_+^2`` is the power kind with ``a = 1/2``.  It declares that, and
+    nothing else in the library changes: it takes the C row solver."""
+
+    name = "toy_tsallis15"
+    f_prime_zero = -2.0
+    newton_power = 0.5
+    monotone_newton = True
+
+    def f(self, u):
+        return (u**1.5 - 1 - 1.5 * (u - 1)) / 0.75
+
+    def f_prime(self, u):
+        return (torch.sqrt(u) - 1) / 0.5
+
+    def conj(self, v):
+        return (torch.clamp(1 + 0.5 * v, min=0) ** 3 - 1) / 1.5
+
+    def conj_prime(self, v):
+        return torch.clamp(1 + 0.5 * v, min=0) ** 2
+
+    def conj_prime2(self, v):
+        return torch.clamp(1 + 0.5 * v, min=0)
+
+    def fused_kind(self):
+        return ("power", 0.5)
+
+
+def test_a_new_divergence_takes_the_fast_path_by_declaring_its_kind():
+    from softargmax import _cpu_rows
+
+    toy = _Tsallis15()
+    x = torch.randn(6, 300, dtype=torch.float64) * 3
+    x[0, :100] = -math.inf
+    assert _kernels.select(x, toy) is _cpu_rows
+    sol = solve(x, toy)
+    assert sol.backend == "cpu"
+    fast = sa.f_softargmax(x, toy)
+    old = _cpu_rows.set_enabled(False)
+    try:
+        reference = sa.f_softargmax(x, toy)
+        assert solve(x, toy).backend == "torch"
+    finally:
+        _cpu_rows.set_enabled(old)
+    torch.testing.assert_close(fast, reference, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fast, sa.entmax15(x), rtol=0, atol=1e-12)  # it is 1.5-entmax
+    # the gradient too (the backend's JVP)
+    xr = x.clone().requires_grad_(True)
+    v = torch.randn_like(x)
+    (sa.f_softargmax(xr, toy) * v).sum().backward()
+    xe = x.clone().requires_grad_(True)
+    (sa.entmax15(xe) * v).sum().backward()
+    torch.testing.assert_close(xr.grad, xe.grad, rtol=0, atol=1e-10)

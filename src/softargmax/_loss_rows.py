@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 
 from ._checks import Rows, check_alpha, values_checkable
 from ._targets import Target
-from .divergences import KL, AlphaDivergence, Divergence
+from .divergences import Divergence
 from .mappings import MAPPING_NAMES, resolve
 from .solution import sum_f_minus_f0
 from .threshold import solve
@@ -46,7 +46,7 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
         z = (theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / beta
     else:
         z = theta
-    if isinstance(div, KL) or (isinstance(div, AlphaDivergence) and div.alpha == 1.0 and not isinstance(div.alpha, Tensor)):
+    if div.is_softmax:
         return _kl_rows(z, target, beta, q, inplace)
     # for_loss: on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
     sol = solve(z, div, q, for_loss=True)

@@ -6,43 +6,39 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
 * ``KIND_POWER``: ``Σ_j [a z_j - t]_+^{1/a} = 1`` with ``a = α - 1 ∈ (0, 1]`` (α-entmax;
   ``a = 1`` is sparsemax, also as the ``"chi_square"`` divergence), one ``a`` for all
   rows (``a_stride = 0``) or one per row (``a_stride = 1``).  Its ``Solution.tau`` is
-  ``t`` in the variable ``y = a z``; :func:`solve_with` converts it to the f-divergence
-  parametrization ``τ_f = (t + 1)/a`` except for ``"chi_square"``, whose
-  ``τ`` is ``t`` itself.
+  ``t`` in the variable ``y = a z``; :func:`solve_with` converts it with the divergence's
+  own :meth:`~softargmax.divergences.Divergence.tau_from_power_root` (``τ_f = (t + 1)/a``
+  for the α-divergence, ``t`` itself for ``"chi_square"``).
 * ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
   ``Solution.tau`` is already ``τ_f``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from .divergences import AlphaDivergence, ChiSquare, Divergence, JensenShannon, SquaredHellinger
+from .divergences import Divergence
 
 KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 
 
-def power_exponent(div: Divergence) -> Optional[float]:
-    """``a`` of ``Σ [a z - t]_+^{1/a} = 1`` for a covered power generator, else ``None``."""
-    if type(div) is ChiSquare:
-        return 1.0
-    if type(div) is AlphaDivergence and not isinstance(div.alpha, Tensor):
-        a = float(div.alpha) - 1.0
-        return a if 0.0 < a <= 1.0 else None
-    return None
+#: the kinds of :meth:`softargmax.divergences.Divergence.fused_kind`
+KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
 
 
 def kind_of(div: Divergence):
-    """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``."""
-    if type(div) is JensenShannon:
-        return KIND_JS, None
-    if type(div) is SquaredHellinger:
-        return KIND_HELL, None
-    a = power_exponent(div)
-    return (KIND_POWER, a) if a is not None else (None, None)
+    """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``.
+
+    The divergence declares it (:meth:`~softargmax.divergences.Divergence.fused_kind`): no
+    switch on its type here."""
+    declared = div.fused_kind()
+    if declared is None:
+        return None, None
+    name, a = declared
+    return KINDS[name], a
 
 
 def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64, device="cpu"):
@@ -55,8 +51,8 @@ def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype =
         return None
     a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
     sol = run(z, kind, a_t, 0)
-    if kind == KIND_POWER and type(div) is not ChiSquare:
-        sol.tau = (sol.tau + 1) / a
+    if kind == KIND_POWER:
+        sol.tau = div.tau_from_power_root(sol.tau, a)
     return sol
 
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ._row_kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
-from .divergences import ChiSquare, Divergence
+from .divergences import Divergence
 from .solution import Solution
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
@@ -196,7 +196,7 @@ def solve(z: Tensor, div: Divergence):
         return None
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
-    chi = type(div) is ChiSquare
+    chi = div.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if (kind != KIND_POWER or chi) else a + 1.0
     exact = _relu_exact(a) if kind == KIND_POWER else 0
     sol = solve_with(lambda *args: _run(*args, omega_c=c, exact=exact), z, div, a_dtype=torch.float32,

@@ -139,6 +139,31 @@ class Divergence:
             cache[k] = (float(v[0]), float(v[1]))
         return cache[k]
 
+    # -- capabilities: what the fast paths and the mappings may do with this generator --
+    def fused_kind(self) -> Optional[tuple]:
+        """``(kind, a)`` if the fused row solvers (C and Triton, :mod:`softargmax._row_kinds`)
+        have this generator's row math, else ``None`` (the default: the PyTorch solver only).
+
+        ``("power", a)``: ``g(v) = [power_offset + a v]_+^{1/a}`` with ``a ∈ (0, 1]``
+        (α-entmax, ``a = α - 1``; sparsemax); ``("js", None)``: Jensen–Shannon;
+        ``("hellinger", None)``: squared Hellinger.  A new generator whose ``g`` is one of
+        these declares it here and takes the fast paths with no other change.
+        """
+        return None
+
+    #: the constant of the power kind's ``g(v) = [power_offset + a v]_+^{1/a}``: 1 for the
+    #: α-divergence, 0 for chi-square (whose ``τ`` is the power root ``t`` itself)
+    power_offset: float = 1.0
+
+    def tau_from_power_root(self, t, a: float):
+        """``τ`` of this generator from the root ``t`` of ``Σ [a z_j - t]_+^{1/a} = 1`` that the power kind solves."""
+        return (t + self.power_offset) / a
+
+    @property
+    def is_softmax(self) -> bool:
+        """Whether the mapping is softmax (then ``torch.softmax`` computes it)."""
+        return False
+
     # -- derived -------------------------------------------------------------------
     @property
     def sparse(self) -> bool:
@@ -160,6 +185,7 @@ class KL(Divergence):
     name = "kl"
     newton_power = 0.0
     monotone_newton = True
+    is_softmax = True
 
     def prepare(self, z, m):
         return torch.exp(z - m), m
@@ -293,6 +319,10 @@ class JensenShannon(Divergence):
     """Jensen–Shannon, ``f(u) = u log u - (u + 1) log((u + 1)/2)``: ``g(v) = 1/(2e^{-v} - 1)``."""
 
     name = "jensen_shannon"
+
+    def fused_kind(self):
+        return ("js", None)
+
     newton_power = 0.0
     monotone_newton = True
 
@@ -341,6 +371,10 @@ class SquaredHellinger(Divergence):
     """Squared Hellinger, ``f(u) = (√u - 1)^2``: ``g(v) = 1/(1 - v)^2``."""
 
     name = "squared_hellinger"
+
+    def fused_kind(self):
+        return ("hellinger", None)
+
     newton_power = -0.5
     monotone_newton = True
 
@@ -386,6 +420,11 @@ class ChiSquare(Divergence):
     """Chi-square (Pearson), ``f(u) = (u^2 - 1)/2``: sparsemax, ``p_j = q_j [θ_j - τ]_+``."""
 
     name = "chi_square"
+    power_offset = 0.0  # g(v) = [v]_+: the power kind with a = 1 and τ = t
+
+    def fused_kind(self):
+        return ("power", 1.0)
+
     f_prime_zero = 0.0
     newton_power = 1.0
     monotone_newton = True
@@ -471,6 +510,16 @@ class AlphaDivergence(Divergence):
 
     def __repr__(self):
         return f"AlphaDivergence(alpha={self.alpha!r})"
+
+    def fused_kind(self):
+        # the fused solvers take one float α in (1, 2] (a per-row α goes through solve_alpha_rows)
+        if isinstance(self.alpha, Tensor) or not 0.0 < self._a <= 1.0:
+            return None
+        return ("power", self._a)
+
+    @property
+    def is_softmax(self) -> bool:  # type: ignore[override]
+        return not isinstance(self.alpha, Tensor) and self._a == 0.0
 
     @property
     def f_prime_zero(self):  # type: ignore[override]

@@ -32,7 +32,7 @@ from torch.autograd.function import once_differentiable
 from ._autograd import grad_to_param
 from ._checks import Rows, check_dim, check_positive_number, check_q, check_tensor
 from ._custom_ops import normalized
-from .divergences import KL, AlphaDivergence, Divergence, get_divergence
+from .divergences import AlphaDivergence, Divergence, get_divergence
 from .entmax import _empty_like, safe_softmax
 from .threshold import solve
 
@@ -40,7 +40,7 @@ __all__ = ["f_softargmax", "f_softmax"]
 
 
 def _is_softmax(div: Divergence) -> bool:
-    return isinstance(div, KL) or (isinstance(div, AlphaDivergence) and not isinstance(div.alpha, Tensor) and div.alpha == 1.0)
+    return div.is_softmax
 
 
 def _prologue(x, divergence, q, temperature, dim, params):
