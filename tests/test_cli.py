@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from softargmax.cli import main
 
 
@@ -65,3 +67,20 @@ def test_huggingface_integration_names_the_missing_extra():
     proc = _run_without(["transformers"], "import softargmax.integrations.huggingface")
     assert proc.returncode != 0
     assert "MissingExtraError" in proc.stderr and 'pip install "softargmax[hf]"' in proc.stderr
+
+
+def test_checkpoints_need_an_explicit_resume_or_fresh(tmp_path, capsys):
+    out = tmp_path / "bisection"
+    ckpt = out / "runs" / "softmax" / "checkpoint.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    args = ["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]
+    assert main(args) == 2
+    assert "--resume" in capsys.readouterr().err and ckpt.exists()
+    assert main(args + ["--resume"]) == 0 and ckpt.exists()
+    # every run writes its own log next to the report
+    log = (out / "log.txt").read_text()
+    assert "wrote" in log and "report.md" in log
+    assert main(args + ["--fresh"]) == 0 and not (out / "runs").exists()
+    with pytest.raises(SystemExit):
+        main(args + ["--resume", "--fresh"])

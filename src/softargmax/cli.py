@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+from pathlib import Path
 
 
 def _shape(text: str):
@@ -43,12 +46,47 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: reports/<experiment>)")
     r.add_argument("--device", default="cpu")
     r.add_argument("--seed", type=int, default=0)
+    fresh = r.add_mutually_exclusive_group()
+    fresh.add_argument("--resume", action="store_true",
+                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention)")
+    fresh.add_argument("--fresh", action="store_true", help="delete <out>/runs first and train every system from scratch")
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
                    "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive)")
     return parser
+
+
+def _checkpoint_choice(out: Path, resume: bool, fresh: bool) -> bool:
+    """Apply ``--resume`` / ``--fresh``; ``False`` (with a message) when checkpoints exist and neither was given."""
+    runs = out / "runs"
+    found = runs.is_dir() and any(runs.rglob("checkpoint.pt"))
+    if fresh and runs.is_dir():
+        shutil.rmtree(runs)
+    elif found and not resume:
+        print(f"error: {runs} holds training checkpoints of an earlier run: pass --resume to continue from them "
+              "or --fresh to delete them and train from scratch", file=sys.stderr)
+        return False
+    return True
+
+
+def _open_run_log(out: Path):
+    """``<out>/log.txt``, written anew by every run (rank 0 only under torchrun), or ``None``."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    return open(out / "log.txt", "w", encoding="utf-8")
+
+
+def _logger(log_file):
+    def log(line: str) -> None:
+        print(line, flush=True)
+        if log_file is not None:
+            log_file.write(f"{line}\n")
+            log_file.flush()
+
+    return log
 
 
 def main(argv=None) -> int:
@@ -67,9 +105,12 @@ def main(argv=None) -> int:
         module = importlib.import_module(EXPERIMENTS[args.experiment])
         if args.preset not in module.PRESETS:
             raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-        kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=args.out or f"reports/{args.experiment}",
-                      device=args.device, seed=args.seed, download=args.download, threads=args.threads,
-                      log=lambda line: print(line, flush=True))
+        out = args.out or f"reports/{args.experiment}"
+        if not _checkpoint_choice(Path(out), args.resume, args.fresh):
+            return 2
+        log_file = _open_run_log(Path(out))
+        kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=out, device=args.device, seed=args.seed,
+                      download=args.download, threads=args.threads, log=_logger(log_file))
         if args.systems:
             kwargs["systems"] = args.systems
         if args.seeds:
@@ -78,7 +119,11 @@ def main(argv=None) -> int:
             if "seeds" not in inspect.signature(module.run).parameters:
                 raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
             kwargs["seeds"] = args.seeds
-        module.run(**kwargs)
+        try:
+            module.run(**kwargs)
+        finally:
+            if log_file is not None:
+                log_file.close()
         return 0
     if args.command == "bench":
         import torch

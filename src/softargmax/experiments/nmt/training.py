@@ -238,10 +238,17 @@ def train_system(
         record["train_tokens_this_rank"] = record.get("train_tokens_this_rank", 0) + sum(len(pairs[i][1]) + 1 for i in mine)
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
-            per = record["train_seconds"] / step
             shown = loss.item() if world == 1 else float(local) / max(1, sum(len(pairs[i][1]) + 1 for i in mine))
+            # time left: this run's wall clock per step so far (training and the evaluations
+            # done, so it improves as steps are measured); the first step, which pays for
+            # warm-up, shows none
+            steps_now = step - start_step
+            eta = ""
+            if steps_now > 1:
+                per = (time.perf_counter() - t_start) / steps_now
+                eta = f", ETA {per * (cfg.steps - step) / 60:.1f} min"
             log(f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
-                f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s, ETA {per * (cfg.steps - step) / 60:.1f} min")
+                f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             gather_losses()
             vloss = validation_loss(model, layer, vpairs, vbatches, device)
