@@ -5,7 +5,8 @@
 #
 #   1. OUT/env.txt          nvidia-smi, torch / triton / softargmax versions
 #   2. OUT/logs/tests.log   the test suite on a CUDA machine (the GPU tests run instead of skipping)
-#   3. OUT/bench/           benchmarks/run_gpu.py (operators, losses, fused output layer) as JSON
+#   3. OUT/bench/           benchmarks/run_gpu.py (operators, losses, fused output layer, attention; then
+#                           the installed peers) as JSON
 #   4. OUT/smoke/NAME/      every experiment's smoke preset with --device cuda
 #   5. OUT/translation-gpu/ with --translation-gpu only (long: about 15-20 min on one H100, estimated):
 #                           softargmax reproduce translation --preset gpu --device cuda
@@ -60,11 +61,13 @@ step() {  # step NAME COMMAND...: run, log, record status and time
 } > "$OUT/env.txt" 2>&1
 
 if [ "$SKIP_TESTS" -eq 0 ]; then
-    step tests $PY -m pytest tests -q -p no:cacheprovider -x
+    step tests $PY -m pytest tests -q -p no:cacheprovider
 fi
 if [ "$SKIP_BENCH" -eq 0 ]; then
     mkdir -p "$OUT/bench"
     step bench-gpu $PY benchmarks/run_gpu.py --json "$OUT/bench/gpu.json"
+    # AdaSplash, Liger-Kernel, Cut-Cross-Entropy where installed (carried as wheels): each is optional
+    step bench-peers $PY benchmarks/run_gpu.py --only peers --json "$OUT/bench/gpu-peers.json"
 fi
 mkdir -p "$OUT/smoke"
 for name in $($PY -c "from softargmax.experiments import EXPERIMENTS; print(' '.join(EXPERIMENTS))"); do

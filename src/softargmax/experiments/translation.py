@@ -475,12 +475,13 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     sparse = [s for s in systems if s != "softmax"]
     if sparse:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        bins = [i / 50 for i in range(51)]
+        shares = {s: [z / stats[s].vocab for z in stats[s].zeros] for s in sparse}
+        lo = max(0.0, min(min(v) for v in shares.values() if v) - 0.01) if any(shares.values()) else 0.0
+        bins = [lo + (1 - lo) * i / 40 for i in range(41)]  # the range the data cover
         for s, style in zip(sparse, ("-", "--", ":", "-.")):
-            st = stats[s]
             # outlines with the same bins, so that no system's histogram hides another's
-            ax.hist([z / st.vocab for z in st.zeros], bins=bins, histtype="step", linewidth=1.8, linestyle=style,
-                    label=_name(s))
+            ax.hist(shares[s], bins=bins, histtype="step", linewidth=1.8, linestyle=style, label=_name(s))
+        ax.set_xlim(lo, 1.0)
         ax.set_xlabel("share of exact zeros in the next-token distribution"); ax.set_ylabel("decoding steps")
         ax.set_title("Sparsity per decoding step (cf. the paper, Figs. 5-6)"); ax.legend()
         fig.tight_layout(); fig.savefig(out_dir / "zeros_per_step.png", dpi=120); plt.close(fig)
