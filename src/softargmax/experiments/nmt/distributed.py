@@ -68,6 +68,9 @@ def setup(device: str = "cpu") -> Context:
 
 def teardown() -> None:
     if dist.is_available() and dist.is_initialized():
+        # every rank reaches the teardown before any leaves: a gloo rank whose peer has already
+        # exited can abort in its destructor ("terminate called without an active exception")
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -238,7 +238,7 @@ def train_system(
         record["train_tokens_this_rank"] = record.get("train_tokens_this_rank", 0) + sum(len(pairs[i][1]) + 1 for i in mine)
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
-            shown = loss.item() if world == 1 else float(local) / max(1, sum(len(pairs[i][1]) + 1 for i in mine))
+            shown = loss.detach().item() if world == 1 else float(local.detach()) / max(1, sum(len(pairs[i][1]) + 1 for i in mine))
             # time left: this run's wall clock per step so far (training and the evaluations
             # done, so it improves as steps are measured); the first step, which pays for
             # warm-up, shows none
