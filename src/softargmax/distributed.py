@@ -796,8 +796,10 @@ def linear_fenchel_young_loss(
     K = sum(sizes)
     if softcap is not None:
         softcap = check_positive_number(softcap, "softcap")
-    if chunk_size is None:
-        budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    if chunk_size is None:  # the chunks of one rank with the whole vocabulary (K columns)
         chunk_size = chunk_tokens(max(K, 1), hidden.dtype, budget, softcap is not None)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
