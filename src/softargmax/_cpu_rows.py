@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ._extras import env_flag
 from ._row_kinds import alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import Divergence
 from .solution import Solution
@@ -59,7 +60,7 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
 _lib = None  # None: not tried yet; False: unavailable
-_enabled = os.environ.get("SOFTARGMAX_CPU_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
+_enabled = env_flag("SOFTARGMAX_CPU_KERNELS")
 
 
 def _cache_dir() -> Path:

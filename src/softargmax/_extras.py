@@ -8,6 +8,8 @@ work starts, as an ``ImportError`` that names the package and the extra to insta
 from __future__ import annotations
 
 import importlib
+import os
+from typing import Callable
 
 #: the import names each extra provides (those the code imports)
 EXTRAS = {
@@ -33,3 +35,25 @@ def require(extra: str, what: str) -> None:
             f"{what} needs {', '.join(missing)} (the '{extra}' extra): "
             f'pip install "softargmax[{extra}]"  (from a checkout: pip install -e ".[{extra}]")'
         )
+
+
+def env_flag(name: str) -> bool:
+    """Whether the on/off switch ``$name`` is on (the default; ``0``, ``off``, ``false``, ``no`` turn it off)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+class LazyModule:
+    """A module imported on first use by ``load()``: the module, or ``False`` where its import
+    fails (Triton missing or broken: the caller then takes the PyTorch path)."""
+
+    def __init__(self, load: Callable):
+        self._load = load
+        self._module = None
+
+    def __call__(self):
+        if self._module is None:
+            try:
+                self._module = self._load()
+            except Exception:
+                self._module = False
+        return self._module

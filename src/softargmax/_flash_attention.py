@@ -27,12 +27,13 @@ style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the 
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from ._extras import LazyModule, env_flag
 
 __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
 
@@ -42,20 +43,16 @@ MAX_ITER = 100
 ALPHA_MIN = 1.01
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-_kernels = None
-_enabled = os.environ.get("SOFTARGMAX_FLASH_ATTENTION", "1").strip().lower() not in ("0", "off", "false", "no")
+_enabled = env_flag("SOFTARGMAX_FLASH_ATTENTION")
 
 
-def _module():
-    global _kernels
-    if _kernels is None:
-        try:
-            from . import _triton_attention
+def _load():
+    from . import _triton_attention
 
-            _kernels = _triton_attention
-        except Exception:  # Triton missing or broken: the materialized path serves
-            _kernels = False
-    return _kernels
+    return _triton_attention
+
+
+_module = LazyModule(_load)  # the kernel module, or False where Triton is unavailable
 
 
 def available() -> bool:

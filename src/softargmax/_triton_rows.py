@@ -35,6 +35,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ._extras import LazyModule, env_flag
 from ._row_kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import Divergence
 from .solution import Solution
@@ -53,21 +54,17 @@ MAX_ITER = 100
 #: elements per program of the elementwise (α-ReLU) kernels
 ELEMENTWISE_BLOCK = 1024
 
-_kernels = None  # the kernel module once imported; False: Triton unavailable
-_enabled = os.environ.get("SOFTARGMAX_GPU_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
+_enabled = env_flag("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
 
 
-def _module():
-    global _kernels
-    if _kernels is None:
-        try:
-            from . import _triton_kernels
+def _load():
+    from . import _triton_kernels
 
-            _kernels = _triton_kernels
-        except Exception:  # Triton missing or broken: the PyTorch path serves
-            _kernels = False
-    return _kernels
+    return _triton_kernels
+
+
+_module = LazyModule(_load)  # the kernel module, or False where Triton is unavailable
 
 
 def available() -> bool:
