@@ -75,7 +75,7 @@ from ._loss_rows import RowLoss, resolve_loss
 from ._targets import Target, check_reduction, reduce_loss
 from .divergences import AlphaDivergence, Divergence
 from .solution import sum_f_minus_f0
-from .threshold import MAX_ITER, Solution, _newton_update
+from .threshold import MAX_ITER, Solution, _newton_update, bracketed_newton
 from .threshold import solve as solve_local
 
 __all__ = [
@@ -327,21 +327,8 @@ def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=No
             tau = _newton_update(tau, S, Sp, rho)
             it += 1
     else:
-        hi = torch.where(torch.isfinite(hi), hi, lo + 1)
         done = torch.zeros_like(m, dtype=torch.bool) if all_finite else ~finite
-        while True:
-            S, Sp, state = sums(tau)
-            resid = S - 1
-            done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
-            if it >= max_iter or bool(done.all()):
-                break
-            lo = torch.where(resid >= 0, tau, lo)
-            hi = torch.where(resid < 0, tau, hi)
-            new = _newton_update(tau, S, Sp, rho)
-            inside = (new > lo) & (new < hi)
-            new = torch.where(inside, new, 0.5 * (lo + hi))
-            tau = torch.where(done, tau, new)
-            it += 1
+        tau, S, Sp, state, it = bracketed_newton(sums, tau, lo, hi, done, rho, tol, eps, max_iter)
     g, gp = state if qc is not None else div.finish(cand, tau, prep, state)
     if not all_finite:
         g = g.masked_fill(~finite, 0.0)

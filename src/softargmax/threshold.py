@@ -50,7 +50,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -103,6 +103,35 @@ def _select_blocks(bmax: Tensor, thr: Tensor):
     table.scatter_(1, slot, torch.arange(nb, device=bmax.device).expand(R, nb))
     valid = torch.arange(KB, device=bmax.device) < count
     return table[:, :KB], valid
+
+
+def bracketed_newton(sums: Callable, tau: Tensor, lo: Tensor, hi: Tensor, done: Tensor, rho, tol: float, eps: float,
+                     max_iter: int, trace: Optional[list] = None):
+    """Newton on ``(S^ρ - 1)/ρ`` kept inside the bracket ``[lo, hi]`` (bisection where a step
+    leaves it), for generators whose transform is not proven monotone.
+
+    ``sums(τ) -> (S, S', state)`` per row; rows in ``done`` do not move.  Stops when every
+    row has ``|S - 1| <= tol`` or a bracket below rounding, or after ``max_iter`` steps.
+    Returns ``(τ, S, S', state, steps)`` at the last evaluation.  (Shared by the one-process
+    and the vocabulary-parallel solvers, whose ``sums`` all-reduces.)
+    """
+    hi = torch.where(torch.isfinite(hi), hi, lo + 1)
+    it = 0
+    while True:
+        S, Sp, state = sums(tau)
+        resid = S - 1
+        done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
+        if it >= max_iter or bool(done.all()):
+            return tau, S, Sp, state, it
+        lo = torch.where(resid >= 0, tau, lo)
+        hi = torch.where(resid < 0, tau, hi)
+        new = _newton_update(tau, S, Sp, rho)
+        inside = (new > lo) & (new < hi)
+        new = torch.where(inside, new, 0.5 * (lo + hi))
+        tau = torch.where(done, tau, new)
+        it += 1
+        if trace is not None:
+            trace.append(tau.clone())
 
 
 def _newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
@@ -356,23 +385,8 @@ def solve(
             if trace is not None:
                 trace.append(tau.clone())
     else:
-        hi = torch.where(torch.isfinite(hi), hi, lo + 1)
         done = torch.zeros_like(m, dtype=torch.bool) if finite is None else ~finite
-        while True:
-            S, Sp, state = sums(tau)
-            resid = S - 1
-            done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
-            if it >= max_iter or bool(done.all()):
-                break
-            lo = torch.where(resid >= 0, tau, lo)
-            hi = torch.where(resid < 0, tau, hi)
-            new = _newton_update(tau, S, Sp, rho)
-            inside = (new > lo) & (new < hi)
-            new = torch.where(inside, new, 0.5 * (lo + hi))
-            tau = torch.where(done, tau, new)
-            it += 1
-            if trace is not None:
-                trace.append(tau.clone())
+        tau, S, Sp, state, it = bracketed_newton(sums, tau, lo, hi, done, rho, tol, eps, max_iter, trace)
     if a_pow is None:
         g, gp = state if qc is not None else div.finish(cand, tau, prep, state)
     tau = tau + shift
