@@ -1,4 +1,4 @@
-"""f_sigmoid / f_softplus: the closed forms of 003 Appendix C.3 against the generic solver."""
+"""f_sigmoid / f_softplus: the closed forms of Roulet et al. (2025), Appendix C.3, against the generic solver."""
 
 
 import pytest
@@ -41,13 +41,51 @@ def test_softplus_derivative_is_sigmoid_and_gradcheck(name):
     assert torch.autograd.gradcheck(lambda a, b, c: sa.f_sigmoid(a, name, q=(b, c)), (s2, q0, q1), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", CLOSED)
+def test_builtin_generators_declare_their_closed_forms(name):
+    """The comparison above is only meaningful if the closed forms run: each built-in
+    generator of Appendix C.3 declares them, the others do not."""
+    div = get_divergence(name)
+    u, q0, q1 = torch.tensor([-2.0, 0.0], dtype=F64), torch.tensor(0.4, dtype=F64), torch.tensor(1.2, dtype=F64)
+    assert div.binary_low_probability(u, q0, q1) is not None
+    assert div.binary_softplus(u, q0, q1) is not None
+    hellinger = get_divergence("squared_hellinger")
+    assert hellinger.binary_low_probability(u, q0, q1) is None and hellinger.binary_softplus(u, q0, q1) is None
+
+
+def test_a_new_generator_brings_its_own_closed_form():
+    """A user's generator declares a closed form on itself and f_sigmoid / f_softplus use it
+    (here KL's, written as a CustomDivergence): nothing in softargmax.binary changes."""
+    calls = []
+
+    class MyKL(sa.divergences.CustomDivergence):
+        def binary_low_probability(self, u, q0, q1):
+            calls.append("sigmoid")
+            return torch.sigmoid(u + torch.log(q1) - torch.log(q0))
+
+        def binary_softplus(self, s, q0, q1):
+            calls.append("softplus")
+            return torch.logaddexp(torch.log(q0) + torch.zeros_like(s), s + torch.log(q1))
+
+    functions = dict(f=lambda u: torch.special.xlogy(u, u), f_prime=lambda u: torch.log(u) + 1,
+                     conj=lambda v: torch.exp(v - 1), conj_prime=lambda v: torch.exp(v - 1))
+    mine, plain = MyKL(**functions, name="my_kl"), sa.divergences.CustomDivergence(**functions)
+    s = torch.linspace(-30, 30, 13, dtype=F64)
+    q = (0.3, 1.7)
+    torch.testing.assert_close(sa.f_sigmoid(s, mine, q=q), sa.f_sigmoid(s, "kl", q=q), atol=1e-15, rtol=1e-12)
+    torch.testing.assert_close(sa.f_softplus(s, mine, q=q), sa.f_softplus(s, "kl", q=q), atol=1e-15, rtol=1e-12)
+    assert calls == ["sigmoid", "softplus"]
+    # without the declaration the generic solver gives the same function
+    torch.testing.assert_close(sa.f_sigmoid(s, plain, q=q), sa.f_sigmoid(s, mine, q=q), atol=1e-10, rtol=1e-8)
+
+
 def test_known_values():
     s = torch.linspace(-5, 5, 21, dtype=F64)
     torch.testing.assert_close(sa.f_sigmoid(s, "kl"), torch.sigmoid(s))
     torch.testing.assert_close(sa.f_softplus(s, "kl"), torch.nn.functional.softplus(s))
-    # binary sparsemax (004, section 3.3)
+    # binary sparsemax (Martins & Astudillo, 2016, section 3.3)
     torch.testing.assert_close(sa.f_sigmoid(s, "chi_square"), torch.clamp((s + 1) / 2, 0, 1))
-    # prior of the positive class at s = 0 (003 Appendix A.4)
+    # prior of the positive class at s = 0 (Roulet et al., 2025, Appendix A.4)
     for q1 in [0.1, 0.25, 0.75]:
         assert sa.f_sigmoid(torch.zeros(1, dtype=F64), "kl", q=(1 - q1, q1)).item() == pytest.approx(q1)
 

@@ -172,7 +172,7 @@ def test_one_decision_for_the_fast_paths():
         pytest.skip("the fused CPU row solver could not be built here")
     assert _kernels.select(z, covered) is cpu
     assert _kernels.select(z, covered, q=torch.ones(1, 64)) is None
-    assert _kernels.select(z, covered, for_loss=True) is None
+    assert _kernels.select(z, covered, candidates_only=True) is None
     assert _kernels.select(z, get_divergence("kl")) is None
     assert _kernels.select(z, get_divergence("alpha", alpha=2.5)) is None
     assert _kernels.select(z.half(), covered) is None  # the C solver reads float32/64 only
@@ -180,7 +180,13 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z, alpha_rows=torch.tensor([[1.5], [2.5], [1.5], [1.5]])) is None
     assert _kernels.select(z, alpha_relu=1.5) is None  # α-ReLU has GPU kernels only
     assert threshold.solve(z, covered).backend == "cpu"
-    assert threshold.solve(z, covered, for_loss=True).backend == "torch"
+    assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
+    # τ itself (f_softmax's value): the fused τ = (t + 1)/(α - 1) cancels near α = 1
+    near_one = get_divergence("alpha", alpha=1.1)
+    assert not near_one.fused_tau_exact and covered.fused_tau_exact
+    assert _kernels.select(z, near_one) is cpu
+    assert _kernels.select(z, near_one, exact_tau=True) is None
+    assert _kernels.select(z, covered, exact_tau=True) is cpu
 
 
 class _Tsallis15(Divergence):

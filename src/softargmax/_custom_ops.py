@@ -27,21 +27,14 @@ from torch import Tensor
 from ._autograd import NormalizedMapping
 from ._checks import CUSTOM_OPS, check_alpha, check_q, use_custom_ops
 from .alpha_relu import _AlphaReLU
-from .divergences import DIVERGENCE_NAMES, AlphaDivergence, Divergence, get_divergence
+from .divergences import Divergence, get_divergence
 
 __all__ = ["divergence_spec", "normalized", "alpha_relu"]
 
 
 def divergence_spec(div: Optional[Divergence]):
     """``(name, parameter)`` that :func:`get_divergence` maps back to ``div``, or ``None`` (a custom generator)."""
-    if div is None:
-        return "", 0.0
-    if type(div) is AlphaDivergence:
-        return (None if isinstance(div.alpha, Tensor) else ("alpha", float(div.alpha)))
-    name = getattr(div, "name", None)
-    if name in DIVERGENCE_NAMES and name != "alpha" and type(div) is type(get_divergence(name)):
-        return name, 0.0
-    return None
+    return ("", 0.0) if div is None else div.spec()
 
 
 def _divergence(name: str, param: float) -> Optional[Divergence]:

@@ -26,15 +26,18 @@ __all__ = ["select", "solve", "solve_alpha_rows", "on_gpu_kernels", "alpha_relu_
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
            alpha_rows: Optional[Tensor] = None, alpha_relu: Optional[float] = None,
-           for_loss: bool = False) -> Optional[ModuleType]:
+           candidates_only: bool = False, exact_tau: bool = False) -> Optional[ModuleType]:
     """The backend module whose kernels cover this call, or ``None`` (the PyTorch path).
 
     Exactly one of ``div`` (a normalized mapping with ``q``), ``alpha_rows`` (α-entmax
     with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU with a float τ) names
     the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
-    ``for_loss``: the caller needs the Fenchel–Young loss values; on CPU the pruned
-    PyTorch solution is cheaper for those than the C solver's dense rows, so no fast
-    path is taken there.
+    ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
+    loss values, normmax's normalization); on CPU the pruned PyTorch solution is cheaper for
+    those than the C solver's dense rows, so no fast path is taken there.  ``exact_tau``:
+    the caller uses ``τ`` itself (the value of :func:`~softargmax.f_softmax`); a generator
+    whose ``τ`` the fused solvers convert with cancellation (``div.fused_tau_exact`` false:
+    α near 1) then takes the PyTorch path.
 
     The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
     kernels run go to them (:func:`softargmax._triton_rows.covers`), other CPU tensors to
@@ -47,7 +50,9 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     gpu = _triton_rows.usable_device(x)
     if alpha_relu is not None:
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
-    if not gpu and for_loss:
+    if not gpu and candidates_only:
+        return None
+    if exact_tau and div is not None and not div.fused_tau_exact:
         return None
     backend = _triton_rows if gpu else _cpu_rows
     if not backend.covers(x):

@@ -48,8 +48,8 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
         z = theta
     if div.is_softmax:
         return _kl_rows(z, target, beta, q, inplace)
-    # for_loss: on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
-    sol = solve(z, div, q, for_loss=True)
+    # on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
+    sol = solve(z, div, q, candidates_only=True)
     p = sol.dense_p()
     # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
     theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0)

@@ -2,8 +2,10 @@ r"""f-sigmoid and f-softplus: the two-class case ``θ = (0, s)`` (Roulet et al.,
 
     f_softplus(s; q) = f_softmax((0, s); q),   f_sigmoid(s; q) = f_softargmax((0, s); q)[1]
 
-with ``q = (q0, q1)`` the prior class weights.  Closed forms are used where
-Appendix C.3 gives them, in their numerically stable versions:
+with ``q = (q0, q1)`` the prior class weights.  A generator that has a closed form for
+this case declares it (:meth:`~softargmax.divergences.Divergence.binary_low_probability` and
+:meth:`~softargmax.divergences.Divergence.binary_softplus`); the built-in ones are those of
+Appendix C.3, in numerically stable versions:
 
 * ``"kl"``: ``sigmoid(s + log q1 - log q0)`` and ``logaddexp(log q0, s + log q1)``;
 * ``"reverse_kl"``: Proposition 10 (a quadratic in ``τ``);
@@ -40,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_positive_number, check_tensor, compute_dtype
-from .divergences import KL, ChiSquare, Divergence, JensenShannon, ReverseKL, get_divergence
+from .divergences import Divergence, get_divergence
 from .fdiv import f_softargmax, f_softmax
 
 __all__ = ["f_sigmoid", "f_softplus"]
@@ -66,25 +68,6 @@ def _check_pair(q, s: Tensor):
         else:
             out.append(torch.tensor(check_positive_number(qi, f"q: {name}"), dtype=s.dtype, device=s.device))
     return out
-
-
-def _reverse_kl_tau(s, q0, q1):
-    """``τ`` and ``τ - s`` of Proposition 10 in the stable form."""
-    g = q1 - q0 + s
-    c = 4 * q0 * q1
-
-    def h(t):
-        root = torch.sqrt(t * t + c)
-        return torch.where(t >= 0, 0.5 * (t + root), 0.5 * c / (root + t.abs()))
-
-    return q0 + h(g), q1 + h(-g)
-
-
-def _js_h(t, q0, q1):
-    """``h(t)`` of Proposition 11 (stable form); ``τ = s/2 + h(s/2)``."""
-    a0, a1, c = 1 + q0, 1 + q1, 1 + q0 + q1
-    G = torch.logaddexp(-t + torch.log(a0), t + torch.log(a1))
-    return G + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
 
 
 def _generic_inputs(s, q0, q1):
@@ -127,22 +110,14 @@ def _infinite(t: Tensor):
 
 def _sigmoid(s, divergence, q, temperature, params):
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
-    if type(div) is KL:
-        return torch.sigmoid(t + torch.log(q1) - torch.log(q0))
-    if type(div) is ChiSquare:
-        return torch.clamp(q1 * (q0 * t + 1) / (q0 + q1), 0, 1)
     t, pos, neg = _infinite(t)
     # The smaller of the two probabilities is computed (there it has full relative
     # precision), the larger one is 1 minus it: sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0).
     flip = t > 0
     u = -t.abs()
     r0, r1 = torch.where(flip, q1, q0), torch.where(flip, q0, q1)
-    if type(div) is ReverseKL:
-        _, tau_minus_s = _reverse_kl_tau(u, r0, r1)
-        low = r1 / tau_minus_s
-    elif type(div) is JensenShannon:
-        low = r1 / (2 * torch.exp(-u / 2 + _js_h(u / 2, r0, r1)) - 1)
-    else:
+    low = div.binary_low_probability(u, r0, r1)
+    if low is None:
         x, qs = _generic_inputs(t, q0, q1)
         pr = f_softargmax(x, div, q=qs, dim=-1)
         low = torch.where(flip, pr[..., 0], pr[..., 1])
@@ -166,21 +141,8 @@ def f_softplus(
 def _softplus(s, divergence, q, temperature, params):
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
-    if type(div) is KL:
-        out = torch.logaddexp(torch.log(q0) + torch.zeros_like(t), t + torch.log(q1))
-    elif type(div) is ChiSquare:
-        tau = torch.maximum(torch.maximum((q1 * t - 1) / (q0 + q1), t - 1 / q1), -1 / q0 + torch.zeros_like(t))
-        u0 = torch.clamp(-tau, min=0)
-        u1 = torch.clamp(t - tau, min=0)
-        out = tau + q0 * 0.5 * (u0 * u0 + 1) + q1 * 0.5 * (u1 * u1 + 1)
-    elif type(div) is ReverseKL:
-        tau, tau_minus_s = _reverse_kl_tau(t, q0, q1)
-        out = tau - q0 * torch.log(tau) - q1 * torch.log(tau_minus_s) - (q0 + q1)
-    elif type(div) is JensenShannon:
-        h = _js_h(t / 2, q0, q1)
-        tau = t / 2 + h
-        out = tau - q0 * torch.log(2 - torch.exp(-tau)) - q1 * torch.log(2 - torch.exp(t - tau))
-    else:
+    out = div.binary_softplus(t, q0, q1)
+    if out is None:
         x, qs = _generic_inputs(t, q0, q1)
         out = f_softmax(x, div, q=qs, dim=-1)
     # s = +inf: the limit +inf.  s = -inf: the class is absent (as in f_softmax), the

@@ -32,7 +32,7 @@ from torch.autograd.function import once_differentiable
 from ._autograd import grad_to_param
 from ._checks import Rows, check_dim, check_positive_number, check_q, check_tensor
 from ._custom_ops import normalized
-from .divergences import AlphaDivergence, Divergence, get_divergence
+from .divergences import Divergence, get_divergence
 from .entmax import _empty_like, safe_softmax
 from .threshold import solve
 
@@ -106,10 +106,8 @@ class _FSoftmax(torch.autograd.Function):
         rows = Rows(x, dim)
         z = rows.flat / temperature if temperature != 1.0 else rows.flat
         q2d = rows.class_param(q) if q is not None else None
-        # the fused solvers return τ = (t + 1)/(α - 1) from their entmax threshold t, which
-        # cancels near α = 1 in float32; the PyTorch solver's τ is exact there
-        near_one = isinstance(divergence, AlphaDivergence) and divergence._near_one()
-        sol = solve(z, divergence, q2d, fused=not near_one)
+        # the value is τ + Σ f*(z - τ): τ itself must be accurate
+        sol = solve(z, divergence, q2d, exact_tau=True)
         p = sol.dense_p()
         u = z - sol.tau
         valid = u > -math.inf

@@ -54,7 +54,6 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import _kernels
 from ._autograd import solve_grouped
 from ._checks import Rows, check_alpha, check_dim, check_tensor
 from .divergences import get_divergence
@@ -91,7 +90,7 @@ def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor
         # on CPU the pruned solution: the power and the normalization then cost only the
         # candidates (the fused CPU solver's dense rows would make them full-size, and
         # transcendental functions of the many zeros are slow); on GPU the Triton kernels
-        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime), fused=_kernels.on_gpu_kernels(z))
+        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime), candidates_only=True)
         inv_alpha = 1.0 / alpha
     p, norm = _normalize_candidates(sol, inv_alpha)
     return p, norm, sol

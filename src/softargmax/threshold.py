@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from . import _kernels
-from .divergences import AlphaDivergence, Divergence
+from .divergences import Divergence
 from .solution import Solution
 
 __all__ = ["Solution", "solve", "solve_tau", "block_layout"]
@@ -171,9 +171,9 @@ def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor):
 
 def _steep_power(div: Divergence):
     """``a = α - 1`` (a float or a ``[R, 1]`` tensor) for the α-divergence with every α > 2, else ``None``."""
-    if type(div) is not AlphaDivergence:
+    a = div.power_exponent
+    if a is None:
         return None
-    a = div._a
     if isinstance(a, Tensor):
         return a if a.numel() and bool((a > 1).all()) else None
     return a if a > 1 else None
@@ -261,20 +261,24 @@ def solve(
     max_iter: int = MAX_ITER,
     trace: Optional[list] = None,
     fused: bool = True,
-    for_loss: bool = False,
+    candidates_only: bool = False,
+    exact_tau: bool = False,
 ) -> Solution:
     """Solve every row of ``z`` (``[R, k]``, contiguous, float32/64).  See the module docstring.
 
     ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
     given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
     appended to it (for convergence studies).  ``fused``: allow the fused CPU row solver,
-    whose solution is dense (``block_index`` None).  ``for_loss``: the caller needs the
-    Fenchel–Young loss values; :func:`softargmax._kernels.select` then keeps the pruned,
-    candidate-sized PyTorch solution on CPU (cheaper for those).  Whichever solver runs,
+    whose solution is dense (``block_index`` None).  ``candidates_only``: the caller computes
+    with the candidates only (the Fenchel–Young loss values, normmax's normalization);
+    :func:`softargmax._kernels.select` then keeps the pruned, candidate-sized PyTorch
+    solution on CPU (cheaper for those).  ``exact_tau``: the caller uses ``τ`` itself (the
+    value of :func:`~softargmax.f_softmax`), so a fast path is taken only where its ``τ`` is
+    as accurate as the PyTorch solver's.  Whichever solver runs,
     the :class:`~softargmax.solution.Solution` has the same contract.
     """
     if fused and prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
-        backend = _kernels.select(z, divergence, q=q, for_loss=for_loss)
+        backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)
         if backend is not None:
             return backend.solve(z, divergence)
     R, k = z.shape
