@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ._extras import env_flag
+from ._extras import Switch
 from ._row_kinds import alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import Divergence
 from .solution import Solution
@@ -60,7 +60,7 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
 _lib = None  # None: not tried yet; False: unavailable
-_enabled = env_flag("SOFTARGMAX_CPU_KERNELS")
+_switch = Switch("SOFTARGMAX_CPU_KERNELS")
 
 
 def _cache_dir() -> Path:
@@ -138,18 +138,16 @@ def available() -> bool:
 
 def enabled() -> bool:
     """Whether CPU tensors take the fused path (when it covers the operator)."""
-    return _enabled
+    return _switch.on
 
 
 def set_enabled(flag: bool) -> bool:
     """Turn the fused path on or off (e.g. to compare with the PyTorch path); returns the old setting."""
-    global _enabled
-    old, _enabled = _enabled, bool(flag)
-    return old
+    return _switch.set(flag)
 
 
 def _usable(z: Tensor) -> bool:
-    return (_enabled and z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64)
+    return (_switch.on and z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64)
             and z.dim() == 2 and z.is_contiguous() and z.shape[1] < 2**31 and bool(_load()))
 
 

@@ -42,6 +42,19 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
+class Switch:
+    """A fast path's on/off switch: read from the environment variable ``env`` at import
+    (:func:`env_flag`), changed by :meth:`set` (tests, comparisons with the PyTorch path)."""
+
+    def __init__(self, env: str):
+        self.on = env_flag(env)
+
+    def set(self, flag: bool) -> bool:
+        """Turn it on or off; returns the old setting."""
+        old, self.on = self.on, bool(flag)
+        return old
+
+
 class LazyModule:
     """A module imported on first use by ``load()``: the module, or ``False`` where its import
     fails (Triton missing or broken: the caller then takes the PyTorch path)."""

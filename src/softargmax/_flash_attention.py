@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._extras import LazyModule, env_flag
+from ._extras import LazyModule, Switch
 
 __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
 
@@ -43,7 +43,7 @@ MAX_ITER = 100
 ALPHA_MIN = 1.01
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-_enabled = env_flag("SOFTARGMAX_FLASH_ATTENTION")
+_switch = Switch("SOFTARGMAX_FLASH_ATTENTION")
 
 
 def _load():
@@ -62,9 +62,7 @@ def available() -> bool:
 
 def set_enabled(flag: bool) -> bool:
     """Turn the automatic choice of the fused path on or off; returns the old setting."""
-    global _enabled
-    old, _enabled = _enabled, bool(flag)
-    return old
+    return _switch.set(flag)
 
 
 def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16):
@@ -129,7 +127,7 @@ def _mask4(attn_mask: Tensor, like: Tensor, B: int, H: int, L: int, S: int) -> O
 def _usable_device(t: Tensor) -> bool:
     from . import _triton_rows
 
-    return _enabled and _triton_rows.usable_device(t) and available()
+    return _switch.on and _triton_rows.usable_device(t) and available()
 
 
 def _prepare(query, key, value, attn_mask, is_causal, mapping, alpha):

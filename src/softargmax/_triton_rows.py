@@ -35,7 +35,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._extras import LazyModule, env_flag
+from ._extras import LazyModule, Switch
 from ._row_kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from .divergences import Divergence
 from .solution import Solution
@@ -54,7 +54,7 @@ MAX_ITER = 100
 #: elements per program of the elementwise (α-ReLU) kernels
 ELEMENTWISE_BLOCK = 1024
 
-_enabled = env_flag("SOFTARGMAX_GPU_KERNELS")
+_switch = Switch("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
 
 
@@ -74,9 +74,7 @@ def available() -> bool:
 
 def set_enabled(flag: bool) -> bool:
     """Turn the GPU kernels on or off (e.g. to compare with the PyTorch path); returns the old setting."""
-    global _enabled
-    old, _enabled = _enabled, bool(flag)
-    return old
+    return _switch.set(flag)
 
 
 def set_cpu_interpret(flag: bool) -> bool:
@@ -90,7 +88,7 @@ def set_cpu_interpret(flag: bool) -> bool:
 
 def usable_device(t: Tensor) -> bool:
     """Whether ``t`` lives where the kernels run (CUDA, or the CPU under the interpreter)."""
-    return _enabled and (t.device.type == "cuda" or (_cpu_interpret and t.device.type == "cpu")) and available()
+    return _switch.on and (t.device.type == "cuda" or (_cpu_interpret and t.device.type == "cpu")) and available()
 
 
 def _usable(z: Tensor) -> bool:
