@@ -22,7 +22,7 @@ def test_formula(alpha):
 
 @pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0])
 def test_with_entmax_threshold_reproduces_entmax(alpha):
-    """The f-divergence threshold τ_f maps to α-ReLU's τ as τ_e = (α-1) τ_f - 1 (DESIGN §1)."""
+    """The f-divergence threshold τ_f maps to α-ReLU's τ as τ_e = (α-1) τ_f - 1."""
     x = torch.randn(6, 50, dtype=F64) * 2
     tau_f = solve(x, AlphaDivergence(alpha)).tau
     tau_e = (alpha - 1) * tau_f - 1

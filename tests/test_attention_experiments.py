@@ -1,4 +1,4 @@
-"""The attention reproductions: adaptive-attention (002, Multi30k) and nli-attention (004 §4.3, SNLI)."""
+"""The attention reproductions: adaptive-attention (Correia et al., 2019, Multi30k) and nli-attention (Martins & Astudillo, 2016, §4.3, SNLI)."""
 
 import json
 from pathlib import Path

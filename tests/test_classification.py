@@ -1,4 +1,4 @@
-"""Fashion-MNIST classification with f-divergence losses (003 §4.1): the IDX reader and a smoke run."""
+"""Fashion-MNIST classification with f-divergence losses (Roulet et al., 2025, §4.1): the IDX reader and a smoke run."""
 
 import gzip
 import json

@@ -1,4 +1,4 @@
-"""DESIGN §4 conventions, for every normalized operator: dims, dtypes, masking, NaN, no in-place, errors."""
+"""The conventions, for every normalized operator: dims, dtypes, masking, NaN, no in-place, errors."""
 
 import math
 

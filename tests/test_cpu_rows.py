@@ -1,6 +1,6 @@
 """The fused CPU row solver (softargmax._cpu_rows) against the PyTorch solver and the sort references.
 
-Both paths are independent implementations of the same method (DESIGN §3); the PyTorch one
+Both paths are independent implementations of the same method; the PyTorch one
 is checked against brute-force optimizers in test_fdiv and against sort-based references
 in test_entmax, and those suites run on both paths (the ``solver_path`` fixture).  Here:
 the Solution objects agree field by field on edge cases (masks, NaN/+inf rows, ties,

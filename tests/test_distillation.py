@@ -1,4 +1,4 @@
-"""SFT vs distillation with f-divergence losses (003 §4.2): sampling, scoring and a smoke run."""
+"""SFT vs distillation with f-divergence losses (Roulet et al., 2025, §4.2): sampling, scoring and a smoke run."""
 
 import json
 from pathlib import Path

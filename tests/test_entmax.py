@@ -107,7 +107,7 @@ def test_alpha_gradient_matches_package():
 
 @pytest.mark.parametrize("a", [1.0, 1.0 + 1e-7, 1.0 + 1e-4, 1.01])
 def test_alpha_gradient_near_one_matches_finite_differences(a):
-    """The alpha -> 1 limit (002, eq. 38) and the general formula join continuously."""
+    """The alpha -> 1 limit (Correia et al., 2019, eq. 38) and the general formula join continuously."""
     x = torch.randn(4, 12, dtype=F64)
     v = torch.randn_like(x)
     h = 1e-4

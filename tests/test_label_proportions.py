@@ -1,4 +1,4 @@
-"""Label-proportion estimation (004 §4.1): the generator, the metrics, the fit, and a smoke run."""
+"""Label-proportion estimation (Martins & Astudillo, 2016, §4.1): the generator, the metrics, the fit, and a smoke run."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Multi-label benchmarks (004 §4.2): ARFF reader, loading, F1, decision rules, and a smoke run."""
+"""Multi-label benchmarks (Martins & Astudillo, 2016, §4.2): ARFF reader, loading, F1, decision rules, and a smoke run."""
 
 import json
 from pathlib import Path

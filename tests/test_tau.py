@@ -1,4 +1,4 @@
-"""Threshold estimation for alpha-ReLU: 001 Table 3, Monte Carlo, calibration."""
+"""Threshold estimation for alpha-ReLU: Tezekbayev et al., 2022, Table 3, Monte Carlo, calibration."""
 
 import pytest
 import torch

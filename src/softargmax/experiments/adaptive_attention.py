@@ -229,7 +229,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
             ax.set_yticks(range(n_layers), [str(i + 1) for i in range(n_layers)]); ax.set_ylim(-0.5, n_layers - 0.5)
             ax.set_xlim(1, 2); ax.set_title(title); ax.set_xlabel("learned α per head")
         axes[0].set_ylabel("layer")
-        fig.suptitle("Learned α per head and layer (cf. 002, Fig. 11; all heads start at 1.5)")
+        fig.suptitle("Learned α per head and layer (cf. Correia et al., 2019, Fig. 11; all heads start at 1.5)")
         fig.tight_layout(); fig.savefig(out_dir / "alpha_per_head.png", dpi=120); plt.close(fig)
         files.append("alpha_per_head.png")
         hist = [h for h in S["adaptive"]["history"] if "alphas" in h]
@@ -252,7 +252,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         dens = [d for m in rec["attention"].values() for d in m["density"]]
         axes[0].hist(dens, bins=20, range=(0, 1), alpha=0.5, label=NAMES[s])
     axes[0].set_xlabel("share of nonzero attention weights per head"); axes[0].set_ylabel("heads")
-    axes[0].set_title("Head densities (cf. 002, Fig. 12)"); axes[0].legend()
+    axes[0].set_title("Head densities (cf. Correia et al., 2019, Fig. 12)"); axes[0].legend()
     for s, rec in S.items():
         js = _by_block(rec["attention"], "js_mean")
         labels, values = [], []
@@ -262,7 +262,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
                 values.append(v)
         axes[1].plot(range(len(values)), values, marker="o", label=NAMES[s])
         axes[1].set_xticks(range(len(values)), labels, rotation=45, fontsize=8)
-    axes[1].set_ylabel("mean JS divergence between heads"); axes[1].set_title("Head diversity (cf. 002, Fig. 13)")
+    axes[1].set_ylabel("mean JS divergence between heads"); axes[1].set_title("Head diversity (cf. Correia et al., 2019, Fig. 13)")
     axes[1].legend(); axes[1].grid(alpha=0.3)
     fig.tight_layout(); fig.savefig(out_dir / "density_and_js.png", dpi=120); plt.close(fig)
     files.append("density_and_js.png")

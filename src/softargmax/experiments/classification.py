@@ -165,13 +165,13 @@ def write_figures(results: dict, out_dir: Path) -> list:
     axes[0].set_xticks(range(len(names)), [NAMES[n] for n in names], rotation=20, fontsize=8)
     lo = min(L[n]["mean"] - L[n]["std"] for n in names)
     axes[0].set_ylim(lo - 1, max(L[n]["mean"] + L[n]["std"] for n in names) + 0.5)
-    axes[0].set_ylabel("test accuracy (%)"); axes[0].set_title("Losses (cf. 003, Table 2)")
+    axes[0].set_ylabel("test accuracy (%)"); axes[0].set_title("Losses (cf. Roulet et al., 2025, Table 2)")
     if A:
         xs = sorted(A, key=float)
         axes[1].errorbar([float(a) for a in xs], [A[a]["mean"] for a in xs], yerr=[A[a]["std"] for a in xs],
                          marker="o", capsize=3)
         axes[1].set_xlabel("α"); axes[1].set_ylabel("test accuracy (%)")
-        axes[1].set_title("α-divergence loss sweep (cf. 003, Fig. 5)"); axes[1].grid(alpha=0.3)
+        axes[1].set_title("α-divergence loss sweep (cf. Roulet et al., 2025, Fig. 5)"); axes[1].grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out_dir / "accuracy.png", dpi=120)
     plt.close(fig)

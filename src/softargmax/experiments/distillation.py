@@ -219,10 +219,10 @@ def write_figures(results: dict, out_dir: Path) -> list:
         axes[2].bar([i + off for i in x], [S[f"sft:{n}"][dec]["teacher_nll"] for n in names], 0.4, hatch=hatch,
                     label="own f-softargmax" if dec == "own_decoding" else "classical softargmax")
     axes[2].set_xticks(list(x), [NAMES[n] for n in names]); axes[2].legend(fontsize=8)
-    axes[2].set_title("SFT students: decoding (cf. 003, Fig. 4), teacher NLL", fontsize=9)
+    axes[2].set_title("SFT students: decoding (cf. Roulet et al., 2025, Fig. 4), teacher NLL", fontsize=9)
     vals = [S[f"sft:{n}"][d]["teacher_nll"] for n in names for d in ("own_decoding", "softmax_decoding")]
     axes[2].set_ylim(min(vals) * 0.97, max(vals) * 1.02)
-    fig.suptitle("SFT vs distillation with f-divergence losses (cf. 003, Fig. 3)")
+    fig.suptitle("SFT vs distillation with f-divergence losses (cf. Roulet et al., 2025, Fig. 3)")
     fig.tight_layout()
     fig.savefig(out_dir / "fig3_fig4.png", dpi=120)
     plt.close(fig)

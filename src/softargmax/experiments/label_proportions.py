@@ -179,7 +179,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
             axes[j].set_title(f"{mixture} mixtures, K={K}: {key.upper()}")
             axes[j].set_xlabel("average document length"); axes[j].grid(alpha=0.3)
         axes[0].legend(fontsize=8)
-        fig.suptitle("Label-proportion estimation (cf. 004, Fig. 3)")
+        fig.suptitle("Label-proportion estimation (cf. Martins & Astudillo, 2016, Fig. 3)")
         fig.tight_layout()
         fname = f"fig3_K{K}.png"
         fig.savefig(out_dir / fname, dpi=120)

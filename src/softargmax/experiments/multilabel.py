@@ -285,7 +285,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
             ax.bar([j + i * w for j in range(len(names))], [D[n]["systems"][s][key]["f1"] for n in names], w,
                    label=NAMES[s])
         ax.set_xticks([j + 0.4 - w / 2 for j in range(len(names))], names)
-        ax.set_ylabel(f"{key}-F1 (%)"); ax.set_title(f"{key}-averaged F1 (cf. 004, Table 2)"); ax.grid(alpha=0.3, axis="y")
+        ax.set_ylabel(f"{key}-F1 (%)"); ax.set_title(f"{key}-averaged F1 (cf. Martins & Astudillo, 2016, Table 2)"); ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "f1.png", dpi=120)

@@ -300,7 +300,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         ax.set_yticks(range(len(shown)), [NAMES[s].split()[0] for s in shown], fontsize=8)
         ax.set_xticks(range(len(ex["premise"])), ex["premise"], rotation=40, ha="right", fontsize=8)
         ax.set_title(f"hypothesis: {' '.join(ex['hypothesis'])} ({ex['label']})", fontsize=9)
-    fig.suptitle("Attention over premise words (cf. 004, Table 4); white = exactly zero")
+    fig.suptitle("Attention over premise words (cf. Martins & Astudillo, 2016, Table 4); white = exactly zero")
     fig.tight_layout()
     fig.savefig(out_dir / "attention_examples.png", dpi=120)
     plt.close(fig)
