@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# two threads in one process; under pytest-xdist (the README runs `-n 2`) the cores are shared
+# among the workers: OpenMP threads beyond the cores spin against each other
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 
 # Property-based tests (tests/test_properties.py): a fixed, derandomized example budget in CI;
 # HYPOTHESIS_PROFILE=thorough runs many more examples locally.
@@ -66,7 +68,7 @@ def div_id(d):
 
 
 def sparsemax_sort(x: np.ndarray) -> np.ndarray:
-    """Exact sparsemax of the last axis by sorting (004, Algorithm 1)."""
+    """Exact sparsemax of the last axis by sorting (Martins & Astudillo, 2016, Algorithm 1)."""
     x = np.asarray(x, dtype=np.float64)
     out = np.zeros_like(x)
     for idx in np.ndindex(x.shape[:-1]):

@@ -60,6 +60,12 @@ def layout(request, monkeypatch):
     return request.param
 
 
+def row_length(k: int, layout: str) -> int:
+    """``k``, capped at 100 for the streamed kernels in the interpreter: 100 entries are already
+    7 chunks of 16 and 25 times the 4 scratch slots, and every interpreted chunk costs Python time."""
+    return k if ON_GPU or layout == "registers" else min(k, 100)
+
+
 EPS32 = torch.finfo(torch.float32).eps
 
 
@@ -117,6 +123,7 @@ def _assert_s_sum_close(fast, ref, z, div, ok, tol):
 def test_solution_matches_reference(case, k, layout, triton_device):
     name, params = case
     div = get_divergence(name, **params)
+    k = row_length(k, layout)
     z = edge_rows(k, torch.float32, torch.Generator().manual_seed(k), triton_device)
     fast = solve(z, div)
     assert fast.backend == "triton", "the Triton path was not taken"
@@ -137,6 +144,7 @@ def test_solution_matches_reference(case, k, layout, triton_device):
 
 @pytest.mark.parametrize("k", [3, 50, 300] + ([20000, 131072] if ON_GPU else []))
 def test_sparsemax_and_entmax15_against_sort(k, layout, triton_device):
+    k = row_length(k, layout)
     gen = torch.Generator().manual_seed(k)
     z = torch.randn(6, k, generator=gen) * 2
     for fn, ref in [(sa.sparsemax, sparsemax_sort), (sa.entmax15, entmax15_sort)]:
