@@ -148,7 +148,8 @@ class Entmax(nn.Module):
                 raise ValueError(f"alpha_min, alpha_max must satisfy 0 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
             a = _initial_value(alpha)
             if values_checkable(a) and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
-                raise ValueError(f"learnable alpha must start strictly inside ({alpha_min}, {alpha_max}), got {alpha}")
+                raise ValueError(f"learnable alpha={alpha} must start strictly inside (alpha_min, alpha_max) = "
+                                 f"({alpha_min}, {alpha_max})")
             self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
             self.alpha_logit = nn.Parameter(_placed(_bounded_logit(a, alpha_min, alpha_max), device, dtype))
         elif isinstance(alpha, Tensor):
@@ -166,6 +167,7 @@ class Entmax(nn.Module):
         return self._alpha_float
 
     def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x)
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.dim() == 0:
             alpha = alpha.reshape([1] * x.dim())
@@ -433,6 +435,8 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
                 raise TypeError(f"{name} must be a positive int, got {type(n).__name__}")
             if n <= 0:
                 raise ValueError(f"{name} must be a positive int, got {n}")
+        if not 0.0 <= check_real(dropout, "dropout", "a number in [0, 1]") <= 1.0:
+            raise ValueError(f"dropout must be in [0, 1], got {dropout}")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         if not isinstance(alpha, Tensor):
