@@ -48,6 +48,36 @@ def check_positive_number(value, name: str) -> float:
     return value
 
 
+def check_real(value, name: str, what: str = "a finite number") -> float:
+    """A finite real number (an ``int`` or a ``float``, not a ``bool``) as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be {what}, got {value}")
+    return value
+
+
+def check_tau(tau, x: Optional[Tensor] = None, name: str = "tau") -> Union[float, Tensor]:
+    """The α-ReLU threshold: a finite number, or a floating tensor of finite values.
+
+    With the scores ``x``, a tensor must broadcast to ``x`` and follows :func:`check_device`
+    (and may come back moved).  A non-finite threshold would make every output ``0``, ``+inf``
+    or NaN.
+    """
+    if isinstance(tau, Tensor):
+        if not tau.is_floating_point():
+            raise TypeError(f"{name} must be a float or a floating-point tensor, got dtype {tau.dtype}")
+        if x is not None:
+            check_broadcastable(tau, x, name, "x")
+            tau = check_device(tau, x, name)
+        t = tau.detach()
+        if values_checkable(t) and t.numel() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} must be finite, got values in [{t.min().item()}, {t.max().item()}]")
+        return tau
+    return check_real(tau, name, "a finite number or a floating-point tensor")
+
+
 def check_device(t: Tensor, x: Tensor, name: str, move_scalar: bool = True) -> Tensor:
     """The one device rule for tensor arguments (α, τ, ``q``, class weights) that go with scores ``x``.
 

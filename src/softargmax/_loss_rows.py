@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._checks import Rows, check_alpha, values_checkable
+from ._checks import Rows, check_alpha, check_tau, values_checkable
 from ._targets import Target
 from .divergences import Divergence
 from .mappings import MAPPING_NAMES, resolve
@@ -174,7 +174,7 @@ def resolve_loss(mapping: Union[str, Divergence], params: dict):
         alpha = check_alpha(params.pop("alpha", 1.5), "alpha", minimum=1.0, strict=True)
         if isinstance(alpha, Tensor):
             raise TypeError("alpha_relu_loss: alpha must be a float > 1")
-        tau = params.pop("tau", 0.0)
+        tau = check_tau(params.pop("tau", 0.0))
         if params:
             raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
         return "alpha_relu", alpha, tau

@@ -12,7 +12,9 @@ Targets:
 ``label_smoothing`` ε mixes the target with the uniform distribution,
 ``(1 - ε) y + ε/k``.  ``weight`` (per class, like ``cross_entropy``) scales each item
 by ``⟨weight, y⟩`` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
-of those item weights, so hard labels match ``cross_entropy`` exactly.
+of those item weights, so hard labels match ``cross_entropy`` exactly.  The weights must be
+finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` is NaN (0/0),
+as in ``cross_entropy``.
 """
 
 from __future__ import annotations
@@ -81,8 +83,10 @@ def parse_target(
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
+    weight_name: str = "weight",
 ) -> Target:
-    """Validate ``target`` against ``x`` and bring it to rows (see the module docstring)."""
+    """Validate ``target`` against ``x`` and bring it to rows (see the module docstring);
+    ``weight_name``: how the caller's signature names ``weight``, for the messages."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     k, R, dtype = rows.k, rows.R, rows.dtype
@@ -92,10 +96,11 @@ def parse_target(
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if weight is not None:
         if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
-            raise ValueError(f"weight must be a floating tensor of shape ({k},) (one weight per class), got "
-                             f"{type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
-        if values_checkable(weight) and bool((weight.detach() < 0).any()):
-            raise ValueError("weight must be non-negative")
+            raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
+                             f"{type(weight).__name__ if not isinstance(weight, Tensor) else (tuple(weight.shape), weight.dtype)}")
+        wd = weight.detach()
+        if values_checkable(wd) and not bool(((wd >= 0) & torch.isfinite(wd)).all()):
+            raise ValueError(f"{weight_name} must be finite and non-negative")
         weight = weight.to(dtype)
 
     if k == 0 and all(n > 0 for n in batch_shape):

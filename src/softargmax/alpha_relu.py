@@ -17,7 +17,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from typing import Union
 
 import torch
@@ -25,7 +24,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _kernels
-from ._checks import check_alpha, check_broadcastable, check_device, check_tensor, compute_dtype, sum_to, use_custom_ops
+from ._checks import check_alpha, check_tau, check_tensor, compute_dtype, sum_to, use_custom_ops
 
 __all__ = ["alpha_relu"]
 
@@ -100,24 +99,14 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
     Args:
         x: scores, any shape; float16/bfloat16 are computed in float32.
         alpha: a float > 1.
-        tau: a float or a tensor broadcastable to ``x`` (entmax parametrization);
-            a tensor τ is differentiable.
+        tau: a finite float or a tensor of finite values broadcastable to ``x`` (entmax
+            parametrization); a tensor τ is differentiable.
     """
     check_tensor(x)
     alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
     if isinstance(alpha, Tensor):
         raise TypeError("alpha_relu: alpha must be a float > 1")
-    if isinstance(tau, Tensor):
-        if not tau.is_floating_point():
-            raise TypeError(f"tau must be a float or a floating-point tensor, got dtype {tau.dtype}")
-        check_broadcastable(tau, x, "tau", "x")
-        tau = check_device(tau, x, "tau")
-    elif isinstance(tau, bool) or not isinstance(tau, (int, float)):
-        raise TypeError(f"tau must be a float or a tensor, got {type(tau).__name__}")
-    else:
-        tau = float(tau)
-        if math.isnan(tau):
-            raise ValueError("tau must be a number, got nan (a NaN threshold would make every output NaN)")
-        if use_custom_ops():  # one opaque operator for the compiler (softargmax._custom_ops)
-            return torch.ops.softargmax.alpha_relu(x, alpha, tau)
+    tau = check_tau(tau, x)
+    if not isinstance(tau, Tensor) and use_custom_ops():  # one opaque operator for the compiler (softargmax._custom_ops)
+        return torch.ops.softargmax.alpha_relu(x, alpha, tau)
     return _AlphaReLU.apply(x, tau, alpha)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _flash_attention
-from ._checks import check_broadcastable, check_tensor
+from ._checks import check_broadcastable, check_real, check_tensor
 from .mappings import MAPPING_NAMES as MAPPINGS
 from .mappings import normalize
 
@@ -87,10 +87,11 @@ def attention(
         raise ValueError(f"key and value must have the same length, got {key.shape[-2]} and {value.shape[-2]}")
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal cannot both be set (as in scaled_dot_product_attention)")
+    dropout_p = check_real(dropout_p, "dropout_p", "a number in [0, 1)")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     L, S = query.shape[-2], key.shape[-2]
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else check_real(scale, "scale", "None or a finite number")
     if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] != query.shape[-3]:
         if key.shape[-3] == 0 or query.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
             raise ValueError(f"enable_gqa: the query heads ({query.shape[-3]}) must be a multiple of the key/value "

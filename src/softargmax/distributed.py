@@ -790,10 +790,9 @@ def linear_fenchel_young_loss(
         chunk_size = chunk_tokens(max(K, 1), hidden.dtype, budget, softcap is not None)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not multilabel and not target.is_floating_point():
-        target2, local_shape = target.reshape(N), (N, k)
-    else:
-        target2, local_shape = target.reshape(N, k), (N, k)
+    from .fused import _target_rows
+
+    target2, local_shape = _target_rows(target, hidden, k, multilabel), (N, k)
     plan = _plan(target2, local_shape, lambda t: t.reshape(N, k).to(cdt), N, k, cdt, hidden.device, sizes, group,
                  rank, world, multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
                  weight=class_weight, batch_shape=(N,))

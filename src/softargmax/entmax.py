@@ -29,7 +29,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ._checks import check_alpha, check_dim, check_tensor, compute_dtype, values_checkable
+from ._checks import check_alpha, check_broadcastable, check_dim, check_tensor, compute_dtype, values_checkable
 from ._custom_ops import normalized
 from .divergences import get_divergence
 
@@ -104,7 +104,12 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     dim = check_dim(x, dim)
     alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True, x=x)
     if x.numel() == 0:
-        return _empty_like(x) if not isinstance(alpha, Tensor) else _empty_like(x) + 0 * alpha.sum()
+        if not isinstance(alpha, Tensor):
+            return _empty_like(x)
+        rows = list(x.shape)
+        rows[dim] = 1  # the shape check the solver's row layout makes (Rows.row_param), for no rows
+        check_broadcastable(alpha, torch.empty(rows, device="meta"), "alpha", f"x's shape with size 1 along dim={dim}:")
+        return _empty_like(x) + 0 * alpha.sum()
     if isinstance(alpha, Tensor):
         if alpha.dim() > x.dim():
             raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")

@@ -19,7 +19,7 @@ from .entmax import entmax
 from .fdiv import f_softargmax
 from .normmax import normmax
 
-__all__ = ["MAPPING_NAMES", "EXTRA_MAPPING_NAMES", "resolve", "normalize"]
+__all__ = ["MAPPING_NAMES", "EXTRA_MAPPING_NAMES", "check_mapping", "resolve", "normalize"]
 
 MAPPING_NAMES = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAMES
 #: mappings :func:`normalize` also accepts that are not f-softargmaxes (``alpha=`` is their parameter);
@@ -27,12 +27,25 @@ MAPPING_NAMES = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAME
 EXTRA_MAPPING_NAMES = ("normmax", "budget_sparsemax")
 
 
+def check_mapping(mapping, name: str = "mapping") -> None:
+    """``TypeError``/``ValueError`` naming the argument unless ``mapping`` is a name above or a :class:`Divergence`."""
+    if isinstance(mapping, Divergence):
+        return
+    if not isinstance(mapping, str):
+        raise TypeError(f"{name} must be a name or a Divergence, got {type(mapping).__name__}")
+    if mapping not in MAPPING_NAMES and mapping != "alpha":
+        raise ValueError(f"{name}: unknown name {mapping!r}; accepted: {', '.join(MAPPING_NAMES)} or a Divergence")
+
+
 def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -> Divergence:
-    """The generator of ``mapping`` (a name above or a :class:`Divergence`); ``alpha`` for ``"entmax"``/``"alpha"``."""
+    """The generator of ``mapping`` (a name above or a :class:`Divergence`); ``alpha`` for ``"entmax"``/``"alpha"``
+    (other mappings ignore it, once checked to be a valid α > 0)."""
     if isinstance(mapping, Divergence):
         return get_divergence(mapping) if alpha is None else get_divergence(mapping, alpha=alpha)
-    if not isinstance(mapping, str):
-        raise TypeError(f"mapping must be a name or a Divergence, got {type(mapping).__name__}")
+    check_mapping(mapping)
+    if alpha is not None and mapping not in ("entmax", "alpha"):
+        # not used by this mapping (a parametrized caller may pass one α for every mapping), but still a valid α
+        check_alpha(alpha, "alpha", minimum=0.0, strict=True)
     if mapping == "softmax":
         return get_divergence("kl")
     if mapping == "sparsemax":
@@ -47,9 +60,7 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -
         if mapping == "entmax":
             check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         return get_divergence("alpha", alpha=alpha)
-    if mapping in DIVERGENCE_NAMES:
-        return get_divergence(mapping)
-    raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPING_NAMES)} or a Divergence")
+    return get_divergence(mapping)
 
 
 def normalize(x: Tensor, mapping: Union[str, Divergence] = "entmax15", alpha: Union[float, Tensor, None] = None,

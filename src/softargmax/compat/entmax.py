@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import losses as _losses
+from .._checks import check_broadcastable, check_tensor
 from ..budget import budget_sparsemax
 from ..entmax import entmax as _entmax
 from ..entmax import entmax15 as _entmax15
@@ -107,18 +108,21 @@ def sparsemax(X: Tensor, dim: int = -1, k=None, return_support_size: bool = Fals
 
     With ``return_support_size`` also returns the number of non-zeros along ``dim``.
     """
+    check_tensor(X, "X")
     P = _sparsemax(X, dim)
     return (P, _support_size(P, dim)) if return_support_size else P
 
 
 def entmax15(X: Tensor, dim: int = -1, k=None, return_support_size: bool = False):
     """1.5-entmax along ``dim`` (exact; ``k`` is ignored).  ``return_support_size`` as :func:`sparsemax`."""
+    check_tensor(X, "X")
     P = _entmax15(X, dim)
     return (P, _support_size(P, dim)) if return_support_size else P
 
 
 def sparsemax_bisect(X: Tensor, dim: int = -1, n_iter=50, ensure_sum_one=True) -> Tensor:
     """sparsemax along ``dim`` (exact; ``n_iter`` and ``ensure_sum_one`` are ignored)."""
+    check_tensor(X, "X")
     return _sparsemax(X, dim)
 
 
@@ -126,11 +130,13 @@ def entmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n
                   ensure_sum_one=True) -> Tensor:
     """α-entmax along ``dim`` for any α > 0: a float or a tensor expandable to ``X`` with size 1
     along ``dim``, differentiable.  ``n_iter`` and ``ensure_sum_one`` are ignored."""
+    check_tensor(X, "X")
     return _entmax(X, _as_alpha(alpha, X), dim)
 
 
 def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter=50) -> Tensor:
     """α-normmax ``argmax_{p ∈ Δ} ⟨p, X⟩ - ‖p‖_α`` along ``dim``, α > 1 (:func:`softargmax.normmax`)."""
+    check_tensor(X, "X")
     return _normmax(X, _as_alpha(alpha, X), dim)
 
 
@@ -141,10 +147,12 @@ def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_
     ``budget = 0`` gives zeros, as in the package; a row with at most ``budget`` unmasked
     entries gets 1 on each of them.
     """
+    check_tensor(X, "X")
     if isinstance(budget, Tensor):
         if not budget.is_floating_point():
             budget = budget.to(X.dtype if X.is_floating_point() else torch.get_default_dtype())
         b = _as_alpha(budget.detach(), X)
+        check_broadcastable(b, X, "budget", "X's shape")
         if bool((b < 0).any()):
             raise ValueError("budget must be >= 0")
         zero = b == 0
@@ -180,16 +188,19 @@ def _with_support(loss: Tensor, X: Tensor, target: Tensor, mapping: str, return_
 
 def sparsemax_loss(X: Tensor, target: Tensor, k=None, return_support_size: bool = False):
     """Per-sample sparsemax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
+    check_tensor(X, "X")
     return _with_support(_fy(X, target, "sparsemax"), X, target, "sparsemax", return_support_size)
 
 
 def entmax15_loss(X: Tensor, target: Tensor, k=None, return_support_size: bool = False):
     """Per-sample 1.5-entmax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
+    check_tensor(X, "X")
     return _with_support(_fy(X, target, "entmax15"), X, target, "entmax15", return_support_size)
 
 
 def sparsemax_bisect_loss(X: Tensor, target: Tensor, n_iter=50) -> Tensor:
     """Per-sample sparsemax loss (``n_iter`` ignored)."""
+    check_tensor(X, "X")
     return _fy(X, target, "sparsemax")
 
 
@@ -208,6 +219,7 @@ def _per_row_alpha(X: Tensor, target: Tensor, alpha: Tensor, one) -> Tensor:
 def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 1.5, n_iter=50) -> Tensor:
     """Per-sample α-entmax loss, any α > 0 (α = 1: cross-entropy); a tensor α is one value or
     one per sample (a constant: the losses do not differentiate α).  ``n_iter`` ignored."""
+    check_tensor(X, "X")
     if isinstance(alpha, Tensor):
         if alpha.numel() != 1:
             return _per_row_alpha(X, target, alpha, lambda x, t, v: _fy(x, t, "entmax", alpha=v))
@@ -217,6 +229,7 @@ def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 
 
 def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter=50) -> Tensor:
     """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.norm_budget_losses`)."""
+    check_tensor(X, "X")
     if isinstance(alpha, Tensor) and alpha.numel() == 1:
         alpha = float(alpha)
     return _normmax_loss(X, target, alpha, reduction="none")
@@ -323,6 +336,7 @@ class _GenericLoss(nn.Module):
         raise NotImplementedError
 
     def forward(self, X, target):
+        check_tensor(X, "X")
         loss = self.loss(X, target)
         support = None
         if isinstance(loss, tuple):
@@ -390,7 +404,8 @@ class EntmaxBisectLoss(_GenericLoss):
         if isinstance(alpha, Tensor) and alpha.numel() != 1:
             return _per_row_alpha(X, target, alpha, lambda x, t, v: _losses.fenchel_young_loss(
                 x, t, "entmax", alpha=v, reduction="none", ignore_index=self.ignore_index))
-        alpha = float(alpha)
+        if isinstance(alpha, Tensor):
+            alpha = float(alpha)
         return _losses.fenchel_young_loss(X, target, "entmax", alpha=alpha, reduction="none",
                                           ignore_index=self.ignore_index)
 
