@@ -7,6 +7,8 @@ one-process and the vocabulary-parallel losses.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -124,3 +126,23 @@ def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str,
             raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")
+
+
+def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Tensor:
+    """``target`` as ``[N]`` class indices or ``[N, V]`` rows, once its shape is checked against ``hidden``'s."""
+    if not isinstance(target, Tensor):
+        raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
+    batch = tuple(hidden.shape[:-1])
+    N = math.prod(batch)
+    if not multilabel and not target.is_floating_point():
+        if tuple(target.shape) != batch:
+            raise ValueError(f"target: class indices must have hidden's shape without its last dimension, {batch}, "
+                             f"got {tuple(target.shape)}")
+        return target.reshape(N)
+    if tuple(target.shape) != batch + (V,):
+        if not multilabel and tuple(target.shape) == batch:
+            raise TypeError(f"target: a floating tensor of shape {batch} looks like class indices: pass them as an "
+                            f"integer tensor (target.long()); probability vectors must have shape {batch + (V,)}")
+        what = "label sets" if multilabel else "probability vectors"
+        raise ValueError(f"target: {what} must have shape {batch + (V,)} (hidden's batch shape, V), got {tuple(target.shape)}")
+    return target.reshape(N, V)

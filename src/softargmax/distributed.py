@@ -769,7 +769,7 @@ def linear_fenchel_young_loss(
     gradients of ``weight`` and ``bias`` are this rank's rows.  Soft targets are this rank's
     slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.
     """
-    from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens
+    from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
 
     group, rank, world = _group_info(process_group)
     check_linear_arguments(hidden, weight, bias, reduction, "vocab slice")
@@ -790,9 +790,8 @@ def linear_fenchel_young_loss(
         chunk_size = chunk_tokens(max(K, 1), hidden.dtype, budget, softcap is not None)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    from .fused import _target_rows
 
-    target2, local_shape = _target_rows(target, hidden, k, multilabel), (N, k)
+    target2, local_shape = target_rows(target, hidden, k, multilabel), (N, k)
     plan = _plan(target2, local_shape, lambda t: t.reshape(N, k).to(cdt), N, k, cdt, hidden.device, sizes, group,
                  rank, world, multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
                  weight=class_weight, batch_shape=(N,))

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from ._checks import Rows, check_positive_number, check_q, compute_dtype
-from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens
+from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
 from ._loss_rows import alpha_relu_rows, fy_rows, resolve_loss
 from ._targets import parse_target
 from .divergences import Divergence
@@ -112,7 +112,7 @@ def linear_fenchel_young_loss(
     # the target is validated against a [N, V] stand-in for the logits (never allocated)
     logits_meta = torch.empty(N, V, dtype=compute_dtype(hidden.dtype), device="meta")
     rows = _MetaRows(N, V, compute_dtype(hidden.dtype))
-    tgt = parse_target(_target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
+    tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
                        ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                        weight_name="class_weight")
     kind = resolve_loss(mapping, dict(mapping_params))
@@ -136,26 +136,6 @@ def linear_fenchel_young_loss(
     else:
         denom = 1.0
     return LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
-
-
-def _target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Tensor:
-    """``target`` as ``[N]`` class indices or ``[N, V]`` rows, once its shape is checked against ``hidden``'s."""
-    if not isinstance(target, Tensor):
-        raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
-    batch = tuple(hidden.shape[:-1])
-    N = math.prod(batch)
-    if not multilabel and not target.is_floating_point():
-        if tuple(target.shape) != batch:
-            raise ValueError(f"target: class indices must have hidden's shape without its last dimension, {batch}, "
-                             f"got {tuple(target.shape)}")
-        return target.reshape(N)
-    if tuple(target.shape) != batch + (V,):
-        if not multilabel and tuple(target.shape) == batch:
-            raise TypeError(f"target: a floating tensor of shape {batch} looks like class indices: pass them as an "
-                            f"integer tensor (target.long()); probability vectors must have shape {batch + (V,)}")
-        what = "label sets" if multilabel else "probability vectors"
-        raise ValueError(f"target: {what} must have shape {batch + (V,)} (hidden's batch shape, V), got {tuple(target.shape)}")
-    return target.reshape(N, V)
 
 
 class _MetaRows(Rows):
