@@ -246,6 +246,18 @@ def test_nan_probability_target_gives_nan(name, fn):
     assert torch.isnan(fn(x, y, reduction="mean")) and torch.isnan(fn(x, y, reduction="sum"))
 
 
+@pytest.mark.parametrize("mapping", ["entmax15", "softmax", "alpha_relu", "jensen_shannon"])
+def test_nan_probability_target_gives_nan_in_the_fused_linear_loss(mapping):
+    """The fused linear loss (which has no "none" reduction) is NaN too, as the unfused one."""
+    h, w = torch.randn(3, 6, requires_grad=True), torch.randn(4, 6)
+    y = torch.full((3, 4), 0.25)
+    y[1, 2] = math.nan
+    for reduction in ("sum", "mean"):
+        assert torch.isnan(sa.linear_fenchel_young_loss(h, w, y, mapping=mapping, reduction=reduction))
+    y[1, 2] = 0.25
+    assert torch.isfinite(sa.linear_fenchel_young_loss(h, w, y, mapping=mapping))
+
+
 def test_ignored_arguments_are_refused():
     x = torch.randn(2, 5)
     y = torch.tensor([0, 3])

@@ -6,7 +6,6 @@ DTensors whose classes are replicated).
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Union
 
 import torch
@@ -109,14 +108,4 @@ def prepare(x: Tensor, target: Tensor, kind, dim: int, q, temperature, multilabe
                 raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
             tau = float(tau)
         compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
-    if tgt.dense is not None:
-        # a probability target with NaN gives a NaN loss in its row (as F.cross_entropy), never a
-        # finite number (the loss formulas skip entries where y > 0 is false, NaN included)
-        nan_rows = torch.isnan(tgt.dense).any(-1)
-        finite_compute = compute
-
-        def compute(theta):
-            loss, p, G = finite_compute(theta)
-            return loss.masked_fill(nan_rows, math.nan), p, G
-
     return rows, tgt, compute

@@ -78,8 +78,7 @@ def fy_rows(theta: Tensor, target: Target, div: Divergence, beta: float, q: Opti
     G = p_minus_y(p, target, inplace)
     if sol.bad_rows is not None:
         loss = loss.masked_fill(sol.bad_rows.squeeze(1), math.nan)
-    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    return loss, p, G
+    return _kept(loss, target), p, G
 
 
 def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplace: bool = False):
@@ -105,8 +104,16 @@ def _kl_rows(z: Tensor, target: Target, beta: float, q: Optional[Tensor], inplac
         cross = torch.where(y > 0, -y * logp, torch.zeros_like(y)).sum(-1)
         loss = beta * (cross + torch.special.xlogy(y, y).sum(-1))
     G = p_minus_y(p, target, inplace)
-    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    return loss, p, G
+    return _kept(loss, target), p, G
+
+
+def _kept(loss: Tensor, target: Target) -> Tensor:
+    """The rows' losses as every row loss returns them: a probability target with NaN gives NaN
+    in its row (as ``F.cross_entropy``), never a finite number (the formulas skip the entries
+    where ``y > 0`` is false, NaN included); ignored rows give 0."""
+    if target.dense is not None:
+        loss = loss.masked_fill(torch.isnan(target.dense).any(-1), math.nan)
+    return torch.where(target.keep, loss, torch.zeros_like(loss))
 
 
 def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
@@ -146,8 +153,7 @@ def alpha_relu_rows(theta: Tensor, target: Target, alpha: float, tau: float, inp
         lin = spt / a - torch.where(y > 0, y * (theta - c), torch.zeros_like(y)).sum(-1)
         ya = y.pow(alpha).sum(-1)
     loss = lin + (ya - spt) / (alpha * a)
-    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    return loss, p, p_minus_y(p, target, inplace)
+    return _kept(loss, target), p, p_minus_y(p, target, inplace)
 
 
 class RowLoss(torch.autograd.Function):
