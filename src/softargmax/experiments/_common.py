@@ -18,13 +18,20 @@ from typing import Callable, Optional
 import torch
 
 
-def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str) -> tuple[dict, Path, float]:
-    """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system."""
+def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str,
+          prefixes: dict = None) -> tuple[dict, Path, float]:
+    """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
+
+    ``prefixes`` maps a prefix to what follows it, e.g. ``{"f:": "<divergence>"}``: system
+    names that start with one of them are accepted besides those in ``known``.
+    """
     if preset not in presets:
         raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
-    unknown = [s for s in systems if s not in known]
+    prefixes = prefixes or {}
+    unknown = [s for s in systems if s not in known and not str(s).startswith(tuple(prefixes))]
     if unknown:
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(known)}")
+        patterns = "".join(f" or {p}{what}" for p, what in prefixes.items())
+        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(known)}{patterns}")
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out)
