@@ -5,8 +5,12 @@
 * a brute-force constrained optimizer (SciPy SLSQP) for the f-softargmax / f-softmax
   variational problem  max_{p in simplex} <p, x> - beta * sum_j q_j f(p_j / q_j),
   which only uses the primal generator f and f' (never the conjugates the solver uses).
+
+The ``smoke_run`` fixture runs an experiment's ``smoke`` preset once per session, for its smoke
+test and for the test that reruns it with the same seed and expects identical numbers.
 """
 
+import json
 import math
 import os
 
@@ -239,3 +243,41 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in INTERPRETED_FILES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """``smoke_run(name, *options, again=False)``: ``(folder, results)`` of ``softargmax reproduce name
+    --preset smoke *options``, run once per session (``again=True``: a new run in a new folder)."""
+    from softargmax.cli import main
+
+    done = {}
+
+    def run(name, *options, again=False):
+        key = (name, options)
+        if again or key not in done:
+            out = tmp_path_factory.mktemp(name)
+            assert main(["reproduce", name, "--preset", "smoke", *options, "--out", str(out)]) == 0
+            result = (out, json.loads((out / "results.json").read_text()))
+            if again:
+                return result
+            done[key] = result
+        return done[key]
+
+    return run
+
+
+@pytest.fixture
+def rerun_is_identical(smoke_run):
+    """``rerun_is_identical(name, *options)``: rerun the smoke preset (same seed, threads, machine) and
+    assert that everything but the timings is identical, compared as JSON (so that NaN equals NaN)."""
+    from softargmax.experiments._common import measurements
+
+    def check(name, *options):
+        _, first = smoke_run(name, *options)
+        _, again = smoke_run(name, *options, again=True)
+        a, b = (json.dumps(measurements(r), sort_keys=True) for r in (first, again))
+        assert a == b, f"{name}: a rerun with the same seed gave different numbers"
+        assert '"seed' in a  # the comparison covers the settings, seeds included
+
+    return check

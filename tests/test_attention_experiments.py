@@ -1,24 +1,20 @@
 """The attention reproductions: adaptive-attention (Correia et al., 2019, Multi30k) and nli-attention (Martins & Astudillo, 2016, §4.3, SNLI)."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 import softargmax as sa
-from softargmax.cli import main
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
-def test_adaptive_attention_smoke(tmp_path):
+def test_adaptive_attention_smoke(smoke_run):
     pytest.importorskip("sentencepiece")
     pytest.importorskip("sacrebleu")
-    out = tmp_path / "aa"
-    assert main(["reproduce", "adaptive-attention", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+    out, res = smoke_run("adaptive-attention", "--data-dir", str(SHARED))
     S = res["systems"]
     assert set(S) == {"softmax", "entmax15", "adaptive"}
     for name, rec in S.items():
@@ -51,10 +47,8 @@ def test_analysis_masks_padding_and_causality():
 
 
 @pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
-def test_nli_attention_smoke(tmp_path):
-    out = tmp_path / "nli"
-    assert main(["reproduce", "nli-attention", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+def test_nli_attention_smoke(smoke_run):
+    out, res = smoke_run("nli-attention", "--data-dir", str(SHARED))
     S = res["systems"]
     assert set(S) == {"noattention", "logistic", "softmax", "sparsemax", "entmax15"}
     for rec in S.values():
@@ -83,3 +77,15 @@ def test_nli_model_ignores_padding_and_rejects_bad_input():
         AttentionNLI(10, 4, "tanh")
     with pytest.raises(ValueError, match="training split is not available"):
         read_split(SHARED / "snli", "train")
+
+
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+def test_adaptive_attention_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("sacrebleu")
+    rerun_is_identical("adaptive-attention", "--data-dir", str(SHARED))
+
+
+@pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
+def test_nli_attention_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    rerun_is_identical("nli-attention", "--data-dir", str(SHARED))

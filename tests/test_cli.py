@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,50 @@ def test_checkpoints_need_an_explicit_resume_or_fresh(tmp_path, capsys):
     assert main(args + ["--fresh"]) == 0 and not (out / "runs").exists()
     with pytest.raises(SystemExit):
         main(args + ["--resume", "--fresh"])
+
+
+def test_render_only_rewrites_the_report_from_results_json_without_running(tmp_path, capsys):
+    import shutil
+
+    from softargmax.experiments import translation
+    from softargmax.experiments._common import render_existing
+
+    reports = Path(__file__).resolve().parents[1] / "reports"
+    out = tmp_path / "translation"
+    shutil.copytree(reports / "translation", out)
+    results_before, log_before = (out / "results.json").read_bytes(), (out / "log.txt").read_bytes()
+    (out / "report.md").write_text("stale\n\n![curves_loss.png](curves_loss.png)\n![gone.png](gone.png)\n")
+    assert main(["reproduce", "translation", "--render-only", "--out", str(out)]) == 0
+    assert "report.md" in capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    results = json.loads(results_before)
+    # the figures are the ones the old report showed that exist, in its order; nothing else is touched
+    assert report == translation.render_report(results, ["curves_loss.png"])
+    assert (out / "results.json").read_bytes() == results_before and (out / "log.txt").read_bytes() == log_before
+    assert "## Reproducibility" in report and "24.10 / 17.77 / 25.03 / 24.66" in report
+    # no results.json: a clear error, no report written
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["reproduce", "bisection", "--render-only", "--out", str(empty)]) == 2
+    assert "no results.json" in capsys.readouterr().err and not (empty / "report.md").exists()
+    with pytest.raises(FileNotFoundError, match="out: no results.json"):
+        render_existing(str(empty), translation.render_report)
+
+
+def test_committed_reports_are_what_their_results_render_to(tmp_path):
+    """Every committed report.md is its results.json rendered by today's code (so each carries its
+    Reproducibility section); `softargmax reproduce NAME --render-only` brings one back in line."""
+    import importlib
+    import shutil
+
+    from softargmax.experiments import EXPERIMENTS
+    from softargmax.experiments._common import render_existing
+
+    reports = Path(__file__).resolve().parents[1] / "reports"
+    for name, module in EXPERIMENTS.items():
+        committed = (reports / name / "report.md").read_text()
+        assert "\n## Reproducibility\n" in committed, name
+        copy = tmp_path / name
+        shutil.copytree(reports / name, copy)
+        rendered = render_existing(str(copy), importlib.import_module(module).render_report).read_text()
+        assert rendered == committed, f"{name}: rerun `softargmax reproduce {name} --render-only`"

@@ -1,12 +1,10 @@
 """SFT vs distillation with f-divergence losses (Roulet et al., 2025, §4.2): sampling, scoring and a smoke run."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from softargmax.cli import main
 from softargmax.experiments import distillation as di
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -33,13 +31,16 @@ def test_sampling_respects_the_support_and_scoring_is_cross_entropy():
 
 
 @pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="../shared/data/tinyshakespeare not present")
-def test_distillation_smoke(tmp_path):
-    out = tmp_path / "di"
-    assert main(["reproduce", "distillation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+def test_distillation_smoke(smoke_run):
+    out, res = smoke_run("distillation", "--data-dir", str(SHARED))
     assert set(res["students"]) == {f"{m}:{n}" for m in ("sft", "distillation") for n in di.LOSSES}
     for k, r in res["students"].items():
         assert 0 <= r["accuracy"] <= 100 and r["own_decoding"]["teacher_nll"] > 0, k
     kl = res["students"]["sft:kl"]  # KL's own f-softargmax is softmax: the same samples
     assert kl["own_decoding"] == kl["softmax_decoding"]
     assert (out / "report.md").exists() and (out / "fig3_fig4.png").exists()
+
+
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="../shared/data/tinyshakespeare not present")
+def test_distillation_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    rerun_is_identical("distillation", "--data-dir", str(SHARED))

@@ -1,13 +1,11 @@
 """Label-proportion estimation (Martins & Astudillo, 2016, §4.1): the generator, the metrics, the fit, and a smoke run."""
 
-import json
 import math
 
 import pytest
 import torch
 
 import softargmax as sa
-from softargmax.cli import main
 from softargmax.experiments import label_proportions as lp
 
 
@@ -58,13 +56,15 @@ def test_fit_reaches_the_loss_minimum():
         assert float(g.abs().max()) < 1e-5
 
 
-def test_label_proportions_smoke(tmp_path):
-    out = tmp_path / "lp"
-    assert main(["reproduce", "label-proportions", "--preset", "smoke", "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+def test_label_proportions_smoke(smoke_run):
+    out, res = smoke_run("label-proportions")
     assert len(res["rows"]) == 2 * 2 * len(lp.LOSSES)
     for r in res["rows"]:
         assert 0 <= r["mse"] <= 2 and 0 <= r["js"] <= math.log(2)
     long = {r["loss"]: r for r in res["rows"] if r["length"] == 1000 and r["mixture"] == "uniform"}
     assert long["sparsemax"]["mse"] < long["softmax"]["mse"]  # the paper's effect, already at smoke size
     assert (out / "report.md").exists() and (out / "fig3_K10.png").exists()
+
+
+def test_label_proportions_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    rerun_is_identical("label-proportions")

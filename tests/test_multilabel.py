@@ -1,12 +1,10 @@
 """Multi-label benchmarks (Martins & Astudillo, 2016, §4.2): ARFF reader, loading, F1, decision rules, and a smoke run."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from softargmax.cli import main
 from softargmax.experiments import multilabel as ml
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -66,12 +64,15 @@ def test_decision_rules():
 
 
 @needs_mulan
-def test_multilabel_smoke(tmp_path):
-    out = tmp_path / "ml"
-    assert main(["reproduce", "multilabel", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+def test_multilabel_smoke(smoke_run):
+    out, res = smoke_run("multilabel", "--data-dir", str(SHARED))
     em = res["datasets"]["emotions"]["systems"]
     assert set(em) == set(ml.SYSTEMS)
     for s, rec in em.items():
         assert 45 < rec["micro"]["f1"] < 90 and 40 < rec["macro"]["f1"] < 90, s  # paper: 66-69
     assert (out / "report.md").exists() and (out / "f1.png").exists()
+
+
+@needs_mulan
+def test_multilabel_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    rerun_is_identical("multilabel", "--data-dir", str(SHARED))

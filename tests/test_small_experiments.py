@@ -1,19 +1,14 @@
 """Smoke runs of the small reproductions: tau-table (Speeding Up Entmax, Table 3) and bisection (the f-divergence paper, Fig. 6)."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from softargmax.cli import main
-
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def test_bisection_smoke(tmp_path):
-    out = tmp_path / "bis"
-    assert main(["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+def test_bisection_smoke(smoke_run):
+    out, res = smoke_run("bisection")
     for label, r in res["generators"].items():
         assert r["bisection_within_bound"], label  # the measured error obeys (τmax − τmin)·2^−t
         assert r["newton_steps_to_1e-6"] is not None and r["newton_steps_to_1e-6"] <= 6, label
@@ -23,11 +18,9 @@ def test_bisection_smoke(tmp_path):
 
 
 @pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
-def test_tau_table_smoke(tmp_path):
+def test_tau_table_smoke(smoke_run):
     pytest.importorskip("sentencepiece")
-    out = tmp_path / "tt"
-    assert main(["reproduce", "tau-table", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
+    out, res = smoke_run("tau-table", "--data-dir", str(SHARED))
     for r in res["rows"]:
         assert r["tau_model"] == pytest.approx(r["tau_formula"], rel=0.1)
         assert r["logit_std_measured"] == pytest.approx(r["logit_std_formula"], rel=0.1)
@@ -36,3 +29,13 @@ def test_tau_table_smoke(tmp_path):
 
     assert res["settings"]["device"] == describe_device("cpu")
     assert f"Ran on {describe_device('cpu')}" in (out / "report.md").read_text()
+
+
+def test_bisection_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    rerun_is_identical("bisection")
+
+
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+def test_tau_table_rerun_with_the_same_seed_is_identical(rerun_is_identical):
+    pytest.importorskip("sentencepiece")
+    rerun_is_identical("tau-table", "--data-dir", str(SHARED))

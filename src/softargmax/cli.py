@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     fresh.add_argument("--resume", action="store_true",
                        help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention)")
     fresh.add_argument("--fresh", action="store_true", help="delete <out>/runs first and train every system from scratch")
+    fresh.add_argument("--render-only", action="store_true",
+                       help="run nothing: write <out>/report.md again from <out>/results.json and the figures already there")
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -106,6 +108,15 @@ def main(argv=None) -> int:
         if args.preset not in module.PRESETS:
             raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
         out = args.out or f"reports/{args.experiment}"
+        if args.render_only:  # before the run log is opened: it describes the run that made results.json
+            from .experiments._common import render_existing
+
+            try:
+                print(f"wrote {render_existing(out, module.render_report)}")
+            except FileNotFoundError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            return 0
         if not _checkpoint_choice(Path(out), args.resume, args.fresh):
             return 2
         log_file = _open_run_log(Path(out))

@@ -41,7 +41,7 @@ import torch
 import softargmax as sa
 
 from . import translation
-from ._common import begin, environment, finish, pyplot
+from ._common import begin, environment, finish, pyplot, reproducibility
 from .nmt.decoding import translate
 from .nmt.model import ModelConfig
 from .nmt.tokenizer import PAD
@@ -315,6 +315,9 @@ def render_report(results: dict, figures: list) -> str:
     lines += ["", "## Findings of the paper, checked", ""] + _claims(S)
     lines += ["", "## Discussion", ""] + _discussion(S, st) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
+    lines += reproducibility(st, rerun_tested=True, timings=(
+        "the s/step column is the median of 3 measurements per system, interleaved, within this run; how much it and "
+        "the training times vary between runs was not measured."))
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot
+from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, seed_spread
 
 LOSSES = {  # name -> fenchel_young_loss keywords
     "kl": dict(mapping="softmax"),
@@ -208,7 +208,21 @@ def render_report(results: dict, figures: list) -> str:
               "hyper-parameters, the arg-max prediction is the same operator for all of them, and the α sweep is a "
               "one-line change (`fenchel_young_loss(logits, y, \"entmax\", alpha=a)`)."]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    lines += reproducibility(st, **_variation(L, A, st))
     return "\n".join(lines) + "\n"
+
+
+def _variation(L: dict, A: dict, st: dict) -> dict:
+    """The seed-to-seed spread of accuracy and how much the seconds per run vary, for :func:`reproducibility`."""
+    if len(st["seeds"]) < 2:
+        return {"timings": "the seconds per run come from one run each; how much they vary was not measured."}
+    records = list(L.values()) + [r for a, r in A.items() if r not in L.values()]
+    spans = [relative_span([run["train_seconds"] for run in r["runs"]]) for r in records]
+    return {"spread": seed_spread([r["std"] for r in records], len(st["seeds"]), "accuracy points",
+                                  f"the {len(records)} losses and α values"),
+            "timings": f"within this run, the seconds per run of one loss differ between its {len(st['seeds'])} seeds by "
+                       f"{100 * min(spans):.0f}–{100 * max(spans):.0f}% (max − min over mean); how much they vary "
+                       "between separate invocations was not measured."}
 
 
 def _claims(L: dict, A: dict) -> list:

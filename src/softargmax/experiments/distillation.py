@@ -39,7 +39,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot
+from ._common import begin, environment, finish, pyplot, reproducibility
 
 LOSSES = {"js": "jensen_shannon", "rcs": "reverse_chi_square", "kl": "softmax", "cs": "chi_square", "alpha1.5": "entmax15"}
 NAMES = {"js": "Jensen–Shannon", "rcs": "reverse χ²", "kl": "KL", "cs": "χ²", "alpha1.5": "α = 1.5"}
@@ -271,6 +271,7 @@ def render_report(results: dict, figures: list) -> str:
         if k in S:
             lines += [f"- {k}: `{S[k]['own_decoding']['example'][:260]!r}`"]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    lines += reproducibility(st, rerun_tested=True)
     return "\n".join(lines) + "\n"
 
 

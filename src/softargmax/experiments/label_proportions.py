@@ -39,7 +39,7 @@ import torch
 
 import softargmax as sa
 
-from ._common import begin, environment, finish, pyplot
+from ._common import begin, environment, finish, pyplot, reproducibility
 from ._linear import fit_linear
 
 LOSSES = {
@@ -218,6 +218,9 @@ def render_report(results: dict, figures: list) -> str:
             lines.append("")
     lines += ["## Claim checked", ""] + _claims(rows, st) + _gaps(rows, st)
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    seeds = [st["seed"] + s for s in st.get("seeds", [0])]  # the dataset seeds are offsets from --seed
+    lines += reproducibility({**st, "seeds": seeds}, rerun_tested=True, spread=None if len(st.get("seeds", [0])) == 1 else (
+        f"{len(st['seeds'])} dataset draws per cell; their spread is not summarized in this report."))
     return "\n".join(lines) + "\n"
 
 

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot
+from ._common import begin, environment, finish, pyplot, reproducibility, seed_spread
 
 LABELS = ("entailment", "neutral", "contradiction")
 SYSTEMS = ("noattention", "logistic", "softmax", "sparsemax", "entmax15")
@@ -361,6 +361,9 @@ def render_report(results: dict, figures: list) -> str:
             lines.append(f"  - hypothesis: {' '.join(ex['hypothesis'])} → {ex['label']}; sparsemax selects "
                          f"{sum(x > 0 for x in w)} of {len(w)} words{extra}")
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    spread = (seed_spread([r["test_std"] for r in S.values()], len(st["seeds"]), "test accuracy points",
+                          f"the {len(S)} systems") if len(st["seeds"]) > 1 else None)
+    lines += reproducibility(st, rerun_tested=True, spread=spread)
     return "\n".join(lines) + "\n"
 
 
