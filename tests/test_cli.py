@@ -106,6 +106,12 @@ def test_render_only_rewrites_the_report_from_results_json_without_running(tmp_p
     assert report == translation.render_report(results, ["curves_loss.png"])
     assert (out / "results.json").read_bytes() == results_before and (out / "log.txt").read_bytes() == log_before
     assert "## Reproducibility" in report and "24.10 / 17.77 / 25.03 / 24.66" in report
+    # an experiment whose figures come from results.json alone has them drawn again
+    multilabel = tmp_path / "multilabel"
+    shutil.copytree(reports / "multilabel", multilabel)
+    (multilabel / "f1.png").unlink()
+    assert main(["reproduce", "multilabel", "--render-only", "--out", str(multilabel)]) == 0
+    assert (multilabel / "f1.png").stat().st_size > 10_000 and "![" in (multilabel / "report.md").read_text()
     # no results.json: a clear error, no report written
     empty = tmp_path / "empty"
     empty.mkdir()

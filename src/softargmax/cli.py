@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import shutil
 import sys
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention)")
     fresh.add_argument("--fresh", action="store_true", help="delete <out>/runs first and train every system from scratch")
     fresh.add_argument("--render-only", action="store_true",
-                       help="run nothing: write <out>/report.md again from <out>/results.json and the figures already there")
+                       help="run nothing: write <out>/report.md again from <out>/results.json, and its figures where "
+                       "they come from results.json alone (translation keeps the figures already there)")
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -112,7 +114,11 @@ def main(argv=None) -> int:
             from .experiments._common import render_existing
 
             try:
-                print(f"wrote {render_existing(out, module.render_report)}")
+                # figures drawn from results.json alone are drawn again (translation's need its run)
+                draw = getattr(module, "write_figures", None)
+                if draw is not None and len(inspect.signature(draw).parameters) != 2:
+                    draw = None
+                print(f"wrote {render_existing(out, module.render_report, draw)}")
             except FileNotFoundError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -125,8 +131,6 @@ def main(argv=None) -> int:
         if args.systems:
             kwargs["systems"] = args.systems
         if args.seeds:
-            import inspect
-
             if "seeds" not in inspect.signature(module.run).parameters:
                 raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
             kwargs["seeds"] = args.seeds

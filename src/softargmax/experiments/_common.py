@@ -151,11 +151,13 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
     return lines
 
 
-def render_existing(out: str, render_report: Callable) -> Path:
+def render_existing(out: str, render_report: Callable, write_figures: Optional[Callable] = None) -> Path:
     """Write ``report.md`` in ``out`` again from its ``results.json``, without rerunning the experiment.
 
-    The figures are the ones already in ``out``: those the current report shows (in its
-    order), or every PNG there when it has no report yet.  Returns the report's path.
+    With ``write_figures`` (an experiment whose figures are drawn from ``results`` alone) the
+    figures are drawn again too; otherwise they are the ones already in ``out``: those the
+    current report shows (in its order), or every PNG there when it has no report yet.
+    Returns the report's path.
     """
     out_dir = Path(out)
     path = out_dir / "results.json"
@@ -163,7 +165,9 @@ def render_existing(out: str, render_report: Callable) -> Path:
         raise FileNotFoundError(f"out: no results.json in {out_dir} to render a report from")
     results = json.loads(path.read_text())
     report = out_dir / "report.md"
-    if report.exists():
+    if write_figures is not None:
+        figures = write_figures(results, out_dir)
+    elif report.exists():
         named = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report.read_text())
         figures = [f for f in dict.fromkeys(named) if (out_dir / f).is_file()]
     else:

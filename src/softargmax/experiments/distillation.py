@@ -206,19 +206,22 @@ def write_figures(results: dict, out_dir: Path) -> list:
         return []
     S, names = results["students"], _names(results)
     x = range(len(names))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    below = dict(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)  # legends off the bars
     for ax, key, title in ((axes[0], "accuracy", "next-character accuracy (%)"),
                            (axes[1], "teacher_nll", "teacher cross-entropy of samples (nats/char, lower is better)")):
         for off, mode, hatch in ((-0.2, "sft", ""), (0.2, "distillation", "//")):
             vals = [S[f"{mode}:{n}"][key] if key == "accuracy" else S[f"{mode}:{n}"]["own_decoding"][key] for n in names]
             ax.bar([i + off for i in x], vals, 0.4, hatch=hatch, label=mode.upper() if mode == "sft" else mode)
-        ax.set_xticks(list(x), [NAMES[n] for n in names]); ax.set_title(title, fontsize=9); ax.legend(fontsize=8)
+        ax.set_xticks(list(x), [NAMES[n] for n in names], rotation=20, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9); ax.legend(**below)
         vals = [S[k][key] if key == "accuracy" else S[k]["own_decoding"][key] for k in S]
         ax.set_ylim(min(vals) * 0.97, max(vals) * 1.02)
     for off, dec, hatch in ((-0.2, "own_decoding", ""), (0.2, "softmax_decoding", "//")):
         axes[2].bar([i + off for i in x], [S[f"sft:{n}"][dec]["teacher_nll"] for n in names], 0.4, hatch=hatch,
                     label="own f-softargmax" if dec == "own_decoding" else "classical softargmax")
-    axes[2].set_xticks(list(x), [NAMES[n] for n in names]); axes[2].legend(fontsize=8)
+    axes[2].set_xticks(list(x), [NAMES[n] for n in names], rotation=20, ha="right", fontsize=8)
+    axes[2].legend(**below)
     axes[2].set_title("SFT students: decoding (cf. Roulet et al., 2025, Fig. 4), teacher NLL", fontsize=9)
     vals = [S[f"sft:{n}"][d]["teacher_nll"] for n in names for d in ("own_decoding", "softmax_decoding")]
     axes[2].set_ylim(min(vals) * 0.97, max(vals) * 1.02)

@@ -278,7 +278,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
     D = results["datasets"]
     names = list(D)
     systems = list(next(iter(D.values()))["systems"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     w = 0.8 / len(systems)
     for ax, key in zip(axes, ("micro", "macro")):
         for i, s in enumerate(systems):
@@ -286,8 +286,9 @@ def write_figures(results: dict, out_dir: Path) -> list:
                    label=NAMES[s])
         ax.set_xticks([j + 0.4 - w / 2 for j in range(len(names))], names)
         ax.set_ylabel(f"{key}-F1 (%)"); ax.set_title(f"{key}-averaged F1 (cf. Martins & Astudillo, 2016, Table 2)"); ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(systems))  # below the bars, not over them
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(out_dir / "f1.png", dpi=120)
     plt.close(fig)
     return ["f1.png"]
