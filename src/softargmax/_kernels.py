@@ -21,7 +21,7 @@ from torch import Tensor
 from . import _cpu_rows, _triton_rows
 from .divergences import Divergence
 
-__all__ = ["select", "solve", "solve_alpha_rows", "on_gpu_kernels", "alpha_relu_forward", "alpha_relu_backward"]
+__all__ = ["select", "solve", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -72,11 +72,6 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``, every α in (1, 2]) by a fused solver, or ``None``."""
     backend = select(z, alpha_rows=alpha2d)
     return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)
-
-
-def on_gpu_kernels(t: Tensor) -> bool:
-    """Whether ``t`` is where the GPU kernels run."""
-    return _triton_rows.usable_device(t)
 
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:

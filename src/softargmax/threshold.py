@@ -260,7 +260,6 @@ def solve(
     prune: bool = True,
     max_iter: int = MAX_ITER,
     trace: Optional[list] = None,
-    fused: bool = True,
     candidates_only: bool = False,
     exact_tau: bool = False,
 ) -> Solution:
@@ -268,8 +267,8 @@ def solve(
 
     ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
     given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
-    appended to it (for convergence studies).  ``fused``: allow the fused CPU row solver,
-    whose solution is dense (``block_index`` None).  ``candidates_only``: the caller computes
+    appended to it (for convergence studies); the fast paths (dense solutions, ``block_index``
+    None) run only with the default ``prune``, ``max_iter`` and no trace.  ``candidates_only``: the caller computes
     with the candidates only (the Fenchel–Young loss values, normmax's normalization);
     :func:`softargmax._kernels.select` then keeps the pruned, candidate-sized PyTorch
     solution on CPU (cheaper for those).  ``exact_tau``: the caller uses ``τ`` itself (the
@@ -277,7 +276,7 @@ def solve(
     as accurate as the PyTorch solver's.  Whichever solver runs,
     the :class:`~softargmax.solution.Solution` has the same contract.
     """
-    if fused and prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
+    if prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
         backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)
         if backend is not None:
             return backend.solve(z, divergence)
