@@ -134,8 +134,13 @@ def main(argv=None) -> int:
             if "seeds" not in inspect.signature(module.run).parameters:
                 raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
             kwargs["seeds"] = args.seeds
+        from .experiments.datasets import DataError
+
         try:
             module.run(**kwargs)
+        except DataError as e:  # missing or damaged data: the message names the file and the fix
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         finally:
             if log_file is not None:
                 log_file.close()

@@ -49,16 +49,19 @@ def find(data_dir: Optional[str] = None, download_missing: bool = False, log=pri
 
 
 def read_split(folder: Path, split: str, src_lang: str = "de", tgt_lang: str = "en", verify: bool = False) -> Parallel:
-    """One split (``"train"``, ``"val"`` or ``"test"`` = test_2016_flickr) as aligned sentence lists."""
+    """One split (``"train"``, ``"val"`` or ``"test"`` = test_2016_flickr) as aligned sentence lists.
+
+    ``verify=True`` checks the split's two files against their SHA-256 sums first
+    (:func:`softargmax.experiments.datasets.verify`); :func:`find` has verified the whole folder.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    names = [f"{SPLITS[split]}.{lang}.gz" for lang in (src_lang, tgt_lang)]
+    if verify:  # raises datasets.DataError naming the file (find() has checked them already)
+        datasets.verify("multi30k", folder, files=names)
     out = []
-    for lang in (src_lang, tgt_lang):
-        name = f"{SPLITS[split]}.{lang}.gz"
-        path = Path(folder) / name
-        if verify and datasets.sha256(path) != SHA256[name]:
-            raise RuntimeError(f"checksum mismatch for {path}")
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+    for name in names:
+        with gzip.open(Path(folder) / name, "rt", encoding="utf-8") as f:
             out.append([line.rstrip("\n") for line in f])
     if len(out[0]) != len(out[1]):
         raise RuntimeError(f"{split}: {len(out[0])} source lines but {len(out[1])} target lines")
