@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import softargmax as sa
-from softargmax import _triton_rows
+from softargmax.backends.triton import rows as _triton_rows
 from softargmax.bench import _package, device_name, time_thunks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

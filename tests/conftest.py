@@ -53,7 +53,7 @@ ALL_DIVERGENCES = [
     ("alpha", {"alpha": 0.5}),
 ]
 
-#: the divergences the fused row solvers cover (softargmax._row_kinds), with q = 1
+#: the divergences the fused row solvers cover (softargmax.backends.kinds), with q = 1
 FUSED_COVERED = [
     ("chi_square", {}),
     ("alpha", {"alpha": 2.0}),
@@ -193,9 +193,9 @@ def _seed_every_test():
 
 @pytest.fixture(params=["fused", "torch"])
 def solver_path(request):
-    """Run a test on both CPU solvers: the fused C row solver (:mod:`softargmax._cpu_rows`,
+    """Run a test on both CPU solvers: the fused C row solver (:mod:`softargmax.backends.cpu.rows`,
     the default where it covers the operator) and the PyTorch reference path."""
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     if request.param == "fused" and not _cpu_rows.available():
         pytest.skip("the fused CPU row solver could not be built here")
@@ -207,7 +207,7 @@ def solver_path(request):
 @pytest.fixture
 def torch_solver():
     """The PyTorch solver only (for tests of its pruning and tracing)."""
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     old = _cpu_rows.set_enabled(False)
     yield
@@ -218,7 +218,7 @@ def torch_solver():
 def triton_device():
     """Where the Triton kernels run: ``"cuda"`` on a GPU, else ``"cpu"`` under Triton's
     interpreter (CPU tensors are routed to the kernels); skips without Triton."""
-    from softargmax import _triton_rows
+    from softargmax.backends.triton import rows as _triton_rows
 
     if not _triton_rows.available():
         pytest.skip("Triton is not installed")

@@ -43,7 +43,7 @@ def test_analysis_masks_padding_and_causality():
     w = torch.zeros(1, 2, 3, 3)
     allowed = torch.ones(3, 3, dtype=torch.bool).tril()
     w[..., :, :] = torch.softmax(torch.randn(1, 2, 3, 3).masked_fill(~allowed, float("-inf")), -1)
-    assert sa.inspect.head_density(w, allowed).tolist() == [1.0, 1.0]
+    assert sa.analysis.head_density(w, allowed).tolist() == [1.0, 1.0]
 
 
 @pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")

@@ -1,4 +1,4 @@
-"""The fused CPU row solver (softargmax._cpu_rows) against the PyTorch solver and the sort references.
+"""The fused CPU row solver (softargmax.backends.cpu.rows) against the PyTorch solver and the sort references.
 
 Both paths are independent implementations of the same method; the PyTorch one
 is checked against brute-force optimizers in test_fdiv and against sort-based references
@@ -19,9 +19,9 @@ import torch
 from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _cpu_rows
+from softargmax.backends.cpu import rows as _cpu_rows
 from softargmax.divergences import get_divergence
-from softargmax.threshold import solve
+from softargmax.solvers.threshold import solve
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 
@@ -143,7 +143,7 @@ def _run_python(code, **env):
 
 
 def test_missing_compiler_falls_back_with_a_warning(tmp_path):
-    code = ("import torch, softargmax as sa; from softargmax import _cpu_rows; "
+    code = ("import torch, softargmax as sa; from softargmax.backends.cpu import rows as _cpu_rows; "
             "x = torch.randn(3, 9, dtype=torch.float64); p = sa.sparsemax(x); "
             "print(_cpu_rows.available(), float(p.sum(-1).sub(1).abs().max()) < 1e-12)")
     proc = _run_python(code, CC="/nonexistent/cc", SOFTARGMAX_CACHE_DIR=str(tmp_path))
@@ -153,6 +153,6 @@ def test_missing_compiler_falls_back_with_a_warning(tmp_path):
 
 
 def test_environment_switch_disables_the_fused_path():
-    proc = _run_python("from softargmax import _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
+    proc = _run_python("from softargmax.backends.cpu import rows as _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _cpu_rows, _triton_rows
+from softargmax.backends.cpu import rows as _cpu_rows
+from softargmax.backends.triton import rows as _triton_rows
 
 entmax_pkg = pytest.importorskip("entmax")
 

@@ -1,8 +1,10 @@
 """The package's import graph, read from the source: no cycle, and imports run one way.
 
-The core flows divergences -> threshold solvers -> mappings -> losses -> modules -> tools;
-a module may import from its own layer or a lower one, never from a higher one, and the
-graph of every import (module level and inside functions) has no cycle.
+The folders are the layers: _utils -> divergences -> backends -> solvers -> operators -> losses
+-> nn / compat / integrations -> tools; a module may import from its own folder or a lower
+one, never from a higher one, and the graph of every import (module level and inside
+functions) has no cycle.  The paths of earlier releases (``softargmax.fdiv``, ...) still
+import, as the very same modules (``softargmax._moved``).
 """
 
 import ast
@@ -12,14 +14,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
 
-#: lowest layer first; every module of the package must be listed (subpackages by prefix)
+#: the folders are the layers, lowest first: a module's layer is the first component of its path under
+#: src/softargmax (its folder, or its own name for the modules at the root); every one must be listed
 LAYERS = [
-    ("base", {"_checks", "_extras", "_dtensor", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
-    ("solvers", {"_triton_attention", "_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
-    ("mappings", {"normmax", "budget", "_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
-    ("losses", {"norm_budget_losses", "_targets", "_loss_rows", "_fy_loss", "_linear_chunks", "distributed", "losses", "fused", "_loss_ops"}),
-    ("modules", {"compat", "_flash_attention", "attention", "nn", "integrations"}),
-    ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
+    ("utilities", {"_utils"}),
+    ("mathematics", {"divergences"}),
+    ("fused backends", {"backends"}),
+    ("reference solvers", {"solvers"}),
+    ("operators", {"operators"}),
+    ("losses", {"losses"}),
+    ("modules", {"nn", "compat", "integrations"}),
+    ("tools", {"analysis", "bench", "cli", "__main__", "experiments", "_moved", "__init__"}),
 ]
 
 
@@ -56,15 +61,13 @@ def _imports(path: Path, module: str):
                 target = node.module.split(".")[1:]
             else:
                 continue
-            if target:
-                out.add(".".join(target))
-            else:  # "from . import a, b"
-                out.update(".".join(base + [alias.name]) for alias in node.names)
-            if target:  # "from .pkg import submodule"
-                for alias in node.names:
-                    candidate = ".".join(target + [alias.name])
-                    if (ROOT / Path(*candidate.split("."))).with_suffix(".py").exists():
-                        out.add(candidate)
+            for alias in node.names:  # "from .pkg import submodule" imports the submodule, else a name of .pkg
+                candidate = target + [alias.name]
+                path = ROOT / Path(*candidate)
+                if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+                    out.add(".".join(candidate))
+                elif target:
+                    out.add(".".join(target))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
@@ -135,6 +138,6 @@ def test_the_checks_can_fail():
     """The checker finds a planted cycle and a planted upward import."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
-    assert _layer("threshold") < _layer("losses")
+    assert _layer("solvers.threshold") < _layer("losses.functional")
     with pytest.raises(AssertionError):
         _layer("not_a_module")

@@ -1,5 +1,5 @@
 """The PyTorch threshold solver's pieces: the block layout, the block selection, tracing,
-and the :class:`~softargmax.solution.Solution` contract shared by every backend."""
+and the :class:`~softargmax.backends.solution.Solution` contract shared by every backend."""
 
 import math
 
@@ -8,10 +8,11 @@ import torch
 from conftest import FUSED_COVERED, div_id, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _kernels, threshold
+from softargmax import backends as _kernels
+from softargmax.backends.solution import Solution
 from softargmax.divergences import Divergence, get_divergence
-from softargmax.solution import Solution
-from softargmax.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
+from softargmax.solvers import threshold
+from softargmax.solvers.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
 
 
 @pytest.mark.parametrize("k", [PRUNE_MIN_LENGTH, 130, 256, 1000, 1024, 4096, 30000, 2**17])
@@ -219,7 +220,7 @@ class _Tsallis15(Divergence):
 
 
 def test_a_new_divergence_takes_the_fast_path_by_declaring_its_kind():
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     toy = _Tsallis15()
     x = torch.randn(6, 300, dtype=torch.float64) * 3

@@ -197,7 +197,7 @@ def run(
 
 def _cpu_solver() -> str:
     """Which CPU solver the covered operators used: the fused C row solver or the PyTorch path."""
-    from . import _cpu_rows
+    from .backends.cpu import rows as _cpu_rows
 
     return "fused C row solver" if _cpu_rows.enabled() and _cpu_rows.available() else "PyTorch path"
 

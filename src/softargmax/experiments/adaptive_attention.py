@@ -91,14 +91,14 @@ def analyse(model, tok, test, sentences: int, device: str) -> dict:
     """
     import copy
 
-    if not sa.inspect.alphas(model):
+    if not sa.analysis.alphas(model):
         model = sa.nn.convert_attention(copy.deepcopy(model), mapping="softmax")
     model.eval()
     sub = test.head(sentences)
     pairs, batches = make_batches(tok.encode(sub.src), tok.encode(sub.tgt), 10 ** 9, 0, model.cfg.max_len)
     src, tgt_in, _ = tensors(pairs, batches[0], device)
-    weights = sa.inspect.collect_attention(model, lambda: model(src, tgt_in))
-    alphas = sa.inspect.alphas(model)
+    weights = sa.analysis.collect_attention(model, lambda: model(src, tgt_in))
+    alphas = sa.analysis.alphas(model)
     src_ok, tgt_ok = src != PAD, tgt_in != PAD
     T = tgt_in.shape[1]
     causal_ok = torch.ones(T, T, dtype=torch.bool, device=src.device).tril()
@@ -112,12 +112,12 @@ def analyse(model, tok, test, sentences: int, device: str) -> dict:
         else:
             allowed = tgt_ok[:, None, :, None] & src_ok[:, None, None, :]
         w = w * allowed  # padding queries → all-zero rows, left out of both statistics
-        js = sa.inspect.head_js_divergence(w)
+        js = sa.analysis.head_js_divergence(w)
         H = js.shape[0]
         out[name] = {
             "block": block, "layer": layer,
             "alpha": alphas[name].tolist() if name in alphas and model.get_submodule(name).learn_alpha else None,
-            "density": sa.inspect.head_density(w, allowed).tolist(),
+            "density": sa.analysis.head_density(w, allowed).tolist(),
             "js_mean": float(js[~torch.eye(H, dtype=torch.bool)].mean()) if H > 1 else 0.0,
         }
     return out

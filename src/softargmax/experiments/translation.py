@@ -614,7 +614,7 @@ def render_report(results: dict, figures: list) -> str:
                   f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
                   "Paper (d_model 512): "
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
-                  + ". `softargmax.tau.gaussian` reproduces the paper's formula column exactly (tests/test_tau.py)."]
+                  + ". `softargmax.operators.alpha_relu_tau.gaussian` reproduces the paper's formula column exactly (tests/test_tau.py)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
               f"Translating {st['decoding']['timing_sentences']} test sentences (median of 3, all systems interleaved), "
               "normalized by the fastest measurement. "
