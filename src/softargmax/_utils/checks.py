@@ -1,4 +1,4 @@
-"""Argument checks and the row layout shared by every public function.
+"""Argument checks shared by every public function: each raises a ``ValueError`` or ``TypeError`` that names the argument.
 
 Conventions: any shape and any ``dim``; float64 and float32 are
 computed natively; float16/bfloat16 are computed in float32 and returned in the
@@ -12,6 +12,8 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
+
+from .tracing import values_checkable
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -99,34 +101,6 @@ def check_device(t: Tensor, x: Tensor, name: str, move_scalar: bool = True) -> T
     )
 
 
-#: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
-CUSTOM_OPS = hasattr(torch.library, "custom_op")
-
-
-def compiling() -> bool:
-    """Whether ``torch.compile`` is tracing this call (``False`` on a torch without the query)."""
-    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(query()) if query is not None else False
-
-
-def use_custom_ops() -> bool:
-    """Whether the public functions call their ``torch.library`` operators (while compiling, where they exist)."""
-    return CUSTOM_OPS and compiling()
-
-
-def values_checkable(t: Tensor) -> bool:
-    """Whether a check may read the values of ``t`` now.
-
-    Not while ``torch.compile`` traces (the custom operators of :mod:`softargmax.operators._library_ops`
-    run the same checks at run time) and not for a CUDA tensor while its stream is being
-    captured into a CUDA graph (reading a value would synchronize with the host), and not
-    for a ``meta`` tensor (it has none).
-    """
-    if compiling() or t.device.type == "meta":
-        return False
-    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
-
-
 def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False,
                 x: Optional[Tensor] = None) -> Union[float, Tensor]:
     """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor.
@@ -154,71 +128,6 @@ def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool =
     return alpha
 
 
-class Rows:
-    """A view of ``x`` as ``[R, k]`` rows along ``dim``, and the way back.
-
-    ``z = rows.flat`` is contiguous, in the compute dtype; ``rows.restore(t)`` maps a
-    ``[R, k]`` result back to ``x``'s layout and dtype.
-    """
-
-    def __init__(self, x: Tensor, dim: int, dtype: Optional[torch.dtype] = None):
-        self.shape = x.shape
-        self.dim = dim
-        self.in_dtype = x.dtype
-        self.dtype = dtype or compute_dtype(x.dtype)
-        self.k = x.shape[dim]
-        self.last = dim == x.dim() - 1
-        moved = x if self.last else x.movedim(dim, -1)
-        self.moved_shape = moved.shape
-        self.R = moved.numel() // self.k if self.k else 0
-        flat = moved.reshape(self.R, self.k)
-        if flat.dtype != self.dtype:
-            flat = flat.to(self.dtype)
-        self.flat = flat if flat.is_contiguous() else flat.contiguous()
-
-    def to_rows(self, t: Tensor) -> Tensor:
-        """A tensor of ``x``'s shape (e.g. an incoming gradient) as ``[R, k]`` in the compute dtype."""
-        flat = (t if self.last else t.movedim(self.dim, -1)).reshape(self.R, self.k)
-        if flat.dtype != self.dtype:
-            flat = flat.to(self.dtype)
-        return flat if flat.is_contiguous() else flat.contiguous()
-
-    def restore(self, t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
-        out = t.reshape(self.moved_shape)
-        if not self.last:
-            out = out.movedim(-1, self.dim)
-        dtype = dtype or self.in_dtype
-        return out if out.dtype == dtype else out.to(dtype)
-
-    def row_param(self, p: Tensor, name: str) -> Tensor:
-        """A per-row parameter broadcastable to ``x`` with size 1 along ``dim``, as ``[R, 1]``."""
-        shape = list(self.shape)
-        shape[self.dim] = 1
-        try:
-            expanded = p.to(self.dtype).expand(shape) if p.dim() <= len(shape) else None
-        except RuntimeError:
-            expanded = None
-        if expanded is None:
-            raise ValueError(
-                f"{name} of shape {tuple(p.shape)} must be broadcastable to the input's shape {tuple(self.shape)} "
-                f"with size 1 along dim={self.dim - len(self.shape)}"
-            )
-        return expanded.movedim(self.dim, -1).reshape(self.R, 1).contiguous()
-
-    def class_param(self, q: Tensor, name: str = "q") -> Tensor:
-        """A tensor broadcastable to ``x`` (e.g. ``q``) as ``[R, k]`` or ``[1, k]`` (shared by all rows)."""
-        if q.dim() > len(self.shape):
-            raise ValueError(f"{name} of shape {tuple(q.shape)} has more dimensions than the input {tuple(self.shape)}")
-        qs = [1] * (len(self.shape) - q.dim()) + list(q.shape)
-        for i, (a, b) in enumerate(zip(qs, self.shape)):
-            if a not in (1, b):
-                raise ValueError(f"{name} of shape {tuple(q.shape)} is not broadcastable to the input's shape {tuple(self.shape)}")
-        q = q.reshape(qs).to(self.dtype)
-        if all(s == 1 for i, s in enumerate(qs) if i != self.dim):
-            return q.reshape(1, -1).expand(1, self.k).contiguous()
-        return q.expand(self.shape).movedim(self.dim, -1).reshape(self.R, self.k).contiguous()
-
-
 def check_broadcastable(t: Tensor, x: Tensor, name: str, what: str = "the input's shape") -> None:
     """``ValueError`` unless ``t`` broadcasts to ``x``'s shape (without enlarging it)."""
     try:
@@ -243,16 +152,3 @@ def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
     if values_checkable(qd) and bool((~(qd > 0) | ~torch.isfinite(qd)).any()):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
     return q
-
-
-def sum_to(t: Tensor, shape) -> Tensor:
-    """Reduce a broadcast gradient back to ``shape``."""
-    if tuple(t.shape) == tuple(shape):
-        return t
-    lead = t.dim() - len(shape)
-    if lead > 0:
-        t = t.sum(dim=tuple(range(lead)))
-    dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
-    if dims:
-        t = t.sum(dim=dims, keepdim=True)
-    return t.reshape(shape)

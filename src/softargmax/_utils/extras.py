@@ -3,12 +3,13 @@
 The core needs PyTorch only.  The experiments, the Hugging Face integration and the docs
 need the packages of an *extra* (``pyproject.toml``); a missing one is reported before any
 work starts, as an ``ImportError`` that names the package and the extra to install.
+:class:`LazyModule` imports an optional package (Triton) on first use, and tells the caller
+to take the PyTorch path where it is missing or broken.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Callable
 
 #: the import names each extra provides (those the code imports)
@@ -35,24 +36,6 @@ def require(extra: str, what: str) -> None:
             f"{what} needs {', '.join(missing)} (the '{extra}' extra): "
             f'pip install "softargmax[{extra}]"  (from a checkout: pip install -e ".[{extra}]")'
         )
-
-
-def env_flag(name: str) -> bool:
-    """Whether the on/off switch ``$name`` is on (the default; ``0``, ``off``, ``false``, ``no`` turn it off)."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
-class Switch:
-    """A fast path's on/off switch: read from the environment variable ``env`` at import
-    (:func:`env_flag`), changed by :meth:`set` (tests, comparisons with the PyTorch path)."""
-
-    def __init__(self, env: str):
-        self.on = env_flag(env)
-
-    def set(self, flag: bool) -> bool:
-        """Turn it on or off; returns the old setting."""
-        old, self.on = self.on, bool(flag)
-        return old
 
 
 class LazyModule:

@@ -11,7 +11,9 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import Rows, check_dim, check_positive_number, check_q, check_tensor, use_custom_ops
+from .._utils.checks import check_dim, check_positive_number, check_q, check_tensor
+from .._utils.rows import Rows
+from .._utils.tracing import use_custom_ops
 from ..divergences import Divergence
 from ..operators._library_ops import divergence_spec
 from ._rows import RowLoss, alpha_relu_rows, fy_rows, resolve_loss

@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._utils.checks import CUSTOM_OPS, compute_dtype
+from .._utils.checks import compute_dtype
+from .._utils.tracing import CUSTOM_OPS
 from ..operators._library_ops import define
 from ._fenchel_young import prepare
 from ._rows import resolve_loss

@@ -23,7 +23,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import Rows, check_alpha, check_tau, values_checkable
+from .._utils.checks import check_alpha, check_tau
+from .._utils.rows import Rows
+from .._utils.tracing import values_checkable
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import Divergence
 from ..operators.mappings import MAPPING_NAMES, resolve

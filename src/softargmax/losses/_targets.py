@@ -25,7 +25,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._utils.checks import Rows, values_checkable
+from .._utils.rows import Rows
+from .._utils.tracing import values_checkable
 
 #: the reductions every loss accepts
 REDUCTIONS = ("mean", "sum", "none")

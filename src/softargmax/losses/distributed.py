@@ -60,7 +60,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .._utils.checks import Rows, check_alpha, check_dim, check_positive_number, check_q, check_tensor, compute_dtype
+from .._utils.checks import check_alpha, check_dim, check_positive_number, check_q, check_tensor, compute_dtype
+from .._utils.rows import Rows
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence
 from ..operators._dtensor import dtensor_apply, is_dtensor, local_map_rows  # noqa: F401  (re-exported)

@@ -54,7 +54,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_broadcastable, check_positive_number, check_tensor, values_checkable
+from .._utils.checks import check_broadcastable, check_positive_number, check_tensor
+from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.mappings import check_mapping
 from ._fenchel_young import one_process_loss

@@ -37,7 +37,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import Rows, check_positive_number, check_q, compute_dtype
+from .._utils.checks import check_positive_number, check_q, compute_dtype
+from .._utils.rows import Rows
 from ..divergences import Divergence
 from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
 from ._rows import alpha_relu_rows, fy_rows, resolve_loss

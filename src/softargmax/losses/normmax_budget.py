@@ -32,7 +32,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import Rows, check_alpha, check_dim, check_tensor
+from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
 from ..operators.budget import check_budget, solve_budget
 from ..operators.normmax import normmax_rows
 from ._fenchel_young import reduce_rows

@@ -20,14 +20,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-from .._utils.checks import (
-    check_alpha,
-    check_positive_number,
-    check_real,
-    check_tau,
-    check_tensor,
-    values_checkable,
-)
+from .._utils.checks import check_alpha, check_positive_number, check_real, check_tau, check_tensor
+from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.alpha_relu import alpha_relu
 from ..operators.alpha_relu_tau import from_logits

@@ -16,13 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._utils.checks import (
-    check_alpha,
-    check_broadcastable,
-    check_real,
-    check_tensor,
-    values_checkable,
-)
+from .._utils.checks import check_alpha, check_broadcastable, check_real, check_tensor
+from .._utils.tracing import values_checkable
 from ..operators.attention import MAPPINGS, attention
 from ._parameters import bounded, bounded_logit, initial_value, placed
 

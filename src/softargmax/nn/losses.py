@@ -8,9 +8,7 @@ from typing import Union
 
 from torch import Tensor, nn
 
-from .._utils.checks import (
-    check_alpha,
-)
+from .._utils.checks import check_alpha
 from ..divergences import Divergence
 from ..losses._rows import resolve_loss
 from ..losses.functional import fenchel_young_loss

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import backends as _kernels
-from .._utils.checks import Rows, sum_to
+from .._utils.rows import Rows, sum_to
 from ..backends.solution import Solution
 from ..divergences import AlphaDivergence, Divergence, get_divergence
 from ..solvers.threshold import solve

@@ -24,7 +24,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._utils.checks import CUSTOM_OPS, check_alpha, check_q, use_custom_ops
+from .._utils.checks import check_alpha, check_q
+from .._utils.tracing import CUSTOM_OPS, use_custom_ops
 from ..divergences import Divergence, get_divergence
 from ._autograd import NormalizedMapping
 from .alpha_relu import _AlphaReLU

@@ -24,7 +24,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import backends as _kernels
-from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype, sum_to, use_custom_ops
+from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
+from .._utils.rows import sum_to
+from .._utils.tracing import use_custom_ops
 
 __all__ = ["alpha_relu"]
 

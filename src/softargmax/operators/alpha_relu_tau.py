@@ -27,7 +27,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import Rows, check_alpha, check_dim, check_tensor
+from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
 from ..divergences import get_divergence
 from ..solvers.threshold import solve
 

@@ -61,7 +61,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import Rows, check_dim, check_tensor
+from .._utils.checks import check_dim, check_tensor
+from .._utils.rows import Rows
 from ..solvers.threshold import MAX_ITER, Solution, _select_blocks, block_layout
 
 __all__ = ["budget_sparsemax", "solve_budget", "check_budget"]

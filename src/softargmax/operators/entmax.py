@@ -29,7 +29,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_alpha, check_broadcastable, check_dim, check_tensor, compute_dtype, values_checkable
+from .._utils.checks import check_alpha, check_broadcastable, check_dim, check_tensor, compute_dtype
+from .._utils.tracing import values_checkable
 from ..divergences import get_divergence
 from ._library_ops import normalized
 

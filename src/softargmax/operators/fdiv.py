@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import Rows, check_dim, check_positive_number, check_q, check_tensor
+from .._utils.checks import check_dim, check_positive_number, check_q, check_tensor
+from .._utils.rows import Rows
 from ..divergences import Divergence, get_divergence
 from ..solvers.threshold import solve
 from ._autograd import grad_to_param

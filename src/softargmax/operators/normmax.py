@@ -54,7 +54,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import Rows, check_alpha, check_dim, check_tensor
+from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
 from ..divergences import get_divergence
 from ..solvers.threshold import Solution, solve
 from ._autograd import solve_grouped

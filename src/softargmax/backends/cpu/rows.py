@@ -44,10 +44,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..._utils.extras import Switch
 from ...divergences import Divergence
 from ..kinds import alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
+from ..switch import Switch
 
 __all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows"]
 

@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..._utils.extras import LazyModule, Switch
+from ..._utils.extras import LazyModule
+from ..switch import Switch
 
 __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
 

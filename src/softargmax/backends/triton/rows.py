@@ -35,10 +35,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..._utils.extras import LazyModule, Switch
+from ..._utils.extras import LazyModule
 from ...divergences import Divergence
 from ..kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
+from ..switch import Switch
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
            "alpha_relu_forward", "alpha_relu_backward"]
