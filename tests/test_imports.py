@@ -8,6 +8,9 @@ import, as the very same modules (``softargmax._moved``).
 """
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +144,26 @@ def test_the_checks_can_fail():
     assert _layer("solvers.threshold") < _layer("losses.functional")
     with pytest.raises(AssertionError):
         _layer("not_a_module")
+
+
+def _import_linter(*args: str) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter")
+    code = "import sys; from importlinter.cli import import_linter; sys.argv[0] = 'import-linter'; import_linter()"
+    env = dict(os.environ, PYTHONPATH=str(ROOT.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT.parents[1], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_the_import_linter_contract_is_kept():
+    """The layers contract of pyproject.toml (``lint-imports``), an independent checker of the same rule."""
+    proc = _import_linter("lint", "--no-cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def test_the_picture_in_the_docs_is_the_current_import_graph():
+    """docs/_static/architecture.dot (drawn into architecture.svg) is what import-linter draws now."""
+    proc = _import_linter("drawgraph", "softargmax", "--show-import-totals")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (ROOT.parents[1] / "docs" / "_static" / "architecture.dot").read_text()
+    assert proc.stdout == committed, "redraw the picture: see docs/architecture.md"
