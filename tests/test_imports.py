@@ -167,3 +167,32 @@ def test_the_picture_in_the_docs_is_the_current_import_graph():
     assert proc.returncode == 0, proc.stderr[-2000:]
     committed = (ROOT.parents[1] / "docs" / "_static" / "architecture.dot").read_text()
     assert proc.stdout == committed, "redraw the picture: see docs/architecture.md"
+
+
+def _private_names_imported():
+    """``(module, name)`` for every private name (``_x``, not a module) imported from another module."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("softargmax"))):
+                continue
+            if node.level:
+                folder = path.parent
+                for _ in range(node.level - 1):
+                    folder = folder.parent
+            else:
+                folder = ROOT.parent
+            folder = folder.joinpath(*(node.module or "").split(".")) if node.module else folder
+            for alias in node.names:
+                is_module = (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir()
+                if alias.name.startswith("_") and not alias.name.startswith("__") and not is_module:
+                    found.append((module, alias.name))
+    return found
+
+
+def test_no_private_name_crosses_a_module():
+    """The underscore means "this module only": a name another module needs is public (and documented).
+    Private *modules* (``_autograd``, ``_library_ops``) are imported within their own layer."""
+    assert _private_names_imported() == []

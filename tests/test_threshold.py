@@ -12,7 +12,7 @@ from softargmax import backends as _kernels
 from softargmax.backends.solution import Solution
 from softargmax.divergences import Divergence, get_divergence
 from softargmax.solvers import threshold
-from softargmax.solvers.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
+from softargmax.solvers.threshold import PRUNE_MIN_LENGTH, block_layout, select_blocks, solve
 
 
 @pytest.mark.parametrize("k", [PRUNE_MIN_LENGTH, 130, 256, 1000, 1024, 4096, 30000, 2**17])
@@ -44,7 +44,7 @@ def test_select_blocks_matches_brute_force():
     thr = torch.quantile(bmax, 0.8, dim=1, keepdim=True)  # about 8 blocks per row
     thr[2] = bmax[2].max() + 1  # a row that selects nothing
     bmax[3, 5] = math.nan  # NaN blocks are never selected
-    table, valid = _select_blocks(bmax, thr)
+    table, valid = select_blocks(bmax, thr)
     want = _brute_select(bmax, thr)
     KB = max(len(w) for w in want)
     assert table.shape == (R, KB) and valid.shape == (R, KB)
@@ -57,8 +57,8 @@ def test_select_blocks_matches_brute_force():
 
 def test_select_blocks_declines_when_most_blocks_pass():
     bmax = torch.arange(8.0).reshape(1, 8)
-    assert _select_blocks(bmax, torch.tensor([[0.5]])) == (None, None)  # 7 of 8 blocks
-    table, valid = _select_blocks(bmax, torch.tensor([[5.5]]))  # 2 of 8
+    assert select_blocks(bmax, torch.tensor([[0.5]])) == (None, None)  # 7 of 8 blocks
+    table, valid = select_blocks(bmax, torch.tensor([[5.5]]))  # 2 of 8
     assert table[valid].tolist() == [6, 7]
 
 

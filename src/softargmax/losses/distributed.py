@@ -65,7 +65,7 @@ from .._utils.rows import Rows
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence
 from ..operators._dtensor import dtensor_apply, is_dtensor, local_map_rows  # noqa: F401  (re-exported)
-from ..solvers.threshold import MAX_ITER, Solution, _newton_update, bracketed_newton
+from ..solvers.threshold import MAX_ITER, Solution, bracketed_newton, newton_update
 from ..solvers.threshold import solve as solve_local
 from ._fenchel_young import one_process_loss
 from ._rows import RowLoss, resolve_loss
@@ -317,7 +317,7 @@ def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=No
             if resid <= tol or resid >= last:
                 break
             last = resid
-            tau = _newton_update(tau, S, Sp, rho)
+            tau = newton_update(tau, S, Sp, rho)
             it += 1
     else:
         done = torch.zeros_like(m, dtype=torch.bool) if all_finite else ~finite

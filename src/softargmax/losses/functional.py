@@ -229,7 +229,7 @@ def binary_f_divergence_loss(
     modified Huber loss (Martins & Astudillo, 2016, §3.3).  For one-vs-all multi-label classification pass
     the 0/1 label matrix as ``target``.  ``weight`` (finite, broadcastable to ``s``) multiplies each element.
     """
-    from ..operators.binary import _check_pair, f_softplus
+    from ..operators.binary import check_q_pair, f_softplus
 
     check_tensor(s, "s")
     check_reduction(reduction)
@@ -247,7 +247,7 @@ def binary_f_divergence_loss(
             raise ValueError("weight must be finite")
     div = get_divergence(divergence, **params)
     beta = check_positive_number(temperature, "temperature")
-    q0, q1 = _check_pair(q, s)
+    q0, q1 = check_q_pair(q, s)
     omega_y = q0 * div.f((1 - y) / q0) + q1 * div.f(y / q1)
     loss = f_softplus(s, div, q=(q0, q1), temperature=beta) + beta * omega_y - s * y
     if weight is not None:

@@ -28,7 +28,7 @@ from .._utils.checks import check_alpha, check_q
 from .._utils.tracing import CUSTOM_OPS, use_custom_ops
 from ..divergences import Divergence, get_divergence
 from ._autograd import NormalizedMapping
-from .alpha_relu import _AlphaReLU
+from .alpha_relu import AlphaReLUFunction
 
 __all__ = ["divergence_spec", "normalized", "alpha_relu"]
 
@@ -119,7 +119,7 @@ def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergen
 
 
 def _alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
-    return _AlphaReLU.forward(_Ctx((False,) * 3), x, tau, alpha).contiguous()
+    return AlphaReLUFunction.forward(_Ctx((False,) * 3), x, tau, alpha).contiguous()
 
 
 def _alpha_relu_fake(x, alpha, tau):
@@ -128,8 +128,8 @@ def _alpha_relu_fake(x, alpha, tau):
 
 def _alpha_relu_backward(grad: Tensor, x: Tensor, alpha: float, tau: float) -> Tensor:
     ctx = _Ctx((True, False, False))
-    _AlphaReLU.forward(ctx, x, tau, alpha)
-    return _AlphaReLU.backward(ctx, grad)[0].contiguous()
+    AlphaReLUFunction.forward(ctx, x, tau, alpha)
+    return AlphaReLUFunction.backward(ctx, grad)[0].contiguous()
 
 
 def _alpha_relu_backward_fake(grad, x, alpha, tau):

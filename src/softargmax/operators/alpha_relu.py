@@ -31,7 +31,7 @@ from .._utils.tracing import use_custom_ops
 __all__ = ["alpha_relu"]
 
 
-class _AlphaReLU(torch.autograd.Function):
+class AlphaReLUFunction(torch.autograd.Function):
     @classmethod
     def apply(cls, x, *args):
         if type(x).__name__ == "DTensor":  # elementwise: run on the local shards
@@ -111,4 +111,4 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
     tau = check_tau(tau, x)
     if not isinstance(tau, Tensor) and use_custom_ops():  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)
-    return _AlphaReLU.apply(x, tau, alpha)
+    return AlphaReLUFunction.apply(x, tau, alpha)

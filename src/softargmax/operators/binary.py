@@ -50,7 +50,7 @@ __all__ = ["f_sigmoid", "f_softplus"]
 QPair = tuple
 
 
-def _check_pair(q, s: Tensor):
+def check_q_pair(q, s: Tensor):
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError("q must be a pair (q0, q1) of positive numbers or tensors")
     out = []
@@ -86,7 +86,7 @@ def _prologue(s, divergence, q, temperature, params):
     div = get_divergence(divergence, **params)
     beta = check_positive_number(temperature, "temperature")
     s = s.to(compute_dtype(s.dtype))
-    q0, q1 = _check_pair(q, s)
+    q0, q1 = check_q_pair(q, s)
     return div, beta, q0, q1, (s / beta if beta != 1.0 else s)
 
 

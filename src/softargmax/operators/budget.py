@@ -63,7 +63,7 @@ from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_dim, check_tensor
 from .._utils.rows import Rows
-from ..solvers.threshold import MAX_ITER, Solution, _select_blocks, block_layout
+from ..solvers.threshold import MAX_ITER, Solution, block_layout, select_blocks
 
 __all__ = ["budget_sparsemax", "solve_budget", "check_budget"]
 
@@ -175,7 +175,7 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     block_index = None
     cand = z
     if layout is not None:
-        table, valid = _select_blocks(bmax, thr)
+        table, valid = select_blocks(bmax, thr)
         if table is not None:
             KB = table.shape[1]
             block_index = table.unsqueeze(1).expand(R, B, KB)

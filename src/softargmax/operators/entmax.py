@@ -50,7 +50,7 @@ def safe_softmax(x: Tensor, dim: int = -1) -> Tensor:
     return p.to(x.dtype)
 
 
-def _empty_like(x: Tensor) -> Tensor:
+def empty_like_input(x: Tensor) -> Tensor:
     return x * 0  # keeps the autograd graph for empty inputs
 
 
@@ -64,7 +64,7 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
     check_tensor(x)
     dim = check_dim(x, dim)
     if x.numel() == 0:
-        return _empty_like(x)
+        return empty_like_input(x)
     return normalized(x, None, None, get_divergence("chi_square"), 1.0, dim)
 
 
@@ -76,7 +76,7 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
     check_tensor(x)
     dim = check_dim(x, dim)
     if x.numel() == 0:
-        return _empty_like(x)
+        return empty_like_input(x)
     return normalized(x, None, None, get_divergence("alpha", alpha=1.5), 1.0, dim)
 
 
@@ -106,11 +106,11 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True, x=x)
     if x.numel() == 0:
         if not isinstance(alpha, Tensor):
-            return _empty_like(x)
+            return empty_like_input(x)
         rows = list(x.shape)
         rows[dim] = 1  # the shape check the solver's row layout makes (Rows.row_param), for no rows
         check_broadcastable(alpha, torch.empty(rows, device="meta"), "alpha", f"x's shape with size 1 along dim={dim}:")
-        return _empty_like(x) + 0 * alpha.sum()
+        return empty_like_input(x) + 0 * alpha.sum()
     if isinstance(alpha, Tensor):
         if alpha.dim() > x.dim():
             raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")

@@ -35,7 +35,7 @@ from ..divergences import Divergence, get_divergence
 from ..solvers.threshold import solve
 from ._autograd import grad_to_param
 from ._library_ops import normalized
-from .entmax import _empty_like, safe_softmax
+from .entmax import empty_like_input, safe_softmax
 
 __all__ = ["f_softargmax", "f_softmax"]
 
@@ -77,7 +77,7 @@ def f_softargmax(
     """
     dim, div, temperature = _prologue(x, divergence, q, temperature, dim, params)
     if x.numel() == 0:
-        return _empty_like(x)
+        return empty_like_input(x)
     if _is_softmax(div):
         z = x
         if temperature != 1.0:  # shift before scaling (x / β would round large scores)

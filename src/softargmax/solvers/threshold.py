@@ -87,7 +87,7 @@ def block_layout(k: int, min_length: int = PRUNE_MIN_LENGTH) -> Optional[tuple[i
     return best, k // best
 
 
-def _select_blocks(bmax: Tensor, thr: Tensor):
+def select_blocks(bmax: Tensor, thr: Tensor):
     """Indices ``[R, KB]`` of the blocks with ``bmax > thr`` (padded) and the valid-slot mask."""
     R, nb = bmax.shape
     sel = torch.sign(torch.clamp(bmax - thr, min=0))  # 1.0 where selected (float ops are fast on CPU)
@@ -125,7 +125,7 @@ def bracketed_newton(sums: Callable, tau: Tensor, lo: Tensor, hi: Tensor, done: 
             return tau, S, Sp, state, it
         lo = torch.where(resid >= 0, tau, lo)
         hi = torch.where(resid < 0, tau, hi)
-        new = _newton_update(tau, S, Sp, rho)
+        new = newton_update(tau, S, Sp, rho)
         inside = (new > lo) & (new < hi)
         new = torch.where(inside, new, 0.5 * (lo + hi))
         tau = torch.where(done, tau, new)
@@ -134,7 +134,7 @@ def bracketed_newton(sums: Callable, tau: Tensor, lo: Tensor, hi: Tensor, done: 
             trace.append(tau.clone())
 
 
-def _newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
+def newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
     """``τ`` after one Newton step on ``(S^ρ - 1)/ρ`` (``log S`` at ρ = 0), ``dS/dτ = -Sp``.
 
     The step is ``(S - S^{1-ρ}) / (ρ Sp)`` (``S log S / Sp`` at ρ = 0), written
@@ -330,10 +330,10 @@ def solve(
             bout = (torch.empty_like(bmax), torch.empty_like(bmax))
             for _ in range(PRE_STEPS):
                 S, Sp, _ = div.newton_sums(bmax, lo, bprep, bout)
-                lo = torch.where(S > 1, _newton_update(lo, S, Sp, rho), lo)
+                lo = torch.where(S > 1, newton_update(lo, S, Sp, rho), lo)
     if layout is not None and prune and div.sparse:
         thr = lo + div.f_prime_zero
-        table, valid = _select_blocks(bmax, thr)
+        table, valid = select_blocks(bmax, thr)
         if table is not None:
             KB = table.shape[1]
             block_index = table.unsqueeze(1).expand(R, B, KB)
@@ -383,7 +383,7 @@ def solve(
                 if resid <= tol or resid >= last:
                     break
                 last = resid
-            tau = _newton_update(tau, S, Sp, rho)
+            tau = newton_update(tau, S, Sp, rho)
             it += 1
             if trace is not None:
                 trace.append(tau.clone())

@@ -18,7 +18,7 @@ arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` f
 1. a pass over the key blocks for the row maxima ``m``;
 2. Newton passes from ``t = -1`` (below the root), each accumulating ``Σp``, ``Σs`` (and
    for 1.5-entmax the support size and smallest ``u``) per row over the key blocks; the
-   step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels._step`):
+   step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
    Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
    closed-form root of the support's quadratic for 1.5-entmax), a row stops when
    ``|Σp - 1| ≤ 2 ε_float32``, when its residual stops decreasing (rounding), when the step
@@ -67,7 +67,7 @@ and ``dO Vᵀ`` are recomputed in both kernels).
 import triton
 import triton.language as tl
 
-from .row_kernels import KIND_POWER, _step
+from .row_kernels import KIND_POWER, newton_step
 
 
 @triton.jit
@@ -205,7 +205,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
                     umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
                 umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
                 tl.store(BMAX + bmax_base + nb, umax)
-        tn, stop, last = _step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT)
+        tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1

@@ -161,7 +161,7 @@ def _quadratic(t, tn, S, Sp, n, umin):
 
 
 @triton.jit
-def _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+def newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexpr, EXACT: tl.constexpr):
     """The stopping test at ``t`` (module docstring) and the next iterate: ``(tn, stop, last)``.
     ``n``, ``umin``: the support's size and smallest ``u`` (used by 1.5-entmax only)."""
     resid = tl.abs(S - 1.0)
@@ -214,7 +214,7 @@ def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, m
         if EXACT == 2:
             n = tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
             umin = tl.min(tl.where(s > 0, s, float("inf")), 1)
-        tn, stop, last = _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1
@@ -296,7 +296,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
             if EXACT == 2:
                 cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 0)
                 umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 0))
-        tn, stop, last = _step(t, S, Sp, cnt, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        tn, stop, last = newton_step(t, S, Sp, cnt, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = stop == 0
         t = tl.where(go, tn, t)
         it += 1
