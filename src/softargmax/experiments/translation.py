@@ -910,8 +910,7 @@ def _empty_string_verdict(S: dict, st: dict) -> str:
     sparse = [s for s in S if s != "softmax"]
     if not sparse:
         return "not tested (no sparse output layer)"
-    bad = [s for s in sparse if S[s]["empty_string_rate"] > 0]
-    return "holds" if not bad else f"does not hold ({', '.join(map(_name, bad))} prefer it on some sentences)"
+    return "does not hold" if any(S[s]["empty_string_rate"] > 0 for s in sparse) else "holds"
 
 
 def _sparsity_verdict(S: dict) -> str:
@@ -922,6 +921,8 @@ def _sparsity_verdict(S: dict) -> str:
     ``d > SPARSITY_SE · se``, ``"does not hold"`` when ``d < −SPARSITY_SE · se``, otherwise
     ``"not shown"``; ``"not tested"`` with one seed, whose seed-to-seed spread is unknown.
     """
+    if not {"alpha_relu", "entmax15"} <= set(S):
+        return "not tested (this run lacks 1.5-ReLU or 1.5-entmax)"
     share = {s: [r["zero_fraction"] for r in S[s].get("seeds", {}).values() if "zero_fraction" in r]
              for s in ("alpha_relu", "entmax15")}
     n = min(len(v) for v in share.values())
@@ -944,8 +945,9 @@ def _claims(results: dict) -> list:
     """
     S, st, sig, paper = results["systems"], results["settings"], results.get("significance") or [], results["paper"]
     thr = bonferroni_threshold(sig)
+    m = (f"{LEVEL} / {len(sig)} comparisons, Bonferroni" if len(sig) > 1 else "one comparison")
     out = [f"Rules: a BLEU comparison \"A beats B\" holds only when A's BLEU is higher and the paired bootstrap gives "
-           f"p < {thr:.4f} ({LEVEL} / {max(len(sig), 1)} comparisons, Bonferroni); it does not hold when B's is higher "
+           f"p < {thr:.4f} ({m}); it does not hold when B's is higher "
            f"with such a p, and is not shown otherwise. \"As well as\" holds when the 95% interval of the difference "
            f"lies above −{BLEU_MARGIN} BLEU. A speed ratio counts only beyond the measured variation of the time per "
            "step.", ""]
