@@ -6,6 +6,7 @@ References are independent of the library's solvers: the ``entmax`` package's bi
 sparsemax / 1.5-entmax, and float64 evaluations of the same float32 input.
 """
 
+import functools
 import math
 
 import pytest
@@ -155,6 +156,45 @@ def test_alpha_near_one_forward_float32(solver_path):
         ref = entmax_ref64(x, alpha)
         assert (sa.entmax(x, alpha).double() - ref).abs().max() <= 2e-7
         assert (sa.entmax(x, torch.tensor(alpha)).double() - ref).abs().max() <= 2e-7
+
+
+#: α just above 1, down to the float next to 1, where ``1/(α - 1)`` is 4.5e15
+JUST_ABOVE_ONE = [1 + 1e-10, 1 + 1e-12, 1 + 1e-15, 1.0000000000000002]
+
+
+@functools.lru_cache(maxsize=None)
+def _just_above_one_case(alpha, dtype):
+    """Scores ``[32, 30]``, a direction and the float64 bisection (computed once per α and dtype)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 30, generator=g).to(dtype)
+    v = torch.randn(32, 30, generator=g, dtype=torch.float64)
+    ref = entmax_ref64(x, alpha)
+    assert (ref - torch.softmax(x.double(), -1)).abs().max() <= 1e-9  # the reference: softmax to O(α - 1)
+    return x, v, ref
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("alpha", JUST_ABOVE_ONE)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_alpha_just_above_one_every_path(alpha, dtype, any_path):
+    """α-entmax tends to softmax as α → 1 on every path, the gradient included.  The C row
+    solver formed the base ``1 + w`` of ``p = (1 + w)^{1/(α-1)}`` in double, a relative error
+    ``ε₆₄/(α - 1)``: float32 rows were off by 4e-6 at α = 1 + 1e-12 and summed to 1.29 at the
+    float next to 1 (two zeros gave 0.6065 each)."""
+    x, v, ref = _just_above_one_case(alpha, dtype)
+    xr = x.clone().requires_grad_(True)
+    p = sa.entmax(xr, alpha)
+    (p * v.to(dtype)).sum().backward()
+    tol = 2e-7 if dtype == torch.float32 else 1e-12
+    assert (p.double() - ref).abs().max() <= tol
+    assert (p.double().sum(-1) - 1).abs().max() <= 2 * tol
+    # the Jacobian-vector product of α-entmax: s ⊙ (v - ⟨s, v⟩/Σs) with s = p^{2-α}
+    s = torch.exp((2 - alpha) * ref.log())
+    grad_ref = s * (v - (s * v).sum(-1, keepdim=True) / s.sum(-1, keepdim=True))
+    assert (xr.grad.double() - grad_ref).abs().max() <= 10 * tol
+    two = sa.entmax(torch.zeros(1, 2, dtype=dtype), alpha)
+    assert (two.double() - 0.5).abs().max() <= tol
 
 
 # -- 4. binary f-sigmoid and f-softplus ---------------------------------------------------------
