@@ -76,6 +76,41 @@ def test_steep_alpha_per_row_tensor_and_q(torch_solver):
     assert (pq.double() - (q / q.sum()).double()).abs().max() <= 1e-6
 
 
+def test_steep_alpha_f_softmax_value_on_flat_rows(solver_path):
+    """f_softmax at α = 5, β = 0.5 on nearly flat rows (7 classes, ``-3 ± 2e-4``): the value is
+    exact, and its central differences match those of an exact value.  Those differ from
+    ``⟨p, v⟩`` by 6.9e-5 at h = 1e-6: ``p = [y - t]_+^{1/(α-1)}`` is only Hölder continuous
+    at the edge of the support (the entry at -3.0001628 sits there), so the central
+    difference's error is ``O(h^{1/(α-1)})``, not ``O(h²)``; it lies between ``⟨p(x ± h v), v⟩``
+    (f_softmax is convex)."""
+    from softargmax.divergences import get_divergence
+
+    alpha, beta, h = 5.0, 0.5, 1e-6
+    x = torch.tensor([[-3.000242, -3.0003586, -2.9999222, -3.0002647, -3.0001628, -2.9996874, -3.0001137]],
+                     dtype=torch.float64)
+    x = x - x.amax(-1, keepdim=True)
+    v = torch.tensor([[1.5060, 0.1456, -0.1797, -0.9702, -0.0543, -0.1206, 0.6122]], dtype=torch.float64)
+    f = get_divergence("alpha", alpha=alpha).f
+
+    def value_ref(z):
+        # max_p ⟨p, z⟩ - β Σ f(p_j) at the float64 bisection's p: stationary in p, so the
+        # value's error is second order in p's
+        p = entmax_ref64(z / beta, alpha)
+        return ((p * z).sum(-1) - beta * f(p).sum(-1)).squeeze()
+
+    def value(z):
+        return sa.f_softmax(z, "alpha", alpha=alpha, temperature=beta).squeeze()
+
+    for z in (x, x + h * v, x - h * v):
+        assert abs(float(value(z) - value_ref(z))) <= 1e-14
+    fd = float(value(x + h * v) - value(x - h * v)) / (2 * h)
+    fd_ref = float(value_ref(x + h * v) - value_ref(x - h * v)) / (2 * h)
+    assert abs(fd - fd_ref) <= 1e-8
+    slope = lambda z: float((sa.f_softargmax(z, "alpha", alpha=alpha, temperature=beta) * v).sum())  # noqa: E731
+    assert abs(fd_ref - slope(x)) > 5e-5  # the exact central difference is that far from ⟨p, v⟩ ...
+    assert slope(x - h * v) <= fd <= slope(x + h * v)  # ... and inside the convexity bracket
+
+
 # -- 2. large logits on every path ----------------------------------------------------------
 
 LARGE = [
