@@ -39,7 +39,8 @@ DIVERGENCES = ["kl", "reverse_kl", "jeffrey", "jensen_shannon", "squared_helling
                "reverse_chi_square", "alpha"]
 
 alphas = st.one_of(
-    st.floats(-7, -1).map(lambda e: 1 + 10 ** e),  # just above 1
+    st.floats(-16, -1).map(lambda e: 1 + 10 ** e),  # just above 1, down to the next float
+    st.just(math.nextafter(1.0, 2.0)),
     st.floats(-7, -1).map(lambda e: 2 - 10 ** e),  # just below 2
     st.floats(-7, -1).map(lambda e: 2 + 10 ** e),  # just above 2
     st.sampled_from([1.0, 1.5, 2.0]),
