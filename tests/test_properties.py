@@ -247,15 +247,25 @@ def test_binary_contract(s, div, alpha, q, dtype):
 
 @given(alpha=st.one_of(st.floats(-7, -2).map(lambda e: 1 + 10 ** e), st.floats(1.0, 1.01), st.floats(1.01, 2.5)),
        seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.float64]))
+@example(alpha=2.0729873190467254, seed=541, dtype=torch.float64)
 def test_alpha_gradient_matches_finite_differences(alpha, seed, dtype):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(3, 10, generator=g, dtype=torch.float64).to(dtype)
     v = torch.randn(3, 10, generator=g, dtype=torch.float64)
     a = torch.full((3, 1), alpha, dtype=dtype, requires_grad=True)
     (sa.entmax(x, a) * v.to(dtype)).sum().backward()
-    # small steps: an entry that just entered the support makes p(α) strongly curved
-    h = 1e-6
+    # small steps: an entry that just entered the support makes p(α) strongly curved (for
+    # α > 2, p_j = b^{1/(α-1)} is not even differentiable at b = 0).  The reference's own
+    # truncation error is then not negligible (7.9e-7 at h = 1e-6 for α = 2.073, an entry of
+    # 4e-5 in the support; 7e-9 at h = 1e-7): it is estimated by the change from h to h/10
+    # and allowed on top of the tolerance (where p is smooth that change is ~1e-10)
     xd = x.double()
-    ref = ((entmax_ref64(xd, alpha + h) - entmax_ref64(xd, alpha - h)) * v).sum(-1) / (2 * h)
-    rel = (a.grad.squeeze(1).double() - ref).abs() / ref.abs().clamp_min(1e-2)
+
+    def fd(h):
+        return ((entmax_ref64(xd, alpha + h) - entmax_ref64(xd, alpha - h)) * v).sum(-1) / (2 * h)
+
+    ref = fd(1e-6)
+    ref_error = (ref - fd(1e-7)).abs()
+    err = (a.grad.squeeze(1).double() - ref).abs() - ref_error
+    rel = err / ref.abs().clamp_min(1e-2)
     assert rel.max() <= (1e-3 if dtype == torch.float32 else 1e-6)
