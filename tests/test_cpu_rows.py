@@ -108,6 +108,13 @@ def test_alpha_outside_covered_range_falls_back():
     assert _cpu_rows.solve_alpha_rows(z, torch.tensor([[1.5], [2.5], [1.5], [1.5]], dtype=torch.float64)) is None
     assert _cpu_rows.solve(z.t(), get_divergence("chi_square")) is None  # not contiguous
     assert _cpu_rows.solve(z.half(), get_divergence("chi_square")) is None  # computed in float32 upstream
+    # α just above 1 (α - 1 below MIN_A of the dtype) goes to the PyTorch path, the rest stays here
+    for dtype, near, ordinary in ((torch.float32, 1 + 1e-7, 1 + 1e-5), (torch.float64, 1 + 1e-5, 1 + 2e-4)):
+        zd = z.to(dtype)
+        assert _cpu_rows.solve(zd, get_divergence("alpha", alpha=near)) is None
+        assert _cpu_rows.solve_alpha_rows(zd, torch.tensor([[1.5], [near], [1.5], [1.5]], dtype=dtype)) is None
+        assert _cpu_rows.solve(zd, get_divergence("alpha", alpha=ordinary)) is not None
+        assert _cpu_rows.solve_alpha_rows(zd, torch.full((4, 1), ordinary, dtype=torch.float64)) is not None
     # the public operators still answer (PyTorch path)
     p = sa.entmax(z, 2.5)
     torch.testing.assert_close(p.sum(-1), torch.ones(4, dtype=torch.float64))

@@ -44,7 +44,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     kernels run go to them (:func:`softargmax.backends.triton.rows.covers`), other CPU tensors to
     the C solver (:func:`softargmax.backends.cpu.rows.covers`); the operator must be one the
     backend covers (``backend.covers_divergence``: a kind of :func:`softargmax.backends.kinds.kind_of`,
-    and the backend's own limits, such as the C solver's float64 rows near α = 1).
+    and the backend's own limits, such as the C solver's rows near α = 1).
     """
     if q is not None:
         return None

@@ -7,8 +7,9 @@ passes over its shrinking candidate list, in double precision, with the rows spr
 OpenMP threads.  It covers the operators of the speed targets, all with ``q = 1``:
 
 * α-entmax for α ∈ (1, 2] with a float α or one α per row (sparsemax is α = 2, also as
-  the ``"chi_square"`` divergence); sparsemax and 1.5-entmax are exact (Michelot's
-  iteration and its quadratic analogue on the candidates);
+  the ``"chi_square"`` divergence), except α just above 1 (α - 1 below :data:`MIN_A`);
+  sparsemax and 1.5-entmax are exact (Michelot's iteration and its quadratic analogue on
+  the candidates);
 * the Jensen–Shannon and squared-Hellinger f-softargmax.
 
 It returns the same :class:`~softargmax.backends.solution.Solution` (dense candidates) as the
@@ -156,25 +157,29 @@ def covers(z: Tensor) -> bool:
     return _usable(z)
 
 
-#: float64 rows with α - 1 below this go to the PyTorch solver: the C iteration forms the
-#: base ``1 + w`` in double, which costs ``p`` a relative ``ε/(α - 1)`` (2e-9 at α = 1 + 1e-7)
-#: where the PyTorch solver uses ``log1p``; float32 rows are unaffected (double inside)
-MIN_A_FLOAT64 = 1e-4
+#: rows with ``a = α - 1`` below this (per input dtype) go to the PyTorch solver.  The C
+#: iteration forms the base ``d_j - t`` of ``p_j = (d_j - t)^{1/a}`` in double; the base is
+#: within ``a`` of 1, so its rounding ``ε₆₄`` becomes a relative error ``ε₆₄/a`` in ``p`` (and in
+#: ``s``): 2e-7 at α = 1 + 1e-9, 0.1 (rows summing to 1.29) at the float next to 1.  The PyTorch
+#: solver takes ``log1p`` of the base, exact as α → 1.  At the cut-off the C path's extra error
+#: is ``ε₆₄/a`` = 2.2e-10 for float32 rows (0.004 of float32's rounding) and 2.2e-12 for
+#: float64 rows (within the documented 1e-9); ordinary α (α - 1 >= 1e-4) keep the C path.
+MIN_A = {torch.float32: 1e-6, torch.float64: 1e-4}
 
 
 def covers_divergence(z: Tensor, div: Divergence) -> bool:
-    """Whether the operator of ``div`` is covered for rows ``z``: a fused kind, and for float64
-    rows not α - 1 < :data:`MIN_A_FLOAT64` (the PyTorch solver keeps full precision there)."""
+    """Whether the operator of ``div`` is covered for rows ``z``: a fused kind, and not
+    α - 1 < :data:`MIN_A` (the PyTorch solver keeps full precision there)."""
     kind, a = kind_of(div)
-    return kind is not None and not (a is not None and z.dtype == torch.float64 and a < MIN_A_FLOAT64)
+    return kind is not None and not (a is not None and a < MIN_A.get(z.dtype, 1.0))
 
 
 def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
-    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2]; α - 1 >= :data:`MIN_A_FLOAT64`
-    for float64 rows)."""
+    """Whether one α per row ``alpha2d`` is covered (every α in (1, 2] with α - 1 >= :data:`MIN_A`)."""
     if not alpha_rows_covered(z, alpha2d, torch.float64):
         return False
-    return not (z.dtype == torch.float64 and bool((alpha2d.detach() - 1 < MIN_A_FLOAT64).any()))
+    a = alpha2d.detach().reshape(-1).to(torch.float64) - 1  # what the C solver reads
+    return not bool((a < MIN_A.get(z.dtype, 1.0)).any())
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
