@@ -1,4 +1,4 @@
-/* Fused per-row threshold solvers for the CPU (softargmax._cpu_rows builds and loads this file).
+/* Fused per-row threshold solvers for the CPU (softargmax.backends.cpu.rows builds and loads this file).
  *
  * Each row of a contiguous [R, k] matrix z is solved in one call, with no temporary
  * [R, k] tensors: the row maximum, the candidates and every Newton step stay in the
