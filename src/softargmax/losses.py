@@ -37,10 +37,10 @@ finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` i
 as in ``cross_entropy``.
 
 Masked scores (``-inf``) are excluded classes.  A target with mass on a masked class
-has loss ``+inf`` (not NaN) and the finite gradient ``p - y``.  Generators with
+has loss ``+inf`` (not NaN) and the finite gradient :math:`p - y`.  Generators with
 :math:`f(0) = +\infty` (reverse KL, Jeffrey, reverse chi-square) have :math:`\Omega(y) = +\infty` for
 any target with a zero entry, so their loss *value* is ``+inf`` for hard labels
-(Roulet et al., 2025, §3.5: they need strictly positive soft labels); the gradient ``p - y`` is
+(Roulet et al., 2025, §3.5: they need strictly positive soft labels); the gradient :math:`p - y` is
 still finite and can be used for training.
 
 References:

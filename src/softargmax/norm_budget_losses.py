@@ -19,7 +19,7 @@ zero exactly when :math:`p = y`; the backward is :math:`p - y` from the forward'
   capped simplex therefore has loss ``+∞``: with ``B > 1`` a class index (one-hot) always
   is, so use label sets (``multilabel=True`` with at least ``B`` active labels: the uniform
   distribution over them) or soft labels with every entry ``<= 1/B``.  The gradient
-  ``p - y`` stays finite and usable either way.  ``B <= 1`` is the sparsemax loss.
+  :math:`p - y` stays finite and usable either way.  ``B <= 1`` is the sparsemax loss.
 
 Targets, ``ignore_index``, ``reduction``, ``label_smoothing`` and ``weight`` follow
 :func:`softargmax.losses.fenchel_young_loss` (and ``torch.nn.functional.cross_entropy``);
