@@ -281,3 +281,30 @@ def rerun_is_identical(smoke_run):
         assert '"seed' in a  # the comparison covers the settings, seeds included
 
     return check
+
+
+@pytest.fixture(scope="session")
+def docs_build(tmp_path_factory):
+    """``(html folder, return code, stderr)`` of ``sphinx-build -W`` on ``docs/``, built once per test
+    run: the pytest-xdist workers share one build through a lock file in their common temporary
+    folder.  The build runs every script of the examples gallery (``examples/``)."""
+    import fcntl
+    import subprocess
+    import sys
+
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this run
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    html, result = root / "docs-build" / "html", root / "docs-build" / "result.json"
+    with open(root / "docs-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                                   os.path.join(repo, "docs"), str(html)], cwd=repo, capture_output=True, text=True,
+                                  timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="agg"))
+            result.write_text(json.dumps([proc.returncode, proc.stderr[-5000:]]))
+    returncode, stderr = json.loads(result.read_text())
+    return html, returncode, stderr

@@ -1,21 +1,24 @@
 r"""Fenchel–Young losses of every operator.
 
-For a regularizer ``Ω`` with prediction map ``p = ∇Ω*(θ)``:
+For a regularizer :math:`\Omega` with prediction map :math:`p = \nabla\Omega^*(\theta)`:
 
-    ℓ(θ, y) = Ω*(θ) + Ω(y) - ⟨θ, y⟩ = ⟨θ, p - y⟩ + Ω(y) - Ω(p)   >= 0,
+.. math::
 
-zero exactly when ``p = y``, convex in ``θ``, with gradient ``p - y``.  The backward is
-``p - y`` from the forward's prediction; it never differentiates through the solver.
+    \ell(\theta, y) = \Omega^*(\theta) + \Omega(y) - \langle \theta, y\rangle
+    = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p) \ge 0,
 
-* f-divergence losses (``Ω(p) = β Σ_j q_j f(p_j/q_j)`` on the simplex):
-  ``divergence="kl"`` is the cross-entropy / KL(y‖softmax(θ)), ``"chi_square"`` the
+zero exactly when :math:`p = y`, convex in :math:`\theta`, with gradient :math:`p - y`.  The backward is
+:math:`p - y` from the forward's prediction; it never differentiates through the solver.
+
+* f-divergence losses (:math:`\Omega(p) = \beta \sum_j q_j f(p_j/q_j)` on the simplex):
+  ``divergence="kl"`` is the cross-entropy / :math:`\mathrm{KL}(y \,\Vert\, \operatorname{softmax}(\theta))`, ``"chi_square"`` the
   sparsemax loss, ``"alpha"`` the α-entmax loss; every generator of
-  :mod:`softargmax.divergences` works, with a reference measure ``q`` and a
-  temperature ``β``.
+  :mod:`softargmax.divergences` works, with a reference measure :math:`q` and a
+  temperature :math:`\beta`.
 * the α-ReLU loss (Tezekbayev et al., 2022; the library's conventions):
-  ``ℓ = ⟨p - y, θ - τ/(α-1)⟩ + (Σ y^α - Σ p^α)/(α(α-1))`` with ``p = alpha_relu(θ)``,
-  the Fenchel–Young loss of ``Ω(p) = Σ_j [p_j^α/(α(α-1)) + τ p_j/(α-1)] - 1/(α(α-1))``
-  on ``p >= 0``; its gradient is exactly ``p - y``.
+  :math:`\ell = \langle p - y, \theta - \tau/(\alpha-1)\rangle + \big(\sum_j y_j^\alpha - \sum_j p_j^\alpha\big)/(\alpha(\alpha-1))` with :math:`p = \operatorname{alpha\_relu}(\theta)`,
+  the Fenchel–Young loss of :math:`\Omega(p) = \sum_j \big[p_j^\alpha/(\alpha(\alpha-1)) + \tau p_j/(\alpha-1)\big] - 1/(\alpha(\alpha-1))`
+  on :math:`p \ge 0`; its gradient is exactly :math:`p - y`.
 
 Targets (the shape conventions of ``torch.nn.functional.cross_entropy``):
 
@@ -27,17 +30,17 @@ Targets (the shape conventions of ``torch.nn.functional.cross_entropy``):
   uniform distribution over the active labels (Martins & Astudillo, 2016, §3.4).
 
 ``label_smoothing`` ε mixes the target with the uniform distribution,
-``(1 - ε) y + ε/k``.  ``weight`` (per class, like ``cross_entropy``) scales each item
-by ``⟨weight, y⟩`` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
+:math:`(1 - \varepsilon) y + \varepsilon/k`.  ``weight`` (per class, like ``cross_entropy``) scales each item
+by :math:`\langle \mathrm{weight}, y\rangle` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
 of those item weights, so hard labels match ``cross_entropy`` exactly.  The weights must be
 finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` is NaN (0/0),
 as in ``cross_entropy``.
 
 Masked scores (``-inf``) are excluded classes.  A target with mass on a masked class
-has loss ``+inf`` (not NaN) and the finite gradient ``p - y``.  Generators with
-``f(0) = +inf`` (reverse KL, Jeffrey, reverse chi-square) have ``Ω(y) = +inf`` for
+has loss ``+inf`` (not NaN) and the finite gradient :math:`p - y`.  Generators with
+:math:`f(0) = +\infty` (reverse KL, Jeffrey, reverse chi-square) have :math:`\Omega(y) = +\infty` for
 any target with a zero entry, so their loss *value* is ``+inf`` for hard labels
-(Roulet et al., 2025, §3.5: they need strictly positive soft labels); the gradient ``p - y`` is
+(Roulet et al., 2025, §3.5: they need strictly positive soft labels); the gradient :math:`p - y` is
 still finite and can be used for training.
 
 References:
@@ -222,9 +225,9 @@ def binary_f_divergence_loss(
 ) -> Tensor:
     r"""Binary Fenchel–Young loss of the f-sigmoid (Roulet et al., 2025, §3.4), elementwise over ``s``.
 
-    ``ℓ(s, y) = f_softplus(s) + β [q0 f((1-y)/q0) + q1 f(y/q1)] - s y`` for ``y ∈ [0, 1]``
-    (the probability of the positive class): zero iff ``f_sigmoid(s) = y``, gradient
-    ``f_sigmoid(s) - y``.  ``"kl"`` is ``binary_cross_entropy_with_logits`` (minus the
+    :math:`\ell(s, y) = \operatorname{f\_softplus}(s) + \beta \big[q_0 f((1-y)/q_0) + q_1 f(y/q_1)\big] - s y` for :math:`y \in [0, 1]`
+    (the probability of the positive class): zero iff :math:`\operatorname{f\_sigmoid}(s) = y`, gradient
+    :math:`\operatorname{f\_sigmoid}(s) - y`.  ``"kl"`` is ``binary_cross_entropy_with_logits`` (minus the
     target's entropy for soft targets); ``"chi_square"`` with ``q = (1, 1)`` is the
     modified Huber loss (Martins & Astudillo, 2016, §3.3).  For one-vs-all multi-label classification pass
     the 0/1 label matrix as ``target``.  ``weight`` (finite, broadcastable to ``s``) multiplies each element.

@@ -1,23 +1,25 @@
 r"""Fenchel–Young losses of normmax and budget sparsemax.
 
-Both are regularized argmax maps ``p = argmax_{p ∈ D} ⟨p, θ⟩ - Ω(p)``, so their
+Both are regularized argmax maps :math:`p = \operatorname*{argmax}_{p \in D} \langle p, \theta\rangle - \Omega(p)`, so their
 Fenchel–Young loss (Blondel, Martins & Niculae, *Learning with Fenchel-Young Losses*,
 JMLR 2020, https://arxiv.org/abs/1901.02324) is
 
-    ℓ(θ, y) = ⟨θ, p - y⟩ + Ω(y) - Ω(p)   >= 0,     ∇_θ ℓ = p - y,
+.. math::
 
-zero exactly when ``p = y``; the backward is ``p - y`` from the forward's prediction.
+    \ell(\theta, y) = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p) \ge 0, \qquad \nabla_\theta \ell = p - y,
 
-* **normmax** (:func:`softargmax.normmax.normmax`): ``D`` the simplex, ``Ω(p) = ‖p‖_α``, so
-  ``ℓ = ⟨θ, p - y⟩ + ‖y‖_α - ‖p‖_α`` (``Ω(e_c) = 1`` for a class index).  This is the
+zero exactly when :math:`p = y`; the backward is :math:`p - y` from the forward's prediction.
+
+* **normmax** (:func:`softargmax.normmax.normmax`): :math:`D` the simplex, :math:`\Omega(p) = \lVert p\rVert_\alpha`, so
+  :math:`\ell = \langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (:math:`\Omega(e_c) = 1` for a class index).  This is the
   normmax loss of Santos, Niculae, McNamee & Martins, *Sparse and Structured Hopfield
   Networks*, ICML 2024 (https://arxiv.org/abs/2402.13725).
-* **budget sparsemax** (:func:`softargmax.budget.budget_sparsemax`): ``D`` the capped simplex
-  ``{p ∈ Δ : p <= 1/B}``, ``Ω(p) = ½‖p‖²`` there and ``+∞`` outside.  A target outside the
+* **budget sparsemax** (:func:`softargmax.budget.budget_sparsemax`): :math:`D` the capped simplex
+  :math:`\{p \in \Delta : p \le 1/B\}`, :math:`\Omega(p) = \tfrac12\lVert p\rVert^2` there and :math:`+\infty` outside.  A target outside the
   capped simplex therefore has loss ``+∞``: with ``B > 1`` a class index (one-hot) always
   is, so use label sets (``multilabel=True`` with at least ``B`` active labels: the uniform
   distribution over them) or soft labels with every entry ``<= 1/B``.  The gradient
-  ``p - y`` stays finite and usable either way.  ``B <= 1`` is the sparsemax loss.
+  :math:`p - y` stays finite and usable either way.  ``B <= 1`` is the sparsemax loss.
 
 Targets, ``ignore_index``, ``reduction``, ``label_smoothing`` and ``weight`` follow
 :func:`softargmax.losses.fenchel_young_loss` (and ``torch.nn.functional.cross_entropy``);
@@ -126,7 +128,7 @@ def normmax_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
 ):
-    r"""The normmax loss ``⟨θ, p - y⟩ + ‖y‖_α - ‖p‖_α`` (module docstring), α ``> 1``.
+    r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``> 1``.
 
     ``alpha``: a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
     constant).  Other options as :func:`softargmax.losses.fenchel_young_loss`.
@@ -157,7 +159,7 @@ def budget_sparsemax_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
 ):
-    r"""The budget sparsemax loss ``⟨θ, p - y⟩ + ½‖y‖² - ½‖p‖²`` (``+∞`` for ``y`` above the cap ``1/B``).
+    r"""The budget sparsemax loss :math:`\langle \theta, p - y\rangle + \tfrac12\lVert y\rVert^2 - \tfrac12\lVert p\rVert^2` (:math:`+\infty` for :math:`y` above the cap :math:`1/B`).
 
     ``budget``: ``B > 0``, a float or a tensor broadcastable to ``x`` with size 1 along
     ``dim``.  Other options as :func:`softargmax.losses.fenchel_young_loss`; with ``B > 1``

@@ -1,13 +1,15 @@
 r"""α-ReLU (Tezekbayev et al., 2022): α-entmax's elementwise map with a fixed threshold.
 
-    alpha_relu(x) = [(α - 1) x - τ]_+^{1/(α-1)}
+.. math::
 
-No normalization: one read and one write per element, like a ReLU.  ``τ`` is in
+    \operatorname{alpha\_relu}(x) = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}
+
+No normalization: one read and one write per element, like a ReLU.  :math:`\tau` is in
 the entmax parametrization: with the τ that 1.5-entmax would compute,
 1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.operators.alpha_relu_tau` estimates it.
 
-Derivatives: ``∂p/∂x = p^{2-α}`` (diagonal) and ``∂p/∂τ = -p^{2-α}/(α-1)``.  For
-α = 1.5 these are ``√p``, so the backward stores ``[(α-1)x - τ]_+`` and costs one
+Derivatives: :math:`\partial p/\partial x = p^{2-\alpha}` (diagonal) and :math:`\partial p/\partial \tau = -p^{2-\alpha}/(\alpha-1)`.  For
+α = 1.5 these are :math:`\sqrt{p}`, so the backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
 multiplication.
 
 References:
@@ -96,7 +98,7 @@ class AlphaReLUFunction(torch.autograd.Function):
 
 
 def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -> Tensor:
-    r"""``[(α - 1) x - τ]_+^{1/(α-1)}`` elementwise.
+    r""":math:`[(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}` elementwise.
 
     Args:
         x: scores, any shape; float16/bfloat16 are computed in float32.

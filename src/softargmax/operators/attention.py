@@ -1,6 +1,6 @@
 r"""Sparse attention: ``scaled_dot_product_attention`` with any normalization of the library.
 
-``attention(q, k, v, ...)`` computes ``mapping(q kᵀ · scale + mask) v`` with the
+``attention(q, k, v, ...)`` computes :math:`\operatorname{mapping}(q k^\top \cdot \mathrm{scale} + \mathrm{mask})\, v` with the
 conventions of ``torch.nn.functional.scaled_dot_product_attention``:
 
 * ``attn_mask``: boolean (``True`` = may attend) or additive float mask, broadcastable

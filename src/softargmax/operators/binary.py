@@ -1,31 +1,34 @@
-r"""f-sigmoid and f-softplus: the two-class case ``θ = (0, s)`` (Roulet et al., 2025, §3.4, Appendix C.3).
+r"""f-sigmoid and f-softplus: the two-class case :math:`\theta = (0, s)` (Roulet et al., 2025, §3.4, Appendix C.3).
 
-    f_softplus(s; q) = f_softmax((0, s); q),   f_sigmoid(s; q) = f_softargmax((0, s); q)[1]
+.. math::
 
-with ``q = (q0, q1)`` the prior class weights.  A generator that has a closed form for
+    \operatorname{f\_softplus}(s; q) = \operatorname{f\_softmax}((0, s); q), \qquad
+    \operatorname{f\_sigmoid}(s; q) = \operatorname{f\_softargmax}((0, s); q)_1
+
+with :math:`q = (q_0, q_1)` the prior class weights.  A generator that has a closed form for
 this case declares it (:meth:`~softargmax.divergences.Divergence.binary_low_probability` and
 :meth:`~softargmax.divergences.Divergence.binary_softplus`); the built-in ones are those of
 Appendix C.3, in numerically stable versions:
 
-* ``"kl"``: ``sigmoid(s + log q1 - log q0)`` and ``logaddexp(log q0, s + log q1)``;
-* ``"reverse_kl"``: Proposition 10 (a quadratic in ``τ``);
-* ``"jensen_shannon"``: Proposition 11 (a quadratic in ``exp τ``);
-* ``"chi_square"``: ``clamp(q1 (q0 s + 1)/(q0 + q1), 0, 1)`` (the binary sparsemax;
-  with ``q = 1`` it is ``clamp((s + 1)/2, 0, 1)``, Martins & Astudillo (2016) §3.3).
+* ``"kl"``: :math:`\sigma(s + \log q_1 - \log q_0)` and :math:`\log(q_0 + q_1 e^s)`;
+* ``"reverse_kl"``: Proposition 10 (a quadratic in :math:`\tau`);
+* ``"jensen_shannon"``: Proposition 11 (a quadratic in :math:`e^\tau`);
+* ``"chi_square"``: :math:`\operatorname{clip}\big(q_1 (q_0 s + 1)/(q_0 + q_1), 0, 1\big)` (the binary sparsemax;
+  with :math:`q = 1` it is :math:`\operatorname{clip}((s + 1)/2, 0, 1)`, Martins & Astudillo (2016) §3.3).
 
 Every other divergence (squared Hellinger's quartic included) uses the generic
 solver on ``(0, s)``; the closed forms are tested against it.  The f-sigmoid computes
-the smaller of the two probabilities and returns ``1 -`` it for ``s > 0``
-(``sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0)``), so it lies in ``[0, 1]`` with full
+the smaller of the two probabilities and returns one minus it for :math:`s > 0`
+(:math:`\sigma(s; q_0, q_1) = 1 - \sigma(-s; q_1, q_0)`), so it lies in :math:`[0, 1]` with full
 relative precision in its tails.
 
 Infinite scores: ``s = +inf`` gives the limits ``f_sigmoid = 1`` and ``f_softplus = +inf``.
 ``s = -inf`` follows the library's rule that a ``-inf`` score is an *absent* class (as in
-:func:`~softargmax.f_softmax`): ``f_sigmoid = 0`` and ``f_softplus = -β q0 f(1/q0)``, the
-maximum over ``p = (1, 0)`` with the second class removed (0 for ``q0 = 1``).  This equals
-the limit ``s → -inf`` for KL but not for generators with ``f(0) ≠ 0`` (chi-square's limit
-is ``1/2``, reverse KL's ``-inf``).  Gradients at ``±inf`` are 0.  A temperature ``β``
-gives ``sigmoid_{βf}(s) = sigmoid_f(s/β)`` and ``softplus_{βf}(s) = β softplus_f(s/β)``.
+:func:`~softargmax.f_softmax`): ``f_sigmoid = 0`` and :math:`\operatorname{f\_softplus} = -\beta q_0 f(1/q_0)`, the
+maximum over :math:`p = (1, 0)` with the second class removed (0 for :math:`q_0 = 1`).  This equals
+the limit :math:`s \to -\infty` for KL but not for generators with :math:`f(0) \ne 0` (chi-square's limit
+is 1/2, reverse KL's :math:`-\infty`).  Gradients at ``±inf`` are 0.  A temperature :math:`\beta`
+gives :math:`\operatorname{sigmoid}_{\beta f}(s) = \operatorname{sigmoid}_f(s/\beta)` and :math:`\operatorname{softplus}_{\beta f}(s) = \beta \operatorname{softplus}_f(s/\beta)`.
 
 References:
 

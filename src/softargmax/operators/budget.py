@@ -1,41 +1,50 @@
 r"""Budget sparsemax: sparsemax with every probability capped at ``1/budget``.
 
-For a budget ``B > 0`` and the cap ``c = 1/B``,
+For a budget :math:`B > 0` and the cap :math:`c = 1/B`,
 
-    budget_sparsemax(x) = argmax_{p ∈ Δ, p <= c} ⟨p, x⟩ - ½‖p‖²
-                        = the Euclidean projection of x onto the capped simplex,
+.. math::
+
+    \operatorname{budget\_sparsemax}(x) = \operatorname*{argmax}_{p \in \Delta,\ p \le c} \langle p, x\rangle - \tfrac12 \lVert p\rVert^2,
+
+the Euclidean projection of :math:`x` onto the capped simplex,
 
 so at least ``B`` entries are non-zero.  ``B`` times it is the "k-subsets" map of
 Santos, Niculae, McNamee & Martins, *Sparse and Structured Hopfield Networks*, ICML 2024
 (https://arxiv.org/abs/2402.13725): the SparseMAP projection onto the marginal polytope of
-the subsets of size ``k = B``, ``{μ ∈ [0, 1]^n : Σ μ = B}``, since
-``argmin_{0<=μ<=1, Σμ=B} ‖μ - x‖² = B · budget_sparsemax(x / B)``.  ``B <= 1`` is
+the subsets of size :math:`k = B`, :math:`\{\mu \in [0, 1]^n : \sum_j \mu_j = B\}`, since
+:math:`\operatorname*{argmin}_{0 \le \mu \le 1,\ \sum_j \mu_j = B} \lVert \mu - x\rVert^2 = B \cdot \operatorname{budget\_sparsemax}(x / B)`.  ``B <= 1`` is
 sparsemax (the cap ``c >= 1`` never binds); ``B`` equal to the number of entries gives the
 uniform distribution.
 
-**Solution.**  The KKT conditions give ``p_j = clip(x_j - τ, 0, c)`` with ``τ`` the root of
+**Solution.**  The KKT conditions give :math:`p_j = \operatorname{clip}(x_j - \tau, 0, c)` with :math:`\tau` the root of
 the decreasing, piecewise-linear
 
-    S(τ) = Σ_j clip(x_j - τ, 0, c) = 1.
+.. math::
 
-Bracket: ``S(τ_hi) <= 1`` at ``τ_hi = max_j x_j - 1/k`` (every term is at most ``1/k``) and
-``S(τ_lo) >= 1`` at ``τ_lo = x_(⌈B⌉) - min(c, 1)`` with ``x_(i)`` the ``i``-th largest
-score (the ``⌈B⌉`` largest entries are capped, ``⌈B⌉ c >= 1``; for ``B <= 1`` the largest
-alone gives ``1``).  Since ``τ >= τ_lo``, only scores above ``τ_lo`` can be non-zero: long
+    S(\tau) = \sum_j \operatorname{clip}(x_j - \tau, 0, c) = 1.
+
+Bracket: :math:`S(\tau_{hi}) \le 1` at :math:`\tau_{hi} = \max_j x_j - 1/k` (every term is at most :math:`1/k`) and
+:math:`S(\tau_{lo}) \ge 1` at :math:`\tau_{lo} = x_{(\lceil B\rceil)} - \min(c, 1)` with :math:`x_{(i)}` the :math:`i`-th largest
+score (the :math:`\lceil B\rceil` largest entries are capped, :math:`\lceil B\rceil c \ge 1`; for :math:`B \le 1` the largest
+alone gives 1).  Since :math:`\tau \ge \tau_{lo}`, only scores above :math:`\tau_{lo}` can be non-zero: long
 rows are **pruned** to the blocks holding such scores (the block scheme of
 :mod:`softargmax.solvers.threshold`).  On the candidates, **Newton's method** with the free set
-``F = {0 < x_j - τ < c}`` and capped set ``C = {x_j - τ >= c}`` steps to::
+:math:`F = \{j : 0 < x_j - \tau < c\}` and capped set :math:`C = \{j : x_j - \tau \ge c\}` steps to
 
-    τ ← (Σ_F x_j + |C| c - 1) / |F|,
+.. math::
 
-the root of the linear piece ``τ`` lies on; a step that leaves the current bracket (or an
-empty ``F``) is replaced by bisection.  On a piecewise-linear function Newton lands on the
+    \tau \leftarrow \Big(\sum_{j \in F} x_j + \lvert C\rvert c - 1\Big) \Big/ \lvert F\rvert,
+
+the root of the linear piece :math:`\tau` lies on; a step that leaves the current bracket (or an
+empty :math:`F`) is replaced by bisection.  On a piecewise-linear function Newton lands on the
 exact root as soon as it reaches the right piece, so the result is exact up to rounding
 (the closed form on the final free and capped sets), typically after a few passes.
 
-**Jacobian.**  With ``s`` the indicator of the free set, ``dτ = Σ_F dx_j / |F|`` and::
+**Jacobian.**  With :math:`s` the indicator of the free set, :math:`d\tau = \sum_{j \in F} dx_j / \lvert F\rvert` and
 
-    J = diag(s) - s sᵀ / |F|            (0 if ``F`` is empty),
+.. math::
+
+    J = \operatorname{diag}(s) - s s^\top / \lvert F\rvert \qquad (0 \text{ if } F \text{ is empty}),
 
 the sparsemax Jacobian restricted to the free entries: capped and zero entries do not move.
 The map is not differentiated with respect to the budget.
@@ -47,7 +56,7 @@ zeros.  A NaN or ``+inf`` in a row gives NaN in that row only.
 
 Conventions: any ``dim``; float64/float32 native, float16/bfloat16 computed in float32.
 The fused CPU and GPU row solvers do not cover this map: they are specialised to
-``Σ g(x_j - τ) = 1`` with one smooth ``g`` per operator, and the two breakpoints per entry
+:math:`\sum_j g(x_j - \tau) = 1` with one smooth ``g`` per operator, and the two breakpoints per entry
 would need a second set of kernels; the PyTorch path here is already a few passes over
 the pruned candidates.
 """

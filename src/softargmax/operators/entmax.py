@@ -2,9 +2,12 @@ r"""Sparsemax, 1.5-entmax and α-entmax.
 
 α-entmax (Correia et al., 2019, eq. 13) is
 
-    entmax_α(x) = argmax_{p ∈ Δ} ⟨p, x⟩ + H^T_α(p) = [(α - 1) x - τ]_+^{1/(α-1)},
+.. math::
 
-with ``τ`` (the entmax parametrization of the library's conventions) chosen so that the output sums
+    \operatorname{entmax}_\alpha(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle + H^T_\alpha(p)
+    = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)},
+
+with :math:`\tau` (the entmax parametrization of the library's conventions) chosen so that the output sums
 to one.  α = 1 is softmax, α = 2 is sparsemax (the Euclidean projection of ``x`` on
 the simplex, Martins & Astudillo (2016)), α = 1.5 is 1.5-entmax.  All three are the α-divergence
 f-softargmax with ``q = 1`` and are computed by the same pruned, safeguarded-Newton
@@ -57,9 +60,9 @@ def empty_like_input(x: Tensor) -> Tensor:
 def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
     r"""Sparsemax: the Euclidean projection of ``x`` onto the probability simplex along ``dim``.
 
-    ``sparsemax(x) = [x - τ]_+`` with ``Σ = 1`` (Martins & Astudillo, 2016, eq. 2).  Exact (the support is
-    found by Michelot's iteration on pruned candidates, then ``τ = (Σ_S x - 1)/|S|``).
-    The Jacobian is ``diag(s) - s sᵀ/|S|`` with ``s`` the support indicator.
+    :math:`\operatorname{sparsemax}(x) = [x - \tau]_+` with :math:`\sum_j p_j = 1` (Martins & Astudillo, 2016, eq. 2).  Exact (the support is
+    found by Michelot's iteration on pruned candidates, then :math:`\tau = (\sum_{j \in S} x_j - 1)/\lvert S\rvert`).
+    The Jacobian is :math:`\operatorname{diag}(s) - s s^\top/\lvert S\rvert` with ``s`` the support indicator.
     """
     check_tensor(x)
     dim = check_dim(x, dim)
@@ -69,9 +72,9 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def entmax15(x: Tensor, dim: int = -1) -> Tensor:
-    r"""1.5-entmax: ``[x/2 - τ]_+^2`` with ``Σ = 1`` along ``dim`` (exact: the support's quadratic is solved in closed form).
+    r"""1.5-entmax: :math:`[x/2 - \tau]_+^2` with :math:`\sum_j p_j = 1` along ``dim`` (exact: the support's quadratic is solved in closed form).
 
-    Jacobian weights ``s = √p`` (Correia et al., 2019; Peters et al. 2019).
+    Jacobian weights :math:`s = \sqrt{p}` (Correia et al., 2019; Peters et al. 2019).
     """
     check_tensor(x)
     dim = check_dim(x, dim)
@@ -81,7 +84,7 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tensor:
-    r"""α-entmax ``[(α - 1) x - τ]_+^{1/(α-1)}`` along ``dim`` for any α > 0.
+    r"""α-entmax :math:`[(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}` along ``dim`` for any :math:`\alpha > 0`.
 
     Args:
         x: scores.
@@ -92,12 +95,12 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
         dim: the dimension that sums to one.
 
     α = 1 is softmax, α = 2 sparsemax.  Rows with α close to 1 are dense in practice
-    (the support is everything within ``1/(α-1)`` of the maximum).  α ∈ (0, 1) gives
-    dense outputs: the same maximizer of ``⟨p, x⟩ + H^T_α(p)`` over the simplex (the
+    (the support is everything within :math:`1/(\alpha-1)` of the maximum).  α ∈ (0, 1) gives
+    dense outputs: the same maximizer of :math:`\langle p, x\rangle + H^T_\alpha(p)` over the simplex (the
     Tsallis entropy is strictly concave for every α > 0), now
-    ``p_j = [(α - 1) x_j - τ]^{1/(α-1)}`` with a negative exponent and
-    ``τ > (α - 1) max_j x_j``; it is the α-divergence f-softargmax with ``q = 1``, solved
-    by the same safeguarded Newton iteration (``S^{α-1}`` is a power mean with a negative
+    :math:`p_j = [(\alpha - 1) x_j - \tau]^{1/(\alpha-1)}` with a negative exponent and
+    :math:`\tau > (\alpha - 1) \max_j x_j`; it is the α-divergence f-softargmax with ``q = 1``, solved
+    by the same safeguarded Newton iteration (:math:`S^{\alpha-1}` is a power mean with a negative
     exponent, so Newton from the lower bracket end is monotone).  The α-gradient formula
     holds for every α > 0.
     """

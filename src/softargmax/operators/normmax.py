@@ -2,26 +2,32 @@ r"""α-normmax: the regularized argmax of a norm (Santos et al. 2024).
 
 For α > 1,
 
-    normmax_α(x) = argmax_{p ∈ Δ} ⟨p, x⟩ - ‖p‖_α
+.. math::
 
-(the "norm entropy" ``1 - ‖p‖_α`` of Santos, Niculae, McNamee & Martins, *Sparse and
+    \operatorname{normmax}_\alpha(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha
+
+(the "norm entropy" :math:`1 - \lVert p\rVert_\alpha` of Santos, Niculae, McNamee & Martins, *Sparse and
 Structured Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725).
-``‖·‖_α`` is homogeneous of degree 1, so the scale of ``x`` matters (there is no
+:math:`\lVert\cdot\rVert_\alpha` is homogeneous of degree 1, so the scale of ``x`` matters (there is no
 temperature to absorb it): ``normmax(c x)`` becomes sparser as ``c`` grows.
 
-**Solution.**  With ``N = ‖p‖_α`` the stationarity condition on the support reads
-``(p_j / N)^{α-1} = x_j - τ``, so ``p_j = N u_j^{1/(α-1)}`` with ``u = [x - τ]_+``.
-Taking the α-norm of both sides gives the root equation of ``τ``,
+**Solution.**  With :math:`N = \lVert p\rVert_\alpha` the stationarity condition on the support reads
+:math:`(p_j / N)^{\alpha-1} = x_j - \tau`, so :math:`p_j = N u_j^{1/(\alpha-1)}` with :math:`u = [x - \tau]_+`.
+Taking the α-norm of both sides gives the root equation of :math:`\tau`,
 
-    Σ_j [x_j - τ]_+^{β} = 1,        β = α/(α-1)  (the Hölder conjugate of α),
+.. math::
 
-i.e. ``‖[x - τ]_+‖_β = 1``, and then ``p = r / Σ r`` with ``r = u^{1/(α-1)} = u^{β-1}``.
+    \sum_j [x_j - \tau]_+^{\beta} = 1, \qquad \beta = \frac{\alpha}{\alpha-1} \quad \text{(the Hölder conjugate of } \alpha\text{)},
 
-**Reduction to α-entmax.**  α'-entmax of scores ``z`` solves ``Σ [(α'-1) z - τ']_+^{1/(α'-1)} = 1``.
-With ``α' = 2 - 1/α`` (so ``1/(α'-1) = β``) and ``z = β x`` (so ``(α'-1) z = x``) this is
-the equation above with ``τ' = τ``, and the α'-entmax output is ``u^β``.  Hence
+i.e. :math:`\lVert[x - \tau]_+\rVert_\beta = 1`, and then :math:`p = r / \sum_j r_j` with :math:`r = u^{1/(\alpha-1)} = u^{\beta-1}`.
 
-    normmax_α(x) = normalize( entmax_{2 - 1/α}(α x/(α-1))^{1/α} ),
+**Reduction to α-entmax.**  α'-entmax of scores :math:`z` solves :math:`\sum_j [(\alpha'-1) z_j - \tau']_+^{1/(\alpha'-1)} = 1`.
+With :math:`\alpha' = 2 - 1/\alpha` (so :math:`1/(\alpha'-1) = \beta`) and :math:`z = \beta x` (so :math:`(\alpha'-1) z = x`) this is
+the equation above with :math:`\tau' = \tau`, and the α'-entmax output is :math:`u^\beta`.  Hence
+
+.. math::
+
+    \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big( \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big),
 
 and α' ∈ (1, 2) for every α > 1.  The threshold is found by the library's α-entmax
 solver (pruning, safeguarded Newton that is monotone for α' ∈ (1, 2], the fused CPU row
@@ -30,11 +36,14 @@ plus one power and one normalization on the candidates.  α = 2 uses the exact
 1.5-entmax closed form; α → ∞ tends to sparsemax (up to normalization) and α → 1 to the
 argmax.
 
-**Jacobian.**  Differentiating ``Σ u^β = 1`` gives ``dτ = ⟨p, dx⟩``; with
-``R = Σ r = 1/‖p‖_α`` and ``s_j = (β-1) u_j^{β-2} / R = ‖p‖_α^{α-1} p_j^{2-α} / (α-1)``
+**Jacobian.**  Differentiating :math:`\sum_j u_j^\beta = 1` gives :math:`d\tau = \langle p, dx\rangle`; with
+:math:`R = \sum_j r_j = 1/\lVert p\rVert_\alpha` and :math:`s_j = (\beta-1) u_j^{\beta-2} / R = \lVert p\rVert_\alpha^{\alpha-1} p_j^{2-\alpha} / (\alpha-1)`
 on the support (0 elsewhere),
 
-    J = diag(s) - s pᵀ - p sᵀ + (Σ s) p pᵀ,     J v = s ⊙ (v - c) - p ⟨s, v - c⟩,  c = ⟨p, v⟩,
+.. math::
+
+    J = \operatorname{diag}(s) - s p^\top - p s^\top + \Big(\sum_j s_j\Big) p p^\top, \qquad
+    J v = s \odot (v - c) - p \langle s, v - c\rangle, \quad c = \langle p, v\rangle,
 
 symmetric, one pass over the row (never ``k × k``).  For α > 2 the weights grow without
 bound as ``p_j → 0`` (as for α-entmax with α > 2).  The map is not differentiable in α
@@ -79,8 +88,8 @@ def _normalize_candidates(sol: Solution, inv_alpha) -> tuple[Tensor, Tensor]:
 
 
 def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor, Solution]:
-    """Normmax of the rows of ``z`` (``[R, k]``, contiguous, float32/64) for a float α > 1 or
-    ``alpha`` ``[R, 1]``: returns the candidate probabilities ``[R, K]``, ``‖p‖_α`` ``[R, 1]``
+    r"""Normmax of the rows of ``z`` (``[R, k]``, contiguous, float32/64) for a float α > 1 or
+    ``alpha`` ``[R, 1]``: returns the candidate probabilities ``[R, K]``, :math:`\lVert p\rVert_\alpha` ``[R, 1]``
     and the α'-entmax :class:`~softargmax.solvers.threshold.Solution` (for ``scatter``/``gather``)."""
     if isinstance(alpha, Tensor):
         a_prime = (alpha - 1) / alpha  # α' - 1 = 1/β, per row
@@ -138,7 +147,7 @@ class _Normmax(torch.autograd.Function):
 
 
 def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tensor:
-    r"""α-normmax ``argmax_{p ∈ Δ} ⟨p, x⟩ - ‖p‖_α`` along ``dim`` (see the module docstring).
+    r"""α-normmax :math:`\operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha` along ``dim`` (see the module docstring).
 
     Args:
         x: scores.
@@ -146,7 +155,7 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
             1 along ``dim`` (one α per row).  Not differentiated.
         dim: the dimension that sums to one.
 
-    Returns ``p = r / Σ r`` with ``r = [x - τ]_+^{1/(α-1)}`` and ``‖[x - τ]_+‖_{α/(α-1)} = 1``.
+    Returns :math:`p = r / \sum_j r_j` with :math:`r = [x - \tau]_+^{1/(\alpha-1)}` and :math:`\lVert[x - \tau]_+\rVert_{\alpha/(\alpha-1)} = 1`.
     """
     check_tensor(x)
     dim = check_dim(x, dim)
