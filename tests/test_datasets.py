@@ -1,6 +1,11 @@
-"""Dataset lookup: local folders, checksums, the download path (network replaced by local copies), errors."""
+"""Dataset lookup: local folders, checksums, the download path (network replaced by local copies), errors;
+the verification of the folder used (damaged, truncated, missing files; the stamp; the CLI's error)."""
 
+import hashlib
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,7 +48,7 @@ def test_download_is_checksum_verified(name, tmp_path, monkeypatch):
 
 def test_missing_data_and_unknown_names_give_clear_errors(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SOFTARGMAX_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("SOFTARGMAX_DATA", raising=False)  # one that is set is the only folder tried (below)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match="--data-dir"):
         datasets.find("snli")
@@ -53,3 +58,170 @@ def test_missing_data_and_unknown_names_give_clear_errors(tmp_path, monkeypatch)
         datasets.download("ptb", tmp_path / "x")
     with pytest.raises(ValueError, match="dataset must be one of"):
         datasets.find("imagenet")
+
+
+# --- verification of the folder find() picks: damaged, truncated and missing files --------------------------------
+
+def _needs(*names):
+    missing = [n for n in names if not (SHARED / n).exists()]
+    return pytest.mark.skipif(bool(missing), reason=f"../shared/data/{missing} not present")
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """No ../shared/data, ./data or cache of the real machine is visible; returns tmp_path."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SOFTARGMAX_DATA", raising=False)
+    return tmp_path
+
+
+def _copy(name, folder):
+    folder.mkdir(parents=True)
+    for fname in datasets.DATASETS[name].sha256:
+        shutil.copy(SHARED / name / fname, folder / fname)
+    return folder
+
+
+def _flip(path, at=None):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if at is None else at] ^= 0x55
+    path.write_bytes(bytes(data))
+
+
+def _digest(path):  # independent of datasets.sha256
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name, fname", [("multi30k", "train.en.gz"), ("tinyshakespeare", "input.txt"),
+                                         ("mulan", "emotions-train.arff")])
+def test_a_changed_byte_stops_the_run_naming_the_file_and_both_digests(name, fname, isolated):
+    if not (SHARED / name).exists():
+        pytest.skip(f"../shared/data/{name} not present")
+    folder = _copy(name, isolated / "mine" / name)
+    _flip(folder / fname)
+    with pytest.raises(datasets.DataError) as err:
+        datasets.find(name, str(isolated / "mine"))
+    msg = str(err.value)
+    assert str(folder / fname) in msg and "same size, different bytes" in msg
+    assert _digest(SHARED / name / fname) in msg and _digest(folder / fname) in msg
+    assert "Fix: copy the files again" in msg and "\n" not in msg
+    assert [f for f in datasets.DATASETS[name].sha256 if str(folder / f) in msg] == [fname]  # only the bad one
+
+
+@_needs("multi30k")
+def test_a_truncated_file_is_named_with_its_size(isolated):
+    folder = _copy("multi30k", isolated / "mine")
+    full = (SHARED / "multi30k" / "train.en.gz").stat().st_size
+    (folder / "train.en.gz").write_bytes((SHARED / "multi30k" / "train.en.gz").read_bytes()[:1000])
+    with pytest.raises(datasets.DataError) as err:
+        datasets.find("multi30k", str(folder), download_missing=True)  # an explicit folder is never replaced
+    msg = str(err.value)
+    assert f"{folder / 'train.en.gz'}: expected SHA-256 {_digest(SHARED / 'multi30k' / 'train.en.gz')}" in msg
+    assert f"got {_digest(folder / 'train.en.gz')} (truncated: 1000 of {full} bytes)" in msg
+    assert "--download" in msg
+
+
+@_needs("multi30k")
+def test_an_explicit_folder_lacking_a_file_never_falls_back(isolated, monkeypatch):
+    _copy("multi30k", isolated / "shared" / "data" / "multi30k")  # a complete ../shared/data/multi30k
+    assert datasets.find("multi30k") == Path("../shared/data/multi30k")
+    mine = _copy("multi30k", isolated / "mine")
+    (mine / "val.de.gz").unlink()
+    for given in ("arg", "env"):
+        if given == "env":
+            monkeypatch.setenv("SOFTARGMAX_DATA", str(mine))
+        with pytest.raises(datasets.DataError, match="val.de.gz: missing") as err:
+            datasets.find("multi30k", str(mine) if given == "arg" else None)
+        assert str(mine / "val.de.gz") in str(err.value) and datasets.DATASETS["multi30k"].sha256["val.de.gz"] in str(err.value)
+    monkeypatch.setenv("SOFTARGMAX_DATA", str(isolated / "empty"))
+    with pytest.raises(datasets.DataNotFoundError, match="given as SOFTARGMAX_DATA, so no other folder"):
+        datasets.find("multi30k")
+
+
+@_needs("tinyshakespeare")
+def test_a_damaged_default_folder_is_an_error_not_skipped(isolated):
+    shared = _copy("tinyshakespeare", isolated / "shared" / "data" / "tinyshakespeare")
+    _copy("tinyshakespeare", datasets.cache_dir("tinyshakespeare"))  # an intact copy further down the order
+    _flip(shared / "input.txt", at=0)
+    with pytest.raises(datasets.DataError, match="repair or remove") as err:
+        datasets.find("tinyshakespeare")
+    assert "../shared/data/tinyshakespeare/input.txt" in str(err.value) and _digest(shared / "input.txt") in str(err.value)
+
+
+@_needs("tinyshakespeare")
+def test_a_damaged_cache_is_caught_and_downloaded_again(isolated, monkeypatch):
+    cached = _copy("tinyshakespeare", datasets.cache_dir("tinyshakespeare"))
+    assert datasets.find("tinyshakespeare") == cached
+    (cached / "input.txt").write_bytes((SHARED / "tinyshakespeare" / "input.txt").read_bytes()[:-1])
+    with pytest.raises(datasets.DataError, match="rerun with --download") as err:
+        datasets.find("tinyshakespeare")
+    assert str(cached / "input.txt") in str(err.value) and "truncated" in str(err.value)
+
+    fetched = []
+
+    def fake_retrieve(url, dest):
+        fetched.append(url)
+        shutil.copy(SHARED / "tinyshakespeare" / url.rsplit("/", 1)[1], dest)
+
+    monkeypatch.setattr(datasets.urllib.request, "urlretrieve", fake_retrieve)
+    assert datasets.find("tinyshakespeare", download_missing=True, log=lambda *_: None) == cached
+    assert len(fetched) == 1 and _digest(cached / "input.txt") == _digest(SHARED / "tinyshakespeare" / "input.txt")
+
+
+@_needs("multi30k")
+def test_the_stamp_skips_rehashing_until_a_file_changes(isolated, monkeypatch):
+    folder = _copy("multi30k", isolated / "mine")
+    calls = []
+    real = datasets.sha256
+    monkeypatch.setattr(datasets, "sha256", lambda p: calls.append(Path(p).name) or real(p))
+    datasets.find("multi30k", str(folder))
+    assert sorted(calls) == sorted(datasets.DATASETS["multi30k"].sha256)  # first use hashes every file
+    assert datasets.stamp_path(folder).exists()
+    calls.clear()
+    datasets.find("multi30k", str(folder))
+    assert calls == []  # verified before, nothing changed
+    st = (folder / "val.en.gz").stat()
+    os.utime(folder / "val.en.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched
+    datasets.find("multi30k", str(folder))
+    assert calls == ["val.en.gz"]
+    calls.clear()
+    # replaced by a damaged copy of the same size and mtime (cp -p): the inode and ctime give it away
+    st = (folder / "val.de.gz").stat()
+    bad = isolated / "bad.gz"
+    shutil.copy(folder / "val.de.gz", bad)
+    _flip(bad)
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(bad, folder / "val.de.gz")
+    with pytest.raises(datasets.DataError, match="val.de.gz: expected SHA-256"):
+        datasets.find("multi30k", str(folder))
+    assert calls == ["val.de.gz"]
+
+
+@_needs("tinyshakespeare")
+def test_an_unwritable_stamp_costs_a_rehash_not_the_run(isolated, monkeypatch):
+    (isolated / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(isolated / "not-a-dir"))  # nothing can be created below it
+    folder = _copy("tinyshakespeare", isolated / "mine")
+    assert datasets.find("tinyshakespeare", str(folder)) == folder
+    _flip(folder / "input.txt")
+    with pytest.raises(datasets.DataError, match="input.txt: expected SHA-256"):
+        datasets.find("tinyshakespeare", str(folder))
+
+
+@_needs("multi30k")
+def test_cli_reports_damaged_data_in_one_line_and_exits_2(isolated):
+    folder = _copy("multi30k", isolated / "mine")
+    _flip(folder / "train.en.gz")
+    env = {**os.environ, "PYTHONPATH": str(Path(datasets.__file__).parents[2]),  # the src folder imported here
+           "XDG_CACHE_HOME": str(isolated / "cache")}
+    env.pop("SOFTARGMAX_DATA", None)
+    r = subprocess.run([sys.executable, "-m", "softargmax", "reproduce", "tau-table", "--preset", "smoke",
+                        "--data-dir", str(folder), "--out", str(isolated / "out")],
+                       capture_output=True, text=True, env=env, cwd=isolated / "work", timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: multi30k data in ")
+    assert str(folder / "train.en.gz") in lines[0] and _digest(folder / "train.en.gz") in lines[0]
