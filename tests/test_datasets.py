@@ -29,6 +29,7 @@ def test_shared_copy_is_found_and_matches_its_checksums(name):
 def test_download_is_checksum_verified(name, tmp_path, monkeypatch):
     if not (SHARED / name).exists():
         pytest.skip(f"../shared/data/{name} not present")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the stamps of tmp folders stay in tmp
 
     def fake_retrieve(url, dest):
         shutil.copy(SHARED / name / url.rsplit("/", 1)[1], dest)
