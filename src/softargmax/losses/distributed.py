@@ -52,7 +52,9 @@ bytes (for the communication benchmark and the tests).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -157,40 +159,232 @@ def _group_info(group):
         raise ValueError(f"process_group: not a process group this rank belongs to ({e})") from None
 
 
-def _max_round(z: Optional[Tensor], k: int, group, rank: int, world: int, extra: Optional[Tensor] = None):
+# ----------------------------------------------------------------------------------
+# the first round: the ranks check that they agree on the call (one small all-gather)
+# ----------------------------------------------------------------------------------
+
+_FUNCTIONS = ("-", "fenchel_young_loss", "linear_fenchel_young_loss", "solve", "class_slices")
+_TARGET_KINDS = ("none", "class indices", "probability vectors", "multi-hot label sets")
+_REDUCTIONS = ("-", "mean", "sum", "none")
+_DTYPES = (None, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: the checksums of index tensors are sums of terms reduced modulo this prime: exact in int64
+_PRIME = 2_147_483_647
+
+
+def _as_int(v) -> str:
+    return str(v)
+
+
+def _as_float(v) -> str:
+    return repr(struct.unpack("<d", struct.pack("<q", v))[0])
+
+
+def _as_optional(fmt):
+    return lambda v: "None" if v == 0 else fmt(v)
+
+
+def _as_name(names):
+    return lambda v: repr(names[v]) if 0 <= v < len(names) else str(v)
+
+
+def _as_hex(v) -> str:
+    return f"fingerprint {v & (2 ** 64 - 1):016x}"
+
+
+#: what each rank contributes to the first round (int64 numbers), in the order they are
+#: compared, with how a disagreement is named (``None``: checked apart)
+_SLOTS = (
+    ("error", None, None),
+    ("function", "the function called", _as_name(_FUNCTIONS)),
+    ("rows", "the number of rows", _as_int),
+    ("dtype", "the dtype", lambda v: str(_DTYPES[v]) if 0 < v < len(_DTYPES) else "another dtype"),
+    ("mapping", "the mapping or its parameters", _as_hex),
+    ("alpha", "the per-row alpha", lambda v: f"checksum {v}"),
+    ("target", "the kind of target", _as_name(_TARGET_KINDS)),
+    ("indices", "the class-index targets", lambda v: f"checksum {v}"),
+    ("reduction", "reduction", _as_name(_REDUCTIONS)),
+    ("ignore_index", "ignore_index", _as_int),
+    ("label_smoothing", "label_smoothing", _as_float),
+    ("temperature", "temperature", _as_float),
+    ("softcap", "softcap", _as_optional(_as_float)),
+    ("q", "whether q is given", lambda v: "given" if v else "not given"),
+    ("weight", "whether class weights are given", lambda v: "given" if v else "not given"),
+    ("chunk_size", "chunk_size", _as_optional(_as_int)),
+    ("memory_budget", "memory_budget", _as_optional(_as_int)),
+    ("offset_given", "whether class_offset is given", lambda v: "given" if v else "not given"),
+    ("classes", None, None),
+    ("offset", None, None),
+    ("weight_len", None, None),
+)
+_SLOT = {name: i for i, (name, _, _) in enumerate(_SLOTS)}
+
+
+@dataclass
+class _Split:
+    """The class slices every rank holds: ``sizes[r]`` classes from ``offsets[r]`` on (``K`` in all)."""
+
+    sizes: list
+    offsets: list
+    K: int
+
+
+def _float_bits(v: float) -> int:
+    """``v``'s float64 bits as an int64 (exact, unlike any rounding of ``v``)."""
+    return struct.unpack("<q", struct.pack("<d", float(v)))[0]
+
+
+def _fingerprint(text: str) -> int:
+    """A 64-bit hash of ``text`` (as an int64), the same in every process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _checksum(t: Tensor) -> Tensor:
+    r"""``Σ_i ((v_i mod P)(i + 1 mod P) mod P)`` (``v_i``: the entries, or their float64 bits), an
+    int64 scalar on ``t``'s device: exact (below ``2^63`` for up to ``2^32`` entries), so equal on
+    ranks that hold equal tensors, and changed by any change of one entry or swap of two."""
+    v = t.detach().reshape(-1)
+    if v.is_floating_point():
+        v = v.to(torch.float64).contiguous().view(torch.int64)
+    v = v.to(torch.int64).remainder(_PRIME)
+    w = torch.arange(1, v.numel() + 1, dtype=torch.int64, device=v.device).remainder(_PRIME)
+    return (v * w).remainder(_PRIME).sum()
+
+
+def _describe(kind) -> str:
+    """The mapping and its parameters as a canonical string (a per-row α by its checksum, apart)."""
+    if kind[0] == "alpha_relu":
+        _, alpha, tau = kind
+        if isinstance(tau, Tensor) and tau.numel() == 1:
+            tau = float(tau)
+        return f"alpha_relu(alpha={float(alpha)!r}, tau={tau!r})"
+    div = kind[1]
+    if isinstance(getattr(div, "alpha", None), Tensor):
+        return f"{type(div).__name__}(alpha=<per-row tensor>)"
+    return repr(div)
+
+
+def _dtype_code(dtype) -> int:
+    return _DTYPES.index(dtype) if dtype in _DTYPES else 0
+
+
+def _alpha_checksum(div) -> dict:
+    """``{"alpha": checksum}`` for a per-row tensor α, else ``{}``."""
+    alpha = getattr(div, "alpha", None)
+    return {"alpha": _checksum(alpha)} if isinstance(alpha, Tensor) else {}
+
+
+def _offset_fields(class_offset) -> dict:
+    if class_offset is None:
+        return {}
+    if isinstance(class_offset, bool) or not isinstance(class_offset, int):
+        raise TypeError(f"class_offset must be an int (this rank's first class), got {type(class_offset).__name__}")
+    return {"offset_given": 1, "offset": class_offset}
+
+
+def _ranks(rs: list) -> str:
+    """``"rank 3"``, ``"ranks 0, 2"``, ``"ranks 0-5, 7"``."""
+    runs, start = [], rs[0]
+    for a, b in zip(rs, rs[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(runs)
+
+
+def _disagreement(what: str, column: list, fmt) -> str:
+    groups: dict = {}
+    for r, v in enumerate(column):
+        groups.setdefault(v, []).append(r)
+    parts = [f"{_ranks(rs)} {'has' if len(rs) == 1 else 'have'} {fmt(v)}" for v, rs in groups.items()]
+    return f"process_group: ranks disagree on {what}: " + ", ".join(parts)
+
+
+def _agree(group, rank: int, world: int, device, error: Optional[Exception], fields: dict,
+           tensors: Optional[dict] = None) -> _Split:
+    """The first round of every call: one all-gather of ``len(_SLOTS)`` int64 numbers per rank.
+
+    Each rank contributes its row count, dtype, a fingerprint of the mapping and its
+    parameters, the options, checksums of the class-index targets and of a per-row α, its
+    slice size and offset, and whether its own argument checks failed.  The size of this
+    round depends on nothing a rank may get wrong, so it precedes every collective whose
+    size depends on the rows.  Every rank then makes the same checks on the same table
+    and raises the same ``ValueError`` naming the first disagreement (the rank whose own
+    arguments were rejected re-raises its error, the others a ``ValueError`` naming it).
+    Returns the slices.
+    """
+    host = [0] * len(_SLOTS)
+    for name, v in fields.items():
+        host[_SLOT[name]] = int(v)
+    host[_SLOT["error"]] = int(error is not None)
+    buf = torch.tensor(host, dtype=torch.int64, device=device)
+    for name, t in (tensors or {}).items():
+        buf[_SLOT[name]] = t
+    out = [torch.empty_like(buf) for _ in range(world)]
+    _record("all_gather", torch.empty(world * len(_SLOTS), dtype=torch.int64, device="meta"))
+    dist.all_gather(out, buf, group=group)
+    table = torch.stack(out).tolist()  # the one host synchronization of the check
+    if error is not None:
+        raise error
+    column = [row[_SLOT["error"]] for row in table]
+    if any(column):
+        raise ValueError(f"process_group: {_ranks([r for r, v in enumerate(column) if v])} rejected its arguments "
+                         f"(the error is raised there); rank {rank} accepted its own")
+    for j, (name, what, fmt) in enumerate(_SLOTS):
+        column = [row[j] for row in table]
+        if what is not None and len(set(column)) > 1:
+            raise ValueError(_disagreement(what, column, fmt))
+    sizes = [row[_SLOT["classes"]] for row in table]
+    K = sum(sizes)
+    offsets = [sum(sizes[:r]) for r in range(world)]
+    if table[0][_SLOT["offset_given"]]:
+        given = [row[_SLOT["offset"]] for row in table]
+        for r in range(world):
+            if given[r] == offsets[r]:
+                continue
+            if given[r] < 0:
+                raise ValueError(f"class_offset must be >= 0: rank {r} has {given[r]}")
+            prev = next((s for s in range(r - 1, -1, -1) if sizes[s] > 0), None)
+            span = f"[{given[r]}, {given[r] + sizes[r]})"
+            if given[r] < offsets[r]:
+                held = f"rank {prev}'s [{offsets[prev]}, {offsets[r]})" if prev is not None else "no class"
+                raise ValueError(f"class_offset: the class slices overlap: rank {r} holds {span}, which overlaps "
+                                 f"{held} (slices are contiguous in rank order and cover [0, K))")
+            raise ValueError(f"class_offset: no rank holds the classes [{offsets[r]}, {given[r]}) "
+                             f"(rank {r} holds {span}; slices are contiguous in rank order and cover [0, K))")
+    for r, row in enumerate(table):
+        n = row[_SLOT["weight_len"]]
+        if row[_SLOT["weight"]] and n not in (sizes[r], K):
+            raise ValueError(f"weight must have shape ({sizes[r]},) (rank {r}'s classes) or ({K},) (all classes); "
+                             f"rank {r}'s has shape ({n},)")
+    return _Split(sizes, offsets, K)
+
+
+def _max_round(z: Tensor, split: _Split, group, extra: Optional[Tensor] = None):
     """One ``MAX`` all-reduce: the global row maxima of ``z`` ``[R, k]`` (``+inf`` where a row
-    has NaN or ``+inf`` anywhere), an optional second ``[R]`` quantity, and the slice sizes."""
-    dtype = z.dtype if z is not None else torch.float64
-    device = z.device if z is not None else torch.device("cpu")
+    has NaN or ``+inf`` anywhere) and an optional second ``[R]`` quantity.  Returns
+    ``(maxima [R, 1], the second quantity [R, 1] or None, slice sizes)``."""
     parts = []
-    if z is not None:
-        if k > 0:
-            m = z.amax(-1)
-            m = torch.where(torch.isnan(m), torch.full_like(m, math.inf), m)
-        else:
-            m = torch.full((z.shape[0],), -math.inf, dtype=dtype, device=device)
-        parts.append(m)
-        if extra is not None:
-            parts.append(torch.where(torch.isnan(extra), torch.full_like(extra, math.inf), extra))
-    sizes = torch.full((world,), -1.0, dtype=torch.float64 if z is None else dtype, device=device)
-    sizes[rank] = k
-    parts.append(sizes.to(dtype))
+    if z.shape[1] > 0:
+        m = z.amax(-1)
+        m = torch.where(torch.isnan(m), torch.full_like(m, math.inf), m)
+    else:
+        m = torch.full((z.shape[0],), -math.inf, dtype=z.dtype, device=z.device)
+    parts.append(m)
+    if extra is not None:
+        parts.append(torch.where(torch.isnan(extra), torch.full_like(extra, math.inf), extra))
     buf = torch.cat(parts)
     _all_reduce(buf, dist.ReduceOp.MAX, group, "max")
-    sizes = [int(v) for v in buf[-world:].tolist()]
-    if z is None:
-        return None, None, sizes
     R = z.shape[0]
     m = buf[:R].unsqueeze(1)
     lo = buf[R:2 * R].unsqueeze(1) if extra is not None else None
-    return m, lo, sizes
+    return m, lo, split.sizes
 
 
 def class_slices(k: int, process_group) -> list:
-    """The slice sizes ``[k_0, …, k_{W-1}]`` of every rank (one small all-reduce); rank ``r`` holds
+    """The slice sizes ``[k_0, …, k_{W-1}]`` of every rank (one small all-gather); rank ``r`` holds
     the classes ``[Σ_{s<r} k_s, Σ_{s<=r} k_s)``."""
     group, rank, world = _group_info(process_group)
-    return _max_round(None, k, group, rank, world)[2]
+    return _agree(group, rank, world, torch.device("cpu"), None, {"function": 4, "classes": k}).sizes
 
 
 # ----------------------------------------------------------------------------------
@@ -256,7 +450,10 @@ def _solve(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=No
     R, k = z.shape
     div = divergence
     if maxima is None:
-        maxima = _max_round(z, k, group, rank, world, _local_bound(z, div, q))
+        fields = {"function": 3, "rows": R, "dtype": _dtype_code(z.dtype), "mapping": _fingerprint(_describe(("fy", div))),
+                  "q": q is not None, "classes": k}
+        split = _agree(group, rank, world, z.device, None, fields, _alpha_checksum(div))
+        maxima = _max_round(z, split, group, _local_bound(z, div, q))
     m, lo_q, sizes = maxima
     K = sum(sizes)
     eps = torch.finfo(z.dtype).eps
@@ -360,57 +557,78 @@ class _Plan:
         return torch.where(owned, loc, torch.zeros_like(loc)), owned
 
 
-def _plan(target: Tensor, local_shape, rows_to, R: int, k: int, dtype, device, sizes, group, rank, world, *,
-          multilabel, ignore_index, label_smoothing, weight, batch_shape) -> _Plan:
-    """Validate the target against the global number of classes and keep this rank's part."""
+@dataclass
+class _LocalTarget:
+    """A target checked against this rank's shapes (before the global number of classes is known)."""
+
+    kind: int  # index into _TARGET_KINDS
+    index: Optional[Tensor]  # [R] class indices (int64), as given
+    dense: Optional[Tensor]  # [R, k_r] rows: probability vectors or 0/1 label sets
+    weight: Optional[Tensor]  # [k_r] or [K] class weights (detached, in the compute dtype)
+
+
+def _local_target(target: Tensor, local_shape, rows_to, R: int, dtype, *, multilabel, label_smoothing, weight,
+                  batch_shape) -> _LocalTarget:
+    """The checks of the target and the class weights that need only this rank's arguments."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    K = sum(sizes)
-    offset = sum(sizes[:rank])
     if weight is not None:
-        if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.dim() != 1 or weight.shape[0] not in (k, K):
-            raise ValueError(f"weight must be a floating tensor of shape ({k},) (this rank's classes) or ({K},) (all classes), got "
-                             f"{type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
+        if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.dim() != 1:
+            raise ValueError(f"weight must be a floating tensor of shape (k,) (this rank's classes) or (K,) (all classes), "
+                             f"got {type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
         if bool((weight.detach() < 0).any()):
             raise ValueError("weight must be non-negative")
         weight = weight.detach().to(dtype)
-        if weight.shape[0] != k:
-            weight = weight[offset:offset + k]
-    index = dense = None
-    check_sums = False
     if multilabel:
         if tuple(target.shape) != tuple(local_shape):
             raise ValueError(f"target: with multilabel=True it must have the local input's shape {tuple(local_shape)}, got {tuple(target.shape)}")
         t = rows_to(target.to(dtype))
         if bool(((t != 0) & (t != 1)).any()):
             raise ValueError("target: a multi-hot label set must contain only 0 and 1")
-        dense = t  # divided by the global counts once they are known (see _local_counts)
-        keep = torch.ones(R, dtype=torch.bool, device=device)
-    elif not target.is_floating_point():
+        return _LocalTarget(3, None, t, weight)  # divided by the global counts in _plan
+    if not target.is_floating_point():
         if target.dtype == torch.bool or target.is_complex():
             raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
         if tuple(target.shape) != tuple(batch_shape):
             raise ValueError(f"target: class indices must have the input's shape without dim, {tuple(batch_shape)}, got {tuple(target.shape)}")
-        idx = target.reshape(R).to(torch.long)
+        return _LocalTarget(1, target.reshape(R).to(torch.long), None, weight)
+    if tuple(target.shape) != tuple(local_shape):
+        raise ValueError(f"target: probability vectors must have the local input's shape {tuple(local_shape)} "
+                         f"(this rank's slice of the classes), got {tuple(target.shape)}")
+    y = rows_to(target)
+    if bool((y < 0).any()):
+        raise ValueError("target: probability vectors must be non-negative")
+    return _LocalTarget(2, None, y, weight)
+
+
+def _target_fields(local: _LocalTarget, ignore_index, label_smoothing) -> tuple:
+    """What :func:`_agree` compares of the target: ``(fields, tensors)``."""
+    fields = {"target": local.kind, "ignore_index": int(ignore_index), "label_smoothing": _float_bits(label_smoothing),
+              "weight": local.weight is not None, "weight_len": 0 if local.weight is None else local.weight.shape[0]}
+    return fields, ({"indices": _checksum(local.index)} if local.index is not None else {})
+
+
+def _plan(local: _LocalTarget, R: int, k: int, dtype, device, split: _Split, group, rank, world, *,
+          ignore_index, label_smoothing) -> _Plan:
+    """This rank's part of the target, once the slices are known (:func:`_agree` checked them)."""
+    sizes, K, offset = split.sizes, split.K, split.offsets[rank]
+    weight = local.weight
+    if weight is not None and weight.shape[0] != k:
+        weight = weight[offset:offset + k]
+    index = None
+    dense = local.dense
+    keep = torch.ones(R, dtype=torch.bool, device=device)
+    if local.index is not None:
+        idx = local.index
         keep = idx != ignore_index
         bad = keep & ((idx < 0) | (idx >= K))
         if bool(bad.any()):
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {K}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
-    else:
-        if tuple(target.shape) != tuple(local_shape):
-            raise ValueError(f"target: probability vectors must have the local input's shape {tuple(local_shape)} "
-                             f"(this rank's slice of the classes), got {tuple(target.shape)}")
-        y = rows_to(target)
-        if bool((y < 0).any()):
-            raise ValueError("target: probability vectors must be non-negative")
-        dense = y
-        keep = torch.ones(R, dtype=torch.bool, device=device)
-        check_sums = True
-    plan = _Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, check_sums)
-    if multilabel:
+    plan = _Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, local.kind == 2)
+    if local.kind == 3:
         counts = _all_reduce(dense.sum(-1).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if bool((counts == 0).any()):
             raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
@@ -639,6 +857,8 @@ def fenchel_young_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
+    softcap: Optional[float] = None,
+    class_offset: Optional[int] = None,
     **mapping_params,
 ):
     r""":func:`softargmax.losses.fenchel_young_loss` with the classes split over ``process_group``.
@@ -647,40 +867,65 @@ def fenchel_young_loss(
     may also be a ``DTensor`` sharded on ``dim`` (then ``process_group`` is taken from its
     mesh and the result is a replicated ``DTensor``).  The value, identical on every rank,
     and the gradient (this rank's slice of ``p - y``) equal those of the unsplit loss.
-    ``return_prediction`` returns this rank's slice of the prediction.  See the module
-    docstring for targets, weights and the communication.
+    ``return_prediction`` returns this rank's slice of the prediction.  ``softcap`` caps the
+    local scores first, as in the unsplit loss.  ``class_offset``: the global index of this
+    rank's first class, if the caller wants it checked (then on every rank): the slices must
+    be contiguous in rank order and cover ``[0, K)``.  The first round checks that the ranks
+    agree on the call (module docstring) and raises the same ``ValueError`` on every rank
+    where they do not.  See the module docstring for targets, weights and the communication.
     """
     if is_dtensor(x):
+        if class_offset is not None:
+            raise ValueError("class_offset: not accepted with a DTensor x (the slices are the mesh's)")
         return _dtensor_loss(x, target, mapping, process_group, dim=dim, q=q, temperature=temperature,
                              multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
                              label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction,
-                             **mapping_params)
+                             softcap=softcap, **mapping_params)
     group, rank, world = _group_info(process_group)
-    check_tensor(x)
-    dim = check_dim(x, dim)
-    check_reduction(reduction)
-    rows = Rows(x, dim)
-    kind = _resolve_kind(mapping, dict(mapping_params), rows.row_param)
-    R, k = rows.R, rows.k
-    z_rows = rows.flat
-    beta = 1.0
-    q2d = None
-    extra = None
-    if kind[0] == "fy":
-        beta = check_positive_number(temperature, "temperature")
-        check_q(q, x)
-        q2d = rows.class_param(q.detach()) if q is not None else None
-        div = kind[1]
-        z = z_rows / beta if beta != 1.0 else z_rows
-        extra = _local_bound(z, div, q2d)
-    else:
-        if q is not None or temperature != 1.0:
-            raise ValueError("alpha_relu_loss takes no q or temperature")
-        z = z_rows
-    maxima = _max_round(z.detach() if kind[0] == "fy" else None, k, group, rank, world, extra)
-    plan = _plan(target, x.shape, rows.to_rows, R, k, rows.dtype, x.device, maxima[2], group, rank, world,
-                 multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                 weight=weight, batch_shape=rows.moved_shape[:-1])
+    fields: dict = {"function": 1}
+    tensors: dict = {}
+    error = None
+    try:  # this rank's own checks: their failure is reported to the others in the first round
+        check_tensor(x)
+        if softcap is not None:
+            c = check_positive_number(softcap, "softcap")
+            x = c * torch.tanh(x / c)
+            fields["softcap"] = _float_bits(c)
+        dim = check_dim(x, dim)
+        check_reduction(reduction)
+        rows = Rows(x, dim)
+        kind = _resolve_kind(mapping, dict(mapping_params), rows.row_param)
+        R, k = rows.R, rows.k
+        z_rows = rows.flat
+        beta = 1.0
+        q2d = None
+        extra = None
+        if kind[0] == "fy":
+            beta = check_positive_number(temperature, "temperature")
+            check_q(q, x)
+            q2d = rows.class_param(q.detach()) if q is not None else None
+            div = kind[1]
+            z = z_rows / beta if beta != 1.0 else z_rows
+            extra = _local_bound(z, div, q2d)
+            tensors.update(_alpha_checksum(div))
+        else:
+            if q is not None or temperature != 1.0:
+                raise ValueError("alpha_relu_loss takes no q or temperature")
+            z = z_rows
+        local = _local_target(target, x.shape, rows.to_rows, R, rows.dtype, multilabel=multilabel,
+                              label_smoothing=label_smoothing, weight=weight, batch_shape=rows.moved_shape[:-1])
+        tf, tt = _target_fields(local, ignore_index, label_smoothing)
+        fields.update(tf, rows=R, classes=k, dtype=_dtype_code(rows.dtype), mapping=_fingerprint(_describe(kind)),
+                      reduction=_REDUCTIONS.index(reduction), temperature=_float_bits(beta), q=q is not None,
+                      **_offset_fields(class_offset))
+        tensors.update(tt)
+    except (ValueError, TypeError) as e:
+        error = e
+    split = _agree(group, rank, world, x.device if isinstance(x, Tensor) else torch.device("cpu"), error, fields,
+                   tensors)
+    maxima = _max_round(z.detach(), split, group, extra) if kind[0] == "fy" else None
+    plan = _plan(local, R, k, rows.dtype, x.device, split, group, rank, world, ignore_index=ignore_index,
+                 label_smoothing=label_smoothing)
     everything = slice(0, R)
     kept: dict = {}
 
@@ -750,6 +995,7 @@ def linear_fenchel_young_loss(
     class_weight: Optional[Tensor] = None,
     softcap: Optional[float] = None,
     memory_budget: Optional[int] = None,
+    class_offset: Optional[int] = None,
     **mapping_params,
 ) -> Tensor:
     r""":func:`softargmax.losses.linear.linear_fenchel_young_loss` with ``weight`` ``[k_r, d]`` (and ``bias``
@@ -760,43 +1006,59 @@ def linear_fenchel_young_loss(
     than ``chunk × k_r`` logits.  The gradient of ``hidden`` is summed over the group in the
     backward (``hidden`` is replicated, as the input of a column-parallel linear layer); the
     gradients of ``weight`` and ``bias`` are this rank's rows.  Soft targets are this rank's
-    slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.
+    slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.  ``class_offset`` and the
+    first round's checks: as in :func:`fenchel_young_loss` (the ranks must also agree on
+    ``chunk_size`` and ``memory_budget``, which set the chunks).
     """
     from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
 
     group, rank, world = _group_info(process_group)
-    check_linear_arguments(hidden, weight, bias, reduction, "vocab slice")
-    k, d = weight.shape
-    if any(isinstance(v, Tensor) for v in mapping_params.values()):
-        raise TypeError("linear_fenchel_young_loss: alpha and tau must be numbers")
-    cdt = compute_dtype(hidden.dtype)
-    hidden2d = hidden.reshape(-1, d)
-    N = hidden2d.shape[0]
-    sizes = _max_round(None, k, group, rank, world)[2]
-    K = sum(sizes)
-    if softcap is not None:
-        softcap = check_positive_number(softcap, "softcap")
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    fields: dict = {"function": 2}
+    tensors: dict = {}
+    error = None
+    try:  # this rank's own checks: their failure is reported to the others in the first round
+        check_linear_arguments(hidden, weight, bias, reduction, "vocab slice")
+        k, d = weight.shape
+        if any(isinstance(v, Tensor) for v in mapping_params.values()):
+            raise TypeError("linear_fenchel_young_loss: alpha and tau must be numbers")
+        cdt = compute_dtype(hidden.dtype)
+        hidden2d = hidden.reshape(-1, d)
+        N = hidden2d.shape[0]
+        if softcap is not None:
+            softcap = check_positive_number(softcap, "softcap")
+            fields["softcap"] = _float_bits(softcap)
+        budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+            raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0):
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        target2, local_shape = target_rows(target, hidden, k, multilabel), (N, k)
+        local = _local_target(target2, local_shape, lambda t: t.reshape(N, k).to(cdt), N, cdt, multilabel=multilabel,
+                              label_smoothing=label_smoothing, weight=class_weight, batch_shape=(N,))
+        kind = resolve_loss(mapping, dict(mapping_params))
+        q2d = None
+        beta = 1.0
+        if kind[0] == "fy":
+            beta = check_positive_number(temperature, "temperature")
+            if q is not None:
+                check_q(q, torch.empty(N, k, device="meta"))
+                q2d = q.detach().to(cdt).reshape(1, k)
+        elif q is not None or temperature != 1.0:
+            raise ValueError("alpha_relu_loss takes no q or temperature")
+        tf, tt = _target_fields(local, ignore_index, label_smoothing)
+        fields.update(tf, rows=N, classes=k, dtype=_dtype_code(hidden.dtype), mapping=_fingerprint(_describe(kind)),
+                      reduction=_REDUCTIONS.index(reduction), temperature=_float_bits(beta), q=q is not None,
+                      chunk_size=chunk_size or 0, memory_budget=budget, **_offset_fields(class_offset))
+        tensors.update(tt)
+    except (ValueError, TypeError) as e:
+        error = e
+    split = _agree(group, rank, world, hidden.device if isinstance(hidden, Tensor) else torch.device("cpu"), error,
+                   fields, tensors)
+    K = split.K
     if chunk_size is None:  # the chunks of one rank with the whole vocabulary (K columns)
         chunk_size = chunk_tokens(max(K, 1), hidden.dtype, budget, softcap is not None)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-
-    target2, local_shape = target_rows(target, hidden, k, multilabel), (N, k)
-    plan = _plan(target2, local_shape, lambda t: t.reshape(N, k).to(cdt), N, k, cdt, hidden.device, sizes, group,
-                 rank, world, multilabel=multilabel, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                 weight=class_weight, batch_shape=(N,))
-    kind = resolve_loss(mapping, dict(mapping_params))
-    q2d = None
-    if kind[0] == "fy":
-        beta = check_positive_number(temperature, "temperature")
-        if q is not None:
-            check_q(q, torch.empty(N, k, device="meta"))
-            q2d = q.detach().to(cdt).reshape(1, k)
-    elif q is not None or temperature != 1.0:
-        raise ValueError("alpha_relu_loss takes no q or temperature")
+    plan = _plan(local, N, k, cdt, hidden.device, split, group, rank, world, ignore_index=ignore_index,
+                 label_smoothing=label_smoothing)
 
     # item weights and the soft-target check over all rows: one SUM round before the chunks
     all_rows = slice(0, N)
@@ -832,7 +1094,7 @@ def linear_fenchel_young_loss(
         if kind[0] == "fy":
             div = kind[1]
             z = logits / beta if beta != 1.0 else logits
-            sol, S = _solve(z, div, group, q2d, maxima=_max_round(z, k, group, rank, world, _local_bound(z, div, q2d)))
+            sol, S = _solve(z, div, group, q2d, maxima=_max_round(z, split, group, _local_bound(z, div, q2d)))
             partial, p, G = _fy_partial(logits, z, plan, rows, div, beta, q2d, sol)
             bad = sol.bad_rows
         else:
