@@ -92,6 +92,7 @@ def fenchel_young_loss(
     return_prediction: bool = False,
     softcap: Optional[float] = None,
     process_group=None,
+    class_offset: Optional[int] = None,
     **mapping_params,
 ):
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
@@ -115,22 +116,28 @@ def fenchel_young_loss(
             split: ``x`` holds this rank's contiguous slice along ``dim`` (vocabulary
             parallelism, :mod:`softargmax.losses.distributed`).  A ``DTensor`` ``x`` sharded on
             ``dim`` needs no group.
+        class_offset: with ``process_group``, the global index of this rank's first class,
+            checked against the other ranks' slices (optional; on every rank or none).
 
     Returns:
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
         the prediction if ``return_prediction``.
     """
-    if softcap is not None:  # elementwise, so it applies to each rank's slice as well
-        check_tensor(x)
-        c = check_positive_number(softcap, "softcap")
-        x = c * torch.tanh(x / c)
     if process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
         from . import distributed
 
+        # softcap is elementwise: applied to each rank's slice there (and compared between ranks)
         return distributed.fenchel_young_loss(
             x, target, mapping, process_group=process_group, dim=dim, q=q, temperature=temperature,
             multilabel=multilabel, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-            weight=weight, return_prediction=return_prediction, **mapping_params)
+            weight=weight, return_prediction=return_prediction, softcap=softcap, class_offset=class_offset,
+            **mapping_params)
+    if class_offset is not None:
+        raise ValueError("class_offset: only with process_group= (classes split over ranks)")
+    if softcap is not None:
+        check_tensor(x)
+        c = check_positive_number(softcap, "softcap")
+        x = c * torch.tanh(x / c)
     return one_process_loss(x, target, mapping, dim=dim, q=q, temperature=temperature, multilabel=multilabel,
                             ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
                             weight=weight, return_prediction=return_prediction, **mapping_params)

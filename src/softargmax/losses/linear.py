@@ -64,6 +64,7 @@ def linear_fenchel_young_loss(
     softcap: Optional[float] = None,
     memory_budget: Optional[int] = None,
     process_group=None,
+    class_offset: Optional[int] = None,
     **mapping_params,
 ) -> Tensor:
     r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
@@ -85,6 +86,8 @@ def linear_fenchel_young_loss(
         process_group: a ``torch.distributed`` process group over which the vocabulary is
             split: ``weight`` (and ``bias``) hold this rank's contiguous rows
             (:func:`softargmax.losses.distributed.linear_fenchel_young_loss`).
+        class_offset: with ``process_group``, the global index of this rank's first class,
+            checked against the other ranks' slices (optional; on every rank or none).
     """
     if process_group is not None:  # vocabulary split over ranks
         from . import distributed
@@ -94,7 +97,9 @@ def linear_fenchel_young_loss(
             hidden, weight, target, bias, mapping, chunk_size, process_group=process_group, q=q,
             temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
             label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
-            **mapping_params)
+            class_offset=class_offset, **mapping_params)
+    if class_offset is not None:
+        raise ValueError("class_offset: only with process_group= (the vocabulary split over ranks)")
     check_linear_arguments(hidden, weight, bias, reduction, "vocab")
     V, d = weight.shape
     if softcap is not None:
