@@ -72,7 +72,7 @@ from ._checks import (
 from ._dtensor import dtensor_apply, is_dtensor, local_map_rows  # noqa: F401  (re-exported)
 from ._fy_loss import one_process_loss
 from ._loss_rows import RowLoss, resolve_loss
-from ._targets import Target, check_reduction, reduce_loss
+from ._targets import Target, check_reduction, reduce_loss, sum_tolerance
 from .divergences import AlphaDivergence, Divergence
 from .solution import sum_f_minus_f0
 from .threshold import MAX_ITER, Solution, _newton_update, bracketed_newton
@@ -359,6 +359,7 @@ class _Plan:
     weight: Optional[Tensor]  # [k_r] this rank's class weights
     check_sums: bool  # soft targets: validate Σ y = 1 after the final round
     smoothed_index: Optional[Tensor] = None  # hard labels before label smoothing (they weigh by weight[c])
+    sum_tol: float = 0.0  # soft targets: how far from 1 a row sum may be (follows the target's dtype)
 
     def local_index(self, index: Tensor, keep: Tensor):
         """``(local index clamped into the slice, owned)`` for global indices ``index``."""
@@ -417,6 +418,7 @@ def _plan(target: Tensor, local_shape, rows_to, R: int, k: int, dtype, device, s
         keep = torch.ones(R, dtype=torch.bool, device=device)
         check_sums = True
     plan = _Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, check_sums)
+    plan.sum_tol = sum_tolerance(K, target.dtype, dtype) if check_sums else 0.0
     if multilabel:
         counts = _all_reduce(dense.sum(-1).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if bool((counts == 0).any()):
@@ -600,8 +602,7 @@ def _finish_rows(partial: Tensor, plan: _Plan, rows: slice, bad_rows: Optional[T
     loss = buf[0]
     if check:
         s = buf[-1]
-        tol = 1e-4 if plan.dense.dtype != torch.float64 else 1e-8
-        if bool(((s - 1).abs() > tol * plan.K ** 0.5 + tol).any()):
+        if bool(((s - 1).abs() > plan.sum_tol).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim over all ranks "
                              f"(sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
     if bad_rows is not None:
@@ -818,8 +819,7 @@ def linear_fenchel_young_loss(
         buf = _all_reduce(torch.stack(parts).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if plan.check_sums:
             s = buf[-1]
-            tol = 1e-4 if cdt != torch.float64 else 1e-8
-            if bool(((s - 1).abs() > tol * K ** 0.5 + tol).any()):
+            if bool(((s - 1).abs() > plan.sum_tol).any()):
                 raise ValueError("target: probability vectors must sum to 1 along dim over all ranks")
             plan.check_sums = False
         if w is not None:
