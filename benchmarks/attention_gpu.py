@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import softargmax as sa
-from softargmax import _flash_attention as FA
+from softargmax.backends.triton import flash_attention as FA
 from softargmax.bench import time_thunks
 
 B, H = 2, 16

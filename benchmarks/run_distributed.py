@@ -61,7 +61,7 @@ def _worker(rank, world, port, args, out_path):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     import softargmax as sa
-    from softargmax import distributed as D
+    from softargmax.losses import distributed as D
 
     V, R, d = args.vocab, args.tokens, args.hidden
     sizes = [V // world + (1 if r < V % world else 0) for r in range(world)]

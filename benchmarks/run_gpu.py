@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 import softargmax as sa
-from softargmax import _triton_rows
-from softargmax.bench import _package, device_name, time_thunks
+from softargmax.backends.triton import rows as _triton_rows
+from softargmax.bench import device_name, entmax_package, time_thunks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_gpu  # the attention section, next to this file
@@ -94,7 +94,7 @@ def _fwd_bwd(fn, x, grad):
 
 def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True, log=print):
     cases = []
-    package = _package() if with_package else {}
+    package = entmax_package() if with_package else {}
     for dtype in dtypes:
         for shape in shapes:
             gen = torch.Generator().manual_seed(0)

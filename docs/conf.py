@@ -1,5 +1,7 @@
 """Sphinx configuration: the API reference is built from the docstrings (autodoc + napoleon for the
-``Args:`` sections), the guides are Markdown (MyST), math is rendered with MathJax.
+``Args:`` sections), the guides are Markdown (MyST), the examples gallery is built by sphinx-gallery
+from ``examples/`` (it runs every script), and math is typeset by MathJax 3, served from the built
+site itself (``sphinx-mathjax-offline``), so the pages work offline.  Theme: Furo.
 
 Build locally with ``pip install -e ".[docs]"`` and ``sphinx-build -W -b html docs docs/_build/html``.
 """
@@ -17,6 +19,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 copied into _static/mathjax: no CDN
+    "sphinx_gallery.gen_gallery",
     "myst_parser",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -28,5 +32,19 @@ autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": False}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-html_theme = "alabaster"
+
+# the examples gallery: every script of examples/ runs at build time (so the docs build, which the
+# test suite runs with -W, also runs the examples); a failing example fails the build
+sphinx_gallery_conf = {
+    "examples_dirs": os.path.join(os.path.dirname(__file__), "..", "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "write_computation_times": False,
+    "show_signature": False,
+    "run_stale_examples": True,  # run every script at every build, never a cached result
+}
+
+html_theme = "furo"
 html_title = "softargmax"

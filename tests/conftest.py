@@ -53,7 +53,7 @@ ALL_DIVERGENCES = [
     ("alpha", {"alpha": 0.5}),
 ]
 
-#: the divergences the fused row solvers cover (softargmax._row_kinds), with q = 1
+#: the divergences the fused row solvers cover (softargmax.backends.kinds), with q = 1
 FUSED_COVERED = [
     ("chi_square", {}),
     ("alpha", {"alpha": 2.0}),
@@ -193,9 +193,9 @@ def _seed_every_test():
 
 @pytest.fixture(params=["fused", "torch"])
 def solver_path(request):
-    """Run a test on both CPU solvers: the fused C row solver (:mod:`softargmax._cpu_rows`,
+    """Run a test on both CPU solvers: the fused C row solver (:mod:`softargmax.backends.cpu.rows`,
     the default where it covers the operator) and the PyTorch reference path."""
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     if request.param == "fused" and not _cpu_rows.available():
         pytest.skip("the fused CPU row solver could not be built here")
@@ -207,7 +207,7 @@ def solver_path(request):
 @pytest.fixture
 def torch_solver():
     """The PyTorch solver only (for tests of its pruning and tracing)."""
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     old = _cpu_rows.set_enabled(False)
     yield
@@ -218,7 +218,7 @@ def torch_solver():
 def triton_device():
     """Where the Triton kernels run: ``"cuda"`` on a GPU, else ``"cpu"`` under Triton's
     interpreter (CPU tensors are routed to the kernels); skips without Triton."""
-    from softargmax import _triton_rows
+    from softargmax.backends.triton import rows as _triton_rows
 
     if not _triton_rows.available():
         pytest.skip("Triton is not installed")
@@ -281,3 +281,30 @@ def rerun_is_identical(smoke_run):
         assert '"seed' in a  # the comparison covers the settings, seeds included
 
     return check
+
+
+@pytest.fixture(scope="session")
+def docs_build(tmp_path_factory):
+    """``(html folder, return code, stderr)`` of ``sphinx-build -W`` on ``docs/``, built once per test
+    run: the pytest-xdist workers share one build through a lock file in their common temporary
+    folder.  The build runs every script of the examples gallery (``examples/``)."""
+    import fcntl
+    import subprocess
+    import sys
+
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this run
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    html, result = root / "docs-build" / "html", root / "docs-build" / "result.json"
+    with open(root / "docs-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                                   os.path.join(repo, "docs"), str(html)], cwd=repo, capture_output=True, text=True,
+                                  timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="agg"))
+            result.write_text(json.dumps([proc.returncode, proc.stderr[-5000:]]))
+    returncode, stderr = json.loads(result.read_text())
+    return html, returncode, stderr

@@ -7,7 +7,7 @@ import torch
 
 import softargmax as sa
 from softargmax.divergences import AlphaDivergence
-from softargmax.threshold import solve
+from softargmax.solvers.threshold import solve
 
 F64 = torch.float64
 

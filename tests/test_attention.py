@@ -169,7 +169,7 @@ def test_alpha_mapping_uses_every_heads_alpha():
 
 
 def test_inspection_helpers():
-    from softargmax import inspect
+    from softargmax import analysis as inspect
 
     torch.manual_seed(0)
     enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2).eval()

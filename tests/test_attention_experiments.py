@@ -43,7 +43,7 @@ def test_analysis_masks_padding_and_causality():
     w = torch.zeros(1, 2, 3, 3)
     allowed = torch.ones(3, 3, dtype=torch.bool).tril()
     w[..., :, :] = torch.softmax(torch.randn(1, 2, 3, 3).masked_fill(~allowed, float("-inf")), -1)
-    assert sa.inspect.head_density(w, allowed).tolist() == [1.0, 1.0]
+    assert sa.analysis.head_density(w, allowed).tolist() == [1.0, 1.0]
 
 
 @pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
@@ -89,3 +89,12 @@ def test_adaptive_attention_rerun_with_the_same_seed_is_identical(rerun_is_ident
 @pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
 def test_nli_attention_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     rerun_is_identical("nli-attention", "--data-dir", str(SHARED))
+
+
+def test_adaptive_attention_gives_no_bleu_verdict_without_a_measure_of_noise():
+    from softargmax.experiments import adaptive_attention
+
+    # one seed, no significance test: a 0.3 BLEU gap may not be called "no loss" (nor a 3-point gap a loss)
+    for gap in (0.3, 3.0):
+        (line,) = adaptive_attention._claims({"softmax": {"bleu": 24.0}, "entmax15": {"bleu": 24.0 - gap}})
+        assert "not tested" in line and "holds" not in line, line

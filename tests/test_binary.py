@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import softargmax as sa
-from softargmax.binary import _generic_inputs
 from softargmax.divergences import get_divergence
+from softargmax.operators.binary import _generic_inputs
 
 F64 = torch.float64
 CLOSED = ["kl", "reverse_kl", "jensen_shannon", "chi_square"]
@@ -55,7 +55,7 @@ def test_builtin_generators_declare_their_closed_forms(name):
 
 def test_a_new_generator_brings_its_own_closed_form():
     """A user's generator declares a closed form on itself and f_sigmoid / f_softplus use it
-    (here KL's, written as a CustomDivergence): nothing in softargmax.binary changes."""
+    (here KL's, written as a CustomDivergence): nothing in softargmax.operators.binary changes."""
     calls = []
 
     class MyKL(sa.divergences.CustomDivergence):

@@ -9,7 +9,7 @@ import torch
 from torch.autograd import gradcheck
 
 import softargmax as sa
-from softargmax.budget import budget_sparsemax, solve_budget
+from softargmax.operators.budget import budget_sparsemax, solve_budget
 
 BUDGETS = [1.0, 1.5, 2.0, 3.0, 4.5]
 

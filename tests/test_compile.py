@@ -2,8 +2,8 @@
 
 On CPU (CI) the compiled functions run with the ``aot_eager`` backend: Dynamo traces with no
 graph break (``fullgraph=True``), AOTAutograd traces forward and backward through the fake
-implementations and autograd formulas of the custom operators (:mod:`softargmax._custom_ops`,
-:mod:`softargmax._loss_ops`); Inductor's code generation adds nothing to check here and
+implementations and autograd formulas of the custom operators (:mod:`softargmax.operators._library_ops`,
+:mod:`softargmax.losses._library_ops`); Inductor's code generation adds nothing to check here and
 would take minutes on a small CPU.  The GPU tests (skipped without CUDA) compile with the
 default backend, capture and replay CUDA graphs, and run the operators with device
 synchronization made an error.
@@ -104,7 +104,7 @@ def test_compile_on_the_triton_path(triton_device):
     """The operators' Triton solutions (no s, a JVP kernel, bad rows kept on the device) inside
     the custom operators: compiled equals eager, NaN rows included (Triton's interpreter on CPU)."""
     from softargmax.divergences import get_divergence
-    from softargmax.threshold import solve
+    from softargmax.solvers.threshold import solve
 
     x = X.float().to(triton_device)
     x[3, 2] = float("nan")

@@ -1,4 +1,4 @@
-"""The fused CPU row solver (softargmax._cpu_rows) against the PyTorch solver and the sort references.
+"""The fused CPU row solver (softargmax.backends.cpu.rows) against the PyTorch solver and the sort references.
 
 Both paths are independent implementations of the same method; the PyTorch one
 is checked against brute-force optimizers in test_fdiv and against sort-based references
@@ -19,9 +19,9 @@ import torch
 from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _cpu_rows
+from softargmax.backends.cpu import rows as _cpu_rows
 from softargmax.divergences import get_divergence
-from softargmax.threshold import solve
+from softargmax.solvers.threshold import solve
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 
@@ -108,6 +108,13 @@ def test_alpha_outside_covered_range_falls_back():
     assert _cpu_rows.solve_alpha_rows(z, torch.tensor([[1.5], [2.5], [1.5], [1.5]], dtype=torch.float64)) is None
     assert _cpu_rows.solve(z.t(), get_divergence("chi_square")) is None  # not contiguous
     assert _cpu_rows.solve(z.half(), get_divergence("chi_square")) is None  # computed in float32 upstream
+    # α just above 1 (α - 1 below MIN_A of the dtype) goes to the PyTorch path, the rest stays here
+    for dtype, near, ordinary in ((torch.float32, 1 + 1e-7, 1 + 1e-5), (torch.float64, 1 + 1e-5, 1 + 2e-4)):
+        zd = z.to(dtype)
+        assert _cpu_rows.solve(zd, get_divergence("alpha", alpha=near)) is None
+        assert _cpu_rows.solve_alpha_rows(zd, torch.tensor([[1.5], [near], [1.5], [1.5]], dtype=dtype)) is None
+        assert _cpu_rows.solve(zd, get_divergence("alpha", alpha=ordinary)) is not None
+        assert _cpu_rows.solve_alpha_rows(zd, torch.full((4, 1), ordinary, dtype=torch.float64)) is not None
     # the public operators still answer (PyTorch path)
     p = sa.entmax(z, 2.5)
     torch.testing.assert_close(p.sum(-1), torch.ones(4, dtype=torch.float64))
@@ -143,7 +150,7 @@ def _run_python(code, **env):
 
 
 def test_missing_compiler_falls_back_with_a_warning(tmp_path):
-    code = ("import torch, softargmax as sa; from softargmax import _cpu_rows; "
+    code = ("import torch, softargmax as sa; from softargmax.backends.cpu import rows as _cpu_rows; "
             "x = torch.randn(3, 9, dtype=torch.float64); p = sa.sparsemax(x); "
             "print(_cpu_rows.available(), float(p.sum(-1).sub(1).abs().max()) < 1e-12)")
     proc = _run_python(code, CC="/nonexistent/cc", SOFTARGMAX_CACHE_DIR=str(tmp_path))
@@ -153,6 +160,6 @@ def test_missing_compiler_falls_back_with_a_warning(tmp_path):
 
 
 def test_environment_switch_disables_the_fused_path():
-    proc = _run_python("from softargmax import _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
+    proc = _run_python("from softargmax.backends.cpu import rows as _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

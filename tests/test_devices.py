@@ -1,5 +1,5 @@
 """Modules create their parameters and buffers where they are told, and tensor arguments on
-another device than the scores get one documented rule (``softargmax._checks.check_device``).
+another device than the scores get one documented rule (``softargmax._utils.checks.check_device``).
 
 The ``meta`` device stands in for a GPU on CPU-only machines: a parameter built on the CPU
 while the module was asked for ``device="meta"`` is the bug that crashed learned-α attention
@@ -96,7 +96,7 @@ def test_tensor_arguments_on_another_device_are_refused_by_name(call, name):
 
 
 def test_check_device_moves_only_cpu_scalars():
-    from softargmax._checks import check_device
+    from softargmax._utils.checks import check_device
 
     x = torch.randn(3, 5)
     a = torch.tensor(1.5)

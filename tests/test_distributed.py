@@ -164,7 +164,7 @@ def _loss_case(name, loss_fn, x_full, target_full, local_target, sl, group, kwar
 
 def _worker_losses(rank, world, V):
     import softargmax as sa
-    from softargmax import distributed as D
+    from softargmax.losses import distributed as D
 
     group = dist.group.WORLD
     sizes = _split(V, world)
@@ -334,7 +334,7 @@ def _worker_dtensor(rank, world, V):
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
     import softargmax as sa
-    from softargmax.distributed import local_map_rows
+    from softargmax.losses.distributed import local_map_rows
 
     mesh = init_device_mesh("cpu", (world,))
     R = 8

@@ -6,6 +6,7 @@ References are independent of the library's solvers: the ``entmax`` package's bi
 sparsemax / 1.5-entmax, and float64 evaluations of the same float32 input.
 """
 
+import functools
 import math
 
 import pytest
@@ -14,7 +15,8 @@ import torch.nn.functional as F
 from conftest import entmax15_sort, entmax_ref64, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _cpu_rows, _triton_rows
+from softargmax.backends.cpu import rows as _cpu_rows
+from softargmax.backends.triton import rows as _triton_rows
 
 entmax_pkg = pytest.importorskip("entmax")
 
@@ -73,6 +75,41 @@ def test_steep_alpha_per_row_tensor_and_q(torch_solver):
     pq = sa.f_softargmax(torch.zeros(3, 60), "alpha", q=q, alpha=4.0)
     # flat scores: p_j = q_j [y - t]^{1/a} with the same base: p ∝ q
     assert (pq.double() - (q / q.sum()).double()).abs().max() <= 1e-6
+
+
+def test_steep_alpha_f_softmax_value_on_flat_rows(solver_path):
+    """f_softmax at α = 5, β = 0.5 on nearly flat rows (7 classes, ``-3 ± 2e-4``): the value is
+    exact, and its central differences match those of an exact value.  Those differ from
+    ``⟨p, v⟩`` by 6.9e-5 at h = 1e-6: ``p = [y - t]_+^{1/(α-1)}`` is only Hölder continuous
+    at the edge of the support (the entry at -3.0001628 sits there), so the central
+    difference's error is ``O(h^{1/(α-1)})``, not ``O(h²)``; it lies between ``⟨p(x ± h v), v⟩``
+    (f_softmax is convex)."""
+    from softargmax.divergences import get_divergence
+
+    alpha, beta, h = 5.0, 0.5, 1e-6
+    x = torch.tensor([[-3.000242, -3.0003586, -2.9999222, -3.0002647, -3.0001628, -2.9996874, -3.0001137]],
+                     dtype=torch.float64)
+    x = x - x.amax(-1, keepdim=True)
+    v = torch.tensor([[1.5060, 0.1456, -0.1797, -0.9702, -0.0543, -0.1206, 0.6122]], dtype=torch.float64)
+    f = get_divergence("alpha", alpha=alpha).f
+
+    def value_ref(z):
+        # max_p ⟨p, z⟩ - β Σ f(p_j) at the float64 bisection's p: stationary in p, so the
+        # value's error is second order in p's
+        p = entmax_ref64(z / beta, alpha)
+        return ((p * z).sum(-1) - beta * f(p).sum(-1)).squeeze()
+
+    def value(z):
+        return sa.f_softmax(z, "alpha", alpha=alpha, temperature=beta).squeeze()
+
+    for z in (x, x + h * v, x - h * v):
+        assert abs(float(value(z) - value_ref(z))) <= 1e-14
+    fd = float(value(x + h * v) - value(x - h * v)) / (2 * h)
+    fd_ref = float(value_ref(x + h * v) - value_ref(x - h * v)) / (2 * h)
+    assert abs(fd - fd_ref) <= 1e-8
+    slope = lambda z: float((sa.f_softargmax(z, "alpha", alpha=alpha, temperature=beta) * v).sum())  # noqa: E731
+    assert abs(fd_ref - slope(x)) > 5e-5  # the exact central difference is that far from ⟨p, v⟩ ...
+    assert slope(x - h * v) <= fd <= slope(x + h * v)  # ... and inside the convexity bracket
 
 
 # -- 2. large logits on every path ----------------------------------------------------------
@@ -155,6 +192,45 @@ def test_alpha_near_one_forward_float32(solver_path):
         ref = entmax_ref64(x, alpha)
         assert (sa.entmax(x, alpha).double() - ref).abs().max() <= 2e-7
         assert (sa.entmax(x, torch.tensor(alpha)).double() - ref).abs().max() <= 2e-7
+
+
+#: α just above 1, down to the float next to 1, where ``1/(α - 1)`` is 4.5e15
+JUST_ABOVE_ONE = [1 + 1e-10, 1 + 1e-12, 1 + 1e-15, 1.0000000000000002]
+
+
+@functools.lru_cache(maxsize=None)
+def _just_above_one_case(alpha, dtype):
+    """Scores ``[32, 30]``, a direction and the float64 bisection (computed once per α and dtype)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 30, generator=g).to(dtype)
+    v = torch.randn(32, 30, generator=g, dtype=torch.float64)
+    ref = entmax_ref64(x, alpha)
+    assert (ref - torch.softmax(x.double(), -1)).abs().max() <= 1e-9  # the reference: softmax to O(α - 1)
+    return x, v, ref
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("alpha", JUST_ABOVE_ONE)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_alpha_just_above_one_every_path(alpha, dtype, any_path):
+    """α-entmax tends to softmax as α → 1 on every path, the gradient included.  The C row
+    solver formed the base ``1 + w`` of ``p = (1 + w)^{1/(α-1)}`` in double, a relative error
+    ``ε₆₄/(α - 1)``: float32 rows were off by 4e-6 at α = 1 + 1e-12 and summed to 1.29 at the
+    float next to 1 (two zeros gave 0.6065 each)."""
+    x, v, ref = _just_above_one_case(alpha, dtype)
+    xr = x.clone().requires_grad_(True)
+    p = sa.entmax(xr, alpha)
+    (p * v.to(dtype)).sum().backward()
+    tol = 2e-7 if dtype == torch.float32 else 1e-12
+    assert (p.double() - ref).abs().max() <= tol
+    assert (p.double().sum(-1) - 1).abs().max() <= 2 * tol
+    # the Jacobian-vector product of α-entmax: s ⊙ (v - ⟨s, v⟩/Σs) with s = p^{2-α}
+    s = torch.exp((2 - alpha) * ref.log())
+    grad_ref = s * (v - (s * v).sum(-1, keepdim=True) / s.sum(-1, keepdim=True))
+    assert (xr.grad.double() - grad_ref).abs().max() <= 10 * tol
+    two = sa.entmax(torch.zeros(1, 2, dtype=dtype), alpha)
+    assert (two.double() - 0.5).abs().max() <= tol
 
 
 # -- 4. binary f-sigmoid and f-softplus ---------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from conftest import entmax15_sort, sparsemax_sort
 
 import softargmax as sa
-from softargmax._autograd import entmax_alpha_vjp
+from softargmax.operators._autograd import entmax_alpha_vjp
 
 entmax_pkg = pytest.importorskip("entmax")
 F64 = torch.float64
@@ -133,7 +133,7 @@ def test_support_is_sparse_and_sums_to_one():
 
 def test_pruned_and_unpruned_solutions_agree(torch_solver):
     from softargmax.divergences import AlphaDivergence, ChiSquare
-    from softargmax.threshold import solve
+    from softargmax.solvers.threshold import solve
 
     z = torch.randn(32, 4096, dtype=F64, generator=torch.Generator().manual_seed(1)) * 3
     for div in [ChiSquare(), AlphaDivergence(1.5), AlphaDivergence(1.2), AlphaDivergence(3.0)]:

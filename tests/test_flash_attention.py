@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import softargmax as sa
-from softargmax import _flash_attention as FA
-from softargmax import _triton_rows
+from softargmax.backends.triton import flash_attention as FA
+from softargmax.backends.triton import rows as _triton_rows
 
 
 @pytest.fixture
@@ -261,7 +261,8 @@ import torch, triton
 from concurrent.futures import ProcessPoolExecutor
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from softargmax import _triton_attention as K, _flash_attention as F
+from softargmax.backends.triton import attention_kernels as K
+from softargmax.backends.triton import flash_attention as F
 
 target = GPUTarget("cuda", 90, 32)
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -329,7 +330,7 @@ def test_kernels_compile_for_sm90():
     """Every kernel compiles to an sm_90 binary with every value of each compile-time switch
     (EXACT 0/1/2, causal, mask, head dims 64 and 128, bfloat16/float16/float32, α gradient); registers, spills and shared
     memory of each binary (``cuobjdump --dump-resource-usage``; stack bytes are spills) are
-    printed (``-s``): the tile choice of :func:`softargmax._flash_attention.blocks` rests on them."""
+    printed (``-s``): the tile choice of :func:`softargmax.backends.triton.flash_attention.blocks` rests on them."""
     if not FA.available():
         pytest.skip("Triton is not installed")
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")

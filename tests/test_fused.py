@@ -95,7 +95,7 @@ def test_fused_softcap_equals_unfused(mapping, params):
 
 
 def test_chunks_follow_the_memory_budget():
-    from softargmax._linear_chunks import chunk_tokens
+    from softargmax.losses._linear_chunks import chunk_tokens
 
     V = 1000
     assert chunk_tokens(V, torch.float32, 10**9) > chunk_tokens(V, torch.float32, 10**8) > 1
@@ -133,7 +133,7 @@ def test_fused_half_matches_the_unfused_half_loss(dtype):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_weight_gradient_uses_half_gemm_with_float32_accumulation():
-    from softargmax import fused as F
+    from softargmax.losses import linear as F
 
     g = torch.Generator(device="cuda").manual_seed(4)
     N, d, V = 512, 256, 4096

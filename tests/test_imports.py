@@ -1,25 +1,33 @@
 """The package's import graph, read from the source: no cycle, and imports run one way.
 
-The core flows divergences -> threshold solvers -> mappings -> losses -> modules -> tools;
-a module may import from its own layer or a lower one, never from a higher one, and the
-graph of every import (module level and inside functions) has no cycle.
+The folders are the layers: _utils -> divergences -> backends -> solvers -> operators -> losses
+-> nn / compat / integrations -> tools; a module may import from its own folder or a lower
+one, never from a higher one, and the graph of every import (module level and inside
+functions) has no cycle.  The paths of earlier releases (``softargmax.fdiv``, ...) still
+import, as the very same modules (``softargmax._moved``).
 """
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "softargmax"
 
-#: lowest layer first; every module of the package must be listed (subpackages by prefix)
+#: the folders are the layers, lowest first: a module's layer is the first component of its path under
+#: src/softargmax (its folder, or its own name for the modules at the root); every one must be listed
 LAYERS = [
-    ("base", {"_checks", "_extras", "_dtensor", "divergences", "solution", "_row_kinds", "_triton_kernels"}),
-    ("solvers", {"_triton_attention", "_cpu_rows", "_triton_rows", "_kernels", "threshold", "tau"}),
-    ("mappings", {"normmax", "budget", "_autograd", "entmax", "fdiv", "alpha_relu", "binary", "mappings", "_custom_ops"}),
-    ("losses", {"norm_budget_losses", "_targets", "_loss_rows", "_fy_loss", "_linear_chunks", "distributed", "losses", "fused", "_loss_ops"}),
-    ("modules", {"compat", "_flash_attention", "attention", "nn", "integrations"}),
-    ("tools", {"inspect", "bench", "cli", "__main__", "experiments", "__init__"}),
+    ("utilities", {"_utils"}),
+    ("mathematics", {"divergences"}),
+    ("fused backends", {"backends"}),
+    ("reference solvers", {"solvers"}),
+    ("operators", {"operators"}),
+    ("losses", {"losses"}),
+    ("modules", {"nn", "compat", "integrations"}),
+    ("tools", {"analysis", "bench", "cli", "__main__", "experiments", "_moved", "__init__"}),
 ]
 
 
@@ -56,15 +64,13 @@ def _imports(path: Path, module: str):
                 target = node.module.split(".")[1:]
             else:
                 continue
-            if target:
-                out.add(".".join(target))
-            else:  # "from . import a, b"
-                out.update(".".join(base + [alias.name]) for alias in node.names)
-            if target:  # "from .pkg import submodule"
-                for alias in node.names:
-                    candidate = ".".join(target + [alias.name])
-                    if (ROOT / Path(*candidate.split("."))).with_suffix(".py").exists():
-                        out.add(candidate)
+            for alias in node.names:  # "from .pkg import submodule" imports the submodule, else a name of .pkg
+                candidate = target + [alias.name]
+                path = ROOT / Path(*candidate)
+                if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+                    out.add(".".join(candidate))
+                elif target:
+                    out.add(".".join(target))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
@@ -135,6 +141,58 @@ def test_the_checks_can_fail():
     """The checker finds a planted cycle and a planted upward import."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
-    assert _layer("threshold") < _layer("losses")
+    assert _layer("solvers.threshold") < _layer("losses.functional")
     with pytest.raises(AssertionError):
         _layer("not_a_module")
+
+
+def _import_linter(*args: str) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter")
+    code = "import sys; from importlinter.cli import import_linter; sys.argv[0] = 'import-linter'; import_linter()"
+    env = dict(os.environ, PYTHONPATH=str(ROOT.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT.parents[1], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_the_import_linter_contract_is_kept():
+    """The layers contract of pyproject.toml (``lint-imports``), an independent checker of the same rule."""
+    proc = _import_linter("lint", "--no-cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def test_the_picture_in_the_docs_is_the_current_import_graph():
+    """docs/_static/architecture.dot (drawn into architecture.svg) is what import-linter draws now."""
+    proc = _import_linter("drawgraph", "softargmax", "--show-import-totals")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (ROOT.parents[1] / "docs" / "_static" / "architecture.dot").read_text()
+    assert proc.stdout == committed, "redraw the picture: see docs/architecture.md"
+
+
+def _private_names_imported():
+    """``(module, name)`` for every private name (``_x``, not a module) imported from another module."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("softargmax"))):
+                continue
+            if node.level:
+                folder = path.parent
+                for _ in range(node.level - 1):
+                    folder = folder.parent
+            else:
+                folder = ROOT.parent
+            folder = folder.joinpath(*(node.module or "").split(".")) if node.module else folder
+            for alias in node.names:
+                is_module = (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir()
+                if alias.name.startswith("_") and not alias.name.startswith("__") and not is_module:
+                    found.append((module, alias.name))
+    return found
+
+
+def test_no_private_name_crosses_a_module():
+    """The underscore means "this module only": a name another module needs is public (and documented).
+    Private *modules* (``_autograd``, ``_library_ops``) are imported within their own layer."""
+    assert _private_names_imported() == []

@@ -250,7 +250,7 @@ def test_modules():
         sa.nn.FenchelYoungLoss("nope")
 
 
-@pytest.mark.parametrize("dtype,n,k", [(torch.bfloat16, 64, 50), (torch.float16, 64, 50), (torch.float16, 4, 32000)])
+@pytest.mark.parametrize("dtype,n,k", [(torch.bfloat16, 64, 50), (torch.float16, 64, 50)])
 def test_half_precision_soft_targets_are_accepted_and_used_as_given(dtype, n, k):
     # a softmax rounded to bfloat16/float16 sums to 1 only within the dtype's rounding (bfloat16:
     # 0.9992..1.0008 for these rows); the losses take it as F.cross_entropy does, as given:

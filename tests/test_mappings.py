@@ -1,4 +1,4 @@
-"""The one mapping-name table (``softargmax.mappings``): every name resolves to the generator
+"""The one mapping-name table (``softargmax.operators.mappings``): every name resolves to the generator
 it stands for, ``normalize`` computes the operator that name denotes, and bad names or
 parameters are refused by name."""
 
@@ -7,7 +7,7 @@ import torch
 
 import softargmax as sa
 from softargmax.divergences import DIVERGENCE_NAMES, Divergence, get_divergence
-from softargmax.mappings import MAPPING_NAMES, normalize, resolve
+from softargmax.operators.mappings import MAPPING_NAMES, normalize, resolve
 
 X = torch.randn(5, 9, dtype=torch.float64) * 2
 
@@ -54,8 +54,8 @@ def test_divergence_objects_pass_through():
 
 
 def test_losses_and_attention_use_the_same_table():
-    from softargmax.attention import MAPPINGS as ATTENTION_MAPPINGS
     from softargmax.losses import MAPPINGS as LOSS_MAPPINGS
+    from softargmax.operators.attention import MAPPINGS as ATTENTION_MAPPINGS
 
     assert ATTENTION_MAPPINGS == MAPPING_NAMES
     assert set(LOSS_MAPPINGS) == set(MAPPING_NAMES) | {"alpha_relu"}

@@ -9,7 +9,7 @@ import torch
 from torch.autograd import gradcheck
 
 import softargmax as sa
-from softargmax.normmax import normmax
+from softargmax.operators.normmax import normmax
 
 ALPHAS = [1.3, 2.0, 3.0, 7.0]
 

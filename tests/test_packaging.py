@@ -10,8 +10,8 @@ PROBE = r"""
 import sys
 import torch  # the one dependency, and whatever it loads itself
 before = set(sys.modules)
-import softargmax, softargmax.nn, softargmax.losses, softargmax.attention, softargmax.fused
-import softargmax.tau, softargmax.inspect, softargmax.divergences, softargmax.threshold
+import softargmax, softargmax.nn, softargmax.losses, softargmax.attention, softargmax.losses.linear
+import softargmax.operators.alpha_relu_tau, softargmax.analysis, softargmax.divergences, softargmax.solvers.threshold
 x = torch.randn(4, 7)
 softargmax.entmax15(x); softargmax.sparsemax(x); softargmax.entmax(x, 1.3)
 softargmax.f_softargmax(x, "jensen_shannon"); softargmax.alpha_relu(x)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import softargmax as sa
-from softargmax import tau as T
+from softargmax.operators import alpha_relu_tau as T
 
 F64 = torch.float64
 

@@ -1,5 +1,5 @@
 """The PyTorch threshold solver's pieces: the block layout, the block selection, tracing,
-and the :class:`~softargmax.solution.Solution` contract shared by every backend."""
+and the :class:`~softargmax.backends.solution.Solution` contract shared by every backend."""
 
 import math
 
@@ -8,10 +8,11 @@ import torch
 from conftest import FUSED_COVERED, div_id, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _kernels, threshold
+from softargmax import backends as _kernels
+from softargmax.backends.solution import Solution
 from softargmax.divergences import Divergence, get_divergence
-from softargmax.solution import Solution
-from softargmax.threshold import PRUNE_MIN_LENGTH, _select_blocks, block_layout, solve
+from softargmax.solvers import threshold
+from softargmax.solvers.threshold import PRUNE_MIN_LENGTH, block_layout, select_blocks, solve
 
 
 @pytest.mark.parametrize("k", [PRUNE_MIN_LENGTH, 130, 256, 1000, 1024, 4096, 30000, 2**17])
@@ -43,7 +44,7 @@ def test_select_blocks_matches_brute_force():
     thr = torch.quantile(bmax, 0.8, dim=1, keepdim=True)  # about 8 blocks per row
     thr[2] = bmax[2].max() + 1  # a row that selects nothing
     bmax[3, 5] = math.nan  # NaN blocks are never selected
-    table, valid = _select_blocks(bmax, thr)
+    table, valid = select_blocks(bmax, thr)
     want = _brute_select(bmax, thr)
     KB = max(len(w) for w in want)
     assert table.shape == (R, KB) and valid.shape == (R, KB)
@@ -56,8 +57,8 @@ def test_select_blocks_matches_brute_force():
 
 def test_select_blocks_declines_when_most_blocks_pass():
     bmax = torch.arange(8.0).reshape(1, 8)
-    assert _select_blocks(bmax, torch.tensor([[0.5]])) == (None, None)  # 7 of 8 blocks
-    table, valid = _select_blocks(bmax, torch.tensor([[5.5]]))  # 2 of 8
+    assert select_blocks(bmax, torch.tensor([[0.5]])) == (None, None)  # 7 of 8 blocks
+    table, valid = select_blocks(bmax, torch.tensor([[5.5]]))  # 2 of 8
     assert table[valid].tolist() == [6, 7]
 
 
@@ -219,7 +220,7 @@ class _Tsallis15(Divergence):
 
 
 def test_a_new_divergence_takes_the_fast_path_by_declaring_its_kind():
-    from softargmax import _cpu_rows
+    from softargmax.backends.cpu import rows as _cpu_rows
 
     toy = _Tsallis15()
     x = torch.randn(6, 300, dtype=torch.float64) * 3

@@ -320,3 +320,125 @@ def test_gpu_preset_at_toy_size(tmp_path):
         assert text in report, text
     assert "keeps training: in all 4 runs" in report and (out / "curves_selection.png").exists()
     assert (out / "runs" / "softmax" / "seed2" / "best.pt").exists()
+
+
+# --- the report says no more than its statistics ----------------------------------------------------------
+
+REPORT = Path(__file__).resolve().parents[1] / "reports" / "translation"
+PAIRS = [("softmax", "sparsemax"), ("softmax", "entmax15"), ("softmax", "alpha_relu"), ("sparsemax", "entmax15"),
+         ("sparsemax", "alpha_relu"), ("entmax15", "alpha_relu")]
+
+
+def _results_with(bleu: dict, p: dict) -> dict:
+    """The committed results with the systems' BLEU set to ``bleu`` and a paired bootstrap of all 6 pairs whose
+    p-values are ``p[(a, b)]`` (0.5 for pairs not named)."""
+    res = json.loads((REPORT / "results.json").read_text())
+    for s, v in bleu.items():
+        res["systems"][s]["bleu"] = v
+    res["significance"] = [{"a": a, "b": b, "bleu_a": bleu[a], "bleu_b": bleu[b], "delta": bleu[a] - bleu[b],
+                            "ci": [bleu[a] - bleu[b] - 1.0, bleu[a] - bleu[b] + 1.0], "p_value": p.get((a, b), 0.5),
+                            "n_samples": 1000, "seeds": 1, "sentences": 1000} for a, b in PAIRS]
+    return res
+
+
+def _claim_lines(report: str, start: str) -> list:
+    return [line for line in report.splitlines() if line.startswith(start)]
+
+
+def test_a_bleu_claim_holds_only_below_the_reports_bonferroni_threshold():
+    from softargmax.experiments import translation
+
+    bleu = {"softmax": 24.0, "sparsemax": 17.6, "entmax15": 25.0, "alpha_relu": 24.7}
+    # 0.7 BLEU better with p = 0.049: significant at 0.05 but not at 0.05 / 6 = 0.0083, the report's own threshold
+    report = translation.render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.049}), [])
+    assert "p < 0.0083 (0.05 / 6 comparisons, Bonferroni)" in report
+    (line,) = _claim_lines(report, "- 1.5-ReLU beats softmax")
+    assert "holds" not in line and "not shown (BLEU 24.70 vs 24.00, p = 0.0490, threshold 0.0083)" in line
+    # the same difference with p far below the threshold holds
+    report = translation.render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.002}), [])
+    (line,) = _claim_lines(report, "- 1.5-ReLU beats softmax")
+    assert line.startswith("- 1.5-ReLU beats softmax: holds (") and "p = 0.0020 < 0.0083" in line
+    # reversed and significant: does not hold; reversed and not significant: not shown
+    swapped = dict(bleu, softmax=24.7, alpha_relu=24.0)
+    (line,) = _claim_lines(translation.render_report(_results_with(swapped, {("softmax", "alpha_relu"): 0.002}), []),
+                           "- 1.5-ReLU beats softmax")
+    assert ": does not hold (BLEU 24.00 vs 24.70" in line
+    (line,) = _claim_lines(translation.render_report(_results_with(swapped, {}), []), "- 1.5-ReLU beats softmax")
+    assert ": not shown (" in line
+    # the committed run: 1.5-ReLU's lead over softmax is not significant, its lead over sparsemax is
+    committed = (REPORT / "report.md").read_text()
+    assert _claim_lines(committed, "- 1.5-ReLU beats softmax: not shown (")
+    assert _claim_lines(committed, "- 1.5-ReLU beats sparsemax: holds (")
+
+
+def _perturbed(x, shift: int, counter=None):
+    """Every float in ``x`` moved, each by its own factor (so that ratios move too); integers and strings kept."""
+    counter = [shift] if counter is None else counter
+    if isinstance(x, dict):
+        return {k: _perturbed(v, shift, counter) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_perturbed(v, shift, counter) for v in x]
+    if isinstance(x, float):
+        counter[0] += 1
+        return (1.1 + 0.13 * (counter[0] % 7)) * x + 0.037 * shift
+    return x
+
+
+def _strings(x):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _strings(v)
+    elif isinstance(x, str):
+        yield x
+
+
+def test_every_number_in_the_report_moves_with_results_json():
+    """A decimal number that stays put when every float of results.json moves must be a stated criterion or part
+    of a string in results.json (a device or version name): a past run's BLEU kept in code would stay put."""
+    import re
+
+    from softargmax.experiments import translation
+
+    number = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.-])")  # not the 1.5 of "1.5-ReLU", nor parts of "2.13.0"
+    results = json.loads((REPORT / "results.json").read_text())
+    report = translation.render_report(results, [])
+    stays = set(number.findall(report))
+    for shift in (1, 2, 3):  # three moves, so that no number stays put by coincidence
+        moved = _perturbed(results, shift)
+        report_moved = translation.render_report(moved, [])
+        assert report_moved != report
+        stays &= set(number.findall(report_moved))
+    criteria = [translation.LEVEL, translation.BLEU_MARGIN, translation.SPEED_MARGIN, translation.TAU_TOLERANCE,
+                translation.SPARSITY_SE, translation.bonferroni_threshold(results["significance"]), 0.0, 1.0]
+    in_strings = {n for s in _strings(results) for n in number.findall(s)}
+    stuck = []
+    for n in sorted(stays):
+        digits = len(n.split(".")[1])
+        if n not in in_strings and not any(float(n) == round(c, digits) for c in criteria):
+            stuck.append(n)
+    assert not stuck, f"numbers in the report that do not come from results.json: {stuck}"
+    # and those that come from it follow it: the claims quote the BLEU and p-values the bootstrap gave
+    claims = report_moved.split("## Claims checked")[1].split("## Discussion")[0]
+    for r in moved["significance"]:
+        if r["b"] == "alpha_relu" and r["a"] in ("softmax", "sparsemax"):
+            assert f"BLEU {r['bleu_b']:.2f} vs {r['bleu_a']:.2f}, p = {r['p_value']:.4f}" in claims, r["a"]
+
+
+def test_claims_of_a_run_with_some_systems_and_several_seeds():
+    from softargmax.experiments import translation
+
+    res = json.loads((REPORT / "results.json").read_text())
+    S = {s: res["systems"][s] for s in ("softmax", "alpha_relu")}
+    res["systems"], res["significance"] = S, [r for r in res["significance"] if {r["a"], r["b"]} == set(S)]
+    report = translation.render_report(res, [])
+    assert "p < 0.0500 (one comparison)" in report and "1.5-entmax" not in report.split("## Claims")[1].split("## Discussion")[0]
+    # several seeds: the sparsity verdict compares the mean zero shares with their standard error
+    seeds = {"alpha_relu": [0.90, 0.91, 0.92], "entmax15": [0.95, 0.96, 0.97]}
+    S = {s: {"seeds": {str(k): {"zero_fraction": z} for k, z in enumerate(v)}} for s, v in seeds.items()}
+    assert translation._sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
+    S["entmax15"]["seeds"]["0"]["zero_fraction"] = 0.85  # difference 0.017, below 2 standard errors (0.078)
+    assert translation._sparsity_verdict(S).startswith("not shown")

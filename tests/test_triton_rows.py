@@ -1,4 +1,4 @@
-"""The Triton kernels (softargmax._triton_rows) against the PyTorch reference path.
+"""The Triton kernels (softargmax.backends.triton.rows) against the PyTorch reference path.
 
 Without a GPU (CI) the kernels run in Triton's interpreter on CPU tensors at small sizes
 (``TRITON_INTERPRET=1``, set in conftest); the long-row kernels are reached by shrinking
@@ -21,9 +21,10 @@ import torch
 from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
-from softargmax import _cpu_rows, _triton_rows
+from softargmax.backends.cpu import rows as _cpu_rows
+from softargmax.backends.triton import rows as _triton_rows
 from softargmax.divergences import get_divergence
-from softargmax.threshold import solve
+from softargmax.solvers.threshold import solve
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
 
@@ -342,7 +343,8 @@ import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from softargmax import _triton_kernels as K, _triton_rows as T
+from softargmax.backends.triton import row_kernels as K
+from softargmax.backends.triton import rows as T
 
 target = GPUTarget("cuda", 90, 32)
 row = {"P": "*fp32", "T": "*fp32", "SSUM": "*fp32", "STATUS": "*i8", "ZP": "*fp32", "OMEGA": "*fp32", "A": "*fp32"}

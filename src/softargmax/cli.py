@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     if args.command == "reproduce":
         import importlib
 
-        from ._extras import MissingExtraError, require
+        from ._utils.extras import MissingExtraError, require
         from .experiments import EXPERIMENTS
 
         try:

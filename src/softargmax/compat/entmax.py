@@ -49,14 +49,14 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
-from .. import losses as _losses
-from .._checks import check_broadcastable, check_tensor
-from ..budget import budget_sparsemax
-from ..entmax import entmax as _entmax
-from ..entmax import entmax15 as _entmax15
-from ..entmax import sparsemax as _sparsemax
-from ..norm_budget_losses import normmax_loss as _normmax_loss
-from ..normmax import normmax as _normmax
+from .._utils.checks import check_broadcastable, check_tensor
+from ..losses import functional as _losses
+from ..losses.normmax_budget import normmax_loss as _normmax_loss
+from ..operators.budget import budget_sparsemax
+from ..operators.entmax import entmax as _entmax
+from ..operators.entmax import entmax15 as _entmax15
+from ..operators.entmax import sparsemax as _sparsemax
+from ..operators.normmax import normmax as _normmax
 
 __all__ = [
     "sparsemax",
@@ -143,7 +143,7 @@ def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_
 def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter=50) -> Tensor:
     """The k-subsets map ``argmax_{0 <= p <= 1, Σp = budget} ⟨p, X⟩ - ½‖p‖²`` along ``dim``.
 
-    Computed as ``budget · budget_sparsemax(X / budget, budget)`` (:mod:`softargmax.budget`).
+    Computed as ``budget · budget_sparsemax(X / budget, budget)`` (:mod:`softargmax.operators.budget`).
     ``budget = 0`` gives zeros, as in the package; a row with at most ``budget`` unmasked
     entries gets 1 on each of them.
     """
@@ -228,7 +228,7 @@ def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 
 
 
 def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter=50) -> Tensor:
-    """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.norm_budget_losses`)."""
+    """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.losses.normmax_budget`)."""
     check_tensor(X, "X")
     if isinstance(alpha, Tensor) and alpha.numel() == 1:
         alpha = float(alpha)

@@ -49,7 +49,16 @@ from torch import Tensor
 
 from .alpha import AlphaDivergence
 from .base import Divergence
-from .builtin import KL, ChiSquare, Jeffrey, JensenShannon, ReverseChiSquare, ReverseKL, SquaredHellinger, lambertw_exp
+from .builtin import (
+    KL,
+    ChiSquare,
+    Jeffrey,
+    JensenShannon,
+    ReverseChiSquare,
+    ReverseKL,
+    SquaredHellinger,
+    lambertw_exp,
+)
 from .custom import CustomDivergence
 
 __all__ = [

@@ -93,7 +93,7 @@ class Divergence:
 
     # -- capabilities: what the fast paths and the mappings may do with this generator --
     def fused_kind(self) -> Optional[tuple]:
-        """``(kind, a)`` if the fused row solvers (C and Triton, :mod:`softargmax._row_kinds`)
+        """``(kind, a)`` if the fused row solvers (C and Triton, :mod:`softargmax.backends.kinds`)
         have this generator's row math, else ``None`` (the default: the PyTorch solver only).
 
         ``("power", a)``: ``g(v) = [power_offset + a v]_+^{1/a}`` with ``a ∈ (0, 1]``
@@ -131,7 +131,7 @@ class Divergence:
         rebuild (a user-defined one, or a tensor α).  ``torch.compile``'s operators pass this."""
         return None
 
-    # -- the two-class case (softargmax.binary) --------------------------------------
+    # -- the two-class case (softargmax.operators.binary) --------------------------------------
     def binary_low_probability(self, u: Tensor, q0: Tensor, q1: Tensor) -> Optional[Tensor]:
         """The probability of class 1 of ``f_softargmax((0, u); (q0, q1))`` for ``u <= 0``
         (the smaller of the two, where a closed form has full relative precision), or

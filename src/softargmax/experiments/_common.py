@@ -51,13 +51,9 @@ def describe_device(device: str = "cpu") -> str:
         return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
     if str(device) != "cpu":
         return str(device)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"cpu ({torch.get_num_threads()} threads, {model})"
+    from ..bench.timing import cpu_model
+
+    return f"cpu ({torch.get_num_threads()} threads, {cpu_model()})"
 
 
 def environment(t_start: float, device: str = "cpu") -> dict:

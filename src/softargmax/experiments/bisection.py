@@ -3,7 +3,7 @@ r"""Convergence of the threshold search (Roulet et al., 2025, Appendix A.3, Fig.
 Roulet et al. (2025) computes ``τ`` by bisection (Algorithm 1) with error ``(τ_max - τ_min)/2^t`` after
 ``t`` iterations.  This experiment measures that error on random logits for several
 generators, beside the theoretical bound, and the same for this library's solver
-(block pre-steps + Newton on a convex transform, :mod:`softargmax.threshold`): how many
+(block pre-steps + Newton on a convex transform, :mod:`softargmax.solvers.threshold`): how many
 passes each needs to reach float32 and float64 accuracy.  The reference root is the
 library's solver in float64 polished by 200 bisection steps in its final bracket.
 
@@ -19,7 +19,7 @@ import time
 import torch
 
 from softargmax.divergences import get_divergence
-from softargmax.threshold import solve
+from softargmax.solvers.threshold import solve
 
 from ._common import begin, environment, finish, pyplot, reproducibility
 

@@ -3,9 +3,9 @@ r"""τ of an untrained Transformer's 1.5-entmax output vs the data-free estimate
 For each vocabulary size, an untrained encoder-decoder Transformer (d_model 512 as in the
 paper, one layer each side to keep it fast; Lemma 3 only involves the final LayerNorm and the
 Xavier-uniform output projection) reads real Multi30k sentences; ``τ̃`` is the mean
-1.5-entmax threshold of its output logits (:func:`softargmax.tau.from_logits`, how the paper
-picks τ), ``τ̂`` the formula (:func:`softargmax.tau.gaussian` with
-:func:`softargmax.tau.linear_logit_std`).  Token ids come from a 3000-piece BPE of the
+1.5-entmax threshold of its output logits (:func:`softargmax.operators.alpha_relu_tau.from_logits`, how the paper
+picks τ), ``τ̂`` the formula (:func:`softargmax.operators.alpha_relu_tau.gaussian` with
+:func:`softargmax.operators.alpha_relu_tau.linear_logit_std`).  Token ids come from a 3000-piece BPE of the
 captions (folded into range for smaller vocabularies); with a larger vocabulary only those ids
 occur in the input, which the paper's observation ("regardless of what data is supplied")
 allows.

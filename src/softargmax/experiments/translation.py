@@ -44,6 +44,7 @@ WMT, which are not available offline; the report says so.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import asdict
@@ -52,7 +53,7 @@ from typing import Optional
 
 import torch
 
-from ._common import begin, environment, finish, pyplot, reproducibility, seed_spread
+from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, seed_spread
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
@@ -95,33 +96,8 @@ PRESETS = {
 PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
                "dev_sentences", "seeds", "tf32", "bootstrap_samples"}
 
-PAPER = {
-    "source": "Tezekbayev et al., Speeding Up Entmax (Findings of NAACL 2022, arXiv:2111.06832): Tables 1, 2, 3, 5; Transformer base, IWSLT'14 De→En, WMT'14 En→De, WMT'13 En→Ru",
-    "bleu": {  # Table 1
-        "softmax": {"IWSLT De→En": 35.3, "WMT En→De": 28.7, "WMT En→Ru": 22.4},
-        "sparsemax": {"IWSLT De→En": 35.5, "WMT En→De": 26.6, "WMT En→Ru": 19.6},
-        "entmax15": {"IWSLT De→En": 36.6, "WMT En→De": 28.6, "WMT En→Ru": 23.9},
-        "alpha_relu": {"IWSLT De→En": 37.3, "WMT En→De": 28.6, "WMT En→Ru": 24.6},
-    },
-    "empty_string_percent": {  # Table 2
-        "softmax": {"IWSLT De→En": 7.5, "WMT En→De": 29.8, "WMT En→Ru": 31.7},
-        "sparsemax": {"IWSLT De→En": 0.0, "WMT En→De": 0.03, "WMT En→Ru": 0.0},
-        "entmax15": {"IWSLT De→En": 0.0, "WMT En→De": 0.2, "WMT En→Ru": 0.0},
-        "alpha_relu": {"IWSLT De→En": 0.0, "WMT En→De": 0.3, "WMT En→Ru": 0.1},
-    },
-    "training_hours": {  # Table 5
-        "softmax": {"IWSLT": 15.41, "WMT En→De": 30.06, "WMT En→Ru": 28.43},
-        "sparsemax": {"IWSLT": 24.43, "WMT En→De": 73.33, "WMT En→Ru": 58.82},
-        "entmax15": {"IWSLT": 26.11, "WMT En→De": 79.89, "WMT En→Ru": 61.20},
-        "alpha_relu": {"IWSLT": 16.50, "WMT En→De": 31.44, "WMT En→Ru": 24.21},
-    },
-    "tau_table3": [  # (vocabulary, p*, tau from the untrained model, formula)
-        {"d_model": 512, "vocab": 10000, "p_star": 0.0184, "tau_model": 0.33, "tau_formula": 0.33},
-        {"d_model": 512, "vocab": 40000, "p_star": 0.0171, "tau_model": 0.17, "tau_formula": 0.17},
-        {"d_model": 512, "vocab": 60000, "p_star": 0.0169, "tau_model": 0.14, "tau_formula": 0.14},
-    ],
-    "inference": "Fig. 4 (WMT En→Ru): softmax ≈ 2× faster than 1.5-entmax with full sorting, 1.5-ReLU ≈ softmax, at every beam size",
-}
+#: the paper's numbers (Tables 1, 2, 3, 5 and Fig. 4), from the data file next to this module
+PAPER = json.loads((Path(__file__).parent / "translation_paper.json").read_text(encoding="utf-8"))
 
 NAMES = {"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "1.5-entmax", "alpha_relu": "1.5-ReLU"}
 
@@ -543,10 +519,20 @@ def _selection_text(st: dict) -> str:
 
 
 def render_report(results: dict, figures: list) -> str:
+    """The report's markdown, rendered from ``results`` (the content of ``results.json``) and the figure files.
+
+    The report says no more than its statistics: every number in it comes from ``results``
+    (ours, the settings and the paper's numbers stored with them) or is one of the stated
+    criteria (``LEVEL``, ``BLEU_MARGIN``, ``SPEED_MARGIN``, ``TAU_TOLERANCE``, ``SPARSITY_SE``),
+    and every verdict follows a rule the report states: "A beats B" in BLEU holds only when
+    A's BLEU is higher and the paired bootstrap's p-value is below the Bonferroni threshold
+    (:func:`beats_verdict`); see :func:`_claims` for the others.
+    """
     S, st, paper = results["systems"], results["settings"], results["paper"]
     seeds = st.get("seeds", [st["seed"]])
     who = f"seed {st['seed']}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
     procs = st.get("processes", 1)
+    hours = [h for per in paper["training_hours"].values() for h in per.values()]
     who += f", {procs} process{'es' if procs > 1 else ''} (torchrun, data parallel over the batch)" if procs > 1 else ", 1 process"
     lines = [
         "# Reproducing “Speeding Up Entmax” on Multi30k De→En",
@@ -556,8 +542,8 @@ def render_report(results: dict, figures: list) -> str:
         + (f" (training of {', '.join(st['resumed_from_checkpoint'])} was resumed from finished checkpoints; "
            "training times are those recorded when they were trained)." if st.get("resumed_from_checkpoint") else "."),
         "",
-        "**Stand-in data and model.** The paper trains Transformer-base (47–75M parameters) on IWSLT'14 / WMT'14 / WMT'13 "
-        f"for 15–80 GPU-hours. Here: Multi30k task 1 De→En ({st['data']['train']:,} training pairs of image captions, "
+        "**Stand-in data and model.** The paper trains Transformer-base on IWSLT'14 / WMT'14 / WMT'13 "
+        f"for {min(hours):.0f}–{max(hours):.0f} hours per model (Table 5). Here: Multi30k task 1 De→En ({st['data']['train']:,} training pairs of image captions, "
         f"test_2016_flickr, {st['data']['test_sentences']} sentences), a joint {st['vocabulary']['size']}-piece BPE "
         f"vocabulary, a Transformer with d_model={st['model']['d_model']}, {st['model']['layers']}+{st['model']['layers']} "
         f"layers, {st['model']['heads']} heads, FF {st['model']['ff']}, {_selection_text(st)}; batches of "
@@ -612,9 +598,9 @@ def render_report(results: dict, figures: list) -> str:
                   + "; data-free "
                   f"estimate `tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
                   f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
-                  "Paper (d_model 512): "
+                  f"Paper (d_model {', '.join(sorted({str(r['d_model']) for r in paper['tau_table3']}))}): "
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
-                  + ". `softargmax.tau.gaussian` reproduces the paper's formula column exactly (tests/test_tau.py)."]
+                  + ". `softargmax.tau.gaussian` reproduces the paper's formula column to its two decimals (tests/test_tau.py)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
               f"Translating {st['decoding']['timing_sentences']} test sentences (median of 3, all systems interleaved), "
               "normalized by the fastest measurement. "
@@ -623,7 +609,8 @@ def render_report(results: dict, figures: list) -> str:
               "| --- |" + " --- |" * len(st["decoding"]["beams_timed"])]
     for s, rec in S.items():
         lines.append(f"| {_name(s)} | " + " | ".join(f"{rec['inference_normalized'][str(b)]:.2f}" for b in st["decoding"]["beams_timed"]) + " |")
-    lines += ["", "## Claims checked", ""] + _claims(S) + _selection_claims(S, st) + ["", "## Discussion", ""] + _discussion(S, st) + ["", "## Figures", ""]
+    lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
+    lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
     lines += ["", "## Example translations (1.5-ReLU)" if "alpha_relu" in S else "", ""]
     if "alpha_relu" in S:
@@ -633,26 +620,28 @@ def render_report(results: dict, figures: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: measured by rerunning the ``default`` preset on one CPU machine (seed 0, 2 threads)
-DEFAULT_RERUN = {
-    "rerun": "the committed `default` report, rerun on the same CPU machine, gave the same test BLEU to the reported "
-             "digits (softmax / sparsemax / 1.5-entmax / 1.5-ReLU: 24.10 / 17.77 / 25.03 / 24.66); the previous version "
-             "of this library gave 24.00 / 17.64 / 25.00 / 24.71 with the same seed.",
-    "timings": "between two runs of the `default` preset on the same CPU machine, the step-time ratios to softmax moved "
-               "by 5–8%; the inference times against beam size were not compared between runs.",
-}
-
-
 def _variation(S: dict, st: dict) -> dict:
-    """What is known of reruns and seeds, for :func:`._common.reproducibility`."""
+    """What this run measured of its own variation, for :func:`._common.reproducibility`.
+
+    Nothing about reruns: no test reruns this experiment with the same seed, and no past run's
+    numbers are kept.  The timing sentence gives the variation of the time per step between the
+    evaluations of each run (:func:`step_time_variation`), the one measured in ``results.json``.
+    """
     seeds = st.get("seeds", [st["seed"]])
-    out = dict(DEFAULT_RERUN) if st["preset"] == "default" and st["device"].startswith("cpu") else {}
+    out = {}
     if len(seeds) > 1:
         out["spread"] = seed_spread([r["bleu_std"] for r in S.values()], len(seeds), "BLEU",
                                     f"the {len(S)} output layers")
-        if "timings" not in out:
-            out["timings"] = ("the ± of s/step and tokens/s is their spread over the seeds' runs; how much the timings "
-                              "vary between invocations was not measured.")
+    var = {s: step_time_variation(rec) for s, rec in S.items()}
+    measured = {s: v for s, v in var.items() if v is not None}
+    text = ("within each training run, the time per step between consecutive evaluations varied by "
+            + ", ".join(f"{100 * v:.1f}% ({_name(s)})" for s, v in measured.items())
+            + " ((max − min) / mean over the run's evaluation intervals); " if measured else
+            "the variation of the time per step within a run was not measured (fewer than two evaluations); ")
+    if len(seeds) > 1:
+        text += "the ± of s/step and tokens/s is their spread over the seeds' runs; "
+    out["timings"] = text + ("how much the timings vary between invocations was not measured, and the inference "
+                             "times were not compared between runs.")
     return out
 
 
@@ -685,21 +674,21 @@ def _seed_sections(results: dict) -> list:
             out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
     sig = results.get("significance")
     if sig:
-        n_pairs = len(sig)
+        n_pairs, level = len(sig), bonferroni_threshold(sig)
         out += ["", "## Significance of the BLEU differences (paired bootstrap)", "",
                 f"Paired bootstrap resampling of the {sig[0]['sentences']} test sentences (Koehn, EMNLP 2004), "
                 f"{sig[0]['n_samples']} draws, the statistic and p-value of sacreBLEU's paired bootstrap"
                 + (f"; each sentence carries the translations of all {sig[0]['seeds']} seeds, so BLEU here is that of "
                    "the seeds' translations pooled into one corpus" if sig[0]["seeds"] > 1 else "")
-                + ". `*`: p < 0.05" + (f"; `**`: p < {0.05 / n_pairs:.4f} (0.05 / {n_pairs} comparisons, Bonferroni)."
-                                        if n_pairs > 1 else "."), "",
+                + f". `*`: p < {LEVEL}" + (f"; `**`: p < {level:.4f} ({LEVEL} / {n_pairs} comparisons, Bonferroni)."
+                                           if n_pairs > 1 else "."), "",
                 "| A | B | BLEU A | BLEU B | A − B | 95% interval of A − B | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in sig:
-            mark = "**" if n_pairs > 1 and r["p_value"] < 0.05 / n_pairs else ("*" if r["p_value"] < 0.05 else "")
+            mark = "**" if n_pairs > 1 and r["p_value"] < level else ("*" if r["p_value"] < LEVEL else "")
             out.append(f"| {_name(r['a'])} | {_name(r['b'])} | {r['bleu_a']:.2f} | {r['bleu_b']:.2f} | {r['delta']:+.2f} | "
                        f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] | {r['p_value']:.4f}{mark} |")
-        out += ["", "Ordering by mean test BLEU (`>`: the difference is significant at p < 0.05, `≈`: it is not): "
-                + ordering(S, sig) + "."]
+        out += ["", f"Ordering by mean test BLEU (`>`: the difference is significant at p < {level:.4f}, the threshold "
+                "every claim below uses; `≈`: it is not): " + ordering(S, sig, level) + "."]
     return out
 
 
@@ -758,71 +747,243 @@ def _selection_claims(S: dict, st: dict) -> list:
     return out
 
 
-def _discussion(S: dict, st: dict) -> list:
-    """What this run can and cannot say about the paper's claims."""
+def _discussion(results: dict) -> list:
+    """What this run can and cannot say about the paper's claims; every number is from ``results``."""
+    S, st, paper = results["systems"], results["settings"], results["paper"]
     seeds = st.get("seeds", [st["seed"]])
-    if st["model"]["d_model"] >= 512:
-        scale = ("- **Scale.** The model has Transformer-base's size, but the data are "
-                 f"{st['data']['train']:,} short captions rather than IWSLT's 160k sentences of talks, so absolute BLEU "
-                 "is not the paper's; what can be compared is the ordering of the output layers under identical settings "
-                 "and the qualitative effects.")
-    else:
-        scale = ("- **Scale.** The model is ~100× smaller than Transformer-base and trains for a few minutes on "
-                 f"{st['data']['train']:,} short captions, so absolute BLEU is not comparable with the paper's; what can be "
-                 "compared is the ordering of the output layers under identical settings and the qualitative effects.")
-    scale += (" With one seed, BLEU differences below about 1 point are within run-to-run noise." if len(seeds) == 1 else
+    m = st["model"]
+    scale = (f"- **Scale.** The model (d_model={m['d_model']}, {m['layers']}+{m['layers']} layers) "
+             + ("has Transformer-base's size" if m["d_model"] >= 512 else "is much smaller than Transformer-base")
+             + f", and the data are {st['data']['train']:,} short captions rather than the paper's IWSLT and WMT "
+             "corpora, so absolute BLEU is not comparable with the paper's; what can be compared is the ordering of "
+             "the output layers under identical settings and the qualitative effects.")
+    scale += (" With one seed, the paired bootstrap measures only the noise of the test set: the noise of training "
+              "(initialization, data order) is not measured, so even a significant difference may be a seed effect."
+              if len(seeds) == 1 else
               f" With {len(seeds)} seeds, the significance section says which differences exceed the test-set noise; "
               "the standard deviations over seeds show the training noise.")
+    lo, hi = _paper_sorting_ratios(paper)
+    var = [v for v in (step_time_variation(rec) for rec in S.values()) if v is not None]
+    speed = ("- **Speed.** In the paper, sparsemax and 1.5-entmax, computed by sorting, took "
+             f"{lo:.2f}–{hi:.2f}× the training time of softmax (Table 5); here both use this library's pruned Newton "
+             f"solvers, so the remaining overhead is the solver on a {st['vocabulary']['size']}-word vocabulary. "
+             f"Per-step times come from {st['device']}"
+             + ("" if st["device"].startswith("cpu") else
+                ", with a synchronization at the end of every step (evaluation excluded)")
+             + (f"; within a run the time per step varied by up to {100 * max(var):.1f}% between evaluations, and the "
+                "speed claims above count a ratio only beyond that variation." if var else
+                "; their variation within a run was not measured, so the speed claims above are not shown."))
     out = [
         scale,
-        "- **Speed.** The paper's 1.6–2.7× longer training of sparsemax/1.5-entmax came from sorting; here both use "
-        "this library's pruned Newton solvers, so the remaining overhead is the solver on a "
-        f"{st['vocabulary']['size']}-word vocabulary. 1.5-ReLU needs no normalization and costs what softmax costs. "
-        + (f"Per-step times come from {st['device']}; on a shared CPU the speed drifts, so ratios within ~10% are not significant."
-           if st["device"].startswith("cpu") else
-           "Per-step times are measured on the GPU with a synchronization at the end of every step (evaluation excluded)."),
+        speed,
         "- **Inference.** Decoding here recomputes the decoder over the prefix at every step (no cache) and stops a "
         "sentence when its best candidate ends (OpenNMT's rule); sparse output layers also end beams whose "
         "continuations all have probability zero, which shortens their searches. The paper's Fig. 4 measured the "
         "output layer's own cost on a GPU; here the output layer is a small share of decoding time.",
-        "- **Empty translations and self-normalization** are properties of the trained distributions and do transfer: "
-        "a dense softmax keeps mass on EOS at the first step, the sparse layers assign it exactly zero.",
     ]
-    if "alpha_relu" in S and "entmax15" in S and S["alpha_relu"]["zero_fraction"] >= S["entmax15"]["zero_fraction"]:
-        out.append("- Unlike the paper (Figs. 5–6), 1.5-ReLU is *not* less sparse than 1.5-entmax here; with a small "
-                   "vocabulary and short training both put nearly all mass on a few tokens.")
+    if _empty_string_verdict(S, st).startswith("holds"):
+        out.append("- **Empty translations** are a property of the trained distributions and transfer to this setting: "
+                   "the sparse output layers can give EOS exactly zero probability at the first step, a dense softmax "
+                   "cannot.")
+    if _sparsity_verdict(S).startswith("does not hold"):
+        out.append("- Unlike the paper (Figs. 5–6), 1.5-ReLU is *not* less sparse than 1.5-entmax here.")
     return out
 
 
-def _claims(S: dict) -> list:
-    """One line per claim of the paper, with the verdict on this run."""
-    out = []
+#: significance level of the BLEU claims before the Bonferroni correction
+LEVEL = 0.05
+#: "1.5-ReLU translates as well as 1.5-entmax": BLEU may be lower by at most this margin
+BLEU_MARGIN = 0.5
+#: "1.5-ReLU trains as fast as softmax": at most this many times softmax's time per step
+SPEED_MARGIN = 1.1
+#: τ agrees with the data-free formula when within this distance: half a unit of the two decimals of Table 3
+TAU_TOLERANCE = 0.005
+#: "1.5-ReLU is less sparse": the mean zero shares over seeds differ by more than this many standard errors
+SPARSITY_SE = 2.0
+
+
+def bonferroni_threshold(sig: list, level: float = LEVEL) -> float:
+    """``level / m`` for the ``m`` pairs of systems compared in ``sig`` (Bonferroni).
+
+    A BLEU difference counts as shown when its paired bootstrap p-value is below this
+    threshold, which bounds the chance of any false claim among the ``m`` tests by ``level``.
+    """
+    return level / max(len(sig or []), 1)
+
+
+def _pair(sig: list, a: str, b: str) -> Optional[dict]:
+    """The bootstrap record of ``a`` against ``b``, oriented so that ``delta = BLEU_a − BLEU_b``; ``None`` if not tested."""
+    for r in sig or []:
+        if (r["a"], r["b"]) == (a, b):
+            return r
+        if (r["a"], r["b"]) == (b, a):
+            return {**r, "a": a, "b": b, "bleu_a": r["bleu_b"], "bleu_b": r["bleu_a"], "delta": -r["delta"],
+                    "ci": [-r["ci"][1], -r["ci"][0]]}
+    return None
+
+
+def beats_verdict(sig: list, a: str, b: str, level: float = LEVEL) -> str:
+    """The verdict on "system ``a`` has a higher BLEU than system ``b``", from the report's paired bootstrap ``sig``.
+
+    Rule: ``"holds"`` only when ``a``'s BLEU is higher and the p-value is below the Bonferroni
+    threshold ``level / m`` (:func:`bonferroni_threshold`, ``m`` the number of pairs tested);
+    ``"does not hold"`` when ``b``'s BLEU is higher with such a p-value; otherwise
+    ``"not shown"``.  The BLEU compared is the one the test scored: that of the seeds'
+    translations pooled into one corpus (:mod:`.nmt.significance`).  The returned text starts
+    with the verdict and gives the BLEU, the p-value and the threshold.
+    """
+    r = _pair(sig, a, b)
+    if r is None:
+        return "not tested (results.json has no paired bootstrap of these two systems)"
+    thr = bonferroni_threshold(sig, level)
+    nums = f"BLEU {r['bleu_a']:.2f} vs {r['bleu_b']:.2f}, p = {r['p_value']:.4f}"
+    if r["p_value"] < thr:
+        return f"{'holds' if r['delta'] > 0 else 'does not hold'} ({nums} < {thr:.4f})"
+    return f"not shown ({nums}, threshold {thr:.4f})"
+
+
+def as_good_verdict(sig: list, a: str, b: str, margin: float = BLEU_MARGIN) -> str:
+    """The verdict on "system ``a`` translates as well as system ``b``": BLEU lower by at most ``margin``.
+
+    Rule (non-inferiority): ``"holds"`` when the whole 95% bootstrap interval of
+    ``BLEU_a − BLEU_b`` lies above ``−margin``; ``"does not hold"`` when it lies below
+    ``−margin``; otherwise ``"not shown"``.  The interval is the one ``results.json`` stores,
+    not widened for the number of comparisons.
+    """
+    r = _pair(sig, a, b)
+    if r is None:
+        return "not tested (results.json has no paired bootstrap of these two systems)"
+    lo, hi = r["ci"]
+    verdict = "holds" if lo > -margin else "does not hold" if hi < -margin else "not shown"
+    return f"{verdict} (difference {r['delta']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}])"
+
+
+def step_time_variation(rec: dict) -> Optional[float]:
+    """``(max − min) / mean`` of a system's seconds per step between consecutive evaluations, over all its runs.
+
+    Computed from the training seconds recorded at each evaluation (``history``), so that
+    the report states a variation it measured; ``None`` with fewer than two intervals.
+    """
+    runs = [r.get("history", []) for r in rec.get("seeds", {}).values()] or [rec.get("history", [])]
+    per_step = []
+    for history in runs:
+        step, seconds = 0, 0.0
+        for e in history:
+            if "train_seconds" in e and e["step"] > step:
+                per_step.append((e["train_seconds"] - seconds) / (e["step"] - step))
+                step, seconds = e["step"], e["train_seconds"]
+    return relative_span(per_step) if len(per_step) > 1 else None
+
+
+def _speed_variation(S: dict, *systems) -> Optional[float]:
+    var = [step_time_variation(S[s]) for s in systems]
+    return None if None in var else max(var)
+
+
+def speed_verdict(S: dict, system: str, limit: float) -> str:
+    """The verdict on "``system`` takes at most ``limit`` × softmax's time per step".
+
+    Rule: with ``r`` the ratio of times per step and ``v`` the larger step-time variation of
+    the two systems (:func:`step_time_variation`), the claim ``r ≤ limit`` ``"holds"`` when
+    ``r·(1 + v) ≤ limit``, ``"does not hold"`` when ``r / (1 + v) > limit``, and is
+    ``"not shown"`` in between or when ``v`` was not measured.
+    """
+    r = S[system]["seconds_per_step_vs_softmax"]
+    v = _speed_variation(S, system, "softmax")
+    if v is None:
+        return f"not shown ({r:.2f}×; the variation of the time per step was not measured)"
+    hi, lo = r * (1 + v), r / (1 + v)
+    verdict = "holds" if hi <= limit else "does not hold" if lo > limit else "not shown"
+    return f"{verdict} ({r:.2f}×; with the step-time variation of {100 * v:.1f}%: {lo:.2f}–{hi:.2f}×)"
+
+
+def _paper_sorting_ratios(paper: dict) -> tuple:
+    """Smallest and largest ratio to softmax of the paper's training hours of sparsemax and 1.5-entmax (Table 5)."""
+    ph = paper["training_hours"]
+    ratios = [ph[s][k] / ph["softmax"][k] for s in ("sparsemax", "entmax15") if s in ph for k in ph[s]]
+    return min(ratios), max(ratios)
+
+
+def _empty_string_verdict(S: dict, st: dict) -> str:
+    """"Sparse outputs avoid the empty-string problem": holds when no sparse output layer prefers the empty
+    translation on any dev sentence (in any seed), does not hold otherwise."""
+    sparse = [s for s in S if s != "softmax"]
+    if not sparse:
+        return "not tested (no sparse output layer)"
+    return "does not hold" if any(S[s]["empty_string_rate"] > 0 for s in sparse) else "holds"
+
+
+def _sparsity_verdict(S: dict) -> str:
+    """"1.5-ReLU is less sparse than 1.5-entmax" (Figs. 5–6), from the exact-zero shares of the seeds' runs.
+
+    Rule: with ``d`` the mean over seeds of 1.5-entmax's share minus 1.5-ReLU's and ``se`` its
+    standard error (from the two standard deviations over seeds), ``"holds"`` when
+    ``d > SPARSITY_SE · se``, ``"does not hold"`` when ``d < −SPARSITY_SE · se``, otherwise
+    ``"not shown"``; ``"not tested"`` with one seed, whose seed-to-seed spread is unknown.
+    """
+    if not {"alpha_relu", "entmax15"} <= set(S):
+        return "not tested (this run lacks 1.5-ReLU or 1.5-entmax)"
+    share = {s: [r["zero_fraction"] for r in S[s].get("seeds", {}).values() if "zero_fraction" in r]
+             for s in ("alpha_relu", "entmax15")}
+    n = min(len(v) for v in share.values())
+    if n < 2:
+        return "not tested (one seed: the seed-to-seed spread of the zero share is not measured)"
+    (ma, sa), (me, se_) = _mean_std(share["alpha_relu"]), _mean_std(share["entmax15"])
+    d, se = me - ma, (sa ** 2 / len(share["alpha_relu"]) + se_ ** 2 / len(share["entmax15"])) ** 0.5
+    verdict = "holds" if d > SPARSITY_SE * se else "does not hold" if d < -SPARSITY_SE * se else "not shown"
+    return f"{verdict} (mean over {n} seeds: {ma:.3f} vs {me:.3f}; difference {d:+.3f}, standard error {se:.3f})"
+
+
+def _claims(results: dict) -> list:
+    """One line per claim of the paper: the verdict on this run, its numbers and the rule that gave it.
+
+    Every verdict comes from ``results`` by a rule stated in the report: BLEU comparisons from
+    the paired bootstrap at the Bonferroni threshold (:func:`beats_verdict`,
+    :func:`as_good_verdict`), speed from the ratio of times per step against the measured
+    step-time variation (:func:`speed_verdict`), empty strings, sparsity and τ by the rules
+    of :func:`_empty_string_verdict`, :func:`_sparsity_verdict` and ``TAU_TOLERANCE``.
+    """
+    S, st, sig, paper = results["systems"], results["settings"], results.get("significance") or [], results["paper"]
+    thr = bonferroni_threshold(sig)
+    m = (f"{LEVEL} / {len(sig)} comparisons, Bonferroni" if len(sig) > 1 else "one comparison")
+    out = [f"Rules: a BLEU comparison \"A beats B\" holds only when A's BLEU is higher and the paired bootstrap gives "
+           f"p < {thr:.4f} ({m}); it does not hold when B's is higher "
+           f"with such a p, and is not shown otherwise. \"As well as\" holds when the 95% interval of the difference "
+           f"lies above −{BLEU_MARGIN} BLEU. A speed ratio counts only beyond the measured variation of the time per "
+           "step.", ""]
     if {"alpha_relu", "entmax15"} <= set(S):
-        d = S["alpha_relu"]["bleu"] - S["entmax15"]["bleu"]
-        out.append(f"- 1.5-ReLU translates as well as 1.5-entmax: BLEU difference {d:+.2f} "
-                   f"({'holds' if d > -0.5 else 'does not hold'} at a ±0.5 BLEU margin).")
-    if {"alpha_relu", "softmax", "sparsemax"} <= set(S):
-        ok = S["alpha_relu"]["bleu"] >= S["softmax"]["bleu"] and S["alpha_relu"]["bleu"] >= S["sparsemax"]["bleu"]
-        out.append(f"- 1.5-ReLU beats softmax and sparsemax: {'holds' if ok else 'does not hold'} "
-                   f"({S['alpha_relu']['bleu']:.2f} vs {S['softmax']['bleu']:.2f} and {S['sparsemax']['bleu']:.2f}).")
+        out.append(f"- 1.5-ReLU translates as well as 1.5-entmax (BLEU at most {BLEU_MARGIN} lower): "
+                   f"{as_good_verdict(sig, 'alpha_relu', 'entmax15')}.")
+    for other in ("softmax", "sparsemax"):
+        if {"alpha_relu", other} <= set(S):
+            out.append(f"- 1.5-ReLU beats {_name(other)}: {beats_verdict(sig, 'alpha_relu', other)}.")
     if {"alpha_relu", "softmax"} <= set(S):
-        r = S["alpha_relu"]["seconds_per_step_vs_softmax"]
-        out.append(f"- 1.5-ReLU trains as fast as softmax: {r:.2f}× the time per step "
-                   f"({'holds' if r <= 1.1 else 'does not hold'} within 1.1×).")
+        out.append(f"- 1.5-ReLU trains as fast as softmax (at most {SPEED_MARGIN}× its time per step): "
+                   f"{speed_verdict(S, 'alpha_relu', SPEED_MARGIN)}.")
+    lo, _ = _paper_sorting_ratios(paper)
     for s in ("entmax15", "sparsemax"):
         if {s, "softmax"} <= set(S):
-            r = S[s]["seconds_per_step_vs_softmax"]
-            out.append(f"- {_name(s)} training time with this library's solvers: {r:.2f}× softmax (paper, with sorting: 1.6–2.7×).")
-    if "softmax" in S:
-        others = [s for s in S if s != "softmax"]
-        out.append("- Sparse outputs avoid the empty-string problem: softmax "
-                   f"{100 * S['softmax']['empty_string_rate']:.1f}%, " + ", ".join(
-                       f"{_name(s)} {100 * S[s]['empty_string_rate']:.1f}%" for s in others) + ".")
+            out.append(f"- {_name(s)} with this library's solvers trains faster, relative to softmax, than the paper's "
+                       f"sorting ({lo:.2f}× at least): {speed_verdict(S, s, lo)}.")
+    if "softmax" in S and len(S) > 1:
+        out.append(f"- Sparse outputs avoid the empty-string problem (no sparse output layer prefers the empty "
+                   f"translation on any of the {st['data']['dev_sentences_for_empty_rate']} dev sentences): "
+                   f"{_empty_string_verdict(S, st)} (softmax {100 * S['softmax']['empty_string_rate']:.1f}%, "
+                   + ", ".join(f"{_name(s)} {100 * S[s]['empty_string_rate']:.1f}%" for s in S if s != "softmax") + ").")
     if "alpha_relu" in S:
         su = S["alpha_relu"]["sum_per_step"]
         out.append(f"- 1.5-ReLU self-normalizes: Σ α-ReLU(z) per decoding step has mean {su.get('mean', 0):.3f}, "
-                   f"5–95% range [{su.get('p5', 0):.3f}, {su.get('p95', 0):.3f}].")
+                   f"5–95% range [{su.get('p5', 0):.3f}, {su.get('p95', 0):.3f}] (a measurement; the paper gives no "
+                   "tolerance to judge it by).")
+        a = S["alpha_relu"]
+        d = a["tau"] - a["tau_formula"]
+        out.append(f"- τ of the untrained model matches the data-free formula (Table 3; within {TAU_TOLERANCE}, half a "
+                   f"unit of the table's two decimals): {'holds' if abs(d) <= TAU_TOLERANCE else 'does not hold'} "
+                   f"({a['tau']:.4f} vs {a['tau_formula']:.4f}, difference {d:+.4f}).")
     if {"alpha_relu", "entmax15"} <= set(S):
-        out.append(f"- 1.5-ReLU is less sparse than 1.5-entmax: zero share {S['alpha_relu']['zero_fraction']:.3f} vs "
-                   f"{S['entmax15']['zero_fraction']:.3f}.")
+        out.append(f"- 1.5-ReLU is less sparse than 1.5-entmax (Figs. 5–6; exact-zero share "
+                   f"{S['alpha_relu']['zero_fraction']:.3f} vs {S['entmax15']['zero_fraction']:.3f}"
+                   + (", first seed" if len(S["alpha_relu"].get("seeds", {})) > 1 else "")
+                   + f"; holds when the mean shares over seeds differ by more than {SPARSITY_SE:g} standard errors): "
+                   f"{_sparsity_verdict(S)}.")
     return out

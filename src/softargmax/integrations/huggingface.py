@@ -20,8 +20,8 @@ from typing import Callable, Optional, Union
 
 from torch import Tensor
 
-from .._extras import require
-from ..attention import attention
+from .._utils.extras import require
+from ..operators.attention import attention
 
 require("hf", "softargmax.integrations.huggingface")
 

@@ -258,7 +258,7 @@ def train_system(
             model.train()
             entry = {"step": step, "train_seconds": record["train_seconds"], "val_loss": vloss, "val_bleu": vbleu}
             if attention and attention.get("learn_alpha"):
-                entry["alphas"] = {k: v.tolist() for k, v in sa.inspect.alphas(model).items()}
+                entry["alphas"] = {k: v.tolist() for k, v in sa.analysis.alphas(model).items()}
             record["history"].append(entry)
             log(f"[{label}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
             if cfg.select != "last":

@@ -1,0 +1,87 @@
+r"""The one dispatch point of the fast paths: the fused row solvers and the α-ReLU kernels.
+
+* CUDA tensors (and CPU tensors under Triton's interpreter, for tests) go to the Triton
+  kernels of :mod:`softargmax.backends.triton.rows`;
+* other CPU tensors go to the C row solver of :mod:`softargmax.backends.cpu.rows`.
+
+:func:`select` is the only function that decides whether a fast path applies; the
+consumers (:func:`softargmax.solvers.threshold.solve`, the autograd functions, the losses,
+α-ReLU) ask it and call the backend it names, or take the PyTorch path, which is the
+reference and gives the same results.  Every backend returns the same
+:class:`~softargmax.backends.solution.Solution`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Optional
+
+from torch import Tensor
+
+from ..divergences import Divergence
+from .cpu import rows as _cpu_rows
+from .triton import rows as _triton_rows
+
+__all__ = ["select", "solve", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]
+
+
+def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
+           alpha_rows: Optional[Tensor] = None, alpha_relu: Optional[float] = None,
+           candidates_only: bool = False, exact_tau: bool = False) -> Optional[ModuleType]:
+    """The backend module whose kernels cover this call, or ``None`` (the PyTorch path).
+
+    Exactly one of ``div`` (a normalized mapping with ``q``), ``alpha_rows`` (α-entmax
+    with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU with a float τ) names
+    the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
+    ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
+    loss values, normmax's normalization); on CPU the pruned PyTorch solution is cheaper for
+    those than the C solver's dense rows, so no fast path is taken there.  ``exact_tau``:
+    the caller uses ``τ`` itself (the value of :func:`~softargmax.f_softmax`); a generator
+    whose ``τ`` the fused solvers convert with cancellation (``div.fused_tau_exact`` false:
+    α near 1) then takes the PyTorch path.
+
+    The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
+    kernels run go to them (:func:`softargmax.backends.triton.rows.covers`), other CPU tensors to
+    the C solver (:func:`softargmax.backends.cpu.rows.covers`); the operator must be one the
+    backend covers (``backend.covers_divergence``: a kind of :func:`softargmax.backends.kinds.kind_of`,
+    and the backend's own limits, such as the C solver's rows near α = 1).
+    """
+    if q is not None:
+        return None
+    gpu = _triton_rows.usable_device(x)
+    if alpha_relu is not None:
+        return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
+    if not gpu and candidates_only:
+        return None
+    if exact_tau and div is not None and not div.fused_tau_exact:
+        return None
+    backend = _triton_rows if gpu else _cpu_rows
+    if not backend.covers(x):
+        return None
+    if alpha_rows is not None:
+        return backend if backend.covers_alpha_rows(x, alpha_rows) else None
+    return backend if div is not None and backend.covers_divergence(x, div) else None
+
+
+def solve(z: Tensor, div: Divergence):
+    """A fused :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` with ``q = 1``, or ``None``."""
+    backend = select(z, div)
+    return None if backend is None else backend.solve(z, div)
+
+
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``, every α in (1, 2]) by a fused solver, or ``None``."""
+    backend = select(z, alpha_rows=alpha2d)
+    return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)
+
+
+def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
+    """α-ReLU with a float τ by the Triton kernel (``x``'s dtype), or ``None`` (then :func:`alpha_relu_backward` is not used)."""
+    if select(x, alpha_relu=alpha) is None:
+        return None
+    return _triton_rows.alpha_relu_forward(x, alpha, tau)
+
+
+def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Tensor:
+    """The gradient paired with a :func:`alpha_relu_forward` that returned a tensor."""
+    return _triton_rows.alpha_relu_backward(x, grad, alpha, tau)

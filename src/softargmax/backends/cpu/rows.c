@@ -1,0 +1,295 @@
+/* Fused per-row threshold solvers for the CPU (softargmax.backends.cpu.rows builds and loads this file).
+ *
+ * Each row of a contiguous [R, k] matrix z is solved in one call, with no temporary
+ * [R, k] tensors: the row maximum, the candidates and every Newton step stay in the
+ * thread's cache.  The iteration is in double; p, s (the Jacobian weights g') and the
+ * per-row tau and sum(s) are written in the input's type.  Rows are spread over OpenMP
+ * threads (the runtime is the one torch already loaded: same soname).  Reductions are
+ * vectorized with `omp simd`; with SA_VECTOR_MATH, exp and log are the vector versions
+ * of glibc's libmvec (max 4 ulp).
+ *
+ * Row status: 0 solved, 1 every entry is -inf (p = s = 0), 2 the row has NaN or +inf
+ * (p = NaN, s = 0, tau = NaN): the conventions of softargmax.threshold.
+ *
+ * Kinds (all with q = 1):
+ *   KIND_POWER  sum_j [y_j - t]_+^{1/a} = 1 with y = a z, a in (0, 1]: alpha-entmax
+ *               (a = alpha - 1; a = 1 is sparsemax).  Newton on S^a (the 1/a-norm of
+ *               [y - t]_+, convex and decreasing in t) from t = max y - 1 increases
+ *               monotonically to the root, so an entry with y_j <= t is dropped for good
+ *               and the candidate list shrinks every pass.  a = 1: Michelot's step (the
+ *               root of the linear equation on the candidates, also below the root),
+ *               exact once no candidate is dropped.  a = 1/2: a Newton step, unless the
+ *               quadratic's root on the candidates keeps all of them positive and is
+ *               >= t, which makes it the exact root.  Returned tau: t in the variable y.
+ *   KIND_JS     Jensen-Shannon, g(v) = 1/(2 e^{-v} - 1), Newton on log S from tau = max z.
+ *   KIND_HELL   squared Hellinger, g(v) = (1 - v)^{-2}, Newton on S^{-1/2} from tau = max z.
+ * The last two are dense (f'(0) = -inf): every pass is over the whole row.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SA_VECTOR_MATH
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#endif
+
+/* b^e for b > 0 as exp(e log b): libmvec's vector exp and log are several times faster
+   than its vector pow, and the relative error stays ~|e log b| ulp */
+#pragma omp declare simd notinbranch
+static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
+
+#define KIND_POWER 0
+#define KIND_JS 1
+#define KIND_HELL 2
+#define MAX_ITER 200
+#define BLOCK 16
+/* candidate lists are padded with -inf to a multiple of this (a vector-math call for a
+   short list would otherwise fall into the scalar remainder loop) */
+#define PAD 8
+
+/* Newton/Michelot on the candidates d[0..n) (shifted: the largest is 0, all > -1).
+ * Returns t; *n becomes the support size, d/idx its entries.  For a not in {1, 1/2},
+ * w_out[0..n) holds g' = (d - t)^{1/a - 1} at the returned t (every exit follows a pass). */
+static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, double a, double tol,
+                            int *iters) {
+    const double ex = 1.0 / a - 1.0;
+    long n = *n_io;
+    double t = -1.0, last = INFINITY;
+    int it = 0;
+    for (;;) {
+        long w = 0;
+        for (long i = 0; i < n; i++) { /* branch-free compaction */
+            const double v = d[i];
+            const int32_t j = idx[i];
+            d[w] = v; idx[w] = j; w += v > t;
+        }
+        const long dropped = n - w;
+        n = w;
+        double tn;
+        if (a == 1.0) {
+            if (it > 0 && dropped == 0) break; /* t was solved on exactly this support */
+            double s1 = 0;
+#pragma omp simd reduction(+ : s1)
+            for (long i = 0; i < n; i++) s1 += d[i];
+            tn = (s1 - 1.0) / (double)n;
+            if (!(tn > t) && it > 0) break;
+        } else {
+            double S = 0, P = 0;
+            if (a == 0.5) {
+                double s1 = 0, s2 = 0, dmin = INFINITY;
+#pragma omp simd reduction(+ : s1, s2) reduction(min : dmin)
+                for (long i = 0; i < n; i++) {
+                    s1 += d[i];
+                    s2 += d[i] * d[i];
+                    dmin = d[i] < dmin ? d[i] : dmin;
+                }
+                const double mean = s1 / (double)n;
+                const double disc = mean * mean - (s2 - 1.0) / (double)n;
+                const double tc = mean - sqrt(disc > 0 ? disc : 0.0);
+                if (disc >= 0 && tc >= t && tc < dmin) { t = tc; it++; break; }
+                P = s1 - (double)n * t;
+                S = s2 - 2.0 * t * s1 + (double)n * t * t;
+            } else {
+                const long np = (n + PAD - 1) / PAD * PAD;
+                for (long i = n; i < np; i++) d[i] = -INFINITY;
+#pragma omp simd reduction(+ : S, P)
+                for (long i = 0; i < np; i++) {
+                    /* padding slots evaluate 1^ex and are zeroed by a product, not a select
+                       (which would let the compiler pass log a 0: a slow special case) */
+                    const int in = d[i] > t;
+                    const double gp = pow_pos(in ? d[i] - t : 1.0, ex) * (in ? 1.0 : 0.0);
+                    w_out[i] = gp;
+                    S += gp * (in ? d[i] - t : 0.0);
+                    P += gp;
+                }
+            }
+            const double resid = fabs(S - 1.0);
+            if (resid <= tol || (it > 1 && resid >= last)) break;
+            last = resid;
+            tn = t + (S - pow(S, 1.0 - a)) / P;
+            if (!(tn > t)) break;
+        }
+        if (it >= MAX_ITER) break;
+        t = tn;
+        it++;
+    }
+    *n_io = n;
+    *iters = it;
+    return t;
+}
+
+/* Newton for the dense kinds on e (JS: exp(m - z) >= 1; Hellinger: m - z >= 0); returns tau - m. */
+static double iterate_dense(const double *e, long k, int kind, double tol, int *iters) {
+    double t = 0.0, last = INFINITY;
+    int it = 0;
+    for (;;) {
+        double S = 0, Sp = 0;
+        if (kind == KIND_JS) {
+            const double E2 = 2.0 * exp(t);
+#pragma omp simd reduction(+ : S, Sp)
+            for (long j = 0; j < k; j++) {
+                const double g = 1.0 / (e[j] * E2 - 1.0);
+                S += g;
+                Sp += g * g;
+            }
+            Sp += S;
+        } else {
+            const double t1 = t + 1.0;
+#pragma omp simd reduction(+ : S, Sp)
+            for (long j = 0; j < k; j++) {
+                const double r = 1.0 / (t1 + e[j]);
+                S += r * r;
+                Sp += r * r * r;
+            }
+            Sp *= 2.0;
+        }
+        if (it >= MAX_ITER) break;
+        const double resid = fabs(S - 1.0);
+        if (it > 1 && (resid <= tol || resid >= last)) break;
+        if (it > 1) last = resid;
+        const double tn = kind == KIND_JS ? t + S * log(S) / Sp : t + 2.0 * (S * sqrt(S) - S) / Sp;
+        if (!(tn > t)) break;
+        t = tn;
+        it++;
+    }
+    *iters = it;
+    return t;
+}
+
+#define DEFINE_ROWS(T, SUFFIX, EPS)                                                              \
+/* the row maximum; *bad set if the row has NaN or +inf */                                       \
+static T row_max_##SUFFIX(const T *z, long k, int *bad) {                                        \
+    T m = -INFINITY;                                                                             \
+    int b = 0;                                                                                   \
+    _Pragma("omp simd reduction(max : m) reduction(| : b)")                                      \
+    for (long j = 0; j < k; j++) {                                                               \
+        b |= (z[j] != z[j]) | (z[j] == (T)INFINITY);                                             \
+        m = z[j] > m ? z[j] : m;                                                                 \
+    }                                                                                            \
+    *bad = b;                                                                                    \
+    return m;                                                                                    \
+}                                                                                                \
+                                                                                                 \
+static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, T *ssum,       \
+                              double *d, double *w, int32_t *idx, int *iters) {                  \
+    int bad;                                                                                     \
+    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
+    memset(p, 0, (size_t)k * sizeof(T));                                                         \
+    memset(s, 0, (size_t)k * sizeof(T));                                                         \
+    *iters = 0;                                                                                  \
+    if (bad) {                                                                                   \
+        for (long j = 0; j < k; j++) p[j] = (T)NAN;                                              \
+        *tau = (T)NAN; *ssum = 0; return 2;                                                      \
+    }                                                                                            \
+    if (m == -INFINITY) { *tau = (T)(-1.0); *ssum = 0; return 1; }                               \
+    /* candidates d_j = a (z_j - m) > -1, found block by block (a block whose maximum fails   \
+       the test is skipped: the map is monotone) */                                              \
+    long n = 0;                                                                                  \
+    for (long j0 = 0; j0 < k; j0 += BLOCK) {                                                     \
+        const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                         \
+        T bm = -INFINITY;                                                                        \
+        _Pragma("omp simd reduction(max : bm)")                                                  \
+        for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                               \
+        if (!(a * ((double)bm - m) > -1.0)) continue;                                            \
+        for (long j = j0; j < j1; j++) {                                                         \
+            const double v = a * ((double)z[j] - m);                                             \
+            if (v > -1.0) { d[n] = v; idx[n] = (int32_t)j; n++; }                                \
+        }                                                                                        \
+    }                                                                                            \
+    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
+    const double t = iterate_power(d, w, idx, &n, a, tol, iters);                                \
+    double sum_s = 0;                                                                            \
+    if (a == 1.0 || a == 0.5) {                                                                  \
+        for (long i = 0; i < n; i++) {                                                           \
+            const double b = d[i] - t, gp = a == 1.0 ? 1.0 : b;                                  \
+            p[idx[i]] = (T)(gp * b); s[idx[i]] = (T)gp; sum_s += gp;                             \
+        }                                                                                        \
+    } else {                                                                                     \
+        for (long i = 0; i < n; i++) {                                                           \
+            p[idx[i]] = (T)(w[i] * (d[i] - t)); s[idx[i]] = (T)w[i]; sum_s += w[i];              \
+        }                                                                                        \
+    }                                                                                            \
+    *tau = (T)(t + a * m);                                                                       \
+    *ssum = (T)sum_s;                                                                            \
+    return 0;                                                                                    \
+}                                                                                                \
+                                                                                                 \
+static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,       \
+                              double *e, int *iters) {                                           \
+    int bad;                                                                                     \
+    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
+    *iters = 0;                                                                                  \
+    if (bad || m == -INFINITY) {                                                                 \
+        const T fill = bad ? (T)NAN : (T)0;                                                      \
+        for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                  \
+        *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                               \
+    }                                                                                            \
+    if (kind == KIND_JS) {                                                                       \
+        _Pragma("omp simd")                                                                      \
+        for (long j = 0; j < k; j++) e[j] = exp(m - (double)z[j]);                               \
+    } else {                                                                                     \
+        _Pragma("omp simd")                                                                      \
+        for (long j = 0; j < k; j++) e[j] = m - (double)z[j];                                    \
+    }                                                                                            \
+    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
+    const double t = iterate_dense(e, k, kind, tol, iters);                                      \
+    double sp = 0;                                                                               \
+    if (kind == KIND_JS) {                                                                       \
+        const double E2 = 2.0 * exp(t);                                                          \
+        _Pragma("omp simd reduction(+ : sp)")                                                    \
+        for (long j = 0; j < k; j++) {                                                           \
+            const double g = 1.0 / (e[j] * E2 - 1.0);                                            \
+            p[j] = (T)g; s[j] = (T)(g + g * g); sp += g + g * g;                                 \
+        }                                                                                        \
+    } else {                                                                                     \
+        const double t1 = t + 1.0;                                                               \
+        _Pragma("omp simd reduction(+ : sp)")                                                    \
+        for (long j = 0; j < k; j++) {                                                           \
+            const double r = 1.0 / (t1 + e[j]);                                                  \
+            p[j] = (T)(r * r); s[j] = (T)(2.0 * r * r * r); sp += 2.0 * r * r * r;               \
+        }                                                                                        \
+    }                                                                                            \
+    *tau = (T)(t + m);                                                                           \
+    *ssum = (T)sp;                                                                               \
+    return 0;                                                                                    \
+}                                                                                                \
+                                                                                                 \
+/* Solve rows [0, R) of z.  a: per-row exponents (a_stride 0: one for all rows).  Returns    \
+   the most Newton steps any row took (-1: no memory); status[r] as described at the top. */  \
+int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, long a_stride,    \
+                      T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads) {              \
+    int most = 0, failed = 0;                                                                    \
+    if (nthreads < 1) nthreads = 1;                                                              \
+    _Pragma("omp parallel num_threads(nthreads) reduction(max : most) reduction(| : failed)")  \
+    {                                                                                            \
+        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double));                \
+        int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
+        if (!buf || !idx) {                                                                      \
+            failed = 1;                                                                          \
+        } else {                                                                                 \
+            _Pragma("omp for schedule(static)")                                                  \
+            for (long r = 0; r < R; r++) {                                                       \
+                int it = 0;                                                                      \
+                const T *zr = z + r * k;                                                         \
+                T *pr = p + r * k, *sr = s + r * k;                                              \
+                const int st = kind == KIND_POWER                                                \
+                    ? row_power_##SUFFIX(zr, k, a[r * a_stride], pr, sr, tau + r, ssum + r,      \
+                                         buf, buf + k + PAD, idx, &it)                           \
+                    : row_dense_##SUFFIX(zr, k, kind, pr, sr, tau + r, ssum + r, buf, &it);      \
+                status[r] = (int8_t)st;                                                          \
+                most = it > most ? it : most;                                                    \
+            }                                                                                    \
+        }                                                                                        \
+        free(buf);                                                                               \
+        free(idx);                                                                               \
+    }                                                                                            \
+    return failed ? -1 : most;                                                                   \
+}
+
+DEFINE_ROWS(float, f32, (double)FLT_EPSILON)
+DEFINE_ROWS(double, f64, DBL_EPSILON)

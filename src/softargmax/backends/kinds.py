@@ -1,0 +1,76 @@
+r"""The operators the fused row solvers cover, shared by the CPU (C) and GPU (Triton) paths.
+
+A fused row solver is a function ``run(z, kind, a, a_stride) -> Solution`` that solves
+every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kinds:
+
+* ``KIND_POWER``: ``Σ_j [a z_j - t]_+^{1/a} = 1`` with ``a = α - 1 ∈ (0, 1]`` (α-entmax;
+  ``a = 1`` is sparsemax, also as the ``"chi_square"`` divergence), one ``a`` for all
+  rows (``a_stride = 0``) or one per row (``a_stride = 1``).  Its ``Solution.tau`` is
+  ``t`` in the variable ``y = a z``; :func:`solve_with` converts it with the divergence's
+  own :meth:`~softargmax.divergences.Divergence.tau_from_power_root` (``τ_f = (t + 1)/a``
+  for the α-divergence, ``t`` itself for ``"chi_square"``).
+* ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
+  ``Solution.tau`` is already ``τ_f``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..divergences import Divergence
+
+KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
+
+
+#: the kinds of :meth:`softargmax.divergences.Divergence.fused_kind`
+KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
+
+
+def kind_of(div: Divergence):
+    """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``.
+
+    The divergence declares it (:meth:`~softargmax.divergences.Divergence.fused_kind`): no
+    switch on its type here."""
+    declared = div.fused_kind()
+    if declared is None:
+        return None, None
+    name, a = declared
+    return KINDS[name], a
+
+
+def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64, device="cpu"):
+    """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
+
+    ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
+    copied from the host, so a CUDA graph can capture it)."""
+    kind, a = kind_of(div)
+    if kind is None:
+        return None
+    a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
+    sol = run(z, kind, a_t, 0)
+    if kind == KIND_POWER:
+        sol.tau = div.tau_from_power_root(sol.tau, a)
+    return sol
+
+
+def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:
+    """Whether ``alpha2d`` is one α per row of ``z`` with every ``a = α - 1`` in (0, 1] once
+    rounded to ``a_dtype`` (what the solver reads; a device synchronization on CUDA)."""
+    a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
+    return a.numel() == z.shape[0] and bool(((a > 0) & (a <= 1)).all())
+
+
+def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
+                          checked: bool = False):
+    """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]
+    (``checked``: :func:`alpha_rows_covered` already said yes)."""
+    if not checked and not alpha_rows_covered(z, alpha2d, a_dtype):
+        return None
+    a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
+    a = a.contiguous()
+    sol = run(z, KIND_POWER, a, 1)
+    sol.tau = (sol.tau + 1) / a.to(z.dtype).unsqueeze(1)
+    return sol

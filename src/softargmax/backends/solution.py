@@ -1,0 +1,160 @@
+r"""What every threshold solver returns: one :class:`Solution`, whichever backend ran.
+
+The PyTorch solver (:mod:`softargmax.solvers.threshold`), the fused CPU row solver and the GPU
+kernels all return this class, and its consumers (the autograd functions, the losses)
+use only its fields and methods below, never the backend's name:
+
+* ``tau``, ``p``, ``s_sum``, ``block_index``, ``k``, ``bad_rows``: always set;
+* :meth:`jvp`: the backward of the mapping, for every backend (the PyTorch and C
+  solvers keep the Jacobian weights ``s``; the GPU kernels recompute them from ``p``
+  in their own JVP kernel and leave ``s`` as ``None``);
+* :meth:`inner` and :meth:`f_sum`: the two row sums of the Fenchel–Young loss value,
+  ``⟨θ, p⟩`` and ``Σ_j q_j [f(p_j/q_j) - f(0)]``; a backend that computed them in the
+  pass that wrote ``p`` (the GPU kernels) hands them over in ``zp`` and ``omega``, and
+  otherwise they are computed here from the candidates.
+
+This module imports nothing from the solvers, so the solvers and the backends import it
+without a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["Solution", "sum_f_minus_f0"]
+
+
+@dataclass
+class Solution:
+    """The threshold of every row and the mapping evaluated on the candidates.
+
+    Attributes:
+        tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
+        p: ``[R, K]`` probabilities of the candidates.
+        s: ``[R, K]`` Jacobian weights ``q_j g'(z_j - τ)`` (0 off the support), or ``None``
+            where the backend's :attr:`jvp_kernel` recomputes them (the GPU kernels).  Use
+            :meth:`jvp` rather than ``s``.
+        s_sum: ``[R, 1]`` their row sums (from the last Newton evaluation).
+        block_index: ``None`` when the candidates are the full rows; otherwise
+            ``[R, B, KB]`` indices into ``z.view(R, B, nb)`` along the last axis.
+        k: the row length.
+        bad_rows: ``[R, 1]`` boolean, rows with NaN or ``+inf``, or ``None`` (no bad row, or
+            not checked on the host: a backend that avoids device synchronization always
+            returns the tensor, possibly all ``False``).
+        iterations: Newton (or bisection) steps taken (``-1``: not counted, GPU kernels).
+        jvp_kernel: ``None``, or the backend's ``jvp_kernel(v, scale)`` returning the dense
+            ``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` (used by :meth:`jvp`).
+        zp, omega: ``None``, or ``[R]`` row sums ``⟨z, p⟩`` and ``Σ_{p_j > 0} f(p_j) - f(0)``
+            (``q = 1``) computed by the backend (used by :meth:`inner` and :meth:`f_sum`).
+        backend: which solver ran (``"torch"``, ``"cpu"``, ``"triton"``), for tests and
+            diagnostics only.
+        nan_written: the backend already wrote NaN into ``p`` in the bad rows (then
+            :meth:`dense_p` needs no masking pass).
+    """
+
+    tau: Tensor
+    p: Tensor
+    s: Optional[Tensor]
+    s_sum: Tensor
+    block_index: Optional[Tensor]
+    k: int
+    bad_rows: Optional[Tensor]
+    iterations: int
+    jvp_kernel: Optional[Callable[[Tensor, float], Tensor]] = None
+    zp: Optional[Tensor] = None
+    omega: Optional[Tensor] = None
+    backend: str = "torch"
+    nan_written: bool = False
+
+    def gather(self, full: Tensor) -> Tensor:
+        """``[R, k]`` -> ``[R, K]``: values at the candidates."""
+        idx = self.block_index
+        if idx is None:
+            return full
+        R, B, KB = idx.shape
+        return full.reshape(R, B, self.k // B).gather(2, idx).reshape(R, B * KB)
+
+    def scatter(self, cand: Tensor) -> Tensor:
+        """``[R, K]`` -> ``[R, k]``, zeros outside the candidates (padding slots hold zeros)."""
+        idx = self.block_index
+        if idx is None:
+            return cand
+        R, B, KB = idx.shape
+        out = cand.new_zeros(R, B, self.k // B)
+        out.scatter_add_(2, idx, cand.reshape(R, B, KB))
+        return out.reshape(R, self.k)
+
+    def dense_p(self) -> Tensor:
+        """The full ``[R, k]`` output, NaN in bad rows."""
+        p = self.scatter(self.p)
+        if self.bad_rows is not None and not self.nan_written:
+            p = p.masked_fill(self.bad_rows, math.nan)
+        return p
+
+    # -- the backward ------------------------------------------------------------------
+
+    def centered(self, v: Tensor):
+        """``(s ⊙ v, c)`` on the candidates, ``c = ⟨s, v⟩ / Σ s`` per row (``v``: ``[R, k]``).
+
+        Needs :attr:`s` (the PyTorch and C solvers); ``Σ s = 0`` only in all-masked rows,
+        where ``s ⊙ v = 0`` too, so ``c = 0`` there.
+        """
+        if self.s is None:
+            raise RuntimeError("this solution keeps no Jacobian weights; use Solution.jvp")
+        sv = self.s * self.gather(v)
+        c = sv.sum(-1, keepdim=True) / self.s_sum.clamp_min(torch.finfo(self.s_sum.dtype).tiny)
+        return sv, c
+
+    def jvp(self, v: Tensor, temperature: float = 1.0) -> Tensor:
+        """The dense ``[R, k]`` gradient ``s ⊙ (v - ⟨s, v⟩/Σs) / β`` for an incoming ``v`` ``[R, k]``.
+
+        ``β`` is the temperature the scores were divided by.  NaN in bad rows.
+        """
+        if self.jvp_kernel is not None:
+            return self.jvp_kernel(v, 1.0 / temperature)
+        sv, c = self.centered(v)
+        gx = torch.addcmul(sv, self.s, c, value=-1.0)  # s ⊙ (v - c)
+        if temperature != 1.0:
+            gx = gx.div_(temperature)
+        gx = self.scatter(gx)
+        if self.bad_rows is not None:
+            gx = gx.masked_fill(self.bad_rows, math.nan)
+        return gx
+
+    # -- the Fenchel–Young loss value ----------------------------------------------------
+
+    def inner(self, theta: Tensor, beta: float = 1.0, use_row_sums: bool = True) -> Tensor:
+        """``⟨θ, p⟩`` per row ``[R]``, for ``θ = β z`` the unscaled scores of these rows (``[R, k]``).
+
+        Entries with ``p_j = 0`` add nothing (``0 · (-inf)`` does not become NaN).  With
+        ``use_row_sums=False`` the backend's ``⟨z, p⟩`` is not used (for a ``z`` that is not
+        ``θ / β``, e.g. shifted by the row maximum).
+        """
+        if self.zp is not None and use_row_sums:  # the backend's row sums, from the pass that wrote p
+            return (beta * self.zp).to(theta.dtype)
+        pc = self.p
+        th_c = self.gather(theta)
+        return torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
+
+    def f_sum(self, div, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
+        """``Σ_{p_j > 0} q_j [f(p_j/q_j) - f(0)]`` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""
+        if self.omega is not None and q is None:
+            return self.omega.to(dtype)
+        R = self.p.shape[0]
+        q_c = None if q is None else self.gather(q.expand(R, self.k))
+        return sum_f_minus_f0(div, self.p, q_c, f0)
+
+
+def sum_f_minus_f0(div, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
+    """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
+    pos = p > 0
+    ratio = p if q is None else p / q
+    vals = div.f(torch.where(pos, ratio, torch.ones_like(ratio))) - f0
+    if q is not None:
+        vals = vals * q
+    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1)

@@ -1,0 +1,385 @@
+r"""Triton kernels of the fused (FlashAttention-style) α-entmax attention.
+
+Imported only by :mod:`softargmax.backends.triton.flash_attention`.  Notation per query row ``i`` of one
+head: scores ``z_j = scale · q·k_j + mask_j`` (``-inf`` where masked or above the causal
+diagonal), ``a = α - 1 ∈ (0, 1]``, row maximum ``m``, and the row solver's threshold
+variable ``t`` (:mod:`softargmax.backends.triton.row_kernels`):
+
+    u_j = a (z_j - m) - t,    p_j = [u_j]_+^{1/a},    s_j = ∂p_j/∂z_j = [u_j]_+^{1/a - 1}
+
+(α-entmax, Peters, Niculae & Martins, *Sparse Sequence-to-Sequence Models*, ACL 2019,
+arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` fixes
+``t ∈ [-1, -n^{-a}]``: ``t = -1`` puts ``p = 1`` on the maximum alone.
+
+**Forward** (:func:`attention_fwd`, one program per (batch·head, query block of
+``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
+``k`` in every pass and never stored):
+
+1. a pass over the key blocks for the row maxima ``m``;
+2. Newton passes from ``t = -1`` (below the root), each accumulating ``Σp``, ``Σs`` (and
+   for 1.5-entmax the support size and smallest ``u``) per row over the key blocks; the
+   step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
+   Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
+   closed-form root of the support's quadratic for 1.5-entmax), a row stops when
+   ``|Σp - 1| ≤ 2 ε_float32``, when its residual stops decreasing (rounding), when the step
+   vanishes, or after ``max_iter`` passes.  The loop runs while a row of the block goes on:
+   its length is set by the data, not fixed;
+3. **block sparsity**: a scratch ``BMAX[bh, query block, key block]`` holds, per tile, the
+   largest ``u`` over its rows at the last ``t`` it was evaluated at (``+inf`` before).  The
+   iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
+   ``t``: it is skipped in the later Newton passes, the output pass and the backward;
+4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
+   of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and ``Σ p log p``.
+
+**Backward**: with ``g_j = dO·v_j`` the JVP of α-entmax is ``dz_j = s_j (g_j - c)``,
+``c = Σ_j s_j g_j / Σ_j s_j = dO·W`` (one dot per row, like FlashAttention-2's
+``D = rowsum(dO∘O)``; computed by the caller).  :func:`attention_bwd_dkdv` (one program
+per (batch·kv head, key block), looping over the query heads of its group and the query
+blocks) accumulates ``dV = Σ_i p_i dO_i`` and ``dK = scale Σ_i dz_i q_i``;
+:func:`attention_bwd_dq` (one program per query block) accumulates
+``dQ = scale Σ_j dz_j k_j`` and, for a learned α, ``Σ_j g_j p_j log p_j`` per row.  The α
+gradient per row (Correia, Niculae & Martins, *Adaptively Sparse Transformers*, EMNLP 2019,
+arXiv:1909.00015, supplementary eqs. 26–38):
+``⟨g, ∂p/∂α⟩ = (⟨g,p⟩ - c)/a² - (⟨g, p log p⟩ + H(p) c)/a`` with ``⟨g,p⟩ = dO·O`` and
+``H(p) = -Σ p log p``; the caller sums it per head.
+
+Empty rows (every key masked: ``m = -inf``) get ``p = 0``, ``O = 0`` and zero gradients.
+Rows, tiles and dots accumulate in float32; ``p`` and ``dz`` are cast to the input type for
+the tensor-core dots (float32 inputs use IEEE float32 dots).
+
+**Bytes moved and work** (per (batch, head): ``L`` queries, ``S`` keys, head dim ``D``, ``b``
+bytes per element, ``n_q = ⌈L/BLOCK_M⌉`` query blocks, ``P`` Newton passes, ``ρ`` the
+fraction of tiles kept).  The one-read-one-write floor of the forward is ``b (2LD + 2SD)``
+(read ``q, k, v``, write ``O``); this forward reads ``q`` once, the key tiles
+``n_q (1 + Pρ')`` times and the value tiles ``n_q ρ`` times (``ρ' ≥ ρ``: tiles still
+evaluated while ``t`` rises; FlashAttention-2 reads both ``n_q`` times, mostly from L2), and
+writes ``O`` and ``W`` (``2bLD``) plus 5 floats per row and ``n_q ⌈S/BLOCK_N⌉`` tile maxima.
+Its matrix work is ``2LSD (1 + Pρ' + 2ρ)`` flops against FlashAttention-2's ``4LSD``: the
+price of exact thresholds is the ``P`` score passes.  The backward's floor is
+``b (3LD + 4SD)`` (read ``q, dO, k, v``, write ``dq, dk, dv``); it reads ``dO`` and ``W``
+once more for ``c = dO·W`` (and ``O`` for a learned α), then :func:`attention_bwd_dkdv`
+reads ``k, v`` once and the ``q, dO`` tiles ``n_k ρ`` times, :func:`attention_bwd_dq`
+reads ``q, dO`` once and the ``k, v`` tiles ``n_q ρ`` times (the tile re-reads are those
+of FlashAttention-2), with ``7 · 2LSDρ`` flops (FlashAttention-2: ``5 · 2LSD``: ``QKᵀ``
+and ``dO Vᵀ`` are recomputed in both kernels).
+"""
+
+import triton
+import triton.language as tl
+
+from .row_kernels import KIND_POWER, newton_step
+
+
+@triton.jit
+def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+    """``(p, s)`` of α-entmax at scores ``z`` (``-inf`` masked): ``u = a (z - m) - t``,
+    ``s = u₊^{1/a - 1}``, ``p = s u`` (one ``log2`` and one ``exp2`` per score; sparsemax and
+    1.5-entmax none).  ``KIND`` is the power kind of the row solver (the only one here)."""
+    u = a * (z - m) - t
+    pos = u > 0
+    if EXACT == 1:
+        p = tl.where(pos, u, 0.0)
+        s = tl.where(pos, 1.0, 0.0)
+    elif EXACT == 2:
+        p = tl.where(pos, u * u, 0.0)
+        s = tl.where(pos, u, 0.0)
+    else:
+        up = tl.where(pos, u, 0.0)
+        s = tl.where(pos, tl.exp2(tl.log2(tl.where(pos, u, 1.0)) * (1.0 / a - 1.0)), 0.0)
+        p = s * up
+    return p, s
+
+
+@triton.jit
+def _mm(x, y, DOT: tl.constexpr):
+    """``x @ y`` accumulated in float32: tensor cores for half inputs (``DOT = 0``), IEEE
+    float32 for float32 inputs (``DOT = 1``); ``DOT = 2``: half operands widened to float32
+    first (Triton's interpreter multiplies bfloat16 as raw bits)."""
+    if DOT == 1:
+        r = tl.dot(x, y, input_precision="ieee")
+    elif DOT == 2:
+        r = tl.dot(x.to(tl.float32), y.to(tl.float32), input_precision="ieee")
+    else:
+        r = tl.dot(x, y)
+    return r
+
+
+@triton.jit
+def _low(x, like, DOT: tl.constexpr):
+    """``x`` cast to the input type for the tensor-core dots (kept in float32 for IEEE dots)."""
+    if DOT == 1:
+        r = x
+    else:
+        r = x.to(like.dtype)
+    return r
+
+
+@triton.jit
+def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
+                MASK, mask_base, stride_mm, stride_mn,
+                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
+    kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
+    z = _mm(q, kt, DOT) * scale
+    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+
+
+@triton.jit
+def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
+            CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+    """``z`` with the mask applied (``HAS_MASK`` 1: additive float, 2: boolean as bytes) and
+    ``-inf`` outside the matrix and above the causal diagonal."""
+    valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
+    if HAS_MASK != 0:
+        # 64-bit offsets: a full [L, S] mask passes 2^31 entries at L = S = 46341
+        moffs = mask_base + offs_m.to(tl.int64)[:, None] * stride_mm + offs_n[None, :] * stride_mn
+        if HAS_MASK == 1:
+            z = z + tl.load(MASK + moffs, mask=valid, other=0.0).to(tl.float32)
+        else:
+            valid = valid & (tl.load(MASK + moffs, mask=valid, other=0) != 0)
+    if CAUSAL:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None])
+    return tl.where(valid, z, float("-inf"))
+
+
+@triton.jit
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS,
+                  H, HKV, L, S, scale, tol, max_iter,
+                  stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
+                  stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
+                  EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One (batch·head, query block): threshold, output, and the rows the backward needs."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // (H // HKV)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_nb = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = offs_m < L
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_m[:, None] * stride_ql + offs_d[None, :],
+                mask=rmask[:, None], other=0.0)
+    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
+    a = tl.load(A + h).to(tl.float32)
+    if CAUSAL:
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
+    else:
+        hi = S
+    n_blocks = tl.cdiv(hi, BLOCK_N)
+    nk_all = tl.cdiv(S, BLOCK_N)
+    bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
+    # -- pass 1: row maxima; every tile starts "unknown" (+inf) ------------------------------
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for nb in range(0, n_blocks):
+        offs_n = nb * BLOCK_N + offs_nb
+        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+                        stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+        m = tl.maximum(m, tl.max(z, 1))
+        tl.store(BMAX + bmax_base + nb, float("inf"))
+    empty = m == float("-inf")
+    m = tl.where(empty, 0.0, m)
+    # -- Newton passes until every row of the block is solved ---------------------------------
+    t = tl.full([BLOCK_M], -1.0, tl.float32)
+    go = rmask & (empty == 0)
+    last = tl.full([BLOCK_M], float("inf"), tl.float32)
+    it = 0
+    while tl.sum(go.to(tl.int32), 0) > 0:
+        Ssum = tl.zeros([BLOCK_M], tl.float32)
+        Sp = tl.zeros([BLOCK_M], tl.float32)
+        cnt = tl.zeros([BLOCK_M], tl.float32)
+        umin = tl.full([BLOCK_M], float("inf"), tl.float32)
+        for nb in range(0, n_blocks):
+            if tl.load(BMAX + bmax_base + nb) > 0:
+                offs_n = nb * BLOCK_N + offs_nb
+                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+                                stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+                Ssum += tl.sum(p, 1)
+                Sp += tl.sum(s, 1)
+                if EXACT == 2:
+                    cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
+                    umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
+                umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
+                tl.store(BMAX + bmax_base + nb, umax)
+        tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT)
+        go = go & (stop == 0)
+        t = tl.where(go, tn, t)
+        it += 1
+    # -- output pass ------------------------------------------------------------------------
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    accw = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    Sp = tl.zeros([BLOCK_M], tl.float32)
+    Ssum = tl.zeros([BLOCK_M], tl.float32)
+    plogp = tl.zeros([BLOCK_M], tl.float32)
+    for nb in range(0, n_blocks):
+        if tl.load(BMAX + bmax_base + nb) > 0:
+            offs_n = nb * BLOCK_N + offs_nb
+            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+            umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
+            tl.store(BMAX + bmax_base + nb, umax)
+            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < S,
+                        other=0.0)
+            acc += _mm(_low(p, v, DOT), v, DOT)
+            accw += _mm(_low(s, v, DOT), v, DOT)
+            Ssum += tl.sum(p, 1)
+            Sp += tl.sum(s, 1)
+            plogp += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)), 0.0), 1)
+    w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
+    row = bh.to(tl.int64) * L + offs_m
+    out = row[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(O + out, acc.to(O.dtype.element_ty), mask=rmask[:, None])
+    tl.store(Wv + out, w.to(Wv.dtype.element_ty), mask=rmask[:, None])
+    tl.store(MROW + row, tl.where(empty, float("-inf"), m), mask=rmask)
+    tl.store(TROW + row, t, mask=rmask)
+    tl.store(SSUM + row, Sp, mask=rmask)
+    tl.store(PSUM + row, Ssum, mask=rmask)
+    tl.store(PLOGP + row, plogp, mask=rmask)
+    tl.store(ITERS + bh.to(tl.int64) * tl.num_programs(0) + pid_m, it)
+
+
+@triton.jit
+def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
+                       H, HKV, L, S, scale,
+                       stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
+                       stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
+                       stride_mb, stride_mh, stride_mm, stride_mn,
+                       EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group."""
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1)
+    b = bhk // HKV
+    hk = bhk % HKV
+    group = H // HKV
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_mb = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    nmask = offs_n < S
+    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+    v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+    kt = tl.trans(k)
+    vt = tl.trans(v)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    nq = tl.cdiv(L, BLOCK_M)
+    nk_all = tl.cdiv(S, BLOCK_N)
+    if CAUSAL:
+        lo = (pid_n * BLOCK_N) // BLOCK_M
+    else:
+        lo = 0
+    for g in range(0, group):
+        h = hk * group + g
+        bh = b * H + h
+        a = tl.load(A + h).to(tl.float32)
+        q_base = b.to(tl.int64) * stride_qb + h * stride_qh
+        o_base = b.to(tl.int64) * stride_ob + h * stride_oh
+        mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
+        for mb in range(lo, nq):
+            if tl.load(BMAX + (bh.to(tl.int64) * nq + mb) * nk_all + pid_n) > 0:
+                offs_m = mb * BLOCK_M + offs_mb
+                rmask = offs_m < L
+                q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+                do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
+                             other=0.0)
+                row = bh.to(tl.int64) * L + offs_m
+                m = tl.load(MROW + row, mask=rmask, other=0.0)
+                m = tl.where(m == float("-inf"), 0.0, m)
+                t = tl.load(TROW + row, mask=rmask, other=0.0)
+                c = tl.load(CROW + row, mask=rmask, other=0.0)
+                z = _mm(q, kt, DOT) * scale
+                dp = _mm(do, vt, DOT)
+                z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+                dz = s * (dp - c[:, None])
+                dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
+                dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
+    out = (bhk.to(tl.int64) * S + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
+
+
+@triton.jit
+def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
+                     H, HKV, L, S, scale,
+                     stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
+                     stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
+                     stride_mb, stride_mh, stride_mm, stride_mn,
+                     EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+                     ALPHA_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     HEAD_DIM: tl.constexpr):
+    """One (batch·head, query block): ``dQ`` and, with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // (H // HKV)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_nb = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = offs_m < L
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_m[:, None] * stride_ql + offs_d[None, :],
+                mask=rmask[:, None], other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * stride_ob + h * stride_oh + offs_m[:, None] * stride_ol + offs_d[None, :],
+                 mask=rmask[:, None], other=0.0)
+    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
+    a = tl.load(A + h).to(tl.float32)
+    row = bh.to(tl.int64) * L + offs_m
+    m = tl.load(MROW + row, mask=rmask, other=0.0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    t = tl.load(TROW + row, mask=rmask, other=0.0)
+    c = tl.load(CROW + row, mask=rmask, other=0.0)
+    if CAUSAL:
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
+    else:
+        hi = S
+    n_blocks = tl.cdiv(hi, BLOCK_N)
+    nk_all = tl.cdiv(S, BLOCK_N)
+    bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    plg = tl.zeros([BLOCK_M], tl.float32)
+    for nb in range(0, n_blocks):
+        if tl.load(BMAX + bmax_base + nb) > 0:
+            offs_n = nb * BLOCK_N + offs_nb
+            nmask = offs_n < S
+            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+            vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
+            k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+            dp = _mm(do, vt, DOT)
+            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+            dz = s * (dp - c[:, None])
+            dq += _mm(_low(dz, k, DOT), k, DOT)
+            if ALPHA_GRAD:
+                plg += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)) * dp, 0.0), 1)
+    tl.store(DQ + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
+             mask=rmask[:, None])
+    if ALPHA_GRAD:
+        tl.store(PLG + row, plg, mask=rmask)
+
+
+@triton.jit
+def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl,
+            BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """``OUT[r] = Σ_d X[r, d] Y[r, d]`` in float32 for the ``R = B·H·L`` rows of a strided
+    ``X`` ``[B, H, L, D]`` and a contiguous ``Y`` (the backward's ``c = dO·W`` and ``dO·O``)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rmask = rows < R
+    r64 = rows.to(tl.int64)
+    b = r64 // (H * L)
+    h = (r64 // L) % H
+    i = r64 % L
+    xo = b * stride_xb + h * stride_xh + i * stride_xl
+    x = tl.load(X + xo[:, None] + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    y = tl.load(Y + r64[:, None] * HEAD_DIM + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    tl.store(OUT + rows, tl.sum(x * y, 1), mask=rmask)

@@ -1,0 +1,347 @@
+r"""Fused α-entmax attention: the autograd function and the coverage test behind :func:`softargmax.attention`.
+
+:func:`maybe_attention` is the dispatch hook of :func:`softargmax.attention`: it returns the
+output of the fused Triton kernels of :mod:`softargmax.backends.triton.attention_kernels` (FlashAttention
+style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the call, else
+``None`` and the materialized path (the reference) runs.  Covered:
+
+* ``mapping`` ``"sparsemax"``, ``"entmax15"``, ``"entmax"``/``"alpha"`` with α ∈ (1.01, 2]
+  as a float, or as a tensor with one α per head (shape ``()``, ``(H,)``, ``(H, 1, 1)`` or
+  ``(1, H, 1, 1)``; learnable: its gradient is computed by the kernels);
+* ``query`` ``[B, H, L, D]`` (or ``[H, L, D]``), ``key``/``value`` ``[B, Hkv, S, D]`` with
+  ``H`` a multiple of ``Hkv`` (grouped-query attention), ``D`` a power of two in [16, 128];
+  float16, bfloat16 or float32 (the same for all three), any strides with a unit last stride;
+* ``is_causal`` (top-left aligned, as SDPA), or ``attn_mask`` boolean or additive float,
+  broadcastable to ``[B, H, L, S]``, without ``requires_grad``, read in place by the kernels
+  (broadcast dimensions as stride 0, booleans as bytes: never expanded nor converted); ``scale``;
+* ``dropout_p = 0`` and ``return_weights=False`` (dropout and the weights need the
+  materialized path);
+* CUDA tensors (CPU tensors under Triton's interpreter when
+  :func:`softargmax.backends.triton.rows.set_cpu_interpret` is on, for tests).
+
+``SOFTARGMAX_FLASH_ATTENTION=0`` (or :func:`set_enabled`) turns the automatic choice off.
+:func:`flash_attention` runs the fused path explicitly (tests, benchmarks) and
+:func:`forward_stats` returns per-row ``Σp`` and the block sparsity reached.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..._utils.extras import LazyModule
+from ..switch import Switch
+
+__all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
+
+#: Newton passes per query block at most (the row solver's safeguard)
+MAX_ITER = 100
+#: the smallest α the fused path takes (the α gradient's closed form loses accuracy towards 1)
+ALPHA_MIN = 1.01
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+_switch = Switch("SOFTARGMAX_FLASH_ATTENTION")
+
+
+def _load():
+    from . import attention_kernels as _triton_attention
+
+    return _triton_attention
+
+
+_module = LazyModule(_load)  # the kernel module, or False where Triton is unavailable
+
+
+def available() -> bool:
+    """Whether Triton imports and the attention kernels compile to Python objects."""
+    return bool(_module())
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the automatic choice of the fused path on or off; returns the old setting."""
+    return _switch.set(flag)
+
+
+def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16):
+    """``(BLOCK_M, BLOCK_N, num_warps)``.  On a GPU, half inputs: 64×32 tiles with 8 warps
+    up to ``D = 64``, 32×32 at ``D = 128``; float32 inputs: 32×32.  Chosen from the sm_90
+    register reports of the compile test (no spills, or a few dozen bytes; 64×64 tiles
+    spilled hundreds; float32 at ``D = 128`` still spills ~0.5 KiB); GPU timings are owed.
+    Under the interpreter 16×16 (small test sizes still span several tiles)."""
+    if device.type != "cuda":
+        return 16, 16, 4
+    if dtype == torch.float32:
+        return 32, 32, 8
+    return (64, 32, 8) if head_dim <= 64 else (32, 32, 8)
+
+
+# -- coverage --------------------------------------------------------------------------------
+
+
+def _exponent(mapping, alpha):
+    """``(a, alpha_tensor)`` with ``a = α - 1`` for a float α, or ``None`` if not covered."""
+    if mapping == "sparsemax":
+        return 1.0, None
+    if mapping == "entmax15":
+        return 0.5, None
+    if mapping not in ("entmax", "alpha") or alpha is None:
+        return None
+    if isinstance(alpha, Tensor):
+        return 0.0, alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        return None
+    if not ALPHA_MIN <= float(alpha) <= 2.0:
+        return None
+    return float(alpha) - 1.0, None
+
+
+def _per_head(alpha: Tensor, H: int) -> Optional[Tensor]:
+    """α as a differentiable ``[H]`` tensor (one per head), or ``None`` if it varies along another axis."""
+    if alpha.dim() == 1 and alpha.shape[0] == H:
+        return alpha
+    shape = [1] * max(0, 4 - alpha.dim()) + list(alpha.shape)
+    if len(shape) != 4 or shape[0] != 1 or shape[2] != 1 or shape[3] != 1 or shape[1] not in (1, H):
+        return None
+    return alpha.reshape(shape[1]).expand(H)
+
+
+def _mask4(attn_mask: Tensor, like: Tensor, B: int, H: int, L: int, S: int) -> Optional[Tensor]:
+    """The mask as a ``[B, H, L, S]`` view (broadcast strides 0): additive float, or a boolean
+    mask viewed as bytes; ``None`` if not covered."""
+    if attn_mask.requires_grad or attn_mask.dim() > 4 or attn_mask.device != like.device:
+        return None
+    if attn_mask.dtype == torch.bool:
+        attn_mask = attn_mask.view(torch.uint8)  # read as bytes (1: may attend), never converted
+    elif not attn_mask.is_floating_point():
+        return None
+    m = attn_mask.reshape([1] * (4 - attn_mask.dim()) + list(attn_mask.shape))
+    try:
+        return m.expand(B, H, L, S)
+    except RuntimeError:
+        return None
+
+
+def _usable_device(t: Tensor) -> bool:
+    from . import rows as _triton_rows
+
+    return _switch.on and _triton_rows.usable_device(t) and available()
+
+
+def _prepare(query, key, value, attn_mask, is_causal, mapping, alpha):
+    """The 4-D inputs and the settings of a covered call, or ``None``."""
+    ex = _exponent(mapping, alpha)
+    if ex is None:
+        return None
+    a, alpha_t = ex
+    if not (query.dtype in _DTYPES and key.dtype == query.dtype and value.dtype == query.dtype):
+        return None
+    if not (query.dim() == key.dim() == value.dim() and query.dim() in (3, 4)):
+        return None
+    squeeze = query.dim() == 3
+    q, k, v = (t.unsqueeze(0) if squeeze else t for t in (query, key, value))
+    B, H, L, D = q.shape
+    Bk, Hkv, S, Dk = k.shape
+    if not (Bk == B and v.shape[:3] == k.shape[:3] and v.shape[3] == D and Dk == D):
+        return None
+    if not (Hkv > 0 and H % Hkv == 0 and 16 <= D <= 128 and D & (D - 1) == 0 and L > 0 and S > 0):
+        return None
+    mask4 = None
+    if attn_mask is not None:
+        mask4 = _mask4(attn_mask, q, B, H, L, S)
+        if mask4 is None:
+            return None
+    alpha_h = None
+    if alpha_t is not None:
+        if alpha_t.device != q.device or not alpha_t.is_floating_point():
+            return None
+        alpha_h = _per_head(alpha_t, H)
+        if alpha_h is None:
+            return None
+        ad = alpha_h.detach()
+        if not bool(((ad >= ALPHA_MIN) & (ad <= 2.0)).all()):  # one small synchronization
+            return None
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return q, k, v, mask4, a, alpha_h, squeeze
+
+
+def maybe_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
+                    is_causal: bool, scale: float, mapping, alpha, return_weights: bool) -> Optional[Tensor]:
+    """The fused output when the kernels cover the call (module docstring), else ``None``."""
+    if return_weights or dropout_p > 0 or not _usable_device(query):
+        return None
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+    if prep is None:
+        return None
+    return _apply(prep, is_causal, scale)
+
+
+def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
+                    is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
+                    alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
+                    block_n: Optional[int] = None) -> Tensor:
+    """The fused path explicitly, whatever the device (CPU tensors need ``TRITON_INTERPRET=1``);
+    raises ``ValueError`` where it does not cover the call."""
+    if not available():
+        raise RuntimeError("flash_attention needs Triton")
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask and is_causal cannot both be set")
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+    if prep is None:
+        raise ValueError("flash_attention: the fused kernels do not cover these arguments (see the module docstring)")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return _apply(prep, is_causal, scale, block_m, block_n)
+
+
+def _apply(prep, is_causal, scale, block_m=None, block_n=None):
+    q, k, v, mask4, a, alpha_h, squeeze = prep
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
+    cfg = (block_m or bm, block_n or bn, warps)
+    out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, bool(is_causal), float(scale), cfg)
+    return out.squeeze(0) if squeeze else out
+
+
+def _exact(a: float, per_head: bool) -> int:
+    if per_head:
+        return 0
+    return 1 if a == 1.0 else 2 if a == 0.5 else 0
+
+
+def _dot_mode(q: Tensor) -> int:
+    """0: tensor-core dots of half inputs, 1: IEEE float32, 2: the interpreter's widened bfloat16."""
+    if q.dtype == torch.float32:
+        return 1
+    return 2 if (q.dtype == torch.bfloat16 and q.device.type == "cpu") else 0
+
+
+def _mask_args(mask4: Optional[Tensor], like: Tensor):
+    if mask4 is None:
+        return like, (0, 0, 0, 0), 0
+    return mask4, tuple(mask4.stride()), 2 if mask4.dtype == torch.uint8 else 1
+
+
+def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
+    """Launch the forward kernel; returns the output and the saved rows."""
+    K = _module()
+    B, H, L, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    BM, BN, warps = cfg
+    nq, nk = -(-L // BM), -(-S // BN)
+    dev = q.device
+    o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
+    w = torch.empty_like(o)
+    rows = torch.empty(5, B * H * L, dtype=torch.float32, device=dev)  # m, t, Σs, Σp, Σ p log p
+    bmax = torch.zeros(B * H, nq, nk, dtype=torch.float32, device=dev)
+    iters = torch.empty(B * H, nq, dtype=torch.int32, device=dev)
+    mask, ms, has_mask = _mask_args(mask4, q)
+    tol = 2 * torch.finfo(torch.float32).eps
+    K.attention_fwd[(nq, B * H)](
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters,
+        H, Hkv, L, S, scale, tol, MAX_ITER,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), *ms,
+        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
+        BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, num_warps=warps)
+    return o, w, rows, bmax, iters
+
+
+def _kernel_a(q, alpha_h, a):
+    H = q.shape[1]
+    if alpha_h is not None:
+        return (alpha_h.detach().to(device=q.device, dtype=torch.float32) - 1.0).contiguous()
+    return torch.full((H,), a, dtype=torch.float32, device=q.device)
+
+
+def _row_dot(x: Tensor, y: Tensor) -> Tensor:
+    """``Σ_d x·y`` per row of ``[B, H, L, D]`` tensors (``y`` contiguous), float32 ``[B·H·L]``,
+    without float32 copies of the operands."""
+    B, H, L, D = x.shape
+    out = torch.empty(B * H * L, dtype=torch.float32, device=x.device)
+    block = max(1, 1024 // D)  # 1024 elements per program (no spills for sm_90)
+    _module().row_dot[(-(-out.numel() // block),)](x, y, out, out.numel(), H, L, x.stride(0), x.stride(1),
+                                                    x.stride(2), BLOCK_R=block, HEAD_DIM=D)
+    return out
+
+
+class FlashEntmaxAttention(torch.autograd.Function):
+    """``O = entmax_α(scale · q kᵀ + mask) v`` by the fused kernels (see :mod:`softargmax.backends.triton.attention_kernels`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha_h, a, mask4, causal, scale, cfg):
+        A = _kernel_a(q, alpha_h, a)
+        exact = _exact(a, alpha_h is not None)
+        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg)
+        ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
+        ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact = mask4, causal, scale, cfg, exact
+        ctx.alpha_h = alpha_h is not None
+        ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, w, rows, bmax, A = ctx.saved_tensors
+        K = _module()
+        B, H, L, D = q.shape
+        Hkv, S = k.shape[1], k.shape[2]
+        BM, BN, warps = ctx.cfg
+        nq, nk = -(-L // BM), -(-S // BN)
+        do = do if do.stride(-1) == 1 else do.contiguous()
+        c = _row_dot(do, w)  # Σ_j s_j g_j / Σs = dO·W per row
+        mask, ms, has_mask = _mask_args(ctx.mask4, q)
+        alpha_grad = ctx.alpha_h and ctx.needs_input_grad[3]
+        dq = torch.empty(B, H, L, D, dtype=q.dtype, device=q.device)
+        dk = torch.empty(B, Hkv, S, D, dtype=k.dtype, device=q.device)
+        dv = torch.empty(B, Hkv, S, D, dtype=v.dtype, device=q.device)
+        plg = torch.empty(B * H * L, dtype=torch.float32, device=q.device) if alpha_grad else rows[0]
+        strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                   v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2), *ms)
+        consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q), BLOCK_M=BM, BLOCK_N=BN,
+                      HEAD_DIM=D, num_warps=warps)
+        K.attention_bwd_dkdv[(nk, B * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax,
+                                            H, Hkv, L, S, ctx.scale, *strides, **consts)
+        K.attention_bwd_dq[(nq, B * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, bmax,
+                                        H, Hkv, L, S, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
+        dalpha = None
+        if alpha_grad:
+            # ⟨g, ∂p/∂α⟩ = (⟨g,p⟩ - c)/a² - (⟨g, p log p⟩ + H(p) c)/a per row, H(p) = -Σ p log p
+            a = A.double().view(1, H, 1)
+            gp = _row_dot(do, o).double().view(B, H, L)  # ⟨g, p⟩ = dO·O
+            cc = c.double().view(B, H, L)
+            ent = -rows[4].double().view(B, H, L)
+            per_row = (gp - cc) / (a * a) - (plg.double().view(B, H, L) + ent * cc) / a
+            dalpha = per_row.sum((0, 2)).to(ctx.alpha_dtype)
+        return dq, dk, dv, dalpha, None, None, None, None, None
+
+
+@torch.no_grad()
+def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
+                  is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
+                  alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
+                  block_n: Optional[int] = None) -> dict:
+    """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``,
+    0 for empty rows), ``tiles`` and ``kept`` (the score tiles inside the causal band and those
+    the output pass used), ``block_sparsity = 1 - kept / tiles``, and ``newton_passes``
+    (``[B, H, query blocks]``: the Newton passes each block of query rows took)."""
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+    if prep is None:
+        raise ValueError("forward_stats: the fused kernels do not cover these arguments")
+    q, k, v, mask4, a, alpha_h, _ = prep
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
+    cfg = (block_m or bm, block_n or bn, warps)
+    A = _kernel_a(q, alpha_h, a)
+    _, _, rows, bmax, iters = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg)
+    B, H, L, _ = q.shape
+    S = k.shape[2]
+    BM, BN = cfg[0], cfg[1]
+    qi = torch.arange(bmax.shape[1], device=q.device)[:, None]
+    kj = torch.arange(bmax.shape[2], device=q.device)[None, :]
+    band = (kj * BN < torch.clamp((qi + 1) * BM, max=S)) if is_causal else torch.ones_like(qi * kj, dtype=torch.bool)
+    tiles = int(band.sum()) * B * H
+    kept = int(((bmax > 0) & band).sum())
+    return {"psum": rows[3].view(B, H, L), "tiles": tiles, "kept": kept,
+            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": iters.view(B, H, -1)}

@@ -1,0 +1,97 @@
+"""One memory measurement per process: ``python -m softargmax.bench.memory CASE ARGS...`` allocates
+the case's inputs, runs one forward+backward and prints ``{"peak_mb": ..., "ms": ...}`` as JSON.
+
+A fresh process per case makes the peak resident memory of the call its own
+(:func:`~softargmax.bench.timing.peak_growth_mb`); :func:`measure` starts one and reads its answer.
+
+* ``fused VARIANT N d V THREADS REPEATS``: ``linear_fenchel_young_loss(h, W, t, "entmax15")``
+  (``VARIANT=fused``) or ``entmax15_loss(h @ W.T, t)`` (``unfused``); also the median time of
+  ``REPEATS`` more calls;
+* ``attention VARIANT L HEADS THREADS``: causal self-attention (batch 1, 64 features per head),
+  ``VARIANT`` one of ``sdpa``, ``softmax``, ``sparsemax``, ``entmax15``, ``entmax_per_head``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import softargmax as sa
+
+from .timing import peak_growth_mb
+
+
+def attention_fn(variant: str, alpha: torch.Tensor) -> Callable:
+    """``(q, k, v) -> output`` of one attention variant (causal)."""
+    if variant == "sdpa":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if variant == "entmax_per_head":
+        return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping="entmax", alpha=alpha)
+    return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping=variant)
+
+
+def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(N, d, generator=g).requires_grad_()
+    W = (torch.randn(V, d, generator=g) / d ** 0.5).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+
+    def run():
+        if variant == "fused":
+            loss = sa.linear_fenchel_young_loss(h, W, t, mapping="entmax15")
+        else:
+            loss = sa.entmax15_loss(h @ W.T, t)
+        torch.autograd.grad(loss, (h, W))
+
+    peak = peak_growth_mb(run)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return {"peak_mb": peak, "ms": statistics.median(times) * 1e3 if times else None}
+
+
+def _attention(variant: str, L: int, heads: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, L, 64, generator=g).requires_grad_() for _ in range(3))
+    fn = attention_fn(variant, torch.linspace(1.2, 1.8, heads))
+
+    def run():
+        fn(q, k, v).sum().backward()
+
+    return {"peak_mb": peak_growth_mb(run)}
+
+
+def measure(case: str, *args) -> dict:
+    """Run :func:`main` with ``case *args`` in a fresh Python process and return its JSON."""
+    entry = f"import sys; from {__name__} import main; main(sys.argv[1:])"
+    out = subprocess.run([sys.executable, "-c", entry, case, *map(str, args)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list) -> None:
+    case, variant, *rest = argv
+    if case == "fused":
+        N, d, V, threads, repeats = map(int, rest)
+        torch.set_num_threads(threads)
+        result = _fused(variant, N, d, V, repeats)
+    elif case == "attention":
+        L, heads, threads = map(int, rest)
+        torch.set_num_threads(threads)
+        result = _attention(variant, L, heads)
+    else:
+        raise SystemExit(f"case must be fused or attention, got {case!r}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,86 @@
+r"""The Fenchel–Young losses as one ``torch.library`` custom operator, for ``torch.compile``.
+
+While ``torch.compile`` traces, :func:`softargmax.losses.fenchel_young_loss` (and the named
+losses built on it) calls ``softargmax::fenchel_young_loss`` instead of running its body:
+the target checks and the solver read tensor values, which a tracer cannot follow.  The
+operator returns the reduced loss and its gradient with respect to the scores, in the
+compute dtype (``p - y`` scaled by the item weights and the reduction, from the same pass,
+as in eager mode); its autograd formula multiplies that by the incoming gradient.  Values
+equal eager's; gradients equal them up to the rounding of one multiplication (eager rounds
+the per-row factor to the input dtype first).
+
+Not covered (these stay eager, so ``fullgraph=True`` fails on them): ``return_prediction``,
+a :class:`~softargmax.divergences.CustomDivergence`, a tensor ``tau`` for α-ReLU.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import compute_dtype
+from .._utils.tracing import CUSTOM_OPS
+from ..operators._library_ops import define
+from ._fenchel_young import prepare
+from ._rows import resolve_loss
+from ._targets import reduce_loss
+
+__all__: list = []
+
+
+def _kind(mapping: str, param: float, tau: float):
+    if mapping == "alpha_relu":
+        return resolve_loss("alpha_relu", {"alpha": param, "tau": tau})
+    return resolve_loss(mapping, {"alpha": param} if mapping == "alpha" else {})
+
+
+def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: Optional[Tensor], mapping: str,
+                        param: float, tau: float, temperature: float, dim: int, multilabel: bool, ignore_index: int,
+                        reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
+    kind = _kind(mapping, param, tau)
+    rows, tgt, compute = prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
+                                  weight)
+    per_row, _, G = compute(rows.flat)
+    per_row = per_row.to(x.dtype)
+    loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
+    # d loss / d per_row, as eager's autograd forms it: 1/denominator ("mean"), times the item weights
+    w = tgt.item_weight
+    scale = torch.ones_like(per_row)
+    if reduction == "mean":
+        denom = tgt.keep.sum().to(per_row.dtype) if w is None else w.sum()
+        scale = scale / denom
+    if w is not None:
+        scale = scale * w
+    grad = rows.restore(G * scale.to(G.dtype).unsqueeze(1), G.dtype)  # in the compute dtype, as eager's G
+    return loss.clone() if loss is per_row else loss, grad.contiguous()
+
+
+def _fenchel_young_loss_fake(x, target, q, weight, mapping, param, tau, temperature, dim, multilabel, ignore_index,
+                             reduction, label_smoothing):
+    dtype = x.dtype if weight is None else torch.promote_types(x.dtype, compute_dtype(x.dtype))
+    if reduction == "none":
+        shape = list(x.shape)
+        del shape[dim]
+        loss = x.new_empty(shape, dtype=dtype)
+    else:
+        loss = x.new_empty((), dtype=dtype)
+    return loss, x.new_empty(x.shape, dtype=compute_dtype(x.dtype))
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+    ctx.x_dtype = inputs[0].dtype
+    ctx.dim = inputs[8]
+    ctx.none = inputs[11] == "none"
+
+
+def _backward(ctx, grad_loss, grad_grad):
+    (g,) = ctx.saved_tensors
+    upstream = grad_loss.unsqueeze(ctx.dim) if ctx.none else grad_loss
+    return ((g * upstream.to(g.dtype)).to(ctx.x_dtype),) + (None,) * 12
+
+
+OPERATORS = {"fenchel_young_loss": define("softargmax::fenchel_young_loss", _fenchel_young_loss,
+                                          _fenchel_young_loss_fake, _backward, _setup)} if CUSTOM_OPS else {}

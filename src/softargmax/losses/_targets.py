@@ -1,0 +1,214 @@
+r"""Loss targets, parsed once into rows, and the reductions (the conventions of ``torch.nn.functional.cross_entropy``).
+
+Targets:
+
+* class indices: an integer tensor of the scores' shape without ``dim``; entries equal to
+  ``ignore_index`` are skipped (loss 0, no gradient, not counted by ``"mean"``);
+* probability vectors: a floating tensor of the scores' shape, non-negative, summing to 1
+  along ``dim`` (distillation, label proportions) within the rounding of the target's dtype
+  (:func:`sum_tolerance`: bfloat16 and float16 targets are accepted as they come, and used as
+  given); a NaN entry gives a NaN loss in its row;
+* label sets with ``multilabel=True``: a 0/1 tensor of the scores' shape; the target is the
+  uniform distribution over the active labels (Martins & Astudillo, 2016, §3.4).
+
+``label_smoothing`` ε mixes the target with the uniform distribution,
+``(1 - ε) y + ε/k``.  ``weight`` (per class, like ``cross_entropy``) scales each item
+by ``⟨weight, y⟩`` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
+of those item weights, so hard labels match ``cross_entropy`` exactly.  The weights must be
+finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` is NaN (0/0),
+as in ``cross_entropy``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._utils.rows import Rows
+from .._utils.tracing import values_checkable
+
+#: the reductions every loss accepts
+REDUCTIONS = ("mean", "sum", "none")
+
+
+@dataclass
+class Target:
+    """A parsed target, as rows ``[R, k]``.
+
+    ``index``: ``[R]`` class indices (ignored rows hold 0) or ``None``;
+    ``dense``: ``[R, k]`` target distributions or ``None``; ``keep``: ``[R]`` rows
+    that count (not ignored); ``item_weight``: ``[R]`` or ``None``.
+    """
+
+    index: Optional[Tensor]
+    dense: Optional[Tensor]
+    keep: Tensor
+    item_weight: Optional[Tensor]
+
+    def as_dense(self, k: int, dtype) -> Tensor:
+        if self.dense is not None:
+            return self.dense
+        y = torch.zeros(self.index.shape[0], k, dtype=dtype, device=self.index.device)
+        y.scatter_(1, self.index.unsqueeze(1), self.keep.to(dtype).unsqueeze(1))
+        return y
+
+
+def sum_tolerance(k: int, target_dtype: torch.dtype, score_dtype: Optional[torch.dtype] = None) -> float:
+    r"""How far from 1 the row sums of a probability target of ``k`` classes may be.
+
+    ``c (√k + 1) + 2 ε + k η / 2`` with ``ε`` the machine epsilon of ``target_dtype`` and ``η``
+    the spacing of its subnormal numbers (``torch.finfo(dtype).smallest_normal · ε``):
+
+    * rounding a non-negative ``y_i`` to the target's dtype moves it by at most ``(ε/2) y_i``,
+      or by ``η/2`` below the normal range, so a distribution rounded once to that dtype sums
+      to 1 within ``ε/2 + k η/2``; ``2 ε`` allows that rounding and up to three more
+      elementwise operations in the dtype (a temperature, a mixture), each adding at most
+      ``(ε/2) y_i`` per entry.  A softmax rounded to bfloat16 (``ε = 2^-7``) thus passes with
+      row sums off by up to ``2^-6 ≈ 0.016``, float16 (``ε = 2^-10``) by ``0.002`` (plus
+      ``k η / 2 ≈ 3e-8 k`` for its subnormals);
+    * ``c (√k + 1)``, ``c = 1e-4`` (``1e-8`` when target and scores are both float64), allows
+      the error of computing the distribution itself in float32 (or float64).
+
+    The losses use such a target as given, as ``torch.nn.functional.cross_entropy`` does: no
+    renormalization, which the vocabulary-parallel losses could not do without one more
+    communication round (they check the sums in their last round), and no copy of the
+    target.  The loss is its formula at the given ``y`` (``Ω(y) = Σ_i f(y_i) - f(0)`` with the
+    divergence's generator ``f``; for ``"kl"``, ``cross_entropy(θ, y) + Σ y log y``) and the
+    gradient is ``p - y``; both differ from those at ``y / Σ y`` by ``O(|Σ y - 1|)``.  Pass
+    ``y.float() / y.float().sum(dim, keepdim=True)`` for the loss of the exact distribution.
+    """
+    fi = torch.finfo(target_dtype)
+    both64 = target_dtype == torch.float64 and score_dtype in (None, torch.float64)
+    c = 1e-8 if both64 else 1e-4
+    return c * (k ** 0.5 + 1) + 2 * fi.eps + k * fi.smallest_normal * fi.eps / 2
+
+
+def check_ignore_index(ignore_index) -> int:
+    """``ignore_index`` as an int: a Python int or a 0-d integer tensor (as ``F.cross_entropy``
+    and the ``entmax`` package accept); a bool, a float or anything else is a ``TypeError``."""
+    if isinstance(ignore_index, Tensor):
+        if ignore_index.dim() == 0 and not ignore_index.is_floating_point() and not ignore_index.is_complex() \
+                and ignore_index.dtype != torch.bool:
+            return int(ignore_index)
+    elif isinstance(ignore_index, int) and not isinstance(ignore_index, bool):
+        return ignore_index
+    raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+
+
+def _dim_hint(target_shape, x_shape, dim: int) -> str:
+    """A hint naming the ``dim`` that would make class indices of ``target_shape`` fit ``x_shape``."""
+    fits = [d for d in range(len(x_shape)) if d != dim and tuple(target_shape) == tuple(x_shape[:d]) + tuple(x_shape[d + 1:])]
+    if not fits:
+        return ""
+    return (f"; the classes seem to be along dim={fits[0]}: pass dim={fits[0]} (the losses take the class "
+            f"dimension as dim, default -1, where F.cross_entropy uses dimension 1)")
+
+
+def parse_target(
+    target: Tensor,
+    x: Tensor,
+    rows: Rows,
+    *,
+    multilabel: bool = False,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    weight: Optional[Tensor] = None,
+    weight_name: str = "weight",
+) -> Target:
+    """Validate ``target`` against ``x`` and bring it to rows (see the module docstring);
+    ``weight_name``: how the caller's signature names ``weight``, for the messages."""
+    if not isinstance(target, Tensor):
+        raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
+    k, R, dtype = rows.k, rows.R, rows.dtype
+    batch_shape = tuple(rows.moved_shape[:-1])
+    ignore_index = check_ignore_index(ignore_index)
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if weight is not None:
+        if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
+            raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
+                             f"{type(weight).__name__ if not isinstance(weight, Tensor) else (tuple(weight.shape), weight.dtype)}")
+        wd = weight.detach()
+        if values_checkable(wd) and not bool(((wd >= 0) & torch.isfinite(wd)).all()):
+            raise ValueError(f"{weight_name} must be finite and non-negative")
+        weight = weight.to(dtype)
+
+    if k == 0 and all(n > 0 for n in batch_shape):
+        raise ValueError(f"x: the class dimension (dim={rows.dim - len(rows.shape)}) has size 0; a loss needs at least one class")
+    index = dense = None
+    if multilabel:
+        if target.shape != x.shape:
+            raise ValueError(f"target: with multilabel=True it must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
+        t = rows.to_rows(target.to(dtype))
+        if values_checkable(t) and bool(((t != 0) & (t != 1)).any()):
+            raise ValueError("target: a multi-hot label set must contain only 0 and 1")
+        counts = t.sum(-1, keepdim=True)
+        if values_checkable(t) and bool((counts == 0).any()):
+            raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
+        dense = t / counts
+        keep = torch.ones(R, dtype=torch.bool, device=target.device)
+    elif not target.is_floating_point():
+        if target.dtype == torch.bool or target.is_complex():
+            raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
+        if tuple(target.shape) != batch_shape:
+            raise ValueError(f"target: class indices must have the input's shape without dim, {batch_shape}, got "
+                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
+        idx = target.reshape(R).to(torch.long)
+        keep = idx != ignore_index
+        bad = keep & ((idx < 0) | (idx >= k))
+        if values_checkable(bad) and bool(bad.any()):
+            raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {k}) (ignore_index={ignore_index})")
+        index = torch.where(keep, idx, torch.zeros_like(idx))
+    else:
+        if target.shape != x.shape:
+            if tuple(target.shape) == batch_shape:
+                raise TypeError(f"target: a floating tensor of the input's shape without dim, {batch_shape}, looks like "
+                                "class indices: pass them as an integer tensor (target.long()); probability vectors "
+                                f"must have the input's shape {tuple(x.shape)}")
+            raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got "
+                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
+        y = rows.to_rows(target)
+        if values_checkable(y) and bool((y < 0).any()):
+            raise ValueError("target: probability vectors must be non-negative")
+        s = y.sum(-1)  # in the compute dtype (float32 at least)
+        if values_checkable(s) and bool(((s - 1).abs() > sum_tolerance(k, target.dtype, dtype)).any()):
+            raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
+        dense = y
+        keep = torch.ones(R, dtype=torch.bool, device=target.device)
+
+    if label_smoothing > 0:
+        base = dense if dense is not None else Target(index, None, keep, None).as_dense(k, dtype)
+        dense = (1 - label_smoothing) * base + label_smoothing / k
+        dense = torch.where(keep.unsqueeze(1), dense, torch.zeros_like(dense))
+
+    item_weight = None
+    if weight is not None:
+        # hard labels (even smoothed) weigh like cross_entropy: weight[c]; distributions: ⟨weight, y⟩
+        item_weight = weight[index] * keep if index is not None else dense @ weight
+    return Target(index=index, dense=dense, keep=keep, item_weight=item_weight)
+
+
+def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) -> Tensor:
+    """Apply item weights and the reduction (``mean`` over kept items, weighted)."""
+    w = target.item_weight
+    loss = per_row if w is None else per_row * w
+    if reduction == "none":
+        return loss.reshape(batch_shape)
+    if reduction == "sum":
+        return loss.sum()
+    denom = target.keep.sum().to(loss.dtype) if w is None else w.sum()
+    return loss.sum() / denom
+
+
+def rows_of(target: Target, start: int, end: int) -> Target:
+    """The rows ``start:end`` of a parsed target."""
+    cut = lambda t: None if t is None else t[start:end]  # noqa: E731
+    return Target(cut(target.index), cut(target.dense), target.keep[start:end], cut(target.item_weight))
+
+
+def check_reduction(reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")

@@ -1,0 +1,154 @@
+r"""Output layer fused with its Fenchel–Young loss: the ``[tokens × vocab]`` logits are never held at once.
+
+``linear_fenchel_young_loss(hidden, weight, target, bias)`` equals
+``fenchel_young_loss(hidden @ weight.T + bias, target, ...)`` in value and gradients.
+Tokens are processed in chunks; for each chunk the logits are computed, turned into
+``w_i/denominator · (p - y)`` in place (the gradient of the reduced loss with respect
+to the logits, ``p`` from the forward's own solve), and immediately multiplied into
+the gradients of ``hidden``, ``weight`` and ``bias``, which the forward returns to
+autograd pre-computed (the approach of Liger-Kernel / Cut-Cross-Entropy, here for every
+Fenchel–Young loss).  Peak extra memory is one chunk of logits plus the gradients of
+the parameters, instead of two ``tokens × vocab`` tensors.
+
+``reduction`` is ``"mean"`` or ``"sum"`` (the pre-computed gradients are scaled by the
+incoming scalar gradient).
+
+Precision and memory:
+
+* float16/bfloat16 inputs: every GEMM runs in the input dtype (tensor cores) with float32
+  accumulation, and the solver in float32.  The weight gradient is accumulated over the
+  chunks in a float32 ``[V, d]`` buffer; on CUDA each chunk adds its half-precision GEMM
+  into it directly (``torch.addmm(..., out_dtype=torch.float32)``: no float32 GEMM, no
+  float32 copies of the operands); on CPU, which has no such kernel, the chunk's operands
+  are converted to float32.
+* chunks are sized by a memory budget (``memory_budget`` bytes, default
+  :data:`DEFAULT_MEMORY_BUDGET`) for the per-chunk buffers: the logits, their float32 copy,
+  the prediction that becomes the gradient in place, and its half-precision copy for the
+  GEMMs.
+* ``softcap=c`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2) before the loss;
+  the gradient is multiplied in place by ``1 - tanh²``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import check_positive_number, check_q, compute_dtype
+from .._utils.rows import Rows
+from ..divergences import Divergence
+from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
+from ._rows import alpha_relu_rows, fy_rows, resolve_loss
+from ._targets import parse_target
+
+__all__ = ["linear_fenchel_young_loss"]
+
+def linear_fenchel_young_loss(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Optional[Tensor] = None,
+    mapping: Union[str, Divergence] = "entmax15",
+    chunk_size: Optional[int] = None,
+    *,
+    q: Optional[Tensor] = None,
+    temperature: float = 1.0,
+    multilabel: bool = False,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    class_weight: Optional[Tensor] = None,
+    softcap: Optional[float] = None,
+    memory_budget: Optional[int] = None,
+    process_group=None,
+    **mapping_params,
+) -> Tensor:
+    r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
+
+    Args:
+        hidden: ``[..., d]`` features.
+        weight: ``[V, d]`` output projection (as in ``torch.nn.Linear``).
+        target: class indices ``[...]``, probability vectors ``[..., V]``, or label sets
+            with ``multilabel=True``.
+        bias: optional ``[V]``.
+        mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
+        chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
+        class_weight: per-class weights (the ``weight`` option of the unfused loss).
+        softcap: ``c > 0`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2), as in the unfused loss.
+        memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
+        reduction: ``"mean"`` or ``"sum"``.
+        q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
+            as in :func:`softargmax.losses.fenchel_young_loss`.
+        process_group: a ``torch.distributed`` process group over which the vocabulary is
+            split: ``weight`` (and ``bias``) hold this rank's contiguous rows
+            (:func:`softargmax.losses.distributed.linear_fenchel_young_loss`).
+    """
+    if process_group is not None:  # vocabulary split over ranks
+        from . import distributed
+
+
+        return distributed.linear_fenchel_young_loss(
+            hidden, weight, target, bias, mapping, chunk_size, process_group=process_group, q=q,
+            temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
+            label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
+            **mapping_params)
+    check_linear_arguments(hidden, weight, bias, reduction, "vocab")
+    V, d = weight.shape
+    if softcap is not None:
+        softcap = check_positive_number(softcap, "softcap")
+    if memory_budget is None:
+        memory_budget = DEFAULT_MEMORY_BUDGET
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0:
+        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    if chunk_size is None:
+        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+
+    hidden2d = hidden.reshape(-1, d)
+    N = hidden2d.shape[0]
+    # the target is validated against a [N, V] stand-in for the logits (never allocated)
+    logits_meta = torch.empty(N, V, dtype=compute_dtype(hidden.dtype), device="meta")
+    rows = _MetaRows(N, V, compute_dtype(hidden.dtype))
+    tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
+                       ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
+                       weight_name="class_weight")
+    kind = resolve_loss(mapping, dict(mapping_params))
+    if kind[0] == "fy":
+        beta = check_positive_number(temperature, "temperature")
+        check_q(q, logits_meta)
+        q2d = None if q is None else q.detach().to(compute_dtype(hidden.dtype)).reshape(1, V)
+        div = kind[1]
+        compute = lambda th, part: fy_rows(th, part, div, beta, q2d, inplace=True)  # noqa: E731
+    else:
+        if q is not None:
+            raise ValueError("q: the alpha_relu mapping takes no reference measure (q must be None)")
+        if temperature != 1.0:
+            raise ValueError(f"temperature: the alpha_relu mapping takes no temperature (got {temperature!r})")
+        _, alpha, tau = kind
+        compute = lambda th, part: alpha_relu_rows(th, part, alpha, float(tau), inplace=True)  # noqa: E731
+    if reduction == "mean":
+        denom = float(tgt.keep.sum()) if tgt.item_weight is None else float(tgt.item_weight.sum())
+        if denom == 0:
+            denom = math.nan
+    else:
+        denom = 1.0
+    return LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
+
+
+class _MetaRows(Rows):
+    """The row layout of a ``[N, V]`` logits matrix that is never materialized."""
+
+    def __init__(self, N: int, V: int, dtype):
+        self.shape = torch.Size([N, V])
+        self.dim = 1
+        self.last = True
+        self.in_dtype = self.dtype = dtype
+        self.moved_shape = self.shape
+        self.k, self.R = V, N
+
+    def to_rows(self, t: Tensor) -> Tensor:
+        return t.reshape(self.R, self.k).to(self.dtype)

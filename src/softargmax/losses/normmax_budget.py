@@ -1,0 +1,182 @@
+r"""Fenchel–Young losses of normmax and budget sparsemax.
+
+Both are regularized argmax maps :math:`p = \operatorname*{argmax}_{p \in D} \langle p, \theta\rangle - \Omega(p)`, so their
+Fenchel–Young loss (Blondel, Martins & Niculae, *Learning with Fenchel-Young Losses*,
+JMLR 2020, https://arxiv.org/abs/1901.02324) is
+
+.. math::
+
+    \ell(\theta, y) = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p) \ge 0, \qquad \nabla_\theta \ell = p - y,
+
+zero exactly when :math:`p = y`; the backward is :math:`p - y` from the forward's prediction.
+
+* **normmax** (:func:`softargmax.normmax.normmax`): :math:`D` the simplex, :math:`\Omega(p) = \lVert p\rVert_\alpha`, so
+  :math:`\ell = \langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (:math:`\Omega(e_c) = 1` for a class index).  This is the
+  normmax loss of Santos, Niculae, McNamee & Martins, *Sparse and Structured Hopfield
+  Networks*, ICML 2024 (https://arxiv.org/abs/2402.13725).
+* **budget sparsemax** (:func:`softargmax.budget.budget_sparsemax`): :math:`D` the capped simplex
+  :math:`\{p \in \Delta : p \le 1/B\}`, :math:`\Omega(p) = \tfrac12\lVert p\rVert^2` there and :math:`+\infty` outside.  A target outside the
+  capped simplex therefore has loss ``+∞``: with ``B > 1`` a class index (one-hot) always
+  is, so use label sets (``multilabel=True`` with at least ``B`` active labels: the uniform
+  distribution over them) or soft labels with every entry ``<= 1/B``.  The gradient
+  :math:`p - y` stays finite and usable either way.  ``B <= 1`` is the sparsemax loss.
+
+Targets, ``ignore_index``, ``reduction``, ``label_smoothing`` and ``weight`` follow
+:func:`softargmax.losses.fenchel_young_loss` (and ``torch.nn.functional.cross_entropy``);
+masked scores (``-inf``) are excluded classes and a target with mass on one gives ``+∞``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
+from ..operators.budget import check_budget, solve_budget
+from ..operators.normmax import normmax_rows
+from ._fenchel_young import reduce_rows
+from ._rows import p_minus_y
+from ._targets import Target, check_reduction, parse_target
+
+__all__ = ["normmax_loss", "budget_sparsemax_loss"]
+
+
+def _alpha_norm(p: Tensor, alpha) -> Tensor:
+    """``‖p‖_α`` per row (``[R]``) for ``p >= 0``, ``alpha`` a float or ``[R, 1]``."""
+    if isinstance(alpha, float):
+        return torch.linalg.vector_norm(p, ord=alpha, dim=-1)
+    pos = p > 0
+    logp = torch.log(torch.where(pos, p, torch.ones_like(p)))
+    pa = torch.where(pos, torch.exp(alpha * logp), torch.zeros_like(p))
+    return pa.sum(-1) ** (1.0 / alpha.squeeze(-1))
+
+
+def _theta_dot(theta: Tensor, w: Tensor) -> Tensor:
+    """``⟨θ, w⟩`` over the entries with ``w > 0`` (``0 · (-inf)`` is not NaN)."""
+    return torch.where(w > 0, theta * w, torch.zeros_like(w)).sum(-1)
+
+
+def _theta_y(theta: Tensor, target: Target) -> Tensor:
+    if target.dense is None:
+        return theta.gather(1, target.index.unsqueeze(1)).squeeze(1)
+    return _theta_dot(theta, target.dense)
+
+
+def _finish(loss: Tensor, p: Tensor, target: Target, bad_rows: Optional[Tensor]):
+    G = p_minus_y(p, target)
+    if bad_rows is not None:
+        loss = loss.masked_fill(bad_rows.squeeze(1), math.nan)
+    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
+    return loss, p, G
+
+
+def normmax_rows_loss(theta: Tensor, target: Target, alpha):
+    """Per-row normmax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``."""
+    pc, _, sol = normmax_rows(theta, alpha)
+    theta_p = _theta_dot(sol.gather(theta), pc)
+    omega_p = _alpha_norm(pc, alpha)
+    if target.dense is None:
+        omega_y = torch.ones_like(theta_p)
+    else:
+        omega_y = _alpha_norm(target.dense, alpha)
+    loss = theta_p - _theta_y(theta, target) + omega_y - omega_p
+    p = sol.scatter(pc)  # (sol.dense_p() is the auxiliary α'-entmax output)
+    if sol.bad_rows is not None:
+        p = p.masked_fill(sol.bad_rows, math.nan)
+    return _finish(loss, p, target, sol.bad_rows)
+
+
+def budget_rows_loss(theta: Tensor, target: Target, budget2d: Tensor):
+    """Per-row budget sparsemax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``."""
+    sol = solve_budget(theta, budget2d)
+    pc = sol.p
+    theta_p = _theta_dot(sol.gather(theta), pc)
+    omega_p = 0.5 * (pc * pc).sum(-1)
+    cap = 1.0 / budget2d
+    slack = 16 * torch.finfo(theta.dtype).eps
+    if target.dense is None:
+        omega_y = torch.where(cap.squeeze(1) >= 1 - slack, 0.5, math.inf).to(theta.dtype)
+    else:
+        y = target.dense
+        inside = (y <= cap * (1 + slack)).all(-1)
+        omega_y = torch.where(inside, 0.5 * (y * y).sum(-1), torch.full_like(theta_p, math.inf))
+    loss = theta_p - _theta_y(theta, target) + omega_y - omega_p
+    return _finish(loss, sol.dense_p(), target, sol.bad_rows)
+
+
+def _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight, return_prediction):
+    rows = Rows(x, dim)
+    tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
+                       label_smoothing=label_smoothing, weight=weight)
+    return reduce_rows(x, dim, rows, tgt, compute_for(rows, tgt), reduction, return_prediction)
+
+
+def normmax_loss(
+    x: Tensor,
+    target: Tensor,
+    alpha: Union[float, Tensor] = 2.0,
+    *,
+    dim: int = -1,
+    multilabel: bool = False,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    weight: Optional[Tensor] = None,
+    return_prediction: bool = False,
+):
+    r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``> 1``.
+
+    ``alpha``: a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
+    constant).  Other options as :func:`softargmax.losses.fenchel_young_loss`.
+    """
+    check_tensor(x)
+    dim = check_dim(x, dim)
+    check_reduction(reduction)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+
+    def compute_for(rows, tgt):
+        a = rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha
+        return lambda theta: normmax_rows_loss(theta, tgt, a)
+
+    return _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight,
+                return_prediction)
+
+
+def budget_sparsemax_loss(
+    x: Tensor,
+    target: Tensor,
+    budget: Union[float, Tensor] = 2.0,
+    *,
+    dim: int = -1,
+    multilabel: bool = False,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    weight: Optional[Tensor] = None,
+    return_prediction: bool = False,
+):
+    r"""The budget sparsemax loss :math:`\langle \theta, p - y\rangle + \tfrac12\lVert y\rVert^2 - \tfrac12\lVert p\rVert^2` (:math:`+\infty` for :math:`y` above the cap :math:`1/B`).
+
+    ``budget``: ``B > 0``, a float or a tensor broadcastable to ``x`` with size 1 along
+    ``dim``.  Other options as :func:`softargmax.losses.fenchel_young_loss`; with ``B > 1``
+    the finite-valued targets are label sets (``multilabel=True``, at least ``B`` labels)
+    and soft labels within the cap.
+    """
+    check_tensor(x)
+    dim = check_dim(x, dim)
+    check_reduction(reduction)
+    budget = check_budget(budget)
+
+    def compute_for(rows, tgt):
+        if isinstance(budget, Tensor):
+            b2d = rows.row_param(budget.detach(), "budget")
+        else:
+            b2d = torch.full((rows.R, 1), budget, dtype=rows.dtype, device=x.device)
+        return lambda theta: budget_rows_loss(theta, tgt, b2d)
+
+    return _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight,
+                return_prediction)

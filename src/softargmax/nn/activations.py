@@ -1,0 +1,249 @@
+"""The operators as ``torch.nn`` modules: :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax`
+(optionally learnable α), :class:`AlphaReLU` (optionally calibrating τ on its first training batch),
+:class:`FSoftargmax` (optionally learnable reference measure ``q``), :class:`Normmax` and
+:class:`BudgetSparsemax`.
+
+A learnable α is kept in ``(alpha_min, alpha_max)`` through the smooth
+reparametrization ``α = alpha_min + (alpha_max - alpha_min) · sigmoid(w)``
+(Correia et al. (2019) keeps α in (1, 2]); a learnable ``q`` is ``exp(log_q)``.
+
+References:
+
+* Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*, EMNLP 2019, https://arxiv.org/abs/1909.00015
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from .._utils.checks import check_alpha, check_positive_number, check_real, check_tau, check_tensor
+from .._utils.tracing import values_checkable
+from ..divergences import Divergence, get_divergence
+from ..operators.alpha_relu import alpha_relu
+from ..operators.alpha_relu_tau import from_logits
+from ..operators.budget import budget_sparsemax, check_budget
+from ..operators.entmax import entmax, entmax15, sparsemax
+from ..operators.fdiv import f_softargmax
+from ..operators.normmax import normmax
+from ._parameters import bounded, bounded_logit, initial_value, placed
+
+__all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normmax", "BudgetSparsemax"]
+
+
+class Sparsemax(nn.Module):
+    """:func:`softargmax.sparsemax` along ``dim``."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return sparsemax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Entmax15(Sparsemax):
+    """:func:`softargmax.entmax15` along ``dim``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return entmax15(x, self.dim)
+
+
+class Entmax(nn.Module):
+    """α-entmax along ``dim`` with a fixed or learnable α.
+
+    Args:
+        alpha: initial α: a float or a tensor broadcastable to the input with size 1
+            along ``dim`` (e.g. shape ``(heads, 1, 1)`` for one α per attention head).
+        learn_alpha: make α a parameter, ``α = alpha_min + (alpha_max - alpha_min) sigmoid(w)``;
+            the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
+        dim: the normalized dimension.
+        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``; any
+            ``0 <= alpha_min < alpha_max < inf``: α below 1 gives dense outputs).
+        device, dtype: where and in which dtype α (parameter or buffer) is created, as for
+            ``torch.nn`` layers (default: a tensor α's own device and dtype; the default dtype
+            for a float α).
+    """
+
+    def __init__(
+        self,
+        alpha: Union[float, Tensor] = 1.5,
+        learn_alpha: bool = False,
+        dim: int = -1,
+        alpha_min: float = 1.0,
+        alpha_max: float = 2.0,
+        *,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True)
+        self.dim = dim
+        self.learn_alpha = bool(learn_alpha)
+        if self.learn_alpha:
+            alpha_min, alpha_max = check_real(alpha_min, "alpha_min"), check_real(alpha_max, "alpha_max")
+            if not 0.0 <= alpha_min < alpha_max:
+                raise ValueError(f"alpha_min, alpha_max must satisfy 0 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
+            a = initial_value(alpha)
+            if values_checkable(a) and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
+                raise ValueError(f"learnable alpha={alpha} must start strictly inside (alpha_min, alpha_max) = "
+                                 f"({alpha_min}, {alpha_max})")
+            self.alpha_min, self.alpha_max = float(alpha_min), float(alpha_max)
+            self.alpha_logit = nn.Parameter(placed(bounded_logit(a, alpha_min, alpha_max), device, dtype))
+        elif isinstance(alpha, Tensor):
+            self.register_buffer("_alpha", placed(initial_value(alpha), device, dtype))
+        else:
+            self._alpha_float = float(alpha)
+
+    @property
+    def alpha(self) -> Union[float, Tensor]:
+        """The current α (a tensor that carries gradients when learnable)."""
+        if self.learn_alpha:
+            return bounded(self.alpha_logit, self.alpha_min, self.alpha_max)
+        if hasattr(self, "_alpha"):
+            return self._alpha
+        return self._alpha_float
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x)
+        alpha = self.alpha
+        if isinstance(alpha, Tensor) and alpha.dim() == 0:
+            alpha = alpha.reshape([1] * x.dim())
+        return entmax(x, alpha, self.dim)
+
+    def extra_repr(self) -> str:
+        if self.learn_alpha:
+            return f"learn_alpha=True, range=({self.alpha_min}, {self.alpha_max}), dim={self.dim}"
+        return f"alpha={self.alpha}, dim={self.dim}"
+
+
+class AlphaReLU(nn.Module):
+    """:func:`softargmax.alpha_relu` with fixed ``alpha`` and ``tau`` (τ in the entmax parametrization).
+
+    With ``tau="calibrate"`` the module sets τ on its first forward call in training
+    mode to the mean α-entmax threshold of that batch (:func:`softargmax.operators.alpha_relu_tau.from_logits`,
+    how Tezekbayev et al. (2022) chooses τ from the untrained model); until then it must not be used in
+    eval mode.  The calibrated value is a buffer, saved with the state dict.
+    """
+
+    def __init__(self, alpha: float = 1.5, tau: Union[float, Tensor, str] = 0.0, dim: int = -1, *,
+                 device=None, dtype=None):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        if isinstance(self.alpha, Tensor):
+            raise TypeError("AlphaReLU: alpha must be a float > 1")
+        self.dim = dim
+        self.calibrate = tau == "calibrate"
+        if isinstance(tau, str) and not self.calibrate:
+            raise ValueError(f"tau must be a number, a tensor or 'calibrate', got {tau!r}")
+        if not self.calibrate:
+            check_tau(tau)
+        # the τ buffer is created on ``device``/``dtype`` where given (``torch.nn`` factory keywords)
+        t = initial_value(float("nan") if self.calibrate else tau)
+        self.register_buffer("tau", placed(t, device, dtype))
+
+    @property
+    def calibrated(self) -> bool:
+        return not bool(torch.isnan(self.tau).any())
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.calibrate and not self.calibrated:
+            if not self.training:
+                raise RuntimeError("AlphaReLU(tau='calibrate') has not seen a training batch yet")
+            self.tau.copy_(from_logits(x.detach(), self.alpha, self.dim).to(self.tau.dtype))
+        return alpha_relu(x, self.alpha, self.tau)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, tau={self.tau.tolist()}, calibrate={self.calibrate}"
+
+
+class FSoftargmax(nn.Module):
+    """:func:`softargmax.f_softargmax` with a fixed or learnable reference measure.
+
+    Args:
+        divergence: a name or a :class:`~softargmax.divergences.Divergence`.
+        q: ``None`` or a positive tensor broadcastable to the input.
+        temperature: ``β > 0``.
+        dim: the normalized dimension.
+        learn_q: make ``q = exp(log_q)`` a parameter (``q`` must be given).
+        device, dtype: where and in which dtype ``q`` (parameter or buffer) is created, as for
+            ``torch.nn`` layers (default: ``q``'s own).
+        **params: parameters of the named divergence (``alpha=``).
+    """
+
+    def __init__(
+        self,
+        divergence: Union[str, Divergence] = "kl",
+        q: Optional[Tensor] = None,
+        temperature: float = 1.0,
+        dim: int = -1,
+        learn_q: bool = False,
+        *,
+        device=None,
+        dtype=None,
+        **params,
+    ):
+        super().__init__()
+        self.divergence = get_divergence(divergence, **params)
+        self.temperature = check_positive_number(temperature, "temperature")
+        self.dim = dim
+        self.learn_q = bool(learn_q)
+        if q is not None:
+            if not isinstance(q, Tensor) or not q.is_floating_point() or (values_checkable(q) and bool((q <= 0).any())):
+                raise ValueError("q must be None or a strictly positive floating tensor")
+            if self.learn_q:
+                self.log_q = nn.Parameter(placed(torch.log(initial_value(q)), device, dtype))
+            else:
+                self.register_buffer("_q", placed(initial_value(q), device, dtype))
+        elif self.learn_q:
+            raise ValueError("learn_q=True needs an initial q (e.g. torch.ones(num_classes))")
+
+    @property
+    def q(self) -> Optional[Tensor]:
+        if self.learn_q:
+            return torch.exp(self.log_q)
+        return getattr(self, "_q", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return f_softargmax(x, self.divergence, q=self.q, temperature=self.temperature, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"divergence={self.divergence!r}, temperature={self.temperature}, dim={self.dim}, learn_q={self.learn_q}"
+
+
+class Normmax(nn.Module):
+    """:func:`softargmax.normmax` (α > 1, a float or a per-row tensor) along ``dim``."""
+
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return normmax(x, self.alpha, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, dim={self.dim}"
+
+
+class BudgetSparsemax(nn.Module):
+    """:func:`softargmax.budget_sparsemax` (every probability at most ``1/budget``) along ``dim``."""
+
+    def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1):
+        super().__init__()
+        self.budget = check_budget(budget)
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return budget_sparsemax(x, self.budget, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"budget={self.budget}, dim={self.dim}"
+
+

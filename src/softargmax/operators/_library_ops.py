@@ -1,0 +1,180 @@
+r"""The normalized mappings and α-ReLU as ``torch.library`` custom operators, for ``torch.compile``.
+
+Eager calls run the autograd functions directly (:class:`softargmax.operators._autograd.NormalizedMapping`,
+α-ReLU's own); while ``torch.compile`` traces (``torch.compiler.is_compiling()``) the public
+functions call these operators instead.  To the compiler each is one opaque node with a
+fake (meta) implementation that gives the output's shape and dtype, and an autograd formula
+that calls a second opaque operator for the backward, so ``fullgraph=True`` holds: the
+solver's data-dependent iteration never reaches the tracer.
+
+The backward operator solves the rows again from the saved input and applies the same
+backward as eager (one more forward pass in exchange for saving only the input; the
+results equal eager's).  A divergence crosses the operator boundary by name and parameter
+(:func:`divergence_spec`); a :class:`~softargmax.divergences.CustomDivergence` has none and
+stays on the eager path (``fullgraph=True`` then fails at its autograd function).
+
+Operators (namespace ``softargmax``): ``normalized``, ``normalized_backward``,
+``alpha_relu``, ``alpha_relu_backward``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import check_alpha, check_q
+from .._utils.tracing import CUSTOM_OPS, use_custom_ops
+from ..divergences import Divergence, get_divergence
+from ._autograd import NormalizedMapping
+from .alpha_relu import AlphaReLUFunction
+
+__all__ = ["divergence_spec", "normalized", "alpha_relu"]
+
+
+def divergence_spec(div: Optional[Divergence]):
+    """``(name, parameter)`` that :func:`get_divergence` maps back to ``div``, or ``None`` (a custom generator)."""
+    return ("", 0.0) if div is None else div.spec()
+
+
+def _divergence(name: str, param: float) -> Optional[Divergence]:
+    if not name:
+        return None
+    return get_divergence(name, alpha=param) if name == "alpha" else get_divergence(name)
+
+
+def _check_values(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor]) -> None:
+    """The checks of tensor values that the public functions skip while compiling."""
+    if q is not None:
+        check_q(q, x)
+    if alpha is not None:
+        check_alpha(alpha, "alpha", minimum=1.0)
+
+
+class _Ctx:
+    """What the autograd functions' forward and backward read and write on ``ctx``."""
+
+    def __init__(self, needs):
+        self.needs_input_grad = needs
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+# -- normalized mappings --------------------------------------------------------------
+
+
+def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str, param: float,
+                temperature: float, dim: int) -> Tensor:
+    _check_values(x, q, alpha)
+    ctx = _Ctx((False,) * 6)
+    out = NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    return out.contiguous()
+
+
+def _normalized_fake(x, q, alpha, divergence, param, temperature, dim):
+    return x.new_empty(x.shape)
+
+
+def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str,
+                         param: float, temperature: float, dim: int) -> tuple[Tensor, Tensor, Tensor]:
+    ctx = _Ctx((True, q is not None, alpha is not None, False, False, False))
+    NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    gx, gq, ga = NormalizedMapping.backward(ctx, grad)[:3]
+    return (gx.contiguous(), x.new_empty(0) if gq is None else gq.contiguous(),
+            x.new_empty(0) if ga is None else ga.contiguous())
+
+
+def _normalized_backward_fake(grad, x, q, alpha, divergence, param, temperature, dim):
+    return (x.new_empty(x.shape), x.new_empty(0) if q is None else q.new_empty(q.shape),
+            x.new_empty(0) if alpha is None else alpha.new_empty(alpha.shape))
+
+
+def _normalized_setup(ctx, inputs, output):
+    x, q, alpha, divergence, param, temperature, dim = inputs
+    ctx.save_for_backward(x, q, alpha)
+    ctx.args = (divergence, param, temperature, dim)
+
+
+def _normalized_grad(ctx, grad):
+    x, q, alpha = ctx.saved_tensors
+    gx, gq, ga = torch.ops.softargmax.normalized_backward(grad, x, q, alpha, *ctx.args)
+    return gx, (gq if q is not None else None), (ga if alpha is not None else None), None, None, None, None
+
+
+
+
+def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
+               temperature: float, dim: int) -> Tensor:
+    """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling."""
+    if use_custom_ops():
+        spec = divergence_spec(divergence)
+        if spec is not None:
+            return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
+    return NormalizedMapping.apply(x, q, alpha, divergence, temperature, dim)
+
+
+# -- α-ReLU with a float τ --------------------------------------------------------------
+
+
+def _alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
+    return AlphaReLUFunction.forward(_Ctx((False,) * 3), x, tau, alpha).contiguous()
+
+
+def _alpha_relu_fake(x, alpha, tau):
+    return x.new_empty(x.shape)
+
+
+def _alpha_relu_backward(grad: Tensor, x: Tensor, alpha: float, tau: float) -> Tensor:
+    ctx = _Ctx((True, False, False))
+    AlphaReLUFunction.forward(ctx, x, tau, alpha)
+    return AlphaReLUFunction.backward(ctx, grad)[0].contiguous()
+
+
+def _alpha_relu_backward_fake(grad, x, alpha, tau):
+    return x.new_empty(x.shape)
+
+
+def _alpha_relu_setup(ctx, inputs, output):
+    x, alpha, tau = inputs
+    ctx.save_for_backward(x)
+    ctx.args = (alpha, tau)
+
+
+def _alpha_relu_grad(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return torch.ops.softargmax.alpha_relu_backward(grad, x, *ctx.args), None, None
+
+
+
+
+def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
+    """The ``softargmax::alpha_relu`` operator (a float τ), for compiled code."""
+    return torch.ops.softargmax.alpha_relu(x, float(alpha), float(tau))
+
+
+def define(name: str, impl, fake, backward=None, setup_context=None):
+    """``torch.library.custom_op(name, impl)`` with its fake implementation and autograd formula."""
+    op = torch.library.custom_op(name, impl, mutates_args=())
+    op.register_fake(fake)
+    if backward is not None:
+        op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _register() -> dict:
+    """Register the operators (torch >= 2.4); returns them by name."""
+    return {
+        "normalized": define("softargmax::normalized", _normalized, _normalized_fake, _normalized_grad,
+                             _normalized_setup),
+        "normalized_backward": define("softargmax::normalized_backward", _normalized_backward,
+                                      _normalized_backward_fake),
+        "alpha_relu": define("softargmax::alpha_relu", _alpha_relu, _alpha_relu_fake, _alpha_relu_grad,
+                             _alpha_relu_setup),
+        "alpha_relu_backward": define("softargmax::alpha_relu_backward", _alpha_relu_backward,
+                                      _alpha_relu_backward_fake),
+    }
+
+
+OPERATORS = _register() if CUSTOM_OPS else {}

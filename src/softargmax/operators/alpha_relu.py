@@ -1,0 +1,116 @@
+r"""α-ReLU (Tezekbayev et al., 2022): α-entmax's elementwise map with a fixed threshold.
+
+.. math::
+
+    \operatorname{alpha\_relu}(x) = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}
+
+No normalization: one read and one write per element, like a ReLU.  :math:`\tau` is in
+the entmax parametrization: with the τ that 1.5-entmax would compute,
+1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.operators.alpha_relu_tau` estimates it.
+
+Derivatives: :math:`\partial p/\partial x = p^{2-\alpha}` (diagonal) and :math:`\partial p/\partial \tau = -p^{2-\alpha}/(\alpha-1)`.  For
+α = 1.5 these are :math:`\sqrt{p}`, so the backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
+multiplication.
+
+References:
+
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .. import backends as _kernels
+from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
+from .._utils.rows import sum_to
+from .._utils.tracing import use_custom_ops
+
+__all__ = ["alpha_relu"]
+
+
+class AlphaReLUFunction(torch.autograd.Function):
+    @classmethod
+    def apply(cls, x, *args):
+        if type(x).__name__ == "DTensor":  # elementwise: run on the local shards
+            from ._dtensor import dtensor_apply
+
+            return dtensor_apply(super().apply, x, *args)
+        return super().apply(x, *args)
+
+    @staticmethod
+    def forward(ctx, x, tau, alpha: float):
+        ctx.alpha = alpha
+        ctx.x_dtype = x.dtype
+        ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
+        ctx.tau_dtype = tau.dtype if isinstance(tau, Tensor) else None
+        ctx.kernel_tau = None
+        if not isinstance(tau, Tensor):
+            y = _kernels.alpha_relu_forward(x, alpha, tau)  # GPU: one elementwise kernel each way
+            if y is not None:
+                ctx.save_for_backward(x)
+                ctx.kernel_tau = tau
+                return y
+        dtype = compute_dtype(x.dtype)
+        a = alpha - 1.0
+        xc = x.to(dtype)
+        t = torch.mul(xc, a) if a != 1.0 else xc.clone()
+        t.sub_(tau.to(dtype) if isinstance(tau, Tensor) else tau).clamp_(min=0)
+        if a == 1.0:
+            p = t
+        elif a == 0.5:
+            p = t * t
+        elif a == 2.0:
+            p = torch.sqrt(t)
+        else:
+            p = t ** (1.0 / a)
+        ctx.save_for_backward(t)
+        return p.to(x.dtype) if p.dtype != x.dtype else p
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        if ctx.kernel_tau is not None:
+            (x,) = ctx.saved_tensors
+            return _kernels.alpha_relu_backward(x, grad_out, ctx.alpha, ctx.kernel_tau), None, None
+        (t,) = ctx.saved_tensors
+        a = ctx.alpha - 1.0
+        # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
+        if a == 1.0:
+            d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
+        elif a == 0.5:
+            d = t
+        else:
+            e = (1.0 - a) / a
+            d = t ** e
+            if e < 0:
+                d = torch.where(t > 0, d, torch.zeros_like(d))
+        g = grad_out.to(t.dtype) * d
+        grad_x = g.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+        grad_tau = None
+        if ctx.needs_input_grad[1]:
+            grad_tau = sum_to(-g / a, ctx.tau_shape).to(ctx.tau_dtype)
+        return grad_x, grad_tau, None
+
+
+def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -> Tensor:
+    r""":math:`[(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}` elementwise.
+
+    Args:
+        x: scores, any shape; float16/bfloat16 are computed in float32.
+        alpha: a float > 1.
+        tau: a finite float or a tensor of finite values broadcastable to ``x`` (entmax
+            parametrization); a tensor τ is differentiable.
+    """
+    check_tensor(x)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    if isinstance(alpha, Tensor):
+        raise TypeError("alpha_relu: alpha must be a float > 1")
+    tau = check_tau(tau, x)
+    if not isinstance(tau, Tensor) and use_custom_ops():  # one opaque operator for the compiler (softargmax.operators._library_ops)
+        return torch.ops.softargmax.alpha_relu(x, alpha, tau)
+    return AlphaReLUFunction.apply(x, tau, alpha)

@@ -1,0 +1,136 @@
+r"""Sparse attention: ``scaled_dot_product_attention`` with any normalization of the library.
+
+``attention(q, k, v, ...)`` computes :math:`\operatorname{mapping}(q k^\top \cdot \mathrm{scale} + \mathrm{mask})\, v` with the
+conventions of ``torch.nn.functional.scaled_dot_product_attention``:
+
+* ``attn_mask``: boolean (``True`` = may attend) or additive float mask, broadcastable
+  to ``[..., L, S]``; ``is_causal`` applies the lower-triangular mask (aligned top-left,
+  as SDPA) and cannot be combined with ``attn_mask``;
+* ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
+* ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
+  modules do);
+* ``enable_gqa=True``: ``key``/``value`` may have fewer heads (dimension -3) than ``query``,
+  each shared by ``H / Hkv`` consecutive query heads (grouped-query attention, as SDPA).
+
+On CUDA, ``return_weights=False`` calls with ``dropout_p = 0`` and ``mapping``
+``"sparsemax"``, ``"entmax15"`` or ``"entmax"`` (float or per-head α) run the fused
+FlashAttention-style Triton kernels (``O(L)`` memory, the weights never stored; coverage in
+:mod:`softargmax.backends.triton.flash_attention`, switch: ``SOFTARGMAX_FLASH_ATTENTION=0``); the rest (and
+``return_weights=True``, dropout, CPU) computes the weights, the reference path.
+
+``mapping`` is ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
+``alpha``: a float or a per-head tensor, e.g. shape ``(H,)`` or ``(H, 1, 1)``, which
+can be learned), or any f-divergence name (f-softargmax).  Query rows whose keys are all
+masked get zero weights and a zero output, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._utils.checks import check_broadcastable, check_real, check_tensor
+from ..backends.triton import flash_attention as _flash_attention
+from .mappings import MAPPING_NAMES as MAPPINGS
+from .mappings import normalize
+
+__all__ = ["attention", "attention_weights", "MAPPINGS"]
+
+
+def _alpha_for_scores(alpha, scores: Tensor):
+    """A per-head α tensor of shape ``(H,)`` becomes ``(H, 1, 1)``; others must broadcast with size 1 last."""
+    if not isinstance(alpha, Tensor):
+        return alpha
+    if alpha.dim() == 1 and scores.dim() >= 3 and alpha.shape[0] == scores.shape[-3]:
+        return alpha.reshape(-1, 1, 1)
+    return alpha
+
+
+def attention_weights(scores: Tensor, mapping: str = "entmax15", alpha: Union[float, Tensor, None] = None) -> Tensor:
+    """Normalize attention scores ``[..., L, S]`` over the keys with ``mapping`` (:func:`softargmax.operators.mappings.normalize`)."""
+    return normalize(scores, mapping, _alpha_for_scores(alpha, scores), dim=-1)
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    mapping: str = "entmax15",
+    alpha: Union[float, Tensor, None] = None,
+    return_weights: bool = False,
+    enable_gqa: bool = False,
+):
+    """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
+
+    Args:
+        query: ``[..., L, E]``; key: ``[..., S, E]``; value: ``[..., S, Ev]``.
+        attn_mask, dropout_p, is_causal, scale: as in ``scaled_dot_product_attention``.
+        mapping, alpha: the normalization (module docstring).
+        return_weights: also return the ``[..., L, S]`` attention weights.
+        enable_gqa: allow fewer key/value heads than query heads (module docstring).
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(t, name)
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError("query, key and value need at least 2 dimensions ([..., length, features])")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must share the feature size, got {query.shape[-1]} and {key.shape[-1]}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length, got {key.shape[-2]} and {value.shape[-2]}")
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask and is_causal cannot both be set (as in scaled_dot_product_attention)")
+    dropout_p = check_real(dropout_p, "dropout_p", "a number in [0, 1)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else check_real(scale, "scale", "None or a finite number")
+    if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] != query.shape[-3]:
+        if key.shape[-3] == 0 or query.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
+            raise ValueError(f"enable_gqa: the query heads ({query.shape[-3]}) must be a multiple of the key/value "
+                             f"heads ({key.shape[-3]}, {value.shape[-3]})")
+    elif query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] not in (1, query.shape[-3]):
+        enable_gqa = None  # no grouping asked: plain broadcasting decides (and raises) below
+    if attn_mask is not None:  # checked before either path runs
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
+        key_batch = key.shape[:-2]
+        if enable_gqa and len(key_batch) >= 1 and query.dim() >= 3:
+            key_batch = key_batch[:-1] + (query.shape[-3],)
+        try:
+            score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (L, S)
+        except RuntimeError:
+            score_shape = None  # query/key batch shapes that do not broadcast: the matmul below says so
+        if score_shape is not None:
+            check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
+                                "the attention scores' shape [..., L, S] =")
+    fused = None if enable_gqa is None else _flash_attention.maybe_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
+    if fused is not None:
+        return fused
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        group = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    elif attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask.is_floating_point():
+            scores = scores + attn_mask
+        else:
+            raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
+    weights = attention_weights(scores, mapping, alpha)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
+    out = weights @ value
+    return (out, weights) if return_weights else out

@@ -1,0 +1,167 @@
+r"""α-normmax: the regularized argmax of a norm (Santos et al. 2024).
+
+For α > 1,
+
+.. math::
+
+    \operatorname{normmax}_\alpha(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha
+
+(the "norm entropy" :math:`1 - \lVert p\rVert_\alpha` of Santos, Niculae, McNamee & Martins, *Sparse and
+Structured Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725).
+:math:`\lVert\cdot\rVert_\alpha` is homogeneous of degree 1, so the scale of ``x`` matters (there is no
+temperature to absorb it): ``normmax(c x)`` becomes sparser as ``c`` grows.
+
+**Solution.**  With :math:`N = \lVert p\rVert_\alpha` the stationarity condition on the support reads
+:math:`(p_j / N)^{\alpha-1} = x_j - \tau`, so :math:`p_j = N u_j^{1/(\alpha-1)}` with :math:`u = [x - \tau]_+`.
+Taking the α-norm of both sides gives the root equation of :math:`\tau`,
+
+.. math::
+
+    \sum_j [x_j - \tau]_+^{\beta} = 1, \qquad \beta = \frac{\alpha}{\alpha-1} \quad \text{(the Hölder conjugate of } \alpha\text{)},
+
+i.e. :math:`\lVert[x - \tau]_+\rVert_\beta = 1`, and then :math:`p = r / \sum_j r_j` with :math:`r = u^{1/(\alpha-1)} = u^{\beta-1}`.
+
+**Reduction to α-entmax.**  α'-entmax of scores :math:`z` solves :math:`\sum_j [(\alpha'-1) z_j - \tau']_+^{1/(\alpha'-1)} = 1`.
+With :math:`\alpha' = 2 - 1/\alpha` (so :math:`1/(\alpha'-1) = \beta`) and :math:`z = \beta x` (so :math:`(\alpha'-1) z = x`) this is
+the equation above with :math:`\tau' = \tau`, and the α'-entmax output is :math:`u^\beta`.  Hence
+
+.. math::
+
+    \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big( \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big),
+
+and α' ∈ (1, 2) for every α > 1.  The threshold is found by the library's α-entmax
+solver (pruning, safeguarded Newton that is monotone for α' ∈ (1, 2], the fused CPU row
+solver and the GPU kernels where they cover α'), so normmax costs one α-entmax solve
+plus one power and one normalization on the candidates.  α = 2 uses the exact
+1.5-entmax closed form; α → ∞ tends to sparsemax (up to normalization) and α → 1 to the
+argmax.
+
+**Jacobian.**  Differentiating :math:`\sum_j u_j^\beta = 1` gives :math:`d\tau = \langle p, dx\rangle`; with
+:math:`R = \sum_j r_j = 1/\lVert p\rVert_\alpha` and :math:`s_j = (\beta-1) u_j^{\beta-2} / R = \lVert p\rVert_\alpha^{\alpha-1} p_j^{2-\alpha} / (\alpha-1)`
+on the support (0 elsewhere),
+
+.. math::
+
+    J = \operatorname{diag}(s) - s p^\top - p s^\top + \Big(\sum_j s_j\Big) p p^\top, \qquad
+    J v = s \odot (v - c) - p \langle s, v - c\rangle, \quad c = \langle p, v\rangle,
+
+symmetric, one pass over the row (never ``k × k``).  For α > 2 the weights grow without
+bound as ``p_j → 0`` (as for α-entmax with α > 2).  The map is not differentiable in α
+(as in the reference implementation); a tensor α is a constant here.
+
+Conventions: any ``dim``; float64/float32 native, float16/bfloat16 computed in float32;
+``-inf`` scores get probability 0 and gradient 0; an all-``-inf`` row gives zeros; NaN
+or ``+inf`` in a row gives NaN in that row only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
+from ..divergences import get_divergence
+from ..solvers.threshold import Solution, solve
+from ._autograd import solve_grouped
+
+__all__ = ["normmax", "normmax_rows"]
+
+
+def _normalize_candidates(sol: Solution, inv_alpha) -> tuple[Tensor, Tensor]:
+    """``(p, ‖p‖_α)`` on the candidates from the α'-entmax solution ``u^β`` (``[R, K]``, ``[R, 1]``)."""
+    g = sol.p
+    if isinstance(inv_alpha, float) and inv_alpha == 0.5:
+        r = torch.sqrt(g)
+    else:
+        r = g.pow(inv_alpha)
+    R = r.sum(-1, keepdim=True)
+    tiny = torch.finfo(r.dtype).tiny
+    p = r / R.clamp_min(tiny)  # all-masked rows: r = 0, p = 0
+    # ‖p‖_α = (Σ r^α)^{1/α} / R = (Σ u^β)^{1/α} / R = 1/R at the root (Σ u^β = 1 to rounding)
+    norm = (g.sum(-1, keepdim=True).clamp_min(0) ** inv_alpha) / R.clamp_min(tiny)
+    return p, norm
+
+
+def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor, Solution]:
+    r"""Normmax of the rows of ``z`` (``[R, k]``, contiguous, float32/64) for a float α > 1 or
+    ``alpha`` ``[R, 1]``: returns the candidate probabilities ``[R, K]``, :math:`\lVert p\rVert_\alpha` ``[R, 1]``
+    and the α'-entmax :class:`~softargmax.solvers.threshold.Solution` (for ``scatter``/``gather``)."""
+    if isinstance(alpha, Tensor):
+        a_prime = (alpha - 1) / alpha  # α' - 1 = 1/β, per row
+        sol = solve_grouped(z / a_prime, 1 + a_prime)
+        inv_alpha = 1.0 / alpha
+    else:
+        a_prime = (alpha - 1.0) / alpha
+        # on CPU the pruned solution: the power and the normalization then cost only the
+        # candidates (the fused CPU solver's dense rows would make them full-size, and
+        # transcendental functions of the many zeros are slow); on GPU the Triton kernels
+        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime), candidates_only=True)
+        inv_alpha = 1.0 / alpha
+    p, norm = _normalize_candidates(sol, inv_alpha)
+    return p, norm, sol
+
+
+def _jvp(p: Tensor, v: Tensor, alpha, norm: Tensor) -> Tensor:
+    """``J v`` of normmax for rows ``p``, ``v`` (module docstring)."""
+    supp = p > 0
+    am1 = alpha - 1
+    base = torch.where(supp, p, torch.ones_like(p))
+    if isinstance(alpha, float) and alpha == 2.0:
+        w = torch.ones_like(p)
+    else:
+        w = base.pow(2 - alpha) if isinstance(alpha, float) else torch.exp((2 - alpha) * torch.log(base))
+    s = torch.where(supp, w, torch.zeros_like(w)) * (norm ** am1 / am1)
+    c = (p * v).sum(-1, keepdim=True)
+    vc = v - c
+    return s * vc - p * (s * vc).sum(-1, keepdim=True)
+
+
+class _Normmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, alpha, dim: int):
+        rows = Rows(x, dim)
+        a = rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha
+        pc, norm, sol = normmax_rows(rows.flat, a)
+        p = sol.scatter(pc)
+        if sol.bad_rows is not None:
+            p = p.masked_fill(sol.bad_rows, math.nan)
+        ctx.rows, ctx.alpha, ctx.sol = rows, a, sol
+        ctx.save_for_backward(pc, norm)
+        return rows.restore(p)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        pc, norm = ctx.saved_tensors
+        rows: Rows = ctx.rows
+        sol: Solution = ctx.sol
+        g = sol.scatter(_jvp(pc, sol.gather(rows.to_rows(grad_out)), ctx.alpha, norm))  # on the candidates
+        if sol.bad_rows is not None:
+            g = g.masked_fill(sol.bad_rows, math.nan)
+        return rows.restore(g), None, None
+
+
+def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tensor:
+    r"""α-normmax :math:`\operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha` along ``dim`` (see the module docstring).
+
+    Args:
+        x: scores.
+        alpha: a float ``> 1`` or a floating tensor ``> 1`` broadcastable to ``x`` with size
+            1 along ``dim`` (one α per row).  Not differentiated.
+        dim: the dimension that sums to one.
+
+    Returns :math:`p = r / \sum_j r_j` with :math:`r = [x - \tau]_+^{1/(\alpha-1)}` and :math:`\lVert[x - \tau]_+\rVert_{\alpha/(\alpha-1)} = 1`.
+    """
+    check_tensor(x)
+    dim = check_dim(x, dim)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    if isinstance(alpha, Tensor) and alpha.dim() > x.dim():
+        raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")
+    if x.numel() == 0:
+        return x * 0
+    return _Normmax.apply(x, alpha, dim)

@@ -1,0 +1,54 @@
+"""The benchmarks' measuring tools (softargmax.bench.timing, .memory) against known answers, and their
+targets read from the data file."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from softargmax import bench
+from softargmax.bench import timing
+
+
+def test_targets_come_from_the_data_file(monkeypatch):
+    """Change the file's numbers and the benchmark's targets change with them: none is written in code."""
+    data = json.loads(json.dumps(timing.targets()))
+    assert bench.target_ratio("sparsemax", bench.LONG[0], "fwd+bwd") == data["operators"]["sparsemax"]["long"]
+    data["operators"]["sparsemax"]["long"] = 1.01
+    monkeypatch.setattr(timing, "targets", lambda: data)
+    from softargmax.bench import operators
+
+    monkeypatch.setattr(operators, "targets", lambda: data)
+    assert bench.target_ratio("sparsemax", bench.LONG[0], "fwd+bwd") == 1.01
+    assert bench.target_ratio("sparsemax", bench.LONG[0], "fwd") is None
+    assert bench.target_ratio("sparsemax", (3, 3), "fwd+bwd") is None
+
+
+def test_peak_growth_sees_a_known_allocation():
+    """A fresh process that allocates and touches 256 MiB inside the measured call reports about that much,
+    also when its parent holds more than that (``ru_maxrss`` alone inherits the parent's peak through exec)."""
+    parent_holds = torch.ones(160, 2**20)  # 640 MiB resident here, more than the child ever holds
+    code = ("import torch; from softargmax.bench.timing import peak_growth_mb; "
+            "print(peak_growth_mb(lambda: torch.ones(64, 2**20).sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    grown = float(out.stdout.strip().splitlines()[-1])
+    assert 230 < grown < 330, grown
+    del parent_holds
+
+
+def test_median_times_are_interleaved_and_ordered():
+    """A callable that sleeps 3 ms is timed at about 3 ms, and above one that does nothing."""
+    import time
+
+    ms = timing.time_thunks({"sleep": lambda: time.sleep(0.003), "nothing": lambda: None}, repeats=5, warmup=1)
+    assert ms["nothing"] < ms["sleep"] and 2.5 < ms["sleep"] < 50
+
+
+@pytest.mark.parametrize("case", [("attention", "entmax15", 64, 2, 1), ("fused", "fused", 64, 16, 500, 1, 1)])
+def test_memory_cases_run_in_a_fresh_process(case):
+    from softargmax.bench.memory import measure
+
+    result = measure(*case)
+    assert result["peak_mb"] >= 0 and torch.isfinite(torch.tensor(result["peak_mb"]))

@@ -1,0 +1,83 @@
+"""Every module path of the release before the folders became the layers still imports, as the very
+module object of its new place, and every public name it had is still there (``softargmax._moved``)."""
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import softargmax
+
+#: the public module paths and the names they exported, as they were (module -> names)
+PUBLIC_BEFORE = {
+    "softargmax.alpha_relu": ["alpha_relu"],
+    "softargmax.attention": ["attention", "attention_weights"],
+    "softargmax.binary": ["f_sigmoid", "f_softplus"],
+    "softargmax.budget": ["budget_sparsemax"],
+    "softargmax.distributed": [],
+    "softargmax.entmax": ["sparsemax", "entmax15", "entmax"],
+    "softargmax.fdiv": ["f_softargmax", "f_softmax"],
+    "softargmax.fused": ["linear_fenchel_young_loss"],
+    "softargmax.inspect": ["alphas", "collect_attention", "head_density", "head_js_divergence"],
+    "softargmax.losses": ["fenchel_young_loss", "sparsemax_loss", "entmax15_loss", "entmax_loss",
+                          "alpha_relu_loss", "f_divergence_loss", "binary_f_divergence_loss"],
+    "softargmax.mappings": ["normalize"],
+    "softargmax.norm_budget_losses": ["normmax_loss", "budget_sparsemax_loss"],
+    "softargmax.normmax": ["normmax"],
+    "softargmax.solution": ["Solution"],
+    "softargmax.tau": ["from_logits", "gaussian", "linear_logit_std"],
+    "softargmax.threshold": ["solve"],
+    "softargmax.nn": ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "SparseMultiheadAttention",
+                      "convert_attention", "FenchelYoungLoss", "EntmaxLoss"],
+    "softargmax.divergences": ["Divergence", "CustomDivergence", "get_divergence"],
+    "softargmax.compat.entmax": ["entmax_bisect", "sparsemax", "entmax15", "normmax_bisect", "budget_bisect"],
+    "softargmax.integrations.huggingface": ["register"],
+    "softargmax.experiments.datasets": ["find", "DATASETS"],
+}
+
+#: the private module paths, which tests and users' monkeypatches reached into
+PRIVATE_BEFORE = ["_autograd", "_checks", "_cpu_rows", "_custom_ops", "_dtensor", "_extras", "_flash_attention",
+                  "_fy_loss", "_kernels", "_linear_chunks", "_loss_ops", "_loss_rows", "_row_kinds", "_targets",
+                  "_triton_attention", "_triton_kernels", "_triton_rows"]
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC_BEFORE))
+def test_public_paths_of_the_last_release_import(path):
+    module = importlib.import_module(path)
+    for name in PUBLIC_BEFORE[path]:
+        assert hasattr(module, name), f"{path}.{name} is gone"
+    top = [n for n in PUBLIC_BEFORE[path] if n in softargmax.__all__ and not path.startswith("softargmax.compat")]
+    for name in top:  # the root's function is the module's function
+        assert getattr(module, name) is getattr(softargmax, name)
+
+
+@pytest.mark.parametrize("old", PRIVATE_BEFORE)
+def test_private_paths_are_the_new_modules(old):
+    module = importlib.import_module(f"softargmax.{old}")
+    new = sys.modules[module.__name__]
+    assert module is new and module.__name__ != f"softargmax.{old}"
+    assert module.__spec__.name == module.__name__  # the alias did not replace the module's own spec
+
+
+def test_old_paths_first_imported_in_a_fresh_process():
+    """Paths the package does not load at import (the Triton kernels, ``inspect``) resolve on first import,
+    and ``import softargmax.attention`` (a module path and a function's name) leaves ``softargmax.attention``
+    the function."""
+    code = ("import softargmax.inspect as I, softargmax._triton_kernels as K, softargmax; "
+            "import softargmax.attention, softargmax.entmax, softargmax.alpha_relu, softargmax.normmax; "
+            "import softargmax.analysis as A, softargmax.backends.triton.row_kernels as R; assert I is A and K is R; "
+            "assert all(callable(getattr(softargmax, n)) for n in ('attention', 'entmax', 'alpha_relu', 'normmax')); "
+            "from softargmax.fdiv import f_softargmax; assert f_softargmax is softargmax.f_softargmax")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_module_of_the_last_release_is_listed():
+    """The table of moved paths covers every module that left its place."""
+    from softargmax._moved import MOVED
+
+    assert set(PRIVATE_BEFORE) <= set(MOVED)
+    for path in PUBLIC_BEFORE:
+        old = path.removeprefix("softargmax.")
+        assert old in MOVED or importlib.util.find_spec(path).origin is not None
