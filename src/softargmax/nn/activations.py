@@ -218,11 +218,11 @@ class FSoftargmax(nn.Module):
 
 
 class Normmax(nn.Module):
-    """:func:`softargmax.normmax` (α > 1, a float or a per-row tensor) along ``dim``."""
+    """:func:`softargmax.normmax` (α >= 1, a float or a per-row tensor; α = 1 the argmax) along ``dim``."""
 
     def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
         super().__init__()
-        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0)
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
