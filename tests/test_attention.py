@@ -93,6 +93,26 @@ def test_attention_errors():
         sa.attention(q, k[..., :3], v)
 
 
+def test_mismatched_dtypes_and_batches_are_named():
+    q, k, v = _qkv(dtype=torch.float32)
+    for args, name in (((q.double(), k, v), "key"), ((q, k.double(), v), "key"), ((q, k, v.double()), "value")):
+        with pytest.raises(TypeError, match=f"{name} must have query's dtype"):
+            sa.attention(*args)
+    other = torch.cat([k, k[:1]])  # batch 3 where query has 2
+    with pytest.raises(ValueError, match=r"key: its batch dimensions \(3, 3\) do not broadcast"):
+        sa.attention(q, other, v)
+    with pytest.raises(ValueError, match=r"value: its batch dimensions \(3, 3\) do not broadcast"):
+        sa.attention(q, k, torch.cat([v, v[:1]]))
+    with pytest.raises(ValueError, match="value: its batch dimensions"):  # each broadcasts with query, not together
+        sa.attention(q[:1], k, torch.cat([v, v[:1]]))
+    with pytest.raises(TypeError, match="attn_mask must be a boolean or floating tensor"):
+        sa.attention(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.long))
+    # an additive mask of another floating dtype is added in the scores' dtype (as the fused kernels read it)
+    mask = torch.randn(2, 1, 5, 7, generator=torch.Generator().manual_seed(2), dtype=F64)
+    torch.testing.assert_close(sa.attention(q, k, v, attn_mask=mask, mapping="softmax"),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float()), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("batch_first", [True, False])
 def test_module_matches_multihead_attention_with_softmax(batch_first):
     torch.manual_seed(0)

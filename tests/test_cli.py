@@ -138,3 +138,15 @@ def test_committed_reports_are_what_their_results_render_to(tmp_path):
         shutil.copytree(reports / name, copy)
         rendered = render_existing(str(copy), importlib.import_module(module).render_report).read_text()
         assert rendered == committed, f"{name}: rerun `softargmax reproduce {name} --render-only`"
+
+
+def test_version_prints_softargmax_and_torch_versions():
+    import re
+
+    import torch
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
+    r = subprocess.run([sys.executable, "-m", "softargmax", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"softargmax {version} (torch {torch.__version__})"

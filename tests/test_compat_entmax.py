@@ -246,12 +246,42 @@ def test_deterministic_and_alpha_below_one_learnable():
     torch.testing.assert_close(p, sa.f_softargmax(x, "alpha", alpha=0.7))
 
 
+def test_normmax_alpha_one_is_the_packages_argmax():
+    # 1-normmax on purpose (deep-spin/HFYN's margins.py): the package's argmax one-hot, uniform
+    # over ties, and its loss; our gradient of the map is 0 (the package's: inf/NaN)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 6, dtype=torch.float64, generator=g).round()  # many ties
+    x[0] = 0.0
+    y = torch.randint(0, 6, (8,), generator=g)
+    want = entmax.normmax_bisect(x, alpha=1.0)
+    for a in (1.0, 1, torch.tensor(1.0, dtype=torch.float64)):
+        torch.testing.assert_close(ours.normmax_bisect(x, alpha=a), want, rtol=0, atol=1e-15)
+        torch.testing.assert_close(ours.NormmaxBisect(alpha=a)(x), entmax.NormmaxBisect(alpha=a)(x), rtol=0, atol=1e-15)
+    torch.testing.assert_close(ours.normmax_bisect(torch.zeros(1, 2), alpha=1.0), torch.tensor([[0.5, 0.5]]))
+    xg = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad((ours.normmax_bisect(xg, 1.0) * torch.randn(8, 6, dtype=torch.float64, generator=g)).sum(), xg)
+    assert torch.equal(grad, torch.zeros_like(grad))
+    # the losses: values and (sub)gradient p - e_y as the package's
+    xl, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, ref = ours.normmax_bisect_loss(xl, y, alpha=1.0), entmax.normmax_bisect_loss(xr, y, alpha=1.0)
+    torch.testing.assert_close(got, ref)
+    got.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(xl.grad, xr.grad)
+    for reduction in ("elementwise_mean", "sum", "none"):
+        torch.testing.assert_close(ours.NormmaxBisectLoss(alpha=1.0, reduction=reduction)(x, y),
+                                   entmax.NormmaxBisectLoss(alpha=1.0, reduction=reduction)(x, y))
+    # a row of ties: loss 0 (the package: 0 to rounding, 1 - Σ 1/6)
+    assert float(ours.NormmaxBisectLoss(alpha=1.0)(x[:1], y[:1])) == 0.0
+    assert abs(float(entmax.NormmaxBisectLoss(alpha=1.0)(x[:1], y[:1]))) < 1e-15
+
+
 def test_argument_errors():
     x = torch.randn(2, 4)
     with pytest.raises(ValueError, match="alpha must be finite and > 0"):
         ours.entmax_bisect(x, 0.0)
-    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
-        ours.normmax_bisect(x, 1.0)
+    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
+        ours.normmax_bisect(x, 0.5)
     with pytest.raises(ValueError, match="budget must be >= 0"):
         ours.budget_bisect(x, -1.0)
     with pytest.raises(ValueError, match="reduction must be one of"):

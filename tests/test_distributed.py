@@ -613,6 +613,39 @@ def test_ranks_that_disagree():
     run_spawned("_worker_disagree", 2, timeout=60)
 
 
+def _worker_half_targets(rank, world):
+    # a teacher's softmax rounded to bfloat16 sums to 1 only within its rounding: the split
+    # losses accept it (the check follows the target's dtype) and agree with the unsplit ones
+    import softargmax as sa
+
+    group = dist.group.WORLD
+    V, R, d = 50, 8, 6
+    sizes = _split(V, world)
+    off = sum(sizes[:rank])
+    sl = slice(off, off + sizes[rank])
+    g = torch.Generator().manual_seed(0)
+    x = _scores(R, V, 3, dtype=torch.float64)  # (float32 scores would be checked against a float64 copy of y)
+    y = torch.softmax(torch.randn(R, V, generator=g) * 2, -1).bfloat16()
+    assert float((y.double().sum(-1) - 1).abs().max()) > 1e-4 * (V ** 0.5 + 1)  # beyond float32's allowance
+    for fn in (sa.sparsemax_loss, sa.entmax15_loss):
+        _loss_case(f"{fn.__name__} bfloat16 soft", fn, x, y, y[:, sl].contiguous(), sl, group,
+                   {"reduction": "none"}, atol=1e-12)
+    h = torch.randn(R, d, generator=g, requires_grad=True)
+    W = torch.randn(V, d, generator=g)
+    loss = sa.linear_fenchel_young_loss(h, W[sl], y[:, sl].contiguous(), process_group=group)
+    ref = sa.linear_fenchel_young_loss(h, W, y)
+    _close("linear bfloat16 soft", loss, ref, 1e-5, relative=True)
+    with pytest.raises(ValueError, match="sum to 1"):
+        sa.sparsemax_loss(x[:, sl], (y.float() * 1.05).bfloat16()[:, sl], process_group=group)
+    with pytest.raises(ValueError, match="sum to 1"):
+        sa.linear_fenchel_young_loss(h, W[sl], (y.float() * 1.05).bfloat16()[:, sl], process_group=group)
+
+
+def test_vocab_parallel_half_precision_soft_targets():
+    """bfloat16 soft targets over 2 ranks: the loss, the fused output layer, and a bad target refused."""
+    run_spawned("_worker_half_targets", 2)
+
+
 def test_needs_initialized_group():
     import softargmax as sa
 

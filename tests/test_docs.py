@@ -108,6 +108,14 @@ def test_quickstart_prints_what_it_says():
     assert len(claimed) >= 3 and printed[: len(claimed)] == claimed
 
 
+def test_the_readme_states_one_running_time_for_the_default_runs():
+    """"Set up and run" and the Experiments section give the same estimate for the main job."""
+    text = " ".join(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split())
+    main_job = re.search(r"Main job — .*? output layers, ([^;]*);", text).group(1)
+    default = re.search(r"`default` is sized for a CPU with two cores \(([^)]*)\)", text).group(1)
+    assert main_job == default == "about 10–15 minutes on 2 CPU cores"
+
+
 def test_docs_build_without_warnings(docs_build):
     """``sphinx-build -W`` (the ``docs_build`` fixture of conftest.py, shared with the browser test of
     test_docs_browser.py): no warning, and every script of the examples gallery runs."""

@@ -47,6 +47,23 @@ def test_fused_soft_labels_and_float32():
     torch.testing.assert_close(torch.autograd.grad(fused, h)[0], torch.autograd.grad(ref, h)[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_takes_half_precision_soft_targets(dtype):
+    # a teacher's softmax rounded to bfloat16 sums to 1 only within its rounding; the fused
+    # loss accepts it as the unfused one does, with the gradient (p - y) W / N at the given y
+    entmax = pytest.importorskip("entmax")
+    g = torch.Generator().manual_seed(0)
+    N, d, V = 40, 8, 50
+    h = torch.randn(N, d, generator=g, requires_grad=True)
+    W = torch.randn(V, d, generator=g)
+    y = torch.softmax(torch.randn(N, V, generator=g) * 2, -1).to(dtype)
+    fused = sa.linear_fenchel_young_loss(h, W, y, chunk_size=16)
+    torch.testing.assert_close(fused, sa.entmax15_loss(h @ W.T, y))
+    logits = h.detach().double() @ W.double().T
+    want = (entmax.entmax15(logits, -1) - y.double()) @ W.double() / N
+    torch.testing.assert_close(torch.autograd.grad(fused, h)[0].double(), want, rtol=0, atol=1e-6)
+
+
 def test_fused_errors():
     h, W = torch.randn(4, 8), torch.randn(10, 8)
     t = torch.randint(0, 10, (4,))

@@ -248,3 +248,54 @@ def test_modules():
     torch.testing.assert_close(sa.nn.Entmax15Loss(ignore_index=0)(x, t), sa.entmax15_loss(x, t, ignore_index=0))
     with pytest.raises(ValueError, match="unknown"):
         sa.nn.FenchelYoungLoss("nope")
+
+
+@pytest.mark.parametrize("dtype,n,k", [(torch.bfloat16, 64, 50), (torch.float16, 64, 50)])
+def test_half_precision_soft_targets_are_accepted_and_used_as_given(dtype, n, k):
+    # a softmax rounded to bfloat16/float16 sums to 1 only within the dtype's rounding (bfloat16:
+    # 0.9992..1.0008 for these rows); the losses take it as F.cross_entropy does, as given:
+    # gradient p - y, values within O(|Σy - 1|) of the loss at y / Σy
+    g = torch.Generator().manual_seed(0)
+    x64 = torch.randn(n, k, dtype=F64, generator=g) * 2
+    y = torch.softmax(torch.randn(n, k, generator=g) * 2, -1).to(dtype)
+    y64 = y.double()
+    s = y64.sum(-1)
+    assert float((s - 1).abs().max()) > 1e-4 * (k ** 0.5 + 1) or dtype != torch.bfloat16  # beyond float32's allowance
+    yhat = y64 / s.unsqueeze(1)
+
+    def tsallis(v, alpha):
+        return ((v ** alpha).sum(-1) - 1) / (alpha * (alpha - 1))
+
+    def fy(p, alpha):  # Blondel, Martins & Niculae (2020): <θ, p - y> + Ω(y) - Ω(p) at the exact distribution
+        return (x64 * (p - yhat)).sum(-1) + tsallis(yhat, alpha) - tsallis(p, alpha)
+
+    cases = [
+        (sa.sparsemax_loss, {}, entmax_pkg.sparsemax(x64, -1), fy(entmax_pkg.sparsemax(x64, -1), 2.0)),
+        (sa.entmax15_loss, {}, entmax_pkg.entmax15(x64, -1), fy(entmax_pkg.entmax15(x64, -1), 1.5)),
+        (sa.f_divergence_loss, {"divergence": "kl"}, torch.softmax(x64, -1),
+         F.cross_entropy(x64, yhat, reduction="none") + torch.special.xlogy(yhat, yhat).sum(-1)),
+    ]
+    for fn, kw, p, exact in cases:
+        x = x64.float().requires_grad_()
+        loss = fn(x, y, reduction="none", **kw)
+        assert loss.dtype == torch.float32
+        # y = s ŷ moves <θ, y> by (s - 1)<θ, ŷ>, Ω(y) by (s - 1) times at most log k + 1 (KL) or 1/(α - 1),
+        # and cross_entropy's convention scales its loss by s
+        bound = (s - 1).abs() * (exact.abs() + 2 * x64.abs().amax(-1) + math.log(k) + 3) + 1e-5
+        assert bool(((loss.double() - exact).abs() <= bound).all())
+        loss.sum().backward()
+        torch.testing.assert_close(x.grad.double(), p - y64, rtol=0, atol=2e-6)
+    # "kl" is cross_entropy's convention exactly: cross_entropy(θ, y) + Σ y log y at the given y
+    kl = sa.f_divergence_loss(x64.float(), y, "kl", reduction="none").double()
+    torch.testing.assert_close(kl, F.cross_entropy(x64, y64, reduction="none") + torch.special.xlogy(y64, y64).sum(-1),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_soft_target_sum_tolerance_follows_the_target_dtype():
+    x = torch.randn(8, 50)
+    y = torch.softmax(torch.randn(8, 50), -1)
+    off = y * 1.005  # sums 1.005: within bfloat16's rounding, not float32's
+    sa.sparsemax_loss(x, off.bfloat16())
+    for bad in (off, off.double(), (y * 1.05).bfloat16(), (y * 1.005).half()):
+        with pytest.raises(ValueError, match="sum to 1"):
+            sa.sparsemax_loss(x, bad)

@@ -1,5 +1,7 @@
 """Modules: same results as the functions, learnable alpha and q."""
 
+import math
+
 import pytest
 import torch
 
@@ -64,6 +66,19 @@ def test_scalar_learnable_alpha_and_errors():
         snn.Entmax(alpha=2.0, learn_alpha=True)
     with pytest.raises(ValueError, match="alpha must be finite and > 0"):
         snn.Entmax(alpha=0.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0])
+@pytest.mark.parametrize("learn_q", [False, True])
+def test_fsoftargmax_refuses_what_f_softargmax_refuses_in_q(bad, learn_q):
+    q = torch.tensor([1.0, bad, 1.0])
+    with pytest.raises(ValueError, match="q must be finite and strictly positive") as functional:
+        sa.f_softargmax(torch.randn(2, 3), "kl", q=q)
+    with pytest.raises(ValueError, match="q must be finite and strictly positive") as module:
+        snn.FSoftargmax("kl", q=q, learn_q=learn_q)
+    assert str(module.value) == str(functional.value)
+    with pytest.raises(TypeError, match="q must be None or a positive tensor"):
+        snn.FSoftargmax("kl", q=[1.0, 1.0, 1.0], learn_q=learn_q)
 
 
 def test_learnable_q():

@@ -120,6 +120,50 @@ def test_masking_dtypes_and_bad_rows():
         torch.testing.assert_close(ph.float(), ref, atol=4e-3, rtol=0)
 
 
+def test_alpha_one_is_the_argmax_uniform_over_ties():
+    # brute force: 1/m on the m maximal entries; the α -> 1 limit (normmax(x, 1.001)); zero gradient
+    inf = math.inf
+    x = torch.tensor([[1.0, 1.0, 0.5, -inf], [0.3, -2.0, 0.7, 0.1], [2.0, 2.0, 2.0, 2.0], [-inf] * 4],
+                     dtype=torch.float64, requires_grad=True)
+    want = torch.tensor([[0.5, 0.5, 0, 0], [0, 0, 1, 0], [0.25] * 4, [0] * 4], dtype=torch.float64)
+    p = normmax(x, 1.0)
+    torch.testing.assert_close(p.detach(), want, rtol=0, atol=0)
+    torch.testing.assert_close(normmax(x[:3].detach(), 1.001), want[:3], rtol=0, atol=1e-12)
+    (g,) = torch.autograd.grad((p * torch.randn(4, 4, dtype=torch.float64)).sum(), x)
+    assert torch.equal(g, torch.zeros_like(g))
+    # per-row α mixing α = 1 and α > 1, along another dim
+    a = torch.tensor([1.0, 3.0, 1.0, 2.0], dtype=torch.float64).reshape(1, 4)
+    z = torch.randn(5, 4, dtype=torch.float64)
+    got = normmax(z, a, dim=0)
+    torch.testing.assert_close(got[:, 1], normmax(z[:, 1], 3.0))
+    torch.testing.assert_close(got[:, 3], normmax(z[:, 3], 2.0))
+    torch.testing.assert_close(got[:, [0, 2]], torch.nn.functional.one_hot(z[:, [0, 2]].argmax(0), 5).T.double())
+    # NaN or +inf in a row: NaN in that row only
+    bad = normmax(torch.tensor([[0.0, math.nan], [0.0, inf], [0.0, 1.0]]), 1.0)
+    assert torch.isnan(bad[:2]).all() and torch.equal(bad[2], torch.tensor([0.0, 1.0]))
+
+
+def test_alpha_one_loss_is_the_perceptron_loss():
+    # ⟨θ, p - y⟩ + ‖y‖_1 - ‖p‖_1 = max θ - ⟨θ, y⟩ on the simplex, gradient p - y
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, dtype=torch.float64, generator=g).round().requires_grad_()  # ties
+    y = torch.randint(0, 5, (6,), generator=g)
+    soft = torch.softmax(torch.randn(6, 5, dtype=torch.float64, generator=g), -1)
+    for t, ty in ((y, x.gather(1, y[:, None]).squeeze(1)), (soft, (x * soft).sum(-1))):
+        loss = sa.normmax_loss(x, t, 1.0, reduction="none")
+        torch.testing.assert_close(loss, x.amax(-1) - ty)
+        (gx,) = torch.autograd.grad(loss.sum(), x)
+        p = (x == x.amax(-1, keepdim=True)).double()
+        p = p / p.sum(-1, keepdim=True)
+        yd = torch.nn.functional.one_hot(t, 5).double() if t is y else t
+        torch.testing.assert_close(gx, p - yd)
+    # per-row α: the α = 1 rows take the perceptron loss, the others the normmax loss
+    a = torch.tensor([[1.0], [2.0], [1.0], [1.5], [1.0], [4.0]], dtype=torch.float64)
+    mixed = sa.normmax_loss(x, y, a, reduction="none")
+    for i, ai in enumerate(a.squeeze(1).tolist()):
+        torch.testing.assert_close(mixed[i], sa.normmax_loss(x[i:i + 1], y[i:i + 1], ai, reduction="none")[0])
+
+
 def test_limits_and_errors():
     x = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64)
     # α -> ∞: β -> 1, so τ becomes sparsemax's threshold and r = u^{1/(α-1)} -> 1 on its
@@ -129,9 +173,9 @@ def test_limits_and_errors():
         torch.testing.assert_close(normmax(z, 1e7), s / s.sum(), atol=1e-5, rtol=0)
     # scale: the norm is homogeneous, so larger scores are sparser
     assert (normmax(10 * x, 2.0) > 0).sum() <= (normmax(x, 2.0) > 0).sum()
-    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
-        normmax(x, 1.0)
-    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
+        normmax(x, 0.99)
+    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
         normmax(x.view(1, -1), torch.tensor([[0.5]]))
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         normmax([1.0, 2.0])
@@ -192,5 +236,5 @@ def test_modules():
     t = torch.ones(3, 8)
     torch.testing.assert_close(snn.BudgetSparsemaxLoss(2.0, multilabel=True)(x, t),
                                sa.budget_sparsemax_loss(x, t, 2.0, multilabel=True))
-    with pytest.raises(ValueError, match="alpha must be finite and > 1"):
+    with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
         snn.Normmax(0.5)

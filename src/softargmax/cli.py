@@ -1,4 +1,5 @@
-"""Command line: ``softargmax bench`` (also ``python -m softargmax bench``)."""
+"""Command line: ``softargmax bench``, ``softargmax reproduce``, ``softargmax --version`` (also
+``python -m softargmax ...``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,19 @@ def _shape(text: str):
     return rows, cols
 
 
+def version_string() -> str:
+    """``softargmax <version> (torch <version>)``: what ``softargmax --version`` prints."""
+    import torch
+
+    from . import __version__
+
+    return f"softargmax {__version__} (torch {torch.__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="softargmax", description="softargmax: sparse and f-divergence softargmax operators")
+    parser.add_argument("--version", action="version", version=version_string(),
+                        help="print softargmax's and torch's versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="time the operators against torch.softmax (and the entmax package)")
     b.add_argument("--quick", action="store_true", help="small shapes and few repeats (a smoke run)")

@@ -38,6 +38,8 @@ What differs, on purpose:
 * The losses accept any input shape with the classes on the last dimension (the package:
   2-D only) and ignore targets equal to ``ignore_index`` even when it is negative (the
   package fails on them), counting them as the package does for ``"elementwise_mean"``.
+* :func:`normmax_bisect` with ``alpha=1`` (the argmax, uniform over ties, as the package
+  gives it) has a zero gradient where the package's is ``inf``/NaN.
 * :func:`normmax_bisect` and :func:`budget_bisect` are not differentiated with respect to
   ``alpha`` / ``budget`` (neither are the package's).
 """
@@ -135,7 +137,8 @@ def entmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n
 
 
 def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter=50) -> Tensor:
-    """α-normmax ``argmax_{p ∈ Δ} ⟨p, X⟩ - ‖p‖_α`` along ``dim``, α > 1 (:func:`softargmax.normmax`)."""
+    """α-normmax ``argmax_{p ∈ Δ} ⟨p, X⟩ - ‖p‖_α`` along ``dim``, α >= 1 (:func:`softargmax.normmax`);
+    α = 1 is the argmax, uniform over ties, as in the package (with a zero gradient)."""
     check_tensor(X, "X")
     return _normmax(X, _as_alpha(alpha, X), dim)
 
@@ -228,7 +231,8 @@ def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 
 
 
 def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter=50) -> Tensor:
-    """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.losses.normmax_budget`)."""
+    """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.losses.normmax_budget`);
+    α = 1 gives ``max X - X_y``, as in the package."""
     check_tensor(X, "X")
     if isinstance(alpha, Tensor) and alpha.numel() == 1:
         alpha = float(alpha)

@@ -5,7 +5,9 @@ Targets:
 * class indices: an integer tensor of the scores' shape without ``dim``; entries equal to
   ``ignore_index`` are skipped (loss 0, no gradient, not counted by ``"mean"``);
 * probability vectors: a floating tensor of the scores' shape, non-negative, summing to 1
-  along ``dim`` (distillation, label proportions); a NaN entry gives a NaN loss in its row;
+  along ``dim`` (distillation, label proportions) within the rounding of the target's dtype
+  (:func:`sum_tolerance`: bfloat16 and float16 targets are accepted as they come, and used as
+  given); a NaN entry gives a NaN loss in its row;
 * label sets with ``multilabel=True``: a 0/1 tensor of the scores' shape; the target is the
   uniform distribution over the active labels (Martins & Astudillo, 2016, §3.4).
 
@@ -52,6 +54,36 @@ class Target:
         y = torch.zeros(self.index.shape[0], k, dtype=dtype, device=self.index.device)
         y.scatter_(1, self.index.unsqueeze(1), self.keep.to(dtype).unsqueeze(1))
         return y
+
+
+def sum_tolerance(k: int, target_dtype: torch.dtype, score_dtype: Optional[torch.dtype] = None) -> float:
+    r"""How far from 1 the row sums of a probability target of ``k`` classes may be.
+
+    ``c (√k + 1) + 2 ε + k η / 2`` with ``ε`` the machine epsilon of ``target_dtype`` and ``η``
+    the spacing of its subnormal numbers (``torch.finfo(dtype).smallest_normal · ε``):
+
+    * rounding a non-negative ``y_i`` to the target's dtype moves it by at most ``(ε/2) y_i``,
+      or by ``η/2`` below the normal range, so a distribution rounded once to that dtype sums
+      to 1 within ``ε/2 + k η/2``; ``2 ε`` allows that rounding and up to three more
+      elementwise operations in the dtype (a temperature, a mixture), each adding at most
+      ``(ε/2) y_i`` per entry.  A softmax rounded to bfloat16 (``ε = 2^-7``) thus passes with
+      row sums off by up to ``2^-6 ≈ 0.016``, float16 (``ε = 2^-10``) by ``0.002`` (plus
+      ``k η / 2 ≈ 3e-8 k`` for its subnormals);
+    * ``c (√k + 1)``, ``c = 1e-4`` (``1e-8`` when target and scores are both float64), allows
+      the error of computing the distribution itself in float32 (or float64).
+
+    The losses use such a target as given, as ``torch.nn.functional.cross_entropy`` does: no
+    renormalization, which the vocabulary-parallel losses could not do without one more
+    communication round (they check the sums in their last round), and no copy of the
+    target.  The loss is its formula at the given ``y`` (``Ω(y) = Σ_i f(y_i) - f(0)`` with the
+    divergence's generator ``f``; for ``"kl"``, ``cross_entropy(θ, y) + Σ y log y``) and the
+    gradient is ``p - y``; both differ from those at ``y / Σ y`` by ``O(|Σ y - 1|)``.  Pass
+    ``y.float() / y.float().sum(dim, keepdim=True)`` for the loss of the exact distribution.
+    """
+    fi = torch.finfo(target_dtype)
+    both64 = target_dtype == torch.float64 and score_dtype in (None, torch.float64)
+    c = 1e-8 if both64 else 1e-4
+    return c * (k ** 0.5 + 1) + 2 * fi.eps + k * fi.smallest_normal * fi.eps / 2
 
 
 def check_ignore_index(ignore_index) -> int:
@@ -141,9 +173,8 @@ def parse_target(
         y = rows.to_rows(target)
         if values_checkable(y) and bool((y < 0).any()):
             raise ValueError("target: probability vectors must be non-negative")
-        s = y.sum(-1)
-        tol = 1e-4 if dtype != torch.float64 else 1e-8
-        if values_checkable(s) and bool(((s - 1).abs() > tol * k ** 0.5 + tol).any()):
+        s = y.sum(-1)  # in the compute dtype (float32 at least)
+        if values_checkable(s) and bool(((s - 1).abs() > sum_tolerance(k, target.dtype, dtype)).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
         dense = y
         keep = torch.ones(R, dtype=torch.bool, device=target.device)

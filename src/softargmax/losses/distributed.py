@@ -98,7 +98,7 @@ from ..solvers.threshold import MAX_ITER, Solution, bracketed_newton, newton_upd
 from ..solvers.threshold import solve as solve_local
 from ._fenchel_young import one_process_loss
 from ._rows import RowLoss, resolve_loss
-from ._targets import Target, check_reduction, reduce_loss
+from ._targets import Target, check_reduction, reduce_loss, sum_tolerance
 
 __all__ = [
     "fenchel_young_loss",
@@ -576,6 +576,7 @@ class _Plan:
     weight: Optional[Tensor]  # [k_r] this rank's class weights
     check_sums: bool  # soft targets: validate Σ y = 1 after the final round
     smoothed_index: Optional[Tensor] = None  # hard labels before label smoothing (they weigh by weight[c])
+    sum_tol: float = 0.0  # soft targets: how far from 1 a row sum may be (follows the target's dtype)
 
     def local_index(self, index: Tensor, keep: Tensor):
         """``(local index clamped into the slice, owned)`` for global indices ``index``."""
@@ -592,6 +593,7 @@ class _LocalTarget:
     index: Optional[Tensor]  # [R] class indices (int64), as given
     dense: Optional[Tensor]  # [R, k_r] rows: probability vectors or 0/1 label sets
     weight: Optional[Tensor]  # [k_r] or [K] class weights (detached, in the compute dtype)
+    target_dtype: Optional[torch.dtype] = None  # soft targets: the dtype their row-sum tolerance follows
 
 
 def _local_target(target: Tensor, local_shape, rows_to, R: int, dtype, *, multilabel, label_smoothing, weight,
@@ -627,7 +629,7 @@ def _local_target(target: Tensor, local_shape, rows_to, R: int, dtype, *, multil
     y = rows_to(target)
     if bool((y < 0).any()):
         raise ValueError("target: probability vectors must be non-negative")
-    return _LocalTarget(2, None, y, weight)
+    return _LocalTarget(2, None, y, weight, target.dtype)
 
 
 def _target_fields(local: _LocalTarget, ignore_index, label_smoothing) -> tuple:
@@ -655,6 +657,7 @@ def _plan(local: _LocalTarget, R: int, k: int, dtype, device, split: _Split, gro
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {K}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     plan = _Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, local.kind == 2)
+    plan.sum_tol = sum_tolerance(K, local.target_dtype, dtype) if local.kind == 2 else 0.0
     if local.kind == 3:
         counts = _all_reduce(dense.sum(-1).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if bool((counts == 0).any()):
@@ -838,8 +841,7 @@ def _finish_rows(partial: Tensor, plan: _Plan, rows: slice, bad_rows: Optional[T
     loss = buf[0]
     if check:
         s = buf[-1]
-        tol = 1e-4 if plan.dense.dtype != torch.float64 else 1e-8
-        if bool(((s - 1).abs() > tol * plan.K ** 0.5 + tol).any()):
+        if bool(((s - 1).abs() > plan.sum_tol).any()):
             raise ValueError(f"target: probability vectors must sum to 1 along dim over all ranks "
                              f"(sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
     if bad_rows is not None:
@@ -1100,8 +1102,7 @@ def linear_fenchel_young_loss(
         buf = _all_reduce(torch.stack(parts).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if plan.check_sums:
             s = buf[-1]
-            tol = 1e-4 if cdt != torch.float64 else 1e-8
-            if bool(((s - 1).abs() > tol * K ** 0.5 + tol).any()):
+            if bool(((s - 1).abs() > plan.sum_tol).any()):
                 raise ValueError("target: probability vectors must sum to 1 along dim over all ranks")
             plan.check_sums = False
         if w is not None:

@@ -37,7 +37,7 @@ from torch import Tensor
 from .._utils.checks import check_alpha, check_dim, check_tensor
 from .._utils.rows import Rows
 from ..operators.budget import check_budget, solve_budget
-from ..operators.normmax import normmax_rows
+from ..operators.normmax import argmax_rows, normmax_rows
 from ._fenchel_young import reduce_rows
 from ._rows import p_minus_y
 from ._targets import Target, check_reduction, parse_target
@@ -75,7 +75,30 @@ def _finish(loss: Tensor, p: Tensor, target: Target, bad_rows: Optional[Tensor])
 
 
 def normmax_rows_loss(theta: Tensor, target: Target, alpha):
-    """Per-row normmax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``."""
+    """Per-row normmax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``; rows with
+    α = 1 take the argmax (:func:`_argmax_rows_loss`)."""
+    if isinstance(alpha, float) and alpha == 1.0:
+        return _argmax_rows_loss(theta, target)
+    if isinstance(alpha, Tensor) and bool((alpha == 1).any()):
+        one = alpha == 1  # [R, 1]
+        l1, p1, G1 = _argmax_rows_loss(theta, target)
+        loss, p, G = _normmax_rows_loss(theta, target, torch.where(one, torch.full_like(alpha, 2.0), alpha))
+        return torch.where(one.squeeze(1), l1, loss), torch.where(one, p1, p), torch.where(one, G1, G)
+    return _normmax_rows_loss(theta, target, alpha)
+
+
+def _argmax_rows_loss(theta: Tensor, target: Target):
+    """α = 1: ``p`` the argmax (uniform over ties), ``‖·‖_1 = Σ``, so the loss is
+    ``max θ - ⟨θ, y⟩`` for a distribution ``y`` (the multiclass perceptron loss)."""
+    p, bad = argmax_rows(theta)
+    m = theta.amax(-1)
+    live = m > -math.inf  # ⟨θ, p⟩ = max θ and ‖p‖_1 = 1 exactly (0 and 0 for an all-masked row)
+    omega_y = torch.ones_like(m) if target.dense is None else target.dense.sum(-1)
+    loss = torch.where(live, m, torch.zeros_like(m)) - _theta_y(theta, target) + omega_y - live.to(m.dtype)
+    return _finish(loss, p, target, bad)
+
+
+def _normmax_rows_loss(theta: Tensor, target: Target, alpha):
     pc, _, sol = normmax_rows(theta, alpha)
     theta_p = _theta_dot(sol.gather(theta), pc)
     omega_p = _alpha_norm(pc, alpha)
@@ -128,15 +151,18 @@ def normmax_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
 ):
-    r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``> 1``.
+    r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``>= 1``.
 
     ``alpha``: a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
-    constant).  Other options as :func:`softargmax.losses.fenchel_young_loss`.
+    constant).  α = 1 is the limit: :math:`p` the argmax, uniform over ties, and the loss
+    :math:`\max_j \theta_j - \langle \theta, y\rangle` (the multiclass perceptron loss; gradient
+    :math:`p - y`), as the ``entmax`` package's ``normmax_bisect_loss`` with ``alpha=1``.
+    Other options as :func:`softargmax.losses.fenchel_young_loss`.
     """
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0)
 
     def compute_for(rows, tgt):
         a = rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha

@@ -20,7 +20,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
-from .._utils.checks import check_alpha, check_positive_number, check_real, check_tau, check_tensor
+from .._utils.checks import check_alpha, check_positive_number, check_q, check_real, check_tau, check_tensor
 from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.alpha_relu import alpha_relu
@@ -168,7 +168,8 @@ class FSoftargmax(nn.Module):
 
     Args:
         divergence: a name or a :class:`~softargmax.divergences.Divergence`.
-        q: ``None`` or a positive tensor broadcastable to the input.
+        q: ``None`` or a finite, strictly positive floating tensor broadcastable to the input
+            (checked here, as :func:`softargmax.f_softargmax` checks it).
         temperature: ``β > 0``.
         dim: the normalized dimension.
         learn_q: make ``q = exp(log_q)`` a parameter (``q`` must be given).
@@ -195,8 +196,7 @@ class FSoftargmax(nn.Module):
         self.dim = dim
         self.learn_q = bool(learn_q)
         if q is not None:
-            if not isinstance(q, Tensor) or not q.is_floating_point() or (values_checkable(q) and bool((q <= 0).any())):
-                raise ValueError("q must be None or a strictly positive floating tensor")
+            check_q(q, q)  # what f_softargmax requires of q (finite, > 0), before any input fixes its shape
             if self.learn_q:
                 self.log_q = nn.Parameter(placed(torch.log(initial_value(q)), device, dtype))
             else:
@@ -218,11 +218,11 @@ class FSoftargmax(nn.Module):
 
 
 class Normmax(nn.Module):
-    """:func:`softargmax.normmax` (α > 1, a float or a per-row tensor) along ``dim``."""
+    """:func:`softargmax.normmax` (α >= 1, a float or a per-row tensor; α = 1 the argmax) along ``dim``."""
 
     def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
         super().__init__()
-        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0)
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:

@@ -76,11 +76,11 @@ class FDivergenceLoss(FenchelYoungLoss):
 
 
 class NormmaxLoss(nn.Module):
-    """:func:`softargmax.normmax_loss` as a module; keyword options are stored."""
+    """:func:`softargmax.normmax_loss` as a module (α >= 1); keyword options are stored."""
 
     def __init__(self, alpha: Union[float, Tensor] = 2.0, **options):
         super().__init__()
-        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        self.alpha = check_alpha(alpha, "alpha", minimum=1.0)
         self.options = options
 
     def forward(self, x: Tensor, target: Tensor):

@@ -3,9 +3,11 @@ r"""Sparse attention: ``scaled_dot_product_attention`` with any normalization of
 ``attention(q, k, v, ...)`` computes :math:`\operatorname{mapping}(q k^\top \cdot \mathrm{scale} + \mathrm{mask})\, v` with the
 conventions of ``torch.nn.functional.scaled_dot_product_attention``:
 
-* ``attn_mask``: boolean (``True`` = may attend) or additive float mask, broadcastable
-  to ``[..., L, S]``; ``is_causal`` applies the lower-triangular mask (aligned top-left,
-  as SDPA) and cannot be combined with ``attn_mask``;
+* ``query``, ``key`` and ``value`` share one floating dtype and device;
+* ``attn_mask``: boolean (``True`` = may attend) or additive float mask (of any floating
+  dtype: it is added in the scores' dtype), broadcastable to ``[..., L, S]``; ``is_causal``
+  applies the lower-triangular mask (aligned top-left, as SDPA) and cannot be combined with
+  ``attn_mask``;
 * ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
 * ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
   modules do);
@@ -79,6 +81,12 @@ def attention(
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(t, name)
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise TypeError(f"{name} must have query's dtype, got query {query.dtype} and {name} {t.dtype} "
+                            "(as in scaled_dot_product_attention)")
+        if t.device != query.device:
+            raise ValueError(f"{name} must be on query's device, got query on {query.device} and {name} on {t.device}")
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError("query, key and value need at least 2 dimensions ([..., length, features])")
     if query.shape[-1] != key.shape[-1]:
@@ -97,20 +105,27 @@ def attention(
             raise ValueError(f"enable_gqa: the query heads ({query.shape[-3]}) must be a multiple of the key/value "
                              f"heads ({key.shape[-3]}, {value.shape[-3]})")
     elif query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] not in (1, query.shape[-3]):
-        enable_gqa = None  # no grouping asked: plain broadcasting decides (and raises) below
+        enable_gqa = None  # no grouping asked: plain broadcasting decides (the fused kernels do not broadcast)
+    # batch (and head) dimensions broadcast, key/value heads counted as query's under grouping
+    key_batch, value_batch = key.shape[:-2], value.shape[:-2]
+    if enable_gqa and key.dim() >= 3 and query.dim() >= 3:
+        key_batch, value_batch = key_batch[:-1] + (query.shape[-3],), value_batch[:-1] + (query.shape[-3],)
+    batch = tuple(query.shape[:-2])
+    for name, t, its_batch in (("key", key, key_batch), ("value", value, value_batch)):
+        try:
+            batch = torch.broadcast_shapes(batch, its_batch)
+        except RuntimeError:
+            raise ValueError(f"{name}: its batch dimensions {tuple(t.shape[:-2])} do not broadcast with "
+                             f"{'query' if name == 'key' else 'query and key'}'s {tuple(batch)} "
+                             "([..., length, features]; enable_gqa=True allows fewer key/value heads)") from None
     if attn_mask is not None:  # checked before either path runs
         if not isinstance(attn_mask, torch.Tensor):
             raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
-        key_batch = key.shape[:-2]
-        if enable_gqa and len(key_batch) >= 1 and query.dim() >= 3:
-            key_batch = key_batch[:-1] + (query.shape[-3],)
-        try:
-            score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (L, S)
-        except RuntimeError:
-            score_shape = None  # query/key batch shapes that do not broadcast: the matmul below says so
-        if score_shape is not None:
-            check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
-                                "the attention scores' shape [..., L, S] =")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
+        score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (L, S)  # (broadcast above)
+        check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
+                            "the attention scores' shape [..., L, S] =")
     fused = None if enable_gqa is None else _flash_attention.maybe_attention(
         query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
     if fused is not None:
@@ -125,10 +140,8 @@ def attention(
     elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
-        elif attn_mask.is_floating_point():
-            scores = scores + attn_mask
-        else:
-            raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
+        else:  # in the scores' dtype, as the fused kernels read it
+            scores = scores + attn_mask.to(scores.dtype)
     weights = attention_weights(scores, mapping, alpha)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)

@@ -36,6 +36,13 @@ plus one power and one normalization on the candidates.  α = 2 uses the exact
 1.5-entmax closed form; α → ∞ tends to sparsemax (up to normalization) and α → 1 to the
 argmax.
 
+**α = 1** is that limit, and accepted: :math:`\lVert p\rVert_1 = 1` on the simplex, so 1-normmax is
+the argmax, and the limit of the α-normmax of tied maxima (symmetric for every α > 1) is the
+uniform distribution over them: ``normmax(x, 1)`` is ``1/m`` on the ``m`` maximal scores of
+a row (as the ``entmax`` package's ``normmax_bisect(x, alpha=1)``).  It is piecewise
+constant, so its gradient is zero (where the package's is ``inf``/NaN); a per-row α may
+mix rows with α = 1 and α > 1.
+
 **Jacobian.**  Differentiating :math:`\sum_j u_j^\beta = 1` gives :math:`d\tau = \langle p, dx\rangle`; with
 :math:`R = \sum_j r_j = 1/\lVert p\rVert_\alpha` and :math:`s_j = (\beta-1) u_j^{\beta-2} / R = \lVert p\rVert_\alpha^{\alpha-1} p_j^{2-\alpha} / (\alpha-1)`
 on the support (0 elsewhere),
@@ -65,11 +72,39 @@ from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_alpha, check_dim, check_tensor
 from .._utils.rows import Rows
+from .._utils.tracing import values_checkable
 from ..divergences import get_divergence
 from ..solvers.threshold import Solution, solve
 from ._autograd import solve_grouped
 
-__all__ = ["normmax", "normmax_rows"]
+__all__ = ["normmax", "normmax_rows", "argmax_rows"]
+
+
+def argmax_rows(z: Tensor) -> tuple[Tensor, Tensor]:
+    """1-normmax of rows ``z`` ``[R, k]``: ``(p, bad_rows)`` with ``p`` uniform over each row's
+    maximal entries, zeros for an all-``-inf`` row, NaN for a row with NaN or ``+inf``
+    (``bad_rows`` ``[R, 1]``, as the solver's)."""
+    m = z.amax(-1, keepdim=True)
+    ties = (z == m) & (m > -math.inf)
+    p = ties.to(z.dtype)
+    p = p / p.sum(-1, keepdim=True).clamp_min(1)
+    bad = (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
+    return p.masked_fill(bad, math.nan), bad
+
+
+class _Argmax(torch.autograd.Function):
+    """1-normmax along ``dim``; piecewise constant, so the backward is zero."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int):
+        rows = Rows(x, dim)
+        ctx.rows = rows
+        return rows.restore(argmax_rows(rows.flat)[0])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        return torch.zeros_like(grad_out), None
 
 
 def _normalize_candidates(sol: Solution, inv_alpha) -> tuple[Tensor, Tensor]:
@@ -151,17 +186,24 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
 
     Args:
         x: scores.
-        alpha: a float ``> 1`` or a floating tensor ``> 1`` broadcastable to ``x`` with size
-            1 along ``dim`` (one α per row).  Not differentiated.
+        alpha: a float ``>= 1`` or a floating tensor ``>= 1`` broadcastable to ``x`` with size
+            1 along ``dim`` (one α per row).  Not differentiated.  α = 1 is the argmax,
+            uniform over ties, with a zero gradient (module docstring).
         dim: the dimension that sums to one.
 
     Returns :math:`p = r / \sum_j r_j` with :math:`r = [x - \tau]_+^{1/(\alpha-1)}` and :math:`\lVert[x - \tau]_+\rVert_{\alpha/(\alpha-1)} = 1`.
     """
     check_tensor(x)
     dim = check_dim(x, dim)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    alpha = check_alpha(alpha, "alpha", minimum=1.0)
     if isinstance(alpha, Tensor) and alpha.dim() > x.dim():
         raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")
     if x.numel() == 0:
         return x * 0
+    if isinstance(alpha, float) and alpha == 1.0:
+        return _Argmax.apply(x, dim)
+    if isinstance(alpha, Tensor) and values_checkable(alpha) and bool((alpha == 1).any()):
+        one = alpha.detach() == 1  # those rows: the argmax; the others: normmax (α = 2 stands in)
+        p = _Normmax.apply(x, torch.where(one, torch.full_like(alpha, 2.0), alpha), dim)
+        return torch.where(one, _Argmax.apply(x, dim), p)
     return _Normmax.apply(x, alpha, dim)
