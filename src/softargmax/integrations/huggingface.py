@@ -13,5 +13,7 @@ Transformers is an optional dependency (the ``hf`` extra); nothing is downloaded
 
 from .huggingface_attention import DEFAULT_IMPLEMENTATIONS, attention_function, register
 from .huggingface_loss import TESTED_FAMILIES, apply, revert
+from .huggingface_sampling import SparseSamplingProcessor
 
-__all__ = ["apply", "revert", "TESTED_FAMILIES", "register", "attention_function", "DEFAULT_IMPLEMENTATIONS"]
+__all__ = ["apply", "revert", "TESTED_FAMILIES", "SparseSamplingProcessor", "register", "attention_function",
+           "DEFAULT_IMPLEMENTATIONS"]
