@@ -69,6 +69,11 @@ _RESERVED = ("reduction", "ignore_index", "softcap", "multilabel", "process_grou
 
 _STATE = "_softargmax_fused_loss"
 
+#: bytes for one chunk's buffers when ``memory_budget`` is not given: smaller than the fused loss's own
+#: default (1 GiB), which at a 32k vocabulary holds ~2700 tokens at once, about as much as the unfused head
+#: (``benchmarks/run_cpu_hf_lm.py``); a few hundred MiB keeps the GEMMs large
+DEFAULT_MEMORY_BUDGET = 2**28
+
 
 def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", attention: Optional[str] = None, *,
           return_logits: Optional[bool] = None, allow_untested: bool = False, **loss_options) -> nn.Module:
@@ -90,7 +95,8 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
             linear layer on the final hidden states).
         \*\*loss_options: passed to :func:`~softargmax.losses.linear.linear_fenchel_young_loss`:
             ``alpha``, ``q``, ``temperature``, ``label_smoothing``, ``chunk_size``, ``memory_budget``
-            and the mapping's parameters.  ``reduction``, ``ignore_index`` and ``softcap`` come from
+            and the mapping's parameters (``memory_budget`` defaults to :data:`DEFAULT_MEMORY_BUDGET`,
+            256 MiB).  ``reduction``, ``ignore_index`` and ``softcap`` come from
             Transformers (``num_items_in_batch``, the call's ``ignore_index``, the config).
 
     Returns:
@@ -136,6 +142,7 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     if bad:
         raise ValueError(f"loss options {bad} are set by Transformers or the model, not by apply")
     softcap = getattr(text_config, "final_logit_softcapping", None)
+    loss_options.setdefault("memory_budget", DEFAULT_MEMORY_BUDGET)
     # validate the options now, on one token, rather than at the first training step
     with torch.no_grad():
         w = head.weight.detach()
