@@ -33,7 +33,7 @@ from .losses.linear import linear_fenchel_young_loss
 from .losses.normmax_budget import budget_sparsemax_loss, normmax_loss
 from .operators import _library_ops as _custom_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
 from .operators import alpha_relu_tau as tau
-from .operators import mappings
+from .operators import mappings, sampling
 from .operators.alpha_relu import alpha_relu
 from .operators.attention import attention
 from .operators.binary import f_sigmoid, f_softplus
@@ -42,6 +42,7 @@ from .operators.entmax import entmax, entmax15, sparsemax
 from .operators.fdiv import f_softargmax, f_softmax
 from .operators.mappings import normalize
 from .operators.normmax import normmax
+from .operators.sampling import sample
 from .solvers import threshold
 
 __version__ = "0.1.0"
@@ -72,11 +73,13 @@ __all__ = [
     "linear_fenchel_young_loss",
     "attention",
     "normalize",
+    "sample",
     "Divergence",
     "CustomDivergence",
     "divergences",
     "losses",
     "mappings",
+    "sampling",
     "tau",
     "threshold",
 ]

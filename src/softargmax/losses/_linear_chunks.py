@@ -20,15 +20,16 @@ from ._targets import rows_of
 DEFAULT_MEMORY_BUDGET = 2**30
 
 
-def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False) -> int:
-    """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes."""
+def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False, chunk_target: bool = False) -> int:
+    """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes
+    (``chunk_target``: plus the chunk's dense target, built from a teacher's top-k)."""
     size = torch.empty((), dtype=dtype).element_size()
     half = dtype != compute_dtype(dtype)
     cdt_size = torch.empty((), dtype=compute_dtype(dtype)).element_size()
     # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
     # + the solver's output before the gradient overwrites it + softcap's tanh
     per_token = V * (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
-                     + (cdt_size if softcap else 0))
+                     + (cdt_size if softcap else 0) + (cdt_size if chunk_target else 0))
     return max(1, memory_budget // per_token)
 
 

@@ -47,6 +47,12 @@ class Target:
     dense: Optional[Tensor]
     keep: Tensor
     item_weight: Optional[Tensor]
+    #: a teacher's top-k, kept sparse (:func:`top_k_target`): ``[R, k]`` indices and probabilities,
+    #: ``[R]`` mass of each other class, and the number of classes
+    topk_index: Optional[Tensor] = None
+    topk_value: Optional[Tensor] = None
+    rest: Optional[Tensor] = None
+    classes: int = 0
 
     def as_dense(self, k: int, dtype) -> Tensor:
         if self.dense is not None:
@@ -204,9 +210,49 @@ def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) ->
 
 
 def rows_of(target: Target, start: int, end: int) -> Target:
-    """The rows ``start:end`` of a parsed target."""
+    """The rows ``start:end`` of a parsed target; a top-k target becomes dense for these rows only."""
     cut = lambda t: None if t is None else t[start:end]  # noqa: E731
-    return Target(cut(target.index), cut(target.dense), target.keep[start:end], cut(target.item_weight))
+    dense = cut(target.dense)
+    if target.topk_index is not None:
+        rest = target.rest[start:end]
+        dense = rest.unsqueeze(1).expand(end - start, target.classes).clone()
+        dense.scatter_(1, target.topk_index[start:end], target.topk_value[start:end])
+    return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight))
+
+
+def top_k_target(values: Tensor, indices: Tensor, batch: tuple, classes: int, dtype) -> Target:
+    """A teacher's top-k probabilities ``values`` at ``indices`` (both ``batch + (k,)``) as a :class:`Target` whose
+    remaining mass ``1 - Σ values`` is spread evenly over the ``classes - k`` other classes (dense per chunk only)."""
+    if not isinstance(values, Tensor) or not isinstance(indices, Tensor):
+        raise TypeError("target: a top-k teacher is a pair of tensors (probabilities, indices), as torch.topk returns")
+    if not values.is_floating_point():
+        raise TypeError(f"target: the top-k probabilities (first of the pair) must be floating, got {values.dtype}")
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError(f"target: the top-k indices (second of the pair) must be an integer tensor, got {indices.dtype}")
+    if values.shape != indices.shape or tuple(values.shape[:-1]) != tuple(batch) or values.dim() != len(batch) + 1:
+        raise ValueError(f"target: top-k probabilities and indices must both have shape {tuple(batch)} + (k,), got "
+                         f"{tuple(values.shape)} and {tuple(indices.shape)}")
+    k = values.shape[-1]
+    if not 1 <= k <= classes:
+        raise ValueError(f"target: top-k needs 1 <= k <= {classes} classes, got k={k}")
+    v = values.detach().reshape(-1, k).to(dtype)
+    idx = indices.reshape(-1, k).to(torch.long)
+    tol = 1e-4 if dtype != torch.float64 else 1e-8
+    if values_checkable(v):
+        if bool(((v < 0) | ~torch.isfinite(v)).any()):
+            raise ValueError("target: top-k probabilities must be finite and non-negative")
+        if bool(((idx < 0) | (idx >= classes)).any()):
+            raise ValueError(f"target: a top-k index is out of range [0, {classes})")
+        srt = idx.sort(-1).values
+        if bool((srt[:, 1:] == srt[:, :-1]).any()):
+            raise ValueError("target: the top-k indices of a row must be distinct")
+        s = v.sum(-1)
+        if bool((s > 1 + tol).any()) or (k == classes and bool(((s - 1).abs() > tol).any())):
+            raise ValueError(f"target: top-k probabilities must sum to at most 1 per row (to 1 when k = {classes}); "
+                             f"sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}]")
+    rest = (1 - v.sum(-1)).clamp(min=0) / (classes - k) if k < classes else v.new_zeros(v.shape[0])
+    keep = torch.ones(v.shape[0], dtype=torch.bool, device=v.device)
+    return Target(None, None, keep, None, topk_index=idx, topk_value=v, rest=rest, classes=classes)
 
 
 def check_reduction(reduction):

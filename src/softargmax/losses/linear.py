@@ -27,6 +27,22 @@ Precision and memory:
   GEMMs.
 * ``softcap=c`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
+
+Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
+(``teacher_probs.topk(k)``), both ``[..., k]``: the teacher keeps only its ``k`` most likely
+classes, and the remaining mass ``r = 1 - Σ probs`` is spread evenly over the ``V - k`` other
+classes, ``y_j = r / (V - k)``.  The target ``y`` is then a point of the simplex, so the loss is
+still the Fenchel–Young loss ``ℓ(θ, y) = Ω*(θ) + Ω(y) - ⟨θ, y⟩ ≥ 0``, zero exactly when the
+prediction equals ``y``, with gradient ``p - y`` (Blondel, Martins & Niculae, *Learning with
+Fenchel-Young Losses*, JMLR 2020, https://arxiv.org/abs/1901.02324).  Dropping the tail
+(renormalizing the top-k) would also give a point of the simplex but would teach the student
+that the tail has no mass at all, which a sparse student then learns literally; the even spread
+keeps the teacher's total tail mass, the one number the top-k still knows about it, and is the
+maximum-entropy completion of the top-k.  The dense target is built one chunk at a time
+(``[chunk, V]``, counted in the memory budget), never for all tokens.  Top-k targets take no
+``label_smoothing``, ``class_weight`` or ``process_group``; every row counts (select the rows to
+train on, e.g. ``hidden[mask]``, before the call).  A teacher given as logits is a dense target
+``softmax(teacher_logits / T)``, or its top-k.
 """
 
 from __future__ import annotations
@@ -42,7 +58,7 @@ from .._utils.rows import Rows
 from ..divergences import Divergence
 from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
 from ._rows import alpha_relu_rows, fy_rows, resolve_loss
-from ._targets import parse_target
+from ._targets import parse_target, top_k_target
 
 __all__ = ["linear_fenchel_young_loss"]
 
@@ -72,8 +88,9 @@ def linear_fenchel_young_loss(
     Args:
         hidden: ``[..., d]`` features.
         weight: ``[V, d]`` output projection (as in ``torch.nn.Linear``).
-        target: class indices ``[...]``, probability vectors ``[..., V]``, or label sets
-            with ``multilabel=True``.
+        target: class indices ``[...]``, probability vectors ``[..., V]``, label sets
+            with ``multilabel=True``, or a teacher's top-k as a pair ``(probs, indices)`` of
+            ``[..., k]`` tensors (as ``torch.topk`` returns them; see the module docstring).
         bias: optional ``[V]``.
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
         chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
@@ -89,6 +106,11 @@ def linear_fenchel_young_loss(
         class_offset: with ``process_group``, the global index of this rank's first class,
             checked against the other ranks' slices (optional; on every rank or none).
     """
+    topk = isinstance(target, tuple)
+    if topk and len(target) != 2:
+        raise ValueError(f"target: a top-k teacher is a pair (probs, indices), got a tuple of {len(target)}")
+    if topk and (process_group is not None or label_smoothing or class_weight is not None or multilabel):
+        raise ValueError("target: a top-k teacher takes no process_group, label_smoothing, class_weight or multilabel")
     if process_group is not None:  # vocabulary split over ranks
         from . import distributed
 
@@ -109,7 +131,7 @@ def linear_fenchel_young_loss(
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0:
         raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
     if chunk_size is None:
-        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None)
+        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None, chunk_target=topk)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
@@ -118,9 +140,12 @@ def linear_fenchel_young_loss(
     # the target is validated against a [N, V] stand-in for the logits (never allocated)
     logits_meta = torch.empty(N, V, dtype=compute_dtype(hidden.dtype), device="meta")
     rows = _MetaRows(N, V, compute_dtype(hidden.dtype))
-    tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
-                       ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
-                       weight_name="class_weight")
+    if topk:
+        tgt = top_k_target(target[0], target[1], tuple(hidden.shape[:-1]), V, compute_dtype(hidden.dtype))
+    else:
+        tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
+                           ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
+                           weight_name="class_weight")
     kind = resolve_loss(mapping, dict(mapping_params))
     if kind[0] == "fy":
         beta = check_positive_number(temperature, "temperature")
