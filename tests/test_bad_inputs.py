@@ -99,6 +99,8 @@ OPTIONAL_POSITIVE = [v for v in POSITIVE if v[0] is not None]
 ALPHA = WRONG_TYPES + NON_FINITE + [(0, RAISE), (-1.0, RAISE), (0.5, MAY), (1.0, MAY), (torch.tensor(math.nan), RAISE)]
 #: α where it must be > 1
 ALPHA_GT1 = WRONG_TYPES + NON_FINITE + [(0, RAISE), (-1.0, RAISE), (0.5, RAISE), (1.0, RAISE)]
+#: α of normmax: >= 1 (α = 1 is the argmax)
+ALPHA_GE1 = WRONG_TYPES + NON_FINITE + [(0, RAISE), (-1.0, RAISE), (0.5, RAISE), (0.999, RAISE), (1.0, MAY)]
 #: the α-ReLU threshold: any finite number
 TAU = WRONG_TYPES + NON_FINITE + [(torch.tensor(math.nan), RAISE), (torch.tensor([math.inf]), RAISE),
                                   (torch.tensor(1), RAISE), (-1.0, MAY), (0, MAY)]
@@ -180,7 +182,7 @@ SURFACE = {
     "alpha_relu": (sa.alpha_relu, lambda c: dict(x=c.x, alpha=1.5, tau=0.5),
                    lambda c: dict(x=bad_tensor(c.x), alpha=ALPHA_GT1, tau=TAU + [(torch.zeros(c.k + 1), RAISE)])),
     "normmax": (sa.normmax, lambda c: dict(x=c.x, alpha=2.0),
-                lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), alpha=ALPHA_GT1)),
+                lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), alpha=ALPHA_GE1)),
     "budget_sparsemax": (sa.budget_sparsemax, lambda c: dict(x=c.x, budget=2.0),
                          lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), budget=POSITIVE)),
     "f_softargmax": (sa.f_softargmax, lambda c: dict(x=c.x, divergence="alpha", alpha=1.5, q=c.q),
@@ -211,7 +213,7 @@ SURFACE = {
     "f_divergence_loss": (sa.f_divergence_loss, lambda c: dict(x=c.x, target=c.index, divergence="squared_hellinger"),
                           lambda c: loss_bad(c, divergence=MAPPING, q=bad_q(c), temperature=POSITIVE)),
     "normmax_loss": (sa.normmax_loss, lambda c: dict(x=c.x, target=c.index, alpha=2.0),
-                     lambda c: {**loss_bad(c, alpha=ALPHA_GT1), "softcap": []}),
+                     lambda c: {**loss_bad(c, alpha=ALPHA_GE1), "softcap": []}),
     "budget_sparsemax_loss": (sa.budget_sparsemax_loss, lambda c: dict(x=c.x, target=c.index, budget=1.0),
                               lambda c: {**loss_bad(c, budget=POSITIVE + [(3.0, MAY)]), "softcap": []}),
     "binary_f_divergence_loss": (
@@ -245,7 +247,7 @@ SURFACE = {
                        lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), divergence=MAPPING,
                                       q=bad_q(c)[:-1], temperature=POSITIVE, alpha=ALPHA)),
     "nn.Normmax": (module(snn.Normmax, "x"), lambda c: dict(x=c.x),
-                   lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), alpha=ALPHA_GT1)),
+                   lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), alpha=ALPHA_GE1)),
     "nn.BudgetSparsemax": (module(snn.BudgetSparsemax, "x"), lambda c: dict(x=c.x),
                            lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), budget=POSITIVE)),
     "nn.FenchelYoungLoss": (module(snn.FenchelYoungLoss, "x", "target"), lambda c: dict(x=c.x, target=c.index),
@@ -261,7 +263,7 @@ SURFACE = {
     "nn.FDivergenceLoss": (module(snn.FDivergenceLoss, "x", "target"), lambda c: dict(x=c.x, target=c.index),
                            lambda c: dict(divergence=MAPPING, q=bad_q(c)[:-1], temperature=POSITIVE)),
     "nn.NormmaxLoss": (module(snn.NormmaxLoss, "x", "target"), lambda c: dict(x=c.x, target=c.index),
-                       lambda c: dict(alpha=ALPHA_GT1, target=bad_index_target(c), dim=bad_dim(len(c.shape)))),
+                       lambda c: dict(alpha=ALPHA_GE1, target=bad_index_target(c), dim=bad_dim(len(c.shape)))),
     "nn.BudgetSparsemaxLoss": (module(snn.BudgetSparsemaxLoss, "x", "target"),
                                lambda c: dict(x=c.x, target=c.index, budget=1.0),
                                lambda c: dict(budget=POSITIVE, ignore_index=IGNORE_INDEX)),
@@ -272,11 +274,11 @@ for _name in ce.__all__:  # the entmax package's API
     if isinstance(_fn, type):
         continue
     if _name.endswith("_loss"):
-        _extra = {"alpha": ALPHA} if _name in ("entmax_bisect_loss",) else {"alpha": ALPHA_GT1} if "normmax" in _name else {}
+        _extra = {"alpha": ALPHA} if _name in ("entmax_bisect_loss",) else {"alpha": ALPHA_GE1} if "normmax" in _name else {}
         SURFACE["compat." + _name] = (_fn, lambda c: dict(X=c.x, target=c.index),
                                       lambda c, e=_extra: dict(X=bad_tensor(c.x), target=bad_index_target(c), **e))
     else:
-        _extra = {"alpha": ALPHA} if _name == "entmax_bisect" else {"alpha": ALPHA_GT1} if _name == "normmax_bisect" \
+        _extra = {"alpha": ALPHA} if _name == "entmax_bisect" else {"alpha": ALPHA_GE1} if _name == "normmax_bisect" \
             else {"budget": WRONG_TYPES + NON_FINITE + [(-1.0, RAISE), (torch.ones(7), RAISE)]} if _name == "budget_bisect" else {}
         SURFACE["compat." + _name] = (_fn, lambda c: dict(X=c.x),
                                       lambda c, e=_extra: dict(X=bad_tensor(c.x), dim=bad_dim(len(c.shape)), **e))
@@ -291,7 +293,7 @@ SURFACE.update({
     "compat.EntmaxBisectLoss": (module(ce.EntmaxBisectLoss, "X", "target"), lambda c: dict(X=c.x, target=c.index),
                                 lambda c: dict(alpha=ALPHA, ignore_index=IGNORE_INDEX)),
     "compat.NormmaxBisectLoss": (module(ce.NormmaxBisectLoss, "X", "target"), lambda c: dict(X=c.x, target=c.index),
-                                 lambda c: dict(alpha=ALPHA_GT1)),
+                                 lambda c: dict(alpha=ALPHA_GE1)),
 })
 
 CASES = [(name, arg) for name, (_, good, bad) in SURFACE.items() for arg in bad(Ctx((2,), 3, torch.float64, 0))]
