@@ -657,7 +657,7 @@ def _plan(local: _LocalTarget, R: int, k: int, dtype, device, split: _Split, gro
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {K}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     plan = _Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, local.kind == 2)
-    plan.sum_tol = sum_tolerance(K, local.target_dtype, dtype) if local.kind == 2 else 0.0
+    plan.sum_tol = sum_tolerance(K, local.target_dtype) if local.kind == 2 else 0.0
     if local.kind == 3:
         counts = _all_reduce(dense.sum(-1).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if bool((counts == 0).any()):

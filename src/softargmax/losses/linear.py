@@ -30,9 +30,9 @@ Precision and memory:
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
 (``teacher_probs.topk(k)``), both ``[..., k]``: the teacher keeps only its ``k`` most likely
-classes, and the remaining mass ``r = 1 - Σ probs`` is spread evenly over the ``V - k`` other
-classes, ``y_j = r / (V - k)``.  The target ``y`` is then a point of the simplex, so the loss is
-still the Fenchel–Young loss ``ℓ(θ, y) = Ω*(θ) + Ω(y) - ⟨θ, y⟩ ≥ 0``, zero exactly when the
+classes, and the remaining mass :math:`r = 1 - \sum_i \mathrm{probs}_i` is spread evenly over the :math:`V - k` other
+classes, :math:`y_j = r / (V - k)`.  The target ``y`` is then a point of the simplex, so the loss is
+still the Fenchel–Young loss :math:`\ell(\theta, y) = \Omega^*(\theta) + \Omega(y) - \langle \theta, y\rangle \ge 0`, zero exactly when the
 prediction equals ``y``, with gradient ``p - y`` (Blondel, Martins & Niculae, *Learning with
 Fenchel-Young Losses*, JMLR 2020, https://arxiv.org/abs/1901.02324).  Dropping the tail
 (renormalizing the top-k) would also give a point of the simplex but would teach the student
