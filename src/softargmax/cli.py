@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reproduce", help="run a reproduction experiment and write its report",
         description="Run a reproduction experiment and write results.json, report.md, PNG figures and log.txt into "
         "--out. Every file is written atomically (a killed run leaves the previous version or the new one, never "
-        "half a file); a full disk stops the run with 'no space left on device' and the file's name. One run at a "
+        "half a file), and log.txt is appended to, each run after a line that says when and how it started. A full "
+        "disk stops the run with 'no space left on device' and the file's name. One run at a "
         "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
         "over. Training experiments (translation, adaptive-attention) keep checkpoints in <out>/runs: a run killed "
         "at any moment continues with --resume and gives the numbers of an uninterrupted run.")
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention); "
                        "they must come from a run with the same experiment, preset, systems, seed, data and softargmax "
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
-                       "previous one, or training from scratch, is used instead; log.txt is appended to")
+                       "previous one, or training from scratch, is used instead")
     fresh.add_argument("--fresh", action="store_true",
                        help="delete what earlier runs derived in <out> (checkpoints in runs/, the learned tokenizer, "
                        "caches, log.txt) and train every system from scratch; results.json, report.md and figures are "
