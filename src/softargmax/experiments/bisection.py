@@ -21,7 +21,7 @@ import torch
 from softargmax.divergences import get_divergence
 from softargmax.solvers.threshold import solve
 
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
 
 PRESETS = {
     "smoke": dict(rows=16, k=1000, iterations=40),
@@ -123,7 +123,7 @@ def write_figures(results, out_dir) -> list:
     axes[0].set_ylabel("max |τ − τ*|")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out_dir / "convergence.png", dpi=120)
+    save_figure(fig, out_dir / "convergence.png", dpi=120)
     plt.close(fig)
     return ["convergence.png"]
 

@@ -26,6 +26,7 @@ import torch
 
 import softargmax as sa
 
+from .._common import atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from . import distributed
 from .decoding import pad_batch, translate
 from .model import ModelConfig, OutputLayer, Seq2Seq
@@ -115,6 +116,12 @@ def validation_loss(model, layer, pairs, batches, device) -> float:
     return total / max(count, 1)
 
 
+def _save_best(best_state: dict, step: int, path: Path) -> None:
+    """``best.pt``: the kept model alone, ``{"model": state_dict, "step": step}`` (atomically)."""
+    with atomic_path(path) as tmp:
+        torch.save({"model": best_state, "step": step}, tmp)
+
+
 def _improves(entry: dict, best: Optional[dict], select: str) -> bool:
     if best is None:
         return True
@@ -136,6 +143,8 @@ def train_system(
     resume: bool = True,
     attention: Optional[dict] = None,
     name: Optional[str] = None,
+    fingerprint: Optional[dict] = None,
+    checkpoint_every: Optional[int] = None,
 ) -> dict:
     """Train one system; returns its record (history, timings, τ).  Resumes from ``out_dir/checkpoint.pt``.
 
@@ -147,6 +156,19 @@ def train_system(
 
     The record's ``train_loss`` lists the per-token training loss of every step (of the
     global batch under ``torchrun``); ``kept_step`` is the step of the returned model.
+
+    Checkpoints (:func:`softargmax.experiments._common.save_checkpoint`, the last two kept)
+    are written at every evaluation (``cfg.save_every_eval``), every ``checkpoint_every``
+    steps when given, and at the end.  Each holds the model, the optimizer, the schedule,
+    the record, the kept model (model selection), the data position and every random-number
+    state (:func:`~softargmax.experiments._common.rng_state`; of every rank under
+    ``torchrun``), so that a run resumed from any of them (``resume=True``) continues
+    exactly as the uninterrupted run: the same dropout masks and batches, bit for bit on the
+    same machine and thread count.  ``fingerprint`` (default: the system, the seed and the
+    library version) is stored in each; a checkpoint with another fingerprint raises
+    :class:`~softargmax.experiments._common.CheckpointMismatchError`, and one that cannot be
+    read is reported and replaced by the previous one, or by training from scratch.
+    ``best.pt`` holds the kept model alone (``{"model", "step"}``) for those who load it.
     """
     import sacrebleu
 
@@ -167,19 +189,27 @@ def train_system(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
+    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
     record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
     ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
+    if fingerprint is None:
+        fingerprint = {"system": system, "seed": cfg.seed, "softargmax": sa.__version__}
     best_state = None
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False, map_location=device)
+    state = load_checkpoint(ckpt, fingerprint, map_location=device, log=log, set_aside=main,
+                            label=f"[{label}] ") if resume else None
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
         record = state["record"]
-        record.setdefault("train_loss", [])
         layer.tau = record.get("tau", 0.0)
-        if cfg.select != "last" and best_path.exists():
-            best_state = torch.load(best_path, weights_only=False, map_location=device)["model"]
+        best_state = state.get("best")
+        rngs = state["rng"]
+        if len(rngs) != world:
+            log(f"[{label}] the checkpoint was written by {len(rngs)} process(es), this run has {world}: the "
+                "resumed steps draw other dropout masks than an uninterrupted run would")
+        set_rng_state(rngs[rank] if len(rngs) == world else rngs[0])
         log(f"[{label}] resumed at step {record['steps_done']}")
     elif layer.system == "alpha_relu":
         first = tensors(pairs, batches[0], device)
@@ -198,13 +228,25 @@ def train_system(
         best_entry = next((e for e in record["history"] if e["step"] == record["kept_step"]), None)
     model.train()
     step = start_step = record["steps_done"]
-    epoch_pos = step % len(batches)
+    epoch_pos = state["data"]["position"] if state is not None else 0
     pending = []  # per-step loss contributions not yet gathered into record["train_loss"]
+    saved_step = step if state is not None else None
 
     def gather_losses():
         if pending:
             record["train_loss"].extend(distributed.sum_tensor(torch.stack(pending)).tolist())
             pending.clear()
+
+    def save():
+        """Checkpoint the whole training state (a collective under torchrun: every rank calls it)."""
+        nonlocal saved_step
+        gather_losses()
+        rngs = distributed.gather_objects(rng_state())
+        if main:
+            save_checkpoint(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                                   "record": record, "best": best_state, "rng": rngs,
+                                   "data": {"position": epoch_pos, "batches": len(batches)}}, fingerprint)
+        saved_step = step
 
     t_start = time.perf_counter()
     while step < cfg.steps and not record.get("stopped_early"):
@@ -269,21 +311,22 @@ def train_system(
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                     record.update(kept_step=step, kept_val_bleu=vbleu, kept_val_loss=vloss)
                     if main and cfg.save_every_eval:
-                        torch.save({"model": best_state, "step": step}, best_path)
+                        _save_best(best_state, step, best_path)
                 since = sum(1 for e in record["history"] if e["step"] > record["kept_step"])
                 if cfg.patience is not None and since >= cfg.patience:
                     record["stopped_early"] = True
                     log(f"[{label}] stopping at step {step}: no better validation "
                         f"{'BLEU' if cfg.select == 'bleu' else 'loss'} in {since} evaluations; "
                         f"keeping step {record['kept_step']}")
-            if main and cfg.save_every_eval:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                            "record": record}, ckpt)
+            if cfg.save_every_eval:
+                save()
+        if checkpoint_every and step % checkpoint_every == 0 and saved_step != step:
+            save()
     gather_losses()
-    if step > start_step and main and not cfg.save_every_eval:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
-        if best_state is not None:
-            torch.save({"model": best_state, "step": record["kept_step"]}, best_path)
+    if step > start_step and saved_step != step:
+        save()  # the last step is always saved: a resumed finished run only evaluates
+    if step > start_step and main and not cfg.save_every_eval and best_state is not None:
+        _save_best(best_state, record["kept_step"], best_path)
     if cfg.select != "last" and best_state is not None:
         model.load_state_dict(best_state)
     else:
