@@ -24,15 +24,17 @@ __all__ = ["PredictionStats"]
 
 
 class PredictionStats(NamedTuple):
-    """Per-token statistics of the prediction :math:`p`, each of the target's batch shape (module docstring).
-
-    Attributes:
-        entropy: Shannon entropy :math:`-\\sum_j p_j \\log p_j` in nats, in the loss's compute dtype.
-        support_size: number of non-zero entries of :math:`p` (``torch.long``).
-    """
+    r"""Per-token statistics of the prediction :math:`p`, each of the target's batch shape: its Shannon entropy
+    :math:`-\sum_{j:\,p_j > 0} p_j \log p_j` (nats) and its support size :math:`|\{j : p_j > 0\}|`.  For
+    the α-ReLU mapping, whose :math:`p` is not normalized, the entropy is the same sum on that :math:`p`."""
 
     entropy: Tensor
     support_size: Tensor
+
+
+PredictionStats.entropy.__doc__ = (r"Shannon entropy :math:`-\sum_j p_j \log p_j` in nats (:math:`0 \log 0 = 0`), in the "
+                                   "loss's compute dtype.")
+PredictionStats.support_size.__doc__ = r"Number of non-zero entries of :math:`p` (``torch.long``)."
 
 
 class StatsSink:
