@@ -170,6 +170,8 @@ def test_options_are_checked_up_front():
         H.apply(model, "entmax", alpha=1.3, foo=1)
     with pytest.raises(ValueError, match="reduction"):
         H.apply(model, "entmax15", reduction="sum")
+    with pytest.raises(ValueError, match="return_stats"):
+        H.apply(model, "entmax15", return_stats=True)
     with pytest.raises(ValueError, match="temperature"):
         H.apply(model, "entmax15", temperature=-1.0)
     with pytest.raises(TypeError, match="model"):

@@ -50,8 +50,9 @@ keeps the teacher's total tail mass, the one number the top-k still knows about 
 maximum-entropy completion of the top-k.  The dense target is built one chunk at a time
 (``[chunk, V]``, counted in the memory budget), never for all tokens.  Top-k targets take no
 ``label_smoothing``, ``class_weight`` or ``process_group``; every row counts (select the rows to
-train on, e.g. ``hidden[mask]``, before the call).  A teacher given as logits is a dense target
-``softmax(teacher_logits / T)``, or its top-k.
+train on, e.g. ``hidden[mask]``, before the call).  A teacher given as logits becomes the dense
+target ``softmax(teacher_logits / T)`` or its top-k pair by
+:func:`~softargmax.losses.teacher.teacher_target`.
 """
 
 from __future__ import annotations
