@@ -14,8 +14,9 @@ the parameters, instead of two ``tokens × vocab`` tensors.
 incoming scalar gradient), or ``"none"``: the loss of every token, of the target's batch shape
 (ignored tokens give 0 and item weights multiply each token's loss, as in
 ``torch.nn.functional.cross_entropy``), whose backward takes any per-token gradient.  Its forward
-keeps one threshold per token and its backward computes each chunk's logits again (one more GEMM
-per chunk, no second threshold search; :mod:`softargmax.losses._linear_recompute` says why).
+keeps one threshold per token and its backward computes each chunk's logits again: one more GEMM
+per chunk, and the prediction from the stored thresholds in one elementwise pass (re-solving would
+cost a second threshold search; storing the prediction, ``[tokens, V]`` memory).
 
 ``return_stats=True`` also returns :class:`PredictionStats`: per token, the number of non-zero
 entries of the prediction :math:`p` and its Shannon entropy :math:`-\sum_j p_j \log p_j` (nats),
