@@ -31,6 +31,7 @@ from .losses.functional import (
 )
 from .losses.linear import linear_fenchel_young_loss
 from .losses.normmax_budget import budget_sparsemax_loss, normmax_loss
+from .losses.teacher import teacher_target
 from .operators import _library_ops as _custom_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
 from .operators import alpha_relu_tau as tau
 from .operators import mappings, sampling
@@ -71,6 +72,7 @@ __all__ = [
     "f_divergence_loss",
     "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
+    "teacher_target",
     "attention",
     "normalize",
     "sample",

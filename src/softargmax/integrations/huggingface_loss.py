@@ -138,6 +138,10 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
         value = getattr(text_config, attr, None)
         if value is not None and value != 1:
             raise ValueError(f"model: config.{attr}={value!r} scales the logits, which the fused loss does not do")
+    if "return_stats" in loss_options:
+        raise ValueError("return_stats: the patched loss is the scalar Transformers expects; for per-token losses "
+                         "and statistics call linear_fenchel_young_loss on the hidden states (reduction='none', "
+                         "return_stats=True)")
     bad = sorted(set(loss_options) & set(_RESERVED))
     if bad:
         raise ValueError(f"loss options {bad} are set by Transformers or the model, not by apply")

@@ -1,10 +1,13 @@
 """The Fenchel–Young losses of every operator (:mod:`.functional`), the fused linear + loss
-(:mod:`.linear`), the normmax and budget-sparsemax losses (:mod:`.normmax_budget`) and the
-vocabulary-parallel losses (:mod:`.distributed`).
+(:mod:`.linear`), a teacher's logits as its target (:mod:`.teacher`), the normmax and
+budget-sparsemax losses (:mod:`.normmax_budget`) and the vocabulary-parallel losses
+(:mod:`.distributed`).
 
 Private: ``_targets`` (targets and reductions), ``_rows`` (per-row loss values and p − y),
 ``_fenchel_young`` (the one-process loss), ``_linear_chunks`` (the fused loss's chunks),
-``_library_ops`` (the ``torch.library`` operators of the losses).
+``_linear_recompute`` (the fused per-token loss, whose backward recomputes the chunks),
+``_prediction_stats`` (support size and entropy of the prediction), ``_library_ops`` (the
+``torch.library`` operators of the losses).
 
 Imports come from :mod:`softargmax.operators` and the layers below it.
 """
