@@ -21,6 +21,7 @@ as in ``cross_entropy``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -53,12 +54,18 @@ class Target:
     topk_value: Optional[Tensor] = None
     rest: Optional[Tensor] = None
     classes: int = 0
+    #: with the classes split over processes: ``[R]``, whether this process holds the row's class
+    #: (``index`` is then its column here); ``None``: every class is here
+    owned: Optional[Tensor] = None
 
     def as_dense(self, k: int, dtype) -> Tensor:
+        """The target as rows ``[R, k]`` (class indices one-hot in the kept, owned rows)."""
         if self.dense is not None:
             return self.dense
         y = torch.zeros(self.index.shape[0], k, dtype=dtype, device=self.index.device)
-        y.scatter_(1, self.index.unsqueeze(1), self.keep.to(dtype).unsqueeze(1))
+        if k:
+            hot = self.keep if self.owned is None else self.owned
+            y.scatter_(1, self.index.unsqueeze(1), hot.to(dtype).unsqueeze(1))
         return y
 
 
@@ -209,6 +216,15 @@ def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) ->
         return loss.sum()
     denom = target.keep.sum().to(loss.dtype) if w is None else w.sum()
     return loss.sum() / denom
+
+
+def mean_denominator(target: Target, reduction: str) -> float:
+    """What a reduced sum of item losses is divided by: the kept items' count or weight for
+    ``"mean"`` (NaN when it is zero, as ``F.cross_entropy``), else 1."""
+    if reduction != "mean":
+        return 1.0
+    denom = float(target.keep.sum()) if target.item_weight is None else float(target.item_weight.sum())
+    return math.nan if denom == 0 else denom
 
 
 def rows_of(target: Target, start: int, end: int) -> Target:
