@@ -97,7 +97,7 @@ def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch, alpha: float = 1.5)
         src, tgt_in, tgt_out = batch
         logits = model(src, tgt_in)
         keep = tgt_out != PAD
-        tau = float(sa.tau.from_logits(logits[keep], alpha))
+        tau = float(sa.alpha_relu_tau.from_logits(logits[keep], alpha))
     model.train()
     return tau
 
@@ -185,7 +185,7 @@ def train_system(
         first = tensors(pairs, batches[0], device)
         layer.tau = calibrate_tau(model, layer, first)
         record["tau"] = layer.tau
-        record["tau_formula"] = sa.tau.gaussian(model_cfg.vocab_size, sa.tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
+        record["tau_formula"] = sa.alpha_relu_tau.gaussian(model_cfg.vocab_size, sa.alpha_relu_tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
         log(f"[{label}] tau from the untrained model's first batch: {layer.tau:.4f} "
             f"(data-free estimate {record['tau_formula']:.4f})")
     net = model
