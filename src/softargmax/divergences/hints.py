@@ -19,9 +19,11 @@ References:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Union
 
+import torch
 from torch import Tensor
 
 __all__ = ["SolverHints", "Evaluator", "evaluator_of"]
@@ -31,6 +33,7 @@ class _Generator(Protocol):
     """What the solvers read of a :class:`~softargmax.divergences.Divergence` through this module."""
 
     hints: SolverHints
+    f_prime_zero: float
 
     def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
@@ -50,8 +53,19 @@ class Evaluator:
         return None
 
     def evaluate(self, z: Tensor, tau: Tensor, prep) -> tuple[Tensor, Tensor]:
-        """``(g(z - τ), g'(z - τ))`` for candidates ``z`` ``[R, K]`` and thresholds ``τ`` ``[R, 1]``."""
-        return self.divergence.conj_prime_and_prime2(z - tau)
+        """``(g(z - τ), g'(z - τ))`` for candidates ``z`` ``[R, K]`` and thresholds ``τ`` ``[R, 1]``.
+
+        For a sparse generator (``f'(0)`` finite) the argument is clamped at ``f'(0)`` and both are 0
+        below it (off the support, masked scores included), so a generator's functions are only
+        ever called on their domain.
+        """
+        v = z - tau
+        lo = self.divergence.f_prime_zero
+        if not math.isfinite(lo):
+            return self.divergence.conj_prime_and_prime2(v)
+        inside = v > lo
+        g, gp = self.divergence.conj_prime_and_prime2(torch.where(inside, v, torch.full_like(v, lo)))
+        return g.masked_fill(~inside, 0.0), gp.masked_fill(~inside, 0.0)
 
     def newton_sums(self, z: Tensor, tau: Tensor, prep, out: tuple):
         """``(S, S', state)`` with ``S = Σ g(z - τ)``, ``S' = Σ g'(z - τ)`` per row (``[R, 1]``).
