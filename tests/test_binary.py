@@ -106,7 +106,7 @@ def test_errors():
         sa.f_sigmoid(s, "kl", q=1.0)
     with pytest.raises(ValueError, match="q0"):
         sa.f_sigmoid(s, "kl", q=(0.0, 1.0))
-    with pytest.raises(TypeError, match="s must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"s must be a torch.Tensor"):
         sa.f_sigmoid([0.0], "kl")
 
 

@@ -87,7 +87,7 @@ def test_alpha_tensor_matches_float():
 
 
 def test_registry_errors():
-    with pytest.raises(ValueError, match="unknown name 'nope'.*accepted"):
+    with pytest.raises(ValueError, match=r"unknown name 'nope'.*accepted"):
         get_divergence("nope")
     with pytest.raises(ValueError, match="alpha="):
         get_divergence("alpha")

@@ -18,7 +18,7 @@ import torch
 from conftest import sparsemax_sort
 
 import softargmax as sa
-from softargmax.divergences import Divergence, SolverHints, base
+from softargmax.divergences import Divergence, base
 
 F64 = torch.float64
 

@@ -108,107 +108,114 @@ def _logger(log_file):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
-        import importlib
-
-        from ._utils.extras import MissingExtraError, require
-        from .experiments import EXPERIMENTS
-
-        try:
-            require("experiments", f"softargmax reproduce {args.experiment}")
-        except MissingExtraError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        module = importlib.import_module(EXPERIMENTS[args.experiment])
-        if args.preset not in module.PRESETS:
-            raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-        out = args.out or f"reports/{args.experiment}"
-        if args.render_only:  # before the run log is opened: it describes the run that made results.json
-            from .experiments._common import render_existing
-
-            try:
-                # figures drawn from results.json alone are drawn again (translation's need its run)
-                draw = getattr(module, "write_figures", None)
-                if draw is not None and len(inspect.signature(draw).parameters) != 2:
-                    draw = None
-                print(f"wrote {render_existing(out, module.render_report, draw)}")
-            except FileNotFoundError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            return 0
-        if not _checkpoint_choice(Path(out), args.resume, args.fresh):
-            return 2
-        log_file = _open_run_log(Path(out))
-        kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=out, device=args.device, seed=args.seed,
-                      download=args.download, threads=args.threads, log=_logger(log_file))
-        if args.systems:
-            kwargs["systems"] = args.systems
-        if args.seeds:
-            if "seeds" not in inspect.signature(module.run).parameters:
-                raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
-            kwargs["seeds"] = args.seeds
-        from .experiments.datasets import DataError
-
-        try:
-            module.run(**kwargs)
-        except DataError as e:  # missing or damaged data: the message names the file and the fix
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        finally:
-            if log_file is not None:
-                log_file.close()
-        return 0
+        return _reproduce(args)
     if args.command == "bench":
-        import torch
+        return _bench(args)
+    return 0
 
-        from . import bench
 
-        repeats = args.repeats or (3 if args.quick else 20)
-        if args.attention:
-            result = bench.run_attention(
-                lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
-                repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        if args.losses:
-            print(bench.header(), flush=True)
-            result = bench.run_losses(
-                shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
-                threads=args.threads,
-                repeats=repeats,
-                warmup=1 if args.quick else 3,
-                with_package=not args.no_package,
-                fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
-        passes = ("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,)
+def _reproduce(args) -> int:
+    """``softargmax reproduce``: run an experiment (or render its report again); the exit status."""
+    import importlib
+
+    from ._utils.extras import MissingExtraError, require
+    from .experiments import EXPERIMENTS
+
+    try:
+        require("experiments", f"softargmax reproduce {args.experiment}")
+    except MissingExtraError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(EXPERIMENTS[args.experiment])
+    if args.preset not in module.PRESETS:
+        raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
+    out = args.out or f"reports/{args.experiment}"
+    if args.render_only:  # before the run log is opened: it describes the run that made results.json
+        return _render_only(module, out)
+    if not _checkpoint_choice(Path(out), args.resume, args.fresh):
+        return 2
+    log_file = _open_run_log(Path(out))
+    kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=out, device=args.device, seed=args.seed,
+                  download=args.download, threads=args.threads, log=_logger(log_file))
+    if args.systems:
+        kwargs["systems"] = args.systems
+    if args.seeds:
+        if "seeds" not in inspect.signature(module.run).parameters:
+            raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
+        kwargs["seeds"] = args.seeds
+    from .experiments.datasets import DataError
+
+    try:
+        module.run(**kwargs)
+    except DataError as e:  # missing or damaged data: the message names the file and the fix
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if log_file is not None:
+            log_file.close()
+    return 0
+
+
+def _render_only(module, out: str) -> int:
+    """``--render-only``: the report written again from ``results.json``; the exit status."""
+    from .experiments._common import render_existing
+
+    try:
+        # figures drawn from results.json alone are drawn again (translation's need its run)
+        draw = getattr(module, "write_figures", None)
+        if draw is not None and len(inspect.signature(draw).parameters) != 2:
+            draw = None
+        print(f"wrote {render_existing(out, module.render_report, draw)}")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _bench(args) -> int:
+    """``softargmax bench``: the operators' (default), the losses' or attention's benchmark; the exit status."""
+    import torch
+
+    from . import bench
+
+    repeats = args.repeats or (3 if args.quick else 20)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    if args.attention:
+        result = bench.run_attention(
+            lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
+            repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick, log=log,
+        )
+    elif args.losses:
+        print(bench.header(), flush=True)
+        result = bench.run_losses(
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
+            threads=args.threads,
+            repeats=repeats,
+            warmup=1 if args.quick else 3,
+            with_package=not args.no_package,
+            fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
+            log=log,
+        )
+    else:
         print(bench.header(), flush=True)
         result = bench.run(
-            shapes=shapes,
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES),
             ops=args.ops,
-            passes=passes,
+            passes=("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,),
             dtype=getattr(torch, args.dtype),
             device=args.device,
             threads=args.threads,
             repeats=repeats,
             warmup=1 if args.quick else 3,
             with_package=not args.no_package,
-            log=lambda line: print(line, flush=True),
+            log=log,
         )
         over = [c for c in result["cases"] if c["target"] is not None and c["ratio"] > c["target"]]
         print(f"\n{result['device']}, torch {result['torch']}, {result['threads']} threads; "
               f"{len(result['cases'])} cases, {len(over)} over their target")
-        if args.json_path:
-            bench.save(result, args.json_path)
-            print(f"wrote {args.json_path}")
+    if args.json_path:
+        bench.save(result, args.json_path)
+        print(f"wrote {args.json_path}")
     return 0
 
 

@@ -142,7 +142,7 @@ class AlphaDivergence(Divergence):
                 return torch.expm1(al * E) / al
             base = torch.clamp(1 + a * v, min=0)
             return (base ** (al / a) - 1) / al
-        E, t = self._exponent(v)
+        E, _ = self._exponent(v)
         # f*(v) = (g(v) (1 + t) - 1) / α = expm1(α E) / α (log(1 + t) = (α - 1) E)
         return torch.expm1(al * E) / al
 

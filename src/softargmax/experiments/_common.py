@@ -25,7 +25,7 @@ import torch
 
 
 def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str,
-          prefixes: dict = None) -> tuple[dict, Path, float]:
+          prefixes: Optional[dict] = None) -> tuple[dict, Path, float]:
     """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
 
     ``prefixes`` maps a prefix to what follows it, e.g. ``{"f:": "<divergence>"}``: system
@@ -67,7 +67,7 @@ def environment(t_start: float, device: str = "cpu") -> dict:
 
 def finish(results: dict, out_dir: Path, write_figures: Callable, render_report: Callable, log=print) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``."""
-    with open(out_dir / "results.json", "w") as f:
+    with open(out_dir / "results.json", "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1, default=float)
     figures = write_figures(results, out_dir)
     (out_dir / "report.md").write_text(render_report(results, figures))

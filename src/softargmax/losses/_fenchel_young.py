@@ -94,7 +94,7 @@ class SavedGradientLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, compute, rows: Rows):
-        loss, p, G = compute(rows.flat)
+        loss, _, G = compute(rows.flat)
         ctx.save_for_backward(G)
         ctx.rows = rows
         return loss.to(x.dtype)

@@ -62,6 +62,7 @@ from ._targets import mean_denominator, parse_target, top_k_target
 
 __all__ = ["linear_fenchel_young_loss"]
 
+
 def linear_fenchel_young_loss(
     hidden: Tensor,
     weight: Tensor,

@@ -97,5 +97,3 @@ class BudgetSparsemaxLoss(nn.Module):
 
     def forward(self, x: Tensor, target: Tensor):
         return budget_sparsemax_loss(x, target, self.budget, **self.options)
-
-

@@ -103,8 +103,6 @@ def _normalized_grad(ctx, grad):
     return gx, (gq if q is not None else None), (ga if alpha is not None else None), None, None, None, None
 
 
-
-
 def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                temperature: float, dim: int) -> Tensor:
     """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling."""
@@ -145,8 +143,6 @@ def _alpha_relu_setup(ctx, inputs, output):
 def _alpha_relu_grad(ctx, grad):
     (x,) = ctx.saved_tensors
     return torch.ops.softargmax.alpha_relu_backward(grad, x, *ctx.args), None, None
-
-
 
 
 def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:

@@ -112,7 +112,7 @@ def _infinite(t: Tensor):
 
 
 def _sigmoid(s, divergence, q, temperature, params):
-    div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
+    div, _, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
     # The smaller of the two probabilities is computed (there it has full relative
     # precision), the larger one is 1 minus it: sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0).

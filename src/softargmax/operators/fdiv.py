@@ -42,8 +42,6 @@ from .entmax import empty_like_input, safe_softmax
 __all__ = ["f_softargmax", "f_softmax"]
 
 
-
-
 def _prologue(x, divergence, q, temperature, dim, params):
     """Validate the common arguments; returns ``(dim, divergence, temperature)``."""
     check_tensor(x)

@@ -123,6 +123,121 @@ def _improves(entry: dict, best: Optional[dict], select: str) -> bool:
     return entry["val_loss"] < best["val_loss"]
 
 
+@dataclass
+class _Run:
+    """What one system's training holds while it runs (:func:`train_system`)."""
+
+    model: Seq2Seq
+    layer: OutputLayer
+    opt: torch.optim.Optimizer
+    sched: object
+    record: dict
+    cfg: TrainConfig
+    label: str
+    log: object
+    main: bool
+    ckpt: Path
+    best_path: Path
+    best_entry: Optional[dict] = None
+    best_state: Optional[dict] = None
+
+    def save(self) -> None:
+        """The checkpoint: model, optimizer, schedule and record."""
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                    "record": self.record}, self.ckpt)
+
+
+def _optimizer(model: Seq2Seq, model_cfg: ModelConfig, cfg: TrainConfig):
+    """Adam (AdamW with weight decay) and the inverse-square-root schedule with warm-up."""
+    if cfg.weight_decay:
+        opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9, weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
+
+
+def _resume_or_calibrate(run: _Run, resume: bool, device, first_batch, model_cfg: ModelConfig) -> None:
+    """Load ``run.ckpt`` (and the best model) when resuming; otherwise calibrate α-ReLU's τ on the first batch."""
+    if resume and run.ckpt.exists():
+        state = torch.load(run.ckpt, weights_only=False, map_location=device)
+        run.model.load_state_dict(state["model"])
+        run.opt.load_state_dict(state["opt"])
+        run.sched.load_state_dict(state["sched"])
+        run.record = state["record"]
+        run.record.setdefault("train_loss", [])
+        run.layer.tau = run.record.get("tau", 0.0)
+        if run.cfg.select != "last" and run.best_path.exists():
+            run.best_state = torch.load(run.best_path, weights_only=False, map_location=device)["model"]
+        run.log(f"[{run.label}] resumed at step {run.record['steps_done']}")
+    elif run.layer.system == "alpha_relu":
+        run.layer.tau = calibrate_tau(run.model, run.layer, first_batch())
+        run.record["tau"] = run.layer.tau
+        run.record["tau_formula"] = sa.alpha_relu_tau.gaussian(
+            model_cfg.vocab_size, sa.alpha_relu_tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
+        run.log(f"[{run.label}] tau from the untrained model's first batch: {run.layer.tau:.4f} "
+                f"(data-free estimate {run.record['tau_formula']:.4f})")
+    if run.cfg.select != "last" and run.record.get("kept_step") is not None:
+        run.best_entry = next((e for e in run.record["history"] if e["step"] == run.record["kept_step"]), None)
+
+
+def _progress(run: _Run, step: int, start_step: int, t_start: float, shown: float, world: int) -> None:
+    """The progress line: the step's loss, the throughput and the time left."""
+    # time left: this run's wall clock per step so far (training and the evaluations done, so it
+    # improves as steps are measured); the first step, which pays for warm-up, shows none
+    steps_now = step - start_step
+    eta = ""
+    if steps_now > 1:
+        per = (time.perf_counter() - t_start) / steps_now
+        eta = f", ETA {per * (run.cfg.steps - step) / 60:.1f} min"
+    record = run.record
+    run.log(f"[{run.label}] step {step}/{run.cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
+            f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
+
+
+def _evaluate(run: _Run, step: int, entry: dict, sentences: int) -> None:
+    """Record an evaluation ``entry`` (BLEU on ``sentences`` sentences); keep the model if it is the best so
+    far (``cfg.select``) and stop after ``cfg.patience`` evaluations without improvement."""
+    cfg, record = run.cfg, run.record
+    record["history"].append(entry)
+    run.log(f"[{run.label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, {sentences} sentences) "
+            f"{entry['val_bleu']:.2f}")
+    if cfg.select != "last":
+        # every rank evaluated the same model; rank 0 decides for all of them
+        if distributed.broadcast(_improves(entry, run.best_entry, cfg.select)):
+            run.best_entry = entry
+            run.best_state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
+            record.update(kept_step=step, kept_val_bleu=entry["val_bleu"], kept_val_loss=entry["val_loss"])
+            if run.main and cfg.save_every_eval:
+                torch.save({"model": run.best_state, "step": step}, run.best_path)
+        since = sum(1 for e in record["history"] if e["step"] > record["kept_step"])
+        if cfg.patience is not None and since >= cfg.patience:
+            record["stopped_early"] = True
+            run.log(f"[{run.label}] stopping at step {step}: no better validation "
+                    f"{'BLEU' if cfg.select == 'bleu' else 'loss'} in {since} evaluations; "
+                    f"keeping step {record['kept_step']}")
+    if run.main and cfg.save_every_eval:
+        run.save()
+
+
+def _finish(run: _Run, step: int, start_step: int, t_start: float, world: int) -> dict:
+    """Save what is left to save, restore the kept model and complete the record."""
+    record = run.record
+    if step > start_step and run.main and not run.cfg.save_every_eval:
+        run.save()
+        if run.best_state is not None:
+            torch.save({"model": run.best_state, "step": record["kept_step"]}, run.best_path)
+    if run.cfg.select != "last" and run.best_state is not None:
+        run.model.load_state_dict(run.best_state)
+    else:
+        record["kept_step"] = step
+    record["processes"] = world
+    record["wall_seconds_this_run"] = time.perf_counter() - t_start
+    record["steps_this_run"] = step - start_step
+    record["seconds_per_step"] = record["train_seconds"] / max(step, 1)
+    record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
+    return {"model": run.model, "layer": run.layer, "record": record}
+
+
 def train_system(
     system: str,
     model_cfg: ModelConfig,
@@ -151,7 +266,6 @@ def train_system(
     import sacrebleu
 
     rank, world = distributed.rank_and_world()
-    main = rank == 0
     cuda = str(device).startswith("cuda")
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -159,43 +273,20 @@ def train_system(
     if attention:
         sa.nn.convert_attention(model, **attention)
     layer = OutputLayer(system, label_smoothing=cfg.label_smoothing)
-    label = name or system
-    if cfg.weight_decay:
-        opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9, weight_decay=cfg.weight_decay)
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
+    opt, sched = _optimizer(model, model_cfg, cfg)
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
-    record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
-    ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
-    best_state = None
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False, map_location=device)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        record = state["record"]
-        record.setdefault("train_loss", [])
-        layer.tau = record.get("tau", 0.0)
-        if cfg.select != "last" and best_path.exists():
-            best_state = torch.load(best_path, weights_only=False, map_location=device)["model"]
-        log(f"[{label}] resumed at step {record['steps_done']}")
-    elif layer.system == "alpha_relu":
-        first = tensors(pairs, batches[0], device)
-        layer.tau = calibrate_tau(model, layer, first)
-        record["tau"] = layer.tau
-        record["tau_formula"] = sa.alpha_relu_tau.gaussian(model_cfg.vocab_size, sa.alpha_relu_tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
-        log(f"[{label}] tau from the untrained model's first batch: {layer.tau:.4f} "
-            f"(data-free estimate {record['tau_formula']:.4f})")
+    record = {"system": name or system, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0,
+              "train_loss": []}
+    run = _Run(model, layer, opt, sched, record, cfg, name or system, log, rank == 0, out_dir / "checkpoint.pt",
+               out_dir / "best.pt")
+    _resume_or_calibrate(run, resume, device, lambda: tensors(pairs, batches[0], device), model_cfg)
+    record = run.record
     net = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         net = DistributedDataParallel(model, device_ids=[torch.device(device).index] if cuda else None)
-    best_entry = None
-    if cfg.select != "last" and record.get("kept_step") is not None:
-        best_entry = next((e for e in record["history"] if e["step"] == record["kept_step"]), None)
     model.train()
     step = start_step = record["steps_done"]
     epoch_pos = step % len(batches)
@@ -239,16 +330,7 @@ def train_system(
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
             shown = loss.detach().item() if world == 1 else float(local.detach()) / max(1, sum(len(pairs[i][1]) + 1 for i in mine))
-            # time left: this run's wall clock per step so far (training and the evaluations
-            # done, so it improves as steps are measured); the first step, which pays for
-            # warm-up, shows none
-            steps_now = step - start_step
-            eta = ""
-            if steps_now > 1:
-                per = (time.perf_counter() - t_start) / steps_now
-                eta = f", ETA {per * (cfg.steps - step) / 60:.1f} min"
-            log(f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
-                f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
+            _progress(run, step, start_step, t_start, shown, world)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             gather_losses()
             vloss = validation_loss(model, layer, vpairs, vbatches, device)
@@ -259,38 +341,6 @@ def train_system(
             entry = {"step": step, "train_seconds": record["train_seconds"], "val_loss": vloss, "val_bleu": vbleu}
             if attention and attention.get("learn_alpha"):
                 entry["alphas"] = {k: v.tolist() for k, v in sa.analysis.alphas(model).items()}
-            record["history"].append(entry)
-            log(f"[{label}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
-            if cfg.select != "last":
-                # every rank evaluated the same model; rank 0 decides for all of them
-                improved = distributed.broadcast(_improves(entry, best_entry, cfg.select))
-                if improved:
-                    best_entry = entry
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    record.update(kept_step=step, kept_val_bleu=vbleu, kept_val_loss=vloss)
-                    if main and cfg.save_every_eval:
-                        torch.save({"model": best_state, "step": step}, best_path)
-                since = sum(1 for e in record["history"] if e["step"] > record["kept_step"])
-                if cfg.patience is not None and since >= cfg.patience:
-                    record["stopped_early"] = True
-                    log(f"[{label}] stopping at step {step}: no better validation "
-                        f"{'BLEU' if cfg.select == 'bleu' else 'loss'} in {since} evaluations; "
-                        f"keeping step {record['kept_step']}")
-            if main and cfg.save_every_eval:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                            "record": record}, ckpt)
+            _evaluate(run, step, entry, len(sub))
     gather_losses()
-    if step > start_step and main and not cfg.save_every_eval:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
-        if best_state is not None:
-            torch.save({"model": best_state, "step": record["kept_step"]}, best_path)
-    if cfg.select != "last" and best_state is not None:
-        model.load_state_dict(best_state)
-    else:
-        record["kept_step"] = step
-    record["processes"] = world
-    record["wall_seconds_this_run"] = time.perf_counter() - t_start
-    record["steps_this_run"] = step - start_step
-    record["seconds_per_step"] = record["train_seconds"] / max(step, 1)
-    record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
-    return {"model": model, "layer": layer, "record": record}
+    return _finish(run, step, start_step, t_start, world)

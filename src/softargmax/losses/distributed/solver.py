@@ -158,4 +158,3 @@ def _bracket(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor, lo_q: O
                                                                                       device=z.device)
     qs = all_reduce(qs.contiguous(), dist.ReduceOp.SUM, group, "sum")
     return lo, m - div.f_prime(1.0 / qs)
-
