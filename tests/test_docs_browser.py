@@ -29,6 +29,8 @@ PAGES = [
     ("coming-from-entmax.html", "", 5),
     ("flash-attention.html", "", 20),
     ("index.html", "", 3),
+    ("divergences.html", "", 10),
+    ("api/divergences.html", "", 20),
     ("auto_examples/plot_sparse_vs_softmax.html", "", 2),
     ("auto_examples/plot_fenchel_young_classifier.html", "", 2),
 ]

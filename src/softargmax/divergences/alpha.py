@@ -10,7 +10,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Union
 
@@ -26,10 +25,10 @@ Number = Union[float, int]
 
 
 class AlphaDivergence(Divergence):
-    r"""α-divergence, ``f(u) = (u^α - 1 - α(u - 1)) / (α(α - 1))`` (``u log u - u + 1`` at α = 1).
+    r"""α-divergence, :math:`f(u) = (u^\alpha - 1 - \alpha(u - 1)) / (\alpha(\alpha - 1))` (:math:`u \log u - u + 1` at α = 1).
 
-    ``g(v) = exp_α(v) = [1 + (α - 1) v]_+^{1/(α-1)}``; with ``q = 1`` the mapping is
-    α-entmax in the f-divergence parametrization ``τ_f`` (``τ_entmax = (α - 1) τ_f - 1``).  α > 1 gives sparse outputs, α = 2 sparsemax,
+    :math:`g(v) = \exp_\alpha(v) = [1 + (\alpha - 1) v]_+^{1/(\alpha-1)}`; with :math:`q = 1` the mapping is
+    α-entmax in the f-divergence parametrization :math:`\tau_f` (:math:`\tau_{\text{entmax}} = (\alpha - 1) \tau_f - 1`).  α > 1 gives sparse outputs, α = 2 sparsemax,
     α = 1 softmax, α ∈ (0, 1) dense outputs.
 
     ``alpha`` is a float or a tensor broadcastable against the scores with size 1
@@ -41,6 +40,7 @@ class AlphaDivergence(Divergence):
 
     def __init__(self, alpha: Union[Number, Tensor]):
         self.alpha = alpha
+        self._hints = None
         if isinstance(alpha, Tensor):
             self._a = alpha - 1
         else:
@@ -58,8 +58,14 @@ class AlphaDivergence(Divergence):
             a = self._a
         return -1.0 / a if a > 0 else -math.inf
 
-    @functools.cached_property
+    @property
     def hints(self) -> SolverHints:  # type: ignore[override]
+        """The solver hints of this α (made on first use: a per-row α is read once)."""
+        if self._hints is None:
+            self._hints = self._make_hints()
+        return self._hints
+
+    def _make_hints(self) -> SolverHints:
         a = self._a
         per_row = isinstance(a, Tensor)
         return SolverHints(

@@ -56,7 +56,7 @@ def _kl_binary_softplus(s, q0, q1):
 
 
 class KL(Divergence):
-    """Kullback–Leibler, ``f(u) = u log u``: f-softargmax is ``softmax(θ + log q)``."""
+    r"""Kullback–Leibler, :math:`f(u) = u \log u`: the f-softargmax is :math:`\operatorname{softmax}(\theta + \log q)`."""
 
     name = "kl"
     hints = SolverHints(newton_power=0.0, monotone_newton=True, evaluator=_KLEvaluator, softmax=True,
@@ -123,7 +123,7 @@ def _reverse_kl_binary_softplus(s, q0, q1):
 
 
 class ReverseKL(Divergence):
-    """Reverse KL, ``f(u) = -log u``: ``p_j = q_j / (τ - θ_j)``."""
+    r"""Reverse KL, :math:`f(u) = -\log u`: :math:`p_j = q_j / (\tau - \theta_j)`."""
 
     name = "reverse_kl"
     hints = SolverHints(newton_power=-1.0, monotone_newton=True, evaluator=_ReverseKLEvaluator,
@@ -177,7 +177,7 @@ def lambertw_exp(L: Tensor, iterations: int = 6) -> Tensor:
 
 
 class Jeffrey(Divergence):
-    """Jeffrey, ``f(u) = (u - 1) log u``: ``g(v) = 1 / W(exp(1 - v))`` (Lambert W)."""
+    r"""Jeffrey, :math:`f(u) = (u - 1) \log u`: :math:`g(v) = 1 / W(e^{1 - v})` (Lambert W)."""
 
     name = "jeffrey"
     hints = SolverHints(newton_power=0.0)
@@ -249,7 +249,7 @@ def _jensen_shannon_binary_softplus(s, q0, q1):
 
 
 class JensenShannon(Divergence):
-    """Jensen–Shannon, ``f(u) = u log u - (u + 1) log((u + 1)/2)``: ``g(v) = 1/(2e^{-v} - 1)``."""
+    r"""Jensen–Shannon, :math:`f(u) = u \log u - (u + 1) \log\frac{u + 1}{2}`: :math:`g(v) = 1/(2e^{-v} - 1)`."""
 
     name = "jensen_shannon"
     hints = SolverHints(newton_power=0.0, monotone_newton=True, evaluator=_JensenShannonEvaluator,
@@ -298,7 +298,7 @@ class _SquaredHellingerEvaluator(Evaluator):
 
 
 class SquaredHellinger(Divergence):
-    """Squared Hellinger, ``f(u) = (√u - 1)^2``: ``g(v) = 1/(1 - v)^2``."""
+    r"""Squared Hellinger, :math:`f(u) = (\sqrt{u} - 1)^2`: :math:`g(v) = 1/(1 - v)^2`."""
 
     name = "squared_hellinger"
     hints = SolverHints(newton_power=-0.5, monotone_newton=True, evaluator=_SquaredHellingerEvaluator,
@@ -354,7 +354,7 @@ def _chi_square_binary_softplus(s, q0, q1):
 
 
 class ChiSquare(Divergence):
-    """Chi-square (Pearson), ``f(u) = (u^2 - 1)/2``: sparsemax, ``p_j = q_j [θ_j - τ]_+``."""
+    r"""Chi-square (Pearson), :math:`f(u) = (u^2 - 1)/2`: sparsemax, :math:`p_j = q_j [\theta_j - \tau]_+`."""
 
     name = "chi_square"
     f_prime_zero = 0.0
@@ -388,7 +388,7 @@ class ChiSquare(Divergence):
 
 
 class ReverseChiSquare(Divergence):
-    """Reverse chi-square (Neyman), ``f(u) = (1/u - 1)/2``: ``g(v) = (-2v)^{-1/2}``."""
+    r"""Reverse chi-square (Neyman), :math:`f(u) = (1/u - 1)/2`: :math:`g(v) = (-2v)^{-1/2}`."""
 
     name = "reverse_chi_square"
     hints = SolverHints(newton_power=-2.0, monotone_newton=True)

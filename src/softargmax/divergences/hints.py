@@ -7,7 +7,7 @@ whose fields tell the solvers and kernels how to go faster; each field's default
 generic path", so a hint can only make a solver faster, never change what it solves.
 
 The Newton iteration of :mod:`softargmax.solvers.threshold` asks an :class:`Evaluator` for the row
-sums ``S(τ) = Σ_j g(z_j - τ)`` and ``S'(τ) = Σ_j g'(z_j - τ)``; the generic one calls
+sums :math:`S(\tau) = \sum_j g(z_j - \tau)` and :math:`S'(\tau) = \sum_j g'(z_j - \tau)`; the generic one calls
 :meth:`~softargmax.divergences.Divergence.conj_prime_and_prime2`, a generator's own (its hint
 ``evaluator``) may precompute per call (``exp(z - m)`` once, so a Newton step has no transcendental
 call) and write into work buffers.
@@ -68,7 +68,7 @@ class Evaluator:
         return g.masked_fill(~inside, 0.0), gp.masked_fill(~inside, 0.0)
 
     def newton_sums(self, z: Tensor, tau: Tensor, prep, out: tuple):
-        """``(S, S', state)`` with ``S = Σ g(z - τ)``, ``S' = Σ g'(z - τ)`` per row (``[R, 1]``).
+        r"""``(S, S', state)`` with :math:`S = \sum_j g(z_j - \tau)`, :math:`S' = \sum_j g'(z_j - \tau)` per row (``[R, 1]``).
 
         Only the sums are needed by a Newton step; :meth:`finish` turns ``state`` into
         ``(g, g')`` once, at the final ``τ``.  ``out`` holds two work buffers shaped like ``z``

@@ -7,7 +7,7 @@ For rows of scores ``z`` (already divided by the temperature), a reference measu
 
 (Roulet et al., 2025, Proposition 1).  ``τ`` lies in ``[τ_lo, τ_hi]`` with
 ``τ_lo = max_j (z_j - f'(1/q_j))`` (``S(τ_lo) >= 1``) and
-``τ_hi = max_j z_j - f'(1/Σ_j q_j)`` (``S(τ_hi) <= 1``).
+:math:`\tau_{hi} = \max_j z_j - f'(1/\sum_j q_j)` (:math:`S(\tau_{hi}) \le 1`).
 
 Method:
 
@@ -28,7 +28,7 @@ Method:
    ``monotone_newton``) the iterates increase monotonically to the root and no safeguard is
    needed; otherwise every step that leaves the current bisection bracket is replaced by
    bisection.  For sparsemax Newton is Michelot's algorithm: once the support is stable the
-   step is exactly ``τ = (Σ_S z - 1)/|S|``.  α-entmax with α > 2 is solved in the entmax
+   step is exactly :math:`\tau = (\sum_{j \in S} z_j - 1)/\lvert S\rvert`.  α-entmax with α > 2 is solved in the entmax
    variable (:mod:`softargmax.solvers.steep_power`).
 3. Stop when ``|S - 1|`` is at rounding level for every row.  The last evaluation
    of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
