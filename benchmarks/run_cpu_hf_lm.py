@@ -99,7 +99,7 @@ def main():
         "results": rows,
     }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
+    with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
     print(f"wrote {args.json}")
 

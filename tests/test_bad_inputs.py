@@ -285,7 +285,7 @@ for _name in ce.__all__:  # the entmax package's API
     if isinstance(_fn, type):
         continue
     if _name.endswith("_loss"):
-        _extra = {"alpha": ALPHA} if _name in ("entmax_bisect_loss",) else {"alpha": ALPHA_GE1} if "normmax" in _name else {}
+        _extra = {"alpha": ALPHA} if _name == "entmax_bisect_loss" else {"alpha": ALPHA_GE1} if "normmax" in _name else {}
         SURFACE["compat." + _name] = (_fn, lambda c: dict(X=c.x, target=c.index),
                                       lambda c, e=_extra: dict(X=bad_tensor(c.x), target=bad_index_target(c), **e))
     else:

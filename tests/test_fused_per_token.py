@@ -6,7 +6,7 @@ import torch
 
 import softargmax as sa
 from softargmax.divergences import get_divergence
-from softargmax.losses import _rows
+from softargmax.losses import _row_losses
 
 F64 = torch.float64
 V = 23
@@ -126,8 +126,8 @@ def test_backward_does_not_search_thresholds_again(monkeypatch):
     """The backward recomputes the logits and evaluates the prediction from the stored thresholds: no solve."""
     h, W, b, labels, *_ = _problem()
     calls = []
-    solve = _rows.solve
-    monkeypatch.setattr(_rows, "solve", lambda *a, **k: calls.append(1) or solve(*a, **k))
+    solve = _row_losses.solve
+    monkeypatch.setattr(_row_losses, "solve", lambda *a, **k: calls.append(1) or solve(*a, **k))
     loss = sa.linear_fenchel_young_loss(h, W, labels, b, "entmax15", chunk_size=4, reduction="none")
     assert len(calls) == 5  # one per chunk (18 tokens, 4 per chunk)
     loss.sum().backward()
@@ -171,7 +171,7 @@ def test_stats_equal_the_unfused_prediction(name, reduction):
     """Support size and Shannon entropy of the prediction, per token, from the unfused loss's prediction on the
     full logits; the loss and its gradients are those without statistics."""
     mapping, params = MAPPINGS[name]
-    h, W, b, labels, soft, *_ = _problem(seed=1)
+    h, W, b, _labels, soft, *_ = _problem(seed=1)
     h = (h * 3).detach().requires_grad_()  # spread-out logits: sparse predictions
     loss, stats = sa.linear_fenchel_young_loss(h, W, soft, b, mapping, chunk_size=4, reduction=reduction,
                                                return_stats=True, **params)
@@ -206,7 +206,7 @@ def test_stats_with_a_float32_model_and_the_default_chunks():
     g = torch.Generator().manual_seed(0)
     h, W = torch.randn(40, 16, generator=g) * 2, torch.randn(300, 16, generator=g)
     labels = torch.randint(0, 300, (40,), generator=g)
-    loss, stats = sa.linear_fenchel_young_loss(h, W, labels, mapping="sparsemax", return_stats=True)
+    _, stats = sa.linear_fenchel_young_loss(h, W, labels, mapping="sparsemax", return_stats=True)
     _, p = sa.sparsemax_loss(h @ W.T, labels, return_prediction=True)
     entropy, support = _reference_stats(p)
     torch.testing.assert_close(stats.entropy, entropy)

@@ -126,7 +126,7 @@ def test_a_smoke_translation_run_killed_at_random_moments_and_resumed_until_it_f
     log = (out / "log.txt").read_text()
     # every attempt's log is kept (the first one may have died before it opened its log), and a
     # killed run's lock was taken over
-    starts = re.findall(r"^== \d{4}-\d\d-\d\d [\d:]+ pid \d+: softargmax reproduce translation", log, re.M)
+    starts = re.findall(r"^== \d{4}-\d\d-\d\d [\d:]+ pid \d+: softargmax reproduce translation", log, re.MULTILINE)
     assert len(kill_moments(30)) <= len(starts) <= len(kill_moments(30)) + 1, log
     assert all(line in log for line in kills) and "which is no longer running, was taken over" in log
     # at least one kill landed in the middle of training, and that run was resumed from a checkpoint

@@ -173,10 +173,39 @@ def _errors():
     return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError)
 
 
-def _reproduce(args, module, out: Path, argv) -> int:
-    """``softargmax reproduce``: lock ``out``, apply ``--fresh`` / ``--resume``, open the log and run."""
-    from .experiments._common import OutputLock
+def _reproduce(args, argv) -> int:
+    """``softargmax reproduce``: run an experiment (or render its report again); the exit status."""
+    import importlib
 
+    from ._utils.extras import MissingExtraError, require
+    from .experiments import EXPERIMENTS
+
+    try:
+        require("experiments", f"softargmax reproduce {args.experiment}")
+    except MissingExtraError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(EXPERIMENTS[args.experiment])
+    if args.preset not in module.PRESETS:
+        raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
+    out = args.out or f"reports/{args.experiment}"
+    try:
+        return _run_locked(args, module, Path(out), argv)
+    except _errors() as e:  # the message names the file, the field or the other run, and the fix
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk where no file name is known to the writer
+        from .experiments._common import is_disk_full
+
+        if not is_disk_full(e):
+            raise
+        print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} ({e}); "
+              f"free space on the disk of {out} and run again with --resume", file=sys.stderr)
+        return 2
+
+
+def _run_kwargs(args, module, out: Path) -> dict:
+    """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
     kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
                   download=args.download, threads=args.threads)
     if args.systems:
@@ -189,25 +218,20 @@ def _reproduce(args, module, out: Path, argv) -> int:
             raise SystemExit(f"{args.experiment}: {flag} is not supported"
                              + (" (use --seed)" if option == "seeds" else " (it keeps no checkpoints)"))
         kwargs[option] = value
+    return kwargs
+
+
+def _run_locked(args, module, out: Path, argv) -> int:
+    """Lock ``out``, apply ``--fresh`` / ``--resume``, open the log and run; or render the report again."""
+    from .experiments._common import DERIVED, OutputLock
+
+    kwargs = _run_kwargs(args, module, out)
     # one run at a time in `out` (rank 0 holds the lock for all ranks under torchrun)
     locking = _main_process() and (out.is_dir() or not args.render_only)
     lock = OutputLock(out) if locking else contextlib.nullcontext()
     with lock:
         if args.render_only:  # before the run log is opened: it describes the run that made results.json
-            from .experiments._common import render_existing
-
-            try:
-                # figures drawn from results.json alone are drawn again (translation's need its run)
-                draw = getattr(module, "write_figures", None)
-                if draw is not None and len(inspect.signature(draw).parameters) != 2:
-                    draw = None
-                print(f"wrote {render_existing(str(out), module.render_report, draw)}")
-            except FileNotFoundError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            return 0
-        from .experiments._common import DERIVED
-
+            return _render_only(module, str(out))
         if not _checkpoint_choice(out, args.resume, args.fresh, getattr(module, "DERIVED", DERIVED)):
             return 2
         log_file = _open_run_log(out, argv)
@@ -231,85 +255,72 @@ def _reproduce(args, module, out: Path, argv) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
-        import importlib
-
-        from ._utils.extras import MissingExtraError, require
-        from .experiments import EXPERIMENTS
-
-        try:
-            require("experiments", f"softargmax reproduce {args.experiment}")
-        except MissingExtraError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        module = importlib.import_module(EXPERIMENTS[args.experiment])
-        if args.preset not in module.PRESETS:
-            raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-        out = args.out or f"reports/{args.experiment}"
-        try:
-            return _reproduce(args, module, Path(out), argv if argv is not None else sys.argv[1:])
-        except _errors() as e:  # the message names the file, the field or the other run, and the fix
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except OSError as e:  # a full disk where no file name is known to the writer
-            from .experiments._common import is_disk_full
-
-            if not is_disk_full(e):
-                raise
-            print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} ({e}); "
-                  f"free space on the disk of {out} and run again with --resume", file=sys.stderr)
-            return 2
+        return _reproduce(args, argv if argv is not None else sys.argv[1:])
     if args.command == "bench":
-        import torch
+        return _bench(args)
+    return 0
 
-        from . import bench
 
-        repeats = args.repeats or (3 if args.quick else 20)
-        if args.attention:
-            result = bench.run_attention(
-                lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
-                repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        if args.losses:
-            print(bench.header(), flush=True)
-            result = bench.run_losses(
-                shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
-                threads=args.threads,
-                repeats=repeats,
-                warmup=1 if args.quick else 3,
-                with_package=not args.no_package,
-                fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
-        passes = ("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,)
+def _render_only(module, out: str) -> int:
+    """``--render-only``: the report written again from ``results.json``; the exit status."""
+    from .experiments._common import render_existing
+
+    try:
+        # figures drawn from results.json alone are drawn again (translation's need its run)
+        draw = getattr(module, "write_figures", None)
+        if draw is not None and len(inspect.signature(draw).parameters) != 2:
+            draw = None
+        print(f"wrote {render_existing(out, module.render_report, draw)}")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _bench(args) -> int:
+    """``softargmax bench``: the operators' (default), the losses' or attention's benchmark; the exit status."""
+    import torch
+
+    from . import bench
+
+    repeats = args.repeats or (3 if args.quick else 20)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    if args.attention:
+        result = bench.run_attention(
+            lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
+            repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick, log=log,
+        )
+    elif args.losses:
+        print(bench.header(), flush=True)
+        result = bench.run_losses(
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
+            threads=args.threads,
+            repeats=repeats,
+            warmup=1 if args.quick else 3,
+            with_package=not args.no_package,
+            fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
+            log=log,
+        )
+    else:
         print(bench.header(), flush=True)
         result = bench.run(
-            shapes=shapes,
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES),
             ops=args.ops,
-            passes=passes,
+            passes=("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,),
             dtype=getattr(torch, args.dtype),
             device=args.device,
             threads=args.threads,
             repeats=repeats,
             warmup=1 if args.quick else 3,
             with_package=not args.no_package,
-            log=lambda line: print(line, flush=True),
+            log=log,
         )
         over = [c for c in result["cases"] if c["target"] is not None and c["ratio"] > c["target"]]
         print(f"\n{result['device']}, torch {result['torch']}, {result['threads']} threads; "
               f"{len(result['cases'])} cases, {len(over)} over their target")
-        if args.json_path:
-            bench.save(result, args.json_path)
-            print(f"wrote {args.json_path}")
+    if args.json_path:
+        bench.save(result, args.json_path)
+        print(f"wrote {args.json_path}")
     return 0
 
 

@@ -70,7 +70,7 @@ __all__ = ["begin", "describe_device", "environment", "finish", "pyplot", "measu
 
 
 def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str,
-          prefixes: dict = None) -> tuple[dict, Path, float]:
+          prefixes: Optional[dict] = None) -> tuple[dict, Path, float]:
     """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
 
     ``prefixes`` maps a prefix to what follows it, e.g. ``{"f:": "<divergence>"}``: system

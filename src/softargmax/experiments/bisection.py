@@ -116,7 +116,7 @@ def write_figures(results, out_dir) -> list:
         floor = 1e-17
         ax.semilogy(range(1, n + 1), [max(e, floor) for e in r["bisection_error"]], label="bisection (measured)")
         ax.semilogy(range(1, n + 1), r["theoretical_bound"], "--", label="(τmax−τmin)·2^−t")
-        ax.semilogy(range(0, len(r["newton_error"])), [max(e, floor) for e in r["newton_error"]], "o-", label="this library (Newton)")
+        ax.semilogy(range(len(r["newton_error"])), [max(e, floor) for e in r["newton_error"]], "o-", label="this library (Newton)")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("iterations (passes)")
         ax.grid(alpha=0.3)

@@ -216,7 +216,7 @@ def _variation(L: dict, A: dict, st: dict) -> dict:
     """The seed-to-seed spread of accuracy and how much the seconds per run vary, for :func:`reproducibility`."""
     if len(st["seeds"]) < 2:
         return {"timings": "the seconds per run come from one run each; how much they vary was not measured."}
-    records = list(L.values()) + [r for a, r in A.items() if r not in L.values()]
+    records = list(L.values()) + [r for r in A.values() if r not in L.values()]
     spans = [relative_span([run["train_seconds"] for run in r["runs"]]) for r in records]
     return {"spread": seed_spread([r["std"] for r in records], len(st["seeds"]), "accuracy points",
                                   f"the {len(records)} losses and α values"),

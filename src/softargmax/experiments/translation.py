@@ -307,11 +307,7 @@ def run(
     :class:`._common.CheckpointMismatchError`, which names the differing fields.
     """
     P = preset_settings(preset, overrides)
-    if seeds is None:
-        seeds = list(P.get("seeds", (seed,)))
-    seeds = list(seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    seeds = _seeds(P, seed, seeds)
     _, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out, prefixes={"f:": "<divergence>"})
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system in systems for sd in seeds}
@@ -329,59 +325,18 @@ def run(
     try:
         # rank 0 learns the vocabulary; the other ranks load it
         if ctx.main:
-            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
         distributed.barrier()
         if not ctx.main:
-            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
+        folder, train, val, test, dev, tok = data
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         results = {"settings": {}, "systems": {}, "paper": PAPER}
-        stats, trained_all, resumed, hyps = {}, {}, [], {}
-        n_runs, run_seconds = len(systems) * len(seeds), []
-        for system in systems:
-            per_seed = {}
-            for k, sd in enumerate(seeds):
-                # overall progress: run i of n, and the time left from the runs measured so far
-                done = len(run_seconds)
-                eta = (f", ETA {sum(run_seconds) / done * (n_runs - done) / 60:.1f} min for the runs left"
-                       if done else "")
-                log(f"== run {done + 1} of {n_runs}: {system}" + (f" seed {sd}" if len(seeds) > 1 else "") + eta)
-                t_run = time.perf_counter()
-                train_cfg = TrainConfig(seed=sd, **P["train_cfg"])
-                trained = train_system(system, model_cfg, train_cfg, tok, train, val, _run_dir(out_dir, system, sd, seeds),
-                                       device=device, log=log, name=system if len(seeds) == 1 else f"{system} seed {sd}",
-                                       fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
-                if not ctx.main:
-                    continue
-                if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
-                    resumed.append(system if len(seeds) == 1 else f"{system} seed {sd}")
-                record = evaluate_system(trained, tok, test, dev, P, device, log=log)
-                run_seconds.append(time.perf_counter() - t_run)
-                record["seed"] = sd
-                hyps.setdefault(system, []).append(record.pop("_hyps"))
-                if k == 0:
-                    stats[system] = record.pop("_stats")
-                    trained_all[system] = trained
-                else:
-                    record.pop("_stats")
-                per_seed[sd] = record
-            if ctx.main:
-                results["systems"][system] = _aggregate(per_seed)
+        stats, trained_all, resumed, hyps = _train_systems(ctx, systems, seeds, P, model_cfg, data, out_dir, results, log,
+                                                            prints, checkpoint_every)
         if not ctx.main:
             return {}
-        log("timing inference against beam size (all systems interleaved) ...")
-        for system, per in time_inference(trained_all, tok, test, P, device).items():
-            results["systems"][system]["inference_seconds"] = per
-        soft = results["systems"].get("softmax")
-        for system, rec in results["systems"].items():
-            if soft:
-                rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
-        fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
-        for rec in results["systems"].values():
-            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
-        if len(hyps) > 1:
-            log("paired bootstrap resampling of test BLEU ...")
-            results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
-
+        _compare(results, trained_all, hyps, tok, test, P, device, log)
         train_settings = asdict(TrainConfig(seed=seeds[0], **P["train_cfg"]))
         results["settings"] = {
             "preset": preset,
@@ -414,6 +369,77 @@ def _run_dir(out_dir: Path, system: str, seed: int, seeds: list) -> Path:
     """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with several seeds."""
     run_dir = out_dir / "runs" / system.replace(":", "_")
     return run_dir / f"seed{seed}" if len(seeds) > 1 else run_dir
+
+
+def _seeds(P: dict, seed: int, seeds) -> list:
+    """The seeds to train every system with: ``seeds``, else the preset's, else ``[seed]``; distinct integers."""
+    if seeds is None:
+        seeds = list(P.get("seeds", (seed,)))
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    return seeds
+
+
+def _train_systems(ctx, systems, seeds: list, P: dict, model_cfg: ModelConfig, data, out_dir: Path, results: dict,
+                   log, prints: dict, checkpoint_every: Optional[int]):
+    """Train and evaluate every system once per seed, filling ``results["systems"]`` (on rank 0).
+
+    ``prints[system, seed]`` is the fingerprint of each run's checkpoints; ``checkpoint_every``
+    as :func:`.nmt.training.train_system` takes it.
+
+    Returns ``(decoding statistics, trained models, resumed runs, test hypotheses)``: the statistics
+    and models of each system's first seed, the hypotheses of every seed."""
+    _, train, val, test, dev, tok = data
+    stats, trained_all, resumed, hyps = {}, {}, [], {}
+    n_runs, run_seconds = len(systems) * len(seeds), []
+    for system in systems:
+        per_seed = {}
+        for k, sd in enumerate(seeds):
+            # overall progress: run i of n, and the time left from the runs measured so far
+            done = len(run_seconds)
+            eta = (f", ETA {sum(run_seconds) / done * (n_runs - done) / 60:.1f} min for the runs left"
+                   if done else "")
+            name = system if len(seeds) == 1 else f"{system} seed {sd}"
+            log(f"== run {done + 1} of {n_runs}: {system}" + (f" seed {sd}" if len(seeds) > 1 else "") + eta)
+            t_run = time.perf_counter()
+            trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
+                                   _run_dir(out_dir, system, sd, seeds), device=ctx.device, log=log, name=name,
+                                   fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
+            if not ctx.main:
+                continue
+            if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
+                resumed.append(name)
+            record = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
+            run_seconds.append(time.perf_counter() - t_run)
+            record["seed"] = sd
+            hyps.setdefault(system, []).append(record.pop("_hyps"))
+            first = record.pop("_stats")
+            if k == 0:
+                stats[system] = first
+                trained_all[system] = trained
+            per_seed[sd] = record
+        if ctx.main:
+            results["systems"][system] = _aggregate(per_seed)
+    return stats, trained_all, resumed, hyps
+
+
+def _compare(results: dict, trained_all: dict, hyps: dict, tok, test, P: dict, device, log) -> None:
+    """Inference timings against beam size (interleaved), step times relative to softmax, and the paired
+    bootstrap of test BLEU, into ``results``."""
+    log("timing inference against beam size (all systems interleaved) ...")
+    for system, per in time_inference(trained_all, tok, test, P, device).items():
+        results["systems"][system]["inference_seconds"] = per
+    soft = results["systems"].get("softmax")
+    for rec in results["systems"].values():
+        if soft:
+            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
+    fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
+    for rec in results["systems"].values():
+        rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
+    if len(hyps) > 1:
+        log("paired bootstrap resampling of test BLEU ...")
+        results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
 
 
 def _env_with_tf32(env: dict, tf32: bool) -> dict:

@@ -152,3 +152,14 @@ def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Ten
         what = "label sets" if multilabel else "probability vectors"
         raise ValueError(f"target: {what} must have shape {batch + (V,)} (hidden's batch shape, V), got {tuple(target.shape)}")
     return target.reshape(N, V)
+
+
+def check_chunking(chunk_size, memory_budget) -> int:
+    """The memory budget in bytes (default :data:`DEFAULT_MEMORY_BUDGET`), once it and ``chunk_size``
+    (``None``: from the budget) are checked to be positive ints."""
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0):
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    return budget

@@ -58,22 +58,23 @@ target ``softmax(teacher_logits / T)`` or its top-k pair by
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_positive_number, check_q, compute_dtype
-from .._utils.rows import Rows
+from .._utils.checks import check_positive_number, compute_dtype
+from .._utils.rows import MetaRows
 from ..divergences import Divergence
-from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
+from ._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
+from ._options import LossOptions
 from ._prediction_stats import PredictionStats, StatsSink
-from ._rows import alpha_relu_rows, fy_rows, resolve_loss
-from ._targets import parse_target, top_k_target
+from ._row_losses import FenchelYoungRowLoss, resolve_loss
+from ._targets import mean_denominator, parse_target, top_k_target
 
 __all__ = ["linear_fenchel_young_loss", "PredictionStats"]
+
 
 def linear_fenchel_young_loss(
     hidden: Tensor,
@@ -153,92 +154,53 @@ def linear_fenchel_young_loss(
         raise ValueError("process_group: the vocabulary-parallel fused loss supports reduction 'mean' or 'sum' and "
                          "no return_stats (per-token losses and statistics need every class on one process)")
     if process_group is not None:  # vocabulary split over ranks
-        from . import distributed
+        from .distributed.losses import linear_vocab_parallel_loss
 
-
-        return distributed.linear_fenchel_young_loss(
-            hidden, weight, target, bias, mapping, chunk_size, process_group=process_group, q=q,
-            temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
-            label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
-            class_offset=class_offset, **mapping_params)
+        options = LossOptions.of(locals(), weight=class_weight)
+        return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
     if class_offset is not None:
         raise ValueError("class_offset: only with process_group= (the vocabulary split over ranks)")
     check_linear_arguments(hidden, weight, bias, reduction, "vocab", reductions=("mean", "sum", "none"))
     V, d = weight.shape
     if softcap is not None:
         softcap = check_positive_number(softcap, "softcap")
-    if memory_budget is None:
-        memory_budget = DEFAULT_MEMORY_BUDGET
-    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0:
-        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    budget = check_chunking(chunk_size, memory_budget)
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
-        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None, chunk_target=topk,
+        chunk_size = chunk_tokens(V, hidden.dtype, budget, softcap is not None, chunk_target=topk,
                                   extra_buffers=int(reduction == "none" or return_stats))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
     hidden2d = hidden.reshape(-1, d)
     N = hidden2d.shape[0]
     # the target is validated against a [N, V] stand-in for the logits (never allocated)
     logits_meta = torch.empty(N, V, dtype=compute_dtype(hidden.dtype), device="meta")
-    rows = _MetaRows(N, V, compute_dtype(hidden.dtype))
+    rows = MetaRows(N, V, compute_dtype(hidden.dtype))
     if topk:
         tgt = top_k_target(target[0], target[1], tuple(hidden.shape[:-1]), V, compute_dtype(hidden.dtype))
     else:
         tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                            weight_name="class_weight")
-    kind = resolve_loss(mapping, dict(mapping_params))
-    if kind[0] == "fy":
-        beta = check_positive_number(temperature, "temperature")
-        check_q(q, logits_meta)
-        q2d = None if q is None else q.detach().to(compute_dtype(hidden.dtype)).reshape(1, V)
-        div = kind[1]
-        compute = lambda th, part, inplace=True: fy_rows(th, part, div, beta, q2d, inplace=inplace)  # noqa: E731
-        predictor = ThresholdPrediction(div, beta, q2d)
-    else:
-        if q is not None:
-            raise ValueError("q: the alpha_relu mapping takes no reference measure (q must be None)")
-        if temperature != 1.0:
-            raise ValueError(f"temperature: the alpha_relu mapping takes no temperature (got {temperature!r})")
-        _, alpha, tau = kind
-        compute = lambda th, part, inplace=True: alpha_relu_rows(th, part, alpha, float(tau), inplace=inplace)  # noqa: E731
-        predictor = ElementwisePrediction(compute)
+    loss = resolve_loss(mapping, mapping_params).bind(q, temperature, logits_meta, rows)
+    return _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats,
+                    tuple(hidden.shape[:-1]))
+
+
+def _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats, batch):
+    """The fused loss of the bound row loss ``loss`` over ``hidden2d``'s chunks: reduced (gradients
+    computed in the forward) or per token (the backward recomputes the chunks), and the statistics."""
+    compute = lambda th, part, inplace=True: loss.rows(th, part, inplace=inplace)  # noqa: E731
     sink = StatsSink() if return_stats else None
-    batch = tuple(hidden.shape[:-1])
     if reduction == "none":
-        loss = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink)
-        loss = loss.reshape(batch)
+        if isinstance(loss, FenchelYoungRowLoss):
+            predictor = ThresholdPrediction(loss.divergence, loss.beta, loss.q)
+        else:  # α-ReLU: the prediction depends on each logit alone
+            predictor = ElementwisePrediction(compute)
+        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink)
+        value = value.reshape(batch)
     else:
-        loss = _reduced(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt, reduction,
-                        chunk_size, softcap)
+        value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
+                               mean_denominator(tgt, reduction), chunk_size, softcap)
     if not return_stats:
-        return loss
-    return loss, sink.result(batch, compute_dtype(hidden.dtype), hidden.device)
-
-
-def _reduced(hidden2d, weight, bias, compute, tgt, reduction, chunk_size, softcap):
-    """The ``"mean"`` or ``"sum"`` fused loss, its gradients computed in the forward."""
-    if reduction == "mean":
-        denom = float(tgt.keep.sum()) if tgt.item_weight is None else float(tgt.item_weight.sum())
-        if denom == 0:
-            denom = math.nan
-    else:
-        denom = 1.0
-    return LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
-
-
-class _MetaRows(Rows):
-    """The row layout of a ``[N, V]`` logits matrix that is never materialized."""
-
-    def __init__(self, N: int, V: int, dtype):
-        self.shape = torch.Size([N, V])
-        self.dim = 1
-        self.last = True
-        self.in_dtype = self.dtype = dtype
-        self.moved_shape = self.shape
-        self.k, self.R = V, N
-
-    def to_rows(self, t: Tensor) -> Tensor:
-        return t.reshape(self.R, self.k).to(self.dtype)
+        return value
+    return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)

@@ -245,5 +245,3 @@ class BudgetSparsemax(nn.Module):
 
     def extra_repr(self) -> str:
         return f"budget={self.budget}, dim={self.dim}"
-
-

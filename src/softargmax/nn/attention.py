@@ -220,4 +220,3 @@ def convert_attention(module: nn.Module, mapping: str = "entmax15", alpha: Union
         else:
             convert_attention(child, mapping, alpha, learn_alpha)
     return module
-

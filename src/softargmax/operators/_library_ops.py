@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .._utils.checks import check_alpha, check_q
 from .._utils.tracing import CUSTOM_OPS, use_custom_ops
-from ..divergences import Divergence, get_divergence
+from ..divergences import Divergence, get_divergence, spec_of
 from ._autograd import NormalizedMapping
 from .alpha_relu import AlphaReLUFunction
 
@@ -35,7 +35,7 @@ __all__ = ["divergence_spec", "normalized", "alpha_relu"]
 
 def divergence_spec(div: Optional[Divergence]):
     """``(name, parameter)`` that :func:`get_divergence` maps back to ``div``, or ``None`` (a custom generator)."""
-    return ("", 0.0) if div is None else div.spec()
+    return ("", 0.0) if div is None else spec_of(div)
 
 
 def _divergence(name: str, param: float) -> Optional[Divergence]:
@@ -103,8 +103,6 @@ def _normalized_grad(ctx, grad):
     return gx, (gq if q is not None else None), (ga if alpha is not None else None), None, None, None, None
 
 
-
-
 def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                temperature: float, dim: int) -> Tensor:
     """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling."""
@@ -145,8 +143,6 @@ def _alpha_relu_setup(ctx, inputs, output):
 def _alpha_relu_grad(ctx, grad):
     (x,) = ctx.saved_tensors
     return torch.ops.softargmax.alpha_relu_backward(grad, x, *ctx.args), None, None
-
-
 
 
 def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
