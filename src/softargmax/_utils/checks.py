@@ -18,7 +18,7 @@ from .tracing import values_checkable
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def check_tensor(x, name: str = "x") -> Tensor:
+def check_tensor(x: object, name: str = "x") -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -31,7 +31,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _LOW_PRECISION else dtype
 
 
-def check_dim(x: Tensor, dim, name: str = "dim") -> int:
+def check_dim(x: Tensor, dim: object, name: str = "dim") -> int:
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
     if x.dim() == 0:
@@ -41,7 +41,7 @@ def check_dim(x: Tensor, dim, name: str = "dim") -> int:
     return dim % x.dim()
 
 
-def check_positive_number(value, name: str) -> float:
+def check_positive_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
     value = float(value)
@@ -50,7 +50,7 @@ def check_positive_number(value, name: str) -> float:
     return value
 
 
-def check_real(value, name: str, what: str = "a finite number") -> float:
+def check_real(value: object, name: str, what: str = "a finite number") -> float:
     """A finite real number (an ``int`` or a ``float``, not a ``bool``) as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
@@ -60,7 +60,7 @@ def check_real(value, name: str, what: str = "a finite number") -> float:
     return value
 
 
-def check_tau(tau, x: Optional[Tensor] = None, name: str = "tau") -> Union[float, Tensor]:
+def check_tau(tau: object, x: Optional[Tensor] = None, name: str = "tau") -> Union[float, Tensor]:
     """The α-ReLU threshold: a finite number, or a floating tensor of finite values.
 
     With the scores ``x``, a tensor must broadcast to ``x`` and follows :func:`check_device`
@@ -101,7 +101,7 @@ def check_device(t: Tensor, x: Tensor, name: str, move_scalar: bool = True) -> T
     )
 
 
-def check_alpha(alpha, name: str = "alpha", minimum: float = 1.0, strict: bool = False,
+def check_alpha(alpha: object, name: str = "alpha", minimum: float = 1.0, strict: bool = False,
                 x: Optional[Tensor] = None) -> Union[float, Tensor]:
     """α as a float (``>= minimum``, or ``> minimum`` if ``strict``) or a floating tensor.
 
@@ -138,7 +138,7 @@ def check_broadcastable(t: Tensor, x: Tensor, name: str, what: str = "the input'
         raise ValueError(f"{name} of shape {tuple(t.shape)} is not broadcastable to {what} {tuple(x.shape)}")
 
 
-def check_q(q, x: Tensor, name: str = "q") -> Optional[Tensor]:
+def check_q(q: object, x: Tensor, name: str = "q") -> Optional[Tensor]:
     """Validate a reference measure: ``None`` or a finite, strictly positive floating tensor broadcastable to ``x``."""
     if q is None:
         return None

@@ -10,7 +10,8 @@ to take the PyTorch path where it is missing or broken.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from types import ModuleType
+from typing import Callable, Literal, Optional, Union
 
 #: the import names each extra provides (those the code imports)
 EXTRAS = {
@@ -42,11 +43,11 @@ class LazyModule:
     """A module imported on first use by ``load()``: the module, or ``False`` where its import
     fails (Triton missing or broken: the caller then takes the PyTorch path)."""
 
-    def __init__(self, load: Callable):
+    def __init__(self, load: Callable[[], ModuleType]) -> None:
         self._load = load
-        self._module = None
+        self._module: Optional[Union[ModuleType, Literal[False]]] = None
 
-    def __call__(self):
+    def __call__(self) -> Union[ModuleType, Literal[False]]:
         if self._module is None:
             try:
                 self._module = self._load()

@@ -3,7 +3,7 @@ and :func:`sum_to`, which reduces a broadcast gradient back to its argument's sh
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -20,7 +20,7 @@ class Rows:
     ``[R, k]`` result back to ``x``'s layout and dtype.
     """
 
-    def __init__(self, x: Tensor, dim: int, dtype: Optional[torch.dtype] = None):
+    def __init__(self, x: Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> None:
         self.shape = x.shape
         self.dim = dim
         self.in_dtype = x.dtype
@@ -81,7 +81,7 @@ class Rows:
 class MetaRows(Rows):
     """The row layout of an ``[N, V]`` matrix that is never materialized (the fused loss's logits)."""
 
-    def __init__(self, N: int, V: int, dtype: torch.dtype):
+    def __init__(self, N: int, V: int, dtype: torch.dtype) -> None:
         self.shape = torch.Size([N, V])
         self.dim = 1
         self.last = True
@@ -93,7 +93,7 @@ class MetaRows(Rows):
         return t.reshape(self.R, self.k).to(self.dtype)
 
 
-def sum_to(t: Tensor, shape) -> Tensor:
+def sum_to(t: Tensor, shape: Sequence[int]) -> Tensor:
     """Reduce a broadcast gradient back to ``shape``."""
     if tuple(t.shape) == tuple(shape):
         return t
