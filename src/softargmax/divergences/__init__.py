@@ -115,7 +115,7 @@ DIVERGENCE_NAMES = tuple(_REGISTRY)
 @functools.lru_cache(maxsize=64)
 def _cached(name: str, alpha: Optional[float]) -> Divergence:
     """One instance per generator, so per-instance caches (bounds) are reused across calls."""
-    return AlphaDivergence(alpha) if name == "alpha" else _REGISTRY[name]()
+    return AlphaDivergence(alpha) if name == "alpha" and alpha is not None else _REGISTRY[name]()
 
 
 def _instance(name: str, alpha: Optional[float]) -> Divergence:
@@ -126,7 +126,7 @@ def _instance(name: str, alpha: Optional[float]) -> Divergence:
     return _cached(name, alpha)
 
 
-def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
+def get_divergence(divergence: Union[str, Divergence], **params: object) -> Divergence:
     """Resolve a divergence name (with its parameters) or pass a :class:`Divergence` through.
 
     Raises:
@@ -174,7 +174,7 @@ def spec_of(divergence: Divergence) -> Optional[tuple[str, float]]:
     name = next((n for n, c in _REGISTRY.items() if c is cls), None)
     if name is None:
         return None
-    if name == "alpha":
+    if isinstance(divergence, AlphaDivergence):
         alpha = divergence.alpha
         return None if isinstance(alpha, Tensor) else ("alpha", float(alpha))
     return name, 0.0

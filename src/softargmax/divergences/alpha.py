@@ -11,7 +11,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Any, Optional, Union, cast
 
 import torch
 from torch import Tensor
@@ -38,28 +38,28 @@ class AlphaDivergence(Divergence):
 
     name = "alpha"
 
-    def __init__(self, alpha: Union[Number, Tensor]):
+    def __init__(self, alpha: Union[Number, Tensor]) -> None:
         self.alpha = alpha
-        self._hints = None
+        self._hints: Optional[SolverHints] = None
+        self._a: Union[float, Tensor]
         if isinstance(alpha, Tensor):
             self._a = alpha - 1
         else:
             self._a = float(alpha) - 1.0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"AlphaDivergence(alpha={self.alpha!r})"
 
     @property
-    def f_prime_zero(self):  # type: ignore[override]
-        if isinstance(self.alpha, Tensor):
+    def f_prime_zero(self) -> float:  # type: ignore[override]  # a class attribute elsewhere; per α here
+        a = self._a
+        if isinstance(a, Tensor):
             # per-row α: only used for the candidate bound, the widest one is safe
-            a = float(self._a.min()) if self._a.numel() else 1.0
-        else:
-            a = self._a
+            a = float(a.min()) if a.numel() else 1.0
         return -1.0 / a if a > 0 else -math.inf
 
     @property
-    def hints(self) -> SolverHints:  # type: ignore[override]
+    def hints(self) -> SolverHints:  # type: ignore[override]  # a class attribute elsewhere; made per α here
         """The solver hints of this α (made on first use: a per-row α is read once)."""
         if self._hints is None:
             self._hints = self._make_hints()
@@ -67,16 +67,15 @@ class AlphaDivergence(Divergence):
 
     def _make_hints(self) -> SolverHints:
         a = self._a
-        per_row = isinstance(a, Tensor)
         return SolverHints(
             newton_power=a,
             # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative exponent
             # (α < 1): a convex transform.  α > 2 is not covered (it has its own path: power_exponent)
-            monotone_newton=bool((a <= 1).all()) if per_row else a <= 1.0,
+            monotone_newton=bool((a <= 1).all()) if isinstance(a, Tensor) else a <= 1.0,
             evaluator=_AlphaEvaluator,
-            softmax=not per_row and a == 0.0,
+            softmax=not isinstance(a, Tensor) and a == 0.0,
             # the fused solvers take one float α in (1, 2] (a per-row α goes through solve_alpha_rows)
-            fused_kind=None if per_row or not 0.0 < a <= 1.0 else ("power", a),
+            fused_kind=None if isinstance(a, Tensor) or not 0.0 < a <= 1.0 else ("power", a),
             power_exponent=a,
             # τ = (t + 1)/(α - 1) from the fused solvers' entmax threshold t cancels near α = 1
             fused_tau_exact=not self._near_one(),
@@ -101,10 +100,10 @@ class AlphaDivergence(Divergence):
             gp = torch.where(u > -1.0, gp, torch.zeros_like(gp))
         return g, gp
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         a = self._a
-        al = a + 1
         if isinstance(a, float):
+            al = a + 1
             if a == 0.0:
                 return torch.special.xlogy(u, u) - u + 1
             if self._near_one():
@@ -118,7 +117,7 @@ class AlphaDivergence(Divergence):
         gen = (u ** (a_safe + 1) - 1 - (a_safe + 1) * (u - 1)) / ((a_safe + 1) * a_safe)
         return torch.where(a == 0, torch.special.xlogy(u, u) - u + 1, gen)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         a = self._a
         if isinstance(a, float):
             if self._near_one():
@@ -129,14 +128,14 @@ class AlphaDivergence(Divergence):
 
     def _exponent(self, v: Tensor) -> tuple[Tensor, Tensor]:
         """``E = log g(v) = log1p((α-1)v)/(α-1)`` and ``t = (α-1) v`` for tensor α."""
-        a = self._a
+        a = cast(Tensor, self._a)
         t = torch.clamp(a * v, min=-1.0)
         t = torch.where(torch.isnan(v), v, t)
         a_safe = torch.where(a == 0, torch.ones_like(a), a)
         E = torch.where(a == 0, v, torch.log1p(t) / a_safe)
         return E, t
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         a = self._a
         al = a + 1
         if isinstance(a, float):
@@ -152,13 +151,13 @@ class AlphaDivergence(Divergence):
         # f*(v) = (g(v) (1 + t) - 1) / α = expm1(α E) / α (log(1 + t) = (α - 1) E)
         return torch.expm1(al * E) / al
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return self.conj_prime_and_prime2(v)[0]
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         return self.conj_prime_and_prime2(v)[1]
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         a = self._a
         if isinstance(a, float):
             if a == 0.0:
@@ -193,7 +192,9 @@ class _AlphaEvaluator(Evaluator):
     """The α family's Newton sums: ``exp(z - m)`` once at α = 1, the candidates scaled by ``a`` once
     for other float α, squared norms for α = 1.5; a per-row α and α near 1 go the generic way."""
 
-    def prepare(self, z, m):
+    divergence: AlphaDivergence
+
+    def prepare(self, z: Tensor, m: Tensor) -> Any:
         a = self.divergence._a
         if isinstance(a, float) and a == 0.0:
             return torch.exp(z - m), m
@@ -204,7 +205,7 @@ class _AlphaEvaluator(Evaluator):
             return z * a
         return None
 
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         a = self.divergence._a
         if not isinstance(a, float):
             return self.divergence.conj_prime_and_prime2(z - tau)
@@ -227,7 +228,7 @@ class _AlphaEvaluator(Evaluator):
             return gp * base, gp
         return self.divergence.conj_prime_and_prime2(z - tau)
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         a = self.divergence._a
         if not isinstance(a, float) or a < 0 or self.divergence._near_one():
             return super().newton_sums(z, tau, prep, out)
@@ -250,7 +251,7 @@ class _AlphaEvaluator(Evaluator):
         g = base.mul_(gp)  # g = base^{1/a} = base * base^{(1-a)/a}
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
 
-    def finish(self, z, tau, prep, state):
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         a = self.divergence._a
         if isinstance(a, float) and a == 0.5:
             base, buf = state

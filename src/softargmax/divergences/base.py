@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -63,7 +64,7 @@ class Divergence(abc.ABC):
     f_prime_zero: float = -math.inf
     hints: SolverHints = SolverHints()
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         moved = [n for n in _MOVED_TO_HINTS if n in cls.__dict__]
         if moved:

@@ -12,6 +12,7 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -29,29 +30,29 @@ __all__ = ["KL", "ReverseKL", "Jeffrey", "JensenShannon", "SquaredHellinger", "C
 class _KLEvaluator(Evaluator):
     """``g(z - τ) = exp(z - m) exp(m - τ - 1)``: one exponential per call, none per Newton step."""
 
-    def prepare(self, z, m):
+    def prepare(self, z: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
         return torch.exp(z - m), m
 
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         e, m = prep
         g = e * torch.exp(m - tau - 1)
         return g, g
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         e, m = prep
         g = torch.mul(e, torch.exp(m - tau - 1), out=out[0])
         S = g.sum(-1, keepdim=True)
         return S, S, g
 
-    def finish(self, z, tau, prep, state):
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         return state, state
 
 
-def _kl_binary_low_probability(u, q0, q1):
+def _kl_binary_low_probability(u: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     return torch.sigmoid(u + torch.log(q1) - torch.log(q0))
 
 
-def _kl_binary_softplus(s, q0, q1):
+def _kl_binary_softplus(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     return torch.logaddexp(torch.log(q0) + torch.zeros_like(s), s + torch.log(q1))
 
 
@@ -62,22 +63,22 @@ class KL(Divergence):
     hints = SolverHints(newton_power=0.0, monotone_newton=True, evaluator=_KLEvaluator, softmax=True,
                         binary_low_probability=_kl_binary_low_probability, binary_softplus=_kl_binary_softplus)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return torch.special.xlogy(u, u)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return torch.log(u) + 1
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return torch.exp(v - 1)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return torch.exp(v - 1)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         return torch.exp(v - 1)
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         g = torch.exp(v - 1)
         return g, g
 
@@ -86,38 +87,38 @@ class KL(Divergence):
 
 
 class _ReverseKLEvaluator(Evaluator):
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         g = torch.sub(tau, z).reciprocal_()
         return g, g * g
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         g = torch.sub(tau, z, out=out[0]).reciprocal_()
         return g.sum(-1, keepdim=True), torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, (g, out[1])
 
-    def finish(self, z, tau, prep, state):
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         g, buf = state
         return g, torch.mul(g, g, out=buf)
 
 
-def _reverse_kl_binary_tau(s, q0, q1):
+def _reverse_kl_binary_tau(s: Tensor, q0: Tensor, q1: Tensor) -> tuple[Tensor, Tensor]:
     """``τ`` and ``τ - s`` of the two-class case: the roots of a quadratic (Roulet et al.,
     2025, Proposition 10), in a form without cancellation."""
     g = q1 - q0 + s
     c = 4 * q0 * q1
 
-    def h(t):
+    def h(t: Tensor) -> Tensor:
         root = torch.sqrt(t * t + c)
         return torch.where(t >= 0, 0.5 * (t + root), 0.5 * c / (root + t.abs()))
 
     return q0 + h(g), q1 + h(-g)
 
 
-def _reverse_kl_binary_low_probability(u, q0, q1):
+def _reverse_kl_binary_low_probability(u: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     _, tau_minus_u = _reverse_kl_binary_tau(u, q0, q1)
     return q1 / tau_minus_u
 
 
-def _reverse_kl_binary_softplus(s, q0, q1):
+def _reverse_kl_binary_softplus(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     tau, tau_minus_s = _reverse_kl_binary_tau(s, q0, q1)
     return tau - q0 * torch.log(tau) - q1 * torch.log(tau_minus_s) - (q0 + q1)
 
@@ -130,22 +131,22 @@ class ReverseKL(Divergence):
                         binary_low_probability=_reverse_kl_binary_low_probability,
                         binary_softplus=_reverse_kl_binary_softplus)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return -torch.log(u)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return -1.0 / u
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return -1.0 - torch.log(-v)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return -1.0 / v
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         return 1.0 / (v * v)
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         g = -1.0 / v
         return g, g * g
 
@@ -182,23 +183,23 @@ class Jeffrey(Divergence):
     name = "jeffrey"
     hints = SolverHints(newton_power=0.0)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return (u - 1) * torch.log(u)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return torch.log(u) + 1 - 1.0 / u
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         g = self.conj_prime(v)
         return g + torch.log(g) - 1
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return 1.0 / lambertw_exp(1 - v)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         return self.conj_prime_and_prime2(v)[1]
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         w = lambertw_exp(1 - v)
         g = 1.0 / w
         # dg/dv = 1 / (w (1 + w)) = g^2 / (1 + g)
@@ -209,28 +210,28 @@ class Jeffrey(Divergence):
 
 
 class _JensenShannonEvaluator(Evaluator):
-    def prepare(self, z, m):
+    def prepare(self, z: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
         # exp(m - z) >= 1 (inf far below the maximum, where g = 0)
         return torch.exp(m - z), m
 
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         e, m = prep
         # g = 1/(2 exp(τ - z) - 1) = 1/(2 exp(τ - m) exp(m - z) - 1);  τ >= m on the path
         g = torch.mul(e, 2 * torch.exp(tau - m)).sub_(1).reciprocal_()
         return g, torch.addcmul(g, g, g)
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         e, m = prep
         g = torch.mul(e, 2 * torch.exp(tau - m), out=out[0]).sub_(1).reciprocal_()
         S = g.sum(-1, keepdim=True)
         return S, S + torch.linalg.vector_norm(g, 2, -1, keepdim=True) ** 2, (g, out[1])
 
-    def finish(self, z, tau, prep, state):
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         g, buf = state
         return g, torch.addcmul(g, g, g, out=buf)
 
 
-def _jensen_shannon_binary_tau(s, q0, q1):
+def _jensen_shannon_binary_tau(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     """``τ = s/2 + h(s/2)`` of the two-class case: a quadratic in ``exp τ`` (Roulet et al.,
     2025, Proposition 11), in a stable form."""
     t = s / 2
@@ -239,11 +240,11 @@ def _jensen_shannon_binary_tau(s, q0, q1):
     return t + G + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
 
 
-def _jensen_shannon_binary_low_probability(u, q0, q1):
+def _jensen_shannon_binary_low_probability(u: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     return q1 / (2 * torch.exp(_jensen_shannon_binary_tau(u, q0, q1) - u) - 1)
 
 
-def _jensen_shannon_binary_softplus(s, q0, q1):
+def _jensen_shannon_binary_softplus(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     tau = _jensen_shannon_binary_tau(s, q0, q1)
     return tau - q0 * torch.log(2 - torch.exp(-tau)) - q1 * torch.log(2 - torch.exp(s - tau))
 
@@ -256,23 +257,23 @@ class JensenShannon(Divergence):
                         fused_kind=("js", None), binary_low_probability=_jensen_shannon_binary_low_probability,
                         binary_softplus=_jensen_shannon_binary_softplus)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return torch.log(2 * u / (u + 1))
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return -torch.log1p(-torch.expm1(v))
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return 1.0 / (2 * torch.exp(-v) - 1)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         g = self.conj_prime(v)
         return g + g * g
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         g = 1.0 / (2 * torch.exp(-v) - 1)
         return g, g + g * g
 
@@ -281,18 +282,18 @@ class JensenShannon(Divergence):
 
 
 class _SquaredHellingerEvaluator(Evaluator):
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         r = torch.sub(tau + 1, z).reciprocal_()
         g = r * r
         return g, 2 * g * r
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         r = torch.sub(tau + 1, z, out=out[0]).reciprocal_()
         g = torch.mul(r, r, out=out[1])
         r3 = r.mul_(g)  # r is not needed afterwards: r^3 in place
         return g.sum(-1, keepdim=True), 2 * r3.sum(-1, keepdim=True), (g, r3)
 
-    def finish(self, z, tau, prep, state):
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         g, r3 = state
         return g, r3.mul_(2)
 
@@ -304,24 +305,24 @@ class SquaredHellinger(Divergence):
     hints = SolverHints(newton_power=-0.5, monotone_newton=True, evaluator=_SquaredHellingerEvaluator,
                         fused_kind=("hellinger", None))
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return (torch.sqrt(u) - 1) ** 2
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return 1 - 1.0 / torch.sqrt(u)
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return v / (1 - v)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         r = 1.0 / (1 - v)
         return r * r
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         r = 1.0 / (1 - v)
         return 2 * r * r * r
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r = 1.0 / (1 - v)
         g = r * r
         return g, 2 * g * r
@@ -331,22 +332,22 @@ class SquaredHellinger(Divergence):
 
 
 class _ChiSquareEvaluator(Evaluator):
-    def evaluate(self, z, tau, prep):
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         g = torch.sub(z, tau).clamp_(min=0)
         return g, torch.sign(g)
 
-    def newton_sums(self, z, tau, prep, out):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         g = torch.sub(z, tau, out=out[0]).clamp_(min=0)
         s = torch.sign(g, out=out[1])
         return g.sum(-1, keepdim=True), s.sum(-1, keepdim=True), (g, s)
 
 
-def _chi_square_binary_low_probability(u, q0, q1):
+def _chi_square_binary_low_probability(u: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     # the binary sparsemax (Martins & Astudillo, 2016, §3.3: clamp((u + 1)/2, 0, 1) for q = 1)
     return torch.clamp(q1 * (q0 * u + 1) / (q0 + q1), 0, 1)
 
 
-def _chi_square_binary_softplus(s, q0, q1):
+def _chi_square_binary_softplus(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     tau = torch.maximum(torch.maximum((q1 * s - 1) / (q0 + q1), s - 1 / q1), -1 / q0 + torch.zeros_like(s))
     u0 = torch.clamp(-tau, min=0)
     u1 = torch.clamp(s - tau, min=0)
@@ -364,22 +365,22 @@ class ChiSquare(Divergence):
                         binary_low_probability=_chi_square_binary_low_probability,
                         binary_softplus=_chi_square_binary_softplus)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return 0.5 * (u * u - 1)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return u
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return 0.5 * (v * v + 1)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return torch.clamp(v, min=0)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         return (v > 0).to(v.dtype)
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         g = torch.clamp(v, min=0)
         return g, torch.sign(g)
 
@@ -393,22 +394,22 @@ class ReverseChiSquare(Divergence):
     name = "reverse_chi_square"
     hints = SolverHints(newton_power=-2.0, monotone_newton=True)
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return 0.5 * (1.0 / u - 1)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return -0.5 / (u * u)
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return 0.5 - torch.sqrt(-2 * v)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return torch.rsqrt(-2 * v)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         r = torch.rsqrt(-2 * v)
         return r * r * r
 
-    def conj_prime_and_prime2(self, v):
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r = torch.rsqrt(-2 * v)
         return r, r * r * r

@@ -41,7 +41,7 @@ class CustomDivergence(Divergence):
         newton_power: float = 0.0,
         name: str = "custom",
         hints: Optional[SolverHints] = None,
-    ):
+    ) -> None:
         for arg, fn in (("f", f), ("f_prime", f_prime), ("conj", conj), ("conj_prime", conj_prime)):
             if not callable(fn):
                 raise TypeError(f"CustomDivergence: `{arg}` must be callable, got {type(fn).__name__}")
@@ -55,22 +55,22 @@ class CustomDivergence(Divergence):
         self.hints = SolverHints(newton_power=float(newton_power)) if hints is None else hints
         self.name = name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CustomDivergence(name={self.name!r})"
 
-    def f(self, u):
+    def f(self, u: Tensor) -> Tensor:
         return self._f(u)
 
-    def f_prime(self, u):
+    def f_prime(self, u: Tensor) -> Tensor:
         return self._fp(u)
 
-    def conj(self, v):
+    def conj(self, v: Tensor) -> Tensor:
         return self._conj(v)
 
-    def conj_prime(self, v):
+    def conj_prime(self, v: Tensor) -> Tensor:
         return self._cp(v)
 
-    def conj_prime2(self, v):
+    def conj_prime2(self, v: Tensor) -> Tensor:
         if self._cp2 is not None:
             return self._cp2(v)
         return super().conj_prime2(v)

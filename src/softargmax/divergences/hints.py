@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol, Union
+from typing import Any, Callable, Optional, Protocol, Union
 
 import torch
 from torch import Tensor
@@ -32,8 +32,11 @@ __all__ = ["SolverHints", "Evaluator", "evaluator_of"]
 class _Generator(Protocol):
     """What the solvers read of a :class:`~softargmax.divergences.Divergence` through this module."""
 
-    hints: SolverHints
-    f_prime_zero: float
+    @property
+    def hints(self) -> SolverHints: ...
+
+    @property
+    def f_prime_zero(self) -> float: ...
 
     def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
@@ -45,14 +48,14 @@ class Evaluator:
         divergence: the generator whose conjugate ``g = (f*)'`` is evaluated.
     """
 
-    def __init__(self, divergence: _Generator):
+    def __init__(self, divergence: _Generator) -> None:
         self.divergence = divergence
 
-    def prepare(self, z: Tensor, m: Tensor):
+    def prepare(self, z: Tensor, m: Tensor) -> Any:
         """Per-call precomputation for :meth:`evaluate` (``z``: candidates ``[R, K]``, ``m``: row maxima ``[R, 1]``)."""
         return None
 
-    def evaluate(self, z: Tensor, tau: Tensor, prep) -> tuple[Tensor, Tensor]:
+    def evaluate(self, z: Tensor, tau: Tensor, prep: Any) -> tuple[Tensor, Tensor]:
         """``(g(z - τ), g'(z - τ))`` for candidates ``z`` ``[R, K]`` and thresholds ``τ`` ``[R, 1]``.
 
         For a sparse generator (``f'(0)`` finite) the argument is clamped at ``f'(0)`` and both are 0
@@ -67,7 +70,7 @@ class Evaluator:
         g, gp = self.divergence.conj_prime_and_prime2(torch.where(inside, v, torch.full_like(v, lo)))
         return g.masked_fill(~inside, 0.0), gp.masked_fill(~inside, 0.0)
 
-    def newton_sums(self, z: Tensor, tau: Tensor, prep, out: tuple):
+    def newton_sums(self, z: Tensor, tau: Tensor, prep: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         r"""``(S, S', state)`` with :math:`S = \sum_j g(z_j - \tau)`, :math:`S' = \sum_j g'(z_j - \tau)` per row (``[R, 1]``).
 
         Only the sums are needed by a Newton step; :meth:`finish` turns ``state`` into
@@ -78,7 +81,7 @@ class Evaluator:
         g, gp = self.evaluate(z, tau, prep)
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
 
-    def finish(self, z: Tensor, tau: Tensor, prep, state) -> tuple[Tensor, Tensor]:
+    def finish(self, z: Tensor, tau: Tensor, prep: Any, state: Any) -> tuple[Tensor, Tensor]:
         """``(g, g')`` at the ``τ`` of the last :meth:`newton_sums` call."""
         return state
 
@@ -120,7 +123,7 @@ class SolverHints:
     monotone_newton: bool = False
     evaluator: Optional[Callable[[_Generator], Evaluator]] = None
     softmax: bool = False
-    fused_kind: Optional[tuple] = None
+    fused_kind: Optional[tuple[str, Optional[float]]] = None
     power_offset: float = 1.0
     power_exponent: Union[float, Tensor, None] = None
     fused_tau_exact: bool = True
