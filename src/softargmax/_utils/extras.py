@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 #: the import names each extra provides (those the code imports)
 EXTRAS = {
@@ -47,7 +47,7 @@ class LazyModule:
         self._load = load
         self._module: Optional[Union[ModuleType, Literal[False]]] = None
 
-    def __call__(self) -> Union[ModuleType, Literal[False]]:
+    def __call__(self) -> Any:  # the module (its members are untyped: Triton's kernels) or False
         if self._module is None:
             try:
                 self._module = self._load()

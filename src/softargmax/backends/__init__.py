@@ -19,6 +19,7 @@ from typing import Optional
 from torch import Tensor
 
 from ..divergences import Divergence
+from .solution import Solution
 from .cpu import rows as _cpu_rows
 from .triton import rows as _triton_rows
 
@@ -63,13 +64,13 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     return backend if div is not None and backend.covers_divergence(x, div) else None
 
 
-def solve(z: Tensor, div: Divergence):
+def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     """A fused :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` with ``q = 1``, or ``None``."""
     backend = select(z, div)
     return None if backend is None else backend.solve(z, div)
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor):
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``, every α in (1, 2]) by a fused solver, or ``None``."""
     backend = select(z, alpha_rows=alpha2d)
     return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)

@@ -15,12 +15,13 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
 
 from ..divergences import Divergence
+from .solution import Solution
 
 KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 
@@ -28,8 +29,11 @@ KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 #: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`)
 KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
 
+#: a fused row solver, ``run(z, kind, a, a_stride)`` (module docstring)
+FusedRun = Callable[[Tensor, int, Tensor, int], Solution]
 
-def kind_of(div: Divergence):
+
+def kind_of(div: Divergence) -> tuple[Optional[int], Optional[float]]:
     """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``.
 
     The divergence declares it (the hint ``fused_kind`` of :class:`~softargmax.divergences.SolverHints`):
@@ -41,7 +45,8 @@ def kind_of(div: Divergence):
     return KINDS[name], a
 
 
-def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64, device="cpu"):
+def solve_with(run: FusedRun, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64,
+               device: Union[str, torch.device] = "cpu") -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
 
     ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
@@ -52,6 +57,7 @@ def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype =
     a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
     sol = run(z, kind, a_t, 0)
     if kind == KIND_POWER:
+        assert a is not None  # the power kind carries its exponent a = α - 1
         sol.tau = (sol.tau + div.hints.power_offset) / a
     return sol
 
@@ -63,8 +69,8 @@ def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.
     return a.numel() == z.shape[0] and bool(((a > 0) & (a <= 1)).all())
 
 
-def solve_alpha_rows_with(run: Callable, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
-                          checked: bool = False):
+def solve_alpha_rows_with(run: FusedRun, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
+                          checked: bool = False) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]
     (``checked``: :func:`alpha_rows_covered` already said yes)."""
     if not checked and not alpha_rows_covered(z, alpha2d, a_dtype):

@@ -26,6 +26,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from ..divergences import Divergence
+
 __all__ = ["Solution", "sum_f_minus_f0"]
 
 
@@ -98,7 +100,7 @@ class Solution:
 
     # -- the backward ------------------------------------------------------------------
 
-    def centered(self, v: Tensor):
+    def centered(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r"""``(s ⊙ v, c)`` on the candidates, :math:`c = \langle s, v\rangle / \sum_j s_j` per row (``v``: ``[R, k]``).
 
         Needs :attr:`s` (the PyTorch and C solvers); :math:`\sum_j s_j = 0` only in all-masked rows,
@@ -118,6 +120,7 @@ class Solution:
         if self.jvp_kernel is not None:
             return self.jvp_kernel(v, 1.0 / temperature)
         sv, c = self.centered(v)
+        assert self.s is not None  # centered() raised otherwise
         gx = torch.addcmul(sv, self.s, c, value=-1.0)  # s ⊙ (v - c)
         if temperature != 1.0:
             gx = gx.div_(temperature)
@@ -141,7 +144,7 @@ class Solution:
         th_c = self.gather(theta)
         return torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
 
-    def f_sum(self, div, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
+    def f_sum(self, div: Divergence, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
         r""":math:`\sum_{p_j > 0} q_j [f(p_j/q_j) - f(0)]` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""
         if self.omega is not None and q is None:
             return self.omega.to(dtype)
@@ -150,7 +153,7 @@ class Solution:
         return sum_f_minus_f0(div, self.p, q_c, f0)
 
 
-def sum_f_minus_f0(div, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
+def sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
     """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
     pos = p > 0
     ratio = p if q is None else p / q

@@ -18,7 +18,7 @@ class Switch:
     """A fast path's on/off switch: read from the environment variable ``env`` at import
     (:func:`env_flag`), changed by :meth:`set` (tests, comparisons with the PyTorch path)."""
 
-    def __init__(self, env: str):
+    def __init__(self, env: str) -> None:
         self.on = env_flag(env)
 
     def set(self, flag: bool) -> bool:

@@ -41,6 +41,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Literal, Optional, Union
 
 import torch
 from torch import Tensor
@@ -60,7 +61,7 @@ VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
-_loaded: list = []  # once tried: [the library] or [False] (unavailable)
+_loaded: list[Union[ctypes.CDLL, Literal[False]]] = []  # once tried: [the library] or [False] (unavailable)
 _switch = Switch("SOFTARGMAX_CPU_KERNELS")
 
 
@@ -112,14 +113,14 @@ def _build() -> Path:
     return target
 
 
-def _load():
+def _load() -> Union[ctypes.CDLL, Literal[False]]:
     with _lock:
         if not _loaded:
             _loaded.append(_open())
     return _loaded[0]
 
 
-def _open():
+def _open() -> Union[ctypes.CDLL, Literal[False]]:
     """The built library with its functions' signatures, or ``False`` (with a warning) if it cannot be built."""
     try:
         lib = ctypes.CDLL(str(_build()))
@@ -186,7 +187,7 @@ def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
     return not bool((a < MIN_A.get(z.dtype, 1.0)).any())
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int) -> Solution:
     R, k = z.shape
     p = torch.empty_like(z)
     s = torch.empty_like(z)
@@ -195,6 +196,7 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
     status = torch.empty(R, dtype=torch.int8)
     threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
     lib = _load()
+    assert lib  # _usable() loaded it
     fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
     it = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(), s.data_ptr(), tau.data_ptr(),
             ssum.data_ptr(), status.data_ptr(), threads)
@@ -207,14 +209,14 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
                     backend="cpu")
 
 
-def solve(z: Tensor, div: Divergence):
+def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
     return solve_with(_run, z, div)
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
     (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):

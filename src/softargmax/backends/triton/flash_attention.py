@@ -27,7 +27,8 @@ style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the 
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from types import ModuleType
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -47,7 +48,7 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _switch = Switch("SOFTARGMAX_FLASH_ATTENTION")
 
 
-def _load():
+def _load() -> ModuleType:
     from . import attention_kernels as _triton_attention
 
     return _triton_attention
@@ -66,7 +67,7 @@ def set_enabled(flag: bool) -> bool:
     return _switch.set(flag)
 
 
-def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16):
+def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int]:
     """``(BLOCK_M, BLOCK_N, num_warps)``.  On a GPU, half inputs: 64×32 tiles with 8 warps
     up to ``D = 64``, 32×32 at ``D = 128``; float32 inputs: 32×32.  Chosen from the sm_90
     register reports of the compile test (no spills, or a few dozen bytes; 64×64 tiles
@@ -81,8 +82,11 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
 
 # -- coverage --------------------------------------------------------------------------------
 
+#: what :func:`_prepare` returns for a covered call: ``(q, k, v, mask4, a, alpha_h, squeeze)``
+_Prepared = tuple[Tensor, Tensor, Tensor, Optional[Tensor], float, Optional[Tensor], bool]
 
-def _exponent(mapping, alpha):
+
+def _exponent(mapping: str, alpha: object) -> Optional[tuple[float, Optional[Tensor]]]:
     """``(a, alpha_tensor)`` with ``a = α - 1`` for a float α, or ``None`` if not covered."""
     if mapping == "sparsemax":
         return 1.0, None
@@ -131,7 +135,8 @@ def _usable_device(t: Tensor) -> bool:
     return _switch.on and _triton_rows.usable_device(t) and available()
 
 
-def _prepare(query, key, value, attn_mask, is_causal, mapping, alpha):
+def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool, mapping: str,
+             alpha: object) -> Optional[_Prepared]:
     """The 4-D inputs and the settings of a covered call, or ``None``."""
     ex = _exponent(mapping, alpha)
     if ex is None:
@@ -169,7 +174,8 @@ def _prepare(query, key, value, attn_mask, is_causal, mapping, alpha):
 
 
 def maybe_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
-                    is_causal: bool, scale: float, mapping, alpha, return_weights: bool) -> Optional[Tensor]:
+                    is_causal: bool, scale: float, mapping: str, alpha: object,
+                    return_weights: bool) -> Optional[Tensor]:
     """The fused output when the kernels cover the call (module docstring), else ``None``."""
     if return_weights or dropout_p > 0 or not _usable_device(query):
         return None
@@ -196,7 +202,8 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Option
     return _apply(prep, is_causal, scale, block_m, block_n)
 
 
-def _apply(prep, is_causal, scale, block_m=None, block_n=None):
+def _apply(prep: _Prepared, is_causal: bool, scale: float, block_m: Optional[int] = None,
+           block_n: Optional[int] = None) -> Tensor:
     q, k, v, mask4, a, alpha_h, squeeze = prep
     bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
     cfg = (block_m or bm, block_n or bn, warps)
@@ -217,13 +224,14 @@ def _dot_mode(q: Tensor) -> int:
     return 2 if (q.dtype == torch.bfloat16 and q.device.type == "cpu") else 0
 
 
-def _mask_args(mask4: Optional[Tensor], like: Tensor):
+def _mask_args(mask4: Optional[Tensor], like: Tensor) -> tuple[Tensor, tuple[int, ...], int]:
     if mask4 is None:
         return like, (0, 0, 0, 0), 0
     return mask4, tuple(mask4.stride()), 2 if mask4.dtype == torch.uint8 else 1
 
 
-def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
+def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
+             scale: float, cfg: tuple[int, int, int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Launch the forward kernel; returns the output and the saved rows."""
     K = _module()
     B, H, L, D = q.shape
@@ -248,7 +256,7 @@ def _forward(q, k, v, A, exact, mask4, causal, scale, cfg):
     return o, w, rows, bmax, iters
 
 
-def _kernel_a(q, alpha_h, a):
+def _kernel_a(q: Tensor, alpha_h: Optional[Tensor], a: float) -> Tensor:
     H = q.shape[1]
     if alpha_h is not None:
         return (alpha_h.detach().to(device=q.device, dtype=torch.float32) - 1.0).contiguous()
@@ -270,7 +278,8 @@ class FlashEntmaxAttention(torch.autograd.Function):
     """``O = entmax_α(scale · q kᵀ + mask) v`` by the fused kernels (see :mod:`softargmax.backends.triton.attention_kernels`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha_h, a, mask4, causal, scale, cfg):
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha_h: Optional[Tensor], a: float,
+                mask4: Optional[Tensor], causal: bool, scale: float, cfg: tuple[int, int, int]) -> Tensor:
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
         o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg)
@@ -282,7 +291,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, do):
+    def backward(ctx: Any, do: Tensor) -> tuple[Optional[Tensor], ...]:
         q, k, v, o, w, rows, bmax, A = ctx.saved_tensors
         K = _module()
         B, H, L, D = q.shape

@@ -320,7 +320,7 @@ def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, t
     else:
         tau = t + m
     tl.store(T + row, tl.where(bad, float("nan"), tau).to(T.dtype.element_ty))
-    tl.store(SSUM + row, Sp.to(SSUM.dtype.element_ty))
+    tl.store(SSUM + row, Sp.to(SSUM.dtype.element_ty))  # type: ignore[attr-defined]  # a Triton scalar after the loop
     tl.store(ZP + row, tl.where(bad, float("nan"), zp))
     tl.store(OMEGA + row, tl.where(bad, float("nan"), omega))
     tl.store(STATUS + row, tl.where(bad, 2, tl.where(empty, 1, 0)).to(tl.int8))

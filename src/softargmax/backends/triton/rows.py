@@ -29,7 +29,9 @@ tensors here (the test suite does this at small sizes).
 
 from __future__ import annotations
 
+import functools
 import os
+from types import ModuleType
 from typing import Optional
 
 import torch
@@ -59,7 +61,7 @@ _switch = Switch("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
 
 
-def _load():
+def _load() -> ModuleType:
     from . import row_kernels as _triton_kernels
 
     return _triton_kernels
@@ -122,7 +124,7 @@ def covers_alpha_relu(x: Tensor, alpha: float) -> bool:
             and 0.0 < alpha - 1.0 <= 1.0)
 
 
-def _tile(k: int):
+def _tile(k: int) -> tuple[int, int, int]:
     """``(ROWS, BLOCK, num_warps)`` of the register kernels for rows of length ``k``.
 
     About 8 scores per thread (16 at ``BLOCK = 16384``); several rows per program up to
@@ -137,7 +139,7 @@ def _tile(k: int):
     return 1, block, min(32, block // 256)
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, exact: int = 0):
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, exact: int = 0) -> Solution:
     """``exact``: 1 sparsemax, 2 1.5-entmax (closed-form steps), 0 general (the caller knows α as a float)."""
     K = _module()
     R, k = z.shape
@@ -185,24 +187,26 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, 
     return g
 
 
-def solve(z: Tensor, div: Divergence):
+def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
     kind, a = kind_of(div)
     if kind is None or not _usable(z):
         return None
+    if kind != KIND_POWER:
+        return solve_with(_run, z, div, a_dtype=torch.float32, device=z.device)
+    assert a is not None  # the power kind carries its exponent a = α - 1
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
-    c = 0.0 if (kind != KIND_POWER or chi) else a + 1.0
-    exact = _relu_exact(a) if kind == KIND_POWER else 0
-    sol = solve_with(lambda *args: _run(*args, omega_c=c, exact=exact), z, div, a_dtype=torch.float32,
+    c = 0.0 if chi else a + 1.0
+    sol = solve_with(functools.partial(_run, omega_c=c, exact=_relu_exact(a)), z, div, a_dtype=torch.float32,
                      device=z.device)
-    if kind == KIND_POWER:
-        sol.omega = sol.omega / (2.0 if chi else (a + 1.0) * a)
+    assert sol is not None and sol.omega is not None  # covered, and the kernels write the row sums
+    sol.omega = sol.omega / (2.0 if chi else (a + 1.0) * a)
     return sol
 
 
-def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False):
+def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
     (``checked``: :func:`covers_alpha_rows` already said yes)."""
     if not _usable(z):
