@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -45,8 +45,13 @@ __all__ = ["newton_update", "monotone_newton", "bracketed_newton", "newton_rows"
 #: most Newton/bisection steps (bisection alone needs ~60 in float64)
 MAX_ITER = 200
 
+#: ``τ -> (S, S', state)`` per row (``state``: what the evaluator's ``finish`` turns into ``(g, g')``)
+Sums = Callable[[Tensor], tuple[Tensor, Tensor, Any]]
+#: what the iterations return: ``(τ, S, S', state, steps)``
+Iterate = tuple[Tensor, Tensor, Tensor, Any, int]
 
-def newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
+
+def newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho: Union[float, Tensor]) -> Tensor:
     """``τ`` after one Newton step on ``(S^ρ - 1)/ρ`` (``log S`` at ρ = 0), ``dS/dτ = -Sp``.
 
     The step is ``(S - S^{1-ρ}) / (ρ Sp)`` (``S log S / Sp`` at ρ = 0), written
@@ -67,8 +72,8 @@ def newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
     return torch.addcdiv(tau, -S * torch.expm1(-rho * torch.log(S)), Sp, value=1.0 / rho)
 
 
-def monotone_newton(sums: Callable, tau: Tensor, rho, tol: float, max_iter: int, first_check: int = 0,
-                    trace: Optional[list] = None):
+def monotone_newton(sums: Sums, tau: Tensor, rho: Union[float, Tensor], tol: float, max_iter: int,
+                    first_check: int = 0, trace: Optional[list[Tensor]] = None) -> Iterate:
     """Newton on a convex transform from below: the iterates increase to the root.
 
     ``sums(τ) -> (S, S', state)`` per row.  The largest residual ``max |S - 1|`` decreases until
@@ -95,8 +100,8 @@ def monotone_newton(sums: Callable, tau: Tensor, rho, tol: float, max_iter: int,
     return tau, S, Sp, state, it
 
 
-def bracketed_newton(sums: Callable, tau: Tensor, lo: Tensor, hi: Tensor, done: Tensor, rho, tol: float, eps: float,
-                     max_iter: int, trace: Optional[list] = None):
+def bracketed_newton(sums: Sums, tau: Tensor, lo: Tensor, hi: Tensor, done: Tensor, rho: Union[float, Tensor],
+                     tol: float, eps: float, max_iter: int, trace: Optional[list[Tensor]] = None) -> Iterate:
     """Newton on ``(S^ρ - 1)/ρ`` kept inside the bracket ``[lo, hi]`` (bisection where a step
     leaves it), for generators whose transform is not proven monotone.
 
@@ -129,20 +134,20 @@ class RowSums:
     :meth:`finish` gives ``(g, g')`` at the last ``τ``.  ``m``: the rows' maxima (the evaluator's
     precomputation may use them)."""
 
-    def __init__(self, divergence: Divergence, cand: Tensor, q: Optional[Tensor], m: Tensor):
+    def __init__(self, divergence: Divergence, cand: Tensor, q: Optional[Tensor], m: Tensor) -> None:
         self.evaluator = evaluator_of(divergence)
         self.cand, self.q = cand, q
         self.prep = self.evaluator.prepare(cand, m)
         self.out = (torch.empty_like(cand), torch.empty_like(cand))
 
-    def __call__(self, tau: Tensor):
+    def __call__(self, tau: Tensor) -> tuple[Tensor, Tensor, Any]:
         if self.q is None:
             return self.evaluator.newton_sums(self.cand, tau, self.prep, self.out)
         g, gp = self.evaluator.evaluate(self.cand, tau, self.prep)
         g, gp = g * self.q, gp * self.q
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
 
-    def finish(self, tau: Tensor, state) -> tuple[Tensor, Tensor]:
+    def finish(self, tau: Tensor, state: Any) -> tuple[Tensor, Tensor]:
         return state if self.q is not None else self.evaluator.finish(self.cand, tau, self.prep, state)
 
 
@@ -161,7 +166,8 @@ class NewtonRows:
 
 def newton_rows(divergence: Divergence, cand: Tensor, q: Optional[Tensor], m: Tensor, lo: Tensor,
                 hi: Optional[Tensor], finite: Optional[Tensor], *, tol: float, max_iter: int = MAX_ITER, first_check: int = 0,
-                reduce: Optional[Callable] = None, trace: Optional[list] = None) -> NewtonRows:
+                reduce: Optional[Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = None,
+                trace: Optional[list[Tensor]] = None) -> NewtonRows:
     """The Newton iteration on candidate rows, started at ``lo`` (module docstring).
 
     ``cand``: ``[R, K]`` candidates (non-finite rows neutralized by :func:`neutralize_rows`);
@@ -173,18 +179,20 @@ def newton_rows(divergence: Divergence, cand: Tensor, q: Optional[Tensor], m: Te
     """
     hints = divergence.hints
     local = RowSums(divergence, cand, q, m)
-    if reduce is None:
-        sums = local
-    else:
-        def sums(t):
+    sums: Sums = local
+    if reduce is not None:
+        def reduced(t: Tensor) -> tuple[Tensor, Tensor, Any]:
             S, Sp, state = local(t)
             S, Sp = reduce(S, Sp)
             return S, Sp, state
+
+        sums = reduced
     rho = hints.newton_power
     eps = torch.finfo(cand.dtype).eps
     if hints.monotone_newton:
         tau, S, Sp, state, it = monotone_newton(sums, lo, rho, tol, max_iter, first_check, trace)
     else:
+        assert hi is not None  # read here only: a non-monotone generator
         done = torch.zeros_like(lo, dtype=torch.bool) if finite is None else ~finite
         tau, S, Sp, state, it = bracketed_newton(sums, lo, lo, hi, done, rho, tol, eps, max_iter, trace)
     g, gp = local.finish(tau, state)
@@ -220,10 +228,11 @@ def neutralize_rows(cand: Tensor, finite: Optional[Tensor], holds_first: bool = 
     return cand
 
 
-_BOUND_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BOUND_CACHE: weakref.WeakKeyDictionary[Divergence, dict[int, tuple[float, float]]] = weakref.WeakKeyDictionary()
 
 
-def bound_offsets(divergence: Divergence, k: int, dtype=torch.float64, device=None):
+def bound_offsets(divergence: Divergence, k: int, dtype: torch.dtype = torch.float64,
+                  device: Optional[torch.device] = None) -> tuple[Union[float, Tensor], Union[float, Tensor]]:
     """``(f'(1), f'(1/k))``: the bracket ``[max - f'(1), max - f'(1/k)]`` of rows of ``k`` classes
     with ``q = 1``.  Floats (cached per divergence), or ``[R, 1]`` tensors for a per-row α."""
     if isinstance(getattr(divergence, "alpha", None), Tensor):

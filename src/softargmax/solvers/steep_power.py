@@ -13,7 +13,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -23,7 +23,7 @@ from ..divergences import Divergence
 __all__ = ["steep_power", "solve_steep_power"]
 
 
-def steep_power(div: Divergence):
+def steep_power(div: Divergence) -> Union[float, Tensor, None]:
     """``a = α - 1`` (a float or a ``[R, 1]`` tensor) for the α-divergence with every α > 2, else ``None``."""
     a = div.hints.power_exponent
     if a is None:
@@ -33,8 +33,9 @@ def steep_power(div: Divergence):
     return a if a > 1 else None
 
 
-def solve_steep_power(cand: Tensor, q: Optional[Tensor], a, k: int, eps: float, tol: float, max_iter: int,
-                      finite: Optional[Tensor], trace: Optional[list]):
+def solve_steep_power(cand: Tensor, q: Optional[Tensor], a: Union[float, Tensor], k: int, eps: float, tol: float,
+                      max_iter: int, finite: Optional[Tensor],
+                      trace: Optional[list[Tensor]]) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
     r"""α-entmax with α > 2 (``a = α - 1 > 1``) on shifted candidates (row maximum 0).
 
     With ``y = a z`` the output is ``p_j = q_j [y_j - t]_+^{1/a}`` and ``t = a τ_f - 1`` is the

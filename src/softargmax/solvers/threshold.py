@@ -97,7 +97,7 @@ def block_layout(k: int, min_length: int = PRUNE_MIN_LENGTH) -> Optional[tuple[i
     return best, k // best
 
 
-def select_blocks(bmax: Tensor, thr: Tensor):
+def select_blocks(bmax: Tensor, thr: Tensor) -> tuple[Optional[Tensor], Optional[Tensor]]:
     """Indices ``[R, KB]`` of the blocks with ``bmax > thr`` (padded) and the valid-slot mask."""
     R, nb = bmax.shape
     sel = torch.sign(torch.clamp(bmax - thr, min=0))  # 1.0 where selected (float ops are fast on CPU)
@@ -115,7 +115,7 @@ def select_blocks(bmax: Tensor, thr: Tensor):
     return table[:, :KB], valid
 
 
-def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor]):
+def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     """``τ_lo``, ``τ_hi`` ``[R, 1]`` of the rows of ``z`` shifted to row maximum 0 (``z`` is read only with ``q``)."""
     zero = torch.zeros(z.shape[0], 1, dtype=z.dtype, device=z.device)
     if q is None:
@@ -142,6 +142,7 @@ class _Candidates:
 def _candidates(z: Tensor, div: Divergence, q: Optional[Tensor], prune: bool) -> _Candidates:
     """Row maxima, the bracket and (sparse generators, long rows, ``q = None``) the pruned candidates."""
     R, k = z.shape
+    cand: Optional[Tensor]  # None: not pruned
     layout = block_layout(k) if (q is None and (div.hints.monotone_newton or div.sparse)) else None
     if layout is None:
         shift, finite, bad_rows = finite_maxima(z.amax(-1, keepdim=True))
@@ -180,11 +181,11 @@ def _tightened(div: Divergence, bmax: Tensor, lo: Tensor) -> Tensor:
     return lo
 
 
-def _pruned(zb: Tensor, bmax: Tensor, thr: Tensor, shift: Tensor):
+def _pruned(zb: Tensor, bmax: Tensor, thr: Tensor, shift: Tensor) -> tuple[Optional[Tensor], Optional[Tensor]]:
     """The candidates ``[R, B·KB]`` (shifted; padding slots masked) of the blocks whose maximum
     passes ``thr`` and their indices ``[R, B, KB]``, or ``(None, None)`` when pruning would not pay."""
     table, valid = select_blocks(bmax, thr)
-    if table is None:
+    if table is None or valid is None:  # both or neither
         return None, None
     R, B, _ = zb.shape
     KB = table.shape[1]
@@ -201,7 +202,7 @@ def solve(
     *,
     prune: bool = True,
     max_iter: int = MAX_ITER,
-    trace: Optional[list] = None,
+    trace: Optional[list[Tensor]] = None,
     candidates_only: bool = False,
     exact_tau: bool = False,
 ) -> Solution:
