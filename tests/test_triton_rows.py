@@ -227,6 +227,24 @@ def test_per_row_alpha_values_and_gradients(layout, triton_device):
         torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-3)
 
 
+def test_per_row_alpha_partly_outside_the_kernels(triton_device):
+    """One α per row with some α > 2: the rows are solved group by group, some groups by the kernels
+    (which keep no Jacobian weights) and the others by the PyTorch solver, then combined."""
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(6, 9, generator=gen) * 2).to(triton_device)
+    alpha = torch.tensor([1.5, 2.5, 1.5, 2.5, 2.0, 1.3]).unsqueeze(1).to(triton_device)
+    v = torch.randn(6, 9, generator=gen).to(triton_device)
+    results = []
+    for ctx in (contextlib.nullcontext(), reference_path()):
+        with ctx:
+            xx, aa = x.clone().requires_grad_(), alpha.clone().requires_grad_()
+            p = sa.entmax(xx, aa)
+            (p * v).sum().backward()
+            results.append((p.detach(), xx.grad, aa.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs(dtype, triton_device):
     gen = torch.Generator().manual_seed(5)

@@ -126,18 +126,19 @@ def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
         sol = solve(z, get_divergence("alpha", alpha=float(values[0])))
         if sol.block_index is None:
             return sol
-        groups = [(None, sol)]
+        groups: list[tuple[Optional[Tensor], Solution]] = [(None, sol)]
     else:
         groups = []
         for a in values.tolist():
             idx = (alpha2d[:, 0] == a).nonzero().squeeze(1)
-            groups.append((idx, solve(z.index_select(0, idx), get_divergence("alpha", alpha=a))))
+            groups.append((idx, _with_weights(solve(z.index_select(0, idx), get_divergence("alpha", alpha=a)), a)))
     p = torch.empty_like(z)
     s = torch.empty_like(z)
     s_sum = torch.empty_like(z[:, :1])
     tau = torch.empty_like(z[:, :1])
     bad = None
     for idx, g in groups:
+        assert g.s is not None  # _with_weights
         gp, gs = g.scatter(g.p), g.scatter(g.s)
         if idx is None:
             p, s, s_sum, tau, bad = gp, gs, g.s_sum, g.tau, g.bad_rows
@@ -151,6 +152,15 @@ def solve_grouped(z: Tensor, alpha2d: Tensor) -> Solution:
             bad.index_copy_(0, idx, g.bad_rows)
     return Solution(tau=tau, p=p, s=s, s_sum=s_sum, block_index=None, k=z.shape[1], bad_rows=bad,
                     iterations=max(g.iterations for _, g in groups))
+
+
+def _with_weights(sol: Solution, alpha: float) -> Solution:
+    """``sol`` with its Jacobian weights ``s = g'(z - τ) = p^{2-α}`` where the GPU kernels left them to
+    their own JVP (``s`` is ``None``): the groups of :func:`solve_grouped` are combined through ``s``."""
+    if sol.s is None:
+        p = sol.p
+        sol.s = torch.where(p > 0, p ** (2.0 - alpha), torch.zeros_like(p))
+    return sol
 
 
 class NormalizedMapping(torch.autograd.Function):
