@@ -20,7 +20,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -167,7 +167,7 @@ class NormalizedMapping(torch.autograd.Function):
     """``p = q ⊙ g(x/β - τ)`` with ``Σ p = 1`` along ``dim``; see the module docstring."""
 
     @classmethod
-    def apply(cls, x, *args):
+    def apply(cls, x: Tensor, *args: Any) -> Tensor:
         if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
             from ._dtensor import dtensor_apply
 
@@ -175,8 +175,8 @@ class NormalizedMapping(torch.autograd.Function):
         return super().apply(x, *args)
 
     @staticmethod
-    def forward(ctx, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
-                temperature: float, dim: int):
+    def forward(ctx: Any, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
+                temperature: float, dim: int) -> Tensor:
         rows = None
         if x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and temperature == 1.0:
             # a fast path that reads and writes half rows as they are (the GPU kernels, float32
@@ -197,6 +197,7 @@ class NormalizedMapping(torch.autograd.Function):
             alpha2d = rows.row_param(alpha.detach(), "alpha")
             sol = solve_grouped(z, alpha2d)
         else:
+            assert divergence is not None  # alpha or divergence names the mapping
             sol = solve(z, divergence, q2d)
         ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
         ctx.temperature = temperature
@@ -207,7 +208,7 @@ class NormalizedMapping(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         rows: Rows = ctx.rows
         sol: Solution = ctx.sol
         v = rows.to_rows(grad_out)

@@ -19,7 +19,7 @@ Operators (namespace ``softargmax``): ``normalized``, ``normalized_backward``,
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ from .alpha_relu import AlphaReLUFunction
 __all__ = ["divergence_spec", "normalized", "alpha_relu"]
 
 
-def divergence_spec(div: Optional[Divergence]):
+def divergence_spec(div: Optional[Divergence]) -> Optional[tuple[str, float]]:
     """``(name, parameter)`` that :func:`get_divergence` maps back to ``div``, or ``None`` (a custom generator)."""
     return ("", 0.0) if div is None else spec_of(div)
 
@@ -55,10 +55,10 @@ def _check_values(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor]) -> No
 class _Ctx:
     """What the autograd functions' forward and backward read and write on ``ctx``."""
 
-    def __init__(self, needs):
+    def __init__(self, needs: tuple[bool, ...]) -> None:
         self.needs_input_grad = needs
 
-    def save_for_backward(self, *tensors):
+    def save_for_backward(self, *tensors: Optional[Tensor]) -> None:
         self.saved_tensors = tensors
 
 
@@ -73,7 +73,8 @@ def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], diverge
     return out.contiguous()
 
 
-def _normalized_fake(x, q, alpha, divergence, param, temperature, dim):
+def _normalized_fake(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str, param: float,
+                     temperature: float, dim: int) -> Tensor:
     return x.new_empty(x.shape)
 
 
@@ -82,22 +83,24 @@ def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Op
     ctx = _Ctx((True, q is not None, alpha is not None, False, False, False))
     NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
     gx, gq, ga = NormalizedMapping.backward(ctx, grad)[:3]
+    assert gx is not None  # needs_input_grad[0]
     return (gx.contiguous(), x.new_empty(0) if gq is None else gq.contiguous(),
             x.new_empty(0) if ga is None else ga.contiguous())
 
 
-def _normalized_backward_fake(grad, x, q, alpha, divergence, param, temperature, dim):
+def _normalized_backward_fake(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str,
+                              param: float, temperature: float, dim: int) -> tuple[Tensor, Tensor, Tensor]:
     return (x.new_empty(x.shape), x.new_empty(0) if q is None else q.new_empty(q.shape),
             x.new_empty(0) if alpha is None else alpha.new_empty(alpha.shape))
 
 
-def _normalized_setup(ctx, inputs, output):
+def _normalized_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     x, q, alpha, divergence, param, temperature, dim = inputs
     ctx.save_for_backward(x, q, alpha)
     ctx.args = (divergence, param, temperature, dim)
 
 
-def _normalized_grad(ctx, grad):
+def _normalized_grad(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
     x, q, alpha = ctx.saved_tensors
     gx, gq, ga = torch.ops.softargmax.normalized_backward(grad, x, q, alpha, *ctx.args)
     return gx, (gq if q is not None else None), (ga if alpha is not None else None), None, None, None, None
@@ -120,27 +123,29 @@ def _alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
     return AlphaReLUFunction.forward(_Ctx((False,) * 3), x, tau, alpha).contiguous()
 
 
-def _alpha_relu_fake(x, alpha, tau):
+def _alpha_relu_fake(x: Tensor, alpha: float, tau: float) -> Tensor:
     return x.new_empty(x.shape)
 
 
 def _alpha_relu_backward(grad: Tensor, x: Tensor, alpha: float, tau: float) -> Tensor:
     ctx = _Ctx((True, False, False))
     AlphaReLUFunction.forward(ctx, x, tau, alpha)
-    return AlphaReLUFunction.backward(ctx, grad)[0].contiguous()
+    gx = AlphaReLUFunction.backward(ctx, grad)[0]
+    assert gx is not None  # needs_input_grad[0]
+    return gx.contiguous()
 
 
-def _alpha_relu_backward_fake(grad, x, alpha, tau):
+def _alpha_relu_backward_fake(grad: Tensor, x: Tensor, alpha: float, tau: float) -> Tensor:
     return x.new_empty(x.shape)
 
 
-def _alpha_relu_setup(ctx, inputs, output):
+def _alpha_relu_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     x, alpha, tau = inputs
     ctx.save_for_backward(x)
     ctx.args = (alpha, tau)
 
 
-def _alpha_relu_grad(ctx, grad):
+def _alpha_relu_grad(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
     (x,) = ctx.saved_tensors
     return torch.ops.softargmax.alpha_relu_backward(grad, x, *ctx.args), None, None
 
@@ -150,7 +155,8 @@ def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
     return torch.ops.softargmax.alpha_relu(x, float(alpha), float(tau))
 
 
-def define(name: str, impl, fake, backward=None, setup_context=None):
+def define(name: str, impl: Callable[..., Any], fake: Callable[..., Any], backward: Optional[Callable[..., Any]] = None,
+           setup_context: Optional[Callable[..., Any]] = None) -> Any:
     """``torch.library.custom_op(name, impl)`` with its fake implementation and autograd formula."""
     op = torch.library.custom_op(name, impl, mutates_args=())
     op.register_fake(fake)

@@ -19,7 +19,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -35,7 +35,7 @@ __all__ = ["alpha_relu"]
 
 class AlphaReLUFunction(torch.autograd.Function):
     @classmethod
-    def apply(cls, x, *args):
+    def apply(cls, x: Tensor, *args: Any) -> Tensor:
         if type(x).__name__ == "DTensor":  # elementwise: run on the local shards
             from ._dtensor import dtensor_apply
 
@@ -43,7 +43,7 @@ class AlphaReLUFunction(torch.autograd.Function):
         return super().apply(x, *args)
 
     @staticmethod
-    def forward(ctx, x, tau, alpha: float):
+    def forward(ctx: Any, x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:
         ctx.alpha = alpha
         ctx.x_dtype = x.dtype
         ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
@@ -73,7 +73,7 @@ class AlphaReLUFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
         if ctx.kernel_tau is not None:
             (x,) = ctx.saved_tensors
             return _kernels.alpha_relu_backward(x, grad_out, ctx.alpha, ctx.kernel_tau), None, None
@@ -107,9 +107,10 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
             parametrization); a tensor τ is differentiable.
     """
     check_tensor(x)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
-    if isinstance(alpha, Tensor):
+    checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    if isinstance(checked, Tensor):
         raise TypeError("alpha_relu: alpha must be a float > 1")
+    alpha = checked
     tau = check_tau(tau, x)
     if not isinstance(tau, Tensor) and use_custom_ops():  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)

@@ -22,7 +22,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Callable, Union
 
 import torch
 from torch import Tensor
@@ -39,9 +39,10 @@ def entmax_threshold(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tenso
     """The α-entmax threshold of every row, entmax parametrization, shape ``logits`` without ``dim``."""
     check_tensor(logits, "logits")
     dim = check_dim(logits, dim)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
-    if isinstance(alpha, Tensor):
+    checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    if isinstance(checked, Tensor):
         raise TypeError("alpha must be a float > 1")
+    alpha = checked
     rows = Rows(logits.detach(), dim)
     sol = solve(rows.flat, get_divergence("alpha", alpha=alpha))
     tau_e = (alpha - 1) * sol.tau - 1  # τ_e = (α-1) τ_f - 1
@@ -83,7 +84,7 @@ def _probit(x: Tensor) -> Tensor:
     return torch.special.ndtri(x)
 
 
-def _bisect(fn, lo: float, hi: float, iters: int = 200) -> float:
+def _bisect(fn: Callable[[float], float], lo: float, hi: float, iters: int = 200) -> float:
     """Root of a function that changes sign on ``[lo, hi]`` (float64 bisection)."""
     flo = fn(lo)
     for _ in range(iters):
@@ -96,22 +97,22 @@ def _bisect(fn, lo: float, hi: float, iters: int = 200) -> float:
     return 0.5 * (lo + hi)
 
 
-def _paper_lemma2(d: int, sigma: float):
+def _paper_lemma2(d: int, sigma: float) -> tuple[float, float]:
     """Tezekbayev et al. (2022) Lemma 2 for 1.5-entmax: ``(τ, p*)`` with eqs. (8), (9), (12)."""
     eps = 1.0 / d
     t64 = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
 
-    def m(p):
+    def m(p: float) -> float:
         a, b = _phi(_probit(t64(eps))), _phi(_probit(t64(p)))
         return float((b - a) / (p - eps))
 
-    def s(p):
-        def F(x):
+    def s(p: float) -> float:
+        def F(x: float) -> Tensor:
             u = _probit(t64(x))
             return -_phi(u) * u + x
         return float((F(p) - F(eps)) / (p - eps)) - m(p) ** 2
 
-    def eq12(p):
+    def eq12(p: float) -> float:
         inside = 4 / sigma**2 * eps / p - s(p)
         if inside < 0:
             return math.inf
@@ -129,7 +130,7 @@ def _paper_lemma2(d: int, sigma: float):
     raise ValueError("gaussian: Lemma 2's equation has no root for these sizes")
 
 
-def _integral_estimate(d: int, sigma: float, alpha: float, points: int = 4001):
+def _integral_estimate(d: int, sigma: float, alpha: float, points: int = 4001) -> tuple[float, float]:
     """Solve ``d ∫_{t0}^{t_ε} ((α-1) σ t - τ)^{1/(α-1)} φ(t) dt = 1`` for ``τ`` (see :func:`gaussian`)."""
     a = alpha - 1
     r = 1.0 / a
@@ -160,7 +161,7 @@ def gaussian(
     alpha: float = 1.5,
     method: str = "auto",
     return_support: bool = False,
-) -> Union[float, tuple]:
+) -> Union[float, tuple[float, float]]:
     r"""Data-free estimate of the α-entmax threshold of ``vocab_size`` i.i.d. ``N(0, std²)`` logits.
 
     Following Tezekbayev et al. (2022) Appendix B.2, the sorted logits are replaced by their asymptotic
@@ -180,9 +181,10 @@ def gaussian(
         raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
     if isinstance(std, bool) or not isinstance(std, (int, float)) or not (std > 0 and math.isfinite(std)):
         raise ValueError(f"std must be a finite number > 0, got {std!r}")
-    alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
-    if isinstance(alpha, Tensor):
+    checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+    if isinstance(checked, Tensor):
         raise TypeError("alpha must be a float > 1")
+    alpha = checked
     if method not in ("auto", "paper", "integral"):
         raise ValueError(f"method must be 'auto', 'paper' or 'integral', got {method!r}")
     if method == "auto":

@@ -29,7 +29,7 @@ masked get zero weights and a zero output, never NaN.
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,7 @@ from .mappings import normalize
 __all__ = ["attention", "attention_weights", "MAPPINGS"]
 
 
-def _alpha_for_scores(alpha, scores: Tensor):
+def _alpha_for_scores(alpha: Union[float, Tensor, None], scores: Tensor) -> Union[float, Tensor, None]:
     """A per-head α tensor of shape ``(H,)`` becomes ``(H, 1, 1)``; others must broadcast with size 1 last."""
     if not isinstance(alpha, Tensor):
         return alpha
@@ -69,7 +69,7 @@ def attention(
     alpha: Union[float, Tensor, None] = None,
     return_weights: bool = False,
     enable_gqa: bool = False,
-):
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
 
     Args:
@@ -81,13 +81,13 @@ def attention(
     """
     _check_tensors(query, key, value)
     dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)
-    enable_gqa, key_batch = _grouping(query, key, value, enable_gqa)
+    gqa, key_batch = _grouping(query, key, value, enable_gqa)
     _check_mask(attn_mask, query, key_batch, key.shape[-2])
-    fused = None if enable_gqa is None else _flash_attention.maybe_attention(
+    fused = None if gqa is None else _flash_attention.maybe_attention(
         query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
     if fused is not None:
         return fused
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
+    if gqa and key.shape[-3] != query.shape[-3]:
         group = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
     weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale), mapping, alpha)
@@ -115,7 +115,8 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
         raise ValueError(f"key and value must have the same length, got {key.shape[-2]} and {value.shape[-2]}")
 
 
-def _check_options(query: Tensor, attn_mask, dropout_p, is_causal: bool, scale) -> tuple[float, float]:
+def _check_options(query: Tensor, attn_mask: object, dropout_p: object, is_causal: bool,
+                   scale: object) -> tuple[float, float]:
     """``(dropout_p, scale)`` checked (``scale`` defaults to ``1/√E``)."""
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal cannot both be set (as in scaled_dot_product_attention)")
@@ -126,7 +127,8 @@ def _check_options(query: Tensor, attn_mask, dropout_p, is_causal: bool, scale) 
     return dropout_p, scale
 
 
-def _grouping(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool):
+def _grouping(query: Tensor, key: Tensor, value: Tensor,
+              enable_gqa: Optional[bool]) -> tuple[Optional[bool], tuple[int, ...]]:
     """``(enable_gqa, key's batch shape)``: ``enable_gqa`` checked (``None`` where the heads differ without
     it: plain broadcasting decides, which the fused kernels do not do), the key/value heads counted as
     query's under grouping, and the batch dimensions checked to broadcast."""
@@ -150,7 +152,7 @@ def _grouping(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool):
     return enable_gqa, key_batch
 
 
-def _check_mask(attn_mask, query: Tensor, key_batch, S: int) -> None:
+def _check_mask(attn_mask: object, query: Tensor, key_batch: Sequence[int], S: int) -> None:
     """A boolean or floating ``attn_mask`` that broadcasts to the scores ``[..., L, S]`` (before either path runs)."""
     if attn_mask is None:
         return
@@ -163,7 +165,7 @@ def _check_mask(attn_mask, query: Tensor, key_batch, S: int) -> None:
                         "the attention scores' shape [..., L, S] =")
 
 
-def _masked_scores(query: Tensor, key: Tensor, attn_mask, is_causal: bool, scale: float) -> Tensor:
+def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float) -> Tensor:
     """``scale · q kᵀ`` with the causal or given mask (a boolean mask as ``-inf``, a float one added in the
     scores' dtype, as the fused kernels read it)."""
     scores = (query @ key.transpose(-2, -1)) * scale

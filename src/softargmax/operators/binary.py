@@ -39,7 +39,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -50,10 +50,10 @@ from .fdiv import f_softargmax, f_softmax
 
 __all__ = ["f_sigmoid", "f_softplus"]
 
-QPair = tuple
+QPair = Sequence[Union[float, Tensor]]
 
 
-def check_q_pair(q, s: Tensor):
+def check_q_pair(q: object, s: Tensor) -> list[Tensor]:
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError("q must be a pair (q0, q1) of positive numbers or tensors")
     out = []
@@ -73,7 +73,7 @@ def check_q_pair(q, s: Tensor):
     return out
 
 
-def _generic_inputs(s, q0, q1):
+def _generic_inputs(s: Tensor, q0: Tensor, q1: Tensor) -> tuple[Tensor, Optional[Tensor]]:
     x = torch.stack([torch.zeros_like(s), s], -1)
     if not (q0.requires_grad or q1.requires_grad) and q0.dim() == 0 and q1.dim() == 0 \
             and float(q0) == 1.0 and float(q1) == 1.0:
@@ -83,7 +83,8 @@ def _generic_inputs(s, q0, q1):
     return x, qs
 
 
-def _prologue(s, divergence, q, temperature, params):
+def _prologue(s: Tensor, divergence: Union[str, Divergence], q: object, temperature: float,
+              params: dict[str, object]) -> tuple[Divergence, float, Tensor, Tensor, Tensor]:
     """Validate the common arguments; returns ``(divergence, β, q0, q1, s/β)`` in the compute dtype."""
     check_tensor(s, "s")
     div = get_divergence(divergence, **params)
@@ -98,20 +99,21 @@ def f_sigmoid(
     divergence: Union[str, Divergence] = "kl",
     q: QPair = (1.0, 1.0),
     temperature: float = 1.0,
-    **params,
+    **params: object,
 ) -> Tensor:
     """Probability of the positive class, ``f_softargmax((0, s); q)[1]``, elementwise over ``s``."""
     return _sigmoid(s, divergence, q, temperature, params).to(s.dtype)
 
 
-def _infinite(t: Tensor):
+def _infinite(t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``(t with ±inf replaced by 0, t == +inf, t == -inf)``: the closed forms and the solver
     then never see an infinite score (no NaN, in values or gradients)."""
     pos, neg = t == math.inf, t == -math.inf
     return torch.where(pos | neg, torch.zeros_like(t), t), pos, neg
 
 
-def _sigmoid(s, divergence, q, temperature, params):
+def _sigmoid(s: Tensor, divergence: Union[str, Divergence], q: object, temperature: float,
+             params: dict[str, object]) -> Tensor:
     div, _, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
     # The smaller of the two probabilities is computed (there it has full relative
@@ -136,13 +138,14 @@ def f_softplus(
     divergence: Union[str, Divergence] = "kl",
     q: QPair = (1.0, 1.0),
     temperature: float = 1.0,
-    **params,
+    **params: object,
 ) -> Tensor:
     """``f_softmax((0, s); q)`` elementwise over ``s``; its derivative in ``s`` is :func:`f_sigmoid`."""
     return _softplus(s, divergence, q, temperature, params).to(s.dtype)
 
 
-def _softplus(s, divergence, q, temperature, params):
+def _softplus(s: Tensor, divergence: Union[str, Divergence], q: object, temperature: float,
+              params: dict[str, object]) -> Tensor:
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
     closed = div.hints.binary_softplus

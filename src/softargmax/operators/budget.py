@@ -64,7 +64,7 @@ the pruned candidates.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Any, Union
 
 import torch
 from torch import Tensor
@@ -77,7 +77,7 @@ from ..solvers.threshold import MAX_ITER, Solution, block_layout, select_blocks
 __all__ = ["budget_sparsemax", "solve_budget", "check_budget"]
 
 
-def check_budget(budget, name: str = "budget") -> Union[float, Tensor]:
+def check_budget(budget: object, name: str = "budget") -> Union[float, Tensor]:
     """A float ``> 0`` or a floating tensor of finite values ``> 0``."""
     if isinstance(budget, Tensor):
         if not budget.is_floating_point():
@@ -94,7 +94,7 @@ def check_budget(budget, name: str = "budget") -> Union[float, Tensor]:
     return budget
 
 
-def _evaluate(cand: Tensor, tau: Tensor, cap: Tensor):
+def _evaluate(cand: Tensor, tau: Tensor, cap: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``p = clip(cand - τ, 0, c)``, the free-set indicator ``s`` (float), ``S = Σ p`` and ``|F| = Σ s``."""
     p = torch.sub(cand, tau).clamp_(min=0)
     p = torch.minimum(p, cap)
@@ -185,7 +185,7 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
     cand = z
     if layout is not None:
         table, valid = select_blocks(bmax, thr)
-        if table is not None:
+        if table is not None and valid is not None:  # both or neither
             KB = table.shape[1]
             block_index = table.unsqueeze(1).expand(R, B, KB)
             cand = zb.gather(2, block_index)
@@ -232,18 +232,19 @@ def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = 
 
 class _BudgetSparsemax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, budget2d: Tensor, dim: int, rows: Rows):
+    def forward(ctx: Any, x: Tensor, budget2d: Tensor, dim: int, rows: Rows) -> Tensor:
         sol = solve_budget(rows.flat, budget2d)
         ctx.rows, ctx.sol = rows, sol
         return rows.restore(sol.dense_p())
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None, None]:
         rows: Rows = ctx.rows
         sol: Solution = ctx.sol
         vc = sol.gather(rows.to_rows(grad_out))
         s = sol.s
+        assert s is not None  # solve_budget keeps the Jacobian weights
         sv = s * vc
         c = sv.sum(-1, keepdim=True) / sol.s_sum.clamp_min(1)
         g = sol.scatter(torch.addcmul(sv, s, c, value=-1.0))

@@ -25,7 +25,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -42,7 +42,8 @@ from .entmax import empty_like_input, safe_softmax
 __all__ = ["f_softargmax", "f_softmax"]
 
 
-def _prologue(x, divergence, q, temperature, dim, params):
+def _prologue(x: Tensor, divergence: Union[str, Divergence], q: Optional[Tensor], temperature: float, dim: int,
+              params: dict[str, object]) -> tuple[int, Divergence, float]:
     """Validate the common arguments; returns ``(dim, divergence, temperature)``."""
     check_tensor(x)
     dim = check_dim(x, dim)
@@ -58,7 +59,7 @@ def f_softargmax(
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
     dim: int = -1,
-    **params,
+    **params: object,
 ) -> Tensor:
     r"""The f-softargmax of ``x`` along ``dim`` (see the module docstring).
 
@@ -93,7 +94,7 @@ class _FSoftmax(torch.autograd.Function):
     """The f-softmax value; gradients by Danskin: ``∂/∂x = p``, ``∂/∂q_j = β f*(max(z_j - τ, f'(0)))``."""
 
     @classmethod
-    def apply(cls, x, *args):
+    def apply(cls, x: Tensor, *args: Any) -> Tensor:
         if type(x).__name__ == "DTensor":  # rows whole on every rank: run on the local shards
             from ._dtensor import dtensor_apply
 
@@ -101,7 +102,8 @@ class _FSoftmax(torch.autograd.Function):
         return super().apply(x, *args)
 
     @staticmethod
-    def forward(ctx, x, q, divergence: Divergence, temperature: float, dim: int):
+    def forward(ctx: Any, x: Tensor, q: Optional[Tensor], divergence: Divergence, temperature: float,
+                dim: int) -> Tensor:
         rows = Rows(x, dim)
         z = rows.flat / temperature if temperature != 1.0 else rows.flat
         q2d = rows.class_param(q) if q is not None else None
@@ -129,7 +131,7 @@ class _FSoftmax(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         rows: Rows = ctx.rows
         gv = grad_out.to(rows.dtype).reshape(rows.R, 1)
         grad_x = grad_q = None
@@ -149,7 +151,7 @@ def f_softmax(
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
     dim: int = -1,
-    **params,
+    **params: object,
 ) -> Tensor:
     r"""The f-softmax (the analogue of log-sum-exp) of ``x``, reducing ``dim``.
 

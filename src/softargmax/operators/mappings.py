@@ -27,7 +27,7 @@ MAPPING_NAMES = ("softmax", "sparsemax", "entmax15", "entmax") + DIVERGENCE_NAME
 EXTRA_MAPPING_NAMES = ("normmax", "budget_sparsemax")
 
 
-def check_mapping(mapping, name: str = "mapping") -> None:
+def check_mapping(mapping: object, name: str = "mapping") -> None:
     """``TypeError``/``ValueError`` naming the argument unless ``mapping`` is a name above or a :class:`Divergence`."""
     if isinstance(mapping, Divergence):
         return
@@ -37,7 +37,7 @@ def check_mapping(mapping, name: str = "mapping") -> None:
         raise ValueError(f"{name}: unknown name {mapping!r}; accepted: {', '.join(MAPPING_NAMES)} or a Divergence")
 
 
-def resolve(mapping: Union[str, Divergence], alpha: Union[float, None] = None) -> Divergence:
+def resolve(mapping: Union[str, Divergence], alpha: Union[float, Tensor, None] = None) -> Divergence:
     """The generator of ``mapping`` (a name above or a :class:`Divergence`); ``alpha`` for ``"entmax"``/``"alpha"``
     (other mappings ignore it, once checked to be a valid α > 0)."""
     if isinstance(mapping, Divergence):

@@ -64,7 +64,7 @@ or ``+inf`` in a row gives NaN in that row only.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -96,18 +96,18 @@ class _Argmax(torch.autograd.Function):
     """1-normmax along ``dim``; piecewise constant, so the backward is zero."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, dim: int):
+    def forward(ctx: Any, x: Tensor, dim: int) -> Tensor:
         rows = Rows(x, dim)
         ctx.rows = rows
         return rows.restore(argmax_rows(rows.flat)[0])
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
         return torch.zeros_like(grad_out), None
 
 
-def _normalize_candidates(sol: Solution, inv_alpha) -> tuple[Tensor, Tensor]:
+def _normalize_candidates(sol: Solution, inv_alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor]:
     """``(p, ‖p‖_α)`` on the candidates from the α'-entmax solution ``u^β`` (``[R, K]``, ``[R, 1]``)."""
     g = sol.p
     if isinstance(inv_alpha, float) and inv_alpha == 0.5:
@@ -126,6 +126,8 @@ def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor
     r"""Normmax of the rows of ``z`` (``[R, k]``, contiguous, float32/64) for a float α > 1 or
     ``alpha`` ``[R, 1]``: returns the candidate probabilities ``[R, K]``, :math:`\lVert p\rVert_\alpha` ``[R, 1]``
     and the α'-entmax :class:`~softargmax.solvers.threshold.Solution` (for ``scatter``/``gather``)."""
+    a_prime: Union[float, Tensor]
+    inv_alpha: Union[float, Tensor]
     if isinstance(alpha, Tensor):
         a_prime = (alpha - 1) / alpha  # α' - 1 = 1/β, per row
         sol = solve_grouped(z / a_prime, 1 + a_prime)
@@ -141,7 +143,7 @@ def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor
     return p, norm, sol
 
 
-def _jvp(p: Tensor, v: Tensor, alpha, norm: Tensor) -> Tensor:
+def _jvp(p: Tensor, v: Tensor, alpha: Union[float, Tensor], norm: Tensor) -> Tensor:
     """``J v`` of normmax for rows ``p``, ``v`` (module docstring)."""
     supp = p > 0
     am1 = alpha - 1
@@ -158,7 +160,7 @@ def _jvp(p: Tensor, v: Tensor, alpha, norm: Tensor) -> Tensor:
 
 class _Normmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, alpha, dim: int):
+    def forward(ctx: Any, x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
         rows = Rows(x, dim)
         a = rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha
         pc, norm, sol = normmax_rows(rows.flat, a)
@@ -171,7 +173,7 @@ class _Normmax(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None]:
         pc, norm = ctx.saved_tensors
         rows: Rows = ctx.rows
         sol: Solution = ctx.sol
