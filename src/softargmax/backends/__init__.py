@@ -19,8 +19,8 @@ from typing import Optional
 from torch import Tensor
 
 from ..divergences import Divergence
-from .solution import Solution
 from .cpu import rows as _cpu_rows
+from .solution import Solution
 from .triton import rows as _triton_rows
 
 __all__ = ["select", "solve", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -153,7 +153,7 @@ class Solution:
         return sum_f_minus_f0(div, self.p, q_c, f0)
 
 
-def sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: float) -> Tensor:
+def sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: Union[float, Tensor]) -> Tensor:
     """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
     pos = p > 0
     ratio = p if q is None else p / q

@@ -6,7 +6,7 @@ loss of :mod:`softargmax.losses.distributed` uses it for DTensors whose classes 
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import torch
 from torch import Tensor
@@ -16,16 +16,16 @@ from .._utils.checks import check_dim, check_positive_number, check_tensor
 from .._utils.rows import Rows
 from .._utils.tracing import use_custom_ops
 from ..divergences import Divergence
-from ._options import LossOptions
+from ._options import LossOptions, LossOutput
 from ._row_losses import resolve_loss
-from ._rows import RowLoss
-from ._targets import check_reduction, parse_target, reduce_loss
+from ._rows import RowLoss, RowsCompute
+from ._targets import Target, check_reduction, parse_target, reduce_loss
 
 __all__ = ["one_process_loss", "row_loss", "prepare", "reduce_rows", "SavedGradientLoss"]
 
 
-def one_process_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict,
-                     options: LossOptions):
+def one_process_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict[str, Any],
+                     options: LossOptions) -> LossOutput:
     """:func:`softargmax.losses.fenchel_young_loss` for scores that hold every class (soft-capped
     first with ``options.softcap``)."""
     check_tensor(x)
@@ -45,14 +45,15 @@ def one_process_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence],
     return row_loss(x, target, dim, loss, options)
 
 
-def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions):
+def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions) -> LossOutput:
     """The reduced ``loss`` of scores ``x`` (checked, ``dim`` normalized) against ``target``, and the
     prediction if ``options.return_prediction``."""
     rows, tgt, compute = prepare(x, target, dim, loss, options)
     return reduce_rows(x, dim, rows, tgt, compute, options.reduction, options.return_prediction)
 
 
-def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions):
+def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss,
+            options: LossOptions) -> tuple[Rows, Target, RowsCompute]:
     """``(rows, parsed target, compute)``; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
     rows = Rows(x, dim)
     tgt = parse_target(target, x, rows, multilabel=options.multilabel, ignore_index=options.ignore_index,
@@ -61,7 +62,8 @@ def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOpt
     return rows, tgt, lambda theta: bound.rows(theta, tgt)
 
 
-def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, return_prediction: bool):
+def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt: Target, compute: RowsCompute, reduction: str,
+                return_prediction: bool) -> LossOutput:
     """The reduced loss (and the prediction) from ``compute(theta) -> (loss, p, p - y)`` per row.
 
     The backward is ``p - y`` saved by the forward (:class:`SavedGradientLoss`); an empty batch
@@ -72,9 +74,9 @@ def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, r
         per_row = x.sum(dim) * 0
         loss = reduce_loss(per_row.reshape(-1), tgt, reduction, tuple(rows.moved_shape[:-1]))
         return loss if not return_prediction else (loss, x.detach() * 0)
-    kept = {}
+    kept: dict[str, Tensor] = {}
 
-    def compute_and_keep(theta):
+    def compute_and_keep(theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         loss, p, G = compute(theta)
         kept["p"] = p
         return loss, p, G
@@ -93,7 +95,7 @@ class SavedGradientLoss(torch.autograd.Function):
     """Per-row loss values with the saved gradient ``G = p - y``: backward is ``G · grad``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, compute, rows: Rows):
+    def forward(ctx: Any, x: Tensor, compute: RowsCompute, rows: Rows) -> Tensor:
         loss, _, G = compute(rows.flat)
         ctx.save_for_backward(G)
         ctx.rows = rows
@@ -101,7 +103,7 @@ class SavedGradientLoss(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_rows: Tensor):
+    def backward(ctx: Any, grad_rows: Tensor) -> tuple[Tensor, None, None]:
         (G,) = ctx.saved_tensors
         g = G * grad_rows.to(G.dtype).unsqueeze(1)
         return ctx.rows.restore(g), None, None

@@ -15,7 +15,7 @@ a :class:`~softargmax.divergences.CustomDivergence`, a tensor ``tau`` for α-ReL
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ from ._row_losses import resolve_loss
 from ._rows import RowLoss
 from ._targets import reduce_loss
 
-__all__: list = []
+__all__: list[str] = []
 
 
 def _row_loss(mapping: str, param: float, tau: float) -> RowLoss:
@@ -60,8 +60,9 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
     return loss.clone() if loss is per_row else loss, grad.contiguous()
 
 
-def _fenchel_young_loss_fake(x, target, q, weight, mapping, param, tau, temperature, dim, multilabel, ignore_index,
-                             reduction, label_smoothing):
+def _fenchel_young_loss_fake(x: Tensor, target: Tensor, q: Optional[Tensor], weight: Optional[Tensor], mapping: str,
+                             param: float, tau: float, temperature: float, dim: int, multilabel: bool, ignore_index: int,
+                             reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
     dtype = x.dtype if weight is None else torch.promote_types(x.dtype, compute_dtype(x.dtype))
     if reduction == "none":
         shape = list(x.shape)
@@ -72,14 +73,14 @@ def _fenchel_young_loss_fake(x, target, q, weight, mapping, param, tau, temperat
     return loss, x.new_empty(x.shape, dtype=compute_dtype(x.dtype))
 
 
-def _setup(ctx, inputs, output):
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     ctx.save_for_backward(output[1])
     ctx.x_dtype = inputs[0].dtype
     ctx.dim = inputs[8]
     ctx.none = inputs[11] == "none"
 
 
-def _backward(ctx, grad_loss, grad_grad):
+def _backward(ctx: Any, grad_loss: Tensor, grad_grad: Tensor) -> tuple[Optional[Tensor], ...]:
     (g,) = ctx.saved_tensors
     upstream = grad_loss.unsqueeze(ctx.dim) if ctx.none else grad_loss
     return ((g * upstream.to(g.dtype)).to(ctx.x_dtype),) + (None,) * 12

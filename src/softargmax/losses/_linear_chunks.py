@@ -8,13 +8,15 @@ one-process and the vocabulary-parallel losses.
 from __future__ import annotations
 
 import math
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_tensor, compute_dtype
-from ._targets import rows_of
+from ._rows import RowsCompute
+from ._targets import Target, rows_of
 
 #: default bytes for one chunk's buffers (logits, their float32 copy, prediction/gradient, half copy)
 DEFAULT_MEMORY_BUDGET = 2**30
@@ -58,12 +60,13 @@ def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
 
 
 #: whether torch.addmm(..., out_dtype=) works here: None (not tried), True, False
-_OUT_DTYPE = [None]
+_OUT_DTYPE: list[Optional[bool]] = [None]
 
 
 class LinearFY(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden2d, weight, bias, compute, tgt, denom, chunk, softcap):
+    def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute, tgt: Target,
+                denom: float, chunk: int, softcap: Optional[float]) -> Tensor:
         N, d = hidden2d.shape
         V = weight.shape[0]
         cdt = compute_dtype(hidden2d.dtype)
@@ -92,19 +95,19 @@ class LinearFY(torch.autograd.Function):
                 G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
                 del t
             Gm = G.to(hidden2d.dtype)
-            if need_h:
+            if gh is not None:  # need_h
                 torch.mm(Gm, weight, out=gh[start:end])
-            if need_w:
+            if gw is not None:  # need_w
                 accumulate_weight_grad(gw, Gm, h)
-            if need_b:
+            if gb is not None:  # need_b
                 gb.add_(G.sum(0))
             del G, Gm
-        ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype))
+        ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None or bias is None else gb.to(bias.dtype))
         return total / denom
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         gh, gw, gb = ctx.grads
         scale = grad_out.to(torch.float32)
         out = []
@@ -113,8 +116,8 @@ class LinearFY(torch.autograd.Function):
         return out[0], out[1], out[2], None, None, None, None, None
 
 
-def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str, rows: str = "vocab",
-                           reductions: tuple = ("mean", "sum")) -> None:
+def check_linear_arguments(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], reduction: str, rows: str = "vocab",
+                           reductions: tuple[str, ...] = ("mean", "sum")) -> None:
     """The argument checks of the fused linear + loss (``rows``: what ``weight``'s rows are, for the message;
     ``reductions``: those the caller computes)."""
     check_tensor(hidden, "hidden")
@@ -134,7 +137,7 @@ def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str,
         raise ValueError(f"reduction must be {accepted} for the fused loss, got {reduction!r}")
 
 
-def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Tensor:
+def target_rows(target: object, hidden: Tensor, V: int, multilabel: bool) -> Tensor:
     """``target`` as ``[N]`` class indices or ``[N, V]`` rows, once its shape is checked against ``hidden``'s."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
@@ -154,7 +157,7 @@ def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Ten
     return target.reshape(N, V)
 
 
-def check_chunking(chunk_size, memory_budget) -> int:
+def check_chunking(chunk_size: object, memory_budget: object) -> int:
     """The memory budget in bytes (default :data:`DEFAULT_MEMORY_BUDGET`), once it and ``chunk_size``
     (``None``: from the budget) are checked to be positive ints."""
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget

@@ -31,7 +31,7 @@ prediction is elementwise in the logits and is simply evaluated again.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -40,8 +40,9 @@ from torch.autograd.function import once_differentiable
 from .._utils.checks import compute_dtype
 from ..divergences import Divergence
 from ._linear_chunks import accumulate_weight_grad
-from ._rows import p_minus_y
-from ._targets import rows_of
+from ._prediction_stats import StatsSink
+from ._rows import RowsCompute, p_minus_y
+from ._targets import Target, rows_of
 
 
 def _shifted(theta: Tensor, beta: float, out: Optional[Tensor] = None) -> Tensor:
@@ -56,7 +57,7 @@ class ThresholdPrediction:
     r"""The prediction :math:`p = q \odot g((\theta - \max\theta)/\beta - \tau)` of an f-softargmax, from its
     per-row threshold :math:`\tau` (module docstring)."""
 
-    def __init__(self, div: Divergence, beta: float, q: Optional[Tensor]):
+    def __init__(self, div: Divergence, beta: float, q: Optional[Tensor]) -> None:
         self.div, self.beta, self.q = div, beta, q
 
     def state(self, theta: Tensor, p: Tensor) -> Tensor:
@@ -74,7 +75,7 @@ class ThresholdPrediction:
         tau = zj - self.div.f_prime(safe)
         return torch.where(pj == 0, torch.full_like(tau, math.inf), tau)
 
-    def gradient(self, theta: Tensor, part, tau: Tensor) -> Tensor:
+    def gradient(self, theta: Tensor, part: Target, tau: Tensor) -> Tensor:
         """``p - y`` of the rows ``theta`` (overwritten) from their thresholds ``tau``; 0 in ignored rows."""
         z = _shifted(theta, self.beta, out=theta).sub_(tau)
         p = self.div.conj_prime(z)
@@ -87,17 +88,17 @@ class ThresholdPrediction:
 class ElementwisePrediction:
     """A mapping whose prediction depends on each logit alone (α-ReLU): evaluated again from the logits."""
 
-    def __init__(self, compute):
+    def __init__(self, compute: RowsCompute) -> None:
         self.compute = compute  # compute(theta, part, inplace) -> (loss, p, p - y)
 
     def state(self, theta: Tensor, p: Tensor) -> None:
         return None
 
-    def gradient(self, theta: Tensor, part, tau) -> Tensor:
+    def gradient(self, theta: Tensor, part: Target, tau: Optional[Tensor]) -> Tensor:
         return self.compute(theta, part, inplace=True)[2]
 
 
-def _logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], cdt) -> Tensor:
+def _logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], cdt: torch.dtype) -> Tensor:
     logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
     return logits.to(cdt)
 
@@ -106,11 +107,13 @@ class LinearFYPerToken(torch.autograd.Function):
     """Per-token fused loss ``[N]`` (module docstring); ``sink``: a :class:`~._prediction_stats.StatsSink` or ``None``."""
 
     @staticmethod
-    def forward(ctx, hidden2d, weight, bias, compute, predictor, tgt, chunk, softcap, sink):
+    def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute,
+                predictor: Union[ThresholdPrediction, ElementwisePrediction], tgt: Target, chunk: int,
+                softcap: Optional[float], sink: Optional[StatsSink]) -> Tensor:
         N = hidden2d.shape[0]
         cdt = compute_dtype(hidden2d.dtype)
         losses = torch.empty(N, dtype=cdt, device=hidden2d.device)
-        states = []
+        states: list[Any] = []  # the predictor's per-chunk state: [R, 1] thresholds, or None
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             theta = _logits(hidden2d[start:end], weight, bias, cdt)
@@ -131,7 +134,7 @@ class LinearFYPerToken(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_losses):
+    def backward(ctx: Any, grad_losses: Tensor) -> tuple[Optional[Tensor], ...]:
         hidden2d, weight, bias = ctx.saved_tensors
         N, d = hidden2d.shape
         V = weight.shape[0]
@@ -162,11 +165,11 @@ class LinearFYPerToken(torch.autograd.Function):
                 G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
                 del t
             Gm = G.to(hidden2d.dtype)
-            if need_h:
+            if gh is not None:  # need_h
                 torch.mm(Gm, weight, out=gh[start:end])
-            if need_w:
+            if gw is not None:  # need_w
                 accumulate_weight_grad(gw, Gm, h)
-            if need_b:
+            if gb is not None:  # need_b
                 gb.add_(G.sum(0))
             del G, Gm
         return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from torch import Tensor
 
-__all__ = ["LossOptions"]
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+__all__ = ["LossOptions", "LossOutput"]
+
+#: what a loss returns: the loss, or a pair with ``return_prediction`` (``return_stats``).  Written
+#: ``Tensor | Any``, not as the union of the two forms, so that ``loss.backward()`` type-checks without
+#: a test (typeshed's convention for a return type that depends on an argument's value)
+LossOutput = Union[Tensor, Any]
 
 
 @dataclass(frozen=True)
@@ -31,19 +39,19 @@ class LossOptions:
     weight: Optional[Tensor] = None
     return_prediction: bool = False
     softcap: Optional[float] = None
-    process_group: object = None
+    process_group: Optional[ProcessGroup] = None
     class_offset: Optional[int] = None
     chunk_size: Optional[int] = None
     memory_budget: Optional[int] = None
 
     @classmethod
-    def of(cls, arguments: dict, **renamed) -> LossOptions:
+    def of(cls, arguments: dict[str, Any], **renamed: Any) -> LossOptions:
         """The options among a function's ``arguments`` (its ``locals()``: the names that are fields
         here), and ``renamed`` ones given by their field name (they win over an argument of that
         name: the fused loss's ``weight`` is its projection, its ``class_weight`` the option)."""
         return cls(**{k: v for k, v in arguments.items() if k in _FIELDS and k not in renamed}, **renamed)
 
-    def replace(self, **changes) -> LossOptions:
+    def replace(self, **changes: Any) -> LossOptions:
         return dataclasses.replace(self, **changes)
 
 

@@ -15,10 +15,13 @@ forward, detached (no gradient).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
+
+from ._rows import RowsCompute
+from ._targets import Target
 
 __all__ = ["PredictionStats"]
 
@@ -40,27 +43,27 @@ PredictionStats.support_size.__doc__ = r"Number of non-zero entries of :math:`p`
 class StatsSink:
     """Collects the statistics of each chunk's prediction, in the order of the chunks."""
 
-    def __init__(self):
-        self.entropy: list = []
-        self.support: list = []
+    def __init__(self) -> None:
+        self.entropy: list[Tensor] = []
+        self.support: list[Tensor] = []
 
     def add(self, p: Tensor) -> None:
         """Record the rows of ``p`` (``[R, V]``)."""
         self.entropy.append(-torch.special.xlogy(p, p).sum(-1))
         self.support.append((p > 0).sum(-1))
 
-    def result(self, batch_shape, dtype, device) -> PredictionStats:
+    def result(self, batch_shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> PredictionStats:
         if not self.entropy:  # no token
             return PredictionStats(torch.zeros(batch_shape, dtype=dtype, device=device),
                                    torch.zeros(batch_shape, dtype=torch.long, device=device))
         return PredictionStats(torch.cat(self.entropy).reshape(batch_shape),
                                torch.cat(self.support).reshape(batch_shape))
 
-    def recording(self, compute):
+    def recording(self, compute: RowsCompute) -> RowsCompute:
         """``compute(theta, part)`` of the fused loss, with the prediction recorded before it is overwritten by
         the gradient (the row function is called with ``inplace=False``)."""
 
-        def compute_and_record(theta, part):
+        def compute_and_record(theta: Tensor, part: Target) -> tuple[Tensor, Tensor, Tensor]:
             loss, p, G = compute(theta, part, inplace=False)
             self.add(p)
             return loss, p, G

@@ -16,18 +16,19 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau
+from .._utils.rows import Rows
 from .._utils.tracing import values_checkable
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve
-from ._rows import RowLoss
+from ._rows import RowLoss, SplitSolve, SplitValues
 from ._targets import Target
 
 __all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "MAPPINGS"]
@@ -47,6 +48,7 @@ def theta_y(theta: Tensor, target: Target, dtype: Optional[torch.dtype] = None) 
         return dot_positive(theta, target.dense, dtype)
     if theta.shape[1] == 0:
         return torch.zeros(theta.shape[0], dtype=dtype or theta.dtype, device=theta.device)
+    assert target.index is not None  # a target holds class indices or distributions
     th = theta.gather(1, target.index.unsqueeze(1)).squeeze(1).to(dtype or theta.dtype)
     return th if target.owned is None else torch.where(target.owned, th, torch.zeros_like(th))
 
@@ -55,19 +57,19 @@ class FenchelYoungRowLoss(RowLoss):
     """The Fenchel–Young loss of the f-softargmax of ``divergence``, with a reference measure ``q``
     (``None`` or rows ``[R|1, k]``) and a temperature ``beta``."""
 
-    def __init__(self, divergence: Divergence, q: Optional[Tensor] = None, beta: float = 1.0):
+    def __init__(self, divergence: Divergence, q: Optional[Tensor] = None, beta: float = 1.0) -> None:
         self.divergence, self.q, self.beta = divergence, q, beta
         self.name = divergence.name
 
     def __repr__(self) -> str:
         return f"FenchelYoungRowLoss({self.divergence!r})"
 
-    def bind(self, q, temperature, like, rows):
+    def bind(self, q: Optional[Tensor], temperature: float, like: Tensor, rows: Rows) -> FenchelYoungRowLoss:
         beta = check_positive_number(temperature, "temperature")
         check_q(q, like)
         return FenchelYoungRowLoss(self.divergence, None if q is None else rows.class_param(q.detach()), beta)
 
-    def values(self, theta: Tensor, target: Target):
+    def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         beta, div = self.beta, self.divergence
         if beta != 1.0:  # shift before scaling: theta / β would round large scores
             m = theta.amax(-1, keepdim=True)
@@ -89,7 +91,7 @@ class FenchelYoungRowLoss(RowLoss):
             D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
         return theta_p - theta_y(theta, target) + beta * D, p, sol.bad_rows
 
-    def _softmax_values(self, z: Tensor, target: Target):
+    def _softmax_values(self, z: Tensor, target: Target) -> tuple[Tensor, Tensor, None]:
         """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
         if self.q is None:
             zz = z
@@ -104,6 +106,7 @@ class FenchelYoungRowLoss(RowLoss):
         if masked:
             logp = torch.where(all_masked, torch.full_like(logp, -math.inf), logp)
         if target.dense is None:
+            assert target.index is not None  # a target holds class indices or distributions
             loss = self.beta * -logp.gather(1, target.index.unsqueeze(1)).squeeze(1)
         else:
             y = target.dense
@@ -111,7 +114,7 @@ class FenchelYoungRowLoss(RowLoss):
             loss = self.beta * (cross + torch.special.xlogy(y, y).sum(-1))
         return loss, torch.exp(logp), None
 
-    def split_values(self, theta: Tensor, target: Target, solve: Callable):
+    def split_values(self, theta: Tensor, target: Target, solve: SplitSolve) -> SplitValues:
         """This process's terms of ``⟨θ, p - y⟩ + β (Ω(y) - Ω(p))`` per row.
 
         The per-class terms are accumulated in float64 (for float32 rows: ``Ω(y) - Ω(p)`` sums
@@ -127,6 +130,7 @@ class FenchelYoungRowLoss(RowLoss):
         vdt = torch.float64 if theta.dtype == torch.float32 else theta.dtype
         q = None if self.q is None else self.q.expand(theta.shape)
         per_row_alpha = self.row_parameters() is not None
+        f0: Union[float, Tensor]
         if per_row_alpha:  # f(0) per row, [R, 1]
             f0 = div.f(torch.zeros((), dtype=vdt, device=theta.device))
             f0_finite = bool(torch.isfinite(f0).all())
@@ -154,12 +158,13 @@ class FenchelYoungRowLoss(RowLoss):
         alpha = getattr(self.divergence, "alpha", None)
         return alpha if isinstance(alpha, Tensor) else None
 
-    def operator_spec(self):
+    def operator_spec(self) -> Optional[tuple[str, float, float]]:
         spec = spec_of(self.divergence)
         return None if spec is None else (spec[0], spec[1], 0.0)
 
 
-def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0, dtype) -> Tensor:
+def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],
+             dtype: torch.dtype) -> Tensor:
     """``Σ_j q_j [f(y_j/q_j) - f(0)]`` per row over the entries with ``y_j > 0`` (this process's
     classes: a class index elsewhere counts 0); ``q``: ``None`` or ``[R, k]``."""
     keep = target.keep
@@ -169,6 +174,7 @@ def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0, dtype) ->
     if q is None:
         vals = (div.f(torch.ones(R, 1, dtype=dtype, device=keep.device)) - f0).reshape(R)
     else:
+        assert target.index is not None  # a target holds class indices or distributions
         qt = q.gather(1, target.index.unsqueeze(1)).to(dtype) if q.shape[1] else \
             torch.ones(R, 1, dtype=dtype, device=keep.device)
         vals = (qt * (div.f(1.0 / qt) - f0)).squeeze(1)
@@ -182,7 +188,8 @@ def _omega_difference(div: Divergence, theta: Tensor, y: Tensor, p: Tensor, q: O
     return torch.where(theta > -math.inf, terms, torch.zeros_like(terms)).sum(-1)
 
 
-def _p_terms(div: Divergence, theta: Tensor, p: Tensor, q: Optional[Tensor], f0, dtype, sparse: bool):
+def _p_terms(div: Divergence, theta: Tensor, p: Tensor, q: Optional[Tensor], f0: Union[float, Tensor],
+             dtype: torch.dtype, sparse: bool) -> tuple[Tensor, Tensor]:
     """``(⟨θ, p⟩, Σ_j q_j [f(p_j/q_j) - f(0)])`` per row in ``dtype``, over the nonzero entries of ``p``
     alone when they are few (``sparse``)."""
     R = p.shape[0]
@@ -213,7 +220,7 @@ class AlphaReLURowLoss(RowLoss):
 
     name = "alpha_relu"
 
-    def __init__(self, alpha=1.5, tau=0.0):
+    def __init__(self, alpha: object = 1.5, tau: object = 0.0) -> None:
         alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
         if isinstance(alpha, Tensor):
             raise TypeError("alpha_relu_loss: alpha must be a float > 1")
@@ -227,15 +234,15 @@ class AlphaReLURowLoss(RowLoss):
         tau = float(self.tau) if isinstance(self.tau, Tensor) else self.tau
         return f"alpha_relu(alpha={float(self.alpha)!r}, tau={tau!r})"
 
-    def values(self, theta: Tensor, target: Target):
+    def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, None]:
         loss, p = self._terms(theta, target)
         return loss, p, None
 
-    def split_values(self, theta: Tensor, target: Target, solve: Callable):
+    def split_values(self, theta: Tensor, target: Target, solve: SplitSolve) -> SplitValues:
         partial, p = self._terms(theta, target)  # a fixed τ: nothing to solve, every term is a class's
         return partial, p, None, None
 
-    def _terms(self, theta: Tensor, target: Target):
+    def _terms(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor]:
         alpha, tau = self.alpha, float(self.tau)
         a = alpha - 1.0
         t = torch.mul(theta, a).sub_(tau).clamp_(min=0)
@@ -252,11 +259,11 @@ class AlphaReLURowLoss(RowLoss):
             ya = y.pow(alpha).sum(-1)
         return lin + (ya - spt) / (alpha * a), p
 
-    def operator_spec(self):
+    def operator_spec(self) -> Optional[tuple[str, float, float]]:
         return None if isinstance(self.tau, Tensor) else ("alpha_relu", float(self.alpha), float(self.tau))
 
 
-def resolve_loss(mapping: Union[str, Divergence], params: dict,
+def resolve_loss(mapping: Union[str, Divergence], params: dict[str, Any],
                  row_param: Optional[Callable[[Tensor, str], Tensor]] = None) -> RowLoss:
     """The :class:`~softargmax.losses._rows.RowLoss` of a mapping name (or a
     :class:`~softargmax.divergences.Divergence`) and its parameters (``alpha``, ``tau``), validated.
@@ -281,7 +288,7 @@ def resolve_loss(mapping: Union[str, Divergence], params: dict,
     return FenchelYoungRowLoss(_divergence(mapping, params))
 
 
-def _divergence(mapping: Union[str, Divergence], params: dict) -> Divergence:
+def _divergence(mapping: Union[str, Divergence], params: dict[str, Any]) -> Divergence:
     takes_alpha = mapping in ("entmax", "alpha") or isinstance(mapping, Divergence)
     if params.get("alpha") is not None and not takes_alpha:
         raise ValueError(f"alpha: mapping={mapping!r} takes no alpha (got alpha={params['alpha']!r}); "

@@ -33,9 +33,18 @@ from torch import Tensor
 
 from .._utils.rows import Rows
 from .._utils.tracing import values_checkable
+from ..backends.solution import Solution
+from ..divergences import Divergence
 from ._targets import Target
 
 __all__ = ["RowLoss", "p_minus_y", "kept_rows"]
+
+#: ``compute(theta, ...) -> (loss [R], p [R, k], p - y [R, k])``: a loss's rows as the loss paths call them
+RowsCompute = Callable[..., tuple[Tensor, Tensor, Tensor]]
+#: ``solve(z, divergence, q) -> (Solution, S)``: the threshold of rows whose classes are split over processes
+SplitSolve = Callable[[Tensor, Divergence, Optional[Tensor]], tuple[Solution, Tensor]]
+#: :meth:`RowLoss.split_values`: ``(this process's terms [R], p, bad rows or None, correction [R] or None)``
+SplitValues = tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]
 
 
 class RowLoss(abc.ABC):
@@ -47,7 +56,7 @@ class RowLoss(abc.ABC):
 
     name: str = "loss"
 
-    def bind(self, q: Optional[Tensor], temperature, like: Tensor, rows: Rows) -> RowLoss:
+    def bind(self, q: Optional[Tensor], temperature: float, like: Tensor, rows: Rows) -> RowLoss:
         """This loss with a reference measure ``q`` and a temperature, checked once, for the rows ``rows``.
 
         ``like``: scores (or a ``meta`` stand-in) that ``q`` must broadcast to; ``rows``: their row
@@ -74,14 +83,15 @@ class RowLoss(abc.ABC):
         return kept_rows(loss, target), p, G
 
     # -- the classes split over processes (softargmax.losses.distributed) --------------------
-    def split_values(self, theta: Tensor, target: Target, solve: Callable):
+    def split_values(self, theta: Tensor, target: Target, solve: SplitSolve) -> SplitValues:
         """``(this process's terms of the loss [R], p, bad rows, correction)`` for the slice ``theta``
         of the classes (``target``: the slice's, with ``owned``); ``solve(z, divergence, q) ->
         (Solution, S)`` is the threshold over all processes.  The terms are summed over the
         processes, then ``correction`` (``[R]`` or ``None``) is subtracted."""
         raise TypeError(f"process_group: the {self.name} loss has no vocabulary-parallel form")
 
-    def split_rows(self, theta: Tensor, target: Target, solve: Callable):
+    def split_rows(self, theta: Tensor, target: Target,
+                   solve: SplitSolve) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
         """:meth:`split_values` and the local ``p - y``; ``p`` and ``G`` are NaN in bad rows."""
         partial, p, bad, correction = self.split_values(theta, target, solve)
         G = p_minus_y(p, target)
@@ -97,7 +107,7 @@ class RowLoss(abc.ABC):
         """A per-row parameter that :meth:`describe` leaves out (a per-row α), else ``None``."""
         return None
 
-    def operator_spec(self) -> Optional[tuple]:
+    def operator_spec(self) -> Optional[tuple[str, float, float]]:
         """``(mapping, parameter, tau)`` naming the loss to the ``torch.library`` operator, or ``None`` (stays eager)."""
         return None
 
@@ -118,6 +128,7 @@ def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
         G = p.sub_(target.dense) if inplace else p - target.dense
     else:
         G = p if inplace else p.clone()
+        assert target.index is not None  # a target holds class indices or distributions
         if G.shape[1]:
             minus = -torch.ones_like(G[:, :1]) if target.owned is None else -target.owned.to(G.dtype).unsqueeze(1)
             G.scatter_add_(1, target.index.unsqueeze(1), minus)

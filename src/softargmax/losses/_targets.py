@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -58,10 +58,11 @@ class Target:
     #: (``index`` is then its column here); ``None``: every class is here
     owned: Optional[Tensor] = None
 
-    def as_dense(self, k: int, dtype) -> Tensor:
+    def as_dense(self, k: int, dtype: torch.dtype) -> Tensor:
         """The target as rows ``[R, k]`` (class indices one-hot in the kept, owned rows)."""
         if self.dense is not None:
             return self.dense
+        assert self.index is not None  # a target holds class indices or distributions
         y = torch.zeros(self.index.shape[0], k, dtype=dtype, device=self.index.device)
         if k:
             hot = self.keep if self.owned is None else self.owned
@@ -101,7 +102,7 @@ def sum_tolerance(k: int, target_dtype: torch.dtype) -> float:
     return c * (k ** 0.5 + 1) + 2 * fi.eps + k * fi.smallest_normal * fi.eps / 2
 
 
-def check_ignore_index(ignore_index) -> int:
+def check_ignore_index(ignore_index: object) -> int:
     """``ignore_index`` as an int: a Python int or a 0-d integer tensor (as ``F.cross_entropy``
     and the ``entmax`` package accept); a bool, a float or anything else is a ``TypeError``."""
     if isinstance(ignore_index, Tensor):
@@ -113,7 +114,7 @@ def check_ignore_index(ignore_index) -> int:
     raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
 
 
-def _dim_hint(target_shape, x_shape, dim: int) -> str:
+def _dim_hint(target_shape: Sequence[int], x_shape: Sequence[int], dim: int) -> str:
     """A hint naming the ``dim`` that would make class indices of ``target_shape`` fit ``x_shape``."""
     fits = [d for d in range(len(x_shape)) if d != dim and tuple(target_shape) == tuple(x_shape[:d]) + tuple(x_shape[d + 1:])]
     if not fits:
@@ -161,11 +162,15 @@ def parse_target(
     item_weight = None
     if weight is not None:
         # hard labels (even smoothed) weigh like cross_entropy: weight[c]; distributions: ⟨weight, y⟩
-        item_weight = weight[index] * keep if index is not None else dense @ weight
+        if index is not None:
+            item_weight = weight[index] * keep
+        else:
+            assert dense is not None  # probability rows or label sets
+            item_weight = dense @ weight
     return Target(index=index, dense=dense, keep=keep, item_weight=item_weight)
 
 
-def _class_weight(weight, k: int, dtype, weight_name: str) -> Tensor:
+def _class_weight(weight: object, k: int, dtype: torch.dtype, weight_name: str) -> Tensor:
     """Class weights checked (``[k]``, finite, non-negative) and in the compute dtype."""
     if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
         raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
@@ -224,7 +229,7 @@ def _probability_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:
     return y
 
 
-def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) -> Tensor:
+def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape: Sequence[int]) -> Tensor:
     """Apply item weights and the reduction (``mean`` over kept items, weighted)."""
     w = target.item_weight
     loss = per_row if w is None else per_row * w
@@ -250,13 +255,14 @@ def rows_of(target: Target, start: int, end: int) -> Target:
     cut = lambda t: None if t is None else t[start:end]  # noqa: E731
     dense = cut(target.dense)
     if target.topk_index is not None:
+        assert target.rest is not None and target.topk_value is not None  # set with topk_index
         rest = target.rest[start:end]
         dense = rest.unsqueeze(1).expand(end - start, target.classes).clone()
         dense.scatter_(1, target.topk_index[start:end], target.topk_value[start:end])
     return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight))
 
 
-def top_k_target(values: Tensor, indices: Tensor, batch: tuple, classes: int, dtype) -> Target:
+def top_k_target(values: Tensor, indices: Tensor, batch: tuple[int, ...], classes: int, dtype: torch.dtype) -> Target:
     """A teacher's top-k probabilities ``values`` at ``indices`` (both ``batch + (k,)``) as a :class:`Target` whose
     remaining mass ``1 - Σ values`` is spread evenly over the ``classes - k`` other classes (dense per chunk only)."""
     if not isinstance(values, Tensor) or not isinstance(indices, Tensor):
@@ -291,6 +297,6 @@ def top_k_target(values: Tensor, indices: Tensor, batch: tuple, classes: int, dt
     return Target(None, None, keep, None, topk_index=idx, topk_value=v, rest=rest, classes=classes)
 
 
-def check_reduction(reduction):
+def check_reduction(reduction: object) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")

@@ -52,7 +52,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -62,9 +62,14 @@ from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.mappings import check_mapping
 from ._fenchel_young import one_process_loss
-from ._options import LossOptions
+from ._options import LossOptions, LossOutput
 from ._row_losses import MAPPINGS
 from ._targets import check_reduction
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from ..operators.binary import QPair
 
 __all__ = [
     "fenchel_young_loss",
@@ -93,10 +98,10 @@ def fenchel_young_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
     softcap: Optional[float] = None,
-    process_group=None,
+    process_group: Optional[ProcessGroup] = None,
     class_offset: Optional[int] = None,
-    **mapping_params,
-):
+    **mapping_params: Any,
+) -> LossOutput:
     r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
 
     Args:
@@ -128,7 +133,8 @@ def fenchel_young_loss(
     return fenchel_young(x, target, mapping, mapping_params, LossOptions.of(locals()))
 
 
-def fenchel_young(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict, options: LossOptions):
+def fenchel_young(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict[str, Any],
+                  options: LossOptions) -> LossOutput:
     """:func:`fenchel_young_loss` with its options gathered: the classes split over ranks, or all here."""
     if options.process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
         from .distributed.losses import vocab_parallel_loss
@@ -142,7 +148,8 @@ def fenchel_young(x: Tensor, target: Tensor, mapping: Union[str, Divergence], pa
 
 def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
                    reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
-                   return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
+                   return_prediction: bool = False, softcap: Optional[float] = None,
+                   process_group: Optional[ProcessGroup] = None) -> LossOutput:
     """The sparsemax loss (Martins & Astudillo, 2016, eq. 26; the chi-square f-divergence loss).
 
     Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
@@ -154,7 +161,8 @@ def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool
 
 def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
-                  return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
+                  return_prediction: bool = False, softcap: Optional[float] = None,
+                  process_group: Optional[ProcessGroup] = None) -> LossOutput:
     """The 1.5-entmax loss.
 
     Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
@@ -167,7 +175,7 @@ def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool 
 def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1, multilabel: bool = False,
                 ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                 weight: Optional[Tensor] = None, return_prediction: bool = False, softcap: Optional[float] = None,
-                process_group=None):
+                process_group: Optional[ProcessGroup] = None) -> LossOutput:
     """The α-entmax loss for a float α > 0 (α = 1: cross-entropy).
 
     Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
@@ -180,7 +188,8 @@ def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1,
 def alpha_relu_loss(x: Tensor, target: Tensor, alpha: float = 1.5, tau: float = 0.0, *, dim: int = -1,
                     multilabel: bool = False, ignore_index: int = -100, reduction: str = "mean",
                     label_smoothing: float = 0.0, weight: Optional[Tensor] = None, return_prediction: bool = False,
-                    softcap: Optional[float] = None, process_group=None):
+                    softcap: Optional[float] = None,
+                    process_group: Optional[ProcessGroup] = None) -> LossOutput:
     """The α-ReLU loss, ``τ`` in the entmax parametrization (a float or a one-element tensor).
 
     Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
@@ -205,9 +214,9 @@ def f_divergence_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
     softcap: Optional[float] = None,
-    process_group=None,
-    **params,
-):
+    process_group: Optional[ProcessGroup] = None,
+    **params: Any,
+) -> LossOutput:
     """The loss generated by an f-divergence (Roulet et al., 2025, §3); ``params``: the divergence's (``alpha=`` for ``"alpha"``).
 
     Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
@@ -222,11 +231,11 @@ def binary_f_divergence_loss(
     s: Tensor,
     target: Tensor,
     divergence: Union[str, Divergence] = "kl",
-    q=(1.0, 1.0),
+    q: QPair = (1.0, 1.0),
     temperature: float = 1.0,
     reduction: str = "mean",
     weight: Optional[Tensor] = None,
-    **params,
+    **params: Any,
 ) -> Tensor:
     r"""Binary Fenchel–Young loss of the f-sigmoid (Roulet et al., 2025, §3.4), elementwise over ``s``.
 

@@ -58,7 +58,7 @@ target ``softmax(teacher_logits / T)`` or its top-k pair by
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -68,10 +68,14 @@ from .._utils.rows import MetaRows
 from ..divergences import Divergence
 from ._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
-from ._options import LossOptions
+from ._options import LossOptions, LossOutput
 from ._prediction_stats import PredictionStats, StatsSink
 from ._row_losses import FenchelYoungRowLoss, resolve_loss
-from ._targets import mean_denominator, parse_target, top_k_target
+from ._rows import RowLoss
+from ._targets import Target, mean_denominator, parse_target, top_k_target
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["linear_fenchel_young_loss", "PredictionStats"]
 
@@ -79,7 +83,7 @@ __all__ = ["linear_fenchel_young_loss", "PredictionStats"]
 def linear_fenchel_young_loss(
     hidden: Tensor,
     weight: Tensor,
-    target: Tensor,
+    target: Union[Tensor, tuple[Tensor, Tensor]],
     bias: Optional[Tensor] = None,
     mapping: Union[str, Divergence] = "entmax15",
     chunk_size: Optional[int] = None,
@@ -93,11 +97,11 @@ def linear_fenchel_young_loss(
     class_weight: Optional[Tensor] = None,
     softcap: Optional[float] = None,
     memory_budget: Optional[int] = None,
-    process_group=None,
+    process_group: Optional[ProcessGroup] = None,
     class_offset: Optional[int] = None,
     return_stats: bool = False,
-    **mapping_params,
-):
+    **mapping_params: Any,
+) -> LossOutput:
     r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
 
     Args:
@@ -186,12 +190,14 @@ def linear_fenchel_young_loss(
                     tuple(hidden.shape[:-1]))
 
 
-def _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats, batch):
+def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: RowLoss, tgt: Target, reduction: str,
+             chunk_size: int, softcap: Optional[float], return_stats: bool, batch: tuple[int, ...]) -> LossOutput:
     """The fused loss of the bound row loss ``loss`` over ``hidden2d``'s chunks: reduced (gradients
     computed in the forward) or per token (the backward recomputes the chunks), and the statistics."""
     compute = lambda th, part, inplace=True: loss.rows(th, part, inplace=inplace)  # noqa: E731
     sink = StatsSink() if return_stats else None
     if reduction == "none":
+        predictor: Union[ThresholdPrediction, ElementwisePrediction]
         if isinstance(loss, FenchelYoungRowLoss):
             predictor = ThresholdPrediction(loss.divergence, loss.beta, loss.q)
         else:  # α-ReLU: the prediction depends on each logit alone
@@ -201,6 +207,6 @@ def _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, 
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
                                mean_denominator(tgt, reduction), chunk_size, softcap)
-    if not return_stats:
+    if sink is None:  # not return_stats
         return value
     return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)

@@ -35,10 +35,11 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.rows import Rows
 from ..operators.budget import check_budget, solve_budget
 from ..operators.normmax import argmax_rows, normmax_rows
 from ._fenchel_young import row_loss
-from ._options import LossOptions
+from ._options import LossOptions, LossOutput
 from ._row_losses import dot_positive, theta_y
 from ._rows import RowLoss
 from ._targets import Target, check_reduction
@@ -46,7 +47,7 @@ from ._targets import Target, check_reduction
 __all__ = ["normmax_loss", "budget_sparsemax_loss"]
 
 
-def _alpha_norm(p: Tensor, alpha) -> Tensor:
+def _alpha_norm(p: Tensor, alpha: Union[float, Tensor]) -> Tensor:
     """``‖p‖_α`` per row (``[R]``) for ``p >= 0``, ``alpha`` a float or ``[R, 1]``."""
     if isinstance(alpha, float):
         return torch.linalg.vector_norm(p, ord=alpha, dim=-1)
@@ -62,15 +63,15 @@ class NormmaxRowLoss(RowLoss):
 
     name = "normmax"
 
-    def __init__(self, alpha: Union[float, Tensor]):
+    def __init__(self, alpha: Union[float, Tensor]) -> None:
         self.alpha = alpha
 
-    def bind(self, q, temperature, like, rows):
+    def bind(self, q: Optional[Tensor], temperature: float, like: Tensor, rows: Rows) -> NormmaxRowLoss:
         super().bind(q, temperature, like, rows)
         alpha = self.alpha
         return NormmaxRowLoss(rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha)
 
-    def values(self, theta: Tensor, target: Target):
+    def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         alpha = self.alpha
         if isinstance(alpha, float) and alpha == 1.0:
             return _argmax_values(theta, target)
@@ -83,7 +84,7 @@ class NormmaxRowLoss(RowLoss):
         return _normmax_values(theta, target, alpha)
 
 
-def _argmax_values(theta: Tensor, target: Target):
+def _argmax_values(theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Tensor]:
     """α = 1: ``p`` the argmax (uniform over ties), ``‖·‖_1 = Σ``, so the loss is
     ``max θ - ⟨θ, y⟩`` for a distribution ``y`` (the multiclass perceptron loss)."""
     p, bad = argmax_rows(theta)
@@ -94,7 +95,8 @@ def _argmax_values(theta: Tensor, target: Target):
     return loss, p, bad
 
 
-def _normmax_values(theta: Tensor, target: Target, alpha):
+def _normmax_values(theta: Tensor, target: Target,
+                    alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     pc, _, sol = normmax_rows(theta, alpha)
     theta_p = dot_positive(sol.gather(theta), pc)
     omega_p = _alpha_norm(pc, alpha)
@@ -115,17 +117,18 @@ class BudgetRowLoss(RowLoss):
 
     name = "budget_sparsemax"
 
-    def __init__(self, budget: Union[float, Tensor]):
+    def __init__(self, budget: Union[float, Tensor]) -> None:
         self.budget = budget
 
-    def bind(self, q, temperature, like, rows):
+    def bind(self, q: Optional[Tensor], temperature: float, like: Tensor, rows: Rows) -> BudgetRowLoss:
         super().bind(q, temperature, like, rows)
         if isinstance(self.budget, Tensor):
             return BudgetRowLoss(rows.row_param(self.budget.detach(), "budget"))
         return BudgetRowLoss(torch.full((rows.R, 1), self.budget, dtype=rows.dtype, device=like.device))
 
-    def values(self, theta: Tensor, target: Target):
+    def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         budget2d = self.budget
+        assert isinstance(budget2d, Tensor)  # bound: [R, 1]
         sol = solve_budget(theta, budget2d)
         pc = sol.p
         theta_p = dot_positive(sol.gather(theta), pc)
@@ -154,7 +157,7 @@ def normmax_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
-):
+) -> LossOutput:
     r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``>= 1``.
 
     ``alpha``: a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
@@ -182,7 +185,7 @@ def budget_sparsemax_loss(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
-):
+) -> LossOutput:
     r"""The budget sparsemax loss :math:`\langle \theta, p - y\rangle + \tfrac12\lVert y\rVert^2 - \tfrac12\lVert p\rVert^2` (:math:`+\infty` for :math:`y` above the cap :math:`1/B`).
 
     ``budget``: ``B > 0``, a float or a tensor broadcastable to ``x`` with size 1 along

@@ -7,7 +7,7 @@ into either, one chunk of rows at a time.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -20,7 +20,8 @@ __all__ = ["teacher_target"]
 _CHUNK_BYTES = 2**26
 
 
-def teacher_target(logits: Tensor, temperature: float = 1.0, top_k: Optional[int] = None):
+def teacher_target(logits: Tensor, temperature: float = 1.0,
+                   top_k: Optional[int] = None) -> Union[Tensor, Any]:  # or (probs, indices): Tensor | Any as LossOutput
     r"""The target of a teacher given as logits: its softmax at a temperature, dense or as its top-k.
 
     .. math::

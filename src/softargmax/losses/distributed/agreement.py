@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,9 @@ from torch import Tensor
 from .._options import LossOptions
 from .._rows import RowLoss
 from .collectives import group_info, record
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["FUNCTIONS", "REDUCTIONS", "Split", "agree", "loss_fields", "call_fields", "checksum", "float_bits",
            "class_slices", "offset_fields"]
@@ -37,27 +40,27 @@ _DTYPES = (None, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _PRIME = 2_147_483_647
 
 
-def _as_int(v) -> str:
+def _as_int(v: int) -> str:
     return str(v)
 
 
-def _as_float(v) -> str:
+def _as_float(v: int) -> str:
     return repr(struct.unpack("<d", struct.pack("<q", v))[0])
 
 
-def _as_optional(fmt):
+def _as_optional(fmt: Callable[[int], str]) -> Callable[[int], str]:
     return lambda v: "None" if v == 0 else fmt(v)
 
 
-def _as_name(names):
+def _as_name(names: tuple[str, ...]) -> Callable[[int], str]:
     return lambda v: repr(names[v]) if 0 <= v < len(names) else str(v)
 
 
-def _as_hex(v) -> str:
+def _as_hex(v: int) -> str:
     return f"fingerprint {v & (2 ** 64 - 1):016x}"
 
 
-def _given(v) -> str:
+def _given(v: int) -> str:
     return "given" if v else "not given"
 
 
@@ -93,8 +96,8 @@ _SLOT = {name: i for i, (name, _, _) in enumerate(SLOTS)}
 class Split:
     """The class slices every rank holds: ``sizes[r]`` classes from ``offsets[r]`` on (``K`` in all)."""
 
-    sizes: list
-    offsets: list
+    sizes: list[int]
+    offsets: list[int]
     K: int
 
 
@@ -120,11 +123,11 @@ def checksum(t: Tensor) -> Tensor:
     return (v * w).remainder(_PRIME).sum()
 
 
-def dtype_code(dtype) -> int:
+def dtype_code(dtype: torch.dtype) -> int:
     return _DTYPES.index(dtype) if dtype in _DTYPES else 0
 
 
-def offset_fields(class_offset) -> dict:
+def offset_fields(class_offset: object) -> dict[str, int]:
     """The first round's fields of ``class_offset`` (``{}`` when not given)."""
     if class_offset is None:
         return {}
@@ -133,7 +136,8 @@ def offset_fields(class_offset) -> dict:
     return {"offset_given": 1, "offset": class_offset}
 
 
-def loss_fields(function: int, loss: RowLoss, rows: int, classes: int, dtype, q_given: bool) -> tuple:
+def loss_fields(function: int, loss: RowLoss, rows: int, classes: int, dtype: torch.dtype,
+                q_given: bool) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(fields, tensors)`` that the first round compares of a call's loss and rows."""
     fields = {"function": function, "rows": rows, "classes": classes, "dtype": dtype_code(dtype),
               "mapping": _fingerprint(loss.describe()), "q": q_given}
@@ -141,7 +145,8 @@ def loss_fields(function: int, loss: RowLoss, rows: int, classes: int, dtype, q_
     return fields, ({} if per_row is None else {"alpha": checksum(per_row)})
 
 
-def call_fields(function: int, loss: RowLoss, options: LossOptions, rows: int, classes: int, dtype) -> tuple:
+def call_fields(function: int, loss: RowLoss, options: LossOptions, rows: int, classes: int,
+                dtype: torch.dtype) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(fields, tensors)`` that the first round compares of a loss call (the target's apart)."""
     fields, tensors = loss_fields(function, loss, rows, classes, dtype, options.q is not None)
     fields.update(reduction=REDUCTIONS.index(options.reduction), temperature=float_bits(options.temperature),
@@ -149,9 +154,10 @@ def call_fields(function: int, loss: RowLoss, options: LossOptions, rows: int, c
     return fields, tensors
 
 
-def _ranks(rs: list) -> str:
+def _ranks(rs: list[int]) -> str:
     """``"rank 3"``, ``"ranks 0, 2"``, ``"ranks 0-5, 7"``."""
-    runs, start = [], rs[0]
+    runs: list[str] = []
+    start: Optional[int] = rs[0]
     for a, b in zip(rs, rs[1:] + [None]):
         if b != a + 1:
             runs.append(str(start) if start == a else f"{start}-{a}")
@@ -159,16 +165,16 @@ def _ranks(rs: list) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(runs)
 
 
-def _disagreement(what: str, column: list, fmt) -> str:
-    groups: dict = {}
+def _disagreement(what: str, column: list[int], fmt: Callable[[int], str]) -> str:
+    groups: dict[int, list[int]] = {}
     for r, v in enumerate(column):
         groups.setdefault(v, []).append(r)
     parts = [f"{_ranks(rs)} {'has' if len(rs) == 1 else 'have'} {fmt(v)}" for v, rs in groups.items()]
     return f"process_group: ranks disagree on {what}: " + ", ".join(parts)
 
 
-def agree(group, rank: int, world: int, device, error: Optional[Exception], fields: dict,
-          tensors: Optional[dict] = None) -> Split:
+def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.device, error: Optional[Exception],
+          fields: dict[str, Any], tensors: Optional[dict[str, Tensor]] = None) -> Split:
     """The first round of every call: one all-gather of ``len(SLOTS)`` int64 numbers per rank (module docstring).
 
     The rank whose own arguments were rejected (``error``) re-raises its error, the others a
@@ -193,7 +199,7 @@ def agree(group, rank: int, world: int, device, error: Optional[Exception], fiel
                          f"(the error is raised there); rank {rank} accepted its own")
     for j, (_, what, fmt) in enumerate(SLOTS):
         column = [row[j] for row in table]
-        if what is not None and len(set(column)) > 1:
+        if what is not None and fmt is not None and len(set(column)) > 1:  # (both or neither)
             raise ValueError(_disagreement(what, column, fmt))
     sizes = [row[_SLOT["classes"]] for row in table]
     split = Split(sizes, [sum(sizes[:r]) for r in range(world)], sum(sizes))
@@ -207,7 +213,7 @@ def agree(group, rank: int, world: int, device, error: Optional[Exception], fiel
     return split
 
 
-def _check_offsets(given: list, split: Split) -> None:
+def _check_offsets(given: list[int], split: Split) -> None:
     """The ranks' ``class_offset`` values must be the offsets of contiguous slices in rank order."""
     sizes, offsets = split.sizes, split.offsets
     for r in range(len(sizes)):
@@ -225,7 +231,7 @@ def _check_offsets(given: list, split: Split) -> None:
                          f"(rank {r} holds {span}; slices are contiguous in rank order and cover [0, K))")
 
 
-def class_slices(k: int, process_group) -> list:
+def class_slices(k: int, process_group: Optional[ProcessGroup]) -> list[int]:
     """The slice sizes ``[k_0, …, k_{W-1}]`` of every rank (one small all-gather); rank ``r`` holds
     the classes ``[Σ_{s<r} k_s, Σ_{s<=r} k_s)``."""
     group, rank, world = group_info(process_group)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch.distributed as dist
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["CommStats", "count_collectives", "record", "all_reduce", "group_info"]
 
@@ -15,7 +19,7 @@ __all__ = ["CommStats", "count_collectives", "record", "all_reduce", "group_info
 class CommStats:
     """Collectives issued inside :func:`count_collectives`: one entry per round."""
 
-    rounds: list = field(default_factory=list)  # (kind, numel, bytes)
+    rounds: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, numel, bytes)
 
     @property
     def count(self) -> int:
@@ -25,8 +29,8 @@ class CommStats:
     def bytes(self) -> int:
         return sum(b for _, _, b in self.rounds)
 
-    def by_kind(self) -> dict:
-        out: dict = {}
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        out: dict[str, list[int]] = {}
         for kind, _, b in self.rounds:
             c = out.setdefault(kind, [0, 0])
             c[0] += 1
@@ -34,11 +38,11 @@ class CommStats:
         return {k: {"rounds": v[0], "bytes": v[1]} for k, v in out.items()}
 
 
-_STATS: list = []
+_STATS: list[CommStats] = []
 
 
 @contextlib.contextmanager
-def count_collectives():
+def count_collectives() -> Iterator[CommStats]:
     """Count the collectives the vocabulary-parallel losses issue in the block: ``with count_collectives() as st: ...``."""
     st = CommStats()
     _STATS.append(st)
@@ -54,14 +58,14 @@ def record(kind: str, t: Tensor) -> None:
         st.rounds.append((kind, t.numel(), t.numel() * t.element_size()))
 
 
-def all_reduce(t: Tensor, op, group, kind: str) -> Tensor:
+def all_reduce(t: Tensor, op: Any, group: Optional[ProcessGroup], kind: str) -> Tensor:
     """``t`` all-reduced in place with ``op`` over ``group`` (counted as ``kind``)."""
     record(kind, t)
     dist.all_reduce(t, op=op, group=group)
     return t
 
 
-def group_info(group):
+def group_info(group: Optional[ProcessGroup]) -> tuple[Optional[ProcessGroup], int, int]:
     """``(group, rank, world size)``, or a ``ValueError`` naming ``process_group``."""
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("process_group: torch.distributed is not initialized (call init_process_group first)")

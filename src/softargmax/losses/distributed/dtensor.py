@@ -3,19 +3,19 @@ mesh's group is the process group) or replicated (the one-process loss on the lo
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from ..._utils.checks import check_dim
 from ...divergences import Divergence
 from ...operators._dtensor import is_dtensor
 from .._fenchel_young import one_process_loss
-from .._options import LossOptions
+from .._options import LossOptions, LossOutput
 
 __all__ = ["dtensor_loss"]
 
 
-def dtensor_loss(x, target, mapping: Union[str, Divergence], params: dict, options: LossOptions,
-                 sharded_loss: Callable):
+def dtensor_loss(x: Any, target: Any, mapping: Union[str, Divergence], params: dict[str, Any], options: LossOptions,
+                 sharded_loss: Callable[..., LossOutput]) -> LossOutput:
     """The loss of a ``DTensor`` ``x`` as a replicated ``DTensor``; ``sharded_loss(local, target, mapping,
     params, options)`` computes it where the classes are sharded (the prediction keeps ``x``'s placements)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -45,5 +45,5 @@ def dtensor_loss(x, target, mapping: Union[str, Divergence], params: dict, optio
     return DTensor.from_local(out, mesh, replicate, run_check=False)
 
 
-def _local(t):
+def _local(t: Any) -> Any:
     return t.to_local() if is_dtensor(t) else t

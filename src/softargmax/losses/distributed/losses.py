@@ -5,7 +5,7 @@ and the last round around any :class:`~softargmax.losses._rows.RowLoss` (its
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -17,14 +17,18 @@ from ...divergences import Divergence
 from ...operators._dtensor import is_dtensor
 from .._fenchel_young import SavedGradientLoss
 from .._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
-from .._options import LossOptions
+from .._options import LossOptions, LossOutput
 from .._row_losses import resolve_loss
+from .._rows import RowLoss
 from .._targets import Target, check_reduction, mean_denominator, reduce_loss
 from .agreement import agree, call_fields, float_bits
 from .collectives import all_reduce, group_info
 from .dtensor import dtensor_loss
 from .solver import threshold_solver
-from .targets import Plan, item_weight_partial, local_target, make_plan, target_fields
+from .targets import LocalTarget, Plan, item_weight_partial, local_target, make_plan, target_fields
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["fenchel_young_loss", "linear_fenchel_young_loss", "vocab_parallel_loss", "linear_vocab_parallel_loss"]
 
@@ -34,7 +38,7 @@ def fenchel_young_loss(
     target: Tensor,
     mapping: Union[str, Divergence] = "entmax15",
     *,
-    process_group=None,
+    process_group: Optional[ProcessGroup] = None,
     dim: int = -1,
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
@@ -46,8 +50,8 @@ def fenchel_young_loss(
     return_prediction: bool = False,
     softcap: Optional[float] = None,
     class_offset: Optional[int] = None,
-    **mapping_params,
-):
+    **mapping_params: Any,
+) -> LossOutput:
     r""":func:`softargmax.losses.fenchel_young_loss` with the classes split over ``process_group``.
 
     ``x`` holds this rank's contiguous slice of the classes along ``dim`` (rank order); it
@@ -64,15 +68,17 @@ def fenchel_young_loss(
     return vocab_parallel_loss(x, target, mapping, mapping_params, LossOptions.of(locals()))
 
 
-def vocab_parallel_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict,
-                        options: LossOptions):
+def vocab_parallel_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict[str, Any],
+                        options: LossOptions) -> LossOutput:
     """:func:`fenchel_young_loss` with its options gathered."""
     if is_dtensor(x):
         if options.class_offset is not None:
             raise ValueError("class_offset: not accepted with a DTensor x (the slices are the mesh's)")
         return dtensor_loss(x, target, mapping, params, options, vocab_parallel_loss)
     group, rank, world = group_info(options.process_group)
-    fields, tensors, error = {}, {}, None
+    fields: dict[str, Any] = {}
+    tensors: dict[str, Tensor] = {}
+    error: Optional[Exception] = None
     try:  # this rank's own checks: their failure is reported to the others in the first round
         x, rows, loss, local = _checked(x, target, mapping, params, options, fields, tensors)
     except (ValueError, TypeError) as e:
@@ -84,9 +90,9 @@ def vocab_parallel_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergenc
                      ignore_index=options.ignore_index, label_smoothing=options.label_smoothing)
     solve = threshold_solver(split, group)
     everything = slice(0, R)
-    kept: dict = {}
+    kept: dict[str, Any] = {}
 
-    def compute(theta):
+    def compute(theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         partial, p, G, bad, correction = loss.split_rows(theta, plan.rows(everything), solve)
         per_row, item_w = finish_rows(partial, plan, everything, bad, correction)
         kept["p"], kept["w"] = p, (None if item_w is None else item_w.to(rows.dtype))
@@ -103,7 +109,8 @@ def vocab_parallel_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergenc
     return value, rows.restore(kept["p"].detach())
 
 
-def _checked(x, target, mapping, params, options: LossOptions, fields: dict, tensors: dict):
+def _checked(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict[str, Any], options: LossOptions,
+             fields: dict[str, Any], tensors: dict[str, Tensor]) -> tuple[Tensor, Rows, RowLoss, LocalTarget]:
     """This rank's own checks of a :func:`fenchel_young_loss` call; fills the first round's ``fields``
     and ``tensors``.  Returns ``(x soft-capped, rows, the loss, the local target)``."""
     check_tensor(x)
@@ -123,14 +130,14 @@ def _checked(x, target, mapping, params, options: LossOptions, fields: dict, ten
     return x, rows, loss, local
 
 
-def _fill(fields: dict, tensors: dict, *parts) -> None:
+def _fill(fields: dict[str, Any], tensors: dict[str, Tensor], *parts: tuple[dict[str, Any], dict[str, Tensor]]) -> None:
     for f, t in parts:
         fields.update(f)
         tensors.update(t)
 
 
 def finish_rows(partial: Tensor, plan: Plan, rows: slice, bad_rows: Optional[Tensor],
-                correction: Optional[Tensor] = None):
+                correction: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
     """The last round: the global row losses (less ``correction``), the item weights and (soft
     targets) the target sums, which must be 1."""
     parts = [partial]
@@ -139,6 +146,7 @@ def finish_rows(partial: Tensor, plan: Plan, rows: slice, bad_rows: Optional[Ten
         parts.append(w)
     check = plan.check_sums
     if check:
+        assert plan.dense is not None  # soft targets
         parts.append(plan.dense[rows].sum(-1))
     buf = all_reduce(torch.stack([t.to(partial.dtype) for t in parts]).contiguous(), dist.ReduceOp.SUM, plan.group,
                      "sum")
@@ -161,12 +169,12 @@ class _CopyToParallel(torch.autograd.Function):
     """Identity forward; the backward sums the gradient over the group (a column-parallel layer's input)."""
 
     @staticmethod
-    def forward(ctx, h, group):
+    def forward(ctx: Any, h: Tensor, group: Optional[ProcessGroup]) -> Tensor:
         ctx.group = group
         return h.view_as(h)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         grad = grad.contiguous().clone()
         all_reduce(grad, dist.ReduceOp.SUM, ctx.group, "sum")
         return grad, None
@@ -180,7 +188,7 @@ def linear_fenchel_young_loss(
     mapping: Union[str, Divergence] = "entmax15",
     chunk_size: Optional[int] = None,
     *,
-    process_group=None,
+    process_group: Optional[ProcessGroup] = None,
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
     multilabel: bool = False,
@@ -191,7 +199,7 @@ def linear_fenchel_young_loss(
     softcap: Optional[float] = None,
     memory_budget: Optional[int] = None,
     class_offset: Optional[int] = None,
-    **mapping_params,
+    **mapping_params: Any,
 ) -> Tensor:
     r""":func:`softargmax.losses.linear.linear_fenchel_young_loss` with ``weight`` ``[k_r, d]`` (and ``bias``
     ``[k_r]``) holding this rank's rows of the output projection.
@@ -209,11 +217,13 @@ def linear_fenchel_young_loss(
     return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
 
 
-def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target, bias: Optional[Tensor],
-                               mapping: Union[str, Divergence], params: dict, options: LossOptions) -> Tensor:
+def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target: object, bias: Optional[Tensor],
+                               mapping: Union[str, Divergence], params: dict[str, Any], options: LossOptions) -> Tensor:
     """:func:`linear_fenchel_young_loss` with its options gathered (``options.weight``: the class weights)."""
     group, rank, world = group_info(options.process_group)
-    fields, tensors, error = {}, {}, None
+    fields: dict[str, Any] = {}
+    tensors: dict[str, Tensor] = {}
+    error: Optional[Exception] = None
     try:  # this rank's own checks: their failure is reported to the others in the first round
         hidden2d, loss, local, budget = _checked_linear(hidden, weight, target, bias, mapping, params, options,
                                                         fields, tensors)
@@ -233,7 +243,7 @@ def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target, bias: Opt
     solve = threshold_solver(split, group)
     cursor = [0]  # the fused loop of softargmax.losses.linear visits the chunks in order
 
-    def compute(logits, part):
+    def compute(logits: Tensor, part: Target) -> tuple[Tensor, None, Tensor]:
         rows = slice(cursor[0], cursor[0] + logits.shape[0])
         cursor[0] = rows.stop
         partial, _, G, bad, correction = loss.split_rows(logits, plan.rows(rows), solve)
@@ -244,7 +254,9 @@ def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target, bias: Opt
     return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator(tgt, options.reduction), chunk_size, softcap)
 
 
-def _checked_linear(hidden, weight, target, bias, mapping, params, options: LossOptions, fields: dict, tensors: dict):
+def _checked_linear(hidden: Tensor, weight: Tensor, target: object, bias: Optional[Tensor],
+                    mapping: Union[str, Divergence], params: dict[str, Any], options: LossOptions,
+                    fields: dict[str, Any], tensors: dict[str, Tensor]) -> tuple[Tensor, RowLoss, LocalTarget, int]:
     """This rank's own checks of a :func:`linear_fenchel_young_loss` call; fills the first round's
     ``fields`` and ``tensors``.  Returns ``(hidden as [N, d], the loss, the local target, the memory budget)``."""
     check_linear_arguments(hidden, weight, bias, options.reduction, "vocab slice")
@@ -274,6 +286,7 @@ def _item_weights(plan: Plan, N: int) -> Optional[Tensor]:
     if w is not None:
         parts.append(w)
     if plan.check_sums:
+        assert plan.dense is not None  # soft targets
         parts.append(plan.dense.sum(-1))
     if not parts:
         return None

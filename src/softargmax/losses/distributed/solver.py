@@ -11,7 +11,7 @@ start from).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
@@ -22,8 +22,12 @@ from ...divergences import Divergence
 from ...solvers.newton import MAX_ITER, bound_offsets, finite_maxima, neutralize_rows, newton_rows
 from ...solvers.threshold import solve as solve_local
 from .._row_losses import FenchelYoungRowLoss
+from .._rows import SplitSolve
 from .agreement import Split, agree, loss_fields
 from .collectives import all_reduce, group_info
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["solve", "solve_rows", "threshold_solver", "TOL_FACTOR"]
 
@@ -33,8 +37,11 @@ __all__ = ["solve", "solve_rows", "threshold_solver", "TOL_FACTOR"]
 #: all-reduce) keeps the result at least as accurate as one rank's
 TOL_FACTOR = 1.0
 
+#: what the ``MAX`` round gives: ``(row maxima [R, 1], the second quantity [R, 1] or None, slice sizes)``
+Maxima = tuple[Tensor, Optional[Tensor], list[int]]
 
-def max_round(z: Tensor, split: Split, group, extra: Optional[Tensor] = None):
+
+def max_round(z: Tensor, split: Split, group: Optional[ProcessGroup], extra: Optional[Tensor] = None) -> Maxima:
     """One ``MAX`` all-reduce: the global row maxima of ``z`` ``[R, k]`` (``+inf`` where a row
     has NaN or ``+inf`` anywhere) and an optional second ``[R]`` quantity.  Returns
     ``(maxima [R, 1], the second quantity [R, 1] or None, slice sizes)``."""
@@ -77,11 +84,11 @@ def local_bound(z: Tensor, div: Divergence, q: Optional[Tensor]) -> Tensor:
 def solve(
     z: Tensor,
     divergence: Divergence,
-    process_group,
+    process_group: Optional[ProcessGroup],
     q: Optional[Tensor] = None,
     *,
     max_iter: int = MAX_ITER,
-    maxima=None,
+    maxima: Optional[Maxima] = None,
 ) -> Solution:
     r"""The threshold of rows whose classes are split over ``process_group``.
 
@@ -99,18 +106,19 @@ def solve(
     return solve_rows(z, divergence, process_group, q, max_iter=max_iter, maxima=maxima)[0]
 
 
-def threshold_solver(split: Split, group):
+def threshold_solver(split: Split, group: Optional[ProcessGroup]) -> SplitSolve:
     """``(z, divergence, q) -> (Solution, S)``: the ``MAX`` round, then :func:`solve_rows` (what the
     losses' :meth:`~softargmax.losses._rows.RowLoss.split_values` is given)."""
 
-    def solve_split(z: Tensor, divergence: Divergence, q: Optional[Tensor]):
+    def solve_split(z: Tensor, divergence: Divergence, q: Optional[Tensor]) -> tuple[Solution, Tensor]:
         maxima = max_round(z.detach(), split, group, local_bound(z, divergence, q))
         return solve_rows(z, divergence, group, q, maxima=maxima)
 
     return solve_split
 
 
-def solve_rows(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=None):
+def solve_rows(z: Tensor, divergence: Divergence, process_group: Optional[ProcessGroup], q: Optional[Tensor] = None,
+               *, max_iter: int = MAX_ITER, maxima: Optional[Maxima] = None) -> tuple[Solution, Tensor]:
     """:func:`solve`, and the global sums ``S`` ``[R, 1]`` at the returned ``τ`` (1 in non-finite rows)."""
     group, rank, world = group_info(process_group)
     R, k = z.shape
@@ -127,7 +135,7 @@ def solve_rows(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxim
     # the first rank that has classes
     cand = neutralize_rows(z, finite, holds_first=rank == next((r for r, s in enumerate(sizes) if s > 0), None))
 
-    def reduce(S, Sp):
+    def reduce(S: Tensor, Sp: Tensor) -> tuple[Tensor, Tensor]:
         buf = all_reduce(torch.cat([S, Sp], 1), dist.ReduceOp.SUM, group, "sum")
         return buf[:, :1], buf[:, 1:]
 
@@ -140,7 +148,8 @@ def solve_rows(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxim
 
 
 def _bracket(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor, lo_q: Optional[Tensor],
-             finite: Optional[Tensor], K: int, group):
+             finite: Optional[Tensor], K: int,
+             group: Optional[ProcessGroup]) -> tuple[Tensor, Optional[Tensor]]:
     """``(τ_lo, τ_hi)`` from the global maxima ``m`` and the ``MAX`` round's second quantity ``lo_q``
     (``τ_hi`` is ``None`` where the monotone iteration does not read it)."""
     R = z.shape[0]
@@ -151,6 +160,7 @@ def _bracket(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor, lo_q: O
             ok = lo_q > lo if finite is None else finite & (lo_q > lo)
             lo = torch.where(ok, lo_q, lo)
         return lo, hi
+    assert lo_q is not None  # with q, the MAX round's second quantity
     lo = lo_q if finite is None else torch.where(finite, lo_q, torch.zeros_like(lo_q))
     if div.hints.monotone_newton:
         return lo, None

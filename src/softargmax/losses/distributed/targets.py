@@ -5,7 +5,7 @@ first (:func:`local_target`, before the first round), then, once the slices are 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -15,6 +15,9 @@ from .._targets import Target, sum_tolerance
 from .agreement import Split, checksum, float_bits
 from .collectives import all_reduce
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 __all__ = ["Plan", "LocalTarget", "local_target", "target_fields", "make_plan", "item_weight_partial"]
 
 
@@ -22,10 +25,10 @@ __all__ = ["Plan", "LocalTarget", "local_target", "target_fields", "make_plan", 
 class Plan:
     """What a rank knows about the split and its targets (rows ``[R, k_r]``)."""
 
-    group: object
+    group: Optional[ProcessGroup]
     rank: int
     world: int
-    sizes: list
+    sizes: list[int]
     offset: int
     K: int
     index: Optional[Tensor]  # [R] global class indices (ignored rows: 0) or None
@@ -36,7 +39,7 @@ class Plan:
     smoothed_index: Optional[Tensor] = None  # hard labels before label smoothing (they weigh by weight[c])
     sum_tol: float = 0.0  # soft targets: how far from 1 a row sum may be (follows the target's dtype)
 
-    def local_index(self, index: Tensor, keep: Tensor):
+    def local_index(self, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
         """``(local index clamped into the slice, owned)`` for global indices ``index``."""
         loc = index - self.offset
         owned = keep & (loc >= 0) & (loc < self.sizes[self.rank])
@@ -48,6 +51,7 @@ class Plan:
         keep = self.keep[rows]
         if self.dense is not None:
             return Target(None, self.dense[rows], keep, None)
+        assert self.index is not None  # hard labels
         loc, owned = self.local_index(self.index[rows], keep)
         return Target(loc, None, keep, None, owned=owned)
 
@@ -63,8 +67,9 @@ class LocalTarget:
     target_dtype: Optional[torch.dtype] = None  # soft targets: the dtype their row-sum tolerance follows
 
 
-def local_target(target: Tensor, local_shape, rows_to, R: int, dtype, *, multilabel, label_smoothing, weight,
-                 batch_shape) -> LocalTarget:
+def local_target(target: object, local_shape: Sequence[int], rows_to: Callable[[Tensor], Tensor], R: int,
+                 dtype: torch.dtype, *, multilabel: bool, label_smoothing: object, weight: object,
+                 batch_shape: Sequence[int]) -> LocalTarget:
     """The checks of the target and the class weights that need only this rank's arguments."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
@@ -99,15 +104,16 @@ def local_target(target: Tensor, local_shape, rows_to, R: int, dtype, *, multila
     return LocalTarget(2, None, y, weight, target.dtype)
 
 
-def target_fields(local: LocalTarget, ignore_index, label_smoothing) -> tuple:
+def target_fields(local: LocalTarget, ignore_index: int,
+                  label_smoothing: float) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """What :func:`~.agreement.agree` compares of the target: ``(fields, tensors)``."""
     fields = {"target": local.kind, "ignore_index": int(ignore_index), "label_smoothing": float_bits(label_smoothing),
               "weight": local.weight is not None, "weight_len": 0 if local.weight is None else local.weight.shape[0]}
     return fields, ({"indices": checksum(local.index)} if local.index is not None else {})
 
 
-def make_plan(local: LocalTarget, R: int, k: int, dtype, device, split: Split, group, rank, world, *,
-              ignore_index, label_smoothing) -> Plan:
+def make_plan(local: LocalTarget, R: int, k: int, dtype: torch.dtype, device: torch.device, split: Split,
+              group: Optional[ProcessGroup], rank: int, world: int, *, ignore_index: int, label_smoothing: float) -> Plan:
     """This rank's part of the target, once the slices are known (:func:`~.agreement.agree` checked them)."""
     sizes, K, offset = split.sizes, split.K, split.offsets[rank]
     weight = local.weight
@@ -124,8 +130,11 @@ def make_plan(local: LocalTarget, R: int, k: int, dtype, device, split: Split, g
             raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {K}) (ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     plan = Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, local.kind == 2)
-    plan.sum_tol = sum_tolerance(K, local.target_dtype) if local.kind == 2 else 0.0
+    if local.kind == 2:
+        assert local.target_dtype is not None  # soft targets keep their dtype
+        plan.sum_tol = sum_tolerance(K, local.target_dtype)
     if local.kind == 3:
+        assert dense is not None  # label sets
         counts = all_reduce(dense.sum(-1).contiguous(), dist.ReduceOp.SUM, group, "sum")
         if bool((counts == 0).any()):
             raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
@@ -136,6 +145,7 @@ def make_plan(local: LocalTarget, R: int, k: int, dtype, device, split: Split, g
             base = plan.dense
         else:
             base = torch.zeros(R, k, dtype=dtype, device=device)
+            assert index is not None  # hard labels
             loc, owned = plan.local_index(index, keep)
             base.scatter_(1, loc.unsqueeze(1), owned.to(dtype).unsqueeze(1))
         d = (1 - eps_) * base + eps_ / K
@@ -157,4 +167,5 @@ def item_weight_partial(plan: Plan, rows: slice) -> Optional[Tensor]:
         if plan.weight.shape[0] == 0:
             return torch.zeros(loc.shape[0], dtype=plan.weight.dtype, device=loc.device)
         return torch.where(owned, plan.weight[loc], torch.zeros_like(loc, dtype=plan.weight.dtype))
+    assert plan.dense is not None  # soft targets
     return plan.dense[rows] @ plan.weight
