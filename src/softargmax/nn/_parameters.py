@@ -4,6 +4,8 @@ initial values as tensors (:func:`initial_value`) and buffers placed on a device
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 from torch import Tensor
 
@@ -21,7 +23,7 @@ def bounded(w: Tensor, lo: float, hi: float) -> Tensor:
     return lo + (hi - lo) * torch.sigmoid(w)
 
 
-def initial_value(value) -> Tensor:
+def initial_value(value: Union[float, Tensor]) -> Tensor:
     """A detached copy of ``value`` (a number or tensor) as the module's initial parameter or buffer.
 
     Values are validated by the caller on this copy *before* :func:`placed` moves it: a
@@ -34,6 +36,6 @@ def initial_value(value) -> Tensor:
     return torch.tensor(float(value), dtype=torch.get_default_dtype())
 
 
-def placed(t: Tensor, device=None, dtype=None) -> Tensor:
+def placed(t: Tensor, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None) -> Tensor:
     """``t`` on the module's ``device``/``dtype`` (the factory keywords of ``torch.nn`` modules), where given."""
     return t.to(device=device if device is not None else t.device, dtype=dtype if dtype is not None else t.dtype)

@@ -37,7 +37,7 @@ __all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normm
 class Sparsemax(nn.Module):
     """:func:`softargmax.sparsemax` along ``dim``."""
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int = -1) -> None:
         super().__init__()
         self.dim = dim
 
@@ -71,6 +71,8 @@ class Entmax(nn.Module):
             for a float α).
     """
 
+    _alpha: Tensor  # a buffer: a fixed tensor α
+
     def __init__(
         self,
         alpha: Union[float, Tensor] = 1.5,
@@ -79,9 +81,9 @@ class Entmax(nn.Module):
         alpha_min: float = 1.0,
         alpha_max: float = 2.0,
         *,
-        device=None,
-        dtype=None,
-    ):
+        device: Union[str, torch.device, None] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
         super().__init__()
         alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True)
         self.dim = dim
@@ -132,20 +134,22 @@ class AlphaReLU(nn.Module):
     eval mode.  The calibrated value is a buffer, saved with the state dict.
     """
 
+    tau: Tensor  # a buffer
+
     def __init__(self, alpha: float = 1.5, tau: Union[float, Tensor, str] = 0.0, dim: int = -1, *,
-                 device=None, dtype=None):
+                 device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
-        self.alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
-        if isinstance(self.alpha, Tensor):
+        checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        if isinstance(checked, Tensor):
             raise TypeError("AlphaReLU: alpha must be a float > 1")
+        self.alpha = checked
         self.dim = dim
         self.calibrate = tau == "calibrate"
         if isinstance(tau, str) and not self.calibrate:
             raise ValueError(f"tau must be a number, a tensor or 'calibrate', got {tau!r}")
-        if not self.calibrate:
-            check_tau(tau)
+        value = float("nan") if self.calibrate else check_tau(tau)
         # the τ buffer is created on ``device``/``dtype`` where given (``torch.nn`` factory keywords)
-        t = initial_value(float("nan") if self.calibrate else tau)
+        t = initial_value(value)
         self.register_buffer("tau", placed(t, device, dtype))
 
     @property
@@ -186,10 +190,10 @@ class FSoftargmax(nn.Module):
         dim: int = -1,
         learn_q: bool = False,
         *,
-        device=None,
-        dtype=None,
-        **params,
-    ):
+        device: Union[str, torch.device, None] = None,
+        dtype: Optional[torch.dtype] = None,
+        **params: object,
+    ) -> None:
         super().__init__()
         self.divergence = get_divergence(divergence, **params)
         self.temperature = check_positive_number(temperature, "temperature")
@@ -220,7 +224,7 @@ class FSoftargmax(nn.Module):
 class Normmax(nn.Module):
     """:func:`softargmax.normmax` (α >= 1, a float or a per-row tensor; α = 1 the argmax) along ``dim``."""
 
-    def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1):
+    def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> None:
         super().__init__()
         self.alpha = check_alpha(alpha, "alpha", minimum=1.0)
         self.dim = dim
@@ -235,7 +239,7 @@ class Normmax(nn.Module):
 class BudgetSparsemax(nn.Module):
     """:func:`softargmax.budget_sparsemax` (every probability at most ``1/budget``) along ``dim``."""
 
-    def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1):
+    def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1) -> None:
         super().__init__()
         self.budget = check_budget(budget)
         self.dim = dim

@@ -10,7 +10,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from ._parameters import bounded, bounded_logit, initial_value, placed
 __all__ = ["SparseMultiheadAttention", "convert_attention"]
 
 
-def _no_op_pre_hook(module, args):
+def _no_op_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
     return None
 
 
@@ -47,9 +47,13 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
     inference fast path, which would bypass this module and compute softmax.
     """
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
-                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *,
-                 mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5, learn_alpha: bool = False):
+    _alpha: Tensor  # a buffer: the fixed α per head
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
+                 vdim: Optional[int] = None, batch_first: bool = False, device: Union[str, torch.device, None] = None,
+                 dtype: Optional[torch.dtype] = None, *,
+                 mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5, learn_alpha: bool = False) -> None:
         if add_bias_kv or add_zero_attn:
             raise ValueError("SparseMultiheadAttention: add_bias_kv and add_zero_attn are not supported")
         for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
@@ -97,8 +101,9 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         """α per head, shape ``(num_heads,)``."""
         return bounded(self.alpha_logit, 1.0, 2.0) if self.learn_alpha else self._alpha
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor] = None,
+                need_weights: bool = True, attn_mask: Optional[Tensor] = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[Tensor, Optional[Tensor]]:
         self._check_inputs(query, key, value, key_padding_mask, attn_mask)
         unbatched = query.dim() == 2
         if unbatched:
@@ -138,6 +143,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
                         mapping=self.mapping, alpha=alpha, return_weights=want)
         out, weights = res if want else (res, None)
         if self.store_weights:
+            assert weights is not None  # want
             self.last_weights = weights.detach()
         out = out.permute(2, 0, 1, 3).reshape(L, B, E)
         out = self.out_proj(out)
@@ -147,13 +153,15 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             out = out.squeeze(1)
         if not need_weights:
             return out, None
+        assert weights is not None  # want
         if average_attn_weights:
             weights = weights.mean(1)
         if unbatched:
             weights = weights.squeeze(0)
         return out, weights
 
-    def _check_inputs(self, query, key, value, key_padding_mask, attn_mask) -> None:
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
+                      attn_mask: Optional[Tensor]) -> None:
         """``TypeError``/``ValueError`` naming the argument for inputs ``nn.MultiheadAttention`` would reject."""
         for name, t, size in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
             check_tensor(t, name)
@@ -164,13 +172,14 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         if query.dim() == 2:  # unbatched [L, E]
             B, L, S = 1, query.shape[0], key.shape[0]
         else:  # [B, L, E] (batch_first) or [L, B, E]
-            b, t = (0, 1) if self.batch_first else (1, 0)
-            B, L, S = query.shape[b], query.shape[t], key.shape[t]
+            b, ti = (0, 1) if self.batch_first else (1, 0)
+            B, L, S = query.shape[b], query.shape[ti], key.shape[ti]
             if key.shape[b] != B:
                 raise ValueError(f"key must have the batch size of query ({B}), got shape {tuple(key.shape)}")
         if key.shape[:-1] != value.shape[:-1]:
             raise ValueError(f"key and value must have the same shape but the last, got {tuple(key.shape)} and {tuple(value.shape)}")
         H = self.num_heads
+        shapes: list[tuple[int, ...]]
         for name, m in (("key_padding_mask", key_padding_mask), ("attn_mask", attn_mask)):
             if m is None:
                 continue

@@ -29,7 +29,7 @@ masked get zero weights and a zero output, never NaN.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +69,7 @@ def attention(
     alpha: Union[float, Tensor, None] = None,
     return_weights: bool = False,
     enable_gqa: bool = False,
-) -> Union[Tensor, tuple[Tensor, Tensor]]:
+) -> Union[Tensor, Any]:  # or (output, weights): Tensor | Any as softargmax.losses' LossOutput
     """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
 
     Args:
