@@ -24,6 +24,8 @@ contract they honour; ``solvers`` the PyTorch reference threshold search; ``oper
 public functions; ``losses`` their Fenchel–Young losses; ``nn`` the modules.
 """
 
+from types import ModuleType as _ModuleType
+
 from . import _moved, divergences, losses
 from .divergences import CustomDivergence, Divergence
 from .losses import _library_ops as _loss_ops  # noqa: F401  (register the losses' torch.library operators)
@@ -96,7 +98,7 @@ _LAZY = ("nn", "analysis", "inspect", "compat")
 _OLD_ATTRIBUTES = ("tau", "threshold")
 
 
-def __getattr__(name):  # lazy submodules that import torch.nn, and the old attributes
+def __getattr__(name: str) -> _ModuleType:  # lazy submodules that import torch.nn, and the old attributes
     if name in _LAZY or name in _OLD_ATTRIBUTES:
         import importlib
 
@@ -104,5 +106,5 @@ def __getattr__(name):  # lazy submodules that import torch.nn, and the old attr
     raise AttributeError(f"module 'softargmax' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

@@ -13,6 +13,9 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Optional, Sequence
 
 #: old module path (under ``softargmax.``) -> new one
 MOVED = {
@@ -54,19 +57,21 @@ MOVED = {
 class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds ``softargmax.<old>`` for a module not aliased yet, and returns the new module."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
         prefix, _, old = fullname.partition(".")
         if prefix == "softargmax" and old in MOVED:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module("softargmax." + MOVED[spec.name.partition(".")[2]])
         spec.loader_state = module.__spec__
         return module
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         # the import system has just set module.__spec__ to the alias's spec: give back the module's own
+        assert module.__spec__ is not None  # set by the import system
         module.__spec__ = module.__spec__.loader_state
 
 

@@ -46,7 +46,7 @@ What differs, on purpose:
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Callable, Optional, Union, overload
 
 import torch
 from torch import Tensor, nn
@@ -87,13 +87,21 @@ __all__ = [
 
 __version__ = "1.4.dev0"  # the API level mirrored
 
+#: the output, or ``(output, support sizes)`` with ``return_support_size``: ``Tensor | Any`` so that the
+#: common case needs no test (as :data:`softargmax.losses._options.LossOutput`)
+WithSupport = Union[Tensor, Any]
+
 
 def _support_size(p: Tensor, dim: int) -> Tensor:
     """Non-zeros along ``dim`` (kept as size 1), ``torch.long``, like the package's."""
     return (p > 0).sum(dim=dim, keepdim=True)
 
 
-def _as_alpha(alpha, x: Tensor):
+@overload
+def _as_alpha(alpha: Tensor, x: Tensor) -> Tensor: ...
+@overload
+def _as_alpha(alpha: Union[float, Tensor], x: Tensor) -> Union[float, Tensor]: ...
+def _as_alpha(alpha: Union[float, Tensor], x: Tensor) -> Union[float, Tensor]:
     """The package accepts a float or a tensor that expands to ``x`` with size 1 along ``dim``."""
     if isinstance(alpha, Tensor) and alpha.dim() == 0:
         return alpha.reshape([1] * x.dim())
@@ -105,7 +113,7 @@ def _as_alpha(alpha, x: Tensor):
 # ----------------------------------------------------------------------------------
 
 
-def sparsemax(X: Tensor, dim: int = -1, k=None, return_support_size: bool = False):
+def sparsemax(X: Tensor, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
     """sparsemax: the Euclidean projection onto the simplex along ``dim`` (exact; ``k`` is ignored).
 
     With ``return_support_size`` also returns the number of non-zeros along ``dim``.
@@ -115,35 +123,35 @@ def sparsemax(X: Tensor, dim: int = -1, k=None, return_support_size: bool = Fals
     return (P, _support_size(P, dim)) if return_support_size else P
 
 
-def entmax15(X: Tensor, dim: int = -1, k=None, return_support_size: bool = False):
+def entmax15(X: Tensor, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
     """1.5-entmax along ``dim`` (exact; ``k`` is ignored).  ``return_support_size`` as :func:`sparsemax`."""
     check_tensor(X, "X")
     P = _entmax15(X, dim)
     return (P, _support_size(P, dim)) if return_support_size else P
 
 
-def sparsemax_bisect(X: Tensor, dim: int = -1, n_iter=50, ensure_sum_one=True) -> Tensor:
+def sparsemax_bisect(X: Tensor, dim: int = -1, n_iter: Optional[int] = 50, ensure_sum_one: bool = True) -> Tensor:
     """sparsemax along ``dim`` (exact; ``n_iter`` and ``ensure_sum_one`` are ignored)."""
     check_tensor(X, "X")
     return _sparsemax(X, dim)
 
 
-def entmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n_iter=50,
-                  ensure_sum_one=True) -> Tensor:
+def entmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n_iter: Optional[int] = 50,
+                  ensure_sum_one: bool = True) -> Tensor:
     """α-entmax along ``dim`` for any α > 0: a float or a tensor expandable to ``X`` with size 1
     along ``dim``, differentiable.  ``n_iter`` and ``ensure_sum_one`` are ignored."""
     check_tensor(X, "X")
     return _entmax(X, _as_alpha(alpha, X), dim)
 
 
-def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter=50) -> Tensor:
+def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> Tensor:
     """α-normmax ``argmax_{p ∈ Δ} ⟨p, X⟩ - ‖p‖_α`` along ``dim``, α >= 1 (:func:`softargmax.normmax`);
     α = 1 is the argmax, uniform over ties, as in the package (with a zero gradient)."""
     check_tensor(X, "X")
     return _normmax(X, _as_alpha(alpha, X), dim)
 
 
-def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter=50) -> Tensor:
+def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> Tensor:
     """The k-subsets map ``argmax_{0 <= p <= 1, Σp = budget} ⟨p, X⟩ - ½‖p‖²`` along ``dim``.
 
     Computed as ``budget · budget_sparsemax(X / budget, budget)`` (:mod:`softargmax.operators.budget`).
@@ -177,11 +185,11 @@ def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_
 # ----------------------------------------------------------------------------------
 
 
-def _fy(X: Tensor, target: Tensor, mapping: str, **params) -> Tensor:
+def _fy(X: Tensor, target: Tensor, mapping: str, **params: Any) -> Tensor:
     return _losses.fenchel_young_loss(X, target, mapping, reduction="none", **params)
 
 
-def _with_support(loss: Tensor, X: Tensor, target: Tensor, mapping: str, return_support_size: bool):
+def _with_support(loss: Tensor, X: Tensor, target: Tensor, mapping: str, return_support_size: bool) -> WithSupport:
     if not return_support_size:
         return loss
     with torch.no_grad():
@@ -189,25 +197,25 @@ def _with_support(loss: Tensor, X: Tensor, target: Tensor, mapping: str, return_
     return loss, _support_size(P, -1)
 
 
-def sparsemax_loss(X: Tensor, target: Tensor, k=None, return_support_size: bool = False):
+def sparsemax_loss(X: Tensor, target: Tensor, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
     """Per-sample sparsemax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
     check_tensor(X, "X")
     return _with_support(_fy(X, target, "sparsemax"), X, target, "sparsemax", return_support_size)
 
 
-def entmax15_loss(X: Tensor, target: Tensor, k=None, return_support_size: bool = False):
+def entmax15_loss(X: Tensor, target: Tensor, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
     """Per-sample 1.5-entmax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
     check_tensor(X, "X")
     return _with_support(_fy(X, target, "entmax15"), X, target, "entmax15", return_support_size)
 
 
-def sparsemax_bisect_loss(X: Tensor, target: Tensor, n_iter=50) -> Tensor:
+def sparsemax_bisect_loss(X: Tensor, target: Tensor, n_iter: Optional[int] = 50) -> Tensor:
     """Per-sample sparsemax loss (``n_iter`` ignored)."""
     check_tensor(X, "X")
     return _fy(X, target, "sparsemax")
 
 
-def _per_row_alpha(X: Tensor, target: Tensor, alpha: Tensor, one) -> Tensor:
+def _per_row_alpha(X: Tensor, target: Tensor, alpha: Tensor, one: Callable[[Tensor, Tensor, float], Tensor]) -> Tensor:
     """A loss with one α per sample, computed group by group of equal α."""
     a = alpha.detach().reshape(-1)
     if a.numel() != X.shape[0]:
@@ -219,7 +227,7 @@ def _per_row_alpha(X: Tensor, target: Tensor, alpha: Tensor, one) -> Tensor:
     return out
 
 
-def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 1.5, n_iter=50) -> Tensor:
+def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 1.5, n_iter: Optional[int] = 50) -> Tensor:
     """Per-sample α-entmax loss, any α > 0 (α = 1: cross-entropy); a tensor α is one value or
     one per sample (a constant: the losses do not differentiate α).  ``n_iter`` ignored."""
     check_tensor(X, "X")
@@ -230,7 +238,7 @@ def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 
     return _fy(X, target, "entmax", alpha=alpha)
 
 
-def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter=50) -> Tensor:
+def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter: Optional[int] = 50) -> Tensor:
     """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.losses.normmax_budget`);
     α = 1 gives ``max X - X_y``, as in the package."""
     check_tensor(X, "X")
@@ -247,77 +255,77 @@ def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] =
 class Sparsemax(nn.Module):
     """:func:`sparsemax` as a module."""
 
-    def __init__(self, dim=-1, k=None, return_support_size=False):
+    def __init__(self, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.k = k
         self.return_support_size = return_support_size
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> WithSupport:
         return sparsemax(X, dim=self.dim, k=self.k, return_support_size=self.return_support_size)
 
 
 class Entmax15(nn.Module):
     """:func:`entmax15` as a module."""
 
-    def __init__(self, dim=-1, k=None, return_support_size=False):
+    def __init__(self, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.k = k
         self.return_support_size = return_support_size
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> WithSupport:
         return entmax15(X, dim=self.dim, k=self.k, return_support_size=self.return_support_size)
 
 
 class SparsemaxBisect(nn.Module):
     """:func:`sparsemax_bisect` as a module."""
 
-    def __init__(self, dim=-1, n_iter=None):
+    def __init__(self, dim: int = -1, n_iter: Optional[int] = None) -> None:
         super().__init__()
         self.dim = dim
         self.n_iter = n_iter
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         return sparsemax_bisect(X, dim=self.dim, n_iter=self.n_iter)
 
 
 class EntmaxBisect(nn.Module):
     """:func:`entmax_bisect` as a module; an ``nn.Parameter`` α is registered (and learned as given)."""
 
-    def __init__(self, alpha=1.5, dim=-1, n_iter=50):
+    def __init__(self, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
         self.dim = dim
         self.n_iter = n_iter
         self.alpha = alpha
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         return entmax_bisect(X, alpha=self.alpha, dim=self.dim, n_iter=self.n_iter)
 
 
 class NormmaxBisect(nn.Module):
     """:func:`normmax_bisect` as a module."""
 
-    def __init__(self, alpha=2, dim=-1, n_iter=50):
+    def __init__(self, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
         self.dim = dim
         self.n_iter = n_iter
         self.alpha = alpha
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         return normmax_bisect(X, alpha=self.alpha, dim=self.dim, n_iter=self.n_iter)
 
 
 class BudgetBisect(nn.Module):
     """:func:`budget_bisect` as a module."""
 
-    def __init__(self, budget=2, dim=-1, n_iter=50):
+    def __init__(self, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
         self.dim = dim
         self.n_iter = n_iter
         self.budget = budget
 
-    def forward(self, X):
+    def forward(self, X: Tensor) -> Tensor:
         return budget_bisect(X, budget=self.budget, dim=self.dim, n_iter=self.n_iter)
 
 
@@ -328,7 +336,8 @@ class _GenericLoss(nn.Module):
     """The package's reduction: ``"elementwise_mean"`` divides by the number of samples whose
     target differs from a non-negative ``ignore_index`` (all samples otherwise)."""
 
-    def __init__(self, ignore_index=-100, reduction="elementwise_mean", return_support_size=False):
+    def __init__(self, ignore_index: int = -100, reduction: str = "elementwise_mean",
+                 return_support_size: bool = False) -> None:
         if reduction not in _PACKAGE_REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(map(repr, _PACKAGE_REDUCTIONS))}, got {reduction!r}")
         super().__init__()
@@ -336,10 +345,10 @@ class _GenericLoss(nn.Module):
         self.ignore_index = ignore_index
         self.return_support_size = return_support_size
 
-    def loss(self, X, target):  # pragma: no cover - overridden
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def forward(self, X, target):
+    def forward(self, X: Tensor, target: Tensor) -> WithSupport:
         check_tensor(X, "X")
         loss = self.loss(X, target)
         support = None
@@ -363,11 +372,12 @@ class _GenericLoss(nn.Module):
 class SparsemaxLoss(_GenericLoss):
     """:func:`sparsemax_loss` with the package's reduction."""
 
-    def __init__(self, k=None, ignore_index=-100, reduction="elementwise_mean", return_support_size=False):
+    def __init__(self, k: Optional[int] = None, ignore_index: int = -100, reduction: str = "elementwise_mean",
+                 return_support_size: bool = False) -> None:
         super().__init__(ignore_index, reduction, return_support_size)
         self.k = k
 
-    def loss(self, X, target):
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:
         loss = _losses.fenchel_young_loss(X, target, "sparsemax", reduction="none", ignore_index=self.ignore_index)
         return _with_support(loss, X, target, "sparsemax", self.return_support_size)
 
@@ -375,11 +385,12 @@ class SparsemaxLoss(_GenericLoss):
 class Entmax15Loss(_GenericLoss):
     """:func:`entmax15_loss` with the package's reduction."""
 
-    def __init__(self, k=100, ignore_index=-100, reduction="elementwise_mean", return_support_size=False):
+    def __init__(self, k: Optional[int] = 100, ignore_index: int = -100, reduction: str = "elementwise_mean",
+                 return_support_size: bool = False) -> None:
         super().__init__(ignore_index, reduction, return_support_size)
         self.k = k
 
-    def loss(self, X, target):
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:
         loss = _losses.fenchel_young_loss(X, target, "entmax15", reduction="none", ignore_index=self.ignore_index)
         return _with_support(loss, X, target, "entmax15", self.return_support_size)
 
@@ -387,23 +398,24 @@ class Entmax15Loss(_GenericLoss):
 class SparsemaxBisectLoss(_GenericLoss):
     """:func:`sparsemax_bisect_loss` with the package's reduction."""
 
-    def __init__(self, n_iter=50, ignore_index=-100, reduction="elementwise_mean"):
+    def __init__(self, n_iter: Optional[int] = 50, ignore_index: int = -100, reduction: str = "elementwise_mean") -> None:
         super().__init__(ignore_index, reduction)
         self.n_iter = n_iter
 
-    def loss(self, X, target):
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:
         return _losses.fenchel_young_loss(X, target, "sparsemax", reduction="none", ignore_index=self.ignore_index)
 
 
 class EntmaxBisectLoss(_GenericLoss):
     """:func:`entmax_bisect_loss` with the package's reduction."""
 
-    def __init__(self, alpha=1.5, n_iter=50, ignore_index=-100, reduction="elementwise_mean"):
+    def __init__(self, alpha: Union[float, Tensor] = 1.5, n_iter: Optional[int] = 50, ignore_index: int = -100,
+                 reduction: str = "elementwise_mean") -> None:
         super().__init__(ignore_index, reduction)
         self.alpha = alpha
         self.n_iter = n_iter
 
-    def loss(self, X, target):
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.numel() != 1:
             return _per_row_alpha(X, target, alpha, lambda x, t, v: _losses.fenchel_young_loss(
@@ -417,12 +429,13 @@ class EntmaxBisectLoss(_GenericLoss):
 class NormmaxBisectLoss(_GenericLoss):
     """:func:`normmax_bisect_loss` with the package's reduction."""
 
-    def __init__(self, alpha=2, n_iter=50, ignore_index=-100, reduction="elementwise_mean"):
+    def __init__(self, alpha: Union[float, Tensor] = 2, n_iter: Optional[int] = 50, ignore_index: int = -100,
+                 reduction: str = "elementwise_mean") -> None:
         super().__init__(ignore_index, reduction)
         self.alpha = alpha
         self.n_iter = n_iter
 
-    def loss(self, X, target):
+    def loss(self, X: Tensor, target: Tensor) -> WithSupport:
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.numel() == 1:
             alpha = float(alpha)

@@ -17,7 +17,7 @@ transformers``); nothing is downloaded.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from torch import Tensor
 
@@ -31,11 +31,11 @@ __all__ = ["register", "attention_function", "DEFAULT_IMPLEMENTATIONS"]
 DEFAULT_IMPLEMENTATIONS = {"sparsemax": ("sparsemax", None), "entmax15": ("entmax15", None)}
 
 
-def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -> Callable:
+def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -> Callable[..., tuple[Tensor, Any]]:
     """An attention function with Transformers' signature that normalizes with ``mapping``."""
 
-    def forward(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
-                scaling: Optional[float] = None, dropout: float = 0.0, **kwargs):
+    def forward(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
+                scaling: Optional[float] = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, Any]:
         groups = getattr(module, "num_key_value_groups", 1)
         # the weights only when Transformers asks for them: without them CUDA inputs take the
         # fused kernels (O(L) memory; grouped key/value heads are read as they are)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -76,7 +76,7 @@ DEFAULT_MEMORY_BUDGET = 2**28
 
 
 def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", attention: Optional[str] = None, *,
-          return_logits: Optional[bool] = None, allow_untested: bool = False, **loss_options) -> nn.Module:
+          return_logits: Optional[bool] = None, allow_untested: bool = False, **loss_options: Any) -> nn.Module:
     r"""Make a Transformers causal LM compute its training loss with a fused Fenchel–Young loss.
 
     Args:
@@ -113,18 +113,20 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "get_output_embeddings"):
         raise TypeError(f"model must be a Transformers PreTrainedModel, got {type(model).__name__}")
+    # a Transformers model (or a wrapper of one, e.g. PEFT's): its methods are Transformers' (not typed here)
+    lm: Any = model
     if return_logits is not None and not isinstance(return_logits, bool):
         raise TypeError(f"return_logits must be None, True or False, got {return_logits!r}")
     if attention is not None:
         if not isinstance(attention, str):
             raise TypeError(f"attention must be an implementation name (str), got {type(attention).__name__}")
         register()
-        model.set_attn_implementation(attention)
+        lm.set_attn_implementation(attention)
     if loss is None:
         if loss_options:
             raise ValueError(f"loss=None: loss options {sorted(loss_options)} would not be used")
         return model
-    head, text_config = _head_and_text_config(model, config, allow_untested)
+    head, text_config = _head_and_text_config(lm, config, allow_untested)
     if "return_stats" in loss_options:
         raise ValueError("return_stats: the patched loss is the scalar Transformers expects; for per-token losses "
                          "and statistics call linear_fenchel_young_loss on the hidden states (reduction='none', "
@@ -146,7 +148,7 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     original = model.forward  # bound method of the class (or of a previous wrapper, e.g. PEFT's)
 
     @functools.wraps(original)
-    def forward(*args, **kwargs):
+    def forward(*args: Any, **kwargs: Any) -> Any:
         return state.forward(original, *args, **kwargs)
 
     state.handle = head.register_forward_pre_hook(state.pre_hook)
@@ -155,7 +157,7 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     return model
 
 
-def _head_and_text_config(model: nn.Module, config, allow_untested: bool):
+def _head_and_text_config(model: Any, config: Any, allow_untested: bool) -> tuple[nn.Linear, Any]:
     """The model's LM head (a ``nn.Linear``) and its text config, once the family and the config's logit
     scales are checked to be what the fused loss computes."""
     head = model.get_output_embeddings()
@@ -189,22 +191,23 @@ def revert(model: nn.Module) -> nn.Module:
 class _Fused:
     """The patch of one model: the hook's switch, the captured hidden states and the loss options."""
 
-    def __init__(self, model, head, mapping, options, softcap, return_logits):
+    def __init__(self, model: nn.Module, head: nn.Linear, mapping: Union[str, Divergence], options: dict[str, Any],
+                 softcap: Optional[float], return_logits: Optional[bool]) -> None:
         self.model, self.head, self.mapping, self.options = model, head, mapping, options
         self.softcap, self.return_logits = softcap, return_logits
         self.capturing = False
-        self.hidden = None
-        self.handle = None
-        self.signature = None
+        self.hidden: Optional[Tensor] = None
+        self.handle: Any = None  # the hook's RemovableHandle
+        self.signature: Optional[inspect.Signature] = None
 
-    def pre_hook(self, module, args):
+    def pre_hook(self, module: nn.Module, args: tuple[Tensor, ...]) -> Optional[tuple[Tensor]]:
         if not self.capturing:
             return None
         (hidden,) = args
         self.hidden = hidden
         return (hidden[..., :0, :],)  # an empty sequence: the head computes no logits
 
-    def forward(self, original, *args, **kwargs):
+    def forward(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.signature is None:
             self.signature = inspect.signature(original)
         bound = self.signature.bind(*args, **kwargs)
@@ -249,7 +252,7 @@ class _Fused:
             return out.to_tuple()
         return out
 
-    def loss(self, hidden: Tensor, shift_labels: Tensor, ignore_index: int, num_items) -> Tensor:
+    def loss(self, hidden: Tensor, shift_labels: Tensor, ignore_index: int, num_items: object) -> Tensor:
         head = self.head
         reduction = "mean" if num_items is None else "sum"
         value = linear_fenchel_young_loss(hidden, head.weight, shift_labels, head.bias, self.mapping,

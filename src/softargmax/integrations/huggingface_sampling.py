@@ -50,7 +50,7 @@ class SparseSamplingProcessor(LogitsProcessor):
     """
 
     def __init__(self, mapping: Union[str, Divergence] = "entmax15", alpha: Optional[float] = None,
-                 q: Optional[Tensor] = None, temperature: float = 1.0):
+                 q: Optional[Tensor] = None, temperature: float = 1.0) -> None:
         resolve(mapping, alpha)  # checks the name and α now
         self.mapping, self.alpha, self.q = mapping, alpha, q
         self.temperature = check_positive_number(temperature, "temperature")
