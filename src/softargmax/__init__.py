@@ -33,7 +33,7 @@ from .losses.linear import linear_fenchel_young_loss
 from .losses.normmax_budget import budget_sparsemax_loss, normmax_loss
 from .operators import _library_ops as _custom_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
 from .operators import alpha_relu_tau as tau
-from .operators import mappings, sampling
+from .operators import export, mappings, sampling
 from .operators.alpha_relu import alpha_relu
 from .operators.attention import attention
 from .operators.binary import f_sigmoid, f_softplus
@@ -77,6 +77,7 @@ __all__ = [
     "Divergence",
     "CustomDivergence",
     "divergences",
+    "export",
     "losses",
     "mappings",
     "sampling",

@@ -38,7 +38,7 @@ from ._traceable import normalized_graph
 from .alpha_relu import AlphaReLUFunction
 from .normmax import normmax_eager
 
-__all__ = ["divergence_spec", "normalized", "alpha_relu"]
+__all__ = ["divergence_spec", "normalized_operator_divergence", "normalized", "alpha_relu"]
 
 
 def divergence_spec(div: Optional[Divergence]):
@@ -46,7 +46,8 @@ def divergence_spec(div: Optional[Divergence]):
     return ("", 0.0) if div is None else div.spec()
 
 
-def _divergence(name: str, param: float) -> Optional[Divergence]:
+def normalized_operator_divergence(name: str, param: float) -> Optional[Divergence]:
+    """The generator that ``softargmax::normalized``'s ``(divergence, param)`` arguments name (``None``: a tensor α)."""
     if not name:
         return None
     return get_divergence(name, alpha=param) if name == "alpha" else get_divergence(name)
@@ -81,7 +82,7 @@ def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], diverge
     if x.numel() == 0:
         return x.new_zeros(x.shape)
     ctx = _Ctx((False,) * 6)
-    out = NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    out = NormalizedMapping.forward(ctx, x, q, alpha, normalized_operator_divergence(divergence, param), temperature, dim)
     return out.contiguous()
 
 
@@ -92,7 +93,7 @@ def _normalized_fake(x, q, alpha, divergence, param, temperature, dim):
 def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str,
                          param: float, temperature: float, dim: int) -> tuple[Tensor, Tensor, Tensor]:
     ctx = _Ctx((True, q is not None, alpha is not None, False, False, False))
-    NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    NormalizedMapping.forward(ctx, x, q, alpha, normalized_operator_divergence(divergence, param), temperature, dim)
     gx, gq, ga = NormalizedMapping.backward(ctx, grad)[:3]
     return (gx.contiguous(), x.new_empty(0) if gq is None else gq.contiguous(),
             x.new_empty(0) if ga is None else ga.contiguous())

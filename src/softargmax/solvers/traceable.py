@@ -38,13 +38,18 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
 from ..divergences import Divergence
 from .threshold import newton_update
+
+try:  # a loop that exporters record once (an ONNX Loop), not once per step
+    from torch._higher_order_ops import while_loop as _while_loop
+except ImportError:  # pragma: no cover (older torch: the steps are unrolled)
+    _while_loop = None
 
 __all__ = ["ITERATIONS", "STEEP_ITERATIONS", "closed_form_kind", "solve_rows", "sparsemax_sorted", "entmax15_sorted"]
 
@@ -118,6 +123,22 @@ def entmax15_sorted(zs: Tensor) -> Tensor:
     return base * base
 
 
+def repeat(step: Callable, state: tuple, steps: int) -> tuple:
+    """``state = step(*state)`` ``steps`` times.
+
+    ``torch.export`` and ``torch.onnx.export`` record it as one ``while_loop`` (an ONNX ``Loop``
+    node), so the graph holds one step whatever their number; ``torch.jit.trace`` records the
+    steps one after the other (it has no loop of its own).
+    """
+    if _while_loop is None or torch.jit.is_tracing():
+        for _ in range(steps):
+            state = step(*state)
+        return state
+    start = torch.zeros((), dtype=torch.int64, device=state[0].device)
+    out = _while_loop(lambda i, *s: i < steps, lambda i, *s: (i + 1, *step(*s)), (start, *state))
+    return tuple(out[1:])
+
+
 def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> Tensor:
     """α-entmax with ``a = α - 1 > 1`` on the entmax threshold ``t``: ``p_j = q_j [a z_j - t]_+^{1/a}``
     (the reference solver's α > 2 path: in ``t`` flat rows keep their relative precision).  The
@@ -133,7 +154,6 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
         qv = torch.where(valid, q, torch.zeros_like(zs))
         lo = torch.where(valid, y - torch.pow(q, -a), torch.full_like(y, -math.inf)).amax(-1, keepdim=True)
         hi = -torch.pow(qv.sum(-1, keepdim=True), -a)
-    t = lo
     inv = 1.0 / a
 
     def sums(t):
@@ -144,7 +164,7 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
             g, gp = g * q, gp * q
         return g, g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True)
 
-    for _ in range(iterations):
+    def step(t, lo, hi):
         _, S, Sp = sums(t)
         lo = torch.where(S >= 1, t, lo)
         hi = torch.where(S < 1, t, hi)
@@ -152,7 +172,10 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
         new = t * torch.exp(-torch.log(S) * a * S / (-t * Sp))
         # strictly inside the bracket (a step back onto one of its ends can cycle), or converged
         inside = ((new > lo) & (new < hi)) | (new == t)
-        t = torch.where(inside, new, -torch.sqrt(lo * hi))  # bisection of |t| on a log scale (both ends < 0)
+        return torch.where(inside, new, -torch.sqrt(lo * hi)), lo, hi  # bisection of |t| on a log scale
+
+    lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
+    t, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations)
     g, S, _ = sums(t)
     return g / S
 
@@ -177,14 +200,17 @@ def _newton_rows(zs: Tensor, div: Divergence, q: Optional[Tensor], iterations: i
             g, gp = g * q, gp * q
         return g, g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True)
 
-    tau = lo
-    for _ in range(iterations):
+    def step(tau, lo, hi):
         _, S, Sp = sums(tau)
         lo = torch.where(S >= 1, tau, lo)
         hi = torch.where(S < 1, tau, hi)
         new = newton_update(tau, S, Sp, rho)
+        # strictly inside the bracket (a step back onto one of its ends can cycle), or converged
         inside = ((new > lo) & (new < hi)) | (new == tau)
-        tau = torch.where(inside, new, 0.5 * (lo + hi))
+        return torch.where(inside, new, 0.5 * (lo + hi)), lo, hi
+
+    lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
+    tau, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations)
     g, S, _ = sums(tau)
     return g / S
 
@@ -206,13 +232,17 @@ def solve_rows(z: Tensor, div: Divergence, q: Optional[Tensor] = None, iteration
     elif kind == "entmax15":
         p = entmax15_sorted(zs)
     else:
-        z64 = zs.to(torch.float64)
-        q64 = None if q is None else q.to(torch.float64)
         a = div.power_exponent
+        # the α family iterates in float64: near α = 1 its g needs log1p, which ONNX writes as
+        # log(1 + u), and above α = 2 flat rows need the relative precision; the other generators
+        # iterate in the scores' dtype, as the reference solver does
+        work = torch.float64 if a is not None else zs.dtype
+        zw = zs.to(work)
+        qw = None if q is None else q.to(work)
         if isinstance(a, float) and a > 1:
-            p = _power_rows(z64, a, q64, max(iterations, STEEP_ITERATIONS))
+            p = _power_rows(zw, a, qw, max(iterations, STEEP_ITERATIONS))
         else:  # (a generator with a tensor parameter, such as one α per row, holds it in float64)
-            p = _newton_rows(z64, div, q64, iterations)
+            p = _newton_rows(zw, div, qw, iterations)
         p = p.to(z.dtype)
     p = torch.where(finite, p, torch.zeros_like(p))
     return torch.where(bad, torch.full_like(p, math.nan), p)
