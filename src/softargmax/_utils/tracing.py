@@ -11,7 +11,7 @@ import sys
 import torch
 from torch import Tensor
 
-__all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "graph_mode", "use_custom_ops",
+__all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "graph_mode", "onnx_capture", "use_custom_ops",
            "values_checkable"]
 
 
@@ -33,6 +33,11 @@ def compiling() -> bool:
 def _onnx_exporting() -> bool:
     onnx = sys.modules.get("torch.onnx")  # never imported here: an export has imported it
     return onnx is not None and bool(onnx.is_in_onnx_export())
+
+
+def onnx_capture() -> bool:
+    """Whether ``torch.onnx.export`` is capturing the model (with ``torch.export``) now."""
+    return not _is_jit_tracing() and compiling() and _onnx_exporting()
 
 
 def graph_mode() -> int:

@@ -43,11 +43,12 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ..divergences import Divergence
+from .._utils.tracing import onnx_capture
+from ..divergences import AlphaDivergence, Divergence
 from .threshold import newton_update
 
 try:  # a loop that exporters record once (an ONNX Loop), not once per step
-    from torch._higher_order_ops import while_loop as _while_loop
+    from torch._higher_order_ops.while_loop import while_loop_op as _while_loop
 except ImportError:  # pragma: no cover (older torch: the steps are unrolled)
     _while_loop = None
 
@@ -123,20 +124,24 @@ def entmax15_sorted(zs: Tensor) -> Tensor:
     return base * base
 
 
-def repeat(step: Callable, state: tuple, steps: int) -> tuple:
-    """``state = step(*state)`` ``steps`` times.
+def repeat(step: Callable, state: tuple, steps: int, consts: tuple = (), loop: bool = True) -> tuple:
+    """``state = step(*state, *consts)`` ``steps`` times (``consts``: the tensors the step reads).
 
-    ``torch.export`` and ``torch.onnx.export`` record it as one ``while_loop`` (an ONNX ``Loop``
-    node), so the graph holds one step whatever their number; ``torch.jit.trace`` records the
-    steps one after the other (it has no loop of its own).
+    While ``torch.onnx.export`` captures a model it is one ``while_loop`` (an ONNX ``Loop``
+    node), so the graph holds one step whatever their number; elsewhere (eager calls,
+    ``torch.jit.trace``, which has no loop of its own, and the decompositions of an exported
+    program, where torch 2.13 fails to lift the loop's captured tensors) the steps run, and
+    are recorded, one after the other.  ``loop=False`` always unrolls (a step that reads tensors
+    held by a Python object, such as one α per row, which the loop cannot capture).
     """
-    if _while_loop is None or torch.jit.is_tracing():
+    if _while_loop is None or not loop or not onnx_capture():
         for _ in range(steps):
-            state = step(*state)
+            state = step(*state, *consts)
         return state
+    n = len(state)
     start = torch.zeros((), dtype=torch.int64, device=state[0].device)
-    out = _while_loop(lambda i, *s: i < steps, lambda i, *s: (i + 1, *step(*s)), (start, *state))
-    return tuple(out[1:])
+    out = _while_loop(lambda i, *a: i < steps, lambda i, *a: (i + 1, *step(*a)), (start, *state), tuple(consts))
+    return tuple(out[1 : n + 1])
 
 
 def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> Tensor:
@@ -156,7 +161,7 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
         hi = -torch.pow(qv.sum(-1, keepdim=True), -a)
     inv = 1.0 / a
 
-    def sums(t):
+    def sums(t, y, q):
         base = torch.clamp(y - t, min=0)
         g = torch.pow(base, inv)
         gp = torch.where(base > 0, g / torch.where(base > 0, base, torch.ones_like(base)), torch.zeros_like(g))
@@ -164,8 +169,8 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
             g, gp = g * q, gp * q
         return g, g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True)
 
-    def step(t, lo, hi):
-        _, S, Sp = sums(t)
+    def step(t, lo, hi, y, *qs):
+        _, S, Sp = sums(t, y, qs[0] if qs else None)
         lo = torch.where(S >= 1, t, lo)
         hi = torch.where(S < 1, t, hi)
         # Newton on log S in log(-t): exact on flat rows, where S = n (-t)^{1/a}
@@ -175,8 +180,9 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
         return torch.where(inside, new, -torch.sqrt(lo * hi)), lo, hi  # bisection of |t| on a log scale
 
     lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
-    t, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations)
-    g, S, _ = sums(t)
+    consts = (y,) if q is None else (y, q)
+    t, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations, consts)
+    g, S, _ = sums(t, y, q)
     return g / S
 
 
@@ -192,16 +198,21 @@ def _newton_rows(zs: Tensor, div: Divergence, q: Optional[Tensor], iterations: i
         qv = torch.where(valid, q, torch.zeros_like(zs))
         lo = torch.where(valid, zs - div.f_prime(1 / q), torch.full_like(zs, -math.inf)).amax(-1, keepdim=True)
         hi = -div.f_prime(1 / qv.sum(-1, keepdim=True))
-    rho = div.newton_power
+    rho0 = div.newton_power
 
-    def sums(tau):
-        g, gp = div.conj_prime_and_prime2(zs - tau)
+    per_row = isinstance(div, AlphaDivergence) and isinstance(div.alpha, Tensor)
+
+    def sums(tau, zs, q, alpha=None):
+        d = div if alpha is None else AlphaDivergence(alpha)  # a per-row α crosses the loop as a tensor
+        g, gp = d.conj_prime_and_prime2(zs - tau)
         if q is not None:
             g, gp = g * q, gp * q
         return g, g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True)
 
-    def step(tau, lo, hi):
-        _, S, Sp = sums(tau)
+    def step(tau, lo, hi, zs, *more):
+        q, alpha = (more[0] if q_given else None), (more[-1] if per_row else None)
+        _, S, Sp = sums(tau, zs, q, alpha)
+        rho = rho0 if alpha is None else alpha - 1
         lo = torch.where(S >= 1, tau, lo)
         hi = torch.where(S < 1, tau, hi)
         new = newton_update(tau, S, Sp, rho)
@@ -210,8 +221,11 @@ def _newton_rows(zs: Tensor, div: Divergence, q: Optional[Tensor], iterations: i
         return torch.where(inside, new, 0.5 * (lo + hi)), lo, hi
 
     lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
-    tau, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations)
-    g, S, _ = sums(tau)
+    q_given = q is not None
+    consts = (zs,) + ((q,) if q_given else ()) + ((div.alpha,) if per_row else ())
+    tau, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations, consts,
+                         loop=per_row or not isinstance(rho0, Tensor))
+    g, S, _ = sums(tau, zs, q)
     return g / S
 
 
