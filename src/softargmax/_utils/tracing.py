@@ -37,7 +37,7 @@ def _onnx_exporting() -> bool:
 
 def onnx_capture() -> bool:
     """Whether ``torch.onnx.export`` is capturing the model (with ``torch.export``) now."""
-    return not _is_jit_tracing() and compiling() and _onnx_exporting()
+    return compiling() and _onnx_exporting()
 
 
 def graph_mode() -> int:
@@ -50,13 +50,9 @@ def graph_mode() -> int:
       without Python: the fixed-step forms of :mod:`softargmax.solvers.traceable`, made of
       PyTorch's own operators.
     """
-    if _is_jit_tracing():
-        return GRAPH
-    if not compiling():
-        return EAGER
-    if _onnx_exporting():
-        return GRAPH
-    return LIBRARY_OPS if CUSTOM_OPS else EAGER
+    if compiling():  # first: torch.compile's tracer cannot call the TorchScript query below
+        return GRAPH if _onnx_exporting() else (LIBRARY_OPS if CUSTOM_OPS else EAGER)
+    return GRAPH if _is_jit_tracing() else EAGER
 
 
 def use_custom_ops() -> bool:
@@ -72,6 +68,6 @@ def values_checkable(t: Tensor) -> bool:
     not for a CUDA tensor while its stream is being captured into a CUDA graph (reading a
     value would synchronize with the host), and not for a ``meta`` tensor (it has none).
     """
-    if _is_jit_tracing() or compiling() or t.device.type == "meta":
+    if compiling() or _is_jit_tracing() or t.device.type == "meta":
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())

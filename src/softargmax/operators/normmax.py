@@ -244,7 +244,8 @@ def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
             g = solve_rows(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime))
             r = torch.sqrt(g) if alpha == 2.0 else g.pow(1.0 / alpha)
     p = r / r.sum(-1, keepdim=True).clamp_min(torch.finfo(r.dtype).tiny)
-    p = torch.where((z > -math.inf).any(-1, keepdim=True) | torch.isnan(p), p, torch.zeros_like(p))  # all masked: 0
+    keep = (z > -math.inf).any(-1, keepdim=True) | (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
+    p = torch.where(keep, p, torch.zeros_like(p))  # a row that is entirely -inf: zeros
     if one is not None:
         p = torch.where(one, argmax_rows(z)[0].to(p.dtype), p)
     p = p.to(x.dtype)

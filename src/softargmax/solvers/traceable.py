@@ -179,7 +179,7 @@ def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> T
         inside = ((new > lo) & (new < hi)) | (new == t)
         return torch.where(inside, new, -torch.sqrt(lo * hi)), lo, hi  # bisection of |t| on a log scale
 
-    lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
+    lo, hi = lo + torch.zeros_like(hi), hi + torch.zeros_like(lo)  # one shape (no stride is read: ONNX has none)
     consts = (y,) if q is None else (y, q)
     t, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations, consts)
     g, S, _ = sums(t, y, q)
@@ -220,7 +220,7 @@ def _newton_rows(zs: Tensor, div: Divergence, q: Optional[Tensor], iterations: i
         inside = ((new > lo) & (new < hi)) | (new == tau)
         return torch.where(inside, new, 0.5 * (lo + hi)), lo, hi
 
-    lo, hi = (t.contiguous() for t in torch.broadcast_tensors(lo, hi))
+    lo, hi = lo + torch.zeros_like(hi), hi + torch.zeros_like(lo)  # one shape (no stride is read: ONNX has none)
     q_given = q is not None
     consts = (zs,) + ((q,) if q_given else ()) + ((div.alpha,) if per_row else ())
     tau, lo, hi = repeat(step, (lo.clone(), lo, hi), iterations, consts,
