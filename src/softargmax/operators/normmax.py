@@ -233,7 +233,8 @@ def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
         one = a == 1
         a = torch.where(one, torch.full_like(a, 2.0), a)  # rows with α = 1: the argmax, below
         a_prime = (a - 1) / a
-        g = solve_rows(z.to(torch.float64) / a_prime, AlphaDivergence(1 + a_prime))
+        # the scaled scores rounded to z's dtype, as the eager path scales them
+        g = solve_rows((z / a_prime.to(z.dtype)).to(torch.float64), AlphaDivergence(1 + a_prime))
         r = g.pow(1 / a)
     else:
         one = None
