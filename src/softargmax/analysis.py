@@ -14,27 +14,30 @@ References:
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 from torch import Tensor, nn
 
+if TYPE_CHECKING:
+    from .nn import SparseMultiheadAttention
+
 __all__ = ["alphas", "collect_attention", "head_density", "head_js_divergence"]
 
 
-def _sparse_mhas(model: nn.Module):
+def _sparse_mhas(model: nn.Module) -> list[tuple[str, SparseMultiheadAttention]]:
     from .nn import SparseMultiheadAttention
 
     return [(name, m) for name, m in model.named_modules() if isinstance(m, SparseMultiheadAttention)]
 
 
-def alphas(model: nn.Module) -> dict:
+def alphas(model: nn.Module) -> dict[str, Tensor]:
     """``{module name: α per head}`` (detached) for every sparse attention module of ``model``."""
     return {name: m.alpha.detach().clone() for name, m in _sparse_mhas(model)}
 
 
 @torch.no_grad()
-def collect_attention(model: nn.Module, run: Callable[[], object]) -> dict:
+def collect_attention(model: nn.Module, run: Callable[[], object]) -> dict[str, Tensor]:
     """Call ``run()`` (e.g. ``lambda: model(batch)``) and return ``{module name: weights [B, H, L, S]}``."""
     mods = _sparse_mhas(model)
     if not mods:

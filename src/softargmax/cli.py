@@ -10,9 +10,11 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 
-def _shape(text: str):
+def _shape(text: str) -> tuple[int, int]:
     try:
         rows, cols = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -107,7 +109,7 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived) -> bool:
+def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[str]) -> bool:
     """Apply ``--resume`` / ``--fresh``; ``False`` (with a message) when checkpoints exist and neither was given."""
     from .experiments._common import remove_derived, remove_temporaries
 
@@ -125,7 +127,7 @@ def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived) -> bool:
     return True
 
 
-def _open_run_log(out: Path, argv):
+def _open_run_log(out: Path, argv: Sequence[str]) -> Optional[TextIO]:
     """``<out>/log.txt`` (rank 0 only under torchrun, else ``None``), appended to: the log of a killed run is kept.
 
     Every run starts with a line that says when and how it was started.
@@ -147,17 +149,18 @@ def _open_run_log(out: Path, argv):
     return log_file
 
 
-def _logger(log_file):
+def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
     """Print a line and append it to ``log_file``; a log that cannot be written (a full disk) is reported once."""
     state = {"file": log_file}
 
     def log(line: str) -> None:
-        if state["file"] is not None:  # the file first: what the terminal shows, the log has
+        file = state["file"]
+        if file is not None:  # the file first: what the terminal shows, the log has
             try:
-                state["file"].write(f"{line}\n")
-                state["file"].flush()
+                file.write(f"{line}\n")
+                file.flush()
             except OSError as e:
-                print(f"warning: could not write {state['file'].name} ({e}); logging to the terminal only",
+                print(f"warning: could not write {file.name} ({e}); logging to the terminal only",
                       file=sys.stderr)
                 state["file"] = None
         print(line, flush=True)
@@ -165,7 +168,7 @@ def _logger(log_file):
     return log
 
 
-def _errors():
+def _errors() -> tuple[type[Exception], ...]:
     """The errors a run reports as one line ``error: ...`` (exit status 2) instead of a traceback."""
     from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError
     from .experiments.datasets import DataError
@@ -173,7 +176,7 @@ def _errors():
     return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError)
 
 
-def _reproduce(args, argv) -> int:
+def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``softargmax reproduce``: run an experiment (or render its report again); the exit status."""
     import importlib
 
@@ -204,9 +207,9 @@ def _reproduce(args, argv) -> int:
         return 2
 
 
-def _run_kwargs(args, module, out: Path) -> dict:
+def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict[str, Any]:
     """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
-    kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
+    kwargs: dict[str, Any] = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
                   download=args.download, threads=args.threads)
     if args.systems:
         kwargs["systems"] = args.systems
@@ -221,14 +224,14 @@ def _run_kwargs(args, module, out: Path) -> dict:
     return kwargs
 
 
-def _run_locked(args, module, out: Path, argv) -> int:
+def _run_locked(args: argparse.Namespace, module: ModuleType, out: Path, argv: Sequence[str]) -> int:
     """Lock ``out``, apply ``--fresh`` / ``--resume``, open the log and run; or render the report again."""
     from .experiments._common import DERIVED, OutputLock
 
     kwargs = _run_kwargs(args, module, out)
     # one run at a time in `out` (rank 0 holds the lock for all ranks under torchrun)
     locking = _main_process() and (out.is_dir() or not args.render_only)
-    lock = OutputLock(out) if locking else contextlib.nullcontext()
+    lock: contextlib.AbstractContextManager[object] = OutputLock(out) if locking else contextlib.nullcontext()
     with lock:
         if args.render_only:  # before the run log is opened: it describes the run that made results.json
             return _render_only(module, str(out))
@@ -237,8 +240,9 @@ def _run_locked(args, module, out: Path, argv) -> int:
         log_file = _open_run_log(out, argv)
         log = _logger(log_file)
         try:
-            if getattr(lock, "stale", None):
-                log(f"{out}: {lock.stale}")
+            stale = getattr(lock, "stale", None)  # a lock left by a killed run, taken over
+            if stale:
+                log(f"{out}: {stale}")
             module.run(log=log, **kwargs)
         except BaseException as e:  # the log says how the run ended (the terminal gets it from main)
             if log_file is not None:
@@ -252,7 +256,7 @@ def _run_locked(args, module, out: Path, argv) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
         return _reproduce(args, argv if argv is not None else sys.argv[1:])
@@ -261,7 +265,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _render_only(module, out: str) -> int:
+def _render_only(module: ModuleType, out: str) -> int:
     """``--render-only``: the report written again from ``results.json``; the exit status."""
     from .experiments._common import render_existing
 
@@ -277,7 +281,7 @@ def _render_only(module, out: str) -> int:
     return 0
 
 
-def _bench(args) -> int:
+def _bench(args: argparse.Namespace) -> int:
     """``softargmax bench``: the operators' (default), the losses' or attention's benchmark; the exit status."""
     import torch
 

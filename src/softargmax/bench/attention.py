@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -14,19 +14,19 @@ ATTENTION_LENGTHS = (128, 256, 512, 1024, 2048)
 ATTENTION_VARIANTS = ("sdpa", "softmax", "sparsemax", "entmax15", "entmax_per_head")
 
 
-def run_attention(lengths=ATTENTION_LENGTHS, heads: int = 8, threads: Optional[int] = 2, repeats: int = 5,
-                  memory: bool = True, log=print) -> dict:
+def run_attention(lengths: Sequence[int] = ATTENTION_LENGTHS, heads: int = 8, threads: Optional[int] = 2,
+                  repeats: int = 5, memory: bool = True, log: Callable[[str], object] = print) -> dict[str, Any]:
     """Causal self-attention forward+backward (batch 1, ``heads`` × 64 features) vs ``scaled_dot_product_attention``."""
     if threads is not None:
         torch.set_num_threads(threads)
     alpha = torch.linspace(1.2, 1.8, heads)
-    cases = []
+    cases: list[dict[str, Any]] = []
     for L in lengths:
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(1, heads, L, 64, generator=g) for _ in range(3))
 
-        def runner(fn):
-            def run():
+        def runner(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+            def run() -> None:
                 qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
                 fn(qq, kk, vv).sum().backward()
             return run
@@ -37,7 +37,7 @@ def run_attention(lengths=ATTENTION_LENGTHS, heads: int = 8, threads: Optional[i
             for var in ATTENTION_VARIANTS:
                 peaks[var] = measure("attention", var, L, heads, threads or 2)["peak_mb"]
         for var in ATTENTION_VARIANTS[1:]:
-            case = {"op": f"attention[{var}]", "shape": [1, heads, L, 64], "dtype": "float32", "pass": "fwd+bwd",
+            case: dict[str, Any] = {"op": f"attention[{var}]", "shape": [1, heads, L, 64], "dtype": "float32", "pass": "fwd+bwd",
                     "ms": round(ms[var], 3), "softmax_ms": round(ms["sdpa"], 3), "baseline": "F.scaled_dot_product_attention",
                     "ratio": round(ms[var] / ms["sdpa"], 3), "target": None}
             if memory:

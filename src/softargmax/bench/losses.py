@@ -3,7 +3,7 @@ fused linear + loss against ``linear`` followed by the loss (time and peak memor
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -17,7 +17,7 @@ LOSS_SHAPES = [(64, 32000)]
 FUSED_SHAPE = (4096, 512, 32000)  # tokens, hidden, vocabulary
 
 
-def _loss_ops() -> dict[str, Callable]:
+def _loss_ops() -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
     return {
         "sparsemax_loss": lambda x, t: sa.sparsemax_loss(x, t),
         "entmax15_loss": lambda x, t: sa.entmax15_loss(x, t),
@@ -27,7 +27,7 @@ def _loss_ops() -> dict[str, Callable]:
     }
 
 
-def _loss_package() -> dict[str, dict[str, Callable]]:
+def _loss_package() -> dict[str, dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]]:
     try:
         import entmax as E
     except ImportError:
@@ -46,10 +46,11 @@ def loss_target(name: str) -> Optional[float]:
     return targets()["losses"].get(name)
 
 
-def _time_losses(fns: dict, x, t, repeats: int, warmup: int) -> dict:
+def _time_losses(fns: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]], x: torch.Tensor,
+                 t: torch.Tensor, repeats: int, warmup: int) -> dict[str, float]:
     """Forward+backward of ``fn(x, t)`` for each loss, interleaved."""
-    def runner(fn):
-        def run():
+    def runner(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
             xx = x.detach().requires_grad_(True)
             torch.autograd.grad(fn(xx, t), xx)
         return run
@@ -57,7 +58,8 @@ def _time_losses(fns: dict, x, t, repeats: int, warmup: int) -> dict:
     return time_thunks({name: runner(fn) for name, fn in fns.items()}, repeats, warmup)
 
 
-def fused_case(shape=FUSED_SHAPE, threads: int = 2, repeats: int = 3, log=print) -> dict:
+def fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repeats: int = 3,
+               log: Callable[[str], object] = print) -> dict[str, Any]:
     """Fused linear + entmax15 loss vs ``linear`` followed by the loss: time and extra peak memory.
 
     Each variant runs in a fresh process (:mod:`.memory`); memory is the growth of the peak
@@ -86,8 +88,10 @@ def fused_case(shape=FUSED_SHAPE, threads: int = 2, repeats: int = 3, log=print)
     return case
 
 
-def run_losses(shapes=None, threads: Optional[int] = 2, repeats: int = 20, warmup: int = 3, with_package: bool = True,
-               fused: bool = True, fused_shape=FUSED_SHAPE, seed: int = 0, log=print) -> dict:
+def run_losses(shapes: Optional[Iterable[Sequence[int]]] = None, threads: Optional[int] = 2, repeats: int = 20,
+               warmup: int = 3, with_package: bool = True, fused: bool = True,
+               fused_shape: Sequence[int] = FUSED_SHAPE, seed: int = 0,
+               log: Callable[[str], object] = print) -> dict[str, Any]:
     """Loss benchmark: forward+backward vs ``F.cross_entropy``, and the fused output layer."""
     import torch.nn.functional as F
 
@@ -96,13 +100,13 @@ def run_losses(shapes=None, threads: Optional[int] = 2, repeats: int = 20, warmu
     gen = torch.Generator().manual_seed(seed)
     ours = _loss_ops()
     package = _loss_package() if with_package else {}
-    cases = []
+    cases: list[dict[str, Any]] = []
     for shape in [tuple(s) for s in (shapes or LOSS_SHAPES)]:
         x = torch.randn(*shape, generator=gen) * 3
         t = torch.randint(0, shape[1], (shape[0],), generator=gen)
         for name, fn in ours.items():
             ms = _time_losses({"cross_entropy": F.cross_entropy, name: fn}, x, t, repeats, warmup)
-            case = {
+            case: dict[str, Any] = {
                 "op": name, "shape": list(shape), "dtype": "float32", "pass": "fwd+bwd",
                 "ms": round(ms[name], 4), "softmax_ms": round(ms["cross_entropy"], 4), "baseline": "F.cross_entropy",
                 "ratio": round(ms[name] / ms["cross_entropy"], 3), "target": loss_target(name),

@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ import softargmax as sa
 from .timing import peak_growth_mb
 
 
-def attention_fn(variant: str, alpha: torch.Tensor) -> Callable:
+def attention_fn(variant: str, alpha: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """``(q, k, v) -> output`` of one attention variant (causal)."""
     if variant == "sdpa":
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -37,13 +37,13 @@ def attention_fn(variant: str, alpha: torch.Tensor) -> Callable:
     return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping=variant)
 
 
-def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict:
+def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     h = torch.randn(N, d, generator=g).requires_grad_()
     W = (torch.randn(V, d, generator=g) / d ** 0.5).requires_grad_()
     t = torch.randint(0, V, (N,), generator=g)
 
-    def run():
+    def run() -> None:
         if variant == "fused":
             loss = sa.linear_fenchel_young_loss(h, W, t, mapping="entmax15")
         else:
@@ -59,18 +59,18 @@ def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict:
     return {"peak_mb": peak, "ms": statistics.median(times) * 1e3 if times else None}
 
 
-def _attention(variant: str, L: int, heads: int) -> dict:
+def _attention(variant: str, L: int, heads: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, L, 64, generator=g).requires_grad_() for _ in range(3))
     fn = attention_fn(variant, torch.linspace(1.2, 1.8, heads))
 
-    def run():
+    def run() -> None:
         fn(q, k, v).sum().backward()
 
     return {"peak_mb": peak_growth_mb(run)}
 
 
-def measure(case: str, *args) -> dict:
+def measure(case: str, *args: object) -> dict[str, Any]:
     """Run :func:`main` with ``case *args`` in a fresh Python process and return its JSON."""
     entry = f"import sys; from {__name__} import main; main(sys.argv[1:])"
     out = subprocess.run([sys.executable, "-c", entry, case, *map(str, args)], capture_output=True, text=True,
@@ -78,7 +78,7 @@ def measure(case: str, *args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list) -> None:
+def main(argv: Sequence[str]) -> None:
     case, variant, *rest = argv
     if case == "fused":
         N, d, V, threads, repeats = map(int, rest)

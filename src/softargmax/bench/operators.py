@@ -14,7 +14,7 @@ written is::
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -28,7 +28,7 @@ FULL_SHAPES = LONG + SHORT
 QUICK_SHAPES = [(8, 2000), (64, 64)]
 
 
-def target_ratio(op: str, shape, pas: str) -> Optional[float]:
+def target_ratio(op: str, shape: Sequence[int], pas: str) -> Optional[float]:
     """The forward+backward ratio to ``torch.softmax`` aimed at for ``op`` at ``shape`` (``targets.json``), or ``None``."""
     if pas != "fwd+bwd":
         return None
@@ -36,7 +36,7 @@ def target_ratio(op: str, shape, pas: str) -> Optional[float]:
     return targets()["operators"].get(op, {}).get(kind) if kind else None
 
 
-def _ours() -> dict[str, Callable]:
+def _ours() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     return {
         "sparsemax": sa.sparsemax,
         "entmax15": sa.entmax15,
@@ -49,7 +49,7 @@ def _ours() -> dict[str, Callable]:
     }
 
 
-def entmax_package() -> dict[str, dict[str, Callable]]:
+def entmax_package() -> dict[str, dict[str, Callable[[torch.Tensor], torch.Tensor]]]:
     """The reference ``entmax`` package's counterparts (full sort, k=100 partial sort, bisection)."""
     try:
         import entmax as E
@@ -65,18 +65,18 @@ def entmax_package() -> dict[str, dict[str, Callable]]:
 
 
 def run(
-    shapes=None,
-    ops=None,
-    passes=("fwd", "fwd+bwd"),
-    dtype=torch.float32,
-    device="cpu",
+    shapes: Optional[Iterable[Sequence[int]]] = None,
+    ops: Optional[Sequence[str]] = None,
+    passes: Sequence[str] = ("fwd", "fwd+bwd"),
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
     threads: Optional[int] = 2,
     repeats: int = 20,
     warmup: int = 3,
     with_package: bool = True,
     seed: int = 0,
-    log=print,
-) -> dict:
+    log: Callable[[str], object] = print,
+) -> dict[str, Any]:
     """Run the operator benchmark and return the JSON-ready result (see the module docstring)."""
     device = torch.device(device)
     if threads is not None and device.type == "cpu":
@@ -89,13 +89,13 @@ def run(
         raise ValueError(f"ops: unknown {unknown}; accepted: {', '.join(ours)}")
     package = entmax_package() if with_package else {}
     gen = torch.Generator().manual_seed(seed)
-    cases = []
+    cases: list[dict[str, Any]] = []
     for shape in shapes:
         x = (torch.randn(*shape, generator=gen) * 3).to(device=device, dtype=dtype)
         for pas in passes:
             for name in names:
                 ms = time_calls({"softmax": lambda t: torch.softmax(t, -1), name: ours[name]}, x, pas, repeats, warmup)
-                case = {
+                case: dict[str, Any] = {
                     "op": name,
                     "shape": list(shape),
                     "dtype": str(dtype).replace("torch.", ""),

@@ -14,13 +14,13 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 
 @functools.lru_cache(maxsize=None)
-def targets() -> dict:
+def targets() -> dict[str, Any]:
     """The speed targets of ``targets.json``: ratios to the baseline that the project aims at."""
     return json.loads(resources.files(__package__).joinpath("targets.json").read_text())
 
@@ -30,7 +30,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def time_thunks(thunks: dict, repeats: int, warmup: int, device=torch.device("cpu")) -> dict:
+def time_thunks(thunks: dict[str, Callable[[], object]], repeats: int, warmup: int,
+                device: torch.device = torch.device("cpu")) -> dict[str, float]:
     """Median milliseconds of each zero-argument callable, interleaved within every repeat.
 
     Interleaving makes a slow phase of a shared machine affect every callable alike, so
@@ -50,10 +51,10 @@ def time_thunks(thunks: dict, repeats: int, warmup: int, device=torch.device("cp
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def _runner(fn: Callable, x: torch.Tensor, pas: str) -> Callable[[], None]:
+def _runner(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pas: str) -> Callable[[], None]:
     grad = torch.randn_like(x)
 
-    def run():
+    def run() -> None:
         if pas == "fwd":
             with torch.no_grad():
                 fn(x)
@@ -65,7 +66,8 @@ def _runner(fn: Callable, x: torch.Tensor, pas: str) -> Callable[[], None]:
     return run
 
 
-def time_calls(fns: dict, x: torch.Tensor, pas: str, repeats: int, warmup: int) -> dict:
+def time_calls(fns: dict[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor, pas: str, repeats: int,
+               warmup: int) -> dict[str, float]:
     """Median milliseconds of each ``fn(x)`` (``pas="fwd"``) or ``fn`` + backward (``"fwd+bwd"``)."""
     return time_thunks({name: _runner(fn, x, pas) for name, fn in fns.items()}, repeats, warmup, x.device)
 
@@ -125,14 +127,14 @@ def cpu_model() -> str:
     return name
 
 
-def versions() -> dict:
+def versions() -> dict[str, Any]:
     """The software a result was measured with."""
     import softargmax
 
     return {"torch": torch.__version__, "softargmax": softargmax.__version__, "python": sys.version.split()[0]}
 
 
-def save(result: dict, path: str) -> None:
+def save(result: dict[str, Any], path: str) -> None:
     """Write ``result`` as indented JSON (the folder is created)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
@@ -140,7 +142,7 @@ def save(result: dict, path: str) -> None:
         f.write("\n")
 
 
-def ratio_row(c: dict) -> str:
+def ratio_row(c: dict[str, Any]) -> str:
     """One line of the printed table for a case of :func:`softargmax.bench.operators.run` or the losses."""
     pkg = ", ".join(f"{k} {v['ratio']:.1f}x" for k, v in c.get("entmax_pkg", {}).items())
     tgt: Optional[float] = c["target"]
