@@ -36,7 +36,7 @@ import os
 import random
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
@@ -62,11 +62,11 @@ class CheckpointMismatchError(ValueError):
                          "checkpoints and train from scratch, or run again with the settings they were trained with")
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     return "absent" if value is None else repr(value)
 
 
-def _plain(obj):
+def _plain(obj: object) -> Any:
     """``obj`` as JSON would give it back (tuples become lists), so that fingerprints compare as data."""
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
 
@@ -86,7 +86,8 @@ def data_digest(names: Iterable[str]) -> dict:
     return out
 
 
-def fingerprint(experiment: str, preset: str, system: str, seed: int, data: Iterable[str] = (), **extra) -> dict:
+def fingerprint(experiment: str, preset: str, system: str, seed: int, data: Iterable[str] = (),
+                **extra: object) -> dict:
     """What identifies a training run, stored in each of its checkpoints.
 
     Args:
@@ -113,7 +114,7 @@ def fingerprint(experiment: str, preset: str, system: str, seed: int, data: Iter
                    "data": data_digest(data), "softargmax": softargmax.__version__, **extra})
 
 
-def _differences(saved, expected: dict) -> dict:
+def _differences(saved: Any, expected: dict) -> dict:
     if not isinstance(saved, dict):
         return {"fingerprint": (None, "present")}
     saved, expected = _plain(saved), _plain(expected)
@@ -154,7 +155,7 @@ def save_checkpoint(path: Union[str, Path], state: dict, fingerprint: dict, keep
     return path
 
 
-def _read(path: Path, map_location) -> dict:
+def _read(path: Path, map_location: Any) -> dict:
     # torch.load does not check the CRC-32 of each record of the archive: flipped bytes inside a
     # tensor would load as wrong weights.  Reading the archive once more costs about 0.5 s per GB.
     with zipfile.ZipFile(path) as archive:
@@ -185,7 +186,7 @@ def check_checkpoint(path: Union[str, Path], fingerprint: dict, keep: int = 2) -
             raise CheckpointMismatchError(candidate, diff)
 
 
-def load_checkpoint(path: Union[str, Path], fingerprint: dict, map_location=None, log: Callable = print,
+def load_checkpoint(path: Union[str, Path], fingerprint: dict, map_location: Any = None, log: Callable[[str], object] = print,
                     keep: int = 2, set_aside: bool = True, label: str = "") -> Optional[dict]:
     """The ``state`` of the newest readable checkpoint at ``path`` of this run, or ``None`` if there is none.
 
@@ -206,7 +207,7 @@ def load_checkpoint(path: Union[str, Path], fingerprint: dict, map_location=None
         set_aside: move unreadable files aside.
         label: prefix of the log lines (e.g. ``"[softmax] "``).
     """
-    unreadable = []
+    unreadable: list[Path] = []
     for candidate in previous_paths(path, keep):
         if not candidate.is_file():
             continue
@@ -257,7 +258,9 @@ def rng_state() -> dict:
     except ImportError:
         pass
     else:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        legacy = np.random.get_state()
+        assert isinstance(legacy, tuple)  # the global generator is a Mersenne Twister: its state is a tuple
+        kind, keys, pos, has_gauss, cached = legacy
         state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]

@@ -34,7 +34,8 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from types import ModuleType
+from typing import Callable, Collection, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -61,7 +62,10 @@ from ._files import (
     save_figure,
 )
 
-__all__ = ["begin", "describe_device", "environment", "finish", "pyplot", "measurements", "seed_spread",
+#: where an experiment's progress lines go (``print``, or the command line's logger)
+Log = Callable[[str], object]
+
+__all__ = ["Log", "begin", "describe_device", "environment", "finish", "pyplot", "measurements", "seed_spread",
            "relative_span", "reproducibility", "render_existing", "remove_derived", "DERIVED", "INVOCATION_KEYS", "TIMING_KEYS",
            "CheckpointMismatchError", "check_checkpoint", "data_digest", "fingerprint", "load_checkpoint",
            "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
@@ -69,7 +73,7 @@ __all__ = ["begin", "describe_device", "environment", "finish", "pyplot", "measu
            "save_figure"]
 
 
-def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str,
+def begin(preset: str, presets: dict, systems: Collection[str], known: Collection[str], threads: Optional[int], out: str,
           prefixes: Optional[dict] = None) -> tuple[dict, Path, float]:
     """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
 
@@ -110,7 +114,8 @@ def environment(t_start: float, device: str = "cpu") -> dict:
             "total_seconds": time.perf_counter() - t_start}
 
 
-def finish(results: dict, out_dir: Path, write_figures: Callable, render_report: Callable, log=print) -> dict:
+def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
+           render_report: Callable[[dict, list], str], log: Callable[[str], object] = print) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
 
     Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
@@ -124,7 +129,7 @@ def finish(results: dict, out_dir: Path, write_figures: Callable, render_report:
     return results
 
 
-def pyplot():
+def pyplot() -> Optional[ModuleType]:
     """``matplotlib.pyplot`` with the Agg backend, or ``None`` if matplotlib is missing."""
     try:
         import matplotlib
@@ -223,7 +228,7 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
 DERIVED = ("runs",)
 
 
-def remove_derived(out, names: Iterable[str] = DERIVED) -> list:
+def remove_derived(out: Union[str, Path], names: Iterable[str] = DERIVED) -> list[Path]:
     """Delete what a run derives in ``out`` and would reuse (``--fresh``): the named files and folders, ``log.txt``
     and the temporary files of killed writers.  Returns the paths removed.
 
@@ -244,7 +249,8 @@ def remove_derived(out, names: Iterable[str] = DERIVED) -> list:
     return removed + remove_temporaries(out_dir)
 
 
-def render_existing(out: str, render_report: Callable, write_figures: Optional[Callable] = None) -> Path:
+def render_existing(out: str, render_report: Callable[[dict, list], str],
+                    write_figures: Optional[Callable[[dict, Path], list]] = None) -> Path:
     """Write ``report.md`` in ``out`` again from its ``results.json``, without rerunning the experiment.
 
     With ``write_figures`` (an experiment whose figures are drawn from ``results`` alone) the

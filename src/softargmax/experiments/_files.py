@@ -31,7 +31,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: the name of the lock file inside a locked output folder
 LOCK_NAME = ".softargmax.lock"
@@ -59,7 +62,7 @@ class DiskFullError(OSError):
         super().__init__(errno.ENOSPC, message, str(self.path))
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)  # the message given to OSError in __init__
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -160,12 +163,12 @@ def atomic_write(path: Union[str, Path], data: Union[str, bytes], encoding: str 
     return path
 
 
-def atomic_json(path: Union[str, Path], obj, **kwargs) -> Path:
+def atomic_json(path: Union[str, Path], obj: object, **kwargs: Any) -> Path:
     """``json.dump(obj)`` into ``path`` atomically (keyword arguments go to :func:`json.dumps`)."""
     return atomic_write(path, json.dumps(obj, **kwargs))
 
 
-def save_figure(fig, path: Union[str, Path], **kwargs) -> Path:
+def save_figure(fig: Figure, path: Union[str, Path], **kwargs: Any) -> Path:
     """``fig.savefig(path, **kwargs)`` atomically: a killed run never leaves half a PNG.  Returns ``path``."""
     path = Path(path)
     kwargs.setdefault("format", path.suffix.lstrip(".") or None)
@@ -239,9 +242,7 @@ class OutputLock:
 
     @staticmethod
     def _try_lock(fd: int) -> bool:
-        try:
-            import fcntl
-        except ImportError:  # Windows
+        if sys.platform == "win32":
             import msvcrt
 
             try:
@@ -249,6 +250,8 @@ class OutputLock:
             except OSError:
                 return False
             return True
+        import fcntl
+
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -333,5 +336,5 @@ class OutputLock:
     def __enter__(self) -> "OutputLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -20,7 +20,7 @@ def fit_linear(X: torch.Tensor, num_outputs: int, loss: Callable[[torch.Tensor],
     opt = torch.optim.LBFGS([W, b], lr=1, max_iter=max_iter, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-9, tolerance_change=1e-12)
 
-    def closure():
+    def closure() -> torch.Tensor:
         opt.zero_grad()
         obj = loss(X @ W + b) + lam * (W * W).sum()
         obj.backward()

@@ -34,17 +34,28 @@ import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Optional
 
 import torch
 
 import softargmax as sa
 
 from . import translation
-from ._common import begin, check_checkpoint, environment, fingerprint, finish, pyplot, reproducibility, save_figure
+from ._common import (
+    Log,
+    begin,
+    check_checkpoint,
+    environment,
+    fingerprint,
+    finish,
+    pyplot,
+    reproducibility,
+    save_figure,
+)
+from .nmt.data import Parallel
 from .nmt.decoding import translate
-from .nmt.model import ModelConfig
-from .nmt.tokenizer import PAD
+from .nmt.model import ModelConfig, OutputLayer, Seq2Seq
+from .nmt.tokenizer import PAD, Tokenizer
 from .nmt.training import TrainConfig, make_batches, noam, tensors, train_system
 
 #: this experiment's name on the command line, in its checkpoints' fingerprints
@@ -87,7 +98,7 @@ def _block(name: str) -> tuple[str, int]:
 
 
 @torch.no_grad()
-def analyse(model, tok, test, sentences: int, device: str) -> dict:
+def analyse(model: Seq2Seq, tok: Tokenizer, test: Parallel, sentences: int, device: str) -> dict:
     """Per attention module: α per head (if learned), nonzero share per head, mean JS between heads.
 
     Weights come from one teacher-forced pass over the first ``sentences`` test pairs.  The
@@ -129,7 +140,7 @@ def analyse(model, tok, test, sentences: int, device: str) -> dict:
     return out
 
 
-def time_training_steps(models: dict, tok, train, train_cfg: TrainConfig, device: str, steps: int = 10,
+def time_training_steps(models: dict, tok: Tokenizer, train: Parallel, train_cfg: TrainConfig, device: str, steps: int = 10,
                         repeats: int = 3) -> dict:
     """Seconds per training step (forward, loss, backward) of each model on the same ``steps`` batches.
 
@@ -140,7 +151,7 @@ def time_training_steps(models: dict, tok, train, train_cfg: TrainConfig, device
     pairs, batches = make_batches(tok.encode(train.src), tok.encode(train.tgt), train_cfg.batch_tokens,
                                   train_cfg.seed, train_cfg.max_len)
     chosen = [tensors(pairs, b, device) for b in batches[:steps]]
-    times = {s: [] for s in models}
+    times: dict[str, list[float]] = {s: [] for s in models}
     for _ in range(repeats):
         for s, (model, layer) in models.items():
             model.train()
@@ -158,10 +169,10 @@ def run(
     out: str = "reports/adaptive-attention",
     device: str = "cpu",
     seed: int = 0,
-    systems=tuple(SYSTEMS),
+    systems: Collection[str] = tuple(SYSTEMS),
     download: bool = False,
     threads: Optional[int] = None,
-    log=print,
+    log: Log = print,
     checkpoint_every: Optional[int] = None,
 ) -> dict:
     """Train the three attention variants, analyse them and write ``results.json``, ``report.md`` and figures.
@@ -179,8 +190,9 @@ def run(
     folder, train, val, test, _, tok = translation.load_data(P, data_dir, download, out_dir, seed, log)
     model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
     train_cfg = TrainConfig(seed=seed, **P["train_cfg"])
-    results = {"settings": {}, "systems": {}, "paper": PAPER}
-    models, resumed = {}, []
+    results: dict[str, Any] = {"settings": {}, "systems": {}, "paper": PAPER}
+    models: dict[str, tuple[Seq2Seq, OutputLayer]] = {}
+    resumed: list[str] = []
     for system in systems:
         trained = train_system("softmax", model_cfg, train_cfg, tok, train, val, out_dir / "runs" / system,
                                device=device, log=log, attention=SYSTEMS[system], name=system,
@@ -389,7 +401,7 @@ def _claims(S: dict) -> list:
                        "seed and no significance test in results.json, so the noise of the difference is unknown).")
     if "adaptive" in S:
         att = S["adaptive"]["attention"]
-        per_block = {}
+        per_block: dict[str, list[float]] = {}
         for m in att.values():
             per_block.setdefault(BLOCKS[m["block"]], []).extend(m["alpha"] or [])
         spread = ", ".join(f"{b}: mean {statistics.fmean(v):.3f} [{min(v):.2f}, {max(v):.2f}]" for b, v in per_block.items() if v)

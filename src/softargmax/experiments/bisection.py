@@ -15,13 +15,15 @@ References:
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
-from softargmax.divergences import get_divergence
+from softargmax.divergences import Divergence, get_divergence
 from softargmax.solvers.threshold import solve
 
-from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
+from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 
 PRESETS = {
     "smoke": dict(rows=16, k=1000, iterations=40),
@@ -33,14 +35,15 @@ GENERATORS = [("alpha 1.5 (1.5-entmax)", "alpha", {"alpha": 1.5}), ("chi-square 
 PAPER = "Fig. 6: measured bisection error follows (τmax − τmin)·2^−t; 30 iterations used as the true root"
 
 
-def _mass(div, z, tau):
+def _mass(div: Divergence, z: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     v = z - tau
     if div.sparse:
         v = torch.clamp(v, min=div.f_prime_zero)
     return div.conj_prime(v).sum(-1, keepdim=True)
 
 
-def bisection_trace(div, z, iterations):
+def bisection_trace(div: Divergence, z: torch.Tensor,
+                    iterations: int) -> tuple[list[torch.Tensor], torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Algorithm 1 of Roulet et al. (2025) (q = 1): the midpoint after each iteration and the initial bracket."""
     m = z.amax(-1, keepdim=True)
     one = torch.ones((), dtype=z.dtype)
@@ -56,11 +59,12 @@ def bisection_trace(div, z, iterations):
     return taus, width0, (lo, hi)
 
 
-def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused):
+def run(preset: str = "default", out: str = "reports/bisection", seed: int = 0, log: Log = print,
+        **_unused: object) -> dict:
     P, out_dir, t_start = begin(preset, PRESETS, (), (), None, out)
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(P["rows"], P["k"], generator=g, dtype=torch.float64) * 3
-    results = {"settings": {"preset": preset, "seed": seed, "rows": P["rows"], "k": P["k"], "logits": "randn * 3",
+    results: dict[str, Any] = {"settings": {"preset": preset, "seed": seed, "rows": P["rows"], "k": P["k"], "logits": "randn * 3",
                             "dtype": "float64 (errors), float32 and float64 (timing)"},
                "generators": {}, "paper": PAPER}
     for label, name, params in GENERATORS:
@@ -76,10 +80,10 @@ def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused)
         ref = 0.5 * (lo + hi)
         bis_err = [float((t - ref).abs().max()) for t in taus]
         theory = [float((width0 / 2 ** (i + 1)).max()) for i in range(P["iterations"])]
-        trace = []
+        trace: list[torch.Tensor] = []
         solve(z, div, trace=trace)
         newton_err = [float((t - ref).abs().max()) for t in trace]
-        timing = {}
+        timing: dict[str, dict[str, Any]] = {}
         for dtype in (torch.float32, torch.float64):
             zz = z.to(dtype)
             t0 = time.perf_counter()
@@ -87,7 +91,7 @@ def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused)
             timing[str(dtype).replace("torch.", "")] = {"seconds": time.perf_counter() - t0, "newton_steps": sol.iterations,
                                                          "max_abs_error": float((sol.tau.double() - ref).abs().max())}
 
-        def first_below(errs, tol):
+        def first_below(errs: list[float], tol: float) -> Optional[int]:
             return next((i + 1 for i, e in enumerate(errs) if e <= tol), None)
 
         results["generators"][label] = {
@@ -104,7 +108,7 @@ def run(preset="default", out="reports/bisection", seed=0, log=print, **_unused)
     return finish(results, out_dir, write_figures, render_report, log)
 
 
-def write_figures(results, out_dir) -> list:
+def write_figures(results: dict, out_dir: Path) -> list:
     """``convergence.png``: error per pass of bisection, its bound, and the library's solver, per generator."""
     plt = pyplot()
     if plt is None:
@@ -128,7 +132,7 @@ def write_figures(results, out_dir) -> list:
     return ["convergence.png"]
 
 
-def render_report(results, figures) -> str:
+def render_report(results: dict, figures: list) -> str:
     """``report.md``: passes to 1e-6 / 1e-13 per generator, bisection against its bound, the library's solver."""
     st = results["settings"]
     lines = ["# Threshold search: bisection vs this library's solver (Roulet et al. 2025, Appendix A.3, Fig. 6)", "",

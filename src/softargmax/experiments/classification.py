@@ -24,7 +24,7 @@ import gzip
 import statistics
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Optional
 
 import torch
 from torch import nn
@@ -32,7 +32,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, save_figure, seed_spread
+from ._common import Log, begin, environment, finish, pyplot, relative_span, reproducibility, save_figure, seed_spread
 
 LOSSES = {  # name -> fenchel_young_loss keywords
     "kl": dict(mapping="softmax"),
@@ -81,7 +81,7 @@ def load(folder: Path) -> dict:
 
 
 class SmallCNN(nn.Sequential):
-    def __init__(self, classes: int = 10):
+    def __init__(self, classes: int = 10) -> None:
         super().__init__(
             nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -118,7 +118,8 @@ def _summary(runs: list) -> dict:
 
 
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/classification", seed: int = 0,
-        systems=tuple(LOSSES), download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
+        systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
+        log: Log = print, **_: object) -> dict:
     """Table 2 (every loss) and Fig. 5 (the α sweep), all seeds; writes results, report and figures."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
     seeds = [seed + s for s in P["seeds"]]
@@ -129,7 +130,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
     data["train"] = tuple(t[keep] for t in data["train"])
     data["test"] = tuple(t[: P["test"] or len(t)] for t in data["test"])
     log(f"Fashion-MNIST from {folder}: train {len(keep)}, test {len(data['test'][1])}")
-    results = {"losses": {}, "alpha_sweep": {}, "paper": PAPER}
+    results: dict[str, Any] = {"losses": {}, "alpha_sweep": {}, "paper": PAPER}
     for name in systems:
         runs = []
         for s in seeds:
@@ -228,7 +229,7 @@ def _variation(L: dict, A: dict, st: dict) -> dict:
 def _claims(L: dict, A: dict) -> list:
     out = []
 
-    def cmp(a, b, what, expected_sign):
+    def cmp(a: str, b: str, what: str, expected_sign: int) -> str:
         d = L[a]["mean"] - L[b]["mean"]
         noise = (L[a]["std"] ** 2 + L[b]["std"] ** 2) ** 0.5
         verdict = "within seed noise, so not shown" if abs(d) <= noise else ("holds" if d * expected_sign > 0 else "reversed")

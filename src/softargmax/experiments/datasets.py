@@ -44,7 +44,7 @@ import stat
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ._files import atomic_json
 
@@ -208,7 +208,7 @@ def _write_stamp(folder: Path, files: dict) -> None:
         pass  # costs a rehash next time, nothing else
 
 
-def check(name: str, folder: Path, files: Optional[Iterable[str]] = None) -> dict:
+def check(name: str, folder: Path, files: Optional[Iterable[str]] = None) -> dict[str, Optional[str]]:
     """What is wrong with each file of dataset ``name`` in ``folder``: file name -> problem or ``None``.
 
     A problem is one line naming the file's path, its expected and its actual SHA-256 ("none"
@@ -224,7 +224,7 @@ def check(name: str, folder: Path, files: Optional[Iterable[str]] = None) -> dic
         raise ValueError(f"files: {unknown} are not files of {name} ({sorted(ds.sha256)})")
     stamp = _read_stamp(folder)
     fresh = {f: e for f, e in stamp.items() if f in ds.sha256 and f not in names}
-    out = {}
+    out: dict[str, Optional[str]] = {}
     for fname in names:
         path, digest, size = folder / fname, ds.sha256[fname], ds.size.get(fname)
         try:
@@ -278,7 +278,7 @@ def verify(name: str, folder: Path, fix: Optional[str] = None, files: Optional[I
         raise DataError(f"{name} data in {folder} failed verification: {'; '.join(problems)}. Fix: {fix}.")
 
 
-def download(name: str, target_dir: Optional[Path] = None, log=print) -> Path:
+def download(name: str, target_dir: Optional[Path] = None, log: Callable[[str], object] = print) -> Path:
     """Download dataset ``name`` into ``target_dir`` (default: its cache); return ``target_dir``.
 
     Only files that are missing or fail :func:`check` are fetched; each download lands in a
@@ -321,7 +321,8 @@ def _holds_any(ds: Dataset, folder: Path) -> int:
     return sum((folder / f).exists() for f in ds.sha256)
 
 
-def find(name: str, data_dir: Optional[str] = None, download_missing: bool = False, log=print) -> Path:
+def find(name: str, data_dir: Optional[str] = None, download_missing: bool = False,
+         log: Callable[[str], object] = print) -> Path:
     """The verified folder holding dataset ``name`` (lookup order and checks: the module docstring).
 
     Args:
@@ -351,8 +352,8 @@ def find(name: str, data_dir: Optional[str] = None, download_missing: bool = Fal
             fix += f", or run with --download and neither --data-dir nor SOFTARGMAX_DATA to use {cache_dir(name)}"
         verify(name, folder, fix)
         return folder
-    for base in ("../shared/data", "data"):
-        folder = Path(base) / name
+    for default in ("../shared/data", "data"):
+        folder = Path(default) / name
         if _holds_any(ds, folder):
             verify(name, folder, f"repair or remove {folder}, or pass --data-dir with an intact copy")
             return folder

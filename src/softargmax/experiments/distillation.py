@@ -31,7 +31,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Optional
 
 import torch
 from torch import nn
@@ -39,7 +39,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
+from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 
 LOSSES = {"js": "jensen_shannon", "rcs": "reverse_chi_square", "kl": "softmax", "cs": "chi_square", "alpha1.5": "entmax15"}
 NAMES = {"js": "Jensen–Shannon", "rcs": "reverse χ²", "kl": "KL", "cs": "χ²", "alpha1.5": "α = 1.5"}
@@ -64,26 +64,27 @@ class CharLM(nn.Module):
     for the few thousand steps this preset can afford).
     """
 
-    def __init__(self, vocab: int, d: int, layers: int):
+    def __init__(self, vocab: int, d: int, layers: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.rnn = nn.GRU(d, d, layers, batch_first=True)
         self.out = nn.Linear(d, vocab)
 
-    def forward(self, ids, state=None, return_state: bool = False):
+    def forward(self, ids: torch.Tensor, state: Optional[torch.Tensor] = None,
+                return_state: bool = False) -> Any:  # the logits, or (logits, state) with return_state
         h, state = self.rnn(self.embed(ids), state)
         return (self.out(h), state) if return_state else self.out(h)
 
 
-def _windows(data: torch.Tensor, context: int, batch: int, gen: torch.Generator):
+def _windows(data: torch.Tensor, context: int, batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     start = torch.randint(0, len(data) - context - 1, (batch,), generator=gen)
     idx = start[:, None] + torch.arange(context + 1)
     chunk = data[idx]
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def train_lm(model: CharLM, data, P: dict, steps: int, mapping: str, seed: int, teacher: Optional[CharLM] = None,
-             log=print, label: str = "") -> float:
+def train_lm(model: CharLM, data: torch.Tensor, P: dict, steps: int, mapping: str, seed: int,
+             teacher: Optional[CharLM] = None, log: Log = print, label: str = "") -> float:
     """Adam (lr 3e-3, cosine decay); targets are the next characters or, with ``teacher``, its softmax."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -119,7 +120,7 @@ def accuracy(model: CharLM, data: torch.Tensor, context: int) -> float:
 
 
 @torch.no_grad()
-def sample(model: CharLM, prompts: torch.Tensor, length: int, mapping: str, gen: torch.Generator):
+def sample(model: CharLM, prompts: torch.Tensor, length: int, mapping: str, gen: torch.Generator) -> torch.Tensor:
     """Temperature-1 samples: ``length`` characters after each prompt, drawn from ``normalize(logits, mapping)``."""
     logits, state = model(prompts, return_state=True)
     out = []
@@ -132,20 +133,21 @@ def sample(model: CharLM, prompts: torch.Tensor, length: int, mapping: str, gen:
 
 
 @torch.no_grad()
-def teacher_nll(teacher: CharLM, prompts, continuation) -> float:
+def teacher_nll(teacher: CharLM, prompts: torch.Tensor, continuation: torch.Tensor) -> float:
     """Mean teacher cross-entropy (nats per character) of ``continuation`` given ``prompts``."""
     seq = torch.cat([prompts, continuation], 1)
     logits = teacher(seq[:, :-1])[:, -continuation.shape[1]:]
     return float(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), continuation.reshape(-1)))
 
 
-def known_word_share(texts, vocabulary: set) -> float:
+def known_word_share(texts: list[str], vocabulary: set) -> float:
     words = [w for t in texts for w in t.split()[1:-1]]  # the first and last may be cut
     return sum(w.strip(".,;:!?'\"-").lower() in vocabulary for w in words) / max(len(words), 1)
 
 
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/distillation", seed: int = 0,
-        systems=tuple(LOSSES), download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
+        systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
+        log: Log = print, **_: object) -> dict:
     """Teacher, SFT and distilled students per loss, the Fig. 4 decoding comparison; results, report, figures."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
     folder = datasets.find("tinyshakespeare", data_dir, download_missing=download, log=log)
@@ -161,14 +163,14 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
 
     teacher = CharLM(len(chars), P["teacher"]["d"], P["teacher"]["layers"])
     secs = train_lm(teacher, train, P, P["teacher"]["steps"], "softmax", seed, log=log, label="teacher")
-    results = {"teacher": {"accuracy": accuracy(teacher, evaluation, 256), "train_seconds": secs,
+    results: dict[str, Any] = {"teacher": {"accuracy": accuracy(teacher, evaluation, 256), "train_seconds": secs,
                            "parameters": sum(p.numel() for p in teacher.parameters())}, "students": {}, "paper": PAPER}
     log(f"[teacher] held-out next-character accuracy {results['teacher']['accuracy']:.2f}%")
     gen = torch.Generator().manual_seed(seed + 7)
     starts = torch.randint(0, len(held) - 33, (P["samples"],), generator=gen)
     prompts = held[starts[:, None] + torch.arange(32)]
 
-    def judge(model, mapping):
+    def judge(model: CharLM, mapping: str) -> dict[str, Any]:
         g = torch.Generator().manual_seed(seed + 11)  # the same sampling noise for every model and decoder
         cont = sample(model, prompts, P["sample_len"], mapping, g)
         texts = [decode(c) for c in cont]
@@ -181,7 +183,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
             model = CharLM(len(chars), P["student"]["d"], P["student"]["layers"])
             secs = train_lm(model, train, P, P["student"]["steps"], LOSSES[name], seed, log=log, label=f"{mode} {name}",
                             teacher=teacher if mode == "distillation" else None)
-            rec = {"accuracy": accuracy(model, evaluation, 256), "train_seconds": secs,
+            rec: dict[str, Any] = {"accuracy": accuracy(model, evaluation, 256), "train_seconds": secs,
                    "own_decoding": judge(model, LOSSES[name]), "softmax_decoding": judge(model, "softmax")}
             results["students"][f"{mode}:{name}"] = rec
             log(f"[{mode} {name}] accuracy {rec['accuracy']:.2f}%, teacher NLL of samples "
@@ -196,7 +198,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
     return finish(results, out_dir, write_figures, render_report, log)
 
 
-def _names(results):
+def _names(results: dict) -> list[str]:
     return [k.split(":", 1)[1] for k in results["students"] if k.startswith("sft:")]
 
 

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Optional, Sequence
 
 import torch
 
 import softargmax as sa
 
-from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
+from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
 
-LOSSES = {
+LOSSES: dict[str, dict[str, Any]] = {
     "softmax": dict(mapping="softmax"),
     "sparsemax": dict(mapping="sparsemax"),
     "entmax15": dict(mapping="entmax15"),
@@ -103,7 +103,7 @@ def metrics(q: torch.Tensor, p: torch.Tensor) -> dict:
     return {"mse": float(((q - p) ** 2).sum(-1).mean()), "js": float((0.5 * kl(q) + 0.5 * kl(p)).mean())}
 
 
-def cross_validate(x, q, loss: dict, lambdas, folds: int) -> float:
+def cross_validate(x: torch.Tensor, q: torch.Tensor, loss: dict, lambdas: Sequence[float], folds: int) -> float:
     """The λ with the lowest mean validation MSE over ``folds`` contiguous folds (data are i.i.d.)."""
     if len(lambdas) == 1:
         return lambdas[0]
@@ -122,10 +122,11 @@ def cross_validate(x, q, loss: dict, lambdas, folds: int) -> float:
 
 
 def run(preset: str = "default", out: str = "reports/label-proportions", seed: int = 0,
-        systems=tuple(LOSSES), threads: Optional[int] = None, log=print, **_) -> dict:
+        systems: Collection[str] = tuple(LOSSES), threads: Optional[int] = None, log: Log = print,
+        **_: object) -> dict:
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for K in P["K"]:
         for mixture in ("uniform", "random"):
             for length in P["lengths"]:
@@ -155,9 +156,9 @@ def run(preset: str = "default", out: str = "reports/label-proportions", seed: i
     return finish(results, out_dir, write_figures, render_report, log)
 
 
-def _series(rows, K, mixture, loss, key):
+def _series(rows: list[dict], K: int, mixture: str, loss: str, key: str) -> tuple[list[int], list[float]]:
     pts = sorted((r["length"], r[key]) for r in rows if (r["K"], r["mixture"], r["loss"]) == (K, mixture, loss))
-    by = {}
+    by: dict[int, list[float]] = {}
     for length, v in pts:
         by.setdefault(length, []).append(v)
     return sorted(by), [statistics.fmean(by[k]) for k in sorted(by)]
@@ -224,7 +225,7 @@ def render_report(results: dict, figures: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _gaps(rows, st) -> list:
+def _gaps(rows: list[dict], st: dict) -> list:
     """How the sparsemax-vs-logistic MSE gap grows with the document length, and where the α lines fall."""
     if not {"softmax", "sparsemax"} <= set(st["losses"]):
         return []
@@ -242,7 +243,7 @@ def _gaps(rows, st) -> list:
            "the paper shows the two losses close — the generator's lost constants (labels per document, "
            "label-word distributions) set how weak the short-document signal is."]
     alpha = {"softmax": 1.0, "alpha1.25": 1.25, "entmax15": 1.5, "sparsemax": 2.0}
-    order = sorted(st["losses"], key=alpha.get)
+    order = sorted(st["losses"], key=lambda n: alpha[n])
     if len(order) > 2:
         mse = {n: statistics.fmean(r["mse"] for r in rows if r["loss"] == n) for n in order}
         monotone = all(mse[a] > mse[b] for a, b in zip(order, order[1:]))
@@ -252,7 +253,7 @@ def _gaps(rows, st) -> list:
     return out
 
 
-def _claims(rows, st) -> list:
+def _claims(rows: list[dict], st: dict) -> list:
     if not {"softmax", "sparsemax"} <= set(st["losses"]):
         return []
     out = []

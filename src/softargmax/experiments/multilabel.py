@@ -37,14 +37,14 @@ import statistics
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Optional
 
 import torch
 
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
+from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
 
 SYSTEMS = ("logistic", "softmax", "sparsemax", "entmax15", "binary_chi_square")
@@ -84,7 +84,9 @@ def read_arff(path: Path) -> tuple[list, torch.Tensor]:
     Numeric and ``{0,1}`` attributes give one column each; other nominal attributes are
     one-hot encoded (one column per value); missing values (``?``) are 0.
     """
-    attrs, rows, in_data = [], [], False
+    attrs: list[tuple[str, Optional[list[str]]]] = []
+    rows: list[str] = []
+    in_data = False
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
@@ -106,12 +108,13 @@ def read_arff(path: Path) -> tuple[list, torch.Tensor]:
         offsets.append(offsets[-1] + w)
     X = torch.zeros(len(rows), offsets[-1], dtype=torch.float64)
 
-    def put(i, j, text):
+    def put(i: int, j: int, text: str) -> None:
         text = text.strip().strip("'\"")
         if text == "?":
             return
         values = attrs[j][1]
         if widths[j] > 1:
+            assert values is not None  # a nominal attribute (the others have width 1)
             X[i, offsets[j] + values.index(text)] = 1.0
         else:
             X[i, offsets[j]] = float(text)
@@ -119,8 +122,8 @@ def read_arff(path: Path) -> tuple[list, torch.Tensor]:
     for i, row in enumerate(rows):
         if row.startswith("{"):
             for item in filter(None, (t.strip() for t in row[1:-1].split(","))):
-                j, text = item.split(None, 1)
-                put(i, int(j), text)
+                column, text = item.split(None, 1)
+                put(i, int(column), text)
         else:
             for j, text in enumerate(row.split(",")):
                 put(i, j, text)
@@ -131,7 +134,7 @@ def load(folder: Path, name: str) -> dict:
     """``{"train": (X, Y), "test": (X, Y) or None}``; labels are the last L attributes (L from the XML)."""
     labels = [e for e in ET.parse(folder / f"{name}.xml").getroot().iter() if e.tag.endswith("label")]
     L = len(labels)
-    parts = {}
+    parts: dict[str, Optional[tuple[torch.Tensor, torch.Tensor]]] = {}
     files = {"train": f"{name}-train.arff", "test": f"{name}-test.arff"} if name != "cal500" else {"train": "cal500.arff"}
     for split, fname in files.items():
         attrs, data = read_arff(folder / fname)
@@ -144,7 +147,7 @@ def load(folder: Path, name: str) -> dict:
     return parts
 
 
-def _loss(system: str, z, Y):
+def _loss(system: str, z: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     if system == "logistic":
         return sa.binary_f_divergence_loss(z, Y, "kl", reduction="sum") / len(Y)
     if system == "binary_chi_square":
@@ -152,7 +155,8 @@ def _loss(system: str, z, Y):
     return sa.fenchel_young_loss(z, Y / Y.sum(1, keepdim=True), system)
 
 
-def fit(system: str, X, Y, lam: float, max_iter: int = 100):
+def fit(system: str, X: torch.Tensor, Y: torch.Tensor, lam: float,
+        max_iter: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W, b)`` minimizing the loss of ``system`` + ``λ ‖W‖²`` by L-BFGS (strong Wolfe)."""
     return fit_linear(X, Y.shape[1], lambda z: _loss(system, z, Y), lam, max_iter)
 
@@ -165,7 +169,7 @@ def rule(system: str) -> str:
 
 
 @torch.no_grad()
-def decide(system: str, z, t: float):
+def decide(system: str, z: torch.Tensor, t: float) -> torch.Tensor:
     """0/1 predictions from scores ``z`` with the rule of ``system`` and its tuned ``t``."""
     if system == "logistic":
         return torch.sigmoid(z) > t
@@ -176,7 +180,7 @@ def decide(system: str, z, t: float):
     return sa.normalize(t * z, system) > 0
 
 
-def f1_scores(pred, Y) -> tuple[float, float]:
+def f1_scores(pred: torch.Tensor, Y: torch.Tensor) -> tuple[float, float]:
     """(micro-F1, macro-F1) in %; a label with no positives and no predictions scores F1 = 1 (macro)."""
     pred, Y = pred.bool(), Y.bool()
     tp = (pred & Y).sum(0).double()
@@ -188,14 +192,15 @@ def f1_scores(pred, Y) -> tuple[float, float]:
     return 100 * float(micro), 100 * float(macro)
 
 
-def _standardize(Xtr, Xte, text: bool):
+def _standardize(Xtr: torch.Tensor, Xte: torch.Tensor, text: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if text:
         return Xtr, Xte
     mean, std = Xtr.mean(0), Xtr.std(0).clamp_min(1e-8)
     return (Xtr - mean) / std, (Xte - mean) / std
 
 
-def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
+def tune_and_test(system: str, Xtr: torch.Tensor, Ytr: torch.Tensor, Xte: torch.Tensor, Yte: torch.Tensor, P: dict,
+                  text: bool) -> dict:
     """Tune (λ, t) by K-fold CV on the training part (one choice per F1 average), refit, score the test part.
 
     The training part is shuffled once (fixed seed) before it is cut into folds: the Mulan
@@ -212,7 +217,7 @@ def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
         for lam in P["lambdas"]:
             W, b = fit(system, a, Ytr[~val], lam, P["max_iter"])
             oof[lam][val] = b_ @ W + b
-    best = {}
+    best: dict[str, tuple[float, float, float]] = {}
     for lam, z in oof.items():
         for t in THRESHOLDS[rule(system)]:
             micro, macro = f1_scores(decide(system, z, t), Ytr)
@@ -221,7 +226,7 @@ def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
                     best[key] = (v, lam, t)
     out = {}
     a, b_ = _standardize(Xtr, Xte, text)
-    fits = {}
+    fits: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
     for key in ("micro", "macro"):
         _, lam, t = best[key]
         if lam not in fits:
@@ -233,19 +238,22 @@ def tune_and_test(system: str, Xtr, Ytr, Xte, Yte, P: dict, text: bool) -> dict:
 
 
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/multilabel", seed: int = 0,
-        systems=SYSTEMS, download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
+        systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None, log: Log = print,
+        **_: object) -> dict:
     """Every dataset × system; writes ``results.json``, ``report.md`` and a figure into ``out``."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     folder = datasets.find("mulan", data_dir, download_missing=download, log=log)
-    results = {"datasets": {}, "paper": PAPER}
+    results: dict[str, Any] = {"datasets": {}, "paper": PAPER}
     for name in P["datasets"]:
         parts = load(folder, name)
         X, Y = parts["train"]
-        info = {"labels": Y.shape[1], "features": X.shape[1], "train": len(X),
+        info: dict[str, Any] = {"labels": Y.shape[1], "features": X.shape[1], "train": len(X),
                 "test": len(parts["test"][0]) if parts["test"] else None,
                 "label_cardinality": float(Y.sum(1).mean()), "systems": {}}
+        splits: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
         if parts["test"] is not None:
-            splits = [(X, Y, *parts["test"])]
+            Xte, Yte = parts["test"]
+            splits = [(X, Y, Xte, Yte)]
         else:  # outer K-fold CV, the order shuffled once with a fixed seed
             perm = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
             X, Y = X[perm], Y[perm]
@@ -259,7 +267,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
         for system in systems:
             t0 = time.perf_counter()
             per = [tune_and_test(system, *s, P, name in TEXT) for s in splits]
-            rec = {key: {"f1": statistics.fmean(p[key]["f1"] for p in per),
+            rec: dict[str, Any] = {key: {"f1": statistics.fmean(p[key]["f1"] for p in per),
                          "choices": [(p[key]["lambda"], p[key]["t"]) for p in per]} for key in ("micro", "macro")}
             rec["seconds"] = time.perf_counter() - t0
             info["systems"][system] = rec
@@ -351,7 +359,7 @@ def render_report(results: dict, figures: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _claims(D: dict, systems) -> list:
+def _claims(D: dict, systems: Collection[str]) -> list:
     base = [s for s in ("logistic", "softmax", "sparsemax") if s in systems]
     if len(base) < 3:
         return []

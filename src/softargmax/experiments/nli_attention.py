@@ -33,7 +33,7 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -41,10 +41,12 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility, save_figure, seed_spread
+from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure, seed_spread
 
 LABELS = ("entailment", "neutral", "contradiction")
 SYSTEMS = ("noattention", "logistic", "softmax", "sparsemax", "entmax15")
+#: (premises, hypotheses, labels): word lists or their ids, and label ids
+Pairs = Sequence[Sequence[Any]]
 NAMES = {"noattention": "NoAttention", "logistic": "LogisticAttention", "softmax": "SoftAttention",
          "sparsemax": "SparseAttention", "entmax15": "1.5-entmax attention (extra)"}
 PRESETS = {
@@ -59,7 +61,7 @@ PAPER = {
 }
 
 
-def read_split(folder: Path, split: str):
+def read_split(folder: Path, split: str) -> tuple[list[list[str]], list[list[str]], list[int]]:
     """``(premises, hypotheses, labels)`` of ``"dev"`` or ``"test"``: token lists (lower-cased) and label ids."""
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test' (the SNLI training split is not available), got {split!r}")
@@ -76,19 +78,19 @@ def read_split(folder: Path, split: str):
 class Vocab:
     """Words seen at least ``min_count`` times in training; id 0 pads, id 1 is unknown."""
 
-    def __init__(self, sentences, min_count: int = 2):
+    def __init__(self, sentences: Iterable[Sequence[str]], min_count: int = 2) -> None:
         counts = Counter(w for s in sentences for w in s)
         self.words = ["<pad>", "<unk>"] + sorted(w for w, c in counts.items() if c >= min_count)
         self.index = {w: i for i, w in enumerate(self.words)}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.words)
 
-    def encode(self, sentence) -> list:
+    def encode(self, sentence: Iterable[str]) -> list[int]:
         return [self.index.get(w, 1) for w in sentence]
 
 
-def pad(seqs, value: int = 0) -> tuple[Tensor, Tensor]:
+def pad(seqs: Sequence[list[int]], value: int = 0) -> tuple[Tensor, Tensor]:
     """``(ids [B, T], lengths [B])``; empty sentences keep one unknown token."""
     seqs = [s or [1] for s in seqs]
     lengths = torch.tensor([len(s) for s in seqs])
@@ -101,7 +103,7 @@ def pad(seqs, value: int = 0) -> tuple[Tensor, Tensor]:
 class AttentionNLI(nn.Module):
     """Martins & Astudillo (2016) Fig. 4 with the attention normalization ``system`` (see the module docstring)."""
 
-    def __init__(self, vocab: int, dim: int, system: str, dropout: float = 0.2):
+    def __init__(self, vocab: int, dim: int, system: str, dropout: float = 0.2) -> None:
         super().__init__()
         if system not in SYSTEMS:
             raise ValueError(f"system must be one of {SYSTEMS}, got {system!r}")
@@ -117,14 +119,14 @@ class AttentionNLI(nn.Module):
         self.classify = nn.Linear(dim, len(LABELS))
         self.drop = nn.Dropout(dropout)
 
-    def _run(self, gru: nn.GRU, ids: Tensor, lengths: Tensor, h0: Optional[Tensor] = None):
+    def _run(self, gru: nn.GRU, ids: Tensor, lengths: Tensor, h0: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         packed = nn.utils.rnn.pack_padded_sequence(self.drop(self.embed(ids)), lengths, batch_first=True,
                                                    enforce_sorted=False)
         states, last = gru(packed, h0)
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=ids.shape[1])
         return states, last
 
-    def forward(self, prem: Tensor, prem_len: Tensor, hyp: Tensor, hyp_len: Tensor):
+    def forward(self, prem: Tensor, prem_len: Tensor, hyp: Tensor, hyp_len: Tensor) -> tuple[Tensor, Optional[Tensor]]:
         """``(logits [B, 3], attention weights [B, L] or None)``."""
         Y, h_L = self._run(self.premise, prem, prem_len)
         _, h_N = self._run(self.hypothesis, hyp, hyp_len, h_L)
@@ -144,20 +146,20 @@ class AttentionNLI(nn.Module):
         return self.classify(self.drop(h)), weights
 
 
-def _batches(n: int, size: int, rng: random.Random):
+def _batches(n: int, size: int, rng: random.Random) -> list[list[int]]:
     order = list(range(n))
     rng.shuffle(order)
     return [order[i: i + size] for i in range(0, n, size)]
 
 
-def _tensors(data, idx):
+def _tensors(data: Pairs, idx: Sequence[int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     prem, prem_len = pad([data[0][i] for i in idx])
     hyp, hyp_len = pad([data[1][i] for i in idx])
     return prem, prem_len, hyp, hyp_len, torch.tensor([data[2][i] for i in idx])
 
 
 @torch.no_grad()
-def evaluate(model: AttentionNLI, data, batch: int = 256) -> dict:
+def evaluate(model: AttentionNLI, data: Pairs, batch: int = 256) -> dict:
     """Accuracy and, for attention systems, the share of premise words with nonzero weight."""
     model.eval()
     correct, nonzero, words = 0, 0, 0
@@ -173,13 +175,16 @@ def evaluate(model: AttentionNLI, data, batch: int = 256) -> dict:
     return {"accuracy": 100.0 * correct / len(data[2]), "selected_share": nonzero / words if words else None}
 
 
-def train_one(system: str, vocab: Vocab, train, val, P: dict, seed: int, log=print) -> tuple[AttentionNLI, dict]:
+def train_one(system: str, vocab: Vocab, train: Pairs, val: Pairs, P: dict, seed: int,
+              log: Log = print) -> tuple[AttentionNLI, dict]:
     """Adam (``P["lr"]``), mini-batches of ``P["batch"]``; keeps the epoch with the best validation accuracy."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = AttentionNLI(len(vocab), P["dim"], system)
     opt = torch.optim.Adam(model.parameters(), lr=P["lr"])
-    best, best_state, history, seconds = -1.0, None, [], 0.0
+    best, seconds = -1.0, 0.0
+    best_state: Optional[dict[str, Tensor]] = None
+    history: list[dict[str, Any]] = []
     for epoch in range(1, P["epochs"] + 1):
         t0 = time.perf_counter()
         total = 0.0
@@ -199,18 +204,19 @@ def train_one(system: str, vocab: Vocab, train, val, P: dict, seed: int, log=pri
             best, best_state = v["accuracy"], {k: t.clone() for k, t in model.state_dict().items()}
         log(f"[{system} seed {seed}] epoch {epoch}/{P['epochs']} train loss {history[-1]['train_loss']:.3f} "
             f"val acc {v['accuracy']:.2f}")
+    assert best_state is not None  # the first epoch improves on -1
     model.load_state_dict(best_state)
     return model, {"history": history, "train_seconds": seconds, "best_val_accuracy": best}
 
 
 @torch.no_grad()
-def examples(models: dict, test, test_ids, count: int) -> list:
+def examples(models: dict, test: Pairs, test_ids: Pairs, count: int) -> list:
     """Test pairs that the sparsemax model classifies correctly, with each attention system's weights.
 
     Picked deterministically: the first ``count`` correct pairs whose premise has at least
     8 words, so that the selection is visible.  ``test`` holds the words, ``test_ids`` their ids.
     """
-    out = []
+    out: list[dict[str, Any]] = []
     sparse = models["sparsemax"]
     for i in range(len(test[2])):
         if len(out) == count:
@@ -231,24 +237,25 @@ def examples(models: dict, test, test_ids, count: int) -> list:
 
 
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/nli-attention",
-        seed: int = 0, systems=SYSTEMS, download: bool = False, threads: Optional[int] = None, log=print, **_) -> dict:
+        seed: int = 0, systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None,
+        log: Log = print, **_: object) -> dict:
     """Train every system for every seed; write ``results.json``, ``report.md`` and a figure into ``out``."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
     seeds = [seed + s for s in P["seeds"]]
     folder = datasets.find("snli", data_dir, download_missing=download, log=log)
-    dev, test = read_split(folder, "dev"), read_split(folder, "test")
+    dev, test_split = read_split(folder, "dev"), read_split(folder, "test")
     order = list(range(len(dev[2])))
     random.Random(1234).shuffle(order)  # a fixed train/validation split of dev, the same for every seed
     cut = len(order) // 10
     pick = lambda data, idx: tuple([part[i] for i in idx] for part in data)  # noqa: E731
     val, train = pick(dev, order[:cut]), pick(dev, order[cut:][: P["train"]])
-    test = pick(test, range(min(len(test[2]), P["test"] or len(test[2]))))
+    test = pick(test_split, range(min(len(test_split[2]), P["test"] or len(test_split[2]))))
     vocab = Vocab(train[0] + train[1])
     enc = lambda data: ([vocab.encode(s) for s in data[0]], [vocab.encode(s) for s in data[1]], data[2])  # noqa: E731
     train_e, val_e, test_e = enc(train), enc(val), enc(test)
     log(f"SNLI from {folder}: train {len(train[2])} / validation {len(val[2])} (both from dev), "
         f"test {len(test[2])}; vocabulary {len(vocab)}")
-    results = {"settings": {}, "systems": {}, "paper": PAPER}
+    results: dict[str, Any] = {"settings": {}, "systems": {}, "paper": PAPER}
     last_models = {}
     for system in systems:
         runs = []

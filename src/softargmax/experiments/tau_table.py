@@ -17,11 +17,13 @@ References:
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import torch
 
 import softargmax as sa
 
-from ._common import begin, environment, finish, reproducibility
+from ._common import Log, begin, environment, finish, reproducibility
 from .nmt import data as nmt_data
 from .nmt.decoding import pad_batch
 from .nmt.model import ModelConfig, Seq2Seq
@@ -37,14 +39,15 @@ PAPER = {10000: {"p_star": 0.0184, "tau_model": 0.33, "tau_formula": 0.33},
 
 
 @torch.no_grad()
-def run(preset="default", data_dir=None, out="reports/tau-table", seed=0, download=False, log=print, **_):
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/tau-table", seed: int = 0,
+        download: bool = False, log: Log = print, **_: object) -> dict:
     P, out_dir, t_start = begin(preset, PRESETS, (), (), None, out)
     folder = nmt_data.find(data_dir, download_missing=download, log=log)
     train = nmt_data.read_split(folder, "train")
     sample = train.head(P["sentences"])
     tok = Tokenizer.train(train.src[:5000] + train.tgt[:5000], 3000)
     src_ids, tgt_ids = tok.encode(sample.src), tok.encode(sample.tgt)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for V in P["vocabs"]:
         torch.manual_seed(seed)
         model = Seq2Seq(ModelConfig(vocab_size=V, d_model=P["d_model"], heads=8 if P["d_model"] >= 64 else 2,
@@ -55,7 +58,9 @@ def run(preset="default", data_dir=None, out="reports/tau-table", seed=0, downlo
         logits = model(src, tgt)[tgt != PAD]
         tau_model = float(sa.alpha_relu_tau.from_logits(logits, 1.5))
         std = sa.alpha_relu_tau.linear_logit_std(P["d_model"], V)
-        tau_hat, p_star = sa.alpha_relu_tau.gaussian(V, std, alpha=1.5, method="paper", return_support=True)
+        estimate = sa.alpha_relu_tau.gaussian(V, std, alpha=1.5, method="paper", return_support=True)
+        assert isinstance(estimate, tuple)  # (τ, p) with return_support
+        tau_hat, p_star = estimate
         row = {"vocab": V, "d_model": P["d_model"], "logit_std_measured": float(logits.std()), "logit_std_formula": std,
                "tau_model": tau_model, "tau_formula": tau_hat, "p_star": p_star, "paper": PAPER.get(V)}
         rows.append(row)

@@ -49,11 +49,12 @@ import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Any, Collection, Iterable, Iterator, Optional, Sequence
 
 import torch
 
 from ._common import (
+    Log,
     atomic_json,
     begin,
     check_checkpoint,
@@ -69,12 +70,13 @@ from ._common import (
 )
 from .nmt import data as nmt_data
 from .nmt import distributed
+from .nmt.data import Parallel
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
 from .nmt.tokenizer import EOS, Tokenizer
 from .nmt.training import TrainConfig, train_system
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
         train=300, val=40, test=40, vocab=250,
         model=dict(d_model=32, heads=2, layers=1, ff=64, dropout=0.1),
@@ -131,7 +133,11 @@ def _name(system: str) -> str:
     return NAMES.get(system, system)
 
 
-def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, seed: int, log=print):
+#: ``load_data``'s ``(folder, train, val, test, dev, tokenizer)``
+Data = tuple[Path, Parallel, Parallel, Parallel, Parallel, Tokenizer]
+
+
+def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, seed: int, log: Log = print) -> Data:
     """Multi30k splits cut to the preset's sizes and the joint BPE tokenizer (trained once, kept in ``out_dir``).
 
     The tokenizer is ``out_dir/spm.model``, with the settings it was learned with in
@@ -168,7 +174,8 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, s
     return folder, train, val, test, dev, tok
 
 
-def evaluate_system(trained: dict, tok, test, dev, preset: dict, device: str, log=print) -> dict:
+def evaluate_system(trained: dict, tok: Tokenizer, test: Parallel, dev: Parallel, preset: dict, device: str,
+                    log: Log = print) -> dict:
     """BLEU with decoding statistics, the empty-string rate and inference time against beam size."""
     import sacrebleu
 
@@ -190,7 +197,7 @@ def evaluate_system(trained: dict, tok, test, dev, preset: dict, device: str, lo
 
     # empty string vs the beam hypothesis on dev (Table 2)
     dev_hyps, dev_scores = translate(model, layer, tok, dev.src, beam=preset["beam"], device=device, return_scores=True)
-    empty = []
+    empty: list[float] = []
     ids = tok.encode(dev.src)
     for start in range(0, len(ids), 64):
         src = pad_batch([s[: model.cfg.max_len - 2] + [EOS] for s in ids[start : start + 64]], device)
@@ -202,14 +209,14 @@ def evaluate_system(trained: dict, tok, test, dev, preset: dict, device: str, lo
     return record
 
 
-def time_inference(trained: dict, tok, test, preset: dict, device: str, repeats: int = 3) -> dict:
+def time_inference(trained: dict, tok: Tokenizer, test: Parallel, preset: dict, device: str, repeats: int = 3) -> dict:
     """Seconds to translate the timing subset, per system and beam size (Fig. 4).
 
     All systems are timed interleaved, median of ``repeats``, so that the drifting speed
     of a shared machine affects them alike.
     """
     sub = test.head(preset["timing_sentences"])
-    times = {s: {str(b): [] for b in preset["beams"]} for s in trained}
+    times: dict[str, dict[str, list[float]]] = {s: {str(b): [] for b in preset["beams"]} for s in trained}
     for _ in range(repeats):
         for b in preset["beams"]:
             for system, tr in trained.items():
@@ -219,7 +226,7 @@ def time_inference(trained: dict, tok, test, preset: dict, device: str, repeats:
     return {s: {b: statistics.median(v) for b, v in per.items()} for s, per in times.items()}
 
 
-def _summary(values) -> dict:
+def _summary(values: Sequence[float]) -> dict:
     if not values:
         return {}
     v = sorted(values)
@@ -239,9 +246,9 @@ def preset_settings(preset: str, overrides: Optional[dict] = None) -> dict:
     return P
 
 
-def _mean_std(values) -> tuple:
-    values = [float(v) for v in values]
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+def _mean_std(values: Iterable[float]) -> tuple[float, float]:
+    floats = [float(v) for v in values]
+    return statistics.fmean(floats), (statistics.stdev(floats) if len(floats) > 1 else 0.0)
 
 
 PER_SEED_KEYS = ("bleu", "empty_string_rate", "empty_hypotheses_dev", "zero_fraction", "seconds_per_step",
@@ -282,11 +289,11 @@ def run(
     out: str = "reports/translation",
     device: str = "cpu",
     seed: int = 0,
-    systems=SYSTEMS,
+    systems: Collection[str] = SYSTEMS,
     download: bool = False,
     threads: Optional[int] = None,
-    log=print,
-    seeds=None,
+    log: Log = print,
+    seeds: Optional[Sequence[int]] = None,
     overrides: Optional[dict] = None,
     checkpoint_every: Optional[int] = None,
 ) -> dict:
@@ -331,7 +338,7 @@ def run(
             data = load_data(P, data_dir, download, out_dir, seeds[0], log)
         folder, train, val, test, dev, tok = data
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
-        results = {"settings": {}, "systems": {}, "paper": PAPER}
+        results: dict[str, Any] = {"settings": {}, "systems": {}, "paper": PAPER}
         stats, trained_all, resumed, hyps = _train_systems(ctx, systems, seeds, P, model_cfg, data, out_dir, results, log,
                                                             prints, checkpoint_every)
         if not ctx.main:
@@ -371,18 +378,17 @@ def _run_dir(out_dir: Path, system: str, seed: int, seeds: list) -> Path:
     return run_dir / f"seed{seed}" if len(seeds) > 1 else run_dir
 
 
-def _seeds(P: dict, seed: int, seeds) -> list:
+def _seeds(P: dict, seed: int, seeds: Optional[Iterable[int]]) -> list[int]:
     """The seeds to train every system with: ``seeds``, else the preset's, else ``[seed]``; distinct integers."""
-    if seeds is None:
-        seeds = list(P.get("seeds", (seed,)))
-    seeds = list(seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
-    return seeds
+    chosen = list(P.get("seeds", (seed,))) if seeds is None else list(seeds)
+    if not chosen or len(set(chosen)) != len(chosen) or not all(isinstance(s, int) for s in chosen):
+        raise ValueError(f"seeds must be distinct integers, got {chosen!r}")
+    return chosen
 
 
-def _train_systems(ctx, systems, seeds: list, P: dict, model_cfg: ModelConfig, data, out_dir: Path, results: dict,
-                   log, prints: dict, checkpoint_every: Optional[int]):
+def _train_systems(ctx: distributed.Context, systems: Collection[str], seeds: list, P: dict, model_cfg: ModelConfig,
+                   data: Data, out_dir: Path, results: dict, log: Log, prints: dict,
+                   checkpoint_every: Optional[int]) -> tuple[dict, dict, list, dict]:
     """Train and evaluate every system once per seed, filling ``results["systems"]`` (on rank 0).
 
     ``prints[system, seed]`` is the fingerprint of each run's checkpoints; ``checkpoint_every``
@@ -391,8 +397,12 @@ def _train_systems(ctx, systems, seeds: list, P: dict, model_cfg: ModelConfig, d
     Returns ``(decoding statistics, trained models, resumed runs, test hypotheses)``: the statistics
     and models of each system's first seed, the hypotheses of every seed."""
     _, train, val, test, dev, tok = data
-    stats, trained_all, resumed, hyps = {}, {}, [], {}
-    n_runs, run_seconds = len(systems) * len(seeds), []
+    stats: dict[str, DecodeStats] = {}
+    trained_all: dict[str, dict] = {}
+    resumed: list[str] = []
+    hyps: dict[str, list[list[str]]] = {}
+    n_runs = len(systems) * len(seeds)
+    run_seconds: list[float] = []
     for system in systems:
         per_seed = {}
         for k, sd in enumerate(seeds):
@@ -424,7 +434,8 @@ def _train_systems(ctx, systems, seeds: list, P: dict, model_cfg: ModelConfig, d
     return stats, trained_all, resumed, hyps
 
 
-def _compare(results: dict, trained_all: dict, hyps: dict, tok, test, P: dict, device, log) -> None:
+def _compare(results: dict, trained_all: dict, hyps: dict, tok: Tokenizer, test: Parallel, P: dict, device: str,
+             log: Log) -> None:
     """Inference timings against beam size (interleaved), step times relative to softmax, and the paired
     bootstrap of test BLEU, into ``results``."""
     log("timing inference against beam size (all systems interleaved) ...")
@@ -537,7 +548,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     return files
 
 
-def _selection_figure(plt, results: dict, out_dir: Path) -> str:
+def _selection_figure(plt: Any, results: dict, out_dir: Path) -> str:
     """Validation BLEU and loss of every run against steps; ★ the kept model, × the last evaluation."""
     systems = results["systems"]
     fig, axes = plt.subplots(2, len(systems), figsize=(3.4 * len(systems), 5.6), squeeze=False)
@@ -567,7 +578,7 @@ def _selection_figure(plt, results: dict, out_dir: Path) -> str:
     return "curves_selection.png"
 
 
-def _fmt(v, nd=2):
+def _fmt(v: Optional[float], nd: int = 2) -> str:
     return "—" if v is None else f"{v:.{nd}f}"
 
 
@@ -733,7 +744,7 @@ def _variation(S: dict, st: dict) -> dict:
     return out
 
 
-def _runs(S: dict):
+def _runs(S: dict) -> Iterator[tuple[str, str, dict]]:
     """``(system, seed, per-seed record)`` of every training run."""
     for system, rec in S.items():
         for seed, r in rec.get("seeds", {}).items():
@@ -963,9 +974,10 @@ def step_time_variation(rec: dict) -> Optional[float]:
     return relative_span(per_step) if len(per_step) > 1 else None
 
 
-def _speed_variation(S: dict, *systems) -> Optional[float]:
+def _speed_variation(S: dict, *systems: str) -> Optional[float]:
     var = [step_time_variation(S[s]) for s in systems]
-    return None if None in var else max(var)
+    known = [v for v in var if v is not None]
+    return None if len(known) < len(var) else max(known)
 
 
 def speed_verdict(S: dict, system: str, limit: float) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import datasets
 from ..datasets import DATASETS
@@ -27,7 +27,7 @@ class Parallel:
     src: list
     tgt: list
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.src)
 
     def head(self, n: Optional[int]) -> "Parallel":
@@ -38,12 +38,13 @@ def cache_dir() -> Path:
     return datasets.cache_dir("multi30k")
 
 
-def download(target_dir: Optional[Path] = None, log=print) -> Path:
+def download(target_dir: Optional[Path] = None, log: Callable[[str], object] = print) -> Path:
     """Download the six files into ``target_dir`` (default: the cache) and verify their checksums."""
     return datasets.download("multi30k", target_dir, log=log)
 
 
-def find(data_dir: Optional[str] = None, download_missing: bool = False, log=print) -> Path:
+def find(data_dir: Optional[str] = None, download_missing: bool = False,
+         log: Callable[[str], object] = print) -> Path:
     """The folder holding the Multi30k files (see :mod:`softargmax.experiments.datasets`)."""
     return datasets.find("multi30k", data_dir, download_missing=download_missing, log=log)
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from .model import OutputLayer, Seq2Seq
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import BOS, EOS, PAD, Tokenizer
 
 
 @dataclass
@@ -43,7 +43,7 @@ class DecodeStats:
         return float(sum(self.zeros) / (len(self.zeros) * self.vocab)) if self.zeros else 0.0
 
 
-def pad_batch(seqs, device) -> Tensor:
+def pad_batch(seqs: Sequence[Sequence[int]], device: Union[str, torch.device]) -> Tensor:
     T = max(len(s) for s in seqs)
     out = torch.full((len(seqs), T), PAD, dtype=torch.long, device=device)
     for i, s in enumerate(seqs):
@@ -53,7 +53,7 @@ def pad_batch(seqs, device) -> Tensor:
 
 @torch.no_grad()
 def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, max_len: Optional[int] = None,
-                stats: Optional[DecodeStats] = None):
+                stats: Optional[DecodeStats] = None) -> tuple[list[list[int]], list[float]]:
     """Translate a padded batch ``src`` ``[N, S]``; returns ``(token lists, scores)``.
 
     Finished sentences leave the batch (as in OpenNMT-py), so a sentence that never
@@ -71,7 +71,7 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
     tokens = torch.full((N * beam, 1), BOS, dtype=torch.long, device=device)
     scores = torch.full((N, beam), -math.inf, device=device)
     scores[:, 0] = 0.0
-    finished = [[] for _ in range(N)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(N)]
     active = list(range(N))
     t = 0
     while active:
@@ -118,7 +118,8 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
         tokens = torch.cat([tokens[src_rows.view(-1)], next_tok.view(-1, 1)], 1)
         active = still
         t += 1
-    out, out_scores = [], []
+    out: list[list[int]] = []
+    out_scores: list[float] = []
     for i in range(N):
         if finished[i]:
             sc, seq = max(finished[i], key=lambda f: f[0])
@@ -139,12 +140,14 @@ def empty_string_scores(model: Seq2Seq, layer: OutputLayer, src: Tensor) -> list
     return logp[:, EOS].tolist()
 
 
-def translate(model, layer, tok, sources, beam: int = 4, batch_size: int = 64, stats=None, device="cpu",
-              return_scores: bool = False):
+def translate(model: Seq2Seq, layer: OutputLayer, tok: Tokenizer, sources: Sequence[str], beam: int = 4,
+              batch_size: int = 64, stats: Optional[DecodeStats] = None, device: Union[str, torch.device] = "cpu",
+              return_scores: bool = False) -> Any:  # the strings, or (strings, scores) with return_scores
     """Translate sentences (strings) in length-sorted batches; returns detokenized strings (and scores)."""
     ids = tok.encode(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    hyps, scores = [None] * len(ids), [None] * len(ids)
+    hyps: list[list[int]] = [[] for _ in ids]
+    scores: list[float] = [0.0] * len(ids)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         src = pad_batch([ids[i][: model.cfg.max_len - 2] + [EOS] for i in chunk], device)

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast(obj):
+def broadcast(obj: T) -> T:
     """Rank 0's ``obj`` on every rank (identity in a single process)."""
     if not active():
         return obj
@@ -93,11 +96,11 @@ def broadcast(obj):
     return box[0]
 
 
-def gather_objects(obj) -> list:
+def gather_objects(obj: T) -> list[T]:
     """``[obj of rank 0, obj of rank 1, ...]`` on every rank (``[obj]`` in a single process)."""
     if not active():
         return [obj]
-    out = [None] * dist.get_world_size()
+    out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
 

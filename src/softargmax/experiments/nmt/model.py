@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -40,7 +41,7 @@ class OutputLayer:
     ``label_smoothing`` ε trains against ``(1 - ε) e_y + ε / V`` (0: the one-hot target).
     """
 
-    def __init__(self, system: str, alpha: float = 1.5, label_smoothing: float = 0.0):
+    def __init__(self, system: str, alpha: float = 1.5, label_smoothing: float = 0.0) -> None:
         if system not in SYSTEMS and not system.startswith("f:"):
             raise ValueError(f"system must be one of {SYSTEMS} or 'f:<divergence>', got {system!r}")
         self.system = system
@@ -49,13 +50,13 @@ class OutputLayer:
         self.label_smoothing = label_smoothing
 
     @property
-    def mapping(self):
+    def mapping(self) -> str:
         if self.system.startswith("f:"):
             return self.system[2:]
         return {"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "entmax15", "alpha_relu": "alpha_relu"}[self.system]
 
     def loss(self, logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-        extra = {"alpha": self.alpha, "tau": self.tau} if self.system == "alpha_relu" else {}
+        extra: dict[str, Any] = {"alpha": self.alpha, "tau": self.tau} if self.system == "alpha_relu" else {}
         if self.label_smoothing:
             extra["label_smoothing"] = self.label_smoothing
         return sa.fenchel_young_loss(logits, target, self.mapping, ignore_index=PAD, reduction=reduction, **extra)
@@ -75,7 +76,9 @@ class OutputLayer:
 
 
 class PositionalEncoding(nn.Module):
-    def __init__(self, d_model: int, max_len: int):
+    pe: Tensor  # a buffer
+
+    def __init__(self, d_model: int, max_len: int) -> None:
         super().__init__()
         pos = torch.arange(max_len).unsqueeze(1)
         div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
@@ -91,14 +94,14 @@ class PositionalEncoding(nn.Module):
 class Seq2Seq(nn.Module):
     """Shared source/target embeddings, pre-norm Transformer, Xavier-uniform output projection."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD)
         nn.init.normal_(self.embed.weight, 0.0, cfg.d_model ** -0.5)
         self.pos = PositionalEncoding(cfg.d_model, cfg.max_len)
         self.drop = nn.Dropout(cfg.dropout)
-        kw = dict(d_model=cfg.d_model, nhead=cfg.heads, dim_feedforward=cfg.ff, dropout=cfg.dropout,
+        kw: dict[str, Any] = dict(d_model=cfg.d_model, nhead=cfg.heads, dim_feedforward=cfg.ff, dropout=cfg.dropout,
                   batch_first=True, norm_first=True)
         encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), cfg.layers, norm=nn.LayerNorm(cfg.d_model),
                                         enable_nested_tensor=False)

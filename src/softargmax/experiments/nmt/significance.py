@@ -17,16 +17,18 @@ With one seed this is exactly sacreBLEU's test (same draws for the same RNG seed
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 
 
-def _metric():
+def _metric() -> Any:  # a sacrebleu BLEU
     from sacrebleu.metrics import BLEU
 
     return BLEU()
 
 
-def sentence_stats(metric, hyps_per_seed, refs) -> np.ndarray:
+def sentence_stats(metric: Any, hyps_per_seed: Sequence[Sequence[str]], refs: Sequence[str]) -> np.ndarray:
     """BLEU sufficient statistics per test sentence, summed over seeds: ``[sentences, stats]``."""
     total = None
     for hyps in hyps_per_seed:
@@ -34,10 +36,12 @@ def sentence_stats(metric, hyps_per_seed, refs) -> np.ndarray:
             raise ValueError(f"hypotheses: {len(hyps)} sentences for {len(refs)} references")
         s = np.array(metric._extract_corpus_statistics(list(hyps), [list(refs)]), dtype="float64")
         total = s if total is None else total + s
+    assert total is not None  # at least one seed (paired_bootstrap checks it)
     return total
 
 
-def paired_bootstrap(hyps_a, hyps_b, refs, n_samples: int = 1000, seed: int = 12345) -> dict:
+def paired_bootstrap(hyps_a: Sequence[Sequence[str]], hyps_b: Sequence[Sequence[str]], refs: Sequence[str],
+                     n_samples: int = 1000, seed: int = 12345) -> dict[str, Any]:
     """Compare system A with system B; ``hyps_a[k]`` is A's translation of the test set with training seed k.
 
     Returns the pooled corpus BLEU of each (``bleu_a``, ``bleu_b``), their difference

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Iterable, Sequence
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -11,14 +12,14 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 class Tokenizer:
     """sentencepiece model with ids ``pad=0, unk=1, bos=2, eos=3``."""
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes) -> None:
         import sentencepiece as spm
 
         self.proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
-    def train(cls, sentences, vocab_size: int, seed: int = 0) -> "Tokenizer":
+    def train(cls, sentences: Iterable[str], vocab_size: int, seed: int = 0) -> "Tokenizer":
         """Learn a BPE model (BPE training is deterministic; ``seed`` is kept for the interface)."""
         import sentencepiece as spm
 
@@ -49,14 +50,14 @@ class Tokenizer:
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
-    def encode(self, sentences) -> list:
+    def encode(self, sentences: Iterable[str]) -> list[list[int]]:
         return self.sp.encode(list(sentences))
 
-    def decode(self, ids) -> list:
+    def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
         out = []
         for seq in ids:
-            seq = [int(i) for i in seq if int(i) not in (PAD, BOS)]
-            if EOS in seq:
-                seq = seq[: seq.index(EOS)]
-            out.append(self.sp.decode(seq))
+            kept = [int(i) for i in seq if int(i) not in (PAD, BOS)]
+            if EOS in kept:
+                kept = kept[: kept.index(EOS)]
+            out.append(self.sp.decode(kept))
         return out

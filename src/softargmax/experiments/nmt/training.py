@@ -20,17 +20,22 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 import softargmax as sa
 
-from .._common import atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .._common import Log, atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from . import distributed
+from .data import Parallel
 from .decoding import pad_batch, translate
 from .model import ModelConfig, OutputLayer, Seq2Seq
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import BOS, EOS, PAD, Tokenizer
+
+#: a training pair (source ids, target ids), and the three padded tensors of a batch (source, target in, target out)
+Pair = tuple[list[int], list[int]]
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -52,7 +57,7 @@ class TrainConfig:
     bf16: bool = False  # bfloat16 autocast of the model on CUDA (the loss is computed in float32)
     save_every_eval: bool = True  # checkpoint at every evaluation (else only at the end)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.select not in ("last", "bleu", "loss"):
             raise ValueError(f"select must be 'last', 'bleu' or 'loss', got {self.select!r}")
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
@@ -61,12 +66,15 @@ class TrainConfig:
             raise ValueError("patience needs select='bleu' or 'loss' (a kept model to compare with)")
 
 
-def make_batches(src_ids, tgt_ids, batch_tokens: int, seed: int, max_len: int):
+def make_batches(src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]], batch_tokens: int, seed: int,
+                 max_len: int) -> tuple[list[Pair], list[list[int]]]:
     """Length-bucketed batches of about ``batch_tokens`` target tokens, shuffled by ``seed``."""
     pairs = [(s[: max_len - 1], t[: max_len - 1]) for s, t in zip(src_ids, tgt_ids) if s and t]
     rng = random.Random(seed)
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), rng.random()))
-    batches, cur, longest = [], [], 0
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
     for i in order:
         longest = max(longest, len(pairs[i][1]) + 1)
         if cur and longest * (len(cur) + 1) > batch_tokens:
@@ -79,7 +87,7 @@ def make_batches(src_ids, tgt_ids, batch_tokens: int, seed: int, max_len: int):
     return pairs, batches
 
 
-def tensors(pairs, batch, device):
+def tensors(pairs: Sequence[Pair], batch: Sequence[int], device: Union[str, torch.device]) -> Batch:
     src = pad_batch([pairs[i][0] + [EOS] for i in batch], device)
     tgt_in = pad_batch([[BOS] + pairs[i][1] for i in batch], device)
     tgt_out = pad_batch([pairs[i][1] + [EOS] for i in batch], device)
@@ -91,7 +99,7 @@ def noam(step: int, d_model: int, warmup: int, factor: float) -> float:
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch, alpha: float = 1.5) -> float:
+def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch: Batch, alpha: float = 1.5) -> float:
     """τ of 1.5-ReLU: the mean 1.5-entmax threshold of the untrained model's first batch (Tezekbayev et al., "Speeding Up Entmax", 2022, §3.1)."""
     model.eval()
     with torch.no_grad():
@@ -104,7 +112,8 @@ def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch, alpha: float = 1.5)
 
 
 @torch.no_grad()
-def validation_loss(model, layer, pairs, batches, device) -> float:
+def validation_loss(model: Seq2Seq, layer: OutputLayer, pairs: Sequence[Pair], batches: Sequence[Sequence[int]],
+                    device: Union[str, torch.device]) -> float:
     model.eval()
     total, count = 0.0, 0
     for b in batches:
@@ -130,8 +139,10 @@ def _improves(entry: dict, best: Optional[dict], select: str) -> bool:
     return entry["val_loss"] < best["val_loss"]
 
 
-def _optimizer(model: Seq2Seq, model_cfg: ModelConfig, cfg: TrainConfig):
+def _optimizer(model: Seq2Seq, model_cfg: ModelConfig,
+               cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam (AdamW with weight decay) and the inverse-square-root schedule with warm-up."""
+    opt: torch.optim.Optimizer
     if cfg.weight_decay:
         opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9, weight_decay=cfg.weight_decay)
     else:
@@ -153,7 +164,8 @@ def _progress(label: str, record: dict, cfg: TrainConfig, step: int, start_step:
             f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
 
 
-def _restore(state: dict, model, opt, sched, layer: OutputLayer, rank: int, world: int, label: str, log) -> dict:
+def _restore(state: dict, model: Seq2Seq, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR,
+             layer: OutputLayer, rank: int, world: int, label: str, log: Log) -> dict:
     """Load a checkpoint's training state and this rank's random-number state; returns its record."""
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
@@ -169,7 +181,8 @@ def _restore(state: dict, model, opt, sched, layer: OutputLayer, rank: int, worl
     return record
 
 
-def _calibrate(model, layer: OutputLayer, first_batch, model_cfg: ModelConfig, record: dict, label: str, log) -> None:
+def _calibrate(model: Seq2Seq, layer: OutputLayer, first_batch: Batch, model_cfg: ModelConfig, record: dict,
+               label: str, log: Log) -> None:
     """α-ReLU's τ from the untrained model's first batch, into ``layer`` and ``record``."""
     layer.tau = calibrate_tau(model, layer, first_batch)
     record["tau"] = layer.tau
@@ -179,7 +192,7 @@ def _calibrate(model, layer: OutputLayer, first_batch, model_cfg: ModelConfig, r
         f"(data-free estimate {record['tau_formula']:.4f})")
 
 
-def _select(entry: dict, best_entry: Optional[dict], record: dict, cfg: TrainConfig, label: str, log) -> bool:
+def _select(entry: dict, best_entry: Optional[dict], record: dict, cfg: TrainConfig, label: str, log: Log) -> bool:
     """Model selection at an evaluation: whether ``entry`` is kept (``record`` updated), and early stopping
     after ``cfg.patience`` evaluations without improvement (``record["stopped_early"]``)."""
     # every rank evaluated the same model; rank 0 decides for all of them
@@ -203,8 +216,9 @@ def _complete(record: dict, step: int, start_step: int, wall_seconds: float, wor
     record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
 
 
-def _step(net, model, layer: OutputLayer, opt, sched, cfg: TrainConfig, batch, rank_tokens: int, ntok: int,
-          world: int, cuda: bool):
+def _step(net: torch.nn.Module, model: Seq2Seq, layer: OutputLayer, opt: torch.optim.Optimizer,
+          sched: torch.optim.lr_scheduler.LambdaLR, cfg: TrainConfig, batch: Batch, rank_tokens: int, ntok: int,
+          world: int, cuda: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step on this rank's ``batch`` (``(src, tgt_in, tgt_out)``, ``rank_tokens`` target tokens)
     of a global batch of ``ntok`` target tokens; returns ``(the loss to show, this step's contribution to the
     per-token training loss)`` (under ``torchrun``: this rank's loss per token, and its share of the global
@@ -230,8 +244,9 @@ def _step(net, model, layer: OutputLayer, opt, sched, cfg: TrainConfig, batch, r
     return shown, contribution
 
 
-def _validate(model, layer: OutputLayer, tok, val, valid_batches, cfg: TrainConfig, device, step: int,
-              train_seconds: float, learn_alpha: bool) -> dict:
+def _validate(model: Seq2Seq, layer: OutputLayer, tok: Tokenizer, val: Parallel,
+              valid_batches: tuple[Sequence[Pair], Sequence[Sequence[int]]], cfg: TrainConfig,
+              device: Union[str, torch.device], step: int, train_seconds: float, learn_alpha: bool) -> dict:
     """An evaluation entry: validation loss, greedy BLEU on the first ``cfg.val_bleu_sentences`` sentences,
     and the learned α of the attention heads where they are learned."""
     import sacrebleu
@@ -241,18 +256,18 @@ def _validate(model, layer: OutputLayer, tok, val, valid_batches, cfg: TrainConf
     hyps = translate(model, layer, tok, sub.src, beam=1, device=device)
     vbleu = sacrebleu.corpus_bleu(hyps, [sub.tgt]).score
     model.train()
-    entry = {"step": step, "train_seconds": train_seconds, "val_loss": vloss, "val_bleu": vbleu}
+    entry: dict[str, Any] = {"step": step, "train_seconds": train_seconds, "val_loss": vloss, "val_bleu": vbleu}
     if learn_alpha:
         entry["alphas"] = {k: v.tolist() for k, v in sa.analysis.alphas(model).items()}
     return entry
 
 
-def _check_every(checkpoint_every) -> None:
+def _check_every(checkpoint_every: object) -> None:
     if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
 
 
-def _data_parallel(model, device):
+def _data_parallel(model: Seq2Seq, device: Union[str, torch.device]) -> torch.nn.Module:
     """``model`` wrapped for data parallelism over the ``torchrun`` processes."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -267,7 +282,8 @@ def _kept_entry(record: dict) -> Optional[dict]:
     return next((e for e in record["history"] if e["step"] == record["kept_step"]), None)
 
 
-def _keep(model, best_state: Optional[dict], record: dict, step: int, cfg: TrainConfig, best_path: Optional[Path]):
+def _keep(model: Seq2Seq, best_state: Optional[dict], record: dict, step: int, cfg: TrainConfig,
+          best_path: Optional[Path]) -> None:
     """At the end of training: load the kept model (model selection) into ``model``, and write ``best_path``
     (where given) unless every evaluation wrote it already; with ``select="last"`` the last step is kept."""
     if best_path is not None and not cfg.save_every_eval and best_state is not None:
@@ -278,7 +294,7 @@ def _keep(model, best_state: Optional[dict], record: dict, step: int, cfg: Train
         record["kept_step"] = step
 
 
-def _build_model(model_cfg: ModelConfig, attention: Optional[dict], device) -> Seq2Seq:
+def _build_model(model_cfg: ModelConfig, attention: Optional[dict], device: Union[str, torch.device]) -> Seq2Seq:
     """A freshly initialized model, its attention blocks converted where ``attention`` asks (same weights)."""
     model = Seq2Seq(model_cfg).to(device)
     if attention:
@@ -290,12 +306,12 @@ def train_system(
     system: str,
     model_cfg: ModelConfig,
     cfg: TrainConfig,
-    tok,
-    train_pairs,
-    val,
+    tok: Tokenizer,
+    train_pairs: Parallel,
+    val: Parallel,
     out_dir: Path,
     device: str = "cpu",
-    log=print,
+    log: Log = print,
     resume: bool = True,
     attention: Optional[dict] = None,
     name: Optional[str] = None,
@@ -338,7 +354,7 @@ def train_system(
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
     _check_every(checkpoint_every)
-    record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
+    record: dict[str, Any] = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
     ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
     fingerprint = fingerprint or {"system": system, "seed": cfg.seed, "softargmax": sa.__version__}
     state = load_checkpoint(ckpt, fingerprint, map_location=device, log=log, set_aside=main,
@@ -353,15 +369,15 @@ def train_system(
     model.train()
     step = start_step = record["steps_done"]
     epoch_pos = state["data"]["position"] if state is not None else 0
-    pending = []  # per-step loss contributions not yet gathered into record["train_loss"]
+    pending: list[torch.Tensor] = []  # per-step loss contributions not yet gathered into record["train_loss"]
     saved_step = step if state is not None else None
 
-    def gather_losses():
+    def gather_losses() -> None:
         if pending:
             record["train_loss"].extend(distributed.sum_tensor(torch.stack(pending)).tolist())
             pending.clear()
 
-    def save():
+    def save() -> None:
         """Checkpoint the whole training state (a collective under torchrun: every rank calls it)."""
         nonlocal saved_step
         gather_losses()
