@@ -1,11 +1,11 @@
-"""Evaluating a trained language model: per-token scores under its own f-softargmax and the classical softargmax,
+r"""Evaluating a trained language model: per-token scores under its own f-softargmax and the classical softargmax,
 samples from either, and interleaved timings of training steps.
 
 :func:`score_tokens` predicts every token of a split once (:func:`.data.eval_windows`) and
 keeps, per token: whether the arg-max is right, the probability the model's own distribution
-``p = f-softargmax(θ; q)`` gives the observed token, the probability the classical
-``softmax(θ)`` gives it, the support size of ``p``, and whether the arg-max of ``p`` is the
-arg-max of ``softmax(θ)``.  The logits are computed ``rows`` windows at a time.
+:math:`p = \mathrm{softargmax}_f(\theta; q)` gives the observed token, the probability the classical
+:math:`\mathrm{softmax}(\theta)` gives it, the support size of :math:`p`, and whether the arg-max of
+:math:`p` is the arg-max of :math:`\mathrm{softmax}(\theta)`.  The logits are computed ``rows`` windows at a time.
 """
 
 from __future__ import annotations

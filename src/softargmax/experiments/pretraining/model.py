@@ -4,14 +4,16 @@ Pre-norm blocks (LayerNorm without bias) of causal self-attention and a GELU MLP
 rotary position embeddings (Su et al., 2024) on queries and keys, and qk-layernorm (Dehghani et
 al., 2023; Wortsman et al., 2024): a LayerNorm over each head's queries and keys before the
 rotation, which keeps the attention logits bounded.  The output layer is tied to the input
-embedding, as NanoDO's ``embed.attend``: the logits are ``h Eᵀ`` for the final normalized
-hidden state ``h``.  The model returns ``h``; the experiment hands ``h`` and ``E`` to the fused
-``linear_fenchel_young_loss``, so the ``[tokens, V]`` logits are never stored during training.
+embedding, as NanoDO's ``embed.attend``: the logits are :math:`h E^\top` for the final normalized
+hidden state :math:`h`.  The model returns :math:`h`; the experiment hands :math:`h` and :math:`E` to the
+fused ``linear_fenchel_young_loss``, so the ``[tokens, V]`` logits are never stored during training.
+Tying also follows Press & Wolf (2017), who found tied embeddings better for small word-level
+models, and halves the parameters here (the ``[V, d]`` embedding is most of them).
 
-Rotary embedding.  For a head of even size ``D`` and position ``m``, each pair of features
-``(x_{2i}, x_{2i+1})`` read as the complex number ``x_{2i} + i x_{2i+1}`` is multiplied by
+Rotary embedding.  For a head of even size :math:`D` and position :math:`m`, each pair of features
+:math:`(x_{2i}, x_{2i+1})` read as the complex number :math:`x_{2i} + \mathrm{i}\, x_{2i+1}` is multiplied by
 :math:`e^{\mathrm{i} m \omega_i}` with :math:`\omega_i = b^{-2i/D}` (:math:`b = 10^4`), so that
-``⟨R_m q, R_n k⟩`` depends on ``m − n`` only.
+:math:`\langle R_m q, R_n k\rangle` depends on :math:`m - n` only.
 
 References:
 

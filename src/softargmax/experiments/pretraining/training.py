@@ -1,12 +1,12 @@
-"""Training one language model with one Fenchel–Young loss, resumable from its checkpoint.
+r"""Training one language model with one Fenchel–Young loss, resumable from its checkpoint.
 
 Every loss goes through the fused ``softargmax.linear_fenchel_young_loss`` (the ``[tokens, V]``
 logits are never stored): ``loss(model(x), E, y)`` with the tied output embedding ``E``.  With
-a learned reference measure, ``q = exp(s)`` for a parameter ``s ∈ ℝ^V`` that starts at 0
-(``q = 1``, the paper's default) and is trained by the same optimizer, its gradient computed by
+a learned reference measure, :math:`q = \exp(s)` for a parameter :math:`s \in \mathbb{R}^V` that starts at
+0 (:math:`q = 1`, the paper's default) and is trained by the same optimizer, its gradient computed by
 :mod:`.reference_measure`.
 
-AdamW (β = (0.9, 0.95), weight decay on the matrices only), a linear warm-up then a cosine
+AdamW (:math:`\beta = (0.9, 0.95)`, weight decay on the matrices only), a linear warm-up then a cosine
 decay to a tenth of the peak learning rate, gradients clipped at norm 1.  Runs with the same
 seed share their initialization and the order of their batches (:func:`.data.train_batch`),
 whatever their loss.
