@@ -1,5 +1,7 @@
 """Peak memory of one training step of a small Llama at a 32k vocabulary on the CPU: Transformers' own
-cross-entropy head vs ``softargmax.integrations.huggingface.apply`` (fused Fenchel–Young losses).
+cross-entropy head vs ``softargmax.integrations.huggingface.apply`` (fused Fenchel–Young losses), and the
+fused loss's per-token mode (``reduction="none"``, optionally with ``return_stats``) on the same model's
+hidden states, the backward of a mean over tokens.
 
 Each configuration runs in a fresh process: build the model, read the peak resident set size
 (``ru_maxrss``), run one forward + backward with labels, read it again; the difference is the step's
@@ -19,12 +21,15 @@ import time
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-CONFIGS = [  # (name, loss, apply options)
+CONFIGS = [  # (name, loss, apply options; "per_token": the fused loss called directly with reduction="none")
     ("transformers cross-entropy", None, {}),
     ("fused softmax, apply's default (256 MiB)", "softmax", {}),
     ("fused 1.5-entmax, apply's default (256 MiB)", "entmax15", {}),
     ("fused 1.5-entmax, budget 64 MiB", "entmax15", {"memory_budget": 2**26}),
     ("fused 1.5-entmax, budget 1 GiB", "entmax15", {"memory_budget": 2**30}),
+    ("fused 1.5-entmax per token, 256 MiB", "entmax15", {"per_token": True, "memory_budget": 2**28}),
+    ("fused 1.5-entmax per token + stats, 256 MiB", "entmax15",
+     {"per_token": True, "return_stats": True, "memory_budget": 2**28}),
 ]
 
 
@@ -33,21 +38,30 @@ def one(args, loss, options):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from softargmax.integrations.huggingface import apply
+    from softargmax.losses.linear import linear_fenchel_young_loss
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=2 * args.hidden, max_position_embeddings=args.length)
     model = AutoModelForCausalLM.from_config(cfg).train()
-    if loss is not None:
+    options = dict(options)
+    per_token = options.pop("per_token", False)
+    if loss is not None and not per_token:
         apply(model, loss, **options)
     ids = torch.randint(0, args.vocab, (args.tokens // args.length, args.length))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
-    out = model(input_ids=ids, labels=ids)
-    out.loss.backward()
+    if per_token:  # what apply computes, per token: the hidden states of positions 0..T-2 against tokens 1..T-1
+        hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+        value = linear_fenchel_young_loss(hidden, model.lm_head.weight, ids[:, 1:], None, loss, reduction="none",
+                                          **options)
+        value = (value[0] if isinstance(value, tuple) else value).mean()
+    else:
+        value = model(input_ids=ids, labels=ids).loss
+    value.backward()
     seconds = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_extra_MiB": (after - before) / 1024, "seconds": seconds, "loss": float(out.loss)}
+    return {"peak_extra_MiB": (after - before) / 1024, "seconds": seconds, "loss": float(value)}
 
 
 def main():
@@ -73,9 +87,9 @@ def main():
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append({"config": name, "loss": loss, "options": options, **res})
-    print(f"{'configuration':42s} {'peak extra MiB':>15s} {'seconds':>8s} {'loss':>7s}")
+    print(f"{'configuration':45s} {'peak extra MiB':>15s} {'seconds':>8s} {'loss':>7s}")
     for r in rows:
-        print(f"{r['config']:42s} {r['peak_extra_MiB']:15.0f} {r['seconds']:8.2f} {r['loss']:7.3f}")
+        print(f"{r['config']:45s} {r['peak_extra_MiB']:15.0f} {r['seconds']:8.2f} {r['loss']:7.3f}")
     out = {
         "device": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(), "python": platform.python_version(), "torch": torch.__version__,
@@ -85,7 +99,7 @@ def main():
         "results": rows,
     }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
+    with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
     print(f"wrote {args.json}")
 

@@ -128,7 +128,7 @@ def _worker(rank, world, port, args, out_path):
              "backward_rounds": bwd.count, "backward_bytes": bwd.bytes,
              "note": "the backward all-reduces the gradient of hidden (N x d), as any column-parallel linear layer"}
     if rank == 0:
-        with open(out_path, "w") as f:
+        with open(out_path, "w", encoding="utf-8") as f:
             json.dump({"world": world, "sizes": sizes, "losses": rows, "fused_entmax15": fused}, f)
     dist.barrier()
     dist.destroy_process_group()
@@ -151,7 +151,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.json")
             mp.start_processes(_worker, args=(world, _free_port(), args, out), nprocs=world, start_method="spawn")
-            with open(out) as f:
+            with open(out, encoding="utf-8") as f:
                 results.append(json.load(f))
 
     print(f"V = {args.vocab}, {args.tokens} tokens, gloo on CPU; bytes are float32 payloads all-reduced per token")
@@ -189,7 +189,7 @@ def main():
         "extrapolated_world_8": extrapolated,
     }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as fh:
+    with open(args.json, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(f"wrote {args.json}")
 

@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     name = "gpu-" + device_name(device).replace(" ", "-").lower() + ".json"
     path = args.json_path or os.path.join(RESULTS, name)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {path}")
     return 0

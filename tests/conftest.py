@@ -299,7 +299,7 @@ def docs_build(tmp_path_factory):
         root = root.parent  # shared by the workers of this run
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     html, result = root / "docs-build" / "html", root / "docs-build" / "result.json"
-    with open(root / "docs-build.lock", "w") as lock:
+    with open(root / "docs-build.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not result.exists():
             proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",

@@ -50,5 +50,5 @@ def test_masking_dtypes_and_errors():
 
 
 def test_nan_tau_is_refused():
-    with pytest.raises(ValueError, match="tau must be a finite number.*got nan"):
+    with pytest.raises(ValueError, match=r"tau must be a finite number.*got nan"):
         sa.alpha_relu(torch.randn(3), 1.5, float("nan"))

@@ -232,7 +232,18 @@ SURFACE = {
                              (c.b.long(), RAISE), (c.b.unsqueeze(0), RAISE), (c.b.to(torch.complex128), RAISE)],
                        mapping=MAPPING, chunk_size=COUNT, memory_budget=COUNT, q=bad_q(c)[:-1], temperature=POSITIVE,
                        reduction=REDUCTION, ignore_index=IGNORE_INDEX, label_smoothing=LABEL_SMOOTHING,
+                       class_weight=bad_class_weight(c), softcap=OPTIONAL_POSITIVE,
+                       return_stats=[("yes", RAISE), (1, RAISE), (None, RAISE)])),
+    "linear_fenchel_young_loss(reduction='none')": (
+        sa.linear_fenchel_young_loss,
+        lambda c: dict(hidden=c.hidden, weight=c.W, target=c.index, bias=c.b, reduction="none", return_stats=True),
+        lambda c: dict(hidden=bad_tensor(c.hidden), target=bad_index_target(c) + bad_prob_target(c),
+                       mapping=MAPPING, temperature=POSITIVE, ignore_index=IGNORE_INDEX,
                        class_weight=bad_class_weight(c), softcap=OPTIONAL_POSITIVE)),
+    "teacher_target": (
+        sa.teacher_target, lambda c: dict(logits=c.x, temperature=2.0, top_k=1),
+        lambda c: dict(logits=bad_tensor(c.x), temperature=POSITIVE,
+                       top_k=[(0, RAISE), (c.k + 1, RAISE), (1.5, RAISE), ("x", RAISE), (True, RAISE)])),
     # torch.nn modules: constructor and forward arguments in one call
     "nn.Sparsemax": (module(snn.Sparsemax, "x"), lambda c: dict(x=c.x),
                      lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)))),
@@ -274,7 +285,7 @@ for _name in ce.__all__:  # the entmax package's API
     if isinstance(_fn, type):
         continue
     if _name.endswith("_loss"):
-        _extra = {"alpha": ALPHA} if _name in ("entmax_bisect_loss",) else {"alpha": ALPHA_GE1} if "normmax" in _name else {}
+        _extra = {"alpha": ALPHA} if _name == "entmax_bisect_loss" else {"alpha": ALPHA_GE1} if "normmax" in _name else {}
         SURFACE["compat." + _name] = (_fn, lambda c: dict(X=c.x, target=c.index),
                                       lambda c, e=_extra: dict(X=bad_tensor(c.x), target=bad_index_target(c), **e))
     else:

@@ -117,7 +117,7 @@ def test_render_only_rewrites_the_report_from_results_json_without_running(tmp_p
     empty.mkdir()
     assert main(["reproduce", "bisection", "--render-only", "--out", str(empty)]) == 2
     assert "no results.json" in capsys.readouterr().err and not (empty / "report.md").exists()
-    with pytest.raises(FileNotFoundError, match="out: no results.json"):
+    with pytest.raises(FileNotFoundError, match=r"out: no results.json"):
         render_existing(str(empty), translation.render_report)
 
 
@@ -146,7 +146,7 @@ def test_version_prints_softargmax_and_torch_versions():
     import torch
 
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    version = re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE).group(1)
     r = subprocess.run([sys.executable, "-m", "softargmax", "--version"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"softargmax {version} (torch {torch.__version__})"

@@ -23,7 +23,7 @@ def test_the_entmax_package_tests_pass_against_the_compat_module(tmp_path):
     spec = importlib.util.find_spec("entmax")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("the entmax package is not installed (it is in the test extra)")
-    package_dir = list(spec.submodule_search_locations)[0]
+    package_dir = next(iter(spec.submodule_search_locations))
     files = [f for f in FILES if os.path.exists(os.path.join(package_dir, f))]
     if not files:
         pytest.skip("this entmax release ships no test files")

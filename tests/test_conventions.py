@@ -114,7 +114,7 @@ def test_property_distribution(arr, name):
     if name.startswith("fq-"):
         return  # with a non-uniform q, order is not preserved (the prior weighs in)
     # order preserving: a larger score never gets a smaller probability
-    xs, idx = torch.sort(torch.where(x > -math.inf, x, torch.full_like(x, -1e300)), -1)
+    _, idx = torch.sort(torch.where(x > -math.inf, x, torch.full_like(x, -1e300)), -1)
     ps = p.gather(-1, idx)
     assert (ps[..., 1:] >= ps[..., :-1] - 1e-12).all()
 
@@ -131,7 +131,7 @@ def test_argument_errors():
     x = torch.randn(2, 3)
     with pytest.raises(TypeError, match="x must have a floating-point dtype"):
         sa.sparsemax(torch.ones(2, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor"):
         sa.entmax15([[1.0, 2.0]])
     with pytest.raises(ValueError, match="dim=2 is out of range"):
         sa.sparsemax(x, dim=2)

@@ -39,7 +39,7 @@ def test_download_is_checksum_verified(name, tmp_path, monkeypatch):
     assert all((got / n).exists() for n in datasets.DATASETS[name].sha256)
 
     def corrupt(url, dest):
-        Path(dest).write_text("not the data\n")
+        Path(dest).write_text("not the data\n", encoding="utf-8")
 
     monkeypatch.setattr(datasets.urllib.request, "urlretrieve", corrupt)
     with pytest.raises(RuntimeError, match="checksum mismatch"):
@@ -133,7 +133,7 @@ def test_an_explicit_folder_lacking_a_file_never_falls_back(isolated, monkeypatc
     for given in ("arg", "env"):
         if given == "env":
             monkeypatch.setenv("SOFTARGMAX_DATA", str(mine))
-        with pytest.raises(datasets.DataError, match="val.de.gz: missing") as err:
+        with pytest.raises(datasets.DataError, match=r"val.de.gz: missing") as err:
             datasets.find("multi30k", str(mine) if given == "arg" else None)
         assert str(mine / "val.de.gz") in str(err.value) and datasets.DATASETS["multi30k"].sha256["val.de.gz"] in str(err.value)
     monkeypatch.setenv("SOFTARGMAX_DATA", str(isolated / "empty"))
@@ -195,7 +195,7 @@ def test_the_stamp_skips_rehashing_until_a_file_changes(isolated, monkeypatch):
     _flip(bad)
     os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(bad, folder / "val.de.gz")
-    with pytest.raises(datasets.DataError, match="val.de.gz: expected SHA-256"):
+    with pytest.raises(datasets.DataError, match=r"val.de.gz: expected SHA-256"):
         datasets.find("multi30k", str(folder))
     assert calls == ["val.de.gz"]
 
@@ -207,7 +207,7 @@ def test_an_unwritable_stamp_costs_a_rehash_not_the_run(isolated, monkeypatch):
     folder = _copy("tinyshakespeare", isolated / "mine")
     assert datasets.find("tinyshakespeare", str(folder)) == folder
     _flip(folder / "input.txt")
-    with pytest.raises(datasets.DataError, match="input.txt: expected SHA-256"):
+    with pytest.raises(datasets.DataError, match=r"input.txt: expected SHA-256"):
         datasets.find("tinyshakespeare", str(folder))
 
 

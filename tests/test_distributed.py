@@ -353,6 +353,16 @@ def _worker_dtensor(rank, world, V):
         ref.backward()
         assert isinstance(xd.grad, DTensor) and xd.grad.placements == (Shard(1),)
         _close("dtensor gradient", xd.grad.full_tensor(), xf.grad)
+    # classes replicated (a DTensor not sharded on them): the one-process loss on the local copy, soft-capped
+    xrep = distribute_tensor(x.clone(), mesh, [Replicate()]).requires_grad_(True)
+    loss = sa.entmax15_loss(xrep, idx, softcap=5.0)
+    assert isinstance(loss, DTensor) and loss.placements == (Replicate(),)
+    xf = x.clone().requires_grad_(True)
+    ref = sa.entmax15_loss(xf, idx, softcap=5.0)
+    _close("dtensor replicated value", loss.to_local(), ref)
+    loss.backward()
+    ref.backward()
+    _close("dtensor replicated gradient", xrep.grad.full_tensor(), xf.grad)
     # class dim 1 of a [B, V, T] tensor (dim=1), soft targets as a DTensor with the same sharding
     x3 = _scores(6, V, 9).reshape(2, 3, V).transpose(1, 2).contiguous()  # [2, V, 3]
     y3 = torch.softmax(torch.randn(2, V, 3, generator=torch.Generator().manual_seed(9)), 1)

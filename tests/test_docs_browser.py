@@ -29,6 +29,8 @@ PAGES = [
     ("coming-from-entmax.html", "", 5),
     ("flash-attention.html", "", 20),
     ("index.html", "", 3),
+    ("divergences.html", "", 10),
+    ("api/divergences.html", "", 20),
     ("auto_examples/plot_sparse_vs_softmax.html", "", 2),
     ("auto_examples/plot_fenchel_young_classifier.html", "", 2),
 ]
@@ -113,11 +115,10 @@ def test_page_renders(site, page, anchor, min_math, tmp_path):
         section = main.select_one("section#error-bounds-per-dtype")
         table = section.find("table")
         assert table is not None and len(table.select("tbody tr")) == 3, "the dtype table is not a table"
-        assert [th.get_text(" ").split()[0] for th in table.select("thead th")][0] == "dtype"
+        assert next(th.get_text(" ").split()[0] for th in table.select("thead th")) == "dtype"
         assert table.select("thead mjx-container")  # the error measures in the header are typeset
         assert "| dtype |" not in section.get_text()
         assert section.find_next("table") is not None  # the table of infinite and NaN inputs
     if page.startswith("auto_examples/"):
         images = main.select("img.sphx-glr-single-img, img.sphx-glr-multi-img")
         assert images and all((html / os.path.dirname(page) / img["src"]).exists() for img in images)
-

@@ -130,7 +130,7 @@ def test_argument_errors():
         sa.f_softargmax(x, "hellinger")
     with pytest.raises(ValueError, match="q must be finite and strictly positive"):
         sa.f_softargmax(x, "kl", q=torch.tensor([1.0, 0.0, 1.0]))
-    with pytest.raises(ValueError, match="q of shape .* not broadcastable"):
+    with pytest.raises(ValueError, match=r"q of shape .* not broadcastable"):
         sa.f_softargmax(x, "kl", q=torch.ones(4))
     with pytest.raises(TypeError, match="q must be None or a positive tensor"):
         sa.f_softargmax(x, "kl", q=[1.0, 1.0, 1.0])

@@ -67,8 +67,8 @@ def test_fused_takes_half_precision_soft_targets(dtype):
 def test_fused_errors():
     h, W = torch.randn(4, 8), torch.randn(10, 8)
     t = torch.randint(0, 10, (4,))
-    with pytest.raises(ValueError, match="'mean' or 'sum'"):
-        sa.linear_fenchel_young_loss(h, W, t, reduction="none")
+    with pytest.raises(ValueError, match="'mean', 'sum' or 'none'"):
+        sa.linear_fenchel_young_loss(h, W, t, reduction="batchmean")
     with pytest.raises(ValueError, match="last dimension"):
         sa.linear_fenchel_young_loss(torch.randn(4, 7), W, t)
     with pytest.raises(ValueError, match="out of range"):

@@ -124,7 +124,7 @@ def test_gradient_accumulation_as_trainer_does_it():
     for part in (slice(0, 1), slice(1, 4)):
         out = model(input_ids=ids[part], attention_mask=mask[part], labels=labels[part], num_items_in_batch=torch.tensor(n))
         out.loss.backward()
-        total += float(out.loss)
+        total += float(out.loss.detach())
     assert total == pytest.approx(float(full.loss), rel=1e-5)
     for name, g in grads(model).items():
         torch.testing.assert_close(g, g_full[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -170,6 +170,8 @@ def test_options_are_checked_up_front():
         H.apply(model, "entmax", alpha=1.3, foo=1)
     with pytest.raises(ValueError, match="reduction"):
         H.apply(model, "entmax15", reduction="sum")
+    with pytest.raises(ValueError, match="return_stats"):
+        H.apply(model, "entmax15", return_stats=True)
     with pytest.raises(ValueError, match="temperature"):
         H.apply(model, "entmax15", temperature=-1.0)
     with pytest.raises(TypeError, match="model"):
@@ -182,3 +184,73 @@ def test_options_are_checked_up_front():
     ids = torch.randint(0, V, (1, 6))
     logits = tiny("llama")(input_ids=ids).logits
     torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, sa.sparsemax_loss(logits[:, :-1], ids[:, 1:]))
+
+
+# -- Transformers' Trainer ---------------------------------------------------------------------------------------
+
+def _trainer(model, tmp_path, dataset, **args):
+    pytest.importorskip("accelerate")  # Trainer needs it
+    options = dict(output_dir=str(tmp_path), report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True,
+                   logging_steps=1, seed=0, dataloader_num_workers=0)
+    options.update(args)
+    return transformers.Trainer(model=model, args=transformers.TrainingArguments(**options), train_dataset=dataset)
+
+
+def _spy_on_the_loss(monkeypatch):
+    """What the patched loss receives from each forward: ``(tokens counted in the micro-batch, num_items_in_batch)``."""
+    from softargmax.integrations import huggingface_loss
+
+    seen = []
+    loss = huggingface_loss._Fused.loss
+
+    def spy(self, hidden, shift_labels, ignore_index, num_items):
+        seen.append((int((shift_labels != ignore_index).sum()), num_items))
+        return loss(self, hidden, shift_labels, ignore_index, num_items)
+
+    monkeypatch.setattr(huggingface_loss._Fused, "loss", spy)
+    return seen
+
+
+def test_trainer_gradient_accumulation_equals_the_full_batch(tmp_path, monkeypatch):
+    """A real Trainer step with gradient_accumulation_steps=2 (two micro-batches of 2 sequences with 13 and 17
+    counted tokens) gives the parameters of a step on the full batch of 4 without accumulation, within float32
+    rounding: Trainer passes num_items_in_batch (30, the whole batch's count) to the patched loss, which
+    divides each micro-batch's sum by it."""
+    ids, _, _ = batch(seed=1, b=4)
+    labels = ids.clone()
+    labels[0, :6] = -100  # uneven counts per sequence: per-micro-batch means would weigh tokens differently
+    labels[3, 2] = -100
+    dataset = [{"input_ids": ids[i], "labels": labels[i], "attention_mask": torch.ones_like(ids[i])} for i in range(4)]
+    counted = int((labels[:, 1:] != -100).sum())
+    seen = _spy_on_the_loss(monkeypatch)
+    start = {n: p.detach().clone() for n, p in tiny("llama").named_parameters()}
+    steps = {}
+    for per_device, accumulate in ((2, 2), (4, 1)):
+        seen.clear()
+        model = H.apply(tiny("llama"), "entmax15")
+        # SGD, constant learning rate, no clipping: the step is -lr times the accumulated gradient
+        _trainer(model, tmp_path, dataset, per_device_train_batch_size=per_device,
+                 gradient_accumulation_steps=accumulate, max_steps=1, learning_rate=0.5, optim="sgd",
+                 lr_scheduler_type="constant", max_grad_norm=0.0).train()
+        assert len(seen) == accumulate and sum(n for n, _ in seen) == counted
+        assert all(num_items is not None and int(num_items) == counted for _, num_items in seen)
+        if accumulate == 2:  # the micro-batches count different numbers of tokens (so the test can fail)
+            assert seen[0][0] != seen[1][0]
+        steps[accumulate] = {n: p.detach() - start[n] for n, p in model.named_parameters()}
+    for name, step in steps[2].items():
+        assert float(step.abs().max()) > 0, name
+        torch.testing.assert_close(step, steps[1][name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_trainer_fine_tunes_a_tiny_llama_with_the_entmax_loss(tmp_path):
+    """Trainer with the patched 1.5-entmax loss: the training loss falls."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, V, (8, 12), generator=g)
+    dataset = [{"input_ids": ids[i], "labels": ids[i]} for i in range(8)]
+    model = H.apply(tiny("llama"), "entmax15")
+    trainer = _trainer(model, tmp_path, dataset, per_device_train_batch_size=4, max_steps=12, learning_rate=3e-3,
+                       lr_scheduler_type="constant", warmup_steps=0)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 12 and all(loss > 0 for loss in losses)
+    assert sum(losses[-2:]) < 0.6 * sum(losses[:2]), losses

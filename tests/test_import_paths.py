@@ -81,3 +81,22 @@ def test_every_module_of_the_last_release_is_listed():
     for path in PUBLIC_BEFORE:
         old = path.removeprefix("softargmax.")
         assert old in MOVED or importlib.util.find_spec(path).origin is not None
+
+
+def test_the_root_exports_only_documented_modules_and_keeps_its_old_attributes():
+    """Every module in ``softargmax.__all__`` has an API page (an ``automodule`` in docs/api of it or, for a
+    package, of its modules); the module attributes of earlier releases that are no longer exported (``tau``, ``threshold``) still resolve."""
+    import types
+    from pathlib import Path
+
+    api = "".join(p.read_text() for p in (Path(__file__).resolve().parents[1] / "docs" / "api").glob("*.rst"))
+    documented = {line.split("::", 1)[1].strip() for line in api.splitlines() if line.startswith(".. automodule::")}
+    modules = {n: getattr(softargmax, n) for n in softargmax.__all__ if isinstance(getattr(softargmax, n), types.ModuleType)}
+    assert modules, "softargmax.__all__ lists no module"
+    for name, module in modules.items():
+        pages = [d for d in documented if d == module.__name__ or d.startswith(module.__name__ + ".")]
+        assert pages, f"softargmax.{name} ({module.__name__}) is exported but has no API page"
+    assert "tau" not in softargmax.__all__ and "threshold" not in softargmax.__all__
+    assert softargmax.tau is softargmax.alpha_relu_tau is importlib.import_module("softargmax.operators.alpha_relu_tau")
+    assert softargmax.threshold is importlib.import_module("softargmax.solvers.threshold")
+    from softargmax import tau, threshold  # noqa: F401  (the old form of the import)

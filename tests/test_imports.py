@@ -49,7 +49,7 @@ def _layer(module: str) -> int:
 
 def _imports(path: Path, module: str):
     """Intra-package modules imported by ``path`` (relative and absolute imports)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_pkg = path.name == "__init__.py"
     package = module.split(".") if is_pkg else module.split(".")[:-1]
     if module == "__init__":
@@ -174,7 +174,7 @@ def _private_names_imported():
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         module = _module_name(path)
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("softargmax"))):
                 continue

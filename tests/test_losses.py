@@ -9,6 +9,7 @@ from conftest import ALL_DIVERGENCES, div_id
 
 import softargmax as sa
 from softargmax.divergences import get_divergence
+from softargmax.solvers import threshold
 
 entmax_pkg = pytest.importorskip("entmax")
 F64 = torch.float64
@@ -131,7 +132,7 @@ def test_alpha_relu_loss_zero_at_its_prediction_for_unnormalized_targets():
     # alpha-ReLU predictions need not sum to 1; the loss accepts them only as probability
     # vectors, so check zero-at-target on a row where alpha-ReLU happens to be normalized
     x = torch.randn(3, 40, dtype=F64) * 2
-    tau_f = sa.threshold.solve(x, get_divergence("alpha", alpha=1.5)).tau
+    tau_f = threshold.solve(x, get_divergence("alpha", alpha=1.5)).tau
     tau_e = 0.5 * tau_f - 1  # per-row entmax threshold -> alpha-ReLU reproduces entmax
     for i in range(3):
         p = sa.alpha_relu(x[i:i + 1], 1.5, float(tau_e[i]))

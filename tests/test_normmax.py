@@ -177,7 +177,7 @@ def test_limits_and_errors():
         normmax(x, 0.99)
     with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
         normmax(x.view(1, -1), torch.tensor([[0.5]]))
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor"):
         normmax([1.0, 2.0])
 
 
@@ -211,7 +211,7 @@ def test_loss_gradient_zero_and_options():
     per = sa.normmax_loss(x, t, 2.0, reduction="none")
     assert per[1] == 0 and (per >= 0).all()
     torch.testing.assert_close(sa.normmax_loss(x, t, 2.0), per.sum() / 3)
-    loss, pred = sa.normmax_loss(x, t, 2.0, return_prediction=True)
+    _, pred = sa.normmax_loss(x, t, 2.0, return_prediction=True)
     torch.testing.assert_close(pred, p)
     xm = x.detach().clone()
     xm[0, 0] = -math.inf

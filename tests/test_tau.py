@@ -64,5 +64,5 @@ def test_calibrating_module_and_errors():
     assert torch.equal(m.tau, tau_before)  # only the first batch calibrates
     with pytest.raises(ValueError, match="vocab_size"):
         T.gaussian(1, 1.0)
-    with pytest.raises(ValueError, match="alpha=1.5 only"):
+    with pytest.raises(ValueError, match=r"alpha=1.5 only"):
         T.gaussian(100, 1.0, alpha=2.0, method="paper")

@@ -10,7 +10,7 @@ from conftest import FUSED_COVERED, div_id, sparsemax_sort
 import softargmax as sa
 from softargmax import backends as _kernels
 from softargmax.backends.solution import Solution
-from softargmax.divergences import Divergence, get_divergence
+from softargmax.divergences import Divergence, SolverHints, get_divergence
 from softargmax.solvers import threshold
 from softargmax.solvers.threshold import PRUNE_MIN_LENGTH, block_layout, select_blocks, solve
 
@@ -93,7 +93,7 @@ def test_trace_records_every_iterate(name, params, reference):
     torch.testing.assert_close(trace[-1], sol.tau)
     ref = solve(z, div)  # the same solver without a trace
     torch.testing.assert_close(sol.tau, ref.tau)
-    if div.monotone_newton:  # iterates increase to the root
+    if div.hints.monotone_newton:  # iterates increase to the root
         steps = torch.cat(trace, 1)
         assert bool((steps[:, 1:] >= steps[:, :-1] - 1e-12).all())
 
@@ -184,7 +184,7 @@ def test_one_decision_for_the_fast_paths():
     assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
     # τ itself (f_softmax's value): the fused τ = (t + 1)/(α - 1) cancels near α = 1
     near_one = get_divergence("alpha", alpha=1.1)
-    assert not near_one.fused_tau_exact and covered.fused_tau_exact
+    assert not near_one.hints.fused_tau_exact and covered.hints.fused_tau_exact
     assert _kernels.select(z, near_one) is cpu
     assert _kernels.select(z, near_one, exact_tau=True) is None
     assert _kernels.select(z, covered, exact_tau=True) is cpu
@@ -197,8 +197,7 @@ class _Tsallis15(Divergence):
 
     name = "toy_tsallis15"
     f_prime_zero = -2.0
-    newton_power = 0.5
-    monotone_newton = True
+    hints = SolverHints(newton_power=0.5, monotone_newton=True, fused_kind=("power", 0.5))
 
     def f(self, u):
         return (u**1.5 - 1 - 1.5 * (u - 1)) / 0.75
@@ -214,9 +213,6 @@ class _Tsallis15(Divergence):
 
     def conj_prime2(self, v):
         return torch.clamp(1 + 0.5 * v, min=0)
-
-    def fused_kind(self):
-        return ("power", 0.5)
 
 
 def test_a_new_divergence_takes_the_fast_path_by_declaring_its_kind():

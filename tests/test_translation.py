@@ -129,7 +129,7 @@ def test_batches_schedule_and_tau_calibration():
     tau = calibrate_tau(m, OutputLayer("alpha_relu"), batch)
     with torch.no_grad():
         logits = m(batch[0], batch[1])[batch[2] != PAD]
-    assert tau == pytest.approx(float(sa.tau.from_logits(logits, 1.5)), rel=1e-5)
+    assert tau == pytest.approx(float(sa.alpha_relu_tau.from_logits(logits, 1.5)), rel=1e-5)
 
 
 @needs_data

@@ -4,7 +4,14 @@ Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (any
 α > 0, learnable), :func:`alpha_relu`, :func:`f_softargmax` / :func:`f_softmax`
 for every f-divergence, and the binary :func:`f_sigmoid` / :func:`f_softplus`.
 Modules live in :mod:`softargmax.nn`, generators in :mod:`softargmax.divergences`,
-the threshold solvers in :mod:`softargmax.solvers.threshold`.
+the threshold solvers in :mod:`softargmax.solvers.threshold`, α-ReLU's threshold estimates in
+``softargmax.alpha_relu_tau`` (the module :mod:`softargmax.operators.alpha_relu_tau`).
+
+``softargmax.__all__`` holds the public functions and classes and the public modules
+``divergences``, ``losses``, ``mappings``, ``sampling`` and ``alpha_relu_tau``.  The attributes
+``softargmax.tau`` and ``softargmax.threshold`` of earlier releases still resolve (to
+:mod:`softargmax.operators.alpha_relu_tau` and :mod:`softargmax.solvers.threshold`) but are no
+longer exported.
 
 The folders are the layers, and imports run one way (``tests/test_imports.py`` checks it):
 
@@ -31,9 +38,9 @@ from .losses.functional import (
 )
 from .losses.linear import linear_fenchel_young_loss
 from .losses.normmax_budget import budget_sparsemax_loss, normmax_loss
+from .losses.teacher import teacher_target
 from .operators import _library_ops as _custom_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
-from .operators import alpha_relu_tau as tau
-from .operators import mappings, sampling
+from .operators import alpha_relu_tau, export, mappings, sampling
 from .operators.alpha_relu import alpha_relu
 from .operators.attention import attention
 from .operators.binary import f_sigmoid, f_softplus
@@ -43,7 +50,6 @@ from .operators.fdiv import f_softargmax, f_softmax
 from .operators.mappings import normalize
 from .operators.normmax import normmax
 from .operators.sampling import sample
-from .solvers import threshold
 
 __version__ = "0.1.0"
 
@@ -71,28 +77,31 @@ __all__ = [
     "f_divergence_loss",
     "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
+    "teacher_target",
     "attention",
     "normalize",
     "sample",
     "Divergence",
     "CustomDivergence",
     "divergences",
+    "export",
     "losses",
     "mappings",
     "sampling",
-    "tau",
-    "threshold",
+    "alpha_relu_tau",
 ]
 
 
 _LAZY = ("nn", "analysis", "inspect", "compat")
+#: module attributes of earlier releases, no longer exported: their modules' new paths (softargmax._moved)
+_OLD_ATTRIBUTES = ("tau", "threshold")
 
 
-def __getattr__(name):  # lazy submodules that import torch.nn
-    if name in _LAZY:
+def __getattr__(name):  # lazy submodules that import torch.nn, and the old attributes
+    if name in _LAZY or name in _OLD_ATTRIBUTES:
         import importlib
 
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_moved.MOVED[name] if name in _OLD_ATTRIBUTES else name}", __name__)
     raise AttributeError(f"module 'softargmax' has no attribute {name!r}")
 
 

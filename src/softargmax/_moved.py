@@ -50,6 +50,7 @@ MOVED = {
     "inspect": "analysis",
 }
 
+
 class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds ``softargmax.<old>`` for a module not aliased yet, and returns the new module."""
 
@@ -76,4 +77,3 @@ def install() -> None:
             sys.modules.setdefault("softargmax." + old, sys.modules["softargmax." + new])
     if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
         sys.meta_path.append(_AliasFinder())
-

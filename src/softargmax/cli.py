@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
-import shutil
 import sys
+import time
 from pathlib import Path
 
 
@@ -19,6 +20,16 @@ def _shape(text: str):
     if rows <= 0 or cols <= 0:
         raise argparse.ArgumentTypeError(f"shape must be positive, got {text!r}")
     return rows, cols
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of steps, got {text!r}")
+    return value
 
 
 def version_string() -> str:
@@ -48,7 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
     b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
-    r = sub.add_parser("reproduce", help="run a reproduction experiment and write its report")
+    r = sub.add_parser(
+        "reproduce", help="run a reproduction experiment and write its report",
+        description="Run a reproduction experiment and write results.json, report.md, PNG figures and log.txt into "
+        "--out. Every file is written atomically (a killed run leaves the previous version or the new one, never "
+        "half a file), and log.txt is appended to, each run after a line that says when and how it started. A full "
+        "disk stops the run with 'no space left on device' and the file's name. One run at a "
+        "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
+        "over. Training experiments (translation, adaptive-attention) keep checkpoints in <out>/runs: a run killed "
+        "at any moment continues with --resume and gives the numbers of an uninterrupted run.")
     from .experiments import EXPERIMENTS
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
@@ -61,154 +80,247 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     fresh = r.add_mutually_exclusive_group()
     fresh.add_argument("--resume", action="store_true",
-                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention)")
-    fresh.add_argument("--fresh", action="store_true", help="delete <out>/runs first and train every system from scratch")
+                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention); "
+                       "they must come from a run with the same experiment, preset, systems, seed, data and softargmax "
+                       "version (else an error names what differs); an unreadable checkpoint is reported and the "
+                       "previous one, or training from scratch, is used instead")
+    fresh.add_argument("--fresh", action="store_true",
+                       help="delete what earlier runs derived in <out> (checkpoints in runs/, the learned tokenizer, "
+                       "caches, log.txt) and train every system from scratch; results.json, report.md and figures are "
+                       "replaced when the run ends")
     fresh.add_argument("--render-only", action="store_true",
                        help="run nothing: write <out>/report.md again from <out>/results.json, and its figures where "
                        "they come from results.json alone (translation keeps the figures already there)")
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
+                   help="training experiments (translation, adaptive-attention): also write a checkpoint every STEPS "
+                   "training steps (default: at every evaluation and at the end); the last two are kept")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
                    "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive)")
     return parser
 
 
-def _checkpoint_choice(out: Path, resume: bool, fresh: bool) -> bool:
+def _main_process() -> bool:
+    """Whether this is the process that writes files (rank 0 under torchrun, else the only one)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived) -> bool:
     """Apply ``--resume`` / ``--fresh``; ``False`` (with a message) when checkpoints exist and neither was given."""
+    from .experiments._common import remove_derived, remove_temporaries
+
     runs = out / "runs"
-    found = runs.is_dir() and any(runs.rglob("checkpoint.pt"))
-    if fresh and runs.is_dir():
-        shutil.rmtree(runs)
+    found = runs.is_dir() and any(runs.rglob("checkpoint*.pt"))
+    if fresh:
+        if _main_process():
+            remove_derived(out, derived)
     elif found and not resume:
         print(f"error: {runs} holds training checkpoints of an earlier run: pass --resume to continue from them "
               "or --fresh to delete them and train from scratch", file=sys.stderr)
         return False
+    elif _main_process():
+        remove_temporaries(out)  # what writers killed in an earlier run left
     return True
 
 
-def _open_run_log(out: Path):
-    """``<out>/log.txt``, written anew by every run (rank 0 only under torchrun), or ``None``."""
-    if int(os.environ.get("RANK", "0")) != 0:
+def _open_run_log(out: Path, argv):
+    """``<out>/log.txt`` (rank 0 only under torchrun, else ``None``), appended to: the log of a killed run is kept.
+
+    Every run starts with a line that says when and how it was started.
+    """
+    if not _main_process():
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    return open(out / "log.txt", "w", encoding="utf-8")
+    from .experiments._common import DiskFullError, is_disk_full
+
+    path = out / "log.txt"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        log_file = open(path, "a", encoding="utf-8")
+        log_file.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: softargmax {' '.join(argv)}\n")
+        log_file.flush()
+    except OSError as e:
+        if is_disk_full(e):
+            raise DiskFullError(path, str(e)) from e
+        raise
+    return log_file
 
 
 def _logger(log_file):
+    """Print a line and append it to ``log_file``; a log that cannot be written (a full disk) is reported once."""
+    state = {"file": log_file}
+
     def log(line: str) -> None:
+        if state["file"] is not None:  # the file first: what the terminal shows, the log has
+            try:
+                state["file"].write(f"{line}\n")
+                state["file"].flush()
+            except OSError as e:
+                print(f"warning: could not write {state['file'].name} ({e}); logging to the terminal only",
+                      file=sys.stderr)
+                state["file"] = None
         print(line, flush=True)
-        if log_file is not None:
-            log_file.write(f"{line}\n")
-            log_file.flush()
 
     return log
+
+
+def _errors():
+    """The errors a run reports as one line ``error: ...`` (exit status 2) instead of a traceback."""
+    from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError
+    from .experiments.datasets import DataError
+
+    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError)
+
+
+def _reproduce(args, argv) -> int:
+    """``softargmax reproduce``: run an experiment (or render its report again); the exit status."""
+    import importlib
+
+    from ._utils.extras import MissingExtraError, require
+    from .experiments import EXPERIMENTS
+
+    try:
+        require("experiments", f"softargmax reproduce {args.experiment}")
+    except MissingExtraError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(EXPERIMENTS[args.experiment])
+    if args.preset not in module.PRESETS:
+        raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
+    out = args.out or f"reports/{args.experiment}"
+    try:
+        return _run_locked(args, module, Path(out), argv)
+    except _errors() as e:  # the message names the file, the field or the other run, and the fix
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk where no file name is known to the writer
+        from .experiments._common import is_disk_full
+
+        if not is_disk_full(e):
+            raise
+        print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} ({e}); "
+              f"free space on the disk of {out} and run again with --resume", file=sys.stderr)
+        return 2
+
+
+def _run_kwargs(args, module, out: Path) -> dict:
+    """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
+    kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
+                  download=args.download, threads=args.threads)
+    if args.systems:
+        kwargs["systems"] = args.systems
+    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every)):
+        if value is None:
+            continue
+        if option not in inspect.signature(module.run).parameters:
+            flag = "--" + option.replace("_", "-")
+            raise SystemExit(f"{args.experiment}: {flag} is not supported"
+                             + (" (use --seed)" if option == "seeds" else " (it keeps no checkpoints)"))
+        kwargs[option] = value
+    return kwargs
+
+
+def _run_locked(args, module, out: Path, argv) -> int:
+    """Lock ``out``, apply ``--fresh`` / ``--resume``, open the log and run; or render the report again."""
+    from .experiments._common import DERIVED, OutputLock
+
+    kwargs = _run_kwargs(args, module, out)
+    # one run at a time in `out` (rank 0 holds the lock for all ranks under torchrun)
+    locking = _main_process() and (out.is_dir() or not args.render_only)
+    lock = OutputLock(out) if locking else contextlib.nullcontext()
+    with lock:
+        if args.render_only:  # before the run log is opened: it describes the run that made results.json
+            return _render_only(module, str(out))
+        if not _checkpoint_choice(out, args.resume, args.fresh, getattr(module, "DERIVED", DERIVED)):
+            return 2
+        log_file = _open_run_log(out, argv)
+        log = _logger(log_file)
+        try:
+            if getattr(lock, "stale", None):
+                log(f"{out}: {lock.stale}")
+            module.run(log=log, **kwargs)
+        except BaseException as e:  # the log says how the run ended (the terminal gets it from main)
+            if log_file is not None:
+                with contextlib.suppress(OSError):
+                    log_file.write(f"error: {type(e).__name__}: {e}\n")
+            raise
+        finally:
+            if log_file is not None:
+                with contextlib.suppress(OSError):
+                    log_file.close()
+    return 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
-        import importlib
-
-        from ._utils.extras import MissingExtraError, require
-        from .experiments import EXPERIMENTS
-
-        try:
-            require("experiments", f"softargmax reproduce {args.experiment}")
-        except MissingExtraError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        module = importlib.import_module(EXPERIMENTS[args.experiment])
-        if args.preset not in module.PRESETS:
-            raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-        out = args.out or f"reports/{args.experiment}"
-        if args.render_only:  # before the run log is opened: it describes the run that made results.json
-            from .experiments._common import render_existing
-
-            try:
-                # figures drawn from results.json alone are drawn again (translation's need its run)
-                draw = getattr(module, "write_figures", None)
-                if draw is not None and len(inspect.signature(draw).parameters) != 2:
-                    draw = None
-                print(f"wrote {render_existing(out, module.render_report, draw)}")
-            except FileNotFoundError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            return 0
-        if not _checkpoint_choice(Path(out), args.resume, args.fresh):
-            return 2
-        log_file = _open_run_log(Path(out))
-        kwargs = dict(preset=args.preset, data_dir=args.data_dir, out=out, device=args.device, seed=args.seed,
-                      download=args.download, threads=args.threads, log=_logger(log_file))
-        if args.systems:
-            kwargs["systems"] = args.systems
-        if args.seeds:
-            if "seeds" not in inspect.signature(module.run).parameters:
-                raise SystemExit(f"{args.experiment}: --seeds is not supported (use --seed)")
-            kwargs["seeds"] = args.seeds
-        from .experiments.datasets import DataError
-
-        try:
-            module.run(**kwargs)
-        except DataError as e:  # missing or damaged data: the message names the file and the fix
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        finally:
-            if log_file is not None:
-                log_file.close()
-        return 0
+        return _reproduce(args, argv if argv is not None else sys.argv[1:])
     if args.command == "bench":
-        import torch
+        return _bench(args)
+    return 0
 
-        from . import bench
 
-        repeats = args.repeats or (3 if args.quick else 20)
-        if args.attention:
-            result = bench.run_attention(
-                lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
-                repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        if args.losses:
-            print(bench.header(), flush=True)
-            result = bench.run_losses(
-                shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
-                threads=args.threads,
-                repeats=repeats,
-                warmup=1 if args.quick else 3,
-                with_package=not args.no_package,
-                fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
-                log=lambda line: print(line, flush=True),
-            )
-            if args.json_path:
-                bench.save(result, args.json_path)
-                print(f"wrote {args.json_path}")
-            return 0
-        shapes = args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES)
-        passes = ("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,)
+def _render_only(module, out: str) -> int:
+    """``--render-only``: the report written again from ``results.json``; the exit status."""
+    from .experiments._common import render_existing
+
+    try:
+        # figures drawn from results.json alone are drawn again (translation's need its run)
+        draw = getattr(module, "write_figures", None)
+        if draw is not None and len(inspect.signature(draw).parameters) != 2:
+            draw = None
+        print(f"wrote {render_existing(out, module.render_report, draw)}")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _bench(args) -> int:
+    """``softargmax bench``: the operators' (default), the losses' or attention's benchmark; the exit status."""
+    import torch
+
+    from . import bench
+
+    repeats = args.repeats or (3 if args.quick else 20)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    if args.attention:
+        result = bench.run_attention(
+            lengths=(64, 128) if args.quick else bench.ATTENTION_LENGTHS, threads=args.threads,
+            repeats=min(repeats, 2 if args.quick else 5), memory=not args.quick, log=log,
+        )
+    elif args.losses:
+        print(bench.header(), flush=True)
+        result = bench.run_losses(
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.LOSS_SHAPES),
+            threads=args.threads,
+            repeats=repeats,
+            warmup=1 if args.quick else 3,
+            with_package=not args.no_package,
+            fused_shape=(256, 64, 2000) if args.quick else bench.FUSED_SHAPE,
+            log=log,
+        )
+    else:
         print(bench.header(), flush=True)
         result = bench.run(
-            shapes=shapes,
+            shapes=args.shapes or (bench.QUICK_SHAPES if args.quick else bench.FULL_SHAPES),
             ops=args.ops,
-            passes=passes,
+            passes=("fwd", "fwd+bwd") if args.passes == "both" else (args.passes,),
             dtype=getattr(torch, args.dtype),
             device=args.device,
             threads=args.threads,
             repeats=repeats,
             warmup=1 if args.quick else 3,
             with_package=not args.no_package,
-            log=lambda line: print(line, flush=True),
+            log=log,
         )
         over = [c for c in result["cases"] if c["target"] is not None and c["ratio"] > c["target"]]
         print(f"\n{result['device']}, torch {result['torch']}, {result['threads']} threads; "
               f"{len(result['cases'])} cases, {len(over)} over their target")
-        if args.json_path:
-            bench.save(result, args.json_path)
-            print(f"wrote {args.json_path}")
+    if args.json_path:
+        bench.save(result, args.json_path)
+        print(f"wrote {args.json_path}")
     return 0
 
 

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .checks import compute_dtype
 
-__all__ = ["Rows", "sum_to"]
+__all__ = ["Rows", "MetaRows", "sum_to"]
 
 
 class Rows:
@@ -76,6 +76,21 @@ class Rows:
         if all(s == 1 for i, s in enumerate(qs) if i != self.dim):
             return q.reshape(1, -1).expand(1, self.k).contiguous()
         return q.expand(self.shape).movedim(self.dim, -1).reshape(self.R, self.k).contiguous()
+
+
+class MetaRows(Rows):
+    """The row layout of an ``[N, V]`` matrix that is never materialized (the fused loss's logits)."""
+
+    def __init__(self, N: int, V: int, dtype: torch.dtype):
+        self.shape = torch.Size([N, V])
+        self.dim = 1
+        self.last = True
+        self.in_dtype = self.dtype = dtype
+        self.moved_shape = self.shape
+        self.k, self.R = V, N
+
+    def to_rows(self, t: Tensor) -> Tensor:
+        return t.reshape(self.R, self.k).to(self.dtype)
 
 
 def sum_to(t: Tensor, shape) -> Tensor:

@@ -37,7 +37,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     loss values, normmax's normalization); on CPU the pruned PyTorch solution is cheaper for
     those than the C solver's dense rows, so no fast path is taken there.  ``exact_tau``:
     the caller uses ``τ`` itself (the value of :func:`~softargmax.f_softmax`); a generator
-    whose ``τ`` the fused solvers convert with cancellation (``div.fused_tau_exact`` false:
+    whose ``τ`` the fused solvers convert with cancellation (``div.hints.fused_tau_exact`` false:
     α near 1) then takes the PyTorch path.
 
     The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
@@ -53,7 +53,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
     if not gpu and candidates_only:
         return None
-    if exact_tau and div is not None and not div.fused_tau_exact:
+    if exact_tau and div is not None and not div.hints.fused_tau_exact:
         return None
     backend = _triton_rows if gpu else _cpu_rows
     if not backend.covers(x):

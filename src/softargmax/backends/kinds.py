@@ -7,8 +7,8 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
   ``a = 1`` is sparsemax, also as the ``"chi_square"`` divergence), one ``a`` for all
   rows (``a_stride = 0``) or one per row (``a_stride = 1``).  Its ``Solution.tau`` is
   ``t`` in the variable ``y = a z``; :func:`solve_with` converts it with the divergence's
-  own :meth:`~softargmax.divergences.Divergence.tau_from_power_root` (``τ_f = (t + 1)/a``
-  for the α-divergence, ``t`` itself for ``"chi_square"``).
+  hint ``power_offset`` ``c`` (:class:`~softargmax.divergences.SolverHints`): ``τ_f = (t + c)/a``,
+  ``(t + 1)/a`` for the α-divergence, ``t`` itself for ``"chi_square"``.
 * ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
   ``Solution.tau`` is already ``τ_f``.
 """
@@ -25,16 +25,16 @@ from ..divergences import Divergence
 KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 
 
-#: the kinds of :meth:`softargmax.divergences.Divergence.fused_kind`
+#: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`)
 KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
 
 
 def kind_of(div: Divergence):
     """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``.
 
-    The divergence declares it (:meth:`~softargmax.divergences.Divergence.fused_kind`): no
-    switch on its type here."""
-    declared = div.fused_kind()
+    The divergence declares it (the hint ``fused_kind`` of :class:`~softargmax.divergences.SolverHints`):
+    no switch on its type here."""
+    declared = div.hints.fused_kind
     if declared is None:
         return None, None
     name, a = declared
@@ -45,15 +45,28 @@ def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype =
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
 
     ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
-    copied from the host, so a CUDA graph can capture it)."""
+    copied from the host, so a CUDA graph can capture it; on the CPU one tensor per value is
+    kept, the fill cost a microsecond of every small call)."""
     kind, a = kind_of(div)
     if kind is None:
         return None
-    a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
+    value = 1.0 if a is None else a
+    if str(device) == "cpu":
+        a_t = _CPU_PARAMETERS.get((value, a_dtype))
+        if a_t is None:
+            if len(_CPU_PARAMETERS) >= 64:  # many distinct α (one per step of a schedule): stay bounded
+                _CPU_PARAMETERS.clear()
+            a_t = _CPU_PARAMETERS[(value, a_dtype)] = torch.full((1,), value, dtype=a_dtype)
+    else:
+        a_t = torch.full((1,), value, dtype=a_dtype, device=device)
     sol = run(z, kind, a_t, 0)
     if kind == KIND_POWER:
-        sol.tau = div.tau_from_power_root(sol.tau, a)
+        sol.tau = (sol.tau + div.hints.power_offset) / a
     return sol
+
+
+#: the one-element parameter tensors the CPU solver reads, by ``(value, dtype)`` (never written)
+_CPU_PARAMETERS: dict = {}
 
 
 def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:

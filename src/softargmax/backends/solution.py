@@ -9,7 +9,7 @@ use only its fields and methods below, never the backend's name:
   solvers keep the Jacobian weights ``s``; the GPU kernels recompute them from ``p``
   in their own JVP kernel and leave ``s`` as ``None``);
 * :meth:`inner` and :meth:`f_sum`: the two row sums of the Fenchel–Young loss value,
-  ``⟨θ, p⟩`` and ``Σ_j q_j [f(p_j/q_j) - f(0)]``; a backend that computed them in the
+  :math:`\langle \theta, p\rangle` and :math:`\sum_j q_j [f(p_j/q_j) - f(0)]`; a backend that computed them in the
   pass that wrote ``p`` (the GPU kernels) hands them over in ``zp`` and ``omega``, and
   otherwise they are computed here from the candidates.
 
@@ -31,7 +31,7 @@ __all__ = ["Solution", "sum_f_minus_f0"]
 
 @dataclass
 class Solution:
-    """The threshold of every row and the mapping evaluated on the candidates.
+    r"""The threshold of every row and the mapping evaluated on the candidates.
 
     Attributes:
         tau: ``[R, 1]`` thresholds in the f-divergence parametrization of ``z``.
@@ -48,8 +48,8 @@ class Solution:
             returns the tensor, possibly all ``False``).
         iterations: Newton (or bisection) steps taken (``-1``: not counted, GPU kernels).
         jvp_kernel: ``None``, or the backend's ``jvp_kernel(v, scale)`` returning the dense
-            ``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` (used by :meth:`jvp`).
-        zp, omega: ``None``, or ``[R]`` row sums ``⟨z, p⟩`` and ``Σ_{p_j > 0} f(p_j) - f(0)``
+            :math:`\mathrm{scale} \cdot s \odot (v - \langle s, v\rangle/\sum_j s_j)` (used by :meth:`jvp`).
+        zp, omega: ``None``, or ``[R]`` row sums :math:`\langle z, p\rangle` and :math:`\sum_{p_j > 0} f(p_j) - f(0)`
             (``q = 1``) computed by the backend (used by :meth:`inner` and :meth:`f_sum`).
         backend: which solver ran (``"torch"``, ``"cpu"``, ``"triton"``), for tests and
             diagnostics only.
@@ -99,9 +99,9 @@ class Solution:
     # -- the backward ------------------------------------------------------------------
 
     def centered(self, v: Tensor):
-        """``(s ⊙ v, c)`` on the candidates, ``c = ⟨s, v⟩ / Σ s`` per row (``v``: ``[R, k]``).
+        r"""``(s ⊙ v, c)`` on the candidates, :math:`c = \langle s, v\rangle / \sum_j s_j` per row (``v``: ``[R, k]``).
 
-        Needs :attr:`s` (the PyTorch and C solvers); ``Σ s = 0`` only in all-masked rows,
+        Needs :attr:`s` (the PyTorch and C solvers); :math:`\sum_j s_j = 0` only in all-masked rows,
         where ``s ⊙ v = 0`` too, so ``c = 0`` there.
         """
         if self.s is None:
@@ -111,7 +111,7 @@ class Solution:
         return sv, c
 
     def jvp(self, v: Tensor, temperature: float = 1.0) -> Tensor:
-        """The dense ``[R, k]`` gradient ``s ⊙ (v - ⟨s, v⟩/Σs) / β`` for an incoming ``v`` ``[R, k]``.
+        r"""The dense ``[R, k]`` gradient :math:`s \odot (v - \langle s, v\rangle/\sum_j s_j) / \beta` for an incoming ``v`` ``[R, k]``.
 
         ``β`` is the temperature the scores were divided by.  NaN in bad rows.
         """
@@ -129,10 +129,10 @@ class Solution:
     # -- the Fenchel–Young loss value ----------------------------------------------------
 
     def inner(self, theta: Tensor, beta: float = 1.0, use_row_sums: bool = True) -> Tensor:
-        """``⟨θ, p⟩`` per row ``[R]``, for ``θ = β z`` the unscaled scores of these rows (``[R, k]``).
+        r""":math:`\langle \theta, p\rangle` per row ``[R]``, for :math:`\theta = \beta z` the unscaled scores of these rows (``[R, k]``).
 
         Entries with ``p_j = 0`` add nothing (``0 · (-inf)`` does not become NaN).  With
-        ``use_row_sums=False`` the backend's ``⟨z, p⟩`` is not used (for a ``z`` that is not
+        ``use_row_sums=False`` the backend's :math:`\langle z, p\rangle` is not used (for a ``z`` that is not
         ``θ / β``, e.g. shifted by the row maximum).
         """
         if self.zp is not None and use_row_sums:  # the backend's row sums, from the pass that wrote p
@@ -142,7 +142,7 @@ class Solution:
         return torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
 
     def f_sum(self, div, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
-        """``Σ_{p_j > 0} q_j [f(p_j/q_j) - f(0)]`` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""
+        r""":math:`\sum_{p_j > 0} q_j [f(p_j/q_j) - f(0)]` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""
         if self.omega is not None and q is None:
             return self.omega.to(dtype)
         R = self.p.shape[0]

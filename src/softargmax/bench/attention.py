@@ -13,6 +13,7 @@ from .timing import device_name, time_thunks, versions
 ATTENTION_LENGTHS = (128, 256, 512, 1024, 2048)
 ATTENTION_VARIANTS = ("sdpa", "softmax", "sparsemax", "entmax15", "entmax_per_head")
 
+
 def run_attention(lengths=ATTENTION_LENGTHS, heads: int = 8, threads: Optional[int] = 2, repeats: int = 5,
                   memory: bool = True, log=print) -> dict:
     """Causal self-attention forward+backward (batch 1, ``heads`` × 64 features) vs ``scaled_dot_product_attention``."""

@@ -57,7 +57,6 @@ def _time_losses(fns: dict, x, t, repeats: int, warmup: int) -> dict:
     return time_thunks({name: runner(fn) for name, fn in fns.items()}, repeats, warmup)
 
 
-
 def fused_case(shape=FUSED_SHAPE, threads: int = 2, repeats: int = 3, log=print) -> dict:
     """Fused linear + entmax15 loss vs ``linear`` followed by the loss: time and extra peak memory.
 

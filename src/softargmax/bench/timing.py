@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -71,7 +72,7 @@ def time_calls(fns: dict, x: torch.Tensor, pas: str, repeats: int, warmup: int) 
 
 def _proc_status_mb(key: str) -> Optional[float]:
     try:
-        with open("/proc/self/status") as f:
+        with open("/proc/self/status", encoding="utf-8") as f:
             return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key))
     except (OSError, StopIteration):
         return None
@@ -80,8 +81,7 @@ def _proc_status_mb(key: str) -> Optional[float]:
 def _reset_peak() -> bool:
     """Reset the kernel's peak resident set of this process to its current size (Linux ≥ 4.0)."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+        Path("/proc/self/clear_refs").write_text("5", encoding="utf-8")
         return True
     except OSError:
         return False
@@ -120,7 +120,7 @@ def cpu_model() -> str:
     """The processor's model name (Linux: from /proc/cpuinfo, where platform.processor() is empty)."""
     name = platform.processor() or platform.machine()
     if sys.platform.startswith("linux") and os.path.exists("/proc/cpuinfo"):  # platform.processor() is empty there
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
     return name
 
@@ -135,7 +135,7 @@ def versions() -> dict:
 def save(result: dict, path: str) -> None:
     """Write ``result`` as indented JSON (the folder is created)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
 

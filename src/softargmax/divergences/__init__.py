@@ -1,37 +1,52 @@
-r"""Generators of f-divergences, as data.
+r"""Generators of f-divergences: the mathematics every operator is built on.
 
 Every operator of the library is a regularized argmax over a per-coordinate
-regularizer ``q_j f(p_j / q_j)`` (Roulet et al., 2025, §3).  A :class:`Divergence` holds the
-generator ``f`` and what the threshold solvers need from it:
+regularizer :math:`q_j f(p_j / q_j)` (Roulet et al., 2025, §3).  A :class:`Divergence` is the
+generator :math:`f`, stated by four functions and one number (its abstract members):
 
-===================  =====================================================
-``f(u)``             the generator, convex on ``u >= 0``, ``f(1) = 0``
-``f_prime(u)``       ``f'(u)``
-``f_prime_zero``     ``f'(0) = lim_{u -> 0+} f'(u)``; finite means sparse outputs
-``conj(v)``          ``f*(v)``, valid for ``v >= f'(0)``
-``conj_prime(v)``    ``g(v) = (f*)'(v)``; the mapping is ``p_j = q_j g(θ_j - τ)``
-``conj_prime2(v)``   ``g'(v)``; the Jacobian weights ``s_j = q_j g'(θ_j - τ)``
-``newton_power``     ``ρ``: Newton's method is run on ``(S(τ)^ρ - 1)/ρ``
-                     (``log S`` for ``ρ = 0``) with ``S(τ) = Σ_j q_j g(θ_j - τ)``
-===================  =====================================================
+===================  ==========================================================================
+``f(u)``             the generator :math:`f(u)`, convex on :math:`u \ge 0`, :math:`f(1) = 0`
+``f_prime(u)``       :math:`f'(u)`
+``conj(v)``          :math:`f^*(v)`, valid for :math:`v \ge f'(0)`
+``conj_prime(v)``    :math:`g(v) = (f^*)'(v)`, the inverse of :math:`f'`; the mapping is :math:`p_j = q_j\, g(\theta_j - \tau)`
+``f_prime_zero``     :math:`f'(0) = \lim_{u \to 0^+} f'(u)`; finite means sparse outputs
+===================  ==========================================================================
 
-The conjugate functions are only ever called with ``v >= f'(0)`` (the solvers
-clamp) and below the pole of ``g`` where there is one.  ``v = -inf`` (a masked
-score) must give ``g = g' = 0`` and never NaN.
+``conj_prime2(v)``, :math:`g'(v)` (the Jacobian weights :math:`s_j = q_j\, g'(\theta_j - \tau)`), defaults to
+automatic differentiation of ``conj_prime``.  For a sparse generator the solvers call :math:`g` only
+at or above :math:`f'(0)` and take :math:`g = g' = 0` below it; a dense generator's :math:`g` must give
+:math:`g(-\infty) = 0` (a masked score), never NaN.
 
-The power ``ρ`` is chosen so that ``(S^ρ - 1)/ρ`` is convex and decreasing in ``τ``
-(for the α family: the ``1/(α-1)``-norm of an affine map; for the pole-type
-generators: a power mean with negative exponent; for KL and Jensen–Shannon:
-log-convexity of ``g``).  Newton's method started at the lower end of the bracket
-then increases monotonically to the root without overshoot, and is exact in one
-step when a single coordinate carries all the mass.  The solvers still keep a
-bisection bracket as a safeguard, so a user-defined generator with a poor ``ρ``
-is only slower, never wrong.
+That is all an operator or a loss needs: the generic solver finds :math:`\tau` by Newton's method on
+:math:`(S(\tau)^\rho - 1)/\rho` (:math:`\log S` at :math:`\rho = 0`), :math:`S(\tau) = \sum_j q_j\, g(\theta_j - \tau)`,
+inside a bisection bracket, so any generator is solved correctly.  What makes a generator
+*fast* is a separate :class:`SolverHints` (:mod:`softargmax.divergences.hints`): the power
+:math:`\rho` that makes :math:`(S^\rho - 1)/\rho` convex (for the α family the :math:`1/(\alpha-1)`-norm of an affine
+map; for the pole-type generators a power mean with negative exponent; for KL and
+Jensen–Shannon the log-convexity of :math:`g`: Newton from the lower end of the bracket then
+increases monotonically to the root without overshoot), cheaper evaluators of the Newton
+sums, the row math of the fused C/Triton kernels, two-class closed forms.  Every hint's
+default is the generic path.
 
-Built-in generators (Roulet et al., 2025, Appendix B) are registered by name:
-``"kl"``, ``"reverse_kl"``, ``"jeffrey"``, ``"jensen_shannon"``,
-``"squared_hellinger"``, ``"chi_square"``, ``"reverse_chi_square"`` and
-``"alpha"`` (with ``alpha=``).  Users can pass their own :class:`Divergence`.
+The built-in generators (Roulet et al., 2025, Appendix B) are registered by name:
+
+========================  ===============================================================  ======================================================
+name                      :math:`f(u)`                                                     mapping (:math:`q = 1`)
+========================  ===============================================================  ======================================================
+``"kl"``                  :math:`u \log u`                                                 softmax
+``"reverse_kl"``          :math:`-\log u`                                                  :math:`p_j = 1/(\tau - \theta_j)`
+``"jeffrey"``             :math:`(u - 1) \log u`                                           :math:`p_j = 1/W(e^{1 - \theta_j + \tau})` (Lambert W)
+``"jensen_shannon"``      :math:`u \log u - (u + 1) \log\frac{u + 1}{2}`                   :math:`p_j = 1/(2 e^{\tau - \theta_j} - 1)`
+``"squared_hellinger"``   :math:`(\sqrt{u} - 1)^2`                                         :math:`p_j = 1/(1 + \tau - \theta_j)^2`
+``"chi_square"``          :math:`(u^2 - 1)/2`                                              sparsemax
+``"reverse_chi_square"``  :math:`(1/u - 1)/2`                                              :math:`p_j = (2(\tau - \theta_j))^{-1/2}`
+``"alpha"`` (``alpha=``)  :math:`\frac{u^\alpha - 1 - \alpha(u - 1)}{\alpha(\alpha - 1)}`  α-entmax
+========================  ===============================================================  ======================================================
+
+Users can pass their own :class:`Divergence` (a subclass with the four methods, or a
+:class:`CustomDivergence` of four functions) anywhere a name is accepted.  Adding a
+generator to the library touches its own module and the registry ``_REGISTRY`` below,
+nothing else; the guide "Adding a divergence" in the documentation works one through.
 
 References:
 
@@ -60,9 +75,13 @@ from .builtin import (
     lambertw_exp,
 )
 from .custom import CustomDivergence
+from .hints import Evaluator, SolverHints, evaluator_of
 
 __all__ = [
     "Divergence",
+    "SolverHints",
+    "Evaluator",
+    "evaluator_of",
     "CustomDivergence",
     "KL",
     "ReverseKL",
@@ -73,6 +92,7 @@ __all__ = [
     "ReverseChiSquare",
     "AlphaDivergence",
     "get_divergence",
+    "spec_of",
     "DIVERGENCE_NAMES",
     "lambertw_exp",
 ]
@@ -143,3 +163,18 @@ def get_divergence(divergence: Union[str, Divergence], **params) -> Divergence:
     if params:
         raise ValueError(f"divergence={divergence!r} takes no parameters, got {sorted(params)}")
     return _instance(divergence, None)
+
+
+def spec_of(divergence: Divergence) -> Optional[tuple[str, float]]:
+    """``(name, parameter)`` from which :func:`get_divergence` rebuilds ``divergence`` (the parameter
+    is ``α`` for ``"alpha"``, else ``0.0``), or ``None`` for a generator the registry cannot rebuild
+    (a user's class or a subclass of a built-in one, a tensor α).  ``torch.compile``'s operators
+    carry a divergence by this."""
+    cls = type(divergence)
+    name = next((n for n, c in _REGISTRY.items() if c is cls), None)
+    if name is None:
+        return None
+    if name == "alpha":
+        alpha = divergence.alpha
+        return None if isinstance(alpha, Tensor) else ("alpha", float(alpha))
+    return name, 0.0

@@ -16,7 +16,9 @@ from typing import Union
 import torch
 from torch import Tensor
 
+from .._utils.tracing import values_checkable
 from .base import Divergence
+from .hints import Evaluator, SolverHints
 
 __all__ = ["AlphaDivergence"]
 
@@ -24,10 +26,10 @@ Number = Union[float, int]
 
 
 class AlphaDivergence(Divergence):
-    r"""α-divergence, ``f(u) = (u^α - 1 - α(u - 1)) / (α(α - 1))`` (``u log u - u + 1`` at α = 1).
+    r"""α-divergence, :math:`f(u) = (u^\alpha - 1 - \alpha(u - 1)) / (\alpha(\alpha - 1))` (:math:`u \log u - u + 1` at α = 1).
 
-    ``g(v) = exp_α(v) = [1 + (α - 1) v]_+^{1/(α-1)}``; with ``q = 1`` the mapping is
-    α-entmax in the f-divergence parametrization ``τ_f`` (``τ_entmax = (α - 1) τ_f - 1``).  α > 1 gives sparse outputs, α = 2 sparsemax,
+    :math:`g(v) = \exp_\alpha(v) = [1 + (\alpha - 1) v]_+^{1/(\alpha-1)}`; with :math:`q = 1` the mapping is
+    α-entmax in the f-divergence parametrization :math:`\tau_f` (:math:`\tau_{\text{entmax}} = (\alpha - 1) \tau_f - 1`).  α > 1 gives sparse outputs, α = 2 sparsemax,
     α = 1 softmax, α ∈ (0, 1) dense outputs.
 
     ``alpha`` is a float or a tensor broadcastable against the scores with size 1
@@ -39,6 +41,7 @@ class AlphaDivergence(Divergence):
 
     def __init__(self, alpha: Union[Number, Tensor]):
         self.alpha = alpha
+        self._hints = None
         if isinstance(alpha, Tensor):
             self._a = alpha - 1
         else:
@@ -46,30 +49,6 @@ class AlphaDivergence(Divergence):
 
     def __repr__(self):
         return f"AlphaDivergence(alpha={self.alpha!r})"
-
-    def fused_kind(self):
-        # the fused solvers take one float α in (1, 2] (a per-row α goes through solve_alpha_rows)
-        if isinstance(self.alpha, Tensor) or not 0.0 < self._a <= 1.0:
-            return None
-        return ("power", self._a)
-
-    @property
-    def is_softmax(self) -> bool:  # type: ignore[override]
-        return not isinstance(self.alpha, Tensor) and self._a == 0.0
-
-    @property
-    def power_exponent(self):  # type: ignore[override]
-        return self._a
-
-    @property
-    def fused_tau_exact(self) -> bool:  # type: ignore[override]
-        # τ = (t + 1)/(α - 1) from the fused solvers' entmax threshold t cancels near α = 1
-        return not self._near_one()
-
-    def spec(self):
-        if type(self) is not AlphaDivergence or isinstance(self.alpha, Tensor):
-            return None
-        return "alpha", float(self.alpha)
 
     @property
     def f_prime_zero(self):  # type: ignore[override]
@@ -81,16 +60,32 @@ class AlphaDivergence(Divergence):
         return -1.0 / a if a > 0 else -math.inf
 
     @property
-    def newton_power(self):  # type: ignore[override]
-        return self._a
+    def hints(self) -> SolverHints:  # type: ignore[override]
+        """The solver hints of this α (made on first use: a per-row α is read once)."""
+        if self._hints is not None:
+            return self._hints
+        hints = self._make_hints()
+        if not isinstance(self._a, Tensor) or values_checkable(self._a):
+            self._hints = hints  # (made while tracing, they are not kept: see monotone_newton)
+        return hints
 
-    @property
-    def monotone_newton(self):  # type: ignore[override]
-        # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative
-        # exponent (α < 1): convex transform.  α > 2 is not covered.
-        if isinstance(self._a, Tensor):
-            return bool((self._a <= 1).all())
-        return self._a <= 1.0
+    def _make_hints(self) -> SolverHints:
+        a = self._a
+        per_row = isinstance(a, Tensor)
+        return SolverHints(
+            newton_power=a,
+            # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative exponent
+            # (α < 1): a convex transform.  α > 2 is not covered (it has its own path: power_exponent)
+            # (a per-row α cannot be read while a graph is traced: the bracketed Newton is safe for any α)
+            monotone_newton=(bool((a <= 1).all()) if values_checkable(a) else False) if per_row else a <= 1.0,
+            evaluator=_AlphaEvaluator,
+            softmax=not per_row and a == 0.0,
+            # the fused solvers take one float α in (1, 2] (a per-row α goes through solve_alpha_rows)
+            fused_kind=None if per_row or not 0.0 < a <= 1.0 else ("power", a),
+            power_exponent=a,
+            # τ = (t + 1)/(α - 1) from the fused solvers' entmax threshold t cancels near α = 1
+            fused_tau_exact=not self._near_one(),
+        )
 
     #: below this ``|α - 1|`` (float α) ``g(v) = exp(log1p((α-1) v)/(α-1))``: the base
     #: ``1 + (α-1) v`` rounds away ``v`` near α = 1 (float32 ``p`` was off by 1e-2 at α = 1 + 1e-6)
@@ -110,40 +105,6 @@ class AlphaDivergence(Divergence):
         if a > 0:
             gp = torch.where(u > -1.0, gp, torch.zeros_like(gp))
         return g, gp
-
-    def prepare(self, z, m):
-        a = self._a
-        if isinstance(a, float) and a == 0.0:
-            return torch.exp(z - m), m
-        if self._near_one():
-            return None
-        if isinstance(a, float) and a > 0 and a != 1.0:
-            # 1 + a (z - τ) = a z - (a τ - 1): scale the candidates once
-            return z * a
-        return None
-
-    def evaluate(self, z, tau, prep):
-        a = self._a
-        if not isinstance(a, float):
-            return self.conj_prime_and_prime2(z - tau)
-        if self._near_one():
-            return self._near_one_eval(z - tau)
-        if a == 0.0:
-            e, m = prep
-            g = e * torch.exp(m - tau)
-            return g, g
-        if a == 1.0:
-            g = torch.sub(z, tau - 1).clamp_(min=0)
-            return g, torch.sign(g)
-        if a > 0:
-            base = torch.sub(prep, a * tau - 1).clamp_(min=0)
-            if a == 0.5:
-                return base * base, base
-            gp = base ** ((1.0 - a) / a)
-            if a > 1:
-                gp = torch.where(base > 0, gp, torch.zeros_like(gp))
-            return gp * base, gp
-        return self.conj_prime_and_prime2(z - tau)
 
     def f(self, u):
         a = self._a
@@ -192,7 +153,7 @@ class AlphaDivergence(Divergence):
                 return torch.expm1(al * E) / al
             base = torch.clamp(1 + a * v, min=0)
             return (base ** (al / a) - 1) / al
-        E, t = self._exponent(v)
+        E, _ = self._exponent(v)
         # f*(v) = (g(v) (1 + t) - 1) / α = expm1(α E) / α (log(1 + t) = (α - 1) E)
         return torch.expm1(al * E) / al
 
@@ -232,9 +193,48 @@ class AlphaDivergence(Divergence):
         gp = torch.where(g > 0, torch.exp((1 - a) * E), torch.zeros_like(g))
         return g, gp
 
+
+class _AlphaEvaluator(Evaluator):
+    """The α family's Newton sums: ``exp(z - m)`` once at α = 1, the candidates scaled by ``a`` once
+    for other float α, squared norms for α = 1.5; a per-row α and α near 1 go the generic way."""
+
+    def prepare(self, z, m):
+        a = self.divergence._a
+        if isinstance(a, float) and a == 0.0:
+            return torch.exp(z - m), m
+        if self.divergence._near_one():
+            return None
+        if isinstance(a, float) and a > 0 and a != 1.0:
+            # 1 + a (z - τ) = a z - (a τ - 1): scale the candidates once
+            return z * a
+        return None
+
+    def evaluate(self, z, tau, prep):
+        a = self.divergence._a
+        if not isinstance(a, float):
+            return self.divergence.conj_prime_and_prime2(z - tau)
+        if self.divergence._near_one():
+            return self.divergence._near_one_eval(z - tau)
+        if a == 0.0:
+            e, m = prep
+            g = e * torch.exp(m - tau)
+            return g, g
+        if a == 1.0:
+            g = torch.sub(z, tau - 1).clamp_(min=0)
+            return g, torch.sign(g)
+        if a > 0:
+            base = torch.sub(prep, a * tau - 1).clamp_(min=0)
+            if a == 0.5:
+                return base * base, base
+            gp = base ** ((1.0 - a) / a)
+            if a > 1:
+                gp = torch.where(base > 0, gp, torch.zeros_like(gp))
+            return gp * base, gp
+        return self.divergence.conj_prime_and_prime2(z - tau)
+
     def newton_sums(self, z, tau, prep, out):
-        a = self._a
-        if not isinstance(a, float) or a < 0 or self._near_one():
+        a = self.divergence._a
+        if not isinstance(a, float) or a < 0 or self.divergence._near_one():
             return super().newton_sums(z, tau, prep, out)
         if a == 0.0:
             e, m = prep
@@ -256,7 +256,7 @@ class AlphaDivergence(Divergence):
         return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
 
     def finish(self, z, tau, prep, state):
-        a = self._a
+        a = self.divergence._a
         if isinstance(a, float) and a == 0.5:
             base, buf = state
             return torch.mul(base, base, out=buf), base

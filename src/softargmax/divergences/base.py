@@ -1,5 +1,8 @@
-r"""The contract of a generator: :class:`Divergence`, what the solvers, the fast paths and the
-two-class functions may ask of it (see the package docstring for the table of members).
+r"""The contract of a generator: :class:`Divergence`, the mathematics only.
+
+A generator :math:`f` (convex on :math:`u \ge 0`, :math:`f(1) = 0`) is given by four functions and one
+number; everything the solvers may additionally know (Newton's power, closed forms, the
+fused kernels' row math) is a separate :class:`~softargmax.divergences.hints.SolverHints`.
 
 References:
 
@@ -8,140 +11,94 @@ References:
 
 from __future__ import annotations
 
+import abc
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor
 
+from .hints import SolverHints
+
 __all__ = ["Divergence"]
 
+#: members of the divergence before the hints were split off; a subclass that defines one is told where it went
+_MOVED_TO_HINTS = ("newton_power", "monotone_newton", "fused_kind", "power_offset", "tau_from_power_root",
+                   "is_softmax", "power_exponent", "fused_tau_exact", "spec", "binary_low_probability",
+                   "binary_softplus", "prepare", "evaluate", "newton_sums", "finish", "bound_offsets")
 
-class Divergence:
-    """Base class of a generator ``f``.  Subclasses implement the elementwise functions.
+
+class Divergence(abc.ABC):
+    r"""A generator :math:`f` of an f-divergence: the mathematics that every operator and loss is built on.
+
+    A subclass implements the four elementwise functions below and sets :attr:`f_prime_zero`;
+    :meth:`conj_prime2` defaults to automatic differentiation of :meth:`conj_prime`.  With
+    :math:`g = (f^*)'`, the f-softargmax is :math:`p_j = q_j\, g(\theta_j - \tau)` with :math:`\tau` such that
+    :math:`\sum_j p_j = 1`.  The conjugate functions are only called with :math:`v \ge f'(0)` (the solvers
+    clamp) and below the pole of :math:`g` where there is one; :math:`v = -\infty` (a masked score) must
+    give :math:`g = g' = 0`, never NaN.
 
     Attributes:
         name: short name used in messages.
-        f_prime_zero: ``f'(0)`` as a float; ``-inf`` for generators whose mapping is dense.
-        newton_power: ``ρ`` of the transformed root equation (see module docstring).
+        f_prime_zero: :math:`f'(0) = \lim_{u \to 0^+} f'(u)` as a float: the left end of the conjugate's
+            domain; finite means sparse outputs, ``-inf`` a dense mapping.
+        hints: a :class:`~softargmax.divergences.hints.SolverHints` for the solvers and kernels
+            (default: the generic solver).
+
+    Examples:
+        A generator from its mathematics alone (here chi-square, whose mapping is sparsemax)::
+
+            >>> import torch, softargmax as sa
+            >>> class Pearson(sa.Divergence):
+            ...     f_prime_zero = 0.0
+            ...     def f(self, u): return (u * u - 1) / 2
+            ...     def f_prime(self, u): return u
+            ...     def conj(self, v): return (v * v + 1) / 2
+            ...     def conj_prime(self, v): return torch.clamp(v, min=0)
+            >>> x = torch.tensor([1.0, 0.5, -1.0])
+            >>> sa.f_softargmax(x, Pearson())
+            tensor([0.7500, 0.2500, 0.0000])
     """
 
     name: str = "custom"
     f_prime_zero: float = -math.inf
-    newton_power: float = 0.0
+    hints: SolverHints = SolverHints()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        moved = [n for n in _MOVED_TO_HINTS if n in cls.__dict__]
+        if moved:
+            raise TypeError(f"{cls.__name__} defines {', '.join(moved)}: solver hints are declared as "
+                            "`hints = SolverHints(...)` (softargmax.divergences.SolverHints), not as members "
+                            "of the divergence")
 
     # -- the generator -------------------------------------------------------------
+    @abc.abstractmethod
     def f(self, u: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The generator :math:`f(u)`, elementwise, for :math:`u \\ge 0`."""
 
+    @abc.abstractmethod
     def f_prime(self, u: Tensor) -> Tensor:
-        raise NotImplementedError
+        """:math:`f'(u)`, elementwise, for :math:`u > 0`."""
 
+    @abc.abstractmethod
     def conj(self, v: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The convex conjugate :math:`f^*(v)`, for :math:`v \\ge f'(0)`."""
 
+    @abc.abstractmethod
     def conj_prime(self, v: Tensor) -> Tensor:
-        raise NotImplementedError
+        """:math:`g(v) = (f^*)'(v)`, the inverse of :math:`f'` (0 at :math:`v = f'(0)` for sparse generators)."""
 
     def conj_prime2(self, v: Tensor) -> Tensor:
-        raise NotImplementedError
+        """:math:`g'(v)`, the Jacobian weights; by default the derivative of :meth:`conj_prime` by autograd."""
+        with torch.enable_grad():
+            vv = v.detach().requires_grad_(True)
+            g = self.conj_prime(vv)
+            (gp,) = torch.autograd.grad(g.sum(), vv)
+        return torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))
 
     def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         """``(g(v), g'(v))``; subclasses override this to share work between the two."""
         return self.conj_prime(v), self.conj_prime2(v)
-
-    #: whether Newton on ``(S^ρ - 1)/ρ`` from ``τ_lo`` is proven monotone (convex transform);
-    #: if not, the solver keeps a bisection bracket around every step
-    monotone_newton: bool = False
-
-    def prepare(self, z: Tensor, m: Tensor):
-        """Per-call precomputation for :meth:`evaluate` (``z``: candidates, ``m``: row maxima)."""
-        return None
-
-    def evaluate(self, z: Tensor, tau: Tensor, prep) -> tuple[Tensor, Tensor]:
-        """``(g(z - τ), g'(z - τ))`` for candidates ``z`` ``[R, K]`` and thresholds ``τ`` ``[R, 1]``.
-
-        Subclasses override this with cheaper formulas that reuse :meth:`prepare`
-        (e.g. ``exp(z - m)`` computed once), so a Newton step has no transcendental call.
-        """
-        return self.conj_prime_and_prime2(z - tau)
-
-    def newton_sums(self, z: Tensor, tau: Tensor, prep, out: tuple):
-        """``(S, S', state)`` with ``S = Σ g(z - τ)``, ``S' = Σ g'(z - τ)`` per row (``[R, 1]``).
-
-        Only the sums are needed by a Newton step; :meth:`finish` turns ``state`` into
-        ``(g, g')`` once, at the final ``τ``.  ``out`` holds two work buffers shaped like
-        ``z`` that subclasses write into (fresh full-size allocations page-fault on every
-        Newton step on CPU); the buffers may become the returned ``(g, g')``.  Subclasses
-        also skip full-size writes where they can (``Σ g^2`` as a squared norm).
-        """
-        g, gp = self.evaluate(z, tau, prep)
-        return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
-
-    def finish(self, z: Tensor, tau: Tensor, prep, state) -> tuple[Tensor, Tensor]:
-        """``(g, g')`` at the ``τ`` of the last :meth:`newton_sums` call."""
-        return state
-
-    def bound_offsets(self, k: int) -> tuple:
-        """``(f'(1), f'(1/k))``: ``τ_lo = max - f'(1)``, ``τ_hi = max - f'(1/k)`` for ``q = 1`` (cached)."""
-        cache = self.__dict__.setdefault("_bound_cache", {})
-        if k not in cache:
-            u = torch.tensor([1.0, 1.0 / k], dtype=torch.float64)
-            v = self.f_prime(u)
-            cache[k] = (float(v[0]), float(v[1]))
-        return cache[k]
-
-    # -- capabilities: what the fast paths and the mappings may do with this generator --
-    def fused_kind(self) -> Optional[tuple]:
-        """``(kind, a)`` if the fused row solvers (C and Triton, :mod:`softargmax.backends.kinds`)
-        have this generator's row math, else ``None`` (the default: the PyTorch solver only).
-
-        ``("power", a)``: ``g(v) = [power_offset + a v]_+^{1/a}`` with ``a ∈ (0, 1]``
-        (α-entmax, ``a = α - 1``; sparsemax); ``("js", None)``: Jensen–Shannon;
-        ``("hellinger", None)``: squared Hellinger.  A new generator whose ``g`` is one of
-        these declares it here and takes the fast paths with no other change.
-        """
-        return None
-
-    #: the constant of the power kind's ``g(v) = [power_offset + a v]_+^{1/a}``: 1 for the
-    #: α-divergence, 0 for chi-square (whose ``τ`` is the power root ``t`` itself)
-    power_offset: float = 1.0
-
-    def tau_from_power_root(self, t, a: float):
-        """``τ`` of this generator from the root ``t`` of ``Σ [a z_j - t]_+^{1/a} = 1`` that the power kind solves."""
-        return (t + self.power_offset) / a
-
-    @property
-    def is_softmax(self) -> bool:
-        """Whether the mapping is softmax (then ``torch.softmax`` computes it)."""
-        return False
-
-    #: ``a`` of the α family's ``g(v) = [1 + a v]_+^{1/a}`` (a float, or a per-row tensor),
-    #: for the solver's dedicated α > 2 path; ``None`` for every other generator
-    power_exponent = None
-
-    #: whether the fused solvers' ``τ`` (converted from their own threshold variable by
-    #: :meth:`tau_from_power_root`) is as accurate as the PyTorch solver's; callers that use
-    #: ``τ`` itself (the value of :func:`~softargmax.f_softmax`) avoid the fused solvers if not
-    fused_tau_exact: bool = True
-
-    def spec(self) -> Optional[tuple]:
-        """``(name, parameter)`` that :func:`get_divergence` maps back to this generator (the
-        parameter is ``α`` for ``"alpha"``, else ``0.0``), or ``None`` for a generator it cannot
-        rebuild (a user-defined one, or a tensor α).  ``torch.compile``'s operators pass this."""
-        return None
-
-    # -- the two-class case (softargmax.operators.binary) --------------------------------------
-    def binary_low_probability(self, u: Tensor, q0: Tensor, q1: Tensor) -> Optional[Tensor]:
-        """The probability of class 1 of ``f_softargmax((0, u); (q0, q1))`` for ``u <= 0``
-        (the smaller of the two, where a closed form has full relative precision), or
-        ``None`` when the generator has no closed form (then the generic solver runs).
-        ``u`` is finite."""
-        return None
-
-    def binary_softplus(self, s: Tensor, q0: Tensor, q1: Tensor) -> Optional[Tensor]:
-        """``f_softmax((0, s); (q0, q1))`` in closed form for finite ``s``, or ``None``."""
-        return None
 
     # -- derived -------------------------------------------------------------------
     @property

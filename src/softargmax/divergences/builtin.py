@@ -17,26 +17,17 @@ import torch
 from torch import Tensor
 
 from .base import Divergence
+from .hints import Evaluator, SolverHints
 
 __all__ = ["KL", "ReverseKL", "Jeffrey", "JensenShannon", "SquaredHellinger", "ChiSquare", "ReverseChiSquare",
            "lambertw_exp"]
 
 
-class _FixedForm(Divergence):
-    """A built-in generator without parameters: :func:`~softargmax.divergences.get_divergence`
-    rebuilds it from its name alone."""
-
-    def spec(self):
-        return (self.name, 0.0) if type(self) in FIXED_FORMS else None
+# -- KL -----------------------------------------------------------------------------------
 
 
-class KL(_FixedForm):
-    """Kullback–Leibler, ``f(u) = u log u``: f-softargmax is ``softmax(θ + log q)``."""
-
-    name = "kl"
-    newton_power = 0.0
-    monotone_newton = True
-    is_softmax = True
+class _KLEvaluator(Evaluator):
+    """``g(z - τ) = exp(z - m) exp(m - τ - 1)``: one exponential per call, none per Newton step."""
 
     def prepare(self, z, m):
         return torch.exp(z - m), m
@@ -55,11 +46,21 @@ class KL(_FixedForm):
     def finish(self, z, tau, prep, state):
         return state, state
 
-    def binary_low_probability(self, u, q0, q1):
-        return torch.sigmoid(u + torch.log(q1) - torch.log(q0))
 
-    def binary_softplus(self, s, q0, q1):
-        return torch.logaddexp(torch.log(q0) + torch.zeros_like(s), s + torch.log(q1))
+def _kl_binary_low_probability(u, q0, q1):
+    return torch.sigmoid(u + torch.log(q1) - torch.log(q0))
+
+
+def _kl_binary_softplus(s, q0, q1):
+    return torch.logaddexp(torch.log(q0) + torch.zeros_like(s), s + torch.log(q1))
+
+
+class KL(Divergence):
+    r"""Kullback–Leibler, :math:`f(u) = u \log u`: the f-softargmax is :math:`\operatorname{softmax}(\theta + \log q)`."""
+
+    name = "kl"
+    hints = SolverHints(newton_power=0.0, monotone_newton=True, evaluator=_KLEvaluator, softmax=True,
+                        binary_low_probability=_kl_binary_low_probability, binary_softplus=_kl_binary_softplus)
 
     def f(self, u):
         return torch.special.xlogy(u, u)
@@ -81,13 +82,10 @@ class KL(_FixedForm):
         return g, g
 
 
-class ReverseKL(_FixedForm):
-    """Reverse KL, ``f(u) = -log u``: ``p_j = q_j / (τ - θ_j)``."""
+# -- reverse KL -------------------------------------------------------------------------------
 
-    name = "reverse_kl"
-    newton_power = -1.0
-    monotone_newton = True
 
+class _ReverseKLEvaluator(Evaluator):
     def evaluate(self, z, tau, prep):
         g = torch.sub(tau, z).reciprocal_()
         return g, g * g
@@ -100,26 +98,37 @@ class ReverseKL(_FixedForm):
         g, buf = state
         return g, torch.mul(g, g, out=buf)
 
-    @staticmethod
-    def _binary_tau(s, q0, q1):
-        """``τ`` and ``τ - s`` of the two-class case: the roots of a quadratic (Roulet et al.,
-        2025, Proposition 10), in a form without cancellation."""
-        g = q1 - q0 + s
-        c = 4 * q0 * q1
 
-        def h(t):
-            root = torch.sqrt(t * t + c)
-            return torch.where(t >= 0, 0.5 * (t + root), 0.5 * c / (root + t.abs()))
+def _reverse_kl_binary_tau(s, q0, q1):
+    """``τ`` and ``τ - s`` of the two-class case: the roots of a quadratic (Roulet et al.,
+    2025, Proposition 10), in a form without cancellation."""
+    g = q1 - q0 + s
+    c = 4 * q0 * q1
 
-        return q0 + h(g), q1 + h(-g)
+    def h(t):
+        root = torch.sqrt(t * t + c)
+        return torch.where(t >= 0, 0.5 * (t + root), 0.5 * c / (root + t.abs()))
 
-    def binary_low_probability(self, u, q0, q1):
-        _, tau_minus_u = self._binary_tau(u, q0, q1)
-        return q1 / tau_minus_u
+    return q0 + h(g), q1 + h(-g)
 
-    def binary_softplus(self, s, q0, q1):
-        tau, tau_minus_s = self._binary_tau(s, q0, q1)
-        return tau - q0 * torch.log(tau) - q1 * torch.log(tau_minus_s) - (q0 + q1)
+
+def _reverse_kl_binary_low_probability(u, q0, q1):
+    _, tau_minus_u = _reverse_kl_binary_tau(u, q0, q1)
+    return q1 / tau_minus_u
+
+
+def _reverse_kl_binary_softplus(s, q0, q1):
+    tau, tau_minus_s = _reverse_kl_binary_tau(s, q0, q1)
+    return tau - q0 * torch.log(tau) - q1 * torch.log(tau_minus_s) - (q0 + q1)
+
+
+class ReverseKL(Divergence):
+    r"""Reverse KL, :math:`f(u) = -\log u`: :math:`p_j = q_j / (\tau - \theta_j)`."""
+
+    name = "reverse_kl"
+    hints = SolverHints(newton_power=-1.0, monotone_newton=True, evaluator=_ReverseKLEvaluator,
+                        binary_low_probability=_reverse_kl_binary_low_probability,
+                        binary_softplus=_reverse_kl_binary_softplus)
 
     def f(self, u):
         return -torch.log(u)
@@ -139,6 +148,9 @@ class ReverseKL(_FixedForm):
     def conj_prime_and_prime2(self, v):
         g = -1.0 / v
         return g, g * g
+
+
+# -- Jeffrey ----------------------------------------------------------------------------------
 
 
 def lambertw_exp(L: Tensor, iterations: int = 6) -> Tensor:
@@ -164,11 +176,11 @@ def lambertw_exp(L: Tensor, iterations: int = 6) -> Tensor:
     return w
 
 
-class Jeffrey(_FixedForm):
-    """Jeffrey, ``f(u) = (u - 1) log u``: ``g(v) = 1 / W(exp(1 - v))`` (Lambert W)."""
+class Jeffrey(Divergence):
+    r"""Jeffrey, :math:`f(u) = (u - 1) \log u`: :math:`g(v) = 1 / W(e^{1 - v})` (Lambert W)."""
 
     name = "jeffrey"
-    newton_power = 0.0
+    hints = SolverHints(newton_power=0.0)
 
     def f(self, u):
         return (u - 1) * torch.log(u)
@@ -193,17 +205,10 @@ class Jeffrey(_FixedForm):
         return g, g * g / (1 + g)
 
 
-class JensenShannon(_FixedForm):
-    """Jensen–Shannon, ``f(u) = u log u - (u + 1) log((u + 1)/2)``: ``g(v) = 1/(2e^{-v} - 1)``."""
+# -- Jensen–Shannon ----------------------------------------------------------------------------
 
-    name = "jensen_shannon"
 
-    def fused_kind(self):
-        return ("js", None)
-
-    newton_power = 0.0
-    monotone_newton = True
-
+class _JensenShannonEvaluator(Evaluator):
     def prepare(self, z, m):
         # exp(m - z) >= 1 (inf far below the maximum, where g = 0)
         return torch.exp(m - z), m
@@ -224,21 +229,32 @@ class JensenShannon(_FixedForm):
         g, buf = state
         return g, torch.addcmul(g, g, g, out=buf)
 
-    @staticmethod
-    def _binary_tau(s, q0, q1):
-        """``τ = s/2 + h(s/2)`` of the two-class case: a quadratic in ``exp τ`` (Roulet et al.,
-        2025, Proposition 11), in a stable form."""
-        t = s / 2
-        a0, a1, c = 1 + q0, 1 + q1, 1 + q0 + q1
-        G = torch.logaddexp(-t + torch.log(a0), t + torch.log(a1))
-        return t + G + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
 
-    def binary_low_probability(self, u, q0, q1):
-        return q1 / (2 * torch.exp(self._binary_tau(u, q0, q1) - u) - 1)
+def _jensen_shannon_binary_tau(s, q0, q1):
+    """``τ = s/2 + h(s/2)`` of the two-class case: a quadratic in ``exp τ`` (Roulet et al.,
+    2025, Proposition 11), in a stable form."""
+    t = s / 2
+    a0, a1, c = 1 + q0, 1 + q1, 1 + q0 + q1
+    G = torch.logaddexp(-t + torch.log(a0), t + torch.log(a1))
+    return t + G + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
 
-    def binary_softplus(self, s, q0, q1):
-        tau = self._binary_tau(s, q0, q1)
-        return tau - q0 * torch.log(2 - torch.exp(-tau)) - q1 * torch.log(2 - torch.exp(s - tau))
+
+def _jensen_shannon_binary_low_probability(u, q0, q1):
+    return q1 / (2 * torch.exp(_jensen_shannon_binary_tau(u, q0, q1) - u) - 1)
+
+
+def _jensen_shannon_binary_softplus(s, q0, q1):
+    tau = _jensen_shannon_binary_tau(s, q0, q1)
+    return tau - q0 * torch.log(2 - torch.exp(-tau)) - q1 * torch.log(2 - torch.exp(s - tau))
+
+
+class JensenShannon(Divergence):
+    r"""Jensen–Shannon, :math:`f(u) = u \log u - (u + 1) \log\frac{u + 1}{2}`: :math:`g(v) = 1/(2e^{-v} - 1)`."""
+
+    name = "jensen_shannon"
+    hints = SolverHints(newton_power=0.0, monotone_newton=True, evaluator=_JensenShannonEvaluator,
+                        fused_kind=("js", None), binary_low_probability=_jensen_shannon_binary_low_probability,
+                        binary_softplus=_jensen_shannon_binary_softplus)
 
     def f(self, u):
         return torch.special.xlogy(u, u) - (u + 1) * torch.log((u + 1) / 2)
@@ -261,17 +277,10 @@ class JensenShannon(_FixedForm):
         return g, g + g * g
 
 
-class SquaredHellinger(_FixedForm):
-    """Squared Hellinger, ``f(u) = (√u - 1)^2``: ``g(v) = 1/(1 - v)^2``."""
+# -- squared Hellinger --------------------------------------------------------------------------
 
-    name = "squared_hellinger"
 
-    def fused_kind(self):
-        return ("hellinger", None)
-
-    newton_power = -0.5
-    monotone_newton = True
-
+class _SquaredHellingerEvaluator(Evaluator):
     def evaluate(self, z, tau, prep):
         r = torch.sub(tau + 1, z).reciprocal_()
         g = r * r
@@ -286,6 +295,14 @@ class SquaredHellinger(_FixedForm):
     def finish(self, z, tau, prep, state):
         g, r3 = state
         return g, r3.mul_(2)
+
+
+class SquaredHellinger(Divergence):
+    r"""Squared Hellinger, :math:`f(u) = (\sqrt{u} - 1)^2`: :math:`g(v) = 1/(1 - v)^2`."""
+
+    name = "squared_hellinger"
+    hints = SolverHints(newton_power=-0.5, monotone_newton=True, evaluator=_SquaredHellingerEvaluator,
+                        fused_kind=("hellinger", None))
 
     def f(self, u):
         return (torch.sqrt(u) - 1) ** 2
@@ -310,19 +327,10 @@ class SquaredHellinger(_FixedForm):
         return g, 2 * g * r
 
 
-class ChiSquare(_FixedForm):
-    """Chi-square (Pearson), ``f(u) = (u^2 - 1)/2``: sparsemax, ``p_j = q_j [θ_j - τ]_+``."""
+# -- chi-square ---------------------------------------------------------------------------------
 
-    name = "chi_square"
-    power_offset = 0.0  # g(v) = [v]_+: the power kind with a = 1 and τ = t
 
-    def fused_kind(self):
-        return ("power", 1.0)
-
-    f_prime_zero = 0.0
-    newton_power = 1.0
-    monotone_newton = True
-
+class _ChiSquareEvaluator(Evaluator):
     def evaluate(self, z, tau, prep):
         g = torch.sub(z, tau).clamp_(min=0)
         return g, torch.sign(g)
@@ -332,15 +340,29 @@ class ChiSquare(_FixedForm):
         s = torch.sign(g, out=out[1])
         return g.sum(-1, keepdim=True), s.sum(-1, keepdim=True), (g, s)
 
-    def binary_low_probability(self, u, q0, q1):
-        # the binary sparsemax (Martins & Astudillo, 2016, §3.3: clamp((u + 1)/2, 0, 1) for q = 1)
-        return torch.clamp(q1 * (q0 * u + 1) / (q0 + q1), 0, 1)
 
-    def binary_softplus(self, s, q0, q1):
-        tau = torch.maximum(torch.maximum((q1 * s - 1) / (q0 + q1), s - 1 / q1), -1 / q0 + torch.zeros_like(s))
-        u0 = torch.clamp(-tau, min=0)
-        u1 = torch.clamp(s - tau, min=0)
-        return tau + q0 * 0.5 * (u0 * u0 + 1) + q1 * 0.5 * (u1 * u1 + 1)
+def _chi_square_binary_low_probability(u, q0, q1):
+    # the binary sparsemax (Martins & Astudillo, 2016, §3.3: clamp((u + 1)/2, 0, 1) for q = 1)
+    return torch.clamp(q1 * (q0 * u + 1) / (q0 + q1), 0, 1)
+
+
+def _chi_square_binary_softplus(s, q0, q1):
+    tau = torch.maximum(torch.maximum((q1 * s - 1) / (q0 + q1), s - 1 / q1), -1 / q0 + torch.zeros_like(s))
+    u0 = torch.clamp(-tau, min=0)
+    u1 = torch.clamp(s - tau, min=0)
+    return tau + q0 * 0.5 * (u0 * u0 + 1) + q1 * 0.5 * (u1 * u1 + 1)
+
+
+class ChiSquare(Divergence):
+    r"""Chi-square (Pearson), :math:`f(u) = (u^2 - 1)/2`: sparsemax, :math:`p_j = q_j [\theta_j - \tau]_+`."""
+
+    name = "chi_square"
+    f_prime_zero = 0.0
+    # g(v) = [v]_+: the power kind with a = 1 and τ = t (power_offset 0)
+    hints = SolverHints(newton_power=1.0, monotone_newton=True, evaluator=_ChiSquareEvaluator,
+                        fused_kind=("power", 1.0), power_offset=0.0,
+                        binary_low_probability=_chi_square_binary_low_probability,
+                        binary_softplus=_chi_square_binary_softplus)
 
     def f(self, u):
         return 0.5 * (u * u - 1)
@@ -362,13 +384,14 @@ class ChiSquare(_FixedForm):
         return g, torch.sign(g)
 
 
+# -- reverse chi-square ---------------------------------------------------------------------------
 
-class ReverseChiSquare(_FixedForm):
-    """Reverse chi-square (Neyman), ``f(u) = (1/u - 1)/2``: ``g(v) = (-2v)^{-1/2}``."""
+
+class ReverseChiSquare(Divergence):
+    r"""Reverse chi-square (Neyman), :math:`f(u) = (1/u - 1)/2`: :math:`g(v) = (-2v)^{-1/2}`."""
 
     name = "reverse_chi_square"
-    newton_power = -2.0
-    monotone_newton = True
+    hints = SolverHints(newton_power=-2.0, monotone_newton=True)
 
     def f(self, u):
         return 0.5 * (1.0 / u - 1)
@@ -389,7 +412,3 @@ class ReverseChiSquare(_FixedForm):
     def conj_prime_and_prime2(self, v):
         r = torch.rsqrt(-2 * v)
         return r, r * r * r
-
-
-#: the generators :class:`_FixedForm.spec` names (a user's subclass of one has no name to be rebuilt from)
-FIXED_FORMS = (KL, ReverseKL, Jeffrey, JensenShannon, SquaredHellinger, ChiSquare, ReverseChiSquare)

@@ -1,15 +1,16 @@
 r"""User-defined generators: :class:`CustomDivergence` takes ``f``, ``f'``, ``f*`` and ``(f*)'``
-as functions (``g'`` by automatic differentiation when not given)."""
+as functions (``g'`` by automatic differentiation when not given).  (A subclass of
+:class:`~softargmax.divergences.Divergence` with the four methods does the same.)"""
 
 from __future__ import annotations
 
 import math
 from typing import Callable, Optional
 
-import torch
 from torch import Tensor
 
 from .base import Divergence
+from .hints import SolverHints
 
 __all__ = ["CustomDivergence"]
 
@@ -25,6 +26,8 @@ class CustomDivergence(Divergence):
         newton_power: ``ρ`` (default 0, i.e. Newton on ``log S``).  Any value is
             safe because the solver keeps a bisection bracket.
         name: a label for messages.
+        hints: a :class:`~softargmax.divergences.SolverHints` (closed forms, ...) instead of
+            ``newton_power`` alone.
     """
 
     def __init__(
@@ -37,6 +40,7 @@ class CustomDivergence(Divergence):
         conj_prime2: Optional[Callable[[Tensor], Tensor]] = None,
         newton_power: float = 0.0,
         name: str = "custom",
+        hints: Optional[SolverHints] = None,
     ):
         for arg, fn in (("f", f), ("f_prime", f_prime), ("conj", conj), ("conj_prime", conj_prime)):
             if not callable(fn):
@@ -44,7 +48,11 @@ class CustomDivergence(Divergence):
         self._f, self._fp, self._conj, self._cp = f, f_prime, conj, conj_prime
         self._cp2 = conj_prime2
         self.f_prime_zero = float(f_prime_zero)
-        self.newton_power = float(newton_power)
+        if hints is not None and not isinstance(hints, SolverHints):
+            raise TypeError(f"CustomDivergence: hints must be a SolverHints, got {type(hints).__name__}")
+        if hints is not None and newton_power != 0.0:
+            raise ValueError("CustomDivergence: give newton_power inside hints= (SolverHints(newton_power=...))")
+        self.hints = SolverHints(newton_power=float(newton_power)) if hints is None else hints
         self.name = name
 
     def __repr__(self):
@@ -65,8 +73,4 @@ class CustomDivergence(Divergence):
     def conj_prime2(self, v):
         if self._cp2 is not None:
             return self._cp2(v)
-        with torch.enable_grad():
-            vv = v.detach().requires_grad_(True)
-            g = self._cp(vv)
-            (gp,) = torch.autograd.grad(g.sum(), vv)
-        return torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))
+        return super().conj_prime2(v)

@@ -10,6 +10,20 @@ Every report ends with the section that :func:`reproducibility` renders: its see
 rerun with the same seed gives, the spread from seed to seed and how much its timings vary.
 :func:`render_existing` writes a report again from its ``results.json`` without rerunning,
 and :func:`measurements` is what a rerun with the same seed must repeat exactly.
+
+A run killed at any moment loses nothing.  The machinery for that is here, for every
+experiment (the command line uses it around each run):
+
+* files: :func:`atomic_write`, :func:`atomic_json`, :func:`atomic_path` and
+  :func:`save_figure` write through a temporary file and ``os.replace``; a full disk raises
+  :class:`DiskFullError` ("no space left on device", naming the file);
+* the output folder: :class:`OutputLock` keeps a second run out of a folder in use and takes
+  over a lock left by a killed one; :func:`remove_derived` is ``--fresh``;
+* checkpoints: :func:`save_checkpoint` / :func:`load_checkpoint` (atomic, the previous one
+  kept, unreadable ones reported and skipped), :func:`fingerprint` and
+  :class:`CheckpointMismatchError` (a checkpoint of another run is refused), and
+  :func:`rng_state` / :func:`set_rng_state` (every random-number state, so that a resumed
+  run equals the uninterrupted one).
 """
 
 from __future__ import annotations
@@ -17,15 +31,46 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shutil
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
+from ._checkpoints import (
+    CheckpointMismatchError,
+    check_checkpoint,
+    data_digest,
+    fingerprint,
+    load_checkpoint,
+    previous_paths,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from ._files import (
+    DiskFullError,
+    OutputInUseError,
+    OutputLock,
+    atomic_json,
+    atomic_path,
+    atomic_write,
+    is_disk_full,
+    remove_temporaries,
+    save_figure,
+)
+
+__all__ = ["begin", "describe_device", "environment", "finish", "pyplot", "measurements", "seed_spread",
+           "relative_span", "reproducibility", "render_existing", "remove_derived", "DERIVED", "INVOCATION_KEYS", "TIMING_KEYS",
+           "CheckpointMismatchError", "check_checkpoint", "data_digest", "fingerprint", "load_checkpoint",
+           "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
+           "OutputLock", "atomic_json", "atomic_path", "atomic_write", "is_disk_full", "remove_temporaries",
+           "save_figure"]
+
 
 def begin(preset: str, presets: dict, systems, known, threads: Optional[int], out: str,
-          prefixes: dict = None) -> tuple[dict, Path, float]:
+          prefixes: Optional[dict] = None) -> tuple[dict, Path, float]:
     """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
 
     ``prefixes`` maps a prefix to what follows it, e.g. ``{"f:": "<divergence>"}``: system
@@ -66,11 +111,14 @@ def environment(t_start: float, device: str = "cpu") -> dict:
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable, render_report: Callable, log=print) -> dict:
-    """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``."""
-    with open(out_dir / "results.json", "w") as f:
-        json.dump(results, f, indent=1, default=float)
+    """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
+
+    Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
+    them either as it was or complete.
+    """
+    atomic_json(out_dir / "results.json", results, indent=1, default=float)
     figures = write_figures(results, out_dir)
-    (out_dir / "report.md").write_text(render_report(results, figures))
+    atomic_write(out_dir / "report.md", render_report(results, figures))
     minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
     log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures in {minutes:.1f} min")
     return results
@@ -88,15 +136,25 @@ def pyplot():
     return plt
 
 
+#: keys of ``results.json`` that describe an invocation rather than a measurement: the steps trained by
+#: this invocation and the systems it resumed (a run resumed after a kill differs from an uninterrupted one there)
+INVOCATION_KEYS = frozenset({"steps_this_run", "resumed_from_checkpoint"})
+
+#: keys of timings whose names do not say "second": times relative to each other
+TIMING_KEYS = frozenset({"inference_normalized"})
+
+
 def measurements(results: dict) -> dict:
-    """``results`` without what a rerun cannot repeat: every timing (a key that names seconds, or tokens per
-    second) and data folders.
+    """``results`` without what a rerun cannot repeat: every timing (a key that names seconds, tokens per
+    second, or one of ``TIMING_KEYS``), data folders and what describes the invocation (``INVOCATION_KEYS``).
 
     Two runs with the same seed, preset, thread count and machine give equal ``measurements``
-    (the experiments' tests check it on the ``smoke`` presets).
+    (the experiments' tests check it on the ``smoke`` presets), and so does a run killed and
+    resumed from its checkpoints (translation's test).
     """
     if isinstance(results, dict):
-        return {k: measurements(v) for k, v in results.items() if "second" not in k and k != "folder"}
+        return {k: measurements(v) for k, v in results.items()
+                if "second" not in k and k != "folder" and k not in INVOCATION_KEYS and k not in TIMING_KEYS}
     if isinstance(results, list):
         return [measurements(v) for v in results]
     return results
@@ -116,13 +174,18 @@ def relative_span(values: Sequence[float]) -> float:
 
 
 def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[str] = None,
-                    spread: Optional[str] = None, timings: Optional[str] = None) -> list:
+                    spread: Optional[str] = None, timings: Optional[str] = None,
+                    resume_test: Optional[str] = None) -> list:
     """The lines of a report's "Reproducibility" section, from ``results["settings"]`` and the experiment's sentences.
 
     ``rerun_tested``: a test reruns the experiment's ``smoke`` preset with the same seed and
     finds identical :func:`measurements`; ``rerun``, when given, says instead what rerunning
     this report's preset measured.  ``spread``: the seed-to-seed spread (``None``: one seed, not measured).
     ``timings``: how much the report's timings vary (``None``: it shows none but the run time).
+    ``resume_test``: a sentence naming the test that kills and resumes runs of the experiment
+    and what it shows (which preset and systems; ``None``: no test does); the section then
+    says whether this run was resumed (``settings["resumed_from_checkpoint"]``) and that sentence.
+    Without a test and without a resumed run the section says nothing about resuming.
     """
     seeds = settings.get("seeds") or [settings.get("seed", 0)]
     preset = settings.get("preset", "default")
@@ -144,7 +207,41 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
              "- **Timings:** " + (timings or ("none in this report apart from the run's total time, which was not "
                                              "compared between runs." if "total_seconds" in settings else
                                              "none in this report."))]
+    resumed = settings.get("resumed_from_checkpoint") or []
+    this = (f"this run resumed the training of {', '.join(resumed)} from checkpoints; " if resumed else
+            "this run was not resumed; " if resume_test else "")
+    if resume_test:
+        lines.append(f"- **Killed and resumed:** {this}{resume_test}")
+    elif resumed:
+        lines.append(f"- **Killed and resumed:** {this}no test compares a resumed run of this experiment with an "
+                     "uninterrupted one.")
     return lines
+
+
+#: what a run derives in its output folder and reuses when run again (``--fresh`` deletes it): the training
+#: checkpoints; an experiment adds its own (a learned tokenizer, caches) in a ``DERIVED`` of its module
+DERIVED = ("runs",)
+
+
+def remove_derived(out, names: Iterable[str] = DERIVED) -> list:
+    """Delete what a run derives in ``out`` and would reuse (``--fresh``): the named files and folders, ``log.txt``
+    and the temporary files of killed writers.  Returns the paths removed.
+
+    ``results.json``, ``report.md`` and the figures stay until the new run replaces them
+    (atomically): a fresh run that fails leaves the last complete report.  Hold the
+    folder's :class:`OutputLock` while calling it.
+    """
+    out_dir = Path(out)
+    removed = []
+    for name in [*names, "log.txt"]:
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+            removed.append(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+            removed.append(path)
+    return removed + remove_temporaries(out_dir)
 
 
 def render_existing(out: str, render_report: Callable, write_figures: Optional[Callable] = None) -> Path:
@@ -168,5 +265,5 @@ def render_existing(out: str, render_report: Callable, write_figures: Optional[C
         figures = [f for f in dict.fromkeys(named) if (out_dir / f).is_file()]
     else:
         figures = sorted(p.name for p in out_dir.glob("*.png"))
-    report.write_text(render_report(results, figures))
+    atomic_write(report, render_report(results, figures))
     return report

@@ -41,11 +41,17 @@ import torch
 import softargmax as sa
 
 from . import translation
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, check_checkpoint, environment, fingerprint, finish, pyplot, reproducibility, save_figure
 from .nmt.decoding import translate
 from .nmt.model import ModelConfig
 from .nmt.tokenizer import PAD
 from .nmt.training import TrainConfig, make_batches, noam, tensors, train_system
+
+#: this experiment's name on the command line, in its checkpoints' fingerprints
+EXPERIMENT = "adaptive-attention"
+
+#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
+DERIVED = translation.DERIVED
 
 PRESETS = {
     "smoke": dict(translation.PRESETS["smoke"], analysis_sentences=16, timing_steps=2),
@@ -156,19 +162,31 @@ def run(
     download: bool = False,
     threads: Optional[int] = None,
     log=print,
+    checkpoint_every: Optional[int] = None,
 ) -> dict:
-    """Train the three attention variants, analyse them and write ``results.json``, ``report.md`` and figures."""
+    """Train the three attention variants, analyse them and write ``results.json``, ``report.md`` and figures.
+
+    Training resumes from the checkpoints in ``out/runs/<system>`` (checked first against
+    this run's fingerprint, see :func:`.translation.run`) and writes one at every
+    evaluation, every ``checkpoint_every`` steps when given, and at the end.
+    """
     import sacrebleu
 
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
+    prints = {system: fingerprint(EXPERIMENT, preset, system, seed, data=["multi30k"]) for system in systems}
+    for system, fp in prints.items():  # refuse another run's checkpoints before any work
+        check_checkpoint(out_dir / "runs" / system / "checkpoint.pt", fp)
     folder, train, val, test, _, tok = translation.load_data(P, data_dir, download, out_dir, seed, log)
     model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
     train_cfg = TrainConfig(seed=seed, **P["train_cfg"])
     results = {"settings": {}, "systems": {}, "paper": PAPER}
-    models = {}
+    models, resumed = {}, []
     for system in systems:
         trained = train_system("softmax", model_cfg, train_cfg, tok, train, val, out_dir / "runs" / system,
-                               device=device, log=log, attention=SYSTEMS[system], name=system)
+                               device=device, log=log, attention=SYSTEMS[system], name=system,
+                               fingerprint=prints[system], checkpoint_every=checkpoint_every)
+        if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
+            resumed.append(system)
         model, layer, record = trained["model"], trained["layer"], dict(trained["record"])
         t0 = time.perf_counter()
         hyps = translate(model, layer, tok, test.src, beam=P["beam"], device=device)
@@ -200,6 +218,7 @@ def run(
         "attention": {s: SYSTEMS[s] for s in systems},
         "beam": P["beam"],
         **environment(t_all, device),
+        "resumed_from_checkpoint": resumed,
     }
     return finish(results, out_dir, write_figures, render_report, log)
 
@@ -230,7 +249,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
             ax.set_xlim(1, 2); ax.set_title(title); ax.set_xlabel("learned α per head")
         axes[0].set_ylabel("layer")
         fig.suptitle("Learned α per head and layer (cf. Correia et al., 2019, Fig. 11; all heads start at 1.5)")
-        fig.tight_layout(); fig.savefig(out_dir / "alpha_per_head.png", dpi=120); plt.close(fig)
+        fig.tight_layout(); save_figure(fig, out_dir / "alpha_per_head.png", dpi=120); plt.close(fig)
         files.append("alpha_per_head.png")
         hist = [h for h in S["adaptive"]["history"] if "alphas" in h]
         if hist:
@@ -244,7 +263,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
                 ax.plot([], [], color=c, label=t)
             ax.set_xlabel("training step"); ax.set_ylabel("α"); ax.legend(); ax.grid(alpha=0.3)
             ax.set_title("Trajectories of the learned α")
-            fig.tight_layout(); fig.savefig(out_dir / "alpha_trajectories.png", dpi=120); plt.close(fig)
+            fig.tight_layout(); save_figure(fig, out_dir / "alpha_trajectories.png", dpi=120); plt.close(fig)
             files.append("alpha_trajectories.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -264,7 +283,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         axes[1].set_xticks(range(len(values)), labels, rotation=45, fontsize=8)
     axes[1].set_ylabel("mean JS divergence between heads"); axes[1].set_title("Head diversity (cf. Correia et al., 2019, Fig. 13)")
     axes[1].legend(); axes[1].grid(alpha=0.3)
-    fig.tight_layout(); fig.savefig(out_dir / "density_and_js.png", dpi=120); plt.close(fig)
+    fig.tight_layout(); save_figure(fig, out_dir / "density_and_js.png", dpi=120); plt.close(fig)
     files.append("density_and_js.png")
     return files
 

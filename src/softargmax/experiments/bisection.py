@@ -21,7 +21,7 @@ import torch
 from softargmax.divergences import get_divergence
 from softargmax.solvers.threshold import solve
 
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
 
 PRESETS = {
     "smoke": dict(rows=16, k=1000, iterations=40),
@@ -116,14 +116,14 @@ def write_figures(results, out_dir) -> list:
         floor = 1e-17
         ax.semilogy(range(1, n + 1), [max(e, floor) for e in r["bisection_error"]], label="bisection (measured)")
         ax.semilogy(range(1, n + 1), r["theoretical_bound"], "--", label="(τmax−τmin)·2^−t")
-        ax.semilogy(range(0, len(r["newton_error"])), [max(e, floor) for e in r["newton_error"]], "o-", label="this library (Newton)")
+        ax.semilogy(range(len(r["newton_error"])), [max(e, floor) for e in r["newton_error"]], "o-", label="this library (Newton)")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("iterations (passes)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("max |τ − τ*|")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out_dir / "convergence.png", dpi=120)
+    save_figure(fig, out_dir / "convergence.png", dpi=120)
     plt.close(fig)
     return ["convergence.png"]
 

@@ -32,7 +32,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, seed_spread
+from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, save_figure, seed_spread
 
 LOSSES = {  # name -> fenchel_young_loss keywords
     "kl": dict(mapping="softmax"),
@@ -173,7 +173,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         axes[1].set_xlabel("α"); axes[1].set_ylabel("test accuracy (%)")
         axes[1].set_title("α-divergence loss sweep (cf. Roulet et al., 2025, Fig. 5)"); axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out_dir / "accuracy.png", dpi=120)
+    save_figure(fig, out_dir / "accuracy.png", dpi=120)
     plt.close(fig)
     return ["accuracy.png"]
 
@@ -216,7 +216,7 @@ def _variation(L: dict, A: dict, st: dict) -> dict:
     """The seed-to-seed spread of accuracy and how much the seconds per run vary, for :func:`reproducibility`."""
     if len(st["seeds"]) < 2:
         return {"timings": "the seconds per run come from one run each; how much they vary was not measured."}
-    records = list(L.values()) + [r for a, r in A.items() if r not in L.values()]
+    records = list(L.values()) + [r for r in A.values() if r not in L.values()]
     spans = [relative_span([run["train_seconds"] for run in r["runs"]]) for r in records]
     return {"spread": seed_spread([r["std"] for r in records], len(st["seeds"]), "accuracy points",
                                   f"the {len(records)} losses and α values"),

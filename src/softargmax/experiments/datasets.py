@@ -41,11 +41,12 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
+
+from ._files import atomic_json
 
 
 class DataError(RuntimeError):
@@ -201,18 +202,8 @@ def _read_stamp(folder: Path) -> dict:
 
 def _write_stamp(folder: Path, files: dict) -> None:
     """Write the stamp atomically (temp file + rename); a cache that cannot be written is ignored."""
-    path = stamp_path(folder)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"folder": str(Path(folder).resolve()), "files": files}, f, indent=1)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_json(stamp_path(folder), {"folder": str(Path(folder).resolve()), "files": files}, indent=1)
     except OSError:
         pass  # costs a rehash next time, nothing else
 

@@ -39,7 +39,7 @@ from torch import nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
 
 LOSSES = {"js": "jensen_shannon", "rcs": "reverse_chi_square", "kl": "softmax", "cs": "chi_square", "alpha1.5": "entmax15"}
 NAMES = {"js": "Jensen–Shannon", "rcs": "reverse χ²", "kl": "KL", "cs": "χ²", "alpha1.5": "α = 1.5"}
@@ -227,7 +227,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
     axes[2].set_ylim(min(vals) * 0.97, max(vals) * 1.02)
     fig.suptitle("SFT vs distillation with f-divergence losses (cf. Roulet et al., 2025, Fig. 3)")
     fig.tight_layout()
-    fig.savefig(out_dir / "fig3_fig4.png", dpi=120)
+    save_figure(fig, out_dir / "fig3_fig4.png", dpi=120)
     plt.close(fig)
     return ["fig3_fig4.png"]
 

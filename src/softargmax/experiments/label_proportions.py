@@ -39,7 +39,7 @@ import torch
 
 import softargmax as sa
 
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
 
 LOSSES = {
@@ -182,7 +182,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         fig.suptitle("Label-proportion estimation (cf. Martins & Astudillo, 2016, Fig. 3)")
         fig.tight_layout()
         fname = f"fig3_K{K}.png"
-        fig.savefig(out_dir / fname, dpi=120)
+        save_figure(fig, out_dir / fname, dpi=120)
         plt.close(fig)
         files.append(fname)
     return files

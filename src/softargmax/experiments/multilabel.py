@@ -44,7 +44,7 @@ import torch
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
 
 SYSTEMS = ("logistic", "softmax", "sparsemax", "entmax15", "binary_chi_square")
@@ -289,7 +289,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(systems))  # below the bars, not over them
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(out_dir / "f1.png", dpi=120)
+    save_figure(fig, out_dir / "f1.png", dpi=120)
     plt.close(fig)
     return ["f1.png"]
 

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, reproducibility, seed_spread
+from ._common import begin, environment, finish, pyplot, reproducibility, save_figure, seed_spread
 
 LABELS = ("entailment", "neutral", "contradiction")
 SYSTEMS = ("noattention", "logistic", "softmax", "sparsemax", "entmax15")
@@ -302,7 +302,7 @@ def write_figures(results: dict, out_dir: Path) -> list:
         ax.set_title(f"hypothesis: {' '.join(ex['hypothesis'])} ({ex['label']})", fontsize=9)
     fig.suptitle("Attention over premise words (cf. Martins & Astudillo, 2016, Table 4); white = exactly zero")
     fig.tight_layout()
-    fig.savefig(out_dir / "attention_examples.png", dpi=120)
+    save_figure(fig, out_dir / "attention_examples.png", dpi=120)
     plt.close(fig)
     return ["attention_examples.png"]
 

@@ -53,9 +53,9 @@ def run(preset="default", data_dir=None, out="reports/tau-table", seed=0, downlo
         src = pad_batch([fold(s) + [EOS] for s in src_ids], "cpu")
         tgt = pad_batch([[BOS] + fold(t) for t in tgt_ids], "cpu")
         logits = model(src, tgt)[tgt != PAD]
-        tau_model = float(sa.tau.from_logits(logits, 1.5))
-        std = sa.tau.linear_logit_std(P["d_model"], V)
-        tau_hat, p_star = sa.tau.gaussian(V, std, alpha=1.5, method="paper", return_support=True)
+        tau_model = float(sa.alpha_relu_tau.from_logits(logits, 1.5))
+        std = sa.alpha_relu_tau.linear_logit_std(P["d_model"], V)
+        tau_hat, p_star = sa.alpha_relu_tau.gaussian(V, std, alpha=1.5, method="paper", return_support=True)
         row = {"vocab": V, "d_model": P["d_model"], "logit_std_measured": float(logits.std()), "logit_std_formula": std,
                "tau_model": tau_model, "tau_formula": tau_hat, "p_star": p_star, "paper": PAPER.get(V)}
         rows.append(row)

@@ -53,7 +53,20 @@ from typing import Optional
 
 import torch
 
-from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, seed_spread
+from ._common import (
+    atomic_json,
+    begin,
+    check_checkpoint,
+    data_digest,
+    environment,
+    fingerprint,
+    finish,
+    pyplot,
+    relative_span,
+    reproducibility,
+    save_figure,
+    seed_spread,
+)
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
@@ -99,6 +112,18 @@ PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "b
 #: the paper's numbers (Tables 1, 2, 3, 5 and Fig. 4), from the data file next to this module
 PAPER = json.loads((Path(__file__).parent / "translation_paper.json").read_text(encoding="utf-8"))
 
+#: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
+EXPERIMENT = "translation"
+
+#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
+DERIVED = ("runs", "spm.model", "spm.json")
+
+#: what the test of killed and resumed runs shows, for the report's Reproducibility section
+RESUME_TEST = ("the test “a smoke translation run killed at random moments and resumed until it finishes equals an "
+               "uninterrupted run” kills a `smoke` run of softmax and 1.5-ReLU with SIGKILL at moments drawn by a "
+               "seeded random generator, resumes it from its checkpoints until it finishes, and gets every number of "
+               "an uninterrupted run of the same seed, timings aside.")
+
 NAMES = {"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "1.5-entmax", "alpha_relu": "1.5-ReLU"}
 
 
@@ -109,7 +134,10 @@ def _name(system: str) -> str:
 def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, seed: int, log=print):
     """Multi30k splits cut to the preset's sizes and the joint BPE tokenizer (trained once, kept in ``out_dir``).
 
-    Returns ``(folder, train, val, test, dev, tokenizer)``; ``dev`` is the head of ``val``.
+    The tokenizer is ``out_dir/spm.model``, with the settings it was learned with in
+    ``out_dir/spm.json`` (vocabulary size, training sentences, data digest); one learned with
+    other settings (another preset's) is learned again, never reused.  Both are written
+    atomically.  Returns ``(folder, train, val, test, dev, tokenizer)``; ``dev`` is the head of ``val``.
     """
     folder = nmt_data.find(data_dir, download_missing=download, log=log)
     train = nmt_data.read_split(folder, "train").head(P["train"])
@@ -117,12 +145,25 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, out_dir: Path, s
     test = nmt_data.read_split(folder, "test").head(P["test"])
     dev = val.head(P["dev_sentences"])
     log(f"Multi30k De→En from {folder}: train {len(train)}, val {len(val)}, test (test_2016_flickr) {len(test)}")
-    tok_path = out_dir / "spm.model"
-    if tok_path.exists():
-        tok = Tokenizer.load(tok_path)
-    else:
+    tok_path, about_path = out_dir / "spm.model", out_dir / "spm.json"
+    about = {"vocab": P["vocab"], "sentences": len(train), "data": data_digest(["multi30k"])}
+    try:
+        kept = json.loads(about_path.read_text(encoding="utf-8")) if tok_path.exists() else None
+    except (OSError, ValueError):
+        kept = None
+    tok = None
+    if kept == about:
+        try:
+            tok = Tokenizer.load(tok_path)
+        except (OSError, RuntimeError) as e:
+            log(f"tokenizer {tok_path} cannot be read ({e}): learning it again")
+    elif tok_path.exists():
+        log(f"tokenizer {tok_path} was learned with other settings ({kept or 'unknown'}, this run: {about}): "
+            "learning it again")
+    if tok is None:
         tok = Tokenizer.train(train.src + train.tgt, P["vocab"], seed=seed)
         tok.save(tok_path)
+        atomic_json(about_path, about)
     log(f"joint sentencepiece BPE vocabulary: {len(tok)} pieces")
     return folder, train, val, test, dev, tok
 
@@ -247,6 +288,7 @@ def run(
     log=print,
     seeds=None,
     overrides: Optional[dict] = None,
+    checkpoint_every: Optional[int] = None,
 ) -> dict:
     """Run the experiment and write ``results.json``, ``report.md`` and figures into ``out``.
 
@@ -255,14 +297,22 @@ def run(
     ``gpu`` preset at toy size.  Under ``torchrun --nproc_per_node N`` training is data
     parallel over N processes (:mod:`.nmt.distributed`); rank 0 evaluates and writes the
     report, the other ranks return ``{}``.
+
+    Training resumes from the checkpoints in ``out/runs/<system>[/seed<n>]`` and writes one
+    at every evaluation, every ``checkpoint_every`` steps when given, and at the end
+    (:func:`.nmt.training.train_system`).  A resumed run gives the numbers of an
+    uninterrupted one.  Before anything is trained, every checkpoint there is checked
+    against this run's fingerprint (experiment, preset, system, seed, data, library
+    version, overrides): one of another run raises
+    :class:`._common.CheckpointMismatchError`, which names the differing fields.
     """
     P = preset_settings(preset, overrides)
-    if seeds is None:
-        seeds = list(P.get("seeds", (seed,)))
-    seeds = list(seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    seeds = _seeds(P, seed, seeds)
     _, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out, prefixes={"f:": "<divergence>"})
+    prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
+              for system in systems for sd in seeds}
+    for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
+        check_checkpoint(_run_dir(out_dir, system, sd, seeds) / "checkpoint.pt", fp)
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     ctx = distributed.setup(device)
     device = ctx.device
@@ -275,61 +325,18 @@ def run(
     try:
         # rank 0 learns the vocabulary; the other ranks load it
         if ctx.main:
-            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
         distributed.barrier()
         if not ctx.main:
-            folder, train, val, test, dev, tok = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
+        folder, train, val, test, dev, tok = data
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         results = {"settings": {}, "systems": {}, "paper": PAPER}
-        stats, trained_all, resumed, hyps = {}, {}, [], {}
-        n_runs, run_seconds = len(systems) * len(seeds), []
-        for system in systems:
-            per_seed = {}
-            for k, sd in enumerate(seeds):
-                # overall progress: run i of n, and the time left from the runs measured so far
-                done = len(run_seconds)
-                eta = (f", ETA {sum(run_seconds) / done * (n_runs - done) / 60:.1f} min for the runs left"
-                       if done else "")
-                log(f"== run {done + 1} of {n_runs}: {system}" + (f" seed {sd}" if len(seeds) > 1 else "") + eta)
-                t_run = time.perf_counter()
-                train_cfg = TrainConfig(seed=sd, **P["train_cfg"])
-                run_dir = out_dir / "runs" / system.replace(":", "_")
-                if len(seeds) > 1:
-                    run_dir = run_dir / f"seed{sd}"
-                trained = train_system(system, model_cfg, train_cfg, tok, train, val, run_dir, device=device, log=log,
-                                       name=system if len(seeds) == 1 else f"{system} seed {sd}")
-                if not ctx.main:
-                    continue
-                if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
-                    resumed.append(system if len(seeds) == 1 else f"{system} seed {sd}")
-                record = evaluate_system(trained, tok, test, dev, P, device, log=log)
-                run_seconds.append(time.perf_counter() - t_run)
-                record["seed"] = sd
-                hyps.setdefault(system, []).append(record.pop("_hyps"))
-                if k == 0:
-                    stats[system] = record.pop("_stats")
-                    trained_all[system] = trained
-                else:
-                    record.pop("_stats")
-                per_seed[sd] = record
-            if ctx.main:
-                results["systems"][system] = _aggregate(per_seed)
+        stats, trained_all, resumed, hyps = _train_systems(ctx, systems, seeds, P, model_cfg, data, out_dir, results, log,
+                                                            prints, checkpoint_every)
         if not ctx.main:
             return {}
-        log("timing inference against beam size (all systems interleaved) ...")
-        for system, per in time_inference(trained_all, tok, test, P, device).items():
-            results["systems"][system]["inference_seconds"] = per
-        soft = results["systems"].get("softmax")
-        for system, rec in results["systems"].items():
-            if soft:
-                rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
-        fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
-        for rec in results["systems"].values():
-            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
-        if len(hyps) > 1:
-            log("paired bootstrap resampling of test BLEU ...")
-            results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
-
+        _compare(results, trained_all, hyps, tok, test, P, device, log)
         train_settings = asdict(TrainConfig(seed=seeds[0], **P["train_cfg"]))
         results["settings"] = {
             "preset": preset,
@@ -356,6 +363,83 @@ def run(
             torch.set_float32_matmul_precision(old_precision)
         if owns_group:
             distributed.teardown()
+
+
+def _run_dir(out_dir: Path, system: str, seed: int, seeds: list) -> Path:
+    """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with several seeds."""
+    run_dir = out_dir / "runs" / system.replace(":", "_")
+    return run_dir / f"seed{seed}" if len(seeds) > 1 else run_dir
+
+
+def _seeds(P: dict, seed: int, seeds) -> list:
+    """The seeds to train every system with: ``seeds``, else the preset's, else ``[seed]``; distinct integers."""
+    if seeds is None:
+        seeds = list(P.get("seeds", (seed,)))
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    return seeds
+
+
+def _train_systems(ctx, systems, seeds: list, P: dict, model_cfg: ModelConfig, data, out_dir: Path, results: dict,
+                   log, prints: dict, checkpoint_every: Optional[int]):
+    """Train and evaluate every system once per seed, filling ``results["systems"]`` (on rank 0).
+
+    ``prints[system, seed]`` is the fingerprint of each run's checkpoints; ``checkpoint_every``
+    as :func:`.nmt.training.train_system` takes it.
+
+    Returns ``(decoding statistics, trained models, resumed runs, test hypotheses)``: the statistics
+    and models of each system's first seed, the hypotheses of every seed."""
+    _, train, val, test, dev, tok = data
+    stats, trained_all, resumed, hyps = {}, {}, [], {}
+    n_runs, run_seconds = len(systems) * len(seeds), []
+    for system in systems:
+        per_seed = {}
+        for k, sd in enumerate(seeds):
+            # overall progress: run i of n, and the time left from the runs measured so far
+            done = len(run_seconds)
+            eta = (f", ETA {sum(run_seconds) / done * (n_runs - done) / 60:.1f} min for the runs left"
+                   if done else "")
+            name = system if len(seeds) == 1 else f"{system} seed {sd}"
+            log(f"== run {done + 1} of {n_runs}: {system}" + (f" seed {sd}" if len(seeds) > 1 else "") + eta)
+            t_run = time.perf_counter()
+            trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
+                                   _run_dir(out_dir, system, sd, seeds), device=ctx.device, log=log, name=name,
+                                   fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
+            if not ctx.main:
+                continue
+            if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
+                resumed.append(name)
+            record = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
+            run_seconds.append(time.perf_counter() - t_run)
+            record["seed"] = sd
+            hyps.setdefault(system, []).append(record.pop("_hyps"))
+            first = record.pop("_stats")
+            if k == 0:
+                stats[system] = first
+                trained_all[system] = trained
+            per_seed[sd] = record
+        if ctx.main:
+            results["systems"][system] = _aggregate(per_seed)
+    return stats, trained_all, resumed, hyps
+
+
+def _compare(results: dict, trained_all: dict, hyps: dict, tok, test, P: dict, device, log) -> None:
+    """Inference timings against beam size (interleaved), step times relative to softmax, and the paired
+    bootstrap of test BLEU, into ``results``."""
+    log("timing inference against beam size (all systems interleaved) ...")
+    for system, per in time_inference(trained_all, tok, test, P, device).items():
+        results["systems"][system]["inference_seconds"] = per
+    soft = results["systems"].get("softmax")
+    for rec in results["systems"].values():
+        if soft:
+            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
+    fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
+    for rec in results["systems"].values():
+        rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
+    if len(hyps) > 1:
+        log("paired bootstrap resampling of test BLEU ...")
+        results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
 
 
 def _env_with_tf32(env: dict, tf32: bool) -> dict:
@@ -389,7 +473,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         a.legend()
     fig.suptitle("Validation BLEU during training (cf. the paper, Figs. 2-3)")
     fig.tight_layout()
-    fig.savefig(out_dir / "curves_bleu.png", dpi=120)
+    save_figure(fig, out_dir / "curves_bleu.png", dpi=120)
     plt.close(fig)
     files.append("curves_bleu.png")
 
@@ -406,7 +490,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     fig.suptitle("Validation loss of each system's own training loss (scales differ: compare shapes, not values)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(out_dir / "curves_loss.png", dpi=120)
+    save_figure(fig, out_dir / "curves_loss.png", dpi=120)
     plt.close(fig)
     files.append("curves_loss.png")
 
@@ -426,7 +510,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         ax.set_xlabel("beam size"); ax.set_ylabel("inference time / softmax's")
         ax.set_title("Inference time vs beam size (cf. the paper, Fig. 4)", fontsize=10); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout(); fig.savefig(out_dir / "inference_beam.png", dpi=120); plt.close(fig)
+        fig.tight_layout(); save_figure(fig, out_dir / "inference_beam.png", dpi=120); plt.close(fig)
         files.append("inference_beam.png")
 
     sparse = [s for s in systems if s != "softmax"]
@@ -441,14 +525,14 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         ax.set_xlim(lo, 1.0)
         ax.set_xlabel("share of exact zeros in the next-token distribution"); ax.set_ylabel("decoding steps")
         ax.set_title("Sparsity per decoding step (cf. the paper, Figs. 5-6)"); ax.legend()
-        fig.tight_layout(); fig.savefig(out_dir / "zeros_per_step.png", dpi=120); plt.close(fig)
+        fig.tight_layout(); save_figure(fig, out_dir / "zeros_per_step.png", dpi=120); plt.close(fig)
         files.append("zeros_per_step.png")
     if "alpha_relu" in systems:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
         ax.hist(stats["alpha_relu"].sums, bins=50)
         ax.set_xlabel("Σ 1.5-ReLU(z) at a decoding step"); ax.set_ylabel("decoding steps")
         ax.set_title("Self-normalization (cf. the paper, Fig. 9)")
-        fig.tight_layout(); fig.savefig(out_dir / "alpha_relu_sums.png", dpi=120); plt.close(fig)
+        fig.tight_layout(); save_figure(fig, out_dir / "alpha_relu_sums.png", dpi=120); plt.close(fig)
         files.append("alpha_relu_sums.png")
     return files
 
@@ -478,7 +562,7 @@ def _selection_figure(plt, results: dict, out_dir: Path) -> str:
     axes[1][0].set_ylabel("val loss per token (own loss)")
     fig.suptitle("Validation curves per seed: ★ kept model, × training stopped")
     fig.tight_layout()
-    fig.savefig(out_dir / "curves_selection.png", dpi=120)
+    save_figure(fig, out_dir / "curves_selection.png", dpi=120)
     plt.close(fig)
     return "curves_selection.png"
 
@@ -539,8 +623,8 @@ def render_report(results: dict, figures: list) -> str:
         "",
         f"Preset `{st['preset']}`, {who}, {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
         f"this invocation took {st['total_seconds'] / 60:.1f} min"
-        + (f" (training of {', '.join(st['resumed_from_checkpoint'])} was resumed from finished checkpoints; "
-           "training times are those recorded when they were trained)." if st.get("resumed_from_checkpoint") else "."),
+        + (f" (training of {', '.join(st['resumed_from_checkpoint'])} was resumed from checkpoints; "
+           "training times add up those recorded before and after)." if st.get("resumed_from_checkpoint") else "."),
         "",
         "**Stand-in data and model.** The paper trains Transformer-base on IWSLT'14 / WMT'14 / WMT'13 "
         f"for {min(hours):.0f}–{max(hours):.0f} hours per model (Table 5). Here: Multi30k task 1 De→En ({st['data']['train']:,} training pairs of image captions, "
@@ -616,19 +700,23 @@ def render_report(results: dict, figures: list) -> str:
     if "alpha_relu" in S:
         for ex in S["alpha_relu"]["examples"][:3]:
             lines += [f"- src: {ex['src']}", f"  - ref: {ex['ref']}", f"  - hyp: {ex['hyp']}"]
-    lines += reproducibility(st, **_variation(S, st))
+    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(S, st))
     return "\n".join(lines) + "\n"
 
 
 def _variation(S: dict, st: dict) -> dict:
     """What this run measured of its own variation, for :func:`._common.reproducibility`.
 
-    Nothing about reruns: no test reruns this experiment with the same seed, and no past run's
-    numbers are kept.  The timing sentence gives the variation of the time per step between the
+    Reruns: the test of killed and resumed runs (``RESUME_TEST``) runs a `smoke` run of two
+    output layers twice with the same seed; nothing else is rerun, and no past run's numbers
+    are kept.  The timing sentence gives the variation of the time per step between the
     evaluations of each run (:func:`step_time_variation`), the one measured in ``results.json``.
     """
     seeds = st.get("seeds", [st["seed"]])
-    out = {}
+    this = ("the other output layers were not repeated" if st.get("preset") == "smoke" else
+            f"this `{st.get('preset')}` run was not repeated")
+    out = {"rerun": ("a `smoke` run of softmax and 1.5-ReLU repeated with the same seed gives identical numbers, "
+                     f"timings aside (the test in the last line runs it twice); {this}.")}
     if len(seeds) > 1:
         out["spread"] = seed_spread([r["bleu_std"] for r in S.values()], len(seeds), "BLEU",
                                     f"the {len(S)} output layers")

@@ -124,20 +124,11 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
         if loss_options:
             raise ValueError(f"loss=None: loss options {sorted(loss_options)} would not be used")
         return model
-    head = model.get_output_embeddings()
-    if not isinstance(head, nn.Linear):
-        raise ValueError(f"model: the output embedding must be a torch.nn.Linear (a causal LM head), got "
-                         f"{type(head).__name__}")
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    model_type = getattr(config, "model_type", None)
-    if model_type not in TESTED_FAMILIES and not allow_untested:
-        raise ValueError(f"model: the {model_type!r} family is not tested with the fused loss (tested: "
-                         f"{', '.join(TESTED_FAMILIES)}); pass allow_untested=True if its head is a plain linear "
-                         "layer on the final hidden states")
-    for attr in _UNSUPPORTED_SCALES:
-        value = getattr(text_config, attr, None)
-        if value is not None and value != 1:
-            raise ValueError(f"model: config.{attr}={value!r} scales the logits, which the fused loss does not do")
+    head, text_config = _head_and_text_config(model, config, allow_untested)
+    if "return_stats" in loss_options:
+        raise ValueError("return_stats: the patched loss is the scalar Transformers expects; for per-token losses "
+                         "and statistics call linear_fenchel_young_loss on the hidden states (reduction='none', "
+                         "return_stats=True)")
     bad = sorted(set(loss_options) & set(_RESERVED))
     if bad:
         raise ValueError(f"loss options {bad} are set by Transformers or the model, not by apply")
@@ -162,6 +153,26 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     vars(model)[_STATE] = state
     model.forward = forward
     return model
+
+
+def _head_and_text_config(model: nn.Module, config, allow_untested: bool):
+    """The model's LM head (a ``nn.Linear``) and its text config, once the family and the config's logit
+    scales are checked to be what the fused loss computes."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"model: the output embedding must be a torch.nn.Linear (a causal LM head), got "
+                         f"{type(head).__name__}")
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    model_type = getattr(config, "model_type", None)
+    if model_type not in TESTED_FAMILIES and not allow_untested:
+        raise ValueError(f"model: the {model_type!r} family is not tested with the fused loss (tested: "
+                         f"{', '.join(TESTED_FAMILIES)}); pass allow_untested=True if its head is a plain linear "
+                         "layer on the final hidden states")
+    for attr in _UNSUPPORTED_SCALES:
+        value = getattr(text_config, attr, None)
+        if value is not None and value != 1:
+            raise ValueError(f"model: config.{attr}={value!r} scales the logits, which the fused loss does not do")
+    return head, text_config
 
 
 def revert(model: nn.Module) -> nn.Module:

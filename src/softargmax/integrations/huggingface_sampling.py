@@ -62,4 +62,3 @@ class SparseSamplingProcessor(LogitsProcessor):
     def __repr__(self) -> str:
         return (f"SparseSamplingProcessor(mapping={self.mapping!r}, alpha={self.alpha!r}, "
                 f"temperature={self.temperature!r}{'' if self.q is None else ', q=...'})")
-

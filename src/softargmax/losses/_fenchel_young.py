@@ -1,63 +1,72 @@
-"""The Fenchel–Young loss of scores whose classes are all on this process: the body of
-:func:`softargmax.losses.fenchel_young_loss` once soft-capping and the distributed cases are
-dispatched (the vocabulary-parallel loss of :mod:`softargmax.losses.distributed` uses it for
-DTensors whose classes are replicated).
+"""The loss of scores whose classes are all on this process, for any :class:`~softargmax.losses._rows.RowLoss`:
+the body of :func:`softargmax.losses.fenchel_young_loss` once soft-capping and the distributed
+cases are dispatched, and of the normmax and budget sparsemax losses (the vocabulary-parallel
+loss of :mod:`softargmax.losses.distributed` uses it for DTensors whose classes are replicated).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-from .._utils.checks import check_dim, check_positive_number, check_q, check_tensor
+from .._utils.checks import check_dim, check_positive_number, check_tensor
 from .._utils.rows import Rows
 from .._utils.tracing import use_custom_ops
 from ..divergences import Divergence
-from ..operators._library_ops import divergence_spec
-from ._rows import RowLoss, alpha_relu_rows, fy_rows, resolve_loss
+from ._options import LossOptions
+from ._row_losses import resolve_loss
+from ._rows import RowLoss
 from ._targets import check_reduction, parse_target, reduce_loss
 
+__all__ = ["one_process_loss", "row_loss", "prepare", "reduce_rows", "SavedGradientLoss"]
 
-def one_process_loss(
-    x: Tensor,
-    target: Tensor,
-    mapping: Union[str, Divergence] = "entmax15",
-    *,
-    dim: int = -1,
-    q: Optional[Tensor] = None,
-    temperature: float = 1.0,
-    multilabel: bool = False,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-    label_smoothing: float = 0.0,
-    weight: Optional[Tensor] = None,
-    return_prediction: bool = False,
-    **mapping_params,
-):
-    """:func:`softargmax.losses.fenchel_young_loss` for scores that hold every class (its arguments)."""
+
+def one_process_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict,
+                     options: LossOptions):
+    """:func:`softargmax.losses.fenchel_young_loss` for scores that hold every class (soft-capped
+    first with ``options.softcap``)."""
     check_tensor(x)
-    dim = check_dim(x, dim)
-    check_reduction(reduction)
-    kind = resolve_loss(mapping, dict(mapping_params))
-    if use_custom_ops() and not return_prediction:
-        spec = operator_spec(kind)
+    if options.softcap is not None:
+        c = check_positive_number(options.softcap, "softcap")
+        x = c * torch.tanh(x / c)
+    dim = check_dim(x, options.dim)
+    check_reduction(options.reduction)
+    loss = resolve_loss(mapping, params)
+    if use_custom_ops() and not options.return_prediction:
+        spec = loss.operator_spec()
         if spec is not None:  # one opaque operator for the compiler (softargmax.losses._library_ops)
+            o = options
             return torch.ops.softargmax.fenchel_young_loss(
-                x, target, q, weight, *spec, float(temperature), dim, multilabel, ignore_index, reduction,
-                float(label_smoothing))[0]
-    rows, tgt, compute = prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
-                                  weight)
-    return reduce_rows(x, dim, rows, tgt, compute, reduction, return_prediction)
+                x, target, o.q, o.weight, *spec, float(o.temperature), dim, o.multilabel, o.ignore_index, o.reduction,
+                float(o.label_smoothing))[0]
+    return row_loss(x, target, dim, loss, options)
+
+
+def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions):
+    """The reduced ``loss`` of scores ``x`` (checked, ``dim`` normalized) against ``target``, and the
+    prediction if ``options.return_prediction``."""
+    rows, tgt, compute = prepare(x, target, dim, loss, options)
+    return reduce_rows(x, dim, rows, tgt, compute, options.reduction, options.return_prediction)
+
+
+def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions):
+    """``(rows, parsed target, compute)``; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
+    rows = Rows(x, dim)
+    tgt = parse_target(target, x, rows, multilabel=options.multilabel, ignore_index=options.ignore_index,
+                       label_smoothing=options.label_smoothing, weight=options.weight)
+    bound = loss.bind(options.q, options.temperature, x, rows)
+    return rows, tgt, lambda theta: bound.rows(theta, tgt)
 
 
 def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, return_prediction: bool):
     """The reduced loss (and the prediction) from ``compute(theta) -> (loss, p, p - y)`` per row.
 
-    The backward is ``p - y`` saved by the forward (:class:`~softargmax.losses._rows.RowLoss`);
-    an empty batch gives what ``F.cross_entropy`` gives (0 for sum, NaN for mean, an empty
-    tensor for none), with a graph.
+    The backward is ``p - y`` saved by the forward (:class:`SavedGradientLoss`); an empty batch
+    gives what ``F.cross_entropy`` gives (0 for sum, NaN for mean, an empty tensor for none),
+    with a graph.
     """
     if rows.R == 0 or rows.k == 0:
         per_row = x.sum(dim) * 0
@@ -71,7 +80,7 @@ def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, r
         return loss, p, G
 
     if x.requires_grad and torch.is_grad_enabled():
-        per_row = RowLoss.apply(x, compute_and_keep, rows)
+        per_row = SavedGradientLoss.apply(x, compute_and_keep, rows)
     else:
         per_row = compute_and_keep(rows.flat)[0].to(x.dtype)
     loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))
@@ -80,34 +89,19 @@ def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt, compute, reduction: str, r
     return loss, rows.restore(kept["p"].detach())
 
 
-def operator_spec(kind):
-    """``(mapping, parameter, tau)`` naming a resolved mapping to the loss operator, or ``None`` (stays eager)."""
-    if kind[0] == "fy":
-        spec = divergence_spec(kind[1])
-        return None if spec is None else (spec[0], spec[1], 0.0)
-    _, alpha, tau = kind
-    return None if isinstance(tau, Tensor) else ("alpha_relu", float(alpha), float(tau))
+class SavedGradientLoss(torch.autograd.Function):
+    """Per-row loss values with the saved gradient ``G = p - y``: backward is ``G · grad``."""
 
+    @staticmethod
+    def forward(ctx, x: Tensor, compute, rows: Rows):
+        loss, _, G = compute(rows.flat)
+        ctx.save_for_backward(G)
+        ctx.rows = rows
+        return loss.to(x.dtype)
 
-def prepare(x: Tensor, target: Tensor, kind, dim: int, q, temperature, multilabel, ignore_index, label_smoothing,
-             weight):
-    """``(rows, parsed target, compute)`` of :func:`fenchel_young_loss`; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
-    rows = Rows(x, dim)
-    tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
-                       label_smoothing=label_smoothing, weight=weight)
-    if kind[0] == "fy":
-        beta = check_positive_number(temperature, "temperature")
-        check_q(q, x)
-        q2d = rows.class_param(q.detach()) if q is not None else None
-        div = kind[1]
-        compute = lambda theta: fy_rows(theta, tgt, div, beta, q2d)  # noqa: E731
-    else:
-        if q is not None or temperature != 1.0:
-            raise ValueError("alpha_relu_loss takes no q or temperature")
-        _, alpha, tau = kind
-        if isinstance(tau, Tensor):
-            if tau.numel() != 1:
-                raise ValueError("alpha_relu_loss: tau must be a number or a one-element tensor")
-            tau = float(tau)
-        compute = lambda theta: alpha_relu_rows(theta, tgt, alpha, tau)  # noqa: E731
-    return rows, tgt, compute
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_rows: Tensor):
+        (G,) = ctx.saved_tensors
+        g = G * grad_rows.to(G.dtype).unsqueeze(1)
+        return ctx.rows.restore(g), None, None

@@ -24,13 +24,16 @@ from .._utils.checks import compute_dtype
 from .._utils.tracing import CUSTOM_OPS
 from ..operators._library_ops import define
 from ._fenchel_young import prepare
-from ._rows import resolve_loss
+from ._options import LossOptions
+from ._row_losses import resolve_loss
+from ._rows import RowLoss
 from ._targets import reduce_loss
 
 __all__: list = []
 
 
-def _kind(mapping: str, param: float, tau: float):
+def _row_loss(mapping: str, param: float, tau: float) -> RowLoss:
+    """The loss that :meth:`~softargmax.losses._rows.RowLoss.operator_spec` named."""
     if mapping == "alpha_relu":
         return resolve_loss("alpha_relu", {"alpha": param, "tau": tau})
     return resolve_loss(mapping, {"alpha": param} if mapping == "alpha" else {})
@@ -39,9 +42,9 @@ def _kind(mapping: str, param: float, tau: float):
 def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: Optional[Tensor], mapping: str,
                         param: float, tau: float, temperature: float, dim: int, multilabel: bool, ignore_index: int,
                         reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
-    kind = _kind(mapping, param, tau)
-    rows, tgt, compute = prepare(x, target, kind, dim, q, temperature, multilabel, ignore_index, label_smoothing,
-                                  weight)
+    options = LossOptions(q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
+                          reduction=reduction, label_smoothing=label_smoothing, weight=weight)
+    rows, tgt, compute = prepare(x, target, dim, _row_loss(mapping, param, tau), options)
     per_row, _, G = compute(rows.flat)
     per_row = per_row.to(x.dtype)
     loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))

@@ -20,20 +20,22 @@ from ._targets import rows_of
 DEFAULT_MEMORY_BUDGET = 2**30
 
 
-def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False, chunk_target: bool = False) -> int:
+def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False, chunk_target: bool = False,
+                 extra_buffers: int = 0) -> int:
     """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes
-    (``chunk_target``: plus the chunk's dense target, built from a teacher's top-k)."""
+    (``chunk_target``: plus the chunk's dense target, built from a teacher's top-k; ``extra_buffers``: plus
+    that many compute-dtype buffers, e.g. the prediction kept beside its gradient)."""
     size = torch.empty((), dtype=dtype).element_size()
     half = dtype != compute_dtype(dtype)
     cdt_size = torch.empty((), dtype=compute_dtype(dtype)).element_size()
     # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
     # + the solver's output before the gradient overwrites it + softcap's tanh
     per_token = V * (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
-                     + (cdt_size if softcap else 0) + (cdt_size if chunk_target else 0))
+                     + (cdt_size if softcap else 0) + (cdt_size if chunk_target else 0) + extra_buffers * cdt_size)
     return max(1, memory_budget // per_token)
 
 
-def _accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
+def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
     """``gw += Gmᵀ h`` with ``gw`` float32 and ``Gm``, ``h`` in the input dtype.
 
     Half inputs on CUDA: one tensor-core GEMM that accumulates in float32 and adds into ``gw``
@@ -93,7 +95,7 @@ class LinearFY(torch.autograd.Function):
             if need_h:
                 torch.mm(Gm, weight, out=gh[start:end])
             if need_w:
-                _accumulate_weight_grad(gw, Gm, h)
+                accumulate_weight_grad(gw, Gm, h)
             if need_b:
                 gb.add_(G.sum(0))
             del G, Gm
@@ -111,8 +113,10 @@ class LinearFY(torch.autograd.Function):
         return out[0], out[1], out[2], None, None, None, None, None
 
 
-def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str, rows: str = "vocab") -> None:
-    """The argument checks of the fused linear + loss (``rows``: what ``weight``'s rows are, for the message)."""
+def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str, rows: str = "vocab",
+                           reductions: tuple = ("mean", "sum")) -> None:
+    """The argument checks of the fused linear + loss (``rows``: what ``weight``'s rows are, for the message;
+    ``reductions``: those the caller computes)."""
     check_tensor(hidden, "hidden")
     check_tensor(weight, "weight")
     if weight.dim() != 2:
@@ -125,8 +129,9 @@ def check_linear_arguments(hidden: Tensor, weight: Tensor, bias, reduction: str,
         check_tensor(bias, "bias")
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum' for the fused loss, got {reduction!r}")
+    if reduction not in reductions:
+        accepted = ", ".join(map(repr, reductions[:-1])) + f" or {reductions[-1]!r}"
+        raise ValueError(f"reduction must be {accepted} for the fused loss, got {reduction!r}")
 
 
 def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Tensor:
@@ -147,3 +152,14 @@ def target_rows(target: Tensor, hidden: Tensor, V: int, multilabel: bool) -> Ten
         what = "label sets" if multilabel else "probability vectors"
         raise ValueError(f"target: {what} must have shape {batch + (V,)} (hidden's batch shape, V), got {tuple(target.shape)}")
     return target.reshape(N, V)
+
+
+def check_chunking(chunk_size, memory_budget) -> int:
+    """The memory budget in bytes (default :data:`DEFAULT_MEMORY_BUDGET`), once it and ``chunk_size``
+    (``None``: from the budget) are checked to be positive ints."""
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0):
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    return budget

@@ -21,6 +21,7 @@ as in ``cross_entropy``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -53,12 +54,18 @@ class Target:
     topk_value: Optional[Tensor] = None
     rest: Optional[Tensor] = None
     classes: int = 0
+    #: with the classes split over processes: ``[R]``, whether this process holds the row's class
+    #: (``index`` is then its column here); ``None``: every class is here
+    owned: Optional[Tensor] = None
 
     def as_dense(self, k: int, dtype) -> Tensor:
+        """The target as rows ``[R, k]`` (class indices one-hot in the kept, owned rows)."""
         if self.dense is not None:
             return self.dense
         y = torch.zeros(self.index.shape[0], k, dtype=dtype, device=self.index.device)
-        y.scatter_(1, self.index.unsqueeze(1), self.keep.to(dtype).unsqueeze(1))
+        if k:
+            hot = self.keep if self.owned is None else self.owned
+            y.scatter_(1, self.index.unsqueeze(1), hot.to(dtype).unsqueeze(1))
         return y
 
 
@@ -130,62 +137,21 @@ def parse_target(
     ``weight_name``: how the caller's signature names ``weight``, for the messages."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
-    k, R, dtype = rows.k, rows.R, rows.dtype
-    batch_shape = tuple(rows.moved_shape[:-1])
+    k, dtype = rows.k, rows.dtype
     ignore_index = check_ignore_index(ignore_index)
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if weight is not None:
-        if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
-            raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
-                             f"{type(weight).__name__ if not isinstance(weight, Tensor) else (tuple(weight.shape), weight.dtype)}")
-        wd = weight.detach()
-        if values_checkable(wd) and not bool(((wd >= 0) & torch.isfinite(wd)).all()):
-            raise ValueError(f"{weight_name} must be finite and non-negative")
-        weight = weight.to(dtype)
-
-    if k == 0 and all(n > 0 for n in batch_shape):
+        weight = _class_weight(weight, k, dtype, weight_name)
+    if k == 0 and all(n > 0 for n in rows.moved_shape[:-1]):
         raise ValueError(f"x: the class dimension (dim={rows.dim - len(rows.shape)}) has size 0; a loss needs at least one class")
-    index = dense = None
     if multilabel:
-        if target.shape != x.shape:
-            raise ValueError(f"target: with multilabel=True it must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
-        t = rows.to_rows(target.to(dtype))
-        if values_checkable(t) and bool(((t != 0) & (t != 1)).any()):
-            raise ValueError("target: a multi-hot label set must contain only 0 and 1")
-        counts = t.sum(-1, keepdim=True)
-        if values_checkable(t) and bool((counts == 0).any()):
-            raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
-        dense = t / counts
-        keep = torch.ones(R, dtype=torch.bool, device=target.device)
+        index, dense, keep = None, _label_set_rows(target, x, rows), torch.ones(rows.R, dtype=torch.bool, device=target.device)
     elif not target.is_floating_point():
-        if target.dtype == torch.bool or target.is_complex():
-            raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
-        if tuple(target.shape) != batch_shape:
-            raise ValueError(f"target: class indices must have the input's shape without dim, {batch_shape}, got "
-                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
-        idx = target.reshape(R).to(torch.long)
-        keep = idx != ignore_index
-        bad = keep & ((idx < 0) | (idx >= k))
-        if values_checkable(bad) and bool(bad.any()):
-            raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {k}) (ignore_index={ignore_index})")
-        index = torch.where(keep, idx, torch.zeros_like(idx))
+        index, keep = _index_rows(target, x, rows, ignore_index)
+        dense = None
     else:
-        if target.shape != x.shape:
-            if tuple(target.shape) == batch_shape:
-                raise TypeError(f"target: a floating tensor of the input's shape without dim, {batch_shape}, looks like "
-                                "class indices: pass them as an integer tensor (target.long()); probability vectors "
-                                f"must have the input's shape {tuple(x.shape)}")
-            raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got "
-                             f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
-        y = rows.to_rows(target)
-        if values_checkable(y) and bool((y < 0).any()):
-            raise ValueError("target: probability vectors must be non-negative")
-        s = y.sum(-1)  # in the compute dtype (float32 at least)
-        if values_checkable(s) and bool(((s - 1).abs() > sum_tolerance(k, target.dtype)).any()):
-            raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
-        dense = y
-        keep = torch.ones(R, dtype=torch.bool, device=target.device)
+        index, dense, keep = None, _probability_rows(target, x, rows), torch.ones(rows.R, dtype=torch.bool, device=target.device)
 
     if label_smoothing > 0:
         base = dense if dense is not None else Target(index, None, keep, None).as_dense(k, dtype)
@@ -199,6 +165,65 @@ def parse_target(
     return Target(index=index, dense=dense, keep=keep, item_weight=item_weight)
 
 
+def _class_weight(weight, k: int, dtype, weight_name: str) -> Tensor:
+    """Class weights checked (``[k]``, finite, non-negative) and in the compute dtype."""
+    if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
+        raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
+                         f"{type(weight).__name__ if not isinstance(weight, Tensor) else (tuple(weight.shape), weight.dtype)}")
+    wd = weight.detach()
+    if values_checkable(wd) and not bool(((wd >= 0) & torch.isfinite(wd)).all()):
+        raise ValueError(f"{weight_name} must be finite and non-negative")
+    return weight.to(dtype)
+
+
+def _label_set_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:
+    """Multi-hot label sets as rows: the uniform distribution over each row's active labels."""
+    if target.shape != x.shape:
+        raise ValueError(f"target: with multilabel=True it must have the input's shape {tuple(x.shape)}, got {tuple(target.shape)}")
+    t = rows.to_rows(target.to(rows.dtype))
+    if values_checkable(t) and bool(((t != 0) & (t != 1)).any()):
+        raise ValueError("target: a multi-hot label set must contain only 0 and 1")
+    counts = t.sum(-1, keepdim=True)
+    if values_checkable(t) and bool((counts == 0).any()):
+        raise ValueError("target: every multi-hot row needs at least one active label (found a row with none)")
+    return t / counts
+
+
+def _index_rows(target: Tensor, x: Tensor, rows: Rows, ignore_index: int) -> tuple[Tensor, Tensor]:
+    """Class indices as ``(index [R] with ignored rows at 0, kept rows [R])``."""
+    if target.dtype == torch.bool or target.is_complex():
+        raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
+    batch_shape = tuple(rows.moved_shape[:-1])
+    if tuple(target.shape) != batch_shape:
+        raise ValueError(f"target: class indices must have the input's shape without dim, {batch_shape}, got "
+                         f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
+    idx = target.reshape(rows.R).to(torch.long)
+    keep = idx != ignore_index
+    bad = keep & ((idx < 0) | (idx >= rows.k))
+    if values_checkable(bad) and bool(bad.any()):
+        raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {rows.k}) (ignore_index={ignore_index})")
+    return torch.where(keep, idx, torch.zeros_like(idx)), keep
+
+
+def _probability_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:
+    """Probability vectors as rows, checked: non-negative, summing to 1 within :func:`sum_tolerance`."""
+    if target.shape != x.shape:
+        batch_shape = tuple(rows.moved_shape[:-1])
+        if tuple(target.shape) == batch_shape:
+            raise TypeError(f"target: a floating tensor of the input's shape without dim, {batch_shape}, looks like "
+                            "class indices: pass them as an integer tensor (target.long()); probability vectors "
+                            f"must have the input's shape {tuple(x.shape)}")
+        raise ValueError(f"target: probability vectors must have the input's shape {tuple(x.shape)}, got "
+                         f"{tuple(target.shape)}{_dim_hint(target.shape, x.shape, rows.dim)}")
+    y = rows.to_rows(target)
+    if values_checkable(y) and bool((y < 0).any()):
+        raise ValueError("target: probability vectors must be non-negative")
+    s = y.sum(-1)  # in the compute dtype (float32 at least)
+    if values_checkable(s) and bool(((s - 1).abs() > sum_tolerance(rows.k, target.dtype)).any()):
+        raise ValueError(f"target: probability vectors must sum to 1 along dim (sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}])")
+    return y
+
+
 def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) -> Tensor:
     """Apply item weights and the reduction (``mean`` over kept items, weighted)."""
     w = target.item_weight
@@ -209,6 +234,15 @@ def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape) ->
         return loss.sum()
     denom = target.keep.sum().to(loss.dtype) if w is None else w.sum()
     return loss.sum() / denom
+
+
+def mean_denominator(target: Target, reduction: str) -> float:
+    """What a reduced sum of item losses is divided by: the kept items' count or weight for
+    ``"mean"`` (NaN when it is zero, as ``F.cross_entropy``), else 1."""
+    if reduction != "mean":
+        return 1.0
+    denom = float(target.keep.sum()) if target.item_weight is None else float(target.item_weight.sum())
+    return math.nan if denom == 0 else denom
 
 
 def rows_of(target: Target, start: int, end: int) -> Target:

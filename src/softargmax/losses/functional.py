@@ -62,7 +62,8 @@ from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.mappings import check_mapping
 from ._fenchel_young import one_process_loss
-from ._rows import MAPPINGS
+from ._options import LossOptions
+from ._row_losses import MAPPINGS
 from ._targets import check_reduction
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "binary_f_divergence_loss",
     "MAPPINGS",
 ]
+
 
 def fenchel_young_loss(
     x: Tensor,
@@ -123,70 +125,69 @@ def fenchel_young_loss(
         the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
         the prediction if ``return_prediction``.
     """
-    if process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
-        from . import distributed
+    return fenchel_young(x, target, mapping, mapping_params, LossOptions.of(locals()))
+
+
+def fenchel_young(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict, options: LossOptions):
+    """:func:`fenchel_young_loss` with its options gathered: the classes split over ranks, or all here."""
+    if options.process_group is not None or type(x).__name__ == "DTensor":  # classes split over ranks
+        from .distributed.losses import vocab_parallel_loss
 
         # softcap is elementwise: applied to each rank's slice there (and compared between ranks)
-        return distributed.fenchel_young_loss(
-            x, target, mapping, process_group=process_group, dim=dim, q=q, temperature=temperature,
-            multilabel=multilabel, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-            weight=weight, return_prediction=return_prediction, softcap=softcap, class_offset=class_offset,
-            **mapping_params)
-    if class_offset is not None:
+        return vocab_parallel_loss(x, target, mapping, params, options)
+    if options.class_offset is not None:
         raise ValueError("class_offset: only with process_group= (classes split over ranks)")
-    if softcap is not None:
-        check_tensor(x)
-        c = check_positive_number(softcap, "softcap")
-        x = c * torch.tanh(x / c)
-    return one_process_loss(x, target, mapping, dim=dim, q=q, temperature=temperature, multilabel=multilabel,
-                            ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-                            weight=weight, return_prediction=return_prediction, **mapping_params)
-
-
-_OPTIONS_DOC = """
-    Options (keyword-only, as in :func:`fenchel_young_loss`): ``dim`` (the class dimension,
-    default ``-1``), ``multilabel``, ``ignore_index``, ``reduction``, ``label_smoothing``,
-    ``weight``, ``return_prediction``, ``softcap``, ``process_group``."""
+    return one_process_loss(x, target, mapping, params, options)
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
                    reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
                    return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
-    """The sparsemax loss (Martins & Astudillo, 2016, eq. 26; the chi-square f-divergence loss)."""
-    return fenchel_young_loss(x, target, "sparsemax", dim=dim, multilabel=multilabel, ignore_index=ignore_index,
-                              reduction=reduction, label_smoothing=label_smoothing, weight=weight,
-                              return_prediction=return_prediction, softcap=softcap, process_group=process_group)
+    """The sparsemax loss (Martins & Astudillo, 2016, eq. 26; the chi-square f-divergence loss).
+
+    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
+    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
+    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    """
+    return fenchel_young(x, target, "sparsemax", {}, LossOptions.of(locals()))
 
 
 def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
                   return_prediction: bool = False, softcap: Optional[float] = None, process_group=None):
-    """The 1.5-entmax loss."""
-    return fenchel_young_loss(x, target, "entmax15", dim=dim, multilabel=multilabel, ignore_index=ignore_index,
-                              reduction=reduction, label_smoothing=label_smoothing, weight=weight,
-                              return_prediction=return_prediction, softcap=softcap, process_group=process_group)
+    """The 1.5-entmax loss.
+
+    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
+    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
+    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    """
+    return fenchel_young(x, target, "entmax15", {}, LossOptions.of(locals()))
 
 
 def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1, multilabel: bool = False,
                 ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                 weight: Optional[Tensor] = None, return_prediction: bool = False, softcap: Optional[float] = None,
                 process_group=None):
-    """The α-entmax loss for a float α > 0 (α = 1: cross-entropy)."""
-    return fenchel_young_loss(x, target, "entmax", alpha=alpha, dim=dim, multilabel=multilabel,
-                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-                              weight=weight, return_prediction=return_prediction, softcap=softcap,
-                              process_group=process_group)
+    """The α-entmax loss for a float α > 0 (α = 1: cross-entropy).
+
+    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
+    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
+    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    """
+    return fenchel_young(x, target, "entmax", {"alpha": alpha}, LossOptions.of(locals()))
 
 
 def alpha_relu_loss(x: Tensor, target: Tensor, alpha: float = 1.5, tau: float = 0.0, *, dim: int = -1,
                     multilabel: bool = False, ignore_index: int = -100, reduction: str = "mean",
                     label_smoothing: float = 0.0, weight: Optional[Tensor] = None, return_prediction: bool = False,
                     softcap: Optional[float] = None, process_group=None):
-    """The α-ReLU loss, ``τ`` in the entmax parametrization."""
-    return fenchel_young_loss(x, target, "alpha_relu", alpha=alpha, tau=tau, dim=dim, multilabel=multilabel,
-                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-                              weight=weight, return_prediction=return_prediction, softcap=softcap,
-                              process_group=process_group)
+    """The α-ReLU loss, ``τ`` in the entmax parametrization (a float or a one-element tensor).
+
+    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
+    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
+    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    """
+    return fenchel_young(x, target, "alpha_relu", {"alpha": alpha, "tau": tau}, LossOptions.of(locals()))
 
 
 def f_divergence_loss(
@@ -207,17 +208,14 @@ def f_divergence_loss(
     process_group=None,
     **params,
 ):
-    """The loss generated by an f-divergence (Roulet et al., 2025, §3); ``params``: the divergence's (``alpha=`` for ``"alpha"``)."""
+    """The loss generated by an f-divergence (Roulet et al., 2025, §3); ``params``: the divergence's (``alpha=`` for ``"alpha"``).
+
+    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
+    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
+    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    """
     check_mapping(divergence, "divergence")
-    return fenchel_young_loss(x, target, divergence, q=q, temperature=temperature, dim=dim, multilabel=multilabel,
-                              ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-                              weight=weight, return_prediction=return_prediction, softcap=softcap,
-                              process_group=process_group, **params)
-
-
-for _loss in (sparsemax_loss, entmax15_loss, entmax_loss, alpha_relu_loss, f_divergence_loss):
-    _loss.__doc__ += "\n" + _OPTIONS_DOC
-del _loss
+    return fenchel_young(x, target, divergence, params, LossOptions.of(locals()))
 
 
 def binary_f_divergence_loss(

@@ -11,7 +11,17 @@ Fenchel–Young loss).  Peak extra memory is one chunk of logits plus the gradie
 the parameters, instead of two ``tokens × vocab`` tensors.
 
 ``reduction`` is ``"mean"`` or ``"sum"`` (the pre-computed gradients are scaled by the
-incoming scalar gradient).
+incoming scalar gradient), or ``"none"``: the loss of every token, of the target's batch shape
+(ignored tokens give 0 and item weights multiply each token's loss, as in
+``torch.nn.functional.cross_entropy``), whose backward takes any per-token gradient.  Its forward
+keeps one threshold per token and its backward computes each chunk's logits again: one more GEMM
+per chunk, and the prediction from the stored thresholds in one elementwise pass (re-solving would
+cost a second threshold search; storing the prediction, ``[tokens, V]`` memory).
+
+``return_stats=True`` also returns :class:`PredictionStats`: per token, the number of non-zero
+entries of the prediction :math:`p` and its Shannon entropy :math:`-\sum_j p_j \log p_j` (nats),
+computed chunk by chunk from the forward's own prediction, for logging (how sparse the model is)
+and RL-style uses (an entropy bonus, filtering tokens by entropy).  They are detached.
 
 Precision and memory:
 
@@ -41,26 +51,30 @@ keeps the teacher's total tail mass, the one number the top-k still knows about 
 maximum-entropy completion of the top-k.  The dense target is built one chunk at a time
 (``[chunk, V]``, counted in the memory budget), never for all tokens.  Top-k targets take no
 ``label_smoothing``, ``class_weight`` or ``process_group``; every row counts (select the rows to
-train on, e.g. ``hidden[mask]``, before the call).  A teacher given as logits is a dense target
-``softmax(teacher_logits / T)``, or its top-k.
+train on, e.g. ``hidden[mask]``, before the call).  A teacher given as logits becomes the dense
+target ``softmax(teacher_logits / T)`` or its top-k pair by
+:func:`~softargmax.losses.teacher.teacher_target`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_positive_number, check_q, compute_dtype
-from .._utils.rows import Rows
+from .._utils.checks import check_positive_number, compute_dtype
+from .._utils.rows import MetaRows
 from ..divergences import Divergence
-from ._linear_chunks import DEFAULT_MEMORY_BUDGET, LinearFY, check_linear_arguments, chunk_tokens, target_rows
-from ._rows import alpha_relu_rows, fy_rows, resolve_loss
-from ._targets import parse_target, top_k_target
+from ._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
+from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
+from ._options import LossOptions
+from ._prediction_stats import PredictionStats, StatsSink
+from ._row_losses import FenchelYoungRowLoss, resolve_loss
+from ._targets import mean_denominator, parse_target, top_k_target
 
-__all__ = ["linear_fenchel_young_loss"]
+__all__ = ["linear_fenchel_young_loss", "PredictionStats"]
+
 
 def linear_fenchel_young_loss(
     hidden: Tensor,
@@ -81,8 +95,9 @@ def linear_fenchel_young_loss(
     memory_budget: Optional[int] = None,
     process_group=None,
     class_offset: Optional[int] = None,
+    return_stats: bool = False,
     **mapping_params,
-) -> Tensor:
+):
     r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
 
     Args:
@@ -97,7 +112,7 @@ def linear_fenchel_young_loss(
         class_weight: per-class weights (the ``weight`` option of the unfused loss).
         softcap: ``c > 0`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2), as in the unfused loss.
         memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
-        reduction: ``"mean"`` or ``"sum"``.
+        reduction: ``"mean"`` (default), ``"sum"``, or ``"none"`` (per-token losses; see the module docstring).
         q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
         process_group: a ``torch.distributed`` process group over which the vocabulary is
@@ -105,80 +120,87 @@ def linear_fenchel_young_loss(
             (:func:`softargmax.losses.distributed.linear_fenchel_young_loss`).
         class_offset: with ``process_group``, the global index of this rank's first class,
             checked against the other ranks' slices (optional; on every rank or none).
+        return_stats: also return the per-token :class:`PredictionStats` of the prediction
+            (support size and Shannon entropy; not with ``process_group``).
+
+    Returns:
+        the loss (a scalar, or the target's batch shape for ``reduction="none"``, in the compute
+        dtype: float32 for half-precision inputs), and with ``return_stats`` a pair
+        ``(loss, PredictionStats)``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> hidden, weight = torch.randn(2, 5, 8), torch.randn(30, 8)
+        >>> labels = torch.randint(0, 30, (2, 5))
+        >>> labels[0, 0] = -100                       # ignored: loss 0
+        >>> loss, stats = sa.linear_fenchel_young_loss(hidden, weight, labels, reduction="none", return_stats=True)
+        >>> loss.shape, float(loss[0, 0]), stats.support_size.shape
+        (torch.Size([2, 5]), 0.0, torch.Size([2, 5]))
+        >>> bool((stats.support_size >= 1).all() and (stats.support_size <= 30).all())
+        True
+
+    References:
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
     """
+    if not isinstance(return_stats, bool):
+        raise TypeError(f"return_stats must be True or False, got {return_stats!r}")
     topk = isinstance(target, tuple)
     if topk and len(target) != 2:
         raise ValueError(f"target: a top-k teacher is a pair (probs, indices), got a tuple of {len(target)}")
     if topk and (process_group is not None or label_smoothing or class_weight is not None or multilabel):
         raise ValueError("target: a top-k teacher takes no process_group, label_smoothing, class_weight or multilabel")
+    if process_group is not None and (reduction == "none" or return_stats):
+        raise ValueError("process_group: the vocabulary-parallel fused loss supports reduction 'mean' or 'sum' and "
+                         "no return_stats (per-token losses and statistics need every class on one process)")
     if process_group is not None:  # vocabulary split over ranks
-        from . import distributed
+        from .distributed.losses import linear_vocab_parallel_loss
 
-
-        return distributed.linear_fenchel_young_loss(
-            hidden, weight, target, bias, mapping, chunk_size, process_group=process_group, q=q,
-            temperature=temperature, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
-            label_smoothing=label_smoothing, class_weight=class_weight, softcap=softcap, memory_budget=memory_budget,
-            class_offset=class_offset, **mapping_params)
+        options = LossOptions.of(locals(), weight=class_weight)
+        return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
     if class_offset is not None:
         raise ValueError("class_offset: only with process_group= (the vocabulary split over ranks)")
-    check_linear_arguments(hidden, weight, bias, reduction, "vocab")
+    check_linear_arguments(hidden, weight, bias, reduction, "vocab", reductions=("mean", "sum", "none"))
     V, d = weight.shape
     if softcap is not None:
         softcap = check_positive_number(softcap, "softcap")
-    if memory_budget is None:
-        memory_budget = DEFAULT_MEMORY_BUDGET
-    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0:
-        raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
+    budget = check_chunking(chunk_size, memory_budget)
     if chunk_size is None:
-        chunk_size = chunk_tokens(V, hidden.dtype, memory_budget, softcap is not None, chunk_target=topk)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        # per-token losses and statistics keep the prediction beside its gradient: one more buffer
+        chunk_size = chunk_tokens(V, hidden.dtype, budget, softcap is not None, chunk_target=topk,
+                                  extra_buffers=int(reduction == "none" or return_stats))
 
     hidden2d = hidden.reshape(-1, d)
     N = hidden2d.shape[0]
     # the target is validated against a [N, V] stand-in for the logits (never allocated)
     logits_meta = torch.empty(N, V, dtype=compute_dtype(hidden.dtype), device="meta")
-    rows = _MetaRows(N, V, compute_dtype(hidden.dtype))
+    rows = MetaRows(N, V, compute_dtype(hidden.dtype))
     if topk:
         tgt = top_k_target(target[0], target[1], tuple(hidden.shape[:-1]), V, compute_dtype(hidden.dtype))
     else:
         tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                            weight_name="class_weight")
-    kind = resolve_loss(mapping, dict(mapping_params))
-    if kind[0] == "fy":
-        beta = check_positive_number(temperature, "temperature")
-        check_q(q, logits_meta)
-        q2d = None if q is None else q.detach().to(compute_dtype(hidden.dtype)).reshape(1, V)
-        div = kind[1]
-        compute = lambda th, part: fy_rows(th, part, div, beta, q2d, inplace=True)  # noqa: E731
+    loss = resolve_loss(mapping, mapping_params).bind(q, temperature, logits_meta, rows)
+    return _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats,
+                    tuple(hidden.shape[:-1]))
+
+
+def _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats, batch):
+    """The fused loss of the bound row loss ``loss`` over ``hidden2d``'s chunks: reduced (gradients
+    computed in the forward) or per token (the backward recomputes the chunks), and the statistics."""
+    compute = lambda th, part, inplace=True: loss.rows(th, part, inplace=inplace)  # noqa: E731
+    sink = StatsSink() if return_stats else None
+    if reduction == "none":
+        if isinstance(loss, FenchelYoungRowLoss):
+            predictor = ThresholdPrediction(loss.divergence, loss.beta, loss.q)
+        else:  # α-ReLU: the prediction depends on each logit alone
+            predictor = ElementwisePrediction(compute)
+        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink)
+        value = value.reshape(batch)
     else:
-        if q is not None:
-            raise ValueError("q: the alpha_relu mapping takes no reference measure (q must be None)")
-        if temperature != 1.0:
-            raise ValueError(f"temperature: the alpha_relu mapping takes no temperature (got {temperature!r})")
-        _, alpha, tau = kind
-        compute = lambda th, part: alpha_relu_rows(th, part, alpha, float(tau), inplace=True)  # noqa: E731
-    if reduction == "mean":
-        denom = float(tgt.keep.sum()) if tgt.item_weight is None else float(tgt.item_weight.sum())
-        if denom == 0:
-            denom = math.nan
-    else:
-        denom = 1.0
-    return LinearFY.apply(hidden2d, weight, bias, compute, tgt, denom, chunk_size, softcap)
-
-
-class _MetaRows(Rows):
-    """The row layout of a ``[N, V]`` logits matrix that is never materialized."""
-
-    def __init__(self, N: int, V: int, dtype):
-        self.shape = torch.Size([N, V])
-        self.dim = 1
-        self.last = True
-        self.in_dtype = self.dtype = dtype
-        self.moved_shape = self.shape
-        self.k, self.R = V, N
-
-    def to_rows(self, t: Tensor) -> Tensor:
-        return t.reshape(self.R, self.k).to(self.dtype)
+        value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
+                               mean_denominator(tgt, reduction), chunk_size, softcap)
+    if not return_stats:
+        return value
+    return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)

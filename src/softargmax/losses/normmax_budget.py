@@ -35,12 +35,13 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_dim, check_tensor
-from .._utils.rows import Rows
 from ..operators.budget import check_budget, solve_budget
 from ..operators.normmax import argmax_rows, normmax_rows
-from ._fenchel_young import reduce_rows
-from ._rows import p_minus_y
-from ._targets import Target, check_reduction, parse_target
+from ._fenchel_young import row_loss
+from ._options import LossOptions
+from ._row_losses import dot_positive, theta_y
+from ._rows import RowLoss
+from ._targets import Target, check_reduction
 
 __all__ = ["normmax_loss", "budget_sparsemax_loss"]
 
@@ -55,87 +56,90 @@ def _alpha_norm(p: Tensor, alpha) -> Tensor:
     return pa.sum(-1) ** (1.0 / alpha.squeeze(-1))
 
 
-def _theta_dot(theta: Tensor, w: Tensor) -> Tensor:
-    """``⟨θ, w⟩`` over the entries with ``w > 0`` (``0 · (-inf)`` is not NaN)."""
-    return torch.where(w > 0, theta * w, torch.zeros_like(w)).sum(-1)
+class NormmaxRowLoss(RowLoss):
+    """The normmax loss of α ``>= 1`` (a float, or a tensor broadcastable to the scores with size 1
+    along the class dimension, ``[R, 1]`` once bound to the rows); rows with α = 1 take the argmax."""
+
+    name = "normmax"
+
+    def __init__(self, alpha: Union[float, Tensor]):
+        self.alpha = alpha
+
+    def bind(self, q, temperature, like, rows):
+        super().bind(q, temperature, like, rows)
+        alpha = self.alpha
+        return NormmaxRowLoss(rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha)
+
+    def values(self, theta: Tensor, target: Target):
+        alpha = self.alpha
+        if isinstance(alpha, float) and alpha == 1.0:
+            return _argmax_values(theta, target)
+        if isinstance(alpha, Tensor) and bool((alpha == 1).any()):
+            one = alpha == 1  # [R, 1]
+            l1, p1, bad1 = _argmax_values(theta, target)
+            loss, p, bad = _normmax_values(theta, target, torch.where(one, torch.full_like(alpha, 2.0), alpha))
+            bad = bad1 if bad is None else bad | bad1  # both are the rows with NaN or +inf scores
+            return torch.where(one.squeeze(1), l1, loss), torch.where(one, p1, p), bad
+        return _normmax_values(theta, target, alpha)
 
 
-def _theta_y(theta: Tensor, target: Target) -> Tensor:
-    if target.dense is None:
-        return theta.gather(1, target.index.unsqueeze(1)).squeeze(1)
-    return _theta_dot(theta, target.dense)
-
-
-def _finish(loss: Tensor, p: Tensor, target: Target, bad_rows: Optional[Tensor]):
-    G = p_minus_y(p, target)
-    if bad_rows is not None:
-        loss = loss.masked_fill(bad_rows.squeeze(1), math.nan)
-    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
-    return loss, p, G
-
-
-def normmax_rows_loss(theta: Tensor, target: Target, alpha):
-    """Per-row normmax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``; rows with
-    α = 1 take the argmax (:func:`_argmax_rows_loss`)."""
-    if isinstance(alpha, float) and alpha == 1.0:
-        return _argmax_rows_loss(theta, target)
-    if isinstance(alpha, Tensor) and bool((alpha == 1).any()):
-        one = alpha == 1  # [R, 1]
-        l1, p1, G1 = _argmax_rows_loss(theta, target)
-        loss, p, G = _normmax_rows_loss(theta, target, torch.where(one, torch.full_like(alpha, 2.0), alpha))
-        return torch.where(one.squeeze(1), l1, loss), torch.where(one, p1, p), torch.where(one, G1, G)
-    return _normmax_rows_loss(theta, target, alpha)
-
-
-def _argmax_rows_loss(theta: Tensor, target: Target):
+def _argmax_values(theta: Tensor, target: Target):
     """α = 1: ``p`` the argmax (uniform over ties), ``‖·‖_1 = Σ``, so the loss is
     ``max θ - ⟨θ, y⟩`` for a distribution ``y`` (the multiclass perceptron loss)."""
     p, bad = argmax_rows(theta)
     m = theta.amax(-1)
     live = m > -math.inf  # ⟨θ, p⟩ = max θ and ‖p‖_1 = 1 exactly (0 and 0 for an all-masked row)
     omega_y = torch.ones_like(m) if target.dense is None else target.dense.sum(-1)
-    loss = torch.where(live, m, torch.zeros_like(m)) - _theta_y(theta, target) + omega_y - live.to(m.dtype)
-    return _finish(loss, p, target, bad)
+    loss = torch.where(live, m, torch.zeros_like(m)) - theta_y(theta, target) + omega_y - live.to(m.dtype)
+    return loss, p, bad
 
 
-def _normmax_rows_loss(theta: Tensor, target: Target, alpha):
+def _normmax_values(theta: Tensor, target: Target, alpha):
     pc, _, sol = normmax_rows(theta, alpha)
-    theta_p = _theta_dot(sol.gather(theta), pc)
+    theta_p = dot_positive(sol.gather(theta), pc)
     omega_p = _alpha_norm(pc, alpha)
     if target.dense is None:
         omega_y = torch.ones_like(theta_p)
     else:
         omega_y = _alpha_norm(target.dense, alpha)
-    loss = theta_p - _theta_y(theta, target) + omega_y - omega_p
+    loss = theta_p - theta_y(theta, target) + omega_y - omega_p
     p = sol.scatter(pc)  # (sol.dense_p() is the auxiliary α'-entmax output)
     if sol.bad_rows is not None:
         p = p.masked_fill(sol.bad_rows, math.nan)
-    return _finish(loss, p, target, sol.bad_rows)
+    return loss, p, sol.bad_rows
 
 
-def budget_rows_loss(theta: Tensor, target: Target, budget2d: Tensor):
-    """Per-row budget sparsemax loss, prediction and ``p - y`` for rows ``theta`` ``[R, k]``."""
-    sol = solve_budget(theta, budget2d)
-    pc = sol.p
-    theta_p = _theta_dot(sol.gather(theta), pc)
-    omega_p = 0.5 * (pc * pc).sum(-1)
-    cap = 1.0 / budget2d
-    slack = 16 * torch.finfo(theta.dtype).eps
-    if target.dense is None:
-        omega_y = torch.where(cap.squeeze(1) >= 1 - slack, 0.5, math.inf).to(theta.dtype)
-    else:
-        y = target.dense
-        inside = (y <= cap * (1 + slack)).all(-1)
-        omega_y = torch.where(inside, 0.5 * (y * y).sum(-1), torch.full_like(theta_p, math.inf))
-    loss = theta_p - _theta_y(theta, target) + omega_y - omega_p
-    return _finish(loss, sol.dense_p(), target, sol.bad_rows)
+class BudgetRowLoss(RowLoss):
+    """The budget sparsemax loss of a budget ``B > 0`` (a float or a tensor broadcastable to the
+    scores with size 1 along the class dimension), ``+∞`` for a target above the cap ``1/B``."""
 
+    name = "budget_sparsemax"
 
-def _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight, return_prediction):
-    rows = Rows(x, dim)
-    tgt = parse_target(target, x, rows, multilabel=multilabel, ignore_index=ignore_index,
-                       label_smoothing=label_smoothing, weight=weight)
-    return reduce_rows(x, dim, rows, tgt, compute_for(rows, tgt), reduction, return_prediction)
+    def __init__(self, budget: Union[float, Tensor]):
+        self.budget = budget
+
+    def bind(self, q, temperature, like, rows):
+        super().bind(q, temperature, like, rows)
+        if isinstance(self.budget, Tensor):
+            return BudgetRowLoss(rows.row_param(self.budget.detach(), "budget"))
+        return BudgetRowLoss(torch.full((rows.R, 1), self.budget, dtype=rows.dtype, device=like.device))
+
+    def values(self, theta: Tensor, target: Target):
+        budget2d = self.budget
+        sol = solve_budget(theta, budget2d)
+        pc = sol.p
+        theta_p = dot_positive(sol.gather(theta), pc)
+        omega_p = 0.5 * (pc * pc).sum(-1)
+        cap = 1.0 / budget2d
+        slack = 16 * torch.finfo(theta.dtype).eps
+        if target.dense is None:
+            omega_y = torch.where(cap.squeeze(1) >= 1 - slack, 0.5, math.inf).to(theta.dtype)
+        else:
+            y = target.dense
+            inside = (y <= cap * (1 + slack)).all(-1)
+            omega_y = torch.where(inside, 0.5 * (y * y).sum(-1), torch.full_like(theta_p, math.inf))
+        loss = theta_p - theta_y(theta, target) + omega_y - omega_p
+        return loss, sol.dense_p(), sol.bad_rows
 
 
 def normmax_loss(
@@ -159,17 +163,11 @@ def normmax_loss(
     :math:`p - y`), as the ``entmax`` package's ``normmax_bisect_loss`` with ``alpha=1``.
     Other options as :func:`softargmax.losses.fenchel_young_loss`.
     """
+    options = LossOptions.of(locals())
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
-    alpha = check_alpha(alpha, "alpha", minimum=1.0)
-
-    def compute_for(rows, tgt):
-        a = rows.row_param(alpha.detach(), "alpha") if isinstance(alpha, Tensor) else alpha
-        return lambda theta: normmax_rows_loss(theta, tgt, a)
-
-    return _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight,
-                return_prediction)
+    return row_loss(x, target, dim, NormmaxRowLoss(check_alpha(alpha, "alpha", minimum=1.0)), options)
 
 
 def budget_sparsemax_loss(
@@ -192,17 +190,8 @@ def budget_sparsemax_loss(
     the finite-valued targets are label sets (``multilabel=True``, at least ``B`` labels)
     and soft labels within the cap.
     """
+    options = LossOptions.of(locals())
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
-    budget = check_budget(budget)
-
-    def compute_for(rows, tgt):
-        if isinstance(budget, Tensor):
-            b2d = rows.row_param(budget.detach(), "budget")
-        else:
-            b2d = torch.full((rows.R, 1), budget, dtype=rows.dtype, device=x.device)
-        return lambda theta: budget_rows_loss(theta, tgt, b2d)
-
-    return _run(x, target, dim, compute_for, multilabel, ignore_index, reduction, label_smoothing, weight,
-                return_prediction)
+    return row_loss(x, target, dim, BudgetRowLoss(check_budget(budget)), options)

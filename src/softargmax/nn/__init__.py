@@ -45,4 +45,3 @@ __all__ = [
     "SparseMultiheadAttention",
     "convert_attention",
 ]
-

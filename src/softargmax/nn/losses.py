@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .._utils.checks import check_alpha
 from ..divergences import Divergence
-from ..losses._rows import resolve_loss
+from ..losses._row_losses import resolve_loss
 from ..losses.functional import fenchel_young_loss
 from ..losses.normmax_budget import budget_sparsemax_loss, normmax_loss
 from ..operators.budget import check_budget
@@ -97,5 +97,3 @@ class BudgetSparsemaxLoss(nn.Module):
 
     def forward(self, x: Tensor, target: Tensor):
         return budget_sparsemax_loss(x, target, self.budget, **self.options)
-
-

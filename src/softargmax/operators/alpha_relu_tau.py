@@ -12,7 +12,7 @@ compute, so the papers set ``τ`` from the model itself before training:
   Xavier-uniform output projection applied to layer-normalized features,
   ``sqrt(2 d_model / (d_model + vocab))``; with it ``gaussian`` gives eq. (4).
 
-Every ``τ`` here is in the entmax parametrization ``p = [(α-1) z - τ]_+^{1/(α-1)}``, the one :func:`softargmax.alpha_relu` takes.
+Every :math:`\tau` here is in the entmax parametrization :math:`p = [(\alpha-1) z - \tau]_+^{1/(\alpha-1)}`, the one :func:`softargmax.alpha_relu` takes.
 
 References:
 
@@ -164,13 +164,13 @@ def gaussian(
     r"""Data-free estimate of the α-entmax threshold of ``vocab_size`` i.i.d. ``N(0, std²)`` logits.
 
     Following Tezekbayev et al. (2022) Appendix B.2, the sorted logits are replaced by their asymptotic
-    means ``σ Φ^{-1}(1 - i/d)`` and sums by integrals over ``x = i/d ∈ [ε, p]``, ``ε = 1/d``.
+    means :math:`\sigma \Phi^{-1}(1 - i/d)` and sums by integrals over ``x = i/d ∈ [ε, p]``, ``ε = 1/d``.
 
     * ``method="paper"`` (α = 1.5 only): Lemma 2 verbatim — solve eq. (12) for the support
-      fraction ``p*``, then ``τ = (σ/2) Φ^{-1}(1 - p*)``.  With
+      fraction :math:`p^*`, then :math:`\tau = (\sigma/2) \Phi^{-1}(1 - p^*)`.  With
       ``std = linear_logit_std(512, V)`` this is eq. (4) and reproduces Table 3.
     * ``method="integral"`` (any α > 1): solve the normalization directly,
-      ``d ∫_ε^1 [(α-1) σ Φ^{-1}(1-x) - τ]_+^{1/(α-1)} dx = 1``, by quadrature; the support
+      :math:`d \int_\varepsilon^1 [(\alpha-1) \sigma \Phi^{-1}(1-x) - \tau]_+^{1/(\alpha-1)}\, dx = 1`, by quadrature; the support
       fraction is ``p = 1 - Φ(τ / ((α-1) σ))``.
     * ``"auto"``: ``"paper"`` at α = 1.5, else ``"integral"``.
 

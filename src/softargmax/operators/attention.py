@@ -79,6 +79,26 @@ def attention(
         return_weights: also return the ``[..., L, S]`` attention weights.
         enable_gqa: allow fewer key/value heads than query heads (module docstring).
     """
+    _check_tensors(query, key, value)
+    dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)
+    enable_gqa, key_batch = _grouping(query, key, value, enable_gqa)
+    _check_mask(attn_mask, query, key_batch, key.shape[-2])
+    fused = None if enable_gqa is None else _flash_attention.maybe_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
+    if fused is not None:
+        return fused
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        group = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
+    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale), mapping, alpha)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
+    out = weights @ value
+    return (out, weights) if return_weights else out
+
+
+def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Floating tensors of one dtype and device, ``[..., length, features]`` with matching sizes."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(t, name)
     for name, t in (("key", key), ("value", value)):
@@ -93,20 +113,29 @@ def attention(
         raise ValueError(f"query and key must share the feature size, got {query.shape[-1]} and {key.shape[-1]}")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key and value must have the same length, got {key.shape[-2]} and {value.shape[-2]}")
+
+
+def _check_options(query: Tensor, attn_mask, dropout_p, is_causal: bool, scale) -> tuple[float, float]:
+    """``(dropout_p, scale)`` checked (``scale`` defaults to ``1/√E``)."""
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal cannot both be set (as in scaled_dot_product_attention)")
     dropout_p = check_real(dropout_p, "dropout_p", "a number in [0, 1)")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else check_real(scale, "scale", "None or a finite number")
+    return dropout_p, scale
+
+
+def _grouping(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool):
+    """``(enable_gqa, key's batch shape)``: ``enable_gqa`` checked (``None`` where the heads differ without
+    it: plain broadcasting decides, which the fused kernels do not do), the key/value heads counted as
+    query's under grouping, and the batch dimensions checked to broadcast."""
     if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] != query.shape[-3]:
         if key.shape[-3] == 0 or query.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
             raise ValueError(f"enable_gqa: the query heads ({query.shape[-3]}) must be a multiple of the key/value "
                              f"heads ({key.shape[-3]}, {value.shape[-3]})")
     elif query.dim() >= 3 and key.dim() >= 3 and key.shape[-3] not in (1, query.shape[-3]):
-        enable_gqa = None  # no grouping asked: plain broadcasting decides (the fused kernels do not broadcast)
-    # batch (and head) dimensions broadcast, key/value heads counted as query's under grouping
+        enable_gqa = None
     key_batch, value_batch = key.shape[:-2], value.shape[:-2]
     if enable_gqa and key.dim() >= 3 and query.dim() >= 3:
         key_batch, value_batch = key_batch[:-1] + (query.shape[-3],), value_batch[:-1] + (query.shape[-3],)
@@ -118,32 +147,31 @@ def attention(
             raise ValueError(f"{name}: its batch dimensions {tuple(t.shape[:-2])} do not broadcast with "
                              f"{'query' if name == 'key' else 'query and key'}'s {tuple(batch)} "
                              "([..., length, features]; enable_gqa=True allows fewer key/value heads)") from None
-    if attn_mask is not None:  # checked before either path runs
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
-        score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (L, S)  # (broadcast above)
-        check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
-                            "the attention scores' shape [..., L, S] =")
-    fused = None if enable_gqa is None else _flash_attention.maybe_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
-    if fused is not None:
-        return fused
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        group = query.shape[-3] // key.shape[-3]
-        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
+    return enable_gqa, key_batch
+
+
+def _check_mask(attn_mask, query: Tensor, key_batch, S: int) -> None:
+    """A boolean or floating ``attn_mask`` that broadcasts to the scores ``[..., L, S]`` (before either path runs)."""
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError(f"attn_mask must be a boolean or floating tensor, got {attn_mask.dtype}")
+    score_shape = torch.broadcast_shapes(query.shape[:-2], key_batch) + (query.shape[-2], S)
+    check_broadcastable(attn_mask, torch.empty(score_shape, device="meta"), "attn_mask",
+                        "the attention scores' shape [..., L, S] =")
+
+
+def _masked_scores(query: Tensor, key: Tensor, attn_mask, is_causal: bool, scale: float) -> Tensor:
+    """``scale · q kᵀ`` with the causal or given mask (a boolean mask as ``-inf``, a float one added in the
+    scores' dtype, as the fused kernels read it)."""
     scores = (query @ key.transpose(-2, -1)) * scale
     if is_causal:
-        causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-    elif attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:  # in the scores' dtype, as the fused kernels read it
-            scores = scores + attn_mask.to(scores.dtype)
-    weights = attention_weights(scores, mapping, alpha)
-    if dropout_p > 0:
-        weights = F.dropout(weights, dropout_p)
-    out = weights @ value
-    return (out, weights) if return_weights else out
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        return scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == torch.bool:
+        return scores.masked_fill(~attn_mask, float("-inf"))
+    return scores + attn_mask.to(scores.dtype)

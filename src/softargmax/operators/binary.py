@@ -6,8 +6,8 @@ r"""f-sigmoid and f-softplus: the two-class case :math:`\theta = (0, s)` (Roulet
     \operatorname{f\_sigmoid}(s; q) = \operatorname{f\_softargmax}((0, s); q)_1
 
 with :math:`q = (q_0, q_1)` the prior class weights.  A generator that has a closed form for
-this case declares it (:meth:`~softargmax.divergences.Divergence.binary_low_probability` and
-:meth:`~softargmax.divergences.Divergence.binary_softplus`); the built-in ones are those of
+this case declares it in its hints (``binary_low_probability`` and ``binary_softplus`` of
+:class:`~softargmax.divergences.SolverHints`); the built-in ones are those of
 Appendix C.3, in numerically stable versions:
 
 * ``"kl"``: :math:`\sigma(s + \log q_1 - \log q_0)` and :math:`\log(q_0 + q_1 e^s)`;
@@ -112,14 +112,15 @@ def _infinite(t: Tensor):
 
 
 def _sigmoid(s, divergence, q, temperature, params):
-    div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
+    div, _, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
     # The smaller of the two probabilities is computed (there it has full relative
     # precision), the larger one is 1 minus it: sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0).
     flip = t > 0
     u = -t.abs()
     r0, r1 = torch.where(flip, q1, q0), torch.where(flip, q0, q1)
-    low = div.binary_low_probability(u, r0, r1)
+    closed = div.hints.binary_low_probability
+    low = None if closed is None else closed(u, r0, r1)
     if low is None:
         x, qs = _generic_inputs(t, q0, q1)
         pr = f_softargmax(x, div, q=qs, dim=-1)
@@ -144,7 +145,8 @@ def f_softplus(
 def _softplus(s, divergence, q, temperature, params):
     div, beta, q0, q1, t = _prologue(s, divergence, q, temperature, params)
     t, pos, neg = _infinite(t)
-    out = div.binary_softplus(t, q0, q1)
+    closed = div.hints.binary_softplus
+    out = None if closed is None else closed(t, q0, q1)
     if out is None:
         x, qs = _generic_inputs(t, q0, q1)
         out = f_softmax(x, div, q=qs, dim=-1)

@@ -42,10 +42,6 @@ from .entmax import empty_like_input, safe_softmax
 __all__ = ["f_softargmax", "f_softmax"]
 
 
-def _is_softmax(div: Divergence) -> bool:
-    return div.is_softmax
-
-
 def _prologue(x, divergence, q, temperature, dim, params):
     """Validate the common arguments; returns ``(dim, divergence, temperature)``."""
     check_tensor(x)
@@ -80,7 +76,7 @@ def f_softargmax(
     dim, div, temperature = _prologue(x, divergence, q, temperature, dim, params)
     if x.numel() == 0:
         return empty_like_input(x)
-    if _is_softmax(div):
+    if div.hints.softmax:
         z = x
         if temperature != 1.0:  # shift before scaling (x / β would round large scores)
             m = x.detach().amax(dim, keepdim=True)

@@ -7,7 +7,7 @@ For rows of scores ``z`` (already divided by the temperature), a reference measu
 
 (Roulet et al., 2025, Proposition 1).  ``τ`` lies in ``[τ_lo, τ_hi]`` with
 ``τ_lo = max_j (z_j - f'(1/q_j))`` (``S(τ_lo) >= 1``) and
-``τ_hi = max_j z_j - f'(1/Σ_j q_j)`` (``S(τ_hi) <= 1``).
+:math:`\tau_{hi} = \max_j z_j - f'(1/\sum_j q_j)` (:math:`S(\tau_{hi}) \le 1`).
 
 Method:
 
@@ -22,13 +22,14 @@ Method:
    divergence), :data:`PRE_STEPS` monotone Newton steps on the block maxima
    alone raise ``τ_lo`` (a subset's root is below the full root), which tightens the
    bound and gives the main iteration a better start.
-2. **Newton** on ``(S^ρ - 1)/ρ`` (``log S`` at ``ρ = 0``), ``ρ =
-   divergence.newton_power``, started at ``τ_lo``.  Where the divergence proves this
-   transform convex (``divergence.monotone_newton``) the iterates increase
-   monotonically to the root and no safeguard is needed; otherwise every step
-   that leaves the current bisection bracket is replaced by bisection.  For
-   sparsemax Newton is Michelot's algorithm: once the support is stable the step
-   is exactly ``τ = (Σ_S z - 1)/|S|``.
+2. **Newton** on ``(S^ρ - 1)/ρ`` (``log S`` at ``ρ = 0``), ``ρ`` the divergence's hint
+   ``newton_power``, started at ``τ_lo`` (:mod:`softargmax.solvers.newton`, shared with the
+   vocabulary-parallel solver).  Where the divergence proves this transform convex (hint
+   ``monotone_newton``) the iterates increase monotonically to the root and no safeguard is
+   needed; otherwise every step that leaves the current bisection bracket is replaced by
+   bisection.  For sparsemax Newton is Michelot's algorithm: once the support is stable the
+   step is exactly :math:`\tau = (\sum_{j \in S} z_j - 1)/\lvert S\rvert`.  α-entmax with α > 2 is solved in the entmax
+   variable (:mod:`softargmax.solvers.steep_power`).
 3. Stop when ``|S - 1|`` is at rounding level for every row.  The last evaluation
    of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
    the candidates.
@@ -50,7 +51,8 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -58,13 +60,21 @@ from torch import Tensor
 from .. import backends as _kernels
 from ..backends.solution import Solution
 from ..divergences import Divergence
+from .newton import (
+    MAX_ITER,
+    RowSums,
+    bound_offsets,
+    finite_maxima,
+    neutralize_rows,
+    newton_rows,
+    newton_update,
+)
+from .steep_power import solve_steep_power, steep_power
 
-__all__ = ["Solution", "solve", "solve_tau", "block_layout"]
+__all__ = ["Solution", "solve", "solve_tau", "block_layout", "select_blocks", "MAX_ITER"]
 
 #: rows shorter than this are never pruned (the full row is the candidate set)
 PRUNE_MIN_LENGTH = 128
-#: most Newton/bisection steps (bisection alone needs ~60 in float64)
-MAX_ITER = 200
 #: Newton steps on the block maxima that tighten the pruning bound
 PRE_STEPS = 2
 
@@ -105,151 +115,83 @@ def select_blocks(bmax: Tensor, thr: Tensor):
     return table[:, :KB], valid
 
 
-def bracketed_newton(sums: Callable, tau: Tensor, lo: Tensor, hi: Tensor, done: Tensor, rho, tol: float, eps: float,
-                     max_iter: int, trace: Optional[list] = None):
-    """Newton on ``(S^ρ - 1)/ρ`` kept inside the bracket ``[lo, hi]`` (bisection where a step
-    leaves it), for generators whose transform is not proven monotone.
-
-    ``sums(τ) -> (S, S', state)`` per row; rows in ``done`` do not move.  Stops when every
-    row has ``|S - 1| <= tol`` or a bracket below rounding, or after ``max_iter`` steps.
-    Returns ``(τ, S, S', state, steps)`` at the last evaluation.  (Shared by the one-process
-    and the vocabulary-parallel solvers, whose ``sums`` all-reduces.)
-    """
-    hi = torch.where(torch.isfinite(hi), hi, lo + 1)
-    it = 0
-    while True:
-        S, Sp, state = sums(tau)
-        resid = S - 1
-        done = done | (resid.abs() <= tol) | (hi - lo <= 4 * eps * (1 + tau.abs()))
-        if it >= max_iter or bool(done.all()):
-            return tau, S, Sp, state, it
-        lo = torch.where(resid >= 0, tau, lo)
-        hi = torch.where(resid < 0, tau, hi)
-        new = newton_update(tau, S, Sp, rho)
-        inside = (new > lo) & (new < hi)
-        new = torch.where(inside, new, 0.5 * (lo + hi))
-        tau = torch.where(done, tau, new)
-        it += 1
-        if trace is not None:
-            trace.append(tau.clone())
-
-
-def newton_update(tau: Tensor, S: Tensor, Sp: Tensor, rho) -> Tensor:
-    """``τ`` after one Newton step on ``(S^ρ - 1)/ρ`` (``log S`` at ρ = 0), ``dS/dτ = -Sp``.
-
-    The step is ``(S - S^{1-ρ}) / (ρ Sp)`` (``S log S / Sp`` at ρ = 0), written
-    ``-S expm1(-ρ log S) / (ρ Sp)`` for general ``ρ``: the difference ``S - S^{1-ρ}``
-    cancels when ``ρ`` is small (α-entmax near α = 1).
-    """
-    if isinstance(rho, Tensor):
-        r_safe = torch.where(rho == 0, torch.ones_like(rho), rho)
-        logS = torch.log(S)
-        gen = -S * torch.expm1(-r_safe * logS) / (r_safe * Sp)
-        return tau + torch.where(rho == 0, S * logS / Sp, gen)
-    if rho == 0:
-        return torch.addcdiv(tau, S * torch.log(S), Sp)
-    if rho == 1:
-        return torch.addcdiv(tau, S - 1, Sp)
-    if rho == 0.5:
-        return torch.addcdiv(tau, S - torch.sqrt(S), Sp, value=2.0)
-    return torch.addcdiv(tau, -S * torch.expm1(-rho * torch.log(S)), Sp, value=1.0 / rho)
-
-
-def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor):
-    """``τ_lo``, ``τ_hi`` of every row (``m``: row maxima)."""
+def _bounds(div: Divergence, z: Tensor, q: Optional[Tensor]):
+    """``τ_lo``, ``τ_hi`` ``[R, 1]`` of the rows of ``z`` shifted to row maximum 0 (``z`` is read only with ``q``)."""
+    zero = torch.zeros(z.shape[0], 1, dtype=z.dtype, device=z.device)
     if q is None:
-        if isinstance(getattr(div, "alpha", None), Tensor):
-            one = torch.ones((), dtype=z.dtype, device=z.device)
-            return m - div.f_prime(one), m - div.f_prime(one / z.shape[-1])
-        f1, fk = div.bound_offsets(z.shape[-1])
-        return m - f1, m - fk
-    else:
-        lo = (z - div.f_prime(1.0 / q)).amax(-1, keepdim=True)
-        hi = m - div.f_prime(1.0 / q.sum(-1, keepdim=True))
-    return lo, hi
+        f1, fk = bound_offsets(div, z.shape[-1], z.dtype, z.device)
+        return zero - f1, zero - fk
+    return (z - div.f_prime(1.0 / q)).amax(-1, keepdim=True), zero - div.f_prime(1.0 / q.sum(-1, keepdim=True))
 
 
-def _steep_power(div: Divergence):
-    """``a = α - 1`` (a float or a ``[R, 1]`` tensor) for the α-divergence with every α > 2, else ``None``."""
-    a = div.power_exponent
-    if a is None:
-        return None
-    if isinstance(a, Tensor):
-        return a if a.numel() and bool((a > 1).all()) else None
-    return a if a > 1 else None
+@dataclass
+class _Candidates:
+    """The rows the Newton iteration runs on: ``cand`` ``[R, K]`` shifted by ``shift`` ``[R, 1]`` (the
+    row maxima, 0 where not finite) to row maximum 0, the bracket ``[lo, hi]``, the finite rows
+    (``None``: all), the NaN/+inf rows, and the pruned blocks' indices (``None``: the full row)."""
+
+    cand: Tensor
+    shift: Tensor
+    lo: Tensor
+    hi: Tensor
+    finite: Optional[Tensor]
+    bad_rows: Optional[Tensor]
+    block_index: Optional[Tensor]
 
 
-def _solve_steep_power(cand: Tensor, q: Optional[Tensor], a, k: int, eps: float, tol: float, max_iter: int,
-                       finite: Optional[Tensor], trace: Optional[list]):
-    r"""α-entmax with α > 2 (``a = α - 1 > 1``) on shifted candidates (row maximum 0).
+def _candidates(z: Tensor, div: Divergence, q: Optional[Tensor], prune: bool) -> _Candidates:
+    """Row maxima, the bracket and (sparse generators, long rows, ``q = None``) the pruned candidates."""
+    R, k = z.shape
+    layout = block_layout(k) if (q is None and (div.hints.monotone_newton or div.sparse)) else None
+    if layout is None:
+        shift, finite, bad_rows = finite_maxima(z.amax(-1, keepdim=True))
+        # Solve in shifted coordinates z - m (every operator is invariant to adding a constant
+        # to a row): thresholds of rows with large scores are then resolved to the precision of
+        # the scores' differences, not of their magnitude.  τ is shifted back at the end.
+        cand = z - shift
+        lo, hi = _bounds(div, cand, q)
+        if q is not None and finite is not None:
+            lo = torch.where(finite, lo, torch.zeros_like(lo))
+        return _Candidates(neutralize_rows(cand, finite), shift, lo, hi, finite, bad_rows, None)
+    B, nb = layout
+    zb = z.reshape(R, B, nb)
+    bmax = zb.amax(1)
+    shift, finite, bad_rows = finite_maxima(bmax.amax(-1, keepdim=True))
+    bmax = bmax - shift
+    lo, hi = _bounds(div, z, None)
+    if div.hints.monotone_newton and finite is None:
+        lo = _tightened(div, bmax, lo)
+    cand, block_index = None, None
+    if prune and div.sparse:
+        cand, block_index = _pruned(zb, bmax, lo + div.f_prime_zero, shift)
+    if cand is None:  # a layout without pruning: the full row, shifted
+        cand = z - shift
+    return _Candidates(neutralize_rows(cand, finite), shift, lo, hi, finite, bad_rows, block_index)
 
-    With ``y = a z`` the output is ``p_j = q_j [y_j - t]_+^{1/a}`` and ``t = a τ_f - 1`` is the
-    entmax threshold.  On flat or nearly flat rows the root is ``t ≈ -(Σq)^{-a}``, tiny
-    next to ``τ_f ≈ 1/a``: written through ``τ_f``, the base ``1 + a (z - τ_f)`` is a
-    difference of two numbers close to 1 and ``p = base^{1/a}`` inherits a relative error
-    ``ε / (a |t|)`` (a sum of 1.27 for 100 zeros at α = 4).  In ``t`` the base ``y_j - t``
-    has no cancellation (``y_j = 0`` at the maximum), so ``t`` and ``p`` are exact to
-    rounding.  Newton's method on ``S^a`` (linear in ``t`` while the support does not
-    change, so exact in one step on flat rows) is kept inside the bracket
-    ``[max_j (y_j - q_j^{-a}), max_j y_j - (Σ q)^{-a}]`` (``S >= 1`` and ``S <= 1`` at its
-    ends); steps that leave it are replaced by bisection of ``|t|`` on a log scale.
 
-    The solve runs in float64 whatever the input type: ``p = base^{1/a}`` is only Hölder
-    continuous (exponent ``1/a < 1``) at the edge of the support, so float32 rounding of a
-    base near zero (``1e-11`` next to a ``t`` of ``1e-4``) would cost ``1e-4`` in ``Σ p``.
+def _tightened(div: Divergence, bmax: Tensor, lo: Tensor) -> Tensor:
+    """``τ_lo`` raised by :data:`PRE_STEPS` monotone Newton steps on the block maxima: they are a
+    subset of the coordinates, so Newton on them from ``τ_lo`` stays below their root, itself
+    below ``τ`` (a tighter bound, fewer candidates)."""
+    sums = RowSums(div, bmax, None, torch.zeros_like(lo))
+    for _ in range(PRE_STEPS):
+        S, Sp, _ = sums(lo)
+        lo = torch.where(S > 1, newton_update(lo, S, Sp, div.hints.newton_power), lo)
+    return lo
 
-    Returns ``(τ_f, p, s, Σ s, steps)`` in the shifted coordinates, in ``cand``'s dtype.
-    """
-    out_dtype = cand.dtype
-    if out_dtype != torch.float64:
-        cand = cand.double()
-        q = None if q is None else q.double()
-        a = a.double() if isinstance(a, Tensor) else a
-        eps = torch.finfo(torch.float64).eps
-        tol = 2 * eps * max(1.0, math.log2(cand.shape[-1] + 1))
-    y = cand * a
-    ymax = y.amax(-1, keepdim=True)
-    if q is None:
-        t_lo = ymax - 1
-        t_hi = ymax - float(k) ** (-a) if not isinstance(a, Tensor) else ymax - torch.pow(float(k), -a)
-    else:
-        t_lo = (y - q ** (-a)).amax(-1, keepdim=True)
-        t_hi = ymax - q.sum(-1, keepdim=True) ** (-a)
-    t = t_lo
-    done = torch.zeros_like(t, dtype=torch.bool) if finite is None else ~finite
-    inv = 1.0 / a
-    it = 0
-    if trace is not None:  # the start
-        trace.append(((t + 1) / a).to(out_dtype))
-    while True:
-        base = torch.sub(y, t).clamp_(min=0)
-        g = base ** inv
-        gp = torch.where(base > 0, g / torch.where(base > 0, base, torch.ones_like(base)), torch.zeros_like(g))
-        if q is not None:
-            g, gp = g * q, gp * q
-        S = g.sum(-1, keepdim=True)
-        Sp = gp.sum(-1, keepdim=True)
-        resid = S - 1
-        done = done | (resid.abs() <= tol) | (t_hi - t_lo <= 4 * eps * t.abs())
-        if it >= max_iter or bool(done.all()):
-            break
-        t_lo = torch.where(resid >= 0, t, t_lo)
-        t_hi = torch.where(resid < 0, t, t_hi)
-        # Newton on S^a: dS/dt = -Σ gp / a
-        new = t + (S - S ** (1 - a)) / Sp
-        inside = (new > t_lo) & (new < t_hi)
-        mid = torch.where((t_hi < 0) & (t_lo < 0), -torch.sqrt(t_lo * t_hi), 0.5 * (t_lo + t_hi))
-        new = torch.where(inside, new, mid)
-        t = torch.where(done, t, new)
-        it += 1
-        if trace is not None:
-            trace.append(((t + 1) / a).to(out_dtype))
-    # The last base of the root can be below the resolution of t (α = 6, t = -1e-4: a float64
-    # ulp of t moves Σ p by 1e-12).  p / S is exactly the α-entmax of the scores divided by
-    # S^a (a relative change of the scores by a |S - 1|, at rounding level): rows sum to 1.
-    g = g / S
-    cast = lambda u: u.to(out_dtype)  # noqa: E731
-    return cast((t + 1) / a), cast(g), cast(gp), cast(Sp), it
+
+def _pruned(zb: Tensor, bmax: Tensor, thr: Tensor, shift: Tensor):
+    """The candidates ``[R, B·KB]`` (shifted; padding slots masked) of the blocks whose maximum
+    passes ``thr`` and their indices ``[R, B, KB]``, or ``(None, None)`` when pruning would not pay."""
+    table, valid = select_blocks(bmax, thr)
+    if table is None:
+        return None, None
+    R, B, _ = zb.shape
+    KB = table.shape[1]
+    block_index = table.unsqueeze(1).expand(R, B, KB)
+    cand = zb.gather(2, block_index) - shift.unsqueeze(1)
+    cand = torch.where(valid.unsqueeze(1), cand, torch.full_like(cand, -math.inf)).reshape(R, B * KB)
+    return cand, block_index
 
 
 def solve(
@@ -280,127 +222,29 @@ def solve(
         backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)
         if backend is not None:
             return backend.solve(z, divergence)
-    R, k = z.shape
+    rows = _candidates(z, divergence, q, prune)
     eps = torch.finfo(z.dtype).eps
-    div = divergence
-
-    # -- row maxima and candidate blocks ---------------------------------------------
-    layout = block_layout(k) if (q is None and (div.monotone_newton or div.sparse)) else None
-    if layout is not None:
-        B, nb = layout
-        zb = z.reshape(R, B, nb)
-        bmax = zb.amax(1)
-        m = bmax.amax(-1, keepdim=True)
-    else:
-        m = z.amax(-1, keepdim=True)
-
-    # one reduction decides the common case (a finite sum means every maximum is finite)
-    all_finite = math.isfinite(float(m.sum()))
-    finite = torch.isfinite(m) if not all_finite else None
-    if finite is not None and bool(finite.all()):
-        all_finite, finite = True, None
-    bad_rows = None
-    if not all_finite:
-        bad = torch.isnan(m) | (m == math.inf)
-        bad_rows = bad if bool(bad.any()) else None
-        m = torch.where(finite, m, torch.zeros_like(m))
-    # Solve in shifted coordinates z - m (every operator is invariant to adding a constant
-    # to a row): thresholds of rows with large scores are then resolved to the precision of
-    # the scores' differences, not of their magnitude.  τ is shifted back at the end.
-    shift = m
-    zero = torch.zeros_like(m)
-    if layout is not None:
-        bmax = bmax - m
-        zs = None
-    else:
-        zs = z - m
-    lo, hi = _bounds(div, z if zs is None else zs, q, zero)
-    if q is not None and not all_finite:
-        lo = torch.where(finite, lo, torch.zeros_like(lo))
-    m = zero
-
-    block_index = None
-    cand, qc = (z, q) if zs is None else (zs, q)
-    rho = div.newton_power
-    if layout is not None:
-        if div.monotone_newton and all_finite:
-            # The block maxima are a subset of the coordinates, so Newton on them from τ_lo
-            # stays below their root, itself below τ: a tighter bound, fewer candidates.
-            bprep = div.prepare(bmax, m)
-            bout = (torch.empty_like(bmax), torch.empty_like(bmax))
-            for _ in range(PRE_STEPS):
-                S, Sp, _ = div.newton_sums(bmax, lo, bprep, bout)
-                lo = torch.where(S > 1, newton_update(lo, S, Sp, rho), lo)
-    if layout is not None and prune and div.sparse:
-        thr = lo + div.f_prime_zero
-        table, valid = select_blocks(bmax, thr)
-        if table is not None:
-            KB = table.shape[1]
-            block_index = table.unsqueeze(1).expand(R, B, KB)
-            cand = zb.gather(2, block_index) - shift.unsqueeze(1)
-            cand = torch.where(valid.unsqueeze(1), cand, torch.full_like(cand, -math.inf)).reshape(R, B * KB)
-    if cand is z:  # a layout without pruning: the full row, shifted
-        cand = z - shift
-    if not all_finite:
-        # all -inf rows and NaN/+inf rows: iterate on a harmless all-masked row instead
-        cand = torch.where(finite, cand, torch.full_like(cand, -math.inf))
-        cand[~finite.squeeze(-1), 0] = 0.0
-
-    # -- Newton ----------------------------------------------------------------------
-    K = cand.shape[-1]
     # at rounding level: a looser tolerance left float32 rows 2.7e-6 from Σ p = 1 (reverse KL,
     # k = 6); the monotone iteration stops anyway when its residual stalls
-    tol = 2 * eps * max(1.0, math.log2(K + 1))
-    a_pow = _steep_power(div)
-    prep = div.prepare(cand, m) if a_pow is None else None
-    tau = lo
-    it = 0
-    if trace is not None and a_pow is None:
-        trace.append(tau.clone())
-
-    out = (torch.empty_like(cand), torch.empty_like(cand))
-
-    def sums(t):
-        if qc is None:
-            return div.newton_sums(cand, t, prep, out)
-        g, gp = div.evaluate(cand, t, prep)
-        g, gp = g * qc, gp * qc
-        return g.sum(-1, keepdim=True), gp.sum(-1, keepdim=True), (g, gp)
-
+    tol = 2 * eps * max(1.0, math.log2(rows.cand.shape[-1] + 1))
+    a_pow = steep_power(divergence)
     if a_pow is not None:
-        tau, g, gp, Sp, it = _solve_steep_power(cand, qc, a_pow, k, eps, tol, max_iter, finite, trace)
-    elif div.monotone_newton:
-        last = math.inf
-        while True:
-            S, Sp, state = sums(tau)
-            # The first two iterates are not checked (a step from the root is a no-op, and
-            # a check is a synchronizing reduction).  Monotone convergence makes the largest
-            # residual decrease until rounding: stop at tolerance or when it stalls.
-            if it >= max_iter:
-                break
-            if it > 1:
-                resid = float((S - 1).abs().amax())
-                if resid <= tol or resid >= last:
-                    break
-                last = resid
-            tau = newton_update(tau, S, Sp, rho)
-            it += 1
-            if trace is not None:
-                trace.append(tau.clone())
+        tau, g, gp, Sp, it = solve_steep_power(rows.cand, q, a_pow, z.shape[-1], eps, tol, max_iter, rows.finite,
+                                               trace)
+        if rows.finite is not None:
+            g, gp, Sp = (t.masked_fill(~rows.finite, 0.0) for t in (g, gp, Sp))
     else:
-        done = torch.zeros_like(m, dtype=torch.bool) if finite is None else ~finite
-        tau, S, Sp, state, it = bracketed_newton(sums, tau, lo, hi, done, rho, tol, eps, max_iter, trace)
-    if a_pow is None:
-        g, gp = state if qc is not None else div.finish(cand, tau, prep, state)
-    tau = tau + shift
+        if trace is not None:
+            trace.append(rows.lo.clone())
+        # the first two iterates are not checked: a step from the root is a no-op, and a check
+        # is a synchronizing reduction
+        out = newton_rows(divergence, rows.cand, q, torch.zeros_like(rows.lo), rows.lo, rows.hi, rows.finite,
+                          tol=tol, max_iter=max_iter, first_check=2, trace=trace)
+        tau, g, gp, Sp, it = out.tau, out.g, out.gp, out.Sp, out.iterations
     if trace is not None:
-        trace[:] = [t + shift for t in trace]
-
-    if not all_finite:
-        g = g.masked_fill(~finite, 0.0)
-        gp = gp.masked_fill(~finite, 0.0)
-        Sp = Sp.masked_fill(~finite, 0.0)
-    return Solution(tau=tau, p=g, s=gp, s_sum=Sp, block_index=block_index, k=k, bad_rows=bad_rows, iterations=it)
+        trace[:] = [t + rows.shift for t in trace]
+    return Solution(tau=tau + rows.shift, p=g, s=gp, s_sum=Sp, block_index=rows.block_index, k=z.shape[-1],
+                    bad_rows=rows.bad_rows, iterations=it)
 
 
 def solve_tau(z: Tensor, divergence: Divergence, q: Optional[Tensor] = None) -> Tensor:

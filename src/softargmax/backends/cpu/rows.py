@@ -60,7 +60,7 @@ VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
-_lib = None  # None: not tried yet; False: unavailable
+_loaded: list = []  # once tried: [the library] or [False] (unavailable)
 _switch = Switch("SOFTARGMAX_CPU_KERNELS")
 
 
@@ -75,7 +75,7 @@ def _cpu_signature() -> str:
     """What ``-march=native`` depends on: the CPU's model and feature flags."""
     info = ""
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
                 if line.startswith(("model name", "flags")):
                     info += line
@@ -113,23 +113,27 @@ def _build() -> Path:
 
 
 def _load():
-    global _lib
     with _lock:
-        if _lib is None:
-            try:
-                lib = ctypes.CDLL(str(_build()))
-                for name in ("sa_solve_f32", "sa_solve_f64"):
-                    fn = getattr(lib, name)
-                    fn.restype = ctypes.c_int
-                    fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
-                                   ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-                _lib = lib
-            except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
-                warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
-                              "using the PyTorch path (same results, slower)", RuntimeWarning, stacklevel=3)
-                _lib = False
-    return _lib
+        if not _loaded:
+            _loaded.append(_open())
+    return _loaded[0]
+
+
+def _open():
+    """The built library with its functions' signatures, or ``False`` (with a warning) if it cannot be built."""
+    try:
+        lib = ctypes.CDLL(str(_build()))
+        for name in ("sa_solve_f32", "sa_solve_f64"):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
+                           ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        return lib
+    except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
+        warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
+                      "using the PyTorch path (same results, slower)", RuntimeWarning, stacklevel=4)
+        return False
 
 
 def available() -> bool:
@@ -190,7 +194,8 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int):
     ssum = torch.empty(R, 1, dtype=z.dtype)
     status = torch.empty(R, dtype=torch.int8)
     threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
-    fn = _lib.sa_solve_f32 if z.dtype == torch.float32 else _lib.sa_solve_f64
+    lib = _load()
+    fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
     it = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(), s.data_ptr(), tau.data_ptr(),
             ssum.data_ptr(), status.data_ptr(), threads)
     if it < 0:

@@ -174,7 +174,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
     # -- pass 1: row maxima; every tile starts "unknown" (+inf) ------------------------------
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    for nb in range(0, n_blocks):
+    for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
                         stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
@@ -192,7 +192,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
         Sp = tl.zeros([BLOCK_M], tl.float32)
         cnt = tl.zeros([BLOCK_M], tl.float32)
         umin = tl.full([BLOCK_M], float("inf"), tl.float32)
-        for nb in range(0, n_blocks):
+        for nb in range(n_blocks):
             if tl.load(BMAX + bmax_base + nb) > 0:
                 offs_n = nb * BLOCK_N + offs_nb
                 z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
@@ -215,7 +215,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     Sp = tl.zeros([BLOCK_M], tl.float32)
     Ssum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(0, n_blocks):
+    for nb in range(n_blocks):
         if tl.load(BMAX + bmax_base + nb) > 0:
             offs_n = nb * BLOCK_N + offs_nb
             z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
@@ -275,7 +275,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
         lo = 0
-    for g in range(0, group):
+    for g in range(group):
         h = hk * group + g
         bh = b * H + h
         a = tl.load(A + h).to(tl.float32)
@@ -347,7 +347,7 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
     bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(0, n_blocks):
+    for nb in range(n_blocks):
         if tl.load(BMAX + bmax_base + nb) > 0:
             offs_n = nb * BLOCK_N + offs_nb
             nmask = offs_n < S

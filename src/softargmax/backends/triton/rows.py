@@ -192,7 +192,7 @@ def solve(z: Tensor, div: Divergence):
         return None
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
-    chi = div.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
+    chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if (kind != KIND_POWER or chi) else a + 1.0
     exact = _relu_exact(a) if kind == KIND_POWER else 0
     sol = solve_with(lambda *args: _run(*args, omega_c=c, exact=exact), z, div, a_dtype=torch.float32,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -51,8 +52,8 @@ def pad_batch(seqs, device) -> Tensor:
 
 
 @torch.no_grad()
-def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, max_len: int = None,
-                stats: DecodeStats = None):
+def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, max_len: Optional[int] = None,
+                stats: Optional[DecodeStats] = None):
     """Translate a padded batch ``src`` ``[N, S]``; returns ``(token lists, scores)``.
 
     Finished sentences leave the batch (as in OpenNMT-py), so a sentence that never
@@ -60,7 +61,7 @@ def beam_search(model: Seq2Seq, layer: OutputLayer, src: Tensor, beam: int = 4, 
     tokens (or ``max_len``).
     """
     model.eval()
-    N, S = src.shape
+    N, _ = src.shape
     device = src.device
     src_len = (src != PAD).sum(1).tolist()
     limit = [min(model.cfg.max_len - 1, max_len or (2 * n + 10)) for n in src_len]

@@ -93,6 +93,15 @@ def broadcast(obj):
     return box[0]
 
 
+def gather_objects(obj) -> list:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (``[obj]`` in a single process)."""
+    if not active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def sum_tensor(t: torch.Tensor) -> torch.Tensor:
     """The sum of ``t`` over the ranks (``t`` itself in a single process)."""
     if active():

@@ -41,7 +41,10 @@ class Tokenizer:
         return cls(Path(path).read_bytes())
 
     def save(self, path: Path) -> None:
-        Path(path).write_bytes(self.proto)
+        """Write the model to ``path`` atomically (a killed run never leaves half a tokenizer)."""
+        from .._files import atomic_write
+
+        atomic_write(path, self.proto)
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()

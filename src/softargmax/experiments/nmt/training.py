@@ -26,6 +26,7 @@ import torch
 
 import softargmax as sa
 
+from .._common import atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from . import distributed
 from .decoding import pad_batch, translate
 from .model import ModelConfig, OutputLayer, Seq2Seq
@@ -97,7 +98,7 @@ def calibrate_tau(model: Seq2Seq, layer: OutputLayer, batch, alpha: float = 1.5)
         src, tgt_in, tgt_out = batch
         logits = model(src, tgt_in)
         keep = tgt_out != PAD
-        tau = float(sa.tau.from_logits(logits[keep], alpha))
+        tau = float(sa.alpha_relu_tau.from_logits(logits[keep], alpha))
     model.train()
     return tau
 
@@ -115,12 +116,174 @@ def validation_loss(model, layer, pairs, batches, device) -> float:
     return total / max(count, 1)
 
 
+def _save_best(best_state: dict, step: int, path: Path) -> None:
+    """``best.pt``: the kept model alone, ``{"model": state_dict, "step": step}`` (atomically)."""
+    with atomic_path(path) as tmp:
+        torch.save({"model": best_state, "step": step}, tmp)
+
+
 def _improves(entry: dict, best: Optional[dict], select: str) -> bool:
     if best is None:
         return True
     if select == "bleu":
         return entry["val_bleu"] > best["val_bleu"]
     return entry["val_loss"] < best["val_loss"]
+
+
+def _optimizer(model: Seq2Seq, model_cfg: ModelConfig, cfg: TrainConfig):
+    """Adam (AdamW with weight decay) and the inverse-square-root schedule with warm-up."""
+    if cfg.weight_decay:
+        opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9, weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
+
+
+def _progress(label: str, record: dict, cfg: TrainConfig, step: int, start_step: int, t_start: float,
+              shown: float, world: int) -> str:
+    """The progress line: the step's loss, the throughput and the time left."""
+    # time left: this run's wall clock per step so far (training and the evaluations done, so it
+    # improves as steps are measured); the first step, which pays for warm-up, shows none
+    steps_now = step - start_step
+    eta = ""
+    if steps_now > 1:
+        per = (time.perf_counter() - t_start) / steps_now
+        eta = f", ETA {per * (cfg.steps - step) / 60:.1f} min"
+    return (f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
+            f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
+
+
+def _restore(state: dict, model, opt, sched, layer: OutputLayer, rank: int, world: int, label: str, log) -> dict:
+    """Load a checkpoint's training state and this rank's random-number state; returns its record."""
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    sched.load_state_dict(state["sched"])
+    record = state["record"]
+    layer.tau = record.get("tau", 0.0)
+    rngs = state["rng"]
+    if len(rngs) != world:
+        log(f"{label} the checkpoint was written by {len(rngs)} process(es), this run has {world}: the "
+            "resumed steps draw other dropout masks than an uninterrupted run would")
+    set_rng_state(rngs[rank] if len(rngs) == world else rngs[0])
+    log(f"{label} resumed at step {record['steps_done']}")
+    return record
+
+
+def _calibrate(model, layer: OutputLayer, first_batch, model_cfg: ModelConfig, record: dict, label: str, log) -> None:
+    """α-ReLU's τ from the untrained model's first batch, into ``layer`` and ``record``."""
+    layer.tau = calibrate_tau(model, layer, first_batch)
+    record["tau"] = layer.tau
+    record["tau_formula"] = sa.alpha_relu_tau.gaussian(
+        model_cfg.vocab_size, sa.alpha_relu_tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
+    log(f"{label} tau from the untrained model's first batch: {layer.tau:.4f} "
+        f"(data-free estimate {record['tau_formula']:.4f})")
+
+
+def _select(entry: dict, best_entry: Optional[dict], record: dict, cfg: TrainConfig, label: str, log) -> bool:
+    """Model selection at an evaluation: whether ``entry`` is kept (``record`` updated), and early stopping
+    after ``cfg.patience`` evaluations without improvement (``record["stopped_early"]``)."""
+    # every rank evaluated the same model; rank 0 decides for all of them
+    improved = distributed.broadcast(_improves(entry, best_entry, cfg.select))
+    if improved:
+        record.update(kept_step=entry["step"], kept_val_bleu=entry["val_bleu"], kept_val_loss=entry["val_loss"])
+    since = sum(1 for e in record["history"] if e["step"] > record["kept_step"])
+    if cfg.patience is not None and since >= cfg.patience:
+        record["stopped_early"] = True
+        log(f"{label} stopping at step {entry['step']}: no better validation "
+            f"{'BLEU' if cfg.select == 'bleu' else 'loss'} in {since} evaluations; keeping step {record['kept_step']}")
+    return improved
+
+
+def _complete(record: dict, step: int, start_step: int, wall_seconds: float, world: int) -> None:
+    """The record's summary of this run: processes, wall time, steps, time per step and throughput."""
+    record["processes"] = world
+    record["wall_seconds_this_run"] = wall_seconds
+    record["steps_this_run"] = step - start_step
+    record["seconds_per_step"] = record["train_seconds"] / max(step, 1)
+    record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
+
+
+def _step(net, model, layer: OutputLayer, opt, sched, cfg: TrainConfig, batch, rank_tokens: int, ntok: int,
+          world: int, cuda: bool):
+    """One optimizer step on this rank's ``batch`` (``(src, tgt_in, tgt_out)``, ``rank_tokens`` target tokens)
+    of a global batch of ``ntok`` target tokens; returns ``(the loss to show, this step's contribution to the
+    per-token training loss)`` (under ``torchrun``: this rank's loss per token, and its share of the global
+    batch's, summed over the ranks later)."""
+    src, tgt_in, tgt_out = batch
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and cuda):
+        logits = net(src, tgt_in)
+    if world == 1:
+        loss = layer.loss(logits.float(), tgt_out)
+        shown, contribution = loss.detach(), loss.detach()
+    else:
+        # rank sums / global token count, times N because DDP averages the gradients over the N ranks
+        local = layer.loss(logits.float(), tgt_out, reduction="sum") * (1.0 if rank_tokens else 0.0)
+        loss = local * (world / ntok)
+        shown, contribution = local.detach() / max(1, rank_tokens), local.detach() / ntok
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    opt.step()
+    sched.step()
+    if cuda:
+        torch.cuda.synchronize()
+    return shown, contribution
+
+
+def _validate(model, layer: OutputLayer, tok, val, valid_batches, cfg: TrainConfig, device, step: int,
+              train_seconds: float, learn_alpha: bool) -> dict:
+    """An evaluation entry: validation loss, greedy BLEU on the first ``cfg.val_bleu_sentences`` sentences,
+    and the learned α of the attention heads where they are learned."""
+    import sacrebleu
+
+    vloss = validation_loss(model, layer, *valid_batches, device)
+    sub = val.head(cfg.val_bleu_sentences)
+    hyps = translate(model, layer, tok, sub.src, beam=1, device=device)
+    vbleu = sacrebleu.corpus_bleu(hyps, [sub.tgt]).score
+    model.train()
+    entry = {"step": step, "train_seconds": train_seconds, "val_loss": vloss, "val_bleu": vbleu}
+    if learn_alpha:
+        entry["alphas"] = {k: v.tolist() for k, v in sa.analysis.alphas(model).items()}
+    return entry
+
+
+def _check_every(checkpoint_every) -> None:
+    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
+
+
+def _data_parallel(model, device):
+    """``model`` wrapped for data parallelism over the ``torchrun`` processes."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[torch.device(device).index] if str(device).startswith("cuda")
+                                   else None)
+
+
+def _kept_entry(record: dict) -> Optional[dict]:
+    """The evaluation entry of the kept model (model selection), if one was kept."""
+    if record.get("kept_step") is None:
+        return None
+    return next((e for e in record["history"] if e["step"] == record["kept_step"]), None)
+
+
+def _keep(model, best_state: Optional[dict], record: dict, step: int, cfg: TrainConfig, best_path: Optional[Path]):
+    """At the end of training: load the kept model (model selection) into ``model``, and write ``best_path``
+    (where given) unless every evaluation wrote it already; with ``select="last"`` the last step is kept."""
+    if best_path is not None and not cfg.save_every_eval and best_state is not None:
+        _save_best(best_state, record["kept_step"], best_path)
+    if cfg.select != "last" and best_state is not None:
+        model.load_state_dict(best_state)
+    else:
+        record["kept_step"] = step
+
+
+def _build_model(model_cfg: ModelConfig, attention: Optional[dict], device) -> Seq2Seq:
+    """A freshly initialized model, its attention blocks converted where ``attention`` asks (same weights)."""
+    model = Seq2Seq(model_cfg).to(device)
+    if attention:
+        sa.nn.convert_attention(model, **attention)
+    return model
 
 
 def train_system(
@@ -136,6 +299,8 @@ def train_system(
     resume: bool = True,
     attention: Optional[dict] = None,
     name: Optional[str] = None,
+    fingerprint: Optional[dict] = None,
+    checkpoint_every: Optional[int] = None,
 ) -> dict:
     """Train one system; returns its record (history, timings, τ).  Resumes from ``out_dir/checkpoint.pt``.
 
@@ -147,64 +312,65 @@ def train_system(
 
     The record's ``train_loss`` lists the per-token training loss of every step (of the
     global batch under ``torchrun``); ``kept_step`` is the step of the returned model.
-    """
-    import sacrebleu
 
+    Checkpoints (:func:`softargmax.experiments._common.save_checkpoint`, the last two kept)
+    are written at every evaluation (``cfg.save_every_eval``), every ``checkpoint_every``
+    steps when given, and at the end.  Each holds the model, the optimizer, the schedule,
+    the record, the kept model (model selection), the data position and every random-number
+    state (:func:`~softargmax.experiments._common.rng_state`; of every rank under
+    ``torchrun``), so that a run resumed from any of them (``resume=True``) continues
+    exactly as the uninterrupted run: the same dropout masks and batches, bit for bit on the
+    same machine and thread count.  ``fingerprint`` (default: the system, the seed and the
+    library version) is stored in each; a checkpoint with another fingerprint raises
+    :class:`~softargmax.experiments._common.CheckpointMismatchError`, and one that cannot be
+    read is reported and replaced by the previous one, or by training from scratch.
+    ``best.pt`` holds the kept model alone (``{"model", "step"}``) for those who load it.
+    """
     rank, world = distributed.rank_and_world()
     main = rank == 0
     cuda = str(device).startswith("cuda")
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    model = Seq2Seq(model_cfg).to(device)
-    if attention:
-        sa.nn.convert_attention(model, **attention)
+    model = _build_model(model_cfg, attention, device)
     layer = OutputLayer(system, label_smoothing=cfg.label_smoothing)
     label = name or system
-    if cfg.weight_decay:
-        opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9, weight_decay=cfg.weight_decay)
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.betas, eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
+    opt, sched = _optimizer(model, model_cfg, cfg)
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
+    _check_every(checkpoint_every)
     record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
     ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
-    best_state = None
-    if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False, map_location=device)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        record = state["record"]
-        record.setdefault("train_loss", [])
-        layer.tau = record.get("tau", 0.0)
-        if cfg.select != "last" and best_path.exists():
-            best_state = torch.load(best_path, weights_only=False, map_location=device)["model"]
-        log(f"[{label}] resumed at step {record['steps_done']}")
+    fingerprint = fingerprint or {"system": system, "seed": cfg.seed, "softargmax": sa.__version__}
+    state = load_checkpoint(ckpt, fingerprint, map_location=device, log=log, set_aside=main,
+                            label=f"[{label}] ") if resume else None
+    if state is not None:
+        record = _restore(state, model, opt, sched, layer, rank, world, f"[{label}]", log)
     elif layer.system == "alpha_relu":
-        first = tensors(pairs, batches[0], device)
-        layer.tau = calibrate_tau(model, layer, first)
-        record["tau"] = layer.tau
-        record["tau_formula"] = sa.tau.gaussian(model_cfg.vocab_size, sa.tau.linear_logit_std(model_cfg.d_model, model_cfg.vocab_size))
-        log(f"[{label}] tau from the untrained model's first batch: {layer.tau:.4f} "
-            f"(data-free estimate {record['tau_formula']:.4f})")
-    net = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        net = DistributedDataParallel(model, device_ids=[torch.device(device).index] if cuda else None)
-    best_entry = None
-    if cfg.select != "last" and record.get("kept_step") is not None:
-        best_entry = next((e for e in record["history"] if e["step"] == record["kept_step"]), None)
+        _calibrate(model, layer, tensors(pairs, batches[0], device), model_cfg, record, f"[{label}]", log)
+    best_state = None if state is None else state.get("best")
+    net = _data_parallel(model, device) if world > 1 else model
+    best_entry = _kept_entry(record) if cfg.select != "last" else None
     model.train()
     step = start_step = record["steps_done"]
-    epoch_pos = step % len(batches)
+    epoch_pos = state["data"]["position"] if state is not None else 0
     pending = []  # per-step loss contributions not yet gathered into record["train_loss"]
+    saved_step = step if state is not None else None
 
     def gather_losses():
         if pending:
             record["train_loss"].extend(distributed.sum_tensor(torch.stack(pending)).tolist())
             pending.clear()
+
+    def save():
+        """Checkpoint the whole training state (a collective under torchrun: every rank calls it)."""
+        nonlocal saved_step
+        gather_losses()
+        rngs = distributed.gather_objects(rng_state())
+        if main:
+            save_checkpoint(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                                   "record": record, "best": best_state, "rng": rngs,
+                                   "data": {"position": epoch_pos, "batches": len(batches)}}, fingerprint)
+        saved_step = step
 
     t_start = time.perf_counter()
     while step < cfg.steps and not record.get("stopped_early"):
@@ -212,25 +378,10 @@ def train_system(
         epoch_pos = (epoch_pos + 1) % len(batches)
         mine = distributed.shard(b, rank, world)
         ntok = sum(len(pairs[i][1]) + 1 for i in b)  # target tokens of the global batch (with EOS)
-        src, tgt_in, tgt_out = tensors(pairs, mine or b[:1], device)
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and cuda):
-            logits = net(src, tgt_in)
-        if world == 1:
-            loss = layer.loss(logits.float(), tgt_out)
-            pending.append(loss.detach())
-        else:
-            # rank sums / global token count, times N because DDP averages the gradients over the N ranks
-            local = layer.loss(logits.float(), tgt_out, reduction="sum") * (1.0 if mine else 0.0)
-            loss = local * (world / ntok)
-            pending.append(local.detach() / ntok)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
-        sched.step()
-        if cuda:
-            torch.cuda.synchronize()
+        shown, contribution = _step(net, model, layer, opt, sched, cfg, tensors(pairs, mine or b[:1], device),
+                                    sum(len(pairs[i][1]) + 1 for i in mine), ntok, world, cuda)
+        pending.append(contribution)
         dt = time.perf_counter() - t0
         step += 1
         record["train_seconds"] += dt
@@ -238,59 +389,26 @@ def train_system(
         record["train_tokens_this_rank"] = record.get("train_tokens_this_rank", 0) + sum(len(pairs[i][1]) + 1 for i in mine)
         record["steps_done"] = step
         if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
-            shown = loss.detach().item() if world == 1 else float(local.detach()) / max(1, sum(len(pairs[i][1]) + 1 for i in mine))
-            # time left: this run's wall clock per step so far (training and the evaluations
-            # done, so it improves as steps are measured); the first step, which pays for
-            # warm-up, shows none
-            steps_now = step - start_step
-            eta = ""
-            if steps_now > 1:
-                per = (time.perf_counter() - t_start) / steps_now
-                eta = f", ETA {per * (cfg.steps - step) / 60:.1f} min"
-            log(f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
-                f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
+            log(_progress(label, record, cfg, step, start_step, t_start, float(shown), world))
         if step % cfg.eval_every == 0 or step == cfg.steps:
             gather_losses()
-            vloss = validation_loss(model, layer, vpairs, vbatches, device)
-            sub = val.head(cfg.val_bleu_sentences)
-            hyps = translate(model, layer, tok, sub.src, beam=1, device=device)
-            vbleu = sacrebleu.corpus_bleu(hyps, [sub.tgt]).score
-            model.train()
-            entry = {"step": step, "train_seconds": record["train_seconds"], "val_loss": vloss, "val_bleu": vbleu}
-            if attention and attention.get("learn_alpha"):
-                entry["alphas"] = {k: v.tolist() for k, v in sa.analysis.alphas(model).items()}
+            entry = _validate(model, layer, tok, val, (vpairs, vbatches), cfg, device, step, record["train_seconds"],
+                              learn_alpha=bool(attention and attention.get("learn_alpha")))
             record["history"].append(entry)
-            log(f"[{label}] step {step}: val loss {vloss:.3f}, val BLEU (greedy, {len(sub)} sentences) {vbleu:.2f}")
-            if cfg.select != "last":
-                # every rank evaluated the same model; rank 0 decides for all of them
-                improved = distributed.broadcast(_improves(entry, best_entry, cfg.select))
-                if improved:
-                    best_entry = entry
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    record.update(kept_step=step, kept_val_bleu=vbleu, kept_val_loss=vloss)
-                    if main and cfg.save_every_eval:
-                        torch.save({"model": best_state, "step": step}, best_path)
-                since = sum(1 for e in record["history"] if e["step"] > record["kept_step"])
-                if cfg.patience is not None and since >= cfg.patience:
-                    record["stopped_early"] = True
-                    log(f"[{label}] stopping at step {step}: no better validation "
-                        f"{'BLEU' if cfg.select == 'bleu' else 'loss'} in {since} evaluations; "
-                        f"keeping step {record['kept_step']}")
-            if main and cfg.save_every_eval:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                            "record": record}, ckpt)
+            log(f"[{label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, "
+                f"{len(val.head(cfg.val_bleu_sentences))} sentences) {entry['val_bleu']:.2f}")
+            if cfg.select != "last" and _select(entry, best_entry, record, cfg, f"[{label}]", log):
+                best_entry = entry
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                if main and cfg.save_every_eval:
+                    _save_best(best_state, step, best_path)
+            if cfg.save_every_eval:
+                save()
+        if checkpoint_every and step % checkpoint_every == 0 and saved_step != step:
+            save()
     gather_losses()
-    if step > start_step and main and not cfg.save_every_eval:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "record": record}, ckpt)
-        if best_state is not None:
-            torch.save({"model": best_state, "step": record["kept_step"]}, best_path)
-    if cfg.select != "last" and best_state is not None:
-        model.load_state_dict(best_state)
-    else:
-        record["kept_step"] = step
-    record["processes"] = world
-    record["wall_seconds_this_run"] = time.perf_counter() - t_start
-    record["steps_this_run"] = step - start_step
-    record["seconds_per_step"] = record["train_seconds"] / max(step, 1)
-    record["tokens_per_second"] = record["train_tokens"] / max(record["train_seconds"], 1e-9)
+    if step > start_step and saved_step != step:
+        save()  # the last step is always saved: a resumed finished run only evaluates
+    _keep(model, best_state, record, step, cfg, best_path if step > start_step and main else None)
+    _complete(record, step, start_step, time.perf_counter() - t_start, world)
     return {"model": model, "layer": layer, "record": record}

@@ -1,0 +1,173 @@
+r"""Per-token losses of the fused linear + Fenchel–Young loss (``reduction="none"``): a backward that
+recomputes each chunk's logits.
+
+With a reduced loss (``"mean"``, ``"sum"``) the gradient with respect to the logits is known in the
+forward up to one scalar, so :class:`~softargmax.losses._linear_chunks.LinearFY` computes the
+gradients of ``hidden``, ``weight`` and ``bias`` there and the backward only scales them.  Per-token
+losses :math:`\ell_i` receive a gradient :math:`g_i` per token: the gradient of the logits of token
+:math:`i` is :math:`g_i w_i (p_i - y_i)` (:math:`w_i` its item weight), and the weight's gradient
+:math:`\sum_i g_i w_i (p_i - y_i) h_i^\top` mixes every token's :math:`g_i`, unknown until the
+backward.  So the forward keeps only what the backward cannot recompute cheaply, and the backward
+computes the chunk's logits again (one more GEMM per chunk than the reduced loss):
+
+* forward: for each chunk, the logits, the solve, the per-token loss, and one number per token,
+  the threshold :math:`\tau_i` of its prediction; ``hidden``, ``weight`` and ``bias`` are saved as
+  they are (no copy), the ``[tokens, vocabulary]`` logits never;
+* backward: for each chunk, the logits again (the same GEMM on the same rows), the prediction from
+  the stored :math:`\tau` by one elementwise pass, :math:`p = q \odot g(z - \tau)` with
+  :math:`z = (\theta - \max_j \theta_j)/\beta` (no threshold search), then
+  :math:`G = g_i w_i (p - y)` and the three GEMMs of the reduced loss.
+
+The alternative, re-solving each chunk in the backward, costs a second threshold search
+(several passes over the row); storing :math:`p` costs ``[tokens, vocabulary]`` memory, which is
+what the fused loss avoids.  :math:`\tau_i` is read off the forward's prediction at its largest
+entry :math:`j`: on the support :math:`p_j = q_j g(z_j - \tau)` with :math:`g = (f^*)' = (f')^{-1}`,
+so :math:`\tau = z_j - f'(p_j / q_j)`, exact up to the rounding of :math:`p_j` (a relative error
+:math:`\varepsilon` in :math:`p_j` moves :math:`\tau` by at most :math:`\varepsilon p_j^{\alpha - 1}`
+for α-entmax, by :math:`\varepsilon` for softmax).  The α-ReLU mapping has a fixed threshold: its
+prediction is elementwise in the logits and is simply evaluated again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .._utils.checks import compute_dtype
+from ..divergences import Divergence
+from ._linear_chunks import accumulate_weight_grad
+from ._rows import p_minus_y
+from ._targets import rows_of
+
+
+def _shifted(theta: Tensor, beta: float, out: Optional[Tensor] = None) -> Tensor:
+    """``(θ - max θ) / β`` per row (a row without a finite maximum is not shifted), into ``out`` if given."""
+    m = theta.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    z = torch.sub(theta, m, out=out) if out is not None else theta - m
+    return z.div_(beta) if beta != 1.0 else z
+
+
+class ThresholdPrediction:
+    r"""The prediction :math:`p = q \odot g((\theta - \max\theta)/\beta - \tau)` of an f-softargmax, from its
+    per-row threshold :math:`\tau` (module docstring)."""
+
+    def __init__(self, div: Divergence, beta: float, q: Optional[Tensor]):
+        self.div, self.beta, self.q = div, beta, q
+
+    def state(self, theta: Tensor, p: Tensor) -> Tensor:
+        """``[R, 1]`` thresholds of the rows' predictions ``p`` (``+inf`` in rows whose ``p`` is all zero)."""
+        j = p.argmax(-1, keepdim=True)
+        pj = p.gather(1, j)
+        m = theta.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        zj = theta.gather(1, j).sub_(m)
+        if self.beta != 1.0:
+            zj = zj.div_(self.beta)
+        uj = pj if self.q is None else pj / self.q.expand_as(p).gather(1, j)
+        # an all-masked row has p = 0: τ = +inf gives g(-inf - inf) = 0 again (NaN rows stay NaN)
+        safe = torch.where(pj == 0, torch.ones_like(uj), uj)
+        tau = zj - self.div.f_prime(safe)
+        return torch.where(pj == 0, torch.full_like(tau, math.inf), tau)
+
+    def gradient(self, theta: Tensor, part, tau: Tensor) -> Tensor:
+        """``p - y`` of the rows ``theta`` (overwritten) from their thresholds ``tau``; 0 in ignored rows."""
+        z = _shifted(theta, self.beta, out=theta).sub_(tau)
+        p = self.div.conj_prime(z)
+        del z
+        if self.q is not None:
+            p = p.mul_(self.q)
+        return p_minus_y(p, part, inplace=True)
+
+
+class ElementwisePrediction:
+    """A mapping whose prediction depends on each logit alone (α-ReLU): evaluated again from the logits."""
+
+    def __init__(self, compute):
+        self.compute = compute  # compute(theta, part, inplace) -> (loss, p, p - y)
+
+    def state(self, theta: Tensor, p: Tensor) -> None:
+        return None
+
+    def gradient(self, theta: Tensor, part, tau) -> Tensor:
+        return self.compute(theta, part, inplace=True)[2]
+
+
+def _logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], cdt) -> Tensor:
+    logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
+    return logits.to(cdt)
+
+
+class LinearFYPerToken(torch.autograd.Function):
+    """Per-token fused loss ``[N]`` (module docstring); ``sink``: a :class:`~._prediction_stats.StatsSink` or ``None``."""
+
+    @staticmethod
+    def forward(ctx, hidden2d, weight, bias, compute, predictor, tgt, chunk, softcap, sink):
+        N = hidden2d.shape[0]
+        cdt = compute_dtype(hidden2d.dtype)
+        losses = torch.empty(N, dtype=cdt, device=hidden2d.device)
+        states = []
+        for start in range(0, N, chunk):
+            end = min(N, start + chunk)
+            theta = _logits(hidden2d[start:end], weight, bias, cdt)
+            if softcap is not None:
+                theta = theta.div_(softcap).tanh_().mul_(softcap)
+            part = rows_of(tgt, start, end)
+            loss, p, G = compute(theta, part, inplace=False)
+            del G
+            losses[start:end] = loss if part.item_weight is None else loss * part.item_weight
+            states.append(predictor.state(theta, p))
+            if sink is not None:
+                sink.add(p)
+            del theta, p
+        ctx.save_for_backward(hidden2d, weight, bias)
+        ctx.tau = None if not states or states[0] is None else torch.cat(states)
+        ctx.compute, ctx.predictor, ctx.tgt, ctx.chunk, ctx.softcap = compute, predictor, tgt, chunk, softcap
+        return losses
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_losses):
+        hidden2d, weight, bias = ctx.saved_tensors
+        N, d = hidden2d.shape
+        V = weight.shape[0]
+        cdt = compute_dtype(hidden2d.dtype)
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_b = bias is not None and ctx.needs_input_grad[2]
+        gh = torch.empty_like(hidden2d) if need_h else None
+        gw = torch.zeros(V, d, dtype=cdt, device=weight.device) if need_w else None
+        gb = torch.zeros(V, dtype=cdt, device=weight.device) if need_b else None
+        scale_all = grad_losses.to(cdt)
+        if ctx.tgt.item_weight is not None:
+            scale_all = scale_all * ctx.tgt.item_weight
+        softcap = ctx.softcap
+        for start in range(0, N, ctx.chunk):
+            end = min(N, start + ctx.chunk)
+            h = hidden2d[start:end]
+            z = _logits(h, weight, bias, cdt)
+            if softcap is not None:
+                t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
+                theta = t * softcap
+            else:
+                theta = z
+            tau = None if ctx.tau is None else ctx.tau[start:end]
+            G = ctx.predictor.gradient(theta, rows_of(ctx.tgt, start, end), tau)
+            del theta, z
+            G = G.mul_(scale_all[start:end].unsqueeze(1))
+            if softcap is not None:
+                G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
+                del t
+            Gm = G.to(hidden2d.dtype)
+            if need_h:
+                torch.mm(Gm, weight, out=gh[start:end])
+            if need_w:
+                accumulate_weight_grad(gw, Gm, h)
+            if need_b:
+                gb.add_(G.sum(0))
+            del G, Gm
+        return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),
+                None, None, None, None, None, None)

@@ -1,0 +1,68 @@
+r"""Per-token statistics of the prediction, for logging and RL-style uses: its support size and entropy.
+
+For a prediction :math:`p` (one token's row):
+
+* ``support_size`` :math:`= |\{j : p_j > 0\}|`, the number of classes with non-zero probability
+  (the vocabulary size for softmax, unless probabilities underflow to 0);
+* ``entropy`` :math:`= H(p) = -\sum_{j:\,p_j > 0} p_j \log p_j`, the Shannon entropy in nats
+  (:math:`0 \log 0 = 0`), the quantity RL and distillation libraries log for softmax policies, here
+  for every mapping, so that runs with different mappings compare on one scale.  For the α-ReLU
+  mapping, whose :math:`p` is not normalized, it is the same sum on the unnormalized :math:`p`.
+
+Both are computed one chunk of tokens at a time from the prediction of the fused loss's own
+forward, detached (no gradient).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["PredictionStats"]
+
+
+class PredictionStats(NamedTuple):
+    r"""Per-token statistics of the prediction :math:`p`, each of the target's batch shape: its Shannon entropy
+    :math:`-\sum_{j:\,p_j > 0} p_j \log p_j` (nats) and its support size :math:`|\{j : p_j > 0\}|`.  For
+    the α-ReLU mapping, whose :math:`p` is not normalized, the entropy is the same sum on that :math:`p`."""
+
+    entropy: Tensor
+    support_size: Tensor
+
+
+PredictionStats.entropy.__doc__ = (r"Shannon entropy :math:`-\sum_j p_j \log p_j` in nats (:math:`0 \log 0 = 0`), in the "
+                                   "loss's compute dtype.")
+PredictionStats.support_size.__doc__ = r"Number of non-zero entries of :math:`p` (``torch.long``)."
+
+
+class StatsSink:
+    """Collects the statistics of each chunk's prediction, in the order of the chunks."""
+
+    def __init__(self):
+        self.entropy: list = []
+        self.support: list = []
+
+    def add(self, p: Tensor) -> None:
+        """Record the rows of ``p`` (``[R, V]``)."""
+        self.entropy.append(-torch.special.xlogy(p, p).sum(-1))
+        self.support.append((p > 0).sum(-1))
+
+    def result(self, batch_shape, dtype, device) -> PredictionStats:
+        if not self.entropy:  # no token
+            return PredictionStats(torch.zeros(batch_shape, dtype=dtype, device=device),
+                                   torch.zeros(batch_shape, dtype=torch.long, device=device))
+        return PredictionStats(torch.cat(self.entropy).reshape(batch_shape),
+                               torch.cat(self.support).reshape(batch_shape))
+
+    def recording(self, compute):
+        """``compute(theta, part)`` of the fused loss, with the prediction recorded before it is overwritten by
+        the gradient (the row function is called with ``inplace=False``)."""
+
+        def compute_and_record(theta, part):
+            loss, p, G = compute(theta, part, inplace=False)
+            self.add(p)
+            return loss, p, G
+
+        return compute_and_record

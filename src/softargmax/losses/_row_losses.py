@@ -1,0 +1,296 @@
+r"""The Fenchel–Young loss of every f-divergence and the α-ReLU loss as :class:`~softargmax.losses._rows.RowLoss`
+objects, and :func:`resolve_loss`, which makes one from a mapping name and its parameters (and
+validates them, once, for the one-process, fused and vocabulary-parallel losses).
+
+* :class:`FenchelYoungRowLoss`: :math:`\Omega(p) = \beta \sum_j q_j f(p_j/q_j)` on the simplex;
+  :math:`\ell = \langle\theta, p - y\rangle + \beta\,[\Omega(y) - \Omega(p)]` from one threshold solve.
+* :class:`AlphaReLURowLoss`: :math:`\Omega(p) = \sum_j \big[p_j^\alpha/(\alpha(\alpha-1)) + \tau p_j/(\alpha-1)\big]` on
+  :math:`p \ge 0` (no normalization, a fixed :math:`\tau`).
+
+References:
+
+* Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*, JMLR 2020, https://arxiv.org/abs/1901.02324
+* Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau
+from .._utils.tracing import values_checkable
+from ..backends.solution import sum_f_minus_f0
+from ..divergences import AlphaDivergence, Divergence, spec_of
+from ..operators.mappings import MAPPING_NAMES, resolve
+from ..solvers.threshold import solve
+from ._rows import RowLoss
+from ._targets import Target
+
+__all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "MAPPINGS"]
+
+#: mapping names the losses accept: those of :mod:`softargmax.operators.mappings` and ``"alpha_relu"``
+MAPPINGS = MAPPING_NAMES + ("alpha_relu",)
+
+
+def dot_positive(theta: Tensor, w: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``⟨θ, w⟩`` per row ``[R]`` over the entries with ``w > 0`` (``0 · (-inf)`` is not NaN), summed in ``dtype``."""
+    return torch.where(w > 0, theta * w, torch.zeros_like(w)).sum(-1, dtype=dtype)
+
+
+def theta_y(theta: Tensor, target: Target, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``⟨θ, y⟩`` per row ``[R]`` (:func:`dot_positive`; a class index held elsewhere counts 0)."""
+    if target.dense is not None:
+        return dot_positive(theta, target.dense, dtype)
+    if theta.shape[1] == 0:
+        return torch.zeros(theta.shape[0], dtype=dtype or theta.dtype, device=theta.device)
+    th = theta.gather(1, target.index.unsqueeze(1)).squeeze(1).to(dtype or theta.dtype)
+    return th if target.owned is None else torch.where(target.owned, th, torch.zeros_like(th))
+
+
+class FenchelYoungRowLoss(RowLoss):
+    """The Fenchel–Young loss of the f-softargmax of ``divergence``, with a reference measure ``q``
+    (``None`` or rows ``[R|1, k]``) and a temperature ``beta``."""
+
+    def __init__(self, divergence: Divergence, q: Optional[Tensor] = None, beta: float = 1.0):
+        self.divergence, self.q, self.beta = divergence, q, beta
+        self.name = divergence.name
+
+    def __repr__(self) -> str:
+        return f"FenchelYoungRowLoss({self.divergence!r})"
+
+    def bind(self, q, temperature, like, rows):
+        beta = check_positive_number(temperature, "temperature")
+        check_q(q, like)
+        return FenchelYoungRowLoss(self.divergence, None if q is None else rows.class_param(q.detach()), beta)
+
+    def values(self, theta: Tensor, target: Target):
+        beta, div = self.beta, self.divergence
+        if beta != 1.0:  # shift before scaling: theta / β would round large scores
+            m = theta.amax(-1, keepdim=True)
+            z = (theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / beta
+        else:
+            z = theta
+        if div.hints.softmax:
+            return self._softmax_values(z, target)
+        # on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
+        sol = solve(z, div, self.q, candidates_only=True)
+        p = sol.dense_p()
+        # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
+        theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0)
+        q = None if self.q is None else self.q.expand(theta.shape)
+        f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+        if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
+            D = _omega_y(div, target, q, f0, theta.dtype) - sol.f_sum(div, self.q, f0, theta.dtype)
+        else:
+            D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
+        return theta_p - theta_y(theta, target) + beta * D, p, sol.bad_rows
+
+    def _softmax_values(self, z: Tensor, target: Target):
+        """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
+        if self.q is None:
+            zz = z
+        else:  # shift first: z + log q would round log q away at large scores
+            m = z.amax(-1, keepdim=True)
+            zz = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(self.q)
+        all_masked = zz.amax(-1, keepdim=True) == -math.inf
+        masked = not values_checkable(zz) or bool(all_masked.any())  # unknown: take the masked-safe form
+        if masked:
+            zz = torch.where(all_masked, torch.zeros_like(zz), zz)
+        logp = torch.log_softmax(zz, -1)
+        if masked:
+            logp = torch.where(all_masked, torch.full_like(logp, -math.inf), logp)
+        if target.dense is None:
+            loss = self.beta * -logp.gather(1, target.index.unsqueeze(1)).squeeze(1)
+        else:
+            y = target.dense
+            cross = torch.where(y > 0, -y * logp, torch.zeros_like(y)).sum(-1)
+            loss = self.beta * (cross + torch.special.xlogy(y, y).sum(-1))
+        return loss, torch.exp(logp), None
+
+    def split_values(self, theta: Tensor, target: Target, solve: Callable):
+        """This process's terms of ``⟨θ, p - y⟩ + β (Ω(y) - Ω(p))`` per row.
+
+        The per-class terms are accumulated in float64 (for float32 rows: ``Ω(y) - Ω(p)`` sums
+        terms ``f(u) - f(0)`` that cancel, and the split sums should not round worse than one
+        process's).  ``⟨θ, p⟩`` and ``Ω(p)`` are taken over the support of ``p`` only when it is
+        small (sparse mappings), as one process does on its candidates.  The correction
+        ``β τ (S - 1)`` makes the value stationary in ``τ``: with ``f'(p_j/q_j) = z_j - τ`` on the
+        support, ``d/dτ [⟨θ, p⟩ - β Ω(p) - β τ (S - 1)] = -β (S - 1)``, zero at the root, so the
+        solver's residual ``|S - 1|`` enters the value at second order instead of multiplied by ``|τ|``.
+        """
+        div, beta = self.divergence, self.beta
+        sol, S = solve(theta / beta if beta != 1.0 else theta, div, self.q)
+        vdt = torch.float64 if theta.dtype == torch.float32 else theta.dtype
+        q = None if self.q is None else self.q.expand(theta.shape)
+        per_row_alpha = self.row_parameters() is not None
+        if per_row_alpha:  # f(0) per row, [R, 1]
+            f0 = div.f(torch.zeros((), dtype=vdt, device=theta.device))
+            f0_finite = bool(torch.isfinite(f0).all())
+        else:
+            f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+            f0_finite = math.isfinite(f0)
+        if f0_finite:
+            theta_p, omega_p = _p_terms(div, theta, sol.p, q, f0, vdt, sparse=not per_row_alpha)
+            D = _omega_y(div, target, q, f0, vdt) - omega_p
+            partial = theta_p - theta_y(theta, target, vdt) + beta * D
+        else:
+            p, y, th = sol.p.to(vdt), target.as_dense(theta.shape[1], vdt), theta.to(vdt)
+            D = _omega_difference(div, theta, y, p, None if q is None else q.to(vdt))
+            partial = dot_positive(th, p) - dot_positive(th, y) + beta * D
+        c = beta * (sol.tau * (S - 1)).squeeze(1)
+        c = torch.where(torch.isfinite(c) & target.keep, c, torch.zeros_like(c)).to(S.dtype)
+        return partial, sol.p, sol.bad_rows, c
+
+    def describe(self) -> str:
+        if self.row_parameters() is not None:
+            return f"{type(self.divergence).__name__}(alpha=<per-row tensor>)"
+        return repr(self.divergence)
+
+    def row_parameters(self) -> Optional[Tensor]:
+        alpha = getattr(self.divergence, "alpha", None)
+        return alpha if isinstance(alpha, Tensor) else None
+
+    def operator_spec(self):
+        spec = spec_of(self.divergence)
+        return None if spec is None else (spec[0], spec[1], 0.0)
+
+
+def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0, dtype) -> Tensor:
+    """``Σ_j q_j [f(y_j/q_j) - f(0)]`` per row over the entries with ``y_j > 0`` (this process's
+    classes: a class index elsewhere counts 0); ``q``: ``None`` or ``[R, k]``."""
+    keep = target.keep
+    R = keep.shape[0]
+    if target.dense is not None:
+        return sum_f_minus_f0(div, target.dense.to(dtype), None if q is None else q.to(dtype), f0)
+    if q is None:
+        vals = (div.f(torch.ones(R, 1, dtype=dtype, device=keep.device)) - f0).reshape(R)
+    else:
+        qt = q.gather(1, target.index.unsqueeze(1)).to(dtype) if q.shape[1] else \
+            torch.ones(R, 1, dtype=dtype, device=keep.device)
+        vals = (qt * (div.f(1.0 / qt) - f0)).squeeze(1)
+    return vals if target.owned is None else torch.where(target.owned, vals, torch.zeros_like(vals))
+
+
+def _omega_difference(div: Divergence, theta: Tensor, y: Tensor, p: Tensor, q: Optional[Tensor]) -> Tensor:
+    """``Σ_j q_j [f(y_j/q_j) - f(p_j/q_j)]`` over the unmasked classes, for generators with ``f(0) = ∞``."""
+    qd = torch.ones_like(p) if q is None else q
+    terms = qd * (div.f(y / qd) - div.f(p / qd))
+    return torch.where(theta > -math.inf, terms, torch.zeros_like(terms)).sum(-1)
+
+
+def _p_terms(div: Divergence, theta: Tensor, p: Tensor, q: Optional[Tensor], f0, dtype, sparse: bool):
+    """``(⟨θ, p⟩, Σ_j q_j [f(p_j/q_j) - f(0)])`` per row in ``dtype``, over the nonzero entries of ``p``
+    alone when they are few (``sparse``)."""
+    R = p.shape[0]
+    pos = p > 0
+    if sparse and 4 * int(pos.sum()) < p.numel():
+        r_idx, c_idx = pos.nonzero(as_tuple=True)
+        pv, thv = p[r_idx, c_idx].to(dtype), theta[r_idx, c_idx].to(dtype)
+        if q is None:
+            fv = div.f(pv) - f0
+        else:
+            qv = q[r_idx, c_idx].to(dtype)
+            fv = qv * (div.f(pv / qv) - f0)
+        zero = torch.zeros(R, dtype=dtype, device=p.device)
+        return zero.index_add(0, r_idx, thv * pv), zero.index_add(0, r_idx, fv)
+    pd = p.to(dtype)
+    theta_p = torch.where(pos, theta.to(dtype) * pd, torch.zeros_like(pd)).sum(-1)
+    return theta_p, sum_f_minus_f0(div, pd, None if q is None else q.to(dtype), f0)
+
+
+class AlphaReLURowLoss(RowLoss):
+    """The α-ReLU loss, ``τ`` in the entmax parametrization (α > 1 a float, ``τ`` a finite number or a
+    one-element tensor).
+
+    With ``t = [(α-1)θ - τ]_+`` and ``p = t^{1/(α-1)}``: ``p^α = p t`` and, on the support,
+    ``θ - τ/(α-1) = t/(α-1)``, so ``⟨p, θ - τ/(α-1)⟩ = Σ p t / (α-1)`` and ``Σ p^α = Σ p t``
+    (masked scores have ``t = 0`` and never meet ``-inf · 0``): one product ``p·t`` per row.
+    """
+
+    name = "alpha_relu"
+
+    def __init__(self, alpha=1.5, tau=0.0):
+        alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
+        if isinstance(alpha, Tensor):
+            raise TypeError("alpha_relu_loss: alpha must be a float > 1")
+        tau = check_tau(tau)
+        if isinstance(tau, Tensor) and tau.numel() != 1:
+            raise ValueError(f"tau: the alpha_relu loss takes a number or a one-element tensor, got shape "
+                             f"{tuple(tau.shape)}")
+        self.alpha, self.tau = alpha, tau
+
+    def __repr__(self) -> str:
+        tau = float(self.tau) if isinstance(self.tau, Tensor) else self.tau
+        return f"alpha_relu(alpha={float(self.alpha)!r}, tau={tau!r})"
+
+    def values(self, theta: Tensor, target: Target):
+        loss, p = self._terms(theta, target)
+        return loss, p, None
+
+    def split_values(self, theta: Tensor, target: Target, solve: Callable):
+        partial, p = self._terms(theta, target)  # a fixed τ: nothing to solve, every term is a class's
+        return partial, p, None, None
+
+    def _terms(self, theta: Tensor, target: Target):
+        alpha, tau = self.alpha, float(self.tau)
+        a = alpha - 1.0
+        t = torch.mul(theta, a).sub_(tau).clamp_(min=0)
+        p = t * t if a == 0.5 else (t.clone() if a == 1.0 else t.pow(1.0 / a))
+        spt = (p * t).sum(-1)
+        c = tau / a
+        if target.dense is None:
+            own = 1.0 if target.owned is None else target.owned.to(theta.dtype)
+            lin = spt / a - own * (theta_y(theta, target) - c)
+            ya = own
+        else:
+            y = target.dense
+            lin = spt / a - torch.where(y > 0, y * (theta - c), torch.zeros_like(y)).sum(-1)
+            ya = y.pow(alpha).sum(-1)
+        return lin + (ya - spt) / (alpha * a), p
+
+    def operator_spec(self):
+        return None if isinstance(self.tau, Tensor) else ("alpha_relu", float(self.alpha), float(self.tau))
+
+
+def resolve_loss(mapping: Union[str, Divergence], params: dict,
+                 row_param: Optional[Callable[[Tensor, str], Tensor]] = None) -> RowLoss:
+    """The :class:`~softargmax.losses._rows.RowLoss` of a mapping name (or a
+    :class:`~softargmax.divergences.Divergence`) and its parameters (``alpha``, ``tau``), validated.
+
+    ``row_param``: with it, ``"entmax"``/``"alpha"`` also take a per-row tensor ``alpha``
+    (:meth:`~softargmax._utils.rows.Rows.row_param` makes it ``[R, 1]``; the vocabulary-parallel
+    losses); without, a tensor ``alpha`` is a ``TypeError`` (the losses do not learn α).
+    """
+    params = dict(params)
+    if mapping == "alpha_relu":
+        alpha, tau = params.pop("alpha", 1.5), params.pop("tau", 0.0)
+        loss = AlphaReLURowLoss(alpha, tau)
+        if params:
+            raise ValueError(f"alpha_relu_loss: unexpected parameters {sorted(params)}")
+        return loss
+    alpha = params.get("alpha")
+    if row_param is not None and mapping in ("entmax", "alpha") and isinstance(alpha, Tensor):
+        if set(params) - {"alpha"}:
+            raise ValueError(f"mapping={mapping!r}: unexpected parameters {sorted(set(params) - {'alpha'})}")
+        check_alpha(alpha, "alpha", minimum=1.0 if mapping == "entmax" else 0.0, strict=mapping != "entmax")
+        return FenchelYoungRowLoss(AlphaDivergence(row_param(alpha.detach(), "alpha")))
+    return FenchelYoungRowLoss(_divergence(mapping, params))
+
+
+def _divergence(mapping: Union[str, Divergence], params: dict) -> Divergence:
+    takes_alpha = mapping in ("entmax", "alpha") or isinstance(mapping, Divergence)
+    if params.get("alpha") is not None and not takes_alpha:
+        raise ValueError(f"alpha: mapping={mapping!r} takes no alpha (got alpha={params['alpha']!r}); "
+                         "use mapping='entmax' for alpha-entmax")
+    if not takes_alpha:
+        params.pop("alpha", None)  # alpha=None: nothing was asked
+    alpha = params.pop("alpha", 1.5 if mapping == "entmax" else None)
+    if isinstance(alpha, Tensor):
+        raise TypeError("entmax_loss: alpha must be a float (the losses do not learn alpha)")
+    if params:
+        raise ValueError(f"mapping={mapping!r}: unexpected parameters {sorted(params)}")
+    return resolve(mapping, alpha)

@@ -1,0 +1,160 @@
+r"""The threshold of rows whose classes are split over a process group.
+
+A row's threshold ``τ`` solves ``S(τ) = Σ_r S_r(τ) = 1`` with ``S_r`` the sum over rank ``r``'s
+classes, so each step of the Newton iteration of :mod:`softargmax.solvers.newton` (the one the
+one-process solver runs) needs only the per-row partial sums ``S_r`` and ``S'_r``, which are
+all-reduced: that all-reduce is the communication injected into the shared loop.  Before it, one
+``MAX`` round gives the row maxima (the bracket) and each slice's own root (a lower bound to
+start from).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ...backends.solution import Solution
+from ...divergences import Divergence
+from ...solvers.newton import MAX_ITER, bound_offsets, finite_maxima, neutralize_rows, newton_rows
+from ...solvers.threshold import solve as solve_local
+from .._row_losses import FenchelYoungRowLoss
+from .agreement import Split, agree, loss_fields
+from .collectives import all_reduce, group_info
+
+__all__ = ["solve", "solve_rows", "threshold_solver", "TOL_FACTOR"]
+
+#: the solver stops when ``|S - 1| <= TOL_FACTOR · ε · log2(K + 1)`` for every row (or when the
+#: residual stops decreasing).  One rank uses 2; here 1: the split sums round differently, and
+#: iterating to the rounding floor (usually one more Newton step, one more ``2R``-number
+#: all-reduce) keeps the result at least as accurate as one rank's
+TOL_FACTOR = 1.0
+
+
+def max_round(z: Tensor, split: Split, group, extra: Optional[Tensor] = None):
+    """One ``MAX`` all-reduce: the global row maxima of ``z`` ``[R, k]`` (``+inf`` where a row
+    has NaN or ``+inf`` anywhere) and an optional second ``[R]`` quantity.  Returns
+    ``(maxima [R, 1], the second quantity [R, 1] or None, slice sizes)``."""
+    parts = []
+    if z.shape[1] > 0:
+        m = z.amax(-1)
+        m = torch.where(torch.isnan(m), torch.full_like(m, math.inf), m)
+    else:
+        m = torch.full((z.shape[0],), -math.inf, dtype=z.dtype, device=z.device)
+    parts.append(m)
+    if extra is not None:
+        parts.append(torch.where(torch.isnan(extra), torch.full_like(extra, math.inf), extra))
+    buf = torch.cat(parts)
+    all_reduce(buf, dist.ReduceOp.MAX, group, "max")
+    R = z.shape[0]
+    m = buf[:R].unsqueeze(1)
+    lo = buf[R:2 * R].unsqueeze(1) if extra is not None else None
+    return m, lo, split.sizes
+
+
+def local_bound(z: Tensor, div: Divergence, q: Optional[Tensor]) -> Tensor:
+    """``[R]``: what this rank contributes to the ``MAX`` round besides the row maxima.
+
+    With ``q``: ``max_j (z_j - f'(1/q_j))`` over the slice (the lower end of the bracket).
+    Without: the root ``τ_r`` of this slice alone, ``S_r(τ_r) = 1`` (one rank's solver, pruned
+    and fused): since ``S >= S_r``, ``S(τ_r) >= 1``, so ``max_r τ_r <= τ`` is a lower bound,
+    exact when one rank holds the whole support, and Newton starts there.
+    """
+    R, k = z.shape
+    z = z.detach()
+    if k == 0:
+        return torch.full((R,), -math.inf, dtype=z.dtype, device=z.device)
+    if q is not None:
+        return (z - div.f_prime(1.0 / q)).amax(-1)
+    tau = solve_local(z, div).tau.squeeze(1)
+    # rows masked on this slice contribute nothing; NaN rows are caught by the maxima
+    return torch.where(z.amax(-1) > -math.inf, tau, torch.full_like(tau, -math.inf))
+
+
+def solve(
+    z: Tensor,
+    divergence: Divergence,
+    process_group,
+    q: Optional[Tensor] = None,
+    *,
+    max_iter: int = MAX_ITER,
+    maxima=None,
+) -> Solution:
+    r"""The threshold of rows whose classes are split over ``process_group``.
+
+    ``z``: this rank's ``[R, k_r]`` slice of the rows (contiguous, float32/64), already
+    divided by the temperature; ``q``: ``None`` or this rank's slice ``[R|1, k_r]`` of the
+    reference measure.  Returns a dense :class:`~softargmax.solvers.threshold.Solution` of the local
+    slice (``p``, the Jacobian weights ``s``; ``tau`` and ``s_sum`` are global, identical on
+    every rank).  The method is that of :func:`softargmax.solvers.threshold.solve` without pruning,
+    with the per-row sums all-reduced: the same Newton steps (monotone, or safeguarded by
+    bisection; :mod:`softargmax.solvers.newton`), started at the largest root of one slice,
+    stopped when ``|S - 1| <= TOL_FACTOR · ε log2(K + 1)`` (``K`` the global number of classes)
+    or when the residual stops decreasing.
+    ``maxima``: the result of this call's ``MAX`` round if the caller already made it.
+    """
+    return solve_rows(z, divergence, process_group, q, max_iter=max_iter, maxima=maxima)[0]
+
+
+def threshold_solver(split: Split, group):
+    """``(z, divergence, q) -> (Solution, S)``: the ``MAX`` round, then :func:`solve_rows` (what the
+    losses' :meth:`~softargmax.losses._rows.RowLoss.split_values` is given)."""
+
+    def solve_split(z: Tensor, divergence: Divergence, q: Optional[Tensor]):
+        maxima = max_round(z.detach(), split, group, local_bound(z, divergence, q))
+        return solve_rows(z, divergence, group, q, maxima=maxima)
+
+    return solve_split
+
+
+def solve_rows(z, divergence, process_group, q=None, *, max_iter=MAX_ITER, maxima=None):
+    """:func:`solve`, and the global sums ``S`` ``[R, 1]`` at the returned ``τ`` (1 in non-finite rows)."""
+    group, rank, world = group_info(process_group)
+    R, k = z.shape
+    div = divergence
+    if maxima is None:
+        fields, tensors = loss_fields(3, FenchelYoungRowLoss(div), R, k, z.dtype, q is not None)
+        split = agree(group, rank, world, z.device, None, fields, tensors)
+        maxima = max_round(z, split, group, local_bound(z, div, q))
+    m, lo_q, sizes = maxima
+    K = sum(sizes)
+    m, finite, bad_rows = finite_maxima(m)
+    lo, hi = _bracket(div, z, q, m, lo_q, finite, K, group)
+    # all -inf rows and NaN/+inf rows: iterate on a harmless row with a single score 0, held by
+    # the first rank that has classes
+    cand = neutralize_rows(z, finite, holds_first=rank == next((r for r, s in enumerate(sizes) if s > 0), None))
+
+    def reduce(S, Sp):
+        buf = all_reduce(torch.cat([S, Sp], 1), dist.ReduceOp.SUM, group, "sum")
+        return buf[:, :1], buf[:, 1:]
+
+    tol = TOL_FACTOR * torch.finfo(z.dtype).eps * max(1.0, math.log2(K + 1))
+    # the sums are global after the all-reduce: the stop test runs from the first evaluation
+    out = newton_rows(div, cand, q, m, lo, hi, finite, tol=tol, max_iter=max_iter, first_check=0, reduce=reduce)
+    sol = Solution(tau=out.tau, p=out.g, s=out.gp, s_sum=out.Sp, block_index=None, k=k, bad_rows=bad_rows,
+                   iterations=out.iterations)
+    return sol, out.S
+
+
+def _bracket(div: Divergence, z: Tensor, q: Optional[Tensor], m: Tensor, lo_q: Optional[Tensor],
+             finite: Optional[Tensor], K: int, group):
+    """``(τ_lo, τ_hi)`` from the global maxima ``m`` and the ``MAX`` round's second quantity ``lo_q``
+    (``τ_hi`` is ``None`` where the monotone iteration does not read it)."""
+    R = z.shape[0]
+    if q is None:
+        f1, fK = bound_offsets(div, K, z.dtype, z.device)
+        lo, hi = m - f1, m - fK
+        if lo_q is not None:  # the largest root of one slice: a tighter lower bound
+            ok = lo_q > lo if finite is None else finite & (lo_q > lo)
+            lo = torch.where(ok, lo_q, lo)
+        return lo, hi
+    lo = lo_q if finite is None else torch.where(finite, lo_q, torch.zeros_like(lo_q))
+    if div.hints.monotone_newton:
+        return lo, None
+    qs = q.expand(R, z.shape[1]).sum(-1, keepdim=True) if z.shape[1] else torch.zeros(R, 1, dtype=z.dtype,
+                                                                                      device=z.device)
+    qs = all_reduce(qs.contiguous(), dist.ReduceOp.SUM, group, "sum")
+    return lo, m - div.f_prime(1.0 / qs)
