@@ -3,6 +3,10 @@ metrics, the gradient with respect to a learned reference measure, and the exper
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +211,6 @@ def _repeatable(results: dict) -> str:
 
     results = json.loads(json.dumps(results, default=float))
     results["memory"].pop("peak_mb")
-    results["settings"].pop("resumed")
     return json.dumps(measurements(results), sort_keys=True)
 
 
@@ -219,17 +222,57 @@ def test_lm_rerun_with_the_same_seed_is_identical(smoke_run):
     assert '"seed' in _repeatable(first)
 
 
+#: the run killed by the resume test, and the line after which it is killed: printed once its step-4 checkpoint is
+#: written (the runs before it have finished)
+KILLED_RUN = "alpha1.5-seed1"
+
+
 @needs_ptb
-def test_lm_interrupted_run_resumes_to_the_same_numbers(smoke_run, tmp_path):
-    """A run stopped between checkpoints resumes from the last one and ends with the numbers of an uninterrupted run."""
+def test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterrupted_run(smoke_run, tmp_path):
+    """SIGKILL in the middle of a run's training (after its step-4 checkpoint, with a checkpoint every 2 steps), then
+    ``--resume``: the run continues from its checkpoint and every number equals an uninterrupted run's."""
     from softargmax.experiments import lm
+    from softargmax.experiments._common import CheckpointMismatchError, fingerprint, load_checkpoint
 
     _, first = smoke_run("lm", *SMOKE)
-    out = tmp_path / "lm"
-    kwargs = dict(preset="smoke", data_dir=str(SHARED), out=str(out), threads=1, log=lambda *a: None)
-    assert lm.run(**kwargs, stop_at={"alpha1.5-seed1": 7}) is None
-    state = torch.load(out / "runs" / "alpha1.5-seed1" / "checkpoint.pt", weights_only=False)
-    assert state["record"]["steps_done"] == 4  # the last checkpoint before step 7
-    again = lm.run(**kwargs)
-    assert again["settings"]["resumed"] == {"alpha1.5-seed1": [4]}
+    out = tmp_path / "killed"
+    src = str(Path(sa.__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "softargmax", "reproduce", "lm", "--preset", "smoke", *SMOKE, "--checkpoint-every", "2",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(f"[{KILLED_RUN}] step 4/"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    ckpt = out / "runs" / KILLED_RUN / "checkpoint.pt"
+    fp = fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 1, data=["ptb"])
+    state = load_checkpoint(ckpt, fp)
+    assert 4 <= state["record"]["steps_done"] < 8  # killed in the middle of the run's 8 steps
+    assert state["rng"]["torch"].dtype == torch.uint8  # every random-number state is kept
+    with pytest.raises(CheckpointMismatchError, match="seed is 1 there and 2"):
+        load_checkpoint(ckpt, fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 2, data=["ptb"]))
+    resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    again = json.loads((out / "results.json").read_text())
+    assert again["settings"]["resumed_from_checkpoint"] == [KILLED_RUN]
     assert _repeatable(again) == _repeatable(first)
+    log = (out / "log.txt").read_text()
+    assert f"[{KILLED_RUN}] resumed at step {state['record']['steps_done']}\n" in log
+    assert "which is no longer running, was taken over" in log  # the killed run's lock
+    assert f"this run resumed the training of {KILLED_RUN}" in (out / "report.md").read_text()
+    assert not list(out.rglob(".*.tmp*")) and not (out / ".softargmax.lock").exists()
+    # without --resume or --fresh the command line refuses to touch the checkpoints
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "pass --resume" in refused.stderr
+
+
+def test_the_lm_report_names_the_test_of_resumed_runs():
+    from softargmax.experiments import lm
+
+    words = test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterrupted_run.__name__
+    assert f"“{words[len('test_'):].replace('_', ' ')}”" in lm.RESUME_TEST

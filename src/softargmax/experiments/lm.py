@@ -22,8 +22,12 @@ with each loss's own f-softargmax and with the classical softargmax (the paper's
 question) with their n-gram diversity and repetition, the time of a training step relative to
 KL (the paper's Fig. 7 question), and the peak memory of the fused loss beside the unfused one.
 
-Every run keeps a checkpoint in ``<out>/runs/<run>/`` (``--resume`` continues an interrupted
-experiment; finished runs and their evaluations are loaded, not redone).
+Every run keeps a checkpoint in ``<out>/runs/<run>/`` with every random-number state and the
+run's fingerprint (:func:`._common.save_checkpoint`), written every ``curve_every`` steps, every
+``checkpoint_every`` steps when given (``--checkpoint-every``), and at the end.  ``--resume``
+continues a killed experiment with the numbers of an uninterrupted one: finished runs and their
+evaluations are loaded, not redone; a checkpoint of another preset, loss, seed, data or library
+version is refused.
 
 References:
 
@@ -44,7 +48,21 @@ import numpy as np
 import torch
 
 from . import datasets
-from ._common import begin, environment, finish, pyplot, relative_span, reproducibility, seed_spread
+from ._common import (
+    begin,
+    check_checkpoint,
+    check_checkpoint_every,
+    environment,
+    fingerprint,
+    finish,
+    load_checkpoint,
+    pyplot,
+    relative_span,
+    reproducibility,
+    save_checkpoint,
+    save_figure,
+    seed_spread,
+)
 from .pretraining import data as ptb
 from .pretraining.evaluation import generate, per_sentence, score_tokens, summarize, time_training_steps
 from .pretraining.metrics import (
@@ -57,7 +75,7 @@ from .pretraining.metrics import (
     repetition,
 )
 from .pretraining.model import DecoderConfig
-from .pretraining.training import RunSpec, TrainSettings, load_checkpoint, save_checkpoint, train_run
+from .pretraining.training import RunSpec, TrainSettings, train_run
 
 #: loss name -> the mapping of its Fenchel–Young loss
 LOSSES = {"kl": "softmax", "chi_square": "chi_square", "alpha1.5": "entmax15",
@@ -75,22 +93,19 @@ MARGIN = 0.5
 PRESETS = {
     "smoke": dict(train_tokens=20_000, eval_tokens=800,
                   model=dict(d=32, heads=2, layers=1, ff=64, context=16),
-                  train=dict(steps=8, batch=8, lr=3e-3, warmup=2, chunk=64, checkpoint_every=4, curve_every=4,
-                             curve_tokens=512),
+                  train=dict(steps=8, batch=8, lr=3e-3, warmup=2, chunk=64, curve_every=4, curve_tokens=512),
                   seeds=(0, 1), learned_q_seeds=(0,), samples=4, prompt=8, sample_len=10, timing_rounds=1,
                   timing_batches=1, memory_tokens=128, memory_mappings=("softmax",), bootstrap=200, eval_rows=16),
     "default": dict(train_tokens=None, eval_tokens=None,
                     model=dict(d=128, heads=4, layers=2, ff=512, context=64),
-                    train=dict(steps=250, batch=16, lr=3e-3, warmup=25, chunk=512, checkpoint_every=50,
-                               curve_every=50, curve_tokens=4096),
+                    train=dict(steps=250, batch=16, lr=3e-3, warmup=25, chunk=512, curve_every=50, curve_tokens=4096),
                     seeds=(0, 1, 2), learned_q_seeds=(0,), samples=32, prompt=16, sample_len=40, timing_rounds=5,
                     timing_batches=1, memory_tokens=1024, memory_mappings=("softmax", "entmax15"), bootstrap=2000,
                     eval_rows=16),
     # one GPU: a wider and deeper model, 3 seeds for every loss and for the learned q
     "gpu": dict(train_tokens=None, eval_tokens=None,
                 model=dict(d=256, heads=4, layers=4, ff=1024, context=128),
-                train=dict(steps=700, batch=64, lr=2e-3, warmup=70, chunk=8192, checkpoint_every=100,
-                           curve_every=100, curve_tokens=16384),
+                train=dict(steps=700, batch=64, lr=2e-3, warmup=70, chunk=8192, curve_every=100, curve_tokens=16384),
                 seeds=(0, 1, 2), other_seeds=(0, 1, 2), learned_q_seeds=(0, 1, 2), samples=64, prompt=16,
                 sample_len=60, timing_rounds=10, timing_batches=2, memory_tokens=8192,
                 memory_mappings=("softmax", "entmax15"), bootstrap=2000, eval_rows=64),
@@ -98,6 +113,15 @@ PRESETS = {
 
 #: the paper's numbers (Table 3 and the findings the report checks), from the data file next to this module
 PAPER = json.loads((Path(__file__).parent / "lm_paper.json").read_text(encoding="utf-8"))
+
+#: this experiment's name on the command line (``softargmax reproduce lm``), in its checkpoints' fingerprints
+EXPERIMENT = "lm"
+
+#: what the test of a killed and resumed run shows, for the report's Reproducibility section
+RESUME_TEST = ("the test “a smoke lm run killed after a checkpoint and resumed equals an uninterrupted run” kills a "
+               "`smoke` run with SIGKILL in the middle of the training of one of its runs (after a checkpoint; earlier "
+               "runs finished), resumes it with `--resume`, and gets every number of an uninterrupted run of the same "
+               "seed, timings and memory peaks aside.")
 
 
 def run_specs(P: dict, systems, seed: int) -> list:
@@ -115,14 +139,31 @@ def _key(spec: RunSpec) -> str:
     return f"{spec.loss}+q" if spec.learned_q else spec.loss
 
 
+def _fingerprint(preset: str, spec: RunSpec) -> dict:
+    """What a run's checkpoints (and cached scores) must agree on: experiment, preset, loss (with ``+q``), seed,
+    the data's checksums and the library version."""
+    return fingerprint(EXPERIMENT, preset, _key(spec), spec.seed, data=["ptb"])
+
+
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/lm", seed: int = 0,
         systems=tuple(LOSSES), download: bool = False, threads: Optional[int] = None, device: str = "cpu",
-        log=print, stop_at: Optional[dict] = None, **_) -> dict:
+        log=print, checkpoint_every: Optional[int] = None) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.
 
-    ``stop_at`` (tests): ``{run name: step}`` interrupts those runs there and returns ``None``.
+    Training resumes from the checkpoints in ``out/runs/<run>`` (:func:`.pretraining.training.train_run`),
+    which are written every ``curve_every`` steps of the preset, every ``checkpoint_every`` steps
+    when given, and at the end; a resumed experiment gives the numbers of an uninterrupted one.
+    Before anything is trained, every checkpoint there is checked against its run's fingerprint
+    (experiment, preset, loss, seed, data, library version): one of another run raises
+    :class:`._common.CheckpointMismatchError`, which names the differing fields.
     """
+    check_checkpoint_every(checkpoint_every)
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
+    specs = run_specs(P, systems, seed)
+    runs_dir = out_dir / "runs"
+    prints = {spec.name: _fingerprint(preset, spec) for spec in specs}
+    for spec in specs:  # refuse another run's checkpoints before any work
+        check_checkpoint(runs_dir / spec.name / "checkpoint.pt", prints[spec.name])
     if str(device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     folder = datasets.find("ptb", data_dir, download_missing=download, log=log)
@@ -136,18 +177,13 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
         f"{held['test'].ids.numel():,} test; vocabulary {len(vocab):,}")
     cfg = DecoderConfig(vocab=len(vocab), **P["model"])
     S = TrainSettings(**P["train"])
-    specs = run_specs(P, systems, seed)
-    runs_dir = out_dir / "runs"
     trained, records, scores = {}, {}, {}
     for spec in specs:
         rdir = runs_dir / spec.name
-        model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, device, log,
-                                      stop_at=(stop_at or {}).get(spec.name))
-        if rec["steps_done"] < S.steps:
-            log(f"[{spec.name}] stopped at step {rec['steps_done']} as asked")
-            return None
+        model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, prints[spec.name], device, log,
+                                      checkpoint_every=checkpoint_every)
         trained[spec.name], records[spec.name] = (model, log_q), rec
-        scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], log)
+        scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], prints[spec.name], log)
 
     results = {"runs": {}, "losses": {}, "paper": PAPER}
     unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
@@ -172,7 +208,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
         "learned_q_seeds": [seed + s for s in P["learned_q_seeds"]],
         "samples": P["samples"], "prompt": P["prompt"], "sample_len": P["sample_len"],
         "optimizer": "AdamW β=(0.9, 0.95), weight decay 0.1 on matrices, warm-up then cosine to 10%, clip 1",
-        "resumed": {n: r["resumed_at"] for n, r in records.items() if r["resumed_at"]},
+        "resumed_from_checkpoint": [n for n, r in records.items() if r["resumed_at"]],
         **environment(t_all, device),
     }
     return finish(results, out_dir, write_figures, render_report, log)
@@ -181,14 +217,15 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def _scores(spec: RunSpec, model, log_q, held: dict, rdir: Path, rows: int, log) -> dict:
-    """Per-token scores of the validation and test sets, kept in the run folder (a resumed experiment reloads them)."""
+def _scores(spec: RunSpec, model, log_q, held: dict, rdir: Path, rows: int, fp: dict, log) -> dict:
+    """Per-token scores of the validation and test sets, kept in the run folder with the run's fingerprint ``fp``
+    (a resumed experiment reloads them; NumPy arrays, stored as tensors)."""
     path = rdir / "scores.pt"
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, fp, log=log, keep=1, label=f"[{spec.name}] ")
     if state is not None:
-        return state
+        return {s: {k: v.numpy() for k, v in state[s].items()} for s in ("valid", "test")}
     out = {s: score_tokens(model, log_q, spec.mapping, held[s], rows) for s in ("valid", "test")}
-    save_checkpoint(path, out)
+    save_checkpoint(path, {s: {k: torch.from_numpy(v) for k, v in out[s].items()} for s in out}, fp, keep=1)
     log(f"[{spec.name}] validation accuracy {100 * out['valid']['correct'].mean():.2f}%, "
         f"test {100 * out['test']['correct'].mean():.2f}%")
     return out
@@ -454,7 +491,7 @@ def _accuracy_figure(plt, results, out_dir):
     ax.set_title("Difference to KL (cf. Roulet et al., 2025, Table 3)", fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.tight_layout()
-    fig.savefig(out_dir / "accuracy.png", dpi=120)
+    save_figure(fig, out_dir / "accuracy.png", dpi=120)
     plt.close(fig)
     return "accuracy.png"
 
@@ -483,7 +520,7 @@ def _curves_figure(plt, results, out_dir):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "curves.png", dpi=120)
+    save_figure(fig, out_dir / "curves.png", dpi=120)
     plt.close(fig)
     return "curves.png"
 
@@ -521,7 +558,7 @@ def _decoding_figure(plt, results, out_dir):
     fig.suptitle("Decoding with the loss's f-softargmax or the classical softargmax (cf. Roulet et al., 2025, Fig. 4)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(out_dir / "decoding.png", dpi=120)
+    save_figure(fig, out_dir / "decoding.png", dpi=120)
     plt.close(fig)
     return "decoding.png"
 
@@ -550,7 +587,7 @@ def _cost_figure(plt, results, out_dir):
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "cost.png", dpi=120)
+    save_figure(fig, out_dir / "cost.png", dpi=120)
     plt.close(fig)
     return "cost.png"
 
@@ -626,7 +663,7 @@ def render_report(results: dict, figures: list) -> str:
     lines += ["", "## Cost: time per step (Fig. 7) and peak memory", ""] + _cost_text(results)
     lines += ["", "## Discussion", ""] + _discussion(results)
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
-    lines += reproducibility(st, **_variation(results))
+    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(results))
     return "\n".join(lines) + "\n"
 
 
@@ -699,7 +736,7 @@ def _learned_q(results: dict) -> list:
            "frequency |", "| --- | --- | --- | --- | --- | --- |"]
     for k in keys:
         base = k[:-2]
-        lq = [r["log_q"] for r in R.values() if r["loss"] == base and r["learned_q"]][0]
+        lq = next(r["log_q"] for r in R.values() if r["loss"] == base and r["learned_q"])
         if base in L:
             out.append(f"| {NAMES[base]} | 1 | {len(L[base]['seeds'])} | {_pm(L[base]['valid']['accuracy'])} | "
                        f"{_pm(L[base]['test']['accuracy'])} | — |")
@@ -844,8 +881,7 @@ def _variation(results: dict) -> dict:
                f"median) between the {results['step_time']['rounds']} rounds; the machine was shared with other jobs, "
                "so the training runs' own step times (a separate column) vary more; how much the timings vary between "
                "separate invocations was not measured.") if spans else None
-    tested = ("a test reruns it and gets identical numbers, timings and memory peaks aside, and another interrupts a "
-              "run between two checkpoints and resumes it to the same numbers")
+    tested = "a test reruns it and gets identical numbers, timings and memory peaks aside"
     rerun = (f"identical numbers on this `smoke` preset: {tested}." if st["preset"] == "smoke" else
              f"not measured for this `{st['preset']}` run; on the `smoke` preset {tested}.")
     return {"spread": spread, "timings": timings, "rerun": rerun}

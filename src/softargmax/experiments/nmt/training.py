@@ -26,7 +26,14 @@ import torch
 
 import softargmax as sa
 
-from .._common import atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .._common import (
+    atomic_path,
+    check_checkpoint_every,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from . import distributed
 from .decoding import pad_batch, translate
 from .model import ModelConfig, OutputLayer, Seq2Seq
@@ -247,11 +254,6 @@ def _validate(model, layer: OutputLayer, tok, val, valid_batches, cfg: TrainConf
     return entry
 
 
-def _check_every(checkpoint_every) -> None:
-    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-        raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
-
-
 def _data_parallel(model, device):
     """``model`` wrapped for data parallelism over the ``torchrun`` processes."""
     from torch.nn.parallel import DistributedDataParallel
@@ -337,7 +339,7 @@ def train_system(
     opt, sched = _optimizer(model, model_cfg, cfg)
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
-    _check_every(checkpoint_every)
+    check_checkpoint_every(checkpoint_every)
     record = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
     ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
     fingerprint = fingerprint or {"system": system, "seed": cfg.seed, "softargmax": sa.__version__}

@@ -11,16 +11,18 @@ decay to a tenth of the peak learning rate, gradients clipped at norm 1.  Runs w
 seed share their initialization and the order of their batches (:func:`.data.train_batch`),
 whatever their loss.
 
-Checkpoints: ``<run folder>/checkpoint.pt`` holds the model, the optimizer, the schedule, ``s``,
-the record and the step, written every ``checkpoint_every`` steps and at the end (a finished
-run is then only loaded).  The batches depend on ``(seed, step)`` alone and training draws no
-other random numbers, so a resumed run repeats an uninterrupted one exactly.
+Checkpoints: ``<run folder>/checkpoint.pt`` (the experiments' :func:`~softargmax.experiments._common.save_checkpoint`:
+atomic, the previous one kept as ``checkpoint.prev.pt``, stamped with the run's fingerprint) holds
+the model, the optimizer, the schedule, ``s``, the record (the step included) and every
+random-number state (:func:`~softargmax.experiments._common.rng_state`).  It is written every
+``curve_every`` steps (where the learning curves get a point), every ``checkpoint_every`` steps
+when given, and at the end (a finished run is then only loaded).  The batches depend on ``(seed, step)``
+alone and the model has no dropout, so a resumed run repeats an uninterrupted one exactly.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from torch import Tensor, nn
 
 import softargmax as sa
 
+from .._common import check_checkpoint_every, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .data import Stream, eval_windows, train_batch
 from .model import Decoder, DecoderConfig
 from .reference_measure import linear_loss_with_learned_q
@@ -60,25 +63,8 @@ class TrainSettings:
     weight_decay: float = 0.1
     clip: float = 1.0
     chunk: int = 512
-    checkpoint_every: int = 100
     curve_every: int = 100
     curve_tokens: int = 8192
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """Write ``state`` to ``path`` through a temporary file and a rename, so a killed run never leaves half a file.
-
-    The experiments' shared checkpoint helper, when there is one, replaces this function.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, device: str = "cpu") -> Optional[dict]:
-    """The state :func:`save_checkpoint` wrote, or ``None`` if there is none."""
-    return torch.load(path, map_location=device, weights_only=False) if path.is_file() else None
 
 
 def lr_factor(step: int, warmup: int, steps: int) -> float:
@@ -133,15 +119,50 @@ def _optimizer(model: Decoder, log_q: Optional[Tensor], S: TrainSettings) -> tor
                              lr=S.lr, betas=(0.9, 0.95))
 
 
+def _restore(state: dict, model: Decoder, opt, sched, log_q: Optional[Tensor]) -> dict:
+    """Load a checkpoint's training state and random-number state; returns its record."""
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    sched.load_state_dict(state["sched"])
+    if log_q is not None:
+        log_q.data.copy_(state["log_q"])
+    set_rng_state(state["rng"])
+    return state["record"]
+
+
+def _step(model: Decoder, log_q: Optional[Tensor], opt, sched, spec: RunSpec, S: TrainSettings, x: Tensor,
+          y: Tensor) -> Tensor:
+    """One optimizer step on the batch ``(x, y)``; returns the loss (detached)."""
+    loss = training_loss(model, log_q, spec.mapping, x, y, S.chunk)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    params = list(model.parameters()) + ([log_q] if log_q is not None else [])
+    nn.utils.clip_grad_norm_(params, S.clip)
+    opt.step()
+    sched.step()
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    return loss.detach()
+
+
 def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Tensor, curve_stream: Stream,
-              run_dir: Path, device: str = "cpu", log=print, stop_at: Optional[int] = None):
+              run_dir: Path, fingerprint: dict, device: str = "cpu", log=print,
+              checkpoint_every: Optional[int] = None):
     """Train (or resume, or load) one run; returns ``(model, log_q or None, record)``.
 
     ``record``: ``steps_done``, ``train_seconds`` (forward, loss, backward and update; curve
     evaluations excluded), ``step_seconds`` (every step's time), ``loss_curve`` and
     ``accuracy_curve`` (``[step, value]`` pairs), ``resumed_at`` (the steps a resumed run started
-    from).  ``stop_at``: stop after that many steps (tests use it to interrupt a run).
+    from).
+
+    Resumes from ``run_dir/checkpoint.pt`` (:func:`~softargmax.experiments._common.load_checkpoint`):
+    a checkpoint whose fingerprint is not ``fingerprint`` raises
+    :class:`~softargmax.experiments._common.CheckpointMismatchError`, one that cannot be read is
+    reported and replaced by the previous one, or by training from scratch.  Checkpoints are
+    written every ``S.curve_every`` steps (with a point of the curves), every ``checkpoint_every``
+    steps when given, and at the end; the log line of a curve point comes after its checkpoint.
     """
+    check_checkpoint_every(checkpoint_every)
     torch.manual_seed(spec.seed)
     model = Decoder(cfg).to(device)
     log_q = nn.Parameter(torch.zeros(cfg.vocab, device=device)) if spec.learned_q else None
@@ -151,53 +172,40 @@ def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Te
               "learned_q": spec.learned_q, "steps_done": 0, "train_seconds": 0.0, "step_seconds": [],
               "loss_curve": [], "accuracy_curve": [], "resumed_at": []}
     path = run_dir / "checkpoint.pt"
-    state = load_checkpoint(path, device)
+    state = load_checkpoint(path, fingerprint, map_location=device, log=log, label=f"[{spec.name}] ")
     if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        if log_q is not None:
-            log_q.data.copy_(state["log_q"])
-        record = state["record"]
+        record = _restore(state, model, opt, sched, log_q)
         if record["steps_done"] < S.steps:
             record["resumed_at"].append(record["steps_done"])
             log(f"[{spec.name}] resumed at step {record['steps_done']}")
 
     def checkpoint():
         save_checkpoint(path, {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                               "log_q": None if log_q is None else log_q.detach().clone(), "record": record})
+                               "log_q": None if log_q is None else log_q.detach().clone(), "record": record,
+                               "rng": rng_state()}, fingerprint)
 
     model.train()
     step = record["steps_done"]
     while step < S.steps:
-        if stop_at is not None and step >= stop_at:
-            return model, log_q, record
-        x, y = train_batch(train_ids, cfg.context, S.batch, spec.seed, step)
-        x, y = x.to(device), y.to(device)
+        x, y = (t.to(device) for t in train_batch(train_ids, cfg.context, S.batch, spec.seed, step))
         t0 = time.perf_counter()
-        loss = training_loss(model, log_q, spec.mapping, x, y, S.chunk)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        params = list(model.parameters()) + ([log_q] if log_q is not None else [])
-        nn.utils.clip_grad_norm_(params, S.clip)
-        opt.step()
-        sched.step()
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
+        loss = _step(model, log_q, opt, sched, spec, S, x, y)
         dt = time.perf_counter() - t0
         step += 1
         record["steps_done"] = step
         record["train_seconds"] += dt
         record["step_seconds"].append(dt)
-        if step % S.curve_every == 0 or step == S.steps or step == 1:
+        curve = step % S.curve_every == 0 or step == S.steps or step == 1
+        if curve:
             value = loss.item()
             acc = quick_accuracy(model, log_q, spec.mapping, curve_stream.head(S.curve_tokens), cfg.context)
             record["loss_curve"].append([step, value])
             record["accuracy_curve"].append([step, acc])
+        if step % S.curve_every == 0 or step == S.steps or (checkpoint_every and step % checkpoint_every == 0):
+            checkpoint()
+        if curve:
             left = statistics.fmean(record["step_seconds"][-S.curve_every:]) * (S.steps - step) / 60
             log(f"[{spec.name}] step {step}/{S.steps} loss {value:.4f} validation-head accuracy {acc:.2f}% "
                 f"({1000 * dt:.0f} ms/step, about {left:.1f} min left)")
-        if step % S.checkpoint_every == 0 or step == S.steps:
-            checkpoint()
     model.eval()
     return model, log_q, record
