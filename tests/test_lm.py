@@ -276,3 +276,14 @@ def test_the_lm_report_names_the_test_of_resumed_runs():
 
     words = test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterrupted_run.__name__
     assert f"“{words[len('test_'):].replace('_', ' ')}”" in lm.RESUME_TEST
+
+
+def test_large_numbers_in_the_lm_report_are_readable():
+    """A perplexity of 2.5e43 (reverse χ²'s softmax perplexity in the default run) is not printed with 45 digits."""
+    from softargmax.experiments.lm import _num, _pm
+
+    assert _pm({"mean": 25128929782637899165727628544955163204386816.0, "std": 0.0}, 1) == "2.5e+43"
+    assert _pm({"mean": 6743.52, "std": 114.84}, 1) == "6,743.5 ± 114.8"
+    assert _pm({"mean": 0.494, "std": 0.005}, 1, 100) == "49.4 ± 0.5"
+    assert _num(float("inf")) == "inf" and _num(999_999.0, 1) == "999,999.0" and _num(1e6, 1) == "1.0e+06"
+    assert _pm({"mean": None, "std": None}) == "—"

@@ -39,6 +39,7 @@ References:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -595,12 +596,25 @@ def _cost_figure(plt, results, out_dir):
 # ---------------------------------------------------------------------------------------------- report
 
 
+#: from this magnitude on, a number in the report is written in scientific notation (``2.5e+43``)
+SCIENTIFIC = 1e6
+
+
+def _num(x: float, nd: int = 2) -> str:
+    """``x`` with ``nd`` decimals and its thousands grouped (``1,312.1``), or in scientific notation with two
+    significant digits from :data:`SCIENTIFIC` on and when not finite (``2.5e+43``, ``inf``)."""
+    if not math.isfinite(x) or abs(x) >= SCIENTIFIC:
+        return f"{x:.1e}"
+    return f"{x:,.{nd}f}"
+
+
 def _pm(rec: dict, nd: int = 2, scale: float = 1.0) -> str:
+    """``mean ± std`` of a record of :func:`_aggregate` (the mean alone for one seed; ``—`` when undefined)."""
     if rec is None or rec.get("mean") is None:
         return "—"
     if rec.get("std"):
-        return f"{scale * rec['mean']:.{nd}f} ± {scale * rec['std']:.{nd}f}"
-    return f"{scale * rec['mean']:.{nd}f}"
+        return f"{_num(scale * rec['mean'], nd)} ± {_num(scale * rec['std'], nd)}"
+    return _num(scale * rec["mean"], nd)
 
 
 def render_report(results: dict, figures: list) -> str:
