@@ -505,7 +505,7 @@ def _diff_std(a: list, b: list) -> float:
 
 def _curves_figure(plt, results, out_dir):
     R, C = results["runs"], _colors()
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     by_key = {}
     for r in R.values():
         by_key.setdefault(f"{r['loss']}+q" if r["learned_q"] else r["loss"], []).append(r["accuracy_curve"])
@@ -519,7 +519,7 @@ def _curves_figure(plt, results, out_dir):
     ax.set_ylabel(f"accuracy (%) on the first {min(st['train']['curve_tokens'], st['valid_tokens']):,} validation tokens")
     ax.set_title("Learning curves (mean over seeds)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no curve hidden
     fig.tight_layout()
     save_figure(fig, out_dir / "curves.png", dpi=120)
     plt.close(fig)
