@@ -869,7 +869,10 @@ def _discussion(results: dict) -> list:
                    f"of {r['mean_p_true']['mean']:.4f} (KL {k['mean_p_true']['mean']:.4f}). Its f-softargmax has "
                    "power-law tails, p_j ∝ (τ − θ_j)^(−1/2), so concentrating mass on one word of "
                    f"{st['vocab']:,} needs logit gaps of order V², far beyond those of a model trained from scratch "
-                   f"for {st['train']['steps']} steps; its arg-max can still be right.")
+                   f"for {st['train']['steps']} steps; its arg-max can still be right. Its training loss is +∞ "
+                   "at every step (`log.txt`), as it must be: the reverse χ² generator f(u) = (1 − u)²/u has "
+                   "f(0) = +∞, so the regularizer Ω(y) of a one-hot target, and with it the Fenchel–Young loss, "
+                   "is infinite; the gradient p − y is finite and is what trains the model.")
     return out
 
 
