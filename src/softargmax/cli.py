@@ -68,13 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         "half a file), and log.txt is appended to, each run after a line that says when and how it started. A full "
         "disk stops the run with 'no space left on device' and the file's name. One run at a "
         "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
-        "over. Training experiments (translation, adaptive-attention) keep checkpoints in <out>/runs: a run killed "
+        "over. Training experiments (translation, adaptive-attention, lm) keep checkpoints in <out>/runs: a run killed "
         "at any moment continues with --resume and gives the numbers of an uninterrupted run.")
     from .experiments import EXPERIMENTS
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
     r.add_argument("--preset", choices=["smoke", "default", "full", "gpu"], default="default",
-                   help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds)")
+                   help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds; lm: a wider, deeper decoder)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
     r.add_argument("--out", help="output folder (default: reports/<experiment>)")
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     fresh = r.add_mutually_exclusive_group()
     fresh.add_argument("--resume", action="store_true",
-                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention); "
+                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm); "
                        "they must come from a run with the same experiment, preset, systems, seed, data and softargmax "
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
@@ -97,10 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
-                   help="training experiments (translation, adaptive-attention): also write a checkpoint every STEPS "
-                   "training steps (default: at every evaluation and at the end); the last two are kept")
+                   help="training experiments (translation, adaptive-attention, lm): also write a checkpoint every "
+                   "STEPS training steps (default: at every evaluation and at the end); the last two are kept")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
-                   "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive)")
+                   "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive; lm: losses, default kl "
+                   "chi_square alpha1.5 jensen_shannon reverse_chi_square)")
     return parser
 
 

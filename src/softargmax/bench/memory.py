@@ -4,9 +4,10 @@ the case's inputs, runs one forward+backward and prints ``{"peak_mb": ..., "ms":
 A fresh process per case makes the peak resident memory of the call its own
 (:func:`~softargmax.bench.timing.peak_growth_mb`); :func:`measure` starts one and reads its answer.
 
-* ``fused VARIANT N d V THREADS REPEATS``: ``linear_fenchel_young_loss(h, W, t, "entmax15")``
-  (``VARIANT=fused``) or ``entmax15_loss(h @ W.T, t)`` (``unfused``); also the median time of
-  ``REPEATS`` more calls;
+* ``fused VARIANT N d V THREADS REPEATS [MAPPING [CHUNK]]``: ``linear_fenchel_young_loss(h, W, t, MAPPING,
+  chunk_size=CHUNK)`` (``VARIANT=fused``) or ``fenchel_young_loss(h @ W.T, t, MAPPING)`` (``unfused``, the
+  logits materialized); ``MAPPING`` defaults to ``entmax15``, ``CHUNK`` to the fused loss's own choice; also
+  the median time of ``REPEATS`` more calls;
 * ``attention VARIANT L HEADS THREADS``: causal self-attention (batch 1, 64 features per head),
   ``VARIANT`` one of ``sdpa``, ``softmax``, ``sparsemax``, ``entmax15``, ``entmax_per_head``.
 """
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,8 @@ def attention_fn(variant: str, alpha: torch.Tensor) -> Callable[[torch.Tensor, t
     return lambda q, k, v: sa.attention(q, k, v, is_causal=True, mapping=variant)
 
 
-def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict[str, Any]:
+def _fused(variant: str, N: int, d: int, V: int, repeats: int, mapping: str = "entmax15",
+           chunk: Optional[int] = None) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     h = torch.randn(N, d, generator=g).requires_grad_()
     W = (torch.randn(V, d, generator=g) / d ** 0.5).requires_grad_()
@@ -45,9 +47,9 @@ def _fused(variant: str, N: int, d: int, V: int, repeats: int) -> dict[str, Any]
 
     def run() -> None:
         if variant == "fused":
-            loss = sa.linear_fenchel_young_loss(h, W, t, mapping="entmax15")
+            loss = sa.linear_fenchel_young_loss(h, W, t, mapping=mapping, chunk_size=chunk)
         else:
-            loss = sa.entmax15_loss(h @ W.T, t)
+            loss = sa.fenchel_young_loss(h @ W.T, t, mapping)
         torch.autograd.grad(loss, (h, W))
 
     peak = peak_growth_mb(run)
@@ -81,9 +83,11 @@ def measure(case: str, *args: object) -> dict[str, Any]:
 def main(argv: Sequence[str]) -> None:
     case, variant, *rest = argv
     if case == "fused":
-        N, d, V, threads, repeats = map(int, rest)
+        N, d, V, threads, repeats = map(int, rest[:5])
+        mapping = rest[5] if len(rest) > 5 else "entmax15"
+        chunk = int(rest[6]) if len(rest) > 6 else None
         torch.set_num_threads(threads)
-        result = _fused(variant, N, d, V, repeats)
+        result = _fused(variant, N, d, V, repeats, mapping, chunk)
     elif case == "attention":
         L, heads, threads = map(int, rest)
         torch.set_num_threads(threads)

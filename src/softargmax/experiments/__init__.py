@@ -10,4 +10,5 @@ EXPERIMENTS = {
     "multilabel": "softargmax.experiments.multilabel",
     "classification": "softargmax.experiments.classification",
     "distillation": "softargmax.experiments.distillation",
+    "lm": "softargmax.experiments.lm",
 }

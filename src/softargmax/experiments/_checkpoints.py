@@ -114,6 +114,13 @@ def fingerprint(experiment: str, preset: str, system: str, seed: int, data: Iter
                    "data": data_digest(data), "softargmax": softargmax.__version__, **extra})
 
 
+def check_checkpoint_every(checkpoint_every: object) -> None:
+    """``ValueError`` unless ``checkpoint_every`` (a run's extra checkpoint interval, in steps) is ``None`` or a positive integer."""
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int)
+                                         or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
+
+
 def _differences(saved: Any, expected: dict) -> dict:
     if not isinstance(saved, dict):
         return {"fingerprint": (None, "present")}

@@ -21,7 +21,8 @@ experiment (the command line uses it around each run):
   over a lock left by a killed one; :func:`remove_derived` is ``--fresh``;
 * checkpoints: :func:`save_checkpoint` / :func:`load_checkpoint` (atomic, the previous one
   kept, unreadable ones reported and skipped), :func:`fingerprint` and
-  :class:`CheckpointMismatchError` (a checkpoint of another run is refused), and
+  :class:`CheckpointMismatchError` (a checkpoint of another run is refused),
+  :func:`check_checkpoint_every` (the ``checkpoint_every`` argument of a run), and
   :func:`rng_state` / :func:`set_rng_state` (every random-number state, so that a resumed
   run equals the uninterrupted one).
 """
@@ -42,6 +43,7 @@ import torch
 from ._checkpoints import (
     CheckpointMismatchError,
     check_checkpoint,
+    check_checkpoint_every,
     data_digest,
     fingerprint,
     load_checkpoint,
@@ -67,7 +69,7 @@ Log = Callable[[str], object]
 
 __all__ = ["Log", "begin", "describe_device", "environment", "finish", "pyplot", "measurements", "seed_spread",
            "relative_span", "reproducibility", "render_existing", "remove_derived", "DERIVED", "INVOCATION_KEYS", "TIMING_KEYS",
-           "CheckpointMismatchError", "check_checkpoint", "data_digest", "fingerprint", "load_checkpoint",
+           "CheckpointMismatchError", "check_checkpoint", "check_checkpoint_every", "data_digest", "fingerprint", "load_checkpoint",
            "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
            "OutputLock", "atomic_json", "atomic_path", "atomic_write", "is_disk_full", "remove_temporaries",
            "save_figure"]

@@ -83,9 +83,9 @@ def _ranks(z: Tensor) -> Tensor:
 
 
 def sparsemax_sorted(zs: Tensor) -> Tensor:
-    """Sparsemax of rows ``zs`` (last dimension; every row has a finite maximum, ``-inf`` entries
-    excluded) by sorting: ``τ = (Σ_{j ≤ K} z_(j) - 1)/K`` with ``K`` the largest ``k`` such that
-    ``1 + k z_(k) > Σ_{j ≤ k} z_(j)``."""
+    r"""Sparsemax of rows ``zs`` (last dimension; every row has a finite maximum, ``-inf`` entries
+    excluded) by sorting: :math:`\tau = (\sum_{j \le K} z_{(j)} - 1)/K` with :math:`K` the largest :math:`k` such that
+    :math:`1 + k z_{(k)} > \sum_{j \le k} z_{(j)}`."""
     srt = torch.sort(zs, dim=-1, descending=True).values
     valid = srt > -math.inf
     cums = torch.where(valid, srt, torch.zeros_like(srt)).cumsum(-1)
@@ -100,8 +100,8 @@ def sparsemax_sorted(zs: Tensor) -> Tensor:
 
 
 def entmax15_sorted(zs: Tensor) -> Tensor:
-    """1.5-entmax of rows ``zs`` by sorting: with ``y = z/2`` sorted, ``τ_k`` solves
-    ``Σ_{j ≤ k} (y_(j) - τ)² = 1``, ``K`` counts the ``k`` with ``τ_k ≤ y_(k)``, and ``τ_K`` is
+    r"""1.5-entmax of rows ``zs`` by sorting: with :math:`y = z/2` sorted, :math:`\tau_k` solves
+    :math:`\sum_{j \le k} (y_{(j)} - \tau)^2 = 1`, :math:`K` counts the :math:`k` with :math:`\tau_k \le y_{(k)}`, and :math:`\tau_K` is
     recomputed on the support from its centred second moment."""
     y = zs / 2
     srt = torch.sort(y, dim=-1, descending=True).values

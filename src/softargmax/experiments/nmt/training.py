@@ -26,7 +26,15 @@ import torch
 
 import softargmax as sa
 
-from .._common import Log, atomic_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .._common import (
+    Log,
+    atomic_path,
+    check_checkpoint_every,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from . import distributed
 from .data import Parallel
 from .decoding import pad_batch, translate
@@ -262,11 +270,6 @@ def _validate(model: Seq2Seq, layer: OutputLayer, tok: Tokenizer, val: Parallel,
     return entry
 
 
-def _check_every(checkpoint_every: object) -> None:
-    if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-        raise ValueError(f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}")
-
-
 def _data_parallel(model: Seq2Seq, device: Union[str, torch.device]) -> torch.nn.Module:
     """``model`` wrapped for data parallelism over the ``torchrun`` processes."""
     from torch.nn.parallel import DistributedDataParallel
@@ -353,7 +356,7 @@ def train_system(
     opt, sched = _optimizer(model, model_cfg, cfg)
     pairs, batches = make_batches(tok.encode(train_pairs.src), tok.encode(train_pairs.tgt), cfg.batch_tokens, cfg.seed, cfg.max_len)
     vpairs, vbatches = make_batches(tok.encode(val.src), tok.encode(val.tgt), cfg.batch_tokens, 0, cfg.max_len)
-    _check_every(checkpoint_every)
+    check_checkpoint_every(checkpoint_every)
     record: dict[str, Any] = {"system": label, "history": [], "train_seconds": 0.0, "train_tokens": 0, "steps_done": 0, "train_loss": []}
     ckpt, best_path = out_dir / "checkpoint.pt", out_dir / "best.pt"
     fingerprint = fingerprint or {"system": system, "seed": cfg.seed, "softargmax": sa.__version__}

@@ -1,0 +1,289 @@
+"""Language-model pretraining with f-divergence losses (Roulet et al., 2025, Table 3): the decoder's pieces, the
+metrics, the gradient with respect to a learned reference measure, and the experiment's smoke run, rerun and resume."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import softargmax as sa
+from softargmax.experiments.pretraining import metrics
+from softargmax.experiments.pretraining.model import Decoder, DecoderConfig, apply_rotary, rotary_tables
+from softargmax.experiments.pretraining.reference_measure import linear_loss_with_learned_q, reference_measure_gradient
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_ptb = pytest.mark.skipif(not (SHARED / "ptb").exists(), reason="../shared/data/ptb not present")
+SMOKE = ("--data-dir", str(SHARED), "--threads", "1")
+
+
+@pytest.fixture(autouse=True)
+def _keep_thread_count():
+    """The smoke runs set one CPU thread (``--threads 1``); the tests after them get the count they had."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+# ---------------------------------------------------------------------------------------------- the decoder
+
+
+def test_rotary_embedding_is_a_complex_rotation_of_feature_pairs():
+    """Each pair (x_2i, x_2i+1) read as x_2i + i·x_2i+1 is multiplied by exp(i·m·10000^(-2i/D)) (float64 reference)."""
+    T, D = 11, 8
+    x = torch.randn(2, 3, T, D)
+    cos, sin = rotary_tables(T, D)
+    got = apply_rotary(x, cos, sin)
+    z = torch.view_as_complex(x.double().reshape(2, 3, T, D // 2, 2).contiguous())
+    m = torch.arange(T, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ref = torch.view_as_real(z * torch.polar(torch.ones(T, D // 2, dtype=torch.float64), m * omega)).reshape(2, 3, T, D)
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+    # the point of the rotation: <R_m q, R_n k> depends on m - n only
+    q, k = torch.randn(D).double(), torch.randn(D).double()
+    c64, s64 = (t.double() for t in rotary_tables(T, D))
+    rot = lambda v, pos: apply_rotary(v.expand(T, D), c64, s64)[pos]
+    assert float(rot(q, 5) @ rot(k, 2)) == pytest.approx(float(rot(q, 9) @ rot(k, 6)), rel=1e-6)
+
+
+def test_decoder_is_causal():
+    """Changing the tokens from position t on leaves the outputs before t unchanged, and changes those from t on."""
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab=50, d=16, heads=2, layers=2, ff=32, context=12)).eval()
+    ids = torch.randint(0, 50, (3, 12))
+    other = ids.clone()
+    other[:, 7:] = torch.randint(0, 50, (3, 5))
+    with torch.no_grad():
+        a, b = model(ids), model(other)
+    torch.testing.assert_close(a[:, :7], b[:, :7], rtol=0, atol=1e-6)
+    assert (a[:, 7:] - b[:, 7:]).abs().amax() > 1e-3
+    assert model.logits(a).shape == (3, 12, 50)
+    assert model.output_weight is model.embed.weight  # tied
+
+
+# ---------------------------------------------------------------------------------------------- the metrics
+
+
+def test_epsilon_perplexity_by_hand():
+    p, V, eps = [0.5, 0.0, 0.25], 4, 0.1
+    by_hand = math.exp(-(math.log(0.6 / 1.4) + math.log(0.1 / 1.4) + math.log(0.35 / 1.4)) / 3)
+    assert metrics.epsilon_perplexity(p, V, eps) == pytest.approx(by_hand, rel=1e-12)
+    assert metrics.epsilon_perplexity([0.5, 0.25], V, 0.0) == pytest.approx(math.sqrt(8))  # ε = 0: the perplexity
+    assert metrics.epsilon_perplexity(p, V, 0.0) == math.inf
+    # the ε that minimizes it: against a fine grid of the mixture weight λ, ε = λ / ((1 - λ) V)
+    p = [0.9, 0.0, 0.8, 0.7, 0.6]
+    grid = np.linspace(1e-4, 0.9999, 20001)
+    best = min(grid, key=lambda lam: metrics.epsilon_perplexity(p, V, lam / ((1 - lam) * V)))
+    assert 0.01 < best < 0.5  # an interior optimum
+    eps_star = metrics.best_epsilon(p, V)
+    assert eps_star == pytest.approx(best / ((1 - best) * V), rel=1e-3)
+    assert metrics.best_epsilon([0.9, 0.8], 4) == 0.0  # a model that is never wrong needs no smoothing
+
+
+def test_distinct_n_and_repetition_by_hand():
+    samples = [[1, 2, 1, 2], [3, 3]]
+    assert metrics.distinct_n(samples, 1) == 3 / 6
+    assert metrics.distinct_n(samples, 2) == 3 / 4  # (1,2) (2,1) (1,2) (3,3)
+    assert metrics.distinct_n(samples, 3) == 2 / 2  # (1,2,1) (2,1,2)
+    assert math.isnan(metrics.distinct_n([[1]], 2))
+    # tokens 2..: 2 (new), 1 (seen), 2 (seen); 3 (seen): 3 of 4
+    assert metrics.repetition(samples, window=16) == 3 / 4
+    assert metrics.repetition([[1, 2, 3, 1]], window=2) == 0.0  # the repeated 1 lies 3 tokens back
+
+
+def test_paired_bootstrap_of_accuracy():
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(5, 30, 300).astype(float)
+    a = np.stack([rng.binomial(tokens.astype(int), 0.4) for _ in range(3)]).astype(float)
+    same = metrics.paired_bootstrap_accuracy(a, a, tokens, n_samples=300)
+    assert same["delta"] == 0 and same["p_value"] == 1.0
+    better = np.minimum(a + rng.binomial(tokens.astype(int), 0.1), tokens)
+    r = metrics.paired_bootstrap_accuracy(better, a, tokens, n_samples=300)
+    assert r["delta"] == pytest.approx(100 * (better.sum() - a.sum()) / (3 * tokens.sum()))
+    assert r["delta"] > 0 and r["p_value"] < 0.01 and r["ci"][0] > 0
+    assert metrics.bonferroni_threshold(7) == pytest.approx(0.05 / 7)
+    with pytest.raises(ValueError, match="tokens"):
+        metrics.paired_bootstrap_accuracy(a, a, tokens[:10])
+
+
+# ---------------------------------------------------------------------------------------------- learned q
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "entmax15", "chi_square"])
+def test_learned_q_gradient_matches_finite_differences(mapping):
+    """d/dq of the mean loss (float64, central differences of the unfused loss's value), through q = exp(s)."""
+    torch.manual_seed(0)
+    N, d, V = 9, 4, 7
+    h = torch.randn(N, d, dtype=torch.float64, requires_grad=True)
+    W = (2 * torch.randn(V, d, dtype=torch.float64)).requires_grad_()
+    y = torch.randint(0, V, (N,))
+    s = (0.5 * torch.randn(V, dtype=torch.float64)).requires_grad_()
+    loss = linear_loss_with_learned_q(h, W, y, torch.exp(s), mapping, chunk_size=4)
+    value = lambda logq, hh=h.detach(), WW=W.detach(): sa.fenchel_young_loss(hh @ WW.T, y, mapping, q=torch.exp(logq))
+    assert float(loss.detach()) == pytest.approx(float(value(s.detach())), rel=1e-12)  # the value is the fused loss's
+    loss.backward()
+    fd = torch.zeros(V, dtype=torch.float64)
+    for j in range(V):
+        e = torch.zeros(V, dtype=torch.float64)
+        e[j] = 1e-6
+        fd[j] = (value(s.detach() + e) - value(s.detach() - e)) / 2e-6
+    torch.testing.assert_close(s.grad, fd, rtol=1e-6, atol=1e-8)
+    # h and W get the gradients of the loss at fixed q
+    hh, WW = h.detach().clone().requires_grad_(), W.detach().clone().requires_grad_()
+    value(s.detach(), hh, WW).backward()
+    torch.testing.assert_close(h.grad, hh.grad)
+    torch.testing.assert_close(W.grad, WW.grad)
+
+
+def test_learned_q_for_kl_is_an_output_bias():
+    """KL with reference measure q is cross-entropy of logits + log q: the gradients with respect to log q agree."""
+    torch.manual_seed(1)
+    h, W, y = torch.randn(12, 5), torch.randn(6, 5), torch.randint(0, 6, (12,))
+    s = torch.randn(6, requires_grad=True)
+    g = reference_measure_gradient(h, W, y, torch.exp(s.detach()), "softmax", chunk_size=5) * torch.exp(s.detach())
+    torch.nn.functional.cross_entropy(h @ W.T + s, y).backward()
+    torch.testing.assert_close(g, s.grad, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="f\\(0\\)"):
+        reference_measure_gradient(h, W, y, torch.ones(6), "reverse_chi_square")
+
+
+def test_sparsemax_loss_is_the_chi_square_loss():
+    """Why the experiment trains χ² once: with q = 1 the chi-square f-softargmax is sparsemax, so the losses agree."""
+    torch.manual_seed(2)
+    h, W, y = torch.randn(40, 8, requires_grad=True), torch.randn(30, 8, requires_grad=True), torch.randint(0, 30, (40,))
+    a = sa.linear_fenchel_young_loss(h, W, y, mapping="sparsemax", chunk_size=16)
+    ga = torch.autograd.grad(a, (h, W))
+    b = sa.linear_fenchel_young_loss(h, W, y, mapping="chi_square", chunk_size=16)
+    gb = torch.autograd.grad(b, (h, W))
+    torch.testing.assert_close(a, b)
+    for u, v in zip(ga, gb):
+        torch.testing.assert_close(u, v)
+
+
+# ---------------------------------------------------------------------------------------------- the experiment
+
+
+@needs_ptb
+def test_lm_smoke(smoke_run, tmp_path):
+    from softargmax.cli import main
+    from softargmax.experiments import lm
+
+    out, res = smoke_run("lm", *SMOKE)
+    assert set(res["losses"]) == set(lm.LOSSES) | {f"{n}+q" for n in lm.LEARNED_Q}
+    V = res["settings"]["vocab"]
+    assert V == 10000
+    for name, r in res["runs"].items():
+        for split in ("valid", "test"):
+            assert 0 <= r[split]["accuracy"] <= 100, name
+            assert 1 <= r[split]["support_mean"] <= V, name
+    kl = res["runs"]["kl-seed0"]
+    assert kl["valid"]["support_mean"] == V and kl["valid"]["perplexity"] is not None
+    assert kl["valid"]["mean_p_true"] == kl["valid"]["mean_p_true_softmax"]
+    assert res["runs"]["chi_square-seed0"]["valid"]["perplexity"] is None  # sparse: some observed tokens get p = 0
+    assert res["runs"]["chi_square-seed0"]["valid"]["support_mean"] < V
+    # with q = 1 the arg-max of every f-softargmax is that of the logits
+    assert all(r["valid"]["same_argmax_share"] == 1.0 for r in res["runs"].values() if not r["learned_q"])
+    dec = res["decoding"]["models"]["kl"]  # KL's own f-softargmax is softmax: the same samples
+    assert dec["own"] == dec["softmax"]
+    assert res["significance"]["threshold"] == pytest.approx(0.05 / len(res["significance"]["tests"]))
+    assert set(res["memory"]["peak_mb"]) == {"softmax"}
+    report = (out / "report.md").read_text()
+    for f in ("accuracy.png", "curves.png", "decoding.png", "cost.png"):
+        assert (out / f).is_file() and f"]({f})" in report
+    assert "## Reproducibility" in report and "Table 3" in report
+    # --render-only writes the same report from results.json alone
+    copy = tmp_path / "again"
+    copy.mkdir()
+    (copy / "results.json").write_text((out / "results.json").read_text())
+    assert main(["reproduce", "lm", "--render-only", "--out", str(copy)]) == 0
+    assert (copy / "report.md").read_text() == report
+
+
+def _repeatable(results: dict) -> str:
+    """What a rerun with the same seed must repeat: every number but the timings and the memory peaks."""
+    from softargmax.experiments._common import measurements
+
+    results = json.loads(json.dumps(results, default=float))
+    results["memory"].pop("peak_mb")
+    return json.dumps(measurements(results), sort_keys=True)
+
+
+@needs_ptb
+def test_lm_rerun_with_the_same_seed_is_identical(smoke_run):
+    _, first = smoke_run("lm", *SMOKE)
+    _, again = smoke_run("lm", *SMOKE, again=True)
+    assert _repeatable(first) == _repeatable(again)
+    assert '"seed' in _repeatable(first)
+
+
+#: the run killed by the resume test, and the line after which it is killed: printed once its step-4 checkpoint is
+#: written (the runs before it have finished)
+KILLED_RUN = "alpha1.5-seed1"
+
+
+@needs_ptb
+def test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterrupted_run(smoke_run, tmp_path):
+    """SIGKILL in the middle of a run's training (after its step-4 checkpoint, with a checkpoint every 2 steps), then
+    ``--resume``: the run continues from its checkpoint and every number equals an uninterrupted run's."""
+    from softargmax.experiments import lm
+    from softargmax.experiments._common import CheckpointMismatchError, fingerprint, load_checkpoint
+
+    _, first = smoke_run("lm", *SMOKE)
+    out = tmp_path / "killed"
+    src = str(Path(sa.__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "softargmax", "reproduce", "lm", "--preset", "smoke", *SMOKE, "--checkpoint-every", "2",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(f"[{KILLED_RUN}] step 4/"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    ckpt = out / "runs" / KILLED_RUN / "checkpoint.pt"
+    fp = fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 1, data=["ptb"])
+    state = load_checkpoint(ckpt, fp)
+    assert 4 <= state["record"]["steps_done"] < 8  # killed in the middle of the run's 8 steps
+    assert state["rng"]["torch"].dtype == torch.uint8  # every random-number state is kept
+    with pytest.raises(CheckpointMismatchError, match="seed is 1 there and 2"):
+        load_checkpoint(ckpt, fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 2, data=["ptb"]))
+    resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    again = json.loads((out / "results.json").read_text())
+    assert again["settings"]["resumed_from_checkpoint"] == [KILLED_RUN]
+    assert _repeatable(again) == _repeatable(first)
+    log = (out / "log.txt").read_text()
+    assert f"[{KILLED_RUN}] resumed at step {state['record']['steps_done']}\n" in log
+    assert "which is no longer running, was taken over" in log  # the killed run's lock
+    assert f"this run resumed the training of {KILLED_RUN}" in (out / "report.md").read_text()
+    assert not list(out.rglob(".*.tmp*")) and not (out / ".softargmax.lock").exists()
+    # without --resume or --fresh the command line refuses to touch the checkpoints
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "pass --resume" in refused.stderr
+
+
+def test_the_lm_report_names_the_test_of_resumed_runs():
+    from softargmax.experiments import lm
+
+    words = test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterrupted_run.__name__
+    assert f"“{words[len('test_'):].replace('_', ' ')}”" in lm.RESUME_TEST
+
+
+def test_large_numbers_in_the_lm_report_are_readable():
+    """A perplexity of 2.5e43 (reverse χ²'s softmax perplexity in the default run) is not printed with 45 digits."""
+    from softargmax.experiments.lm import _num, _pm
+
+    assert _pm({"mean": 25128929782637899165727628544955163204386816.0, "std": 0.0}, 1) == "2.5e+43"
+    assert _pm({"mean": 6743.52, "std": 114.84}, 1) == "6,743.5 ± 114.8"
+    assert _pm({"mean": 0.494, "std": 0.005}, 1, 100) == "49.4 ± 0.5"
+    assert _num(float("inf")) == "inf" and _num(999_999.0, 1) == "999,999.0" and _num(1e6, 1) == "1.0e+06"
+    assert _pm({"mean": None, "std": None}) == "—"
