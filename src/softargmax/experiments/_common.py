@@ -117,7 +117,7 @@ def environment(t_start: float, device: str = "cpu") -> dict:
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
-           render_report: Callable[[dict, list], str], log: Callable[[str], object] = print) -> dict:
+           render_report: Callable[[dict, list], str], log: Log = print) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
 
     Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
