@@ -1,0 +1,315 @@
+"""The docstrings of the public surface: their examples run, and they share one layout.
+
+The public surface is listed from the code, not by hand (:func:`public_objects`): the modules
+``softargmax``, ``softargmax.nn``, ``softargmax.losses``, ``softargmax.divergences``, every public
+module of ``softargmax.operators`` (``softargmax.sampling`` and ``softargmax.alpha_relu_tau`` among
+them), ``softargmax.integrations.huggingface``, ``softargmax.compat.entmax`` and
+``softargmax.analysis``, and every module, function and class named in their ``__all__`` (constants
+such as ``MAPPINGS`` are described in their module's docstring and are not listed).
+
+* ``test_examples_run``: the ``>>>`` examples of each object (of a class, its methods' too) run with
+  :mod:`doctest` (``NORMALIZE_WHITESPACE | ELLIPSIS``), each object in a fresh namespace (the
+  examples import what they use), with torch's random state, print options, default dtype and
+  grad mode restored afterwards.  A failure names the object and shows the failing example.
+* ``test_layout``: every public function and class has a one-line summary, ``Args:`` naming each
+  parameter (with its default, or "as in" another function's), ``Returns:`` when it returns a
+  value, ``Shape:`` when tensors go in or out (an ``nn.Module``, or a ``Tensor`` annotation),
+  ``Examples:`` with ``>>>`` lines, the math (``:math:`` or ``.. math::``) and ``References:``
+  with a link (the few plumbing functions without mathematics or a paper are listed in
+  :data:`NO_MATH` and :data:`NO_REFERENCES`, each with the reason).
+* ``test_no_formula_in_inline_code``: formulas are ``:math:``, never ``inline code`` (the docs'
+  browser test fails on those; this finds them without building the docs).
+
+Optional dependencies: the objects of a module listed in :data:`OPTIONAL` (the Hugging Face
+integration needs ``transformers``) are skipped, with the reason, when the package is missing;
+the ``test`` extra installs them, so CI runs every example.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import importlib.util
+import inspect
+import io
+import pkgutil
+import re
+import textwrap
+import types
+
+import pytest
+import torch
+
+#: the modules whose ``__all__`` is the public surface (the public modules of softargmax.operators are added)
+PUBLIC_MODULES = ("softargmax", "softargmax.nn", "softargmax.losses", "softargmax.divergences",
+                  "softargmax.integrations.huggingface", "softargmax.compat.entmax", "softargmax.analysis")
+#: modules that need an optional dependency: their objects are skipped when it is not installed
+OPTIONAL = {"softargmax.integrations.huggingface": "transformers"}
+
+#: plumbing with no formula to state (the reason is given)
+NO_MATH = {
+    "softargmax.integrations.huggingface.revert": "undoes apply(): restores a model's forward",
+    "softargmax.integrations.huggingface.register": "registers attention functions with Transformers",
+    "softargmax.operators.mappings.check_mapping": "validates a mapping name",
+    "softargmax.operators.budget.check_budget": "validates an argument",
+    "softargmax.analysis.collect_attention": "records attention weights with hooks",
+    "softargmax.divergences.evaluator_of": "returns the evaluator object of a divergence",
+    "softargmax.divergences.spec_of": "returns the picklable description of a divergence",
+}
+#: plumbing that implements no paper (the reason is given)
+NO_REFERENCES = {
+    "softargmax.integrations.huggingface.revert": "undoes apply(): restores a model's forward",
+    "softargmax.integrations.huggingface.register": "registers attention functions with Transformers",
+    "softargmax.operators.mappings.check_mapping": "validates a mapping name",
+    "softargmax.operators.budget.check_budget": "validates an argument",
+    "softargmax.analysis.collect_attention": "records attention weights with hooks",
+    "softargmax.divergences.evaluator_of": "returns the evaluator object of a divergence",
+    "softargmax.divergences.spec_of": "returns the picklable description of a divergence",
+}
+
+FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
+
+
+def _public_modules():
+    import softargmax.operators
+
+    names = list(PUBLIC_MODULES)
+    names += [f"softargmax.operators.{m.name}" for m in pkgutil.iter_modules(softargmax.operators.__path__)
+              if not m.name.startswith("_")]
+    return ["softargmax.operators"] + names
+
+
+def public_objects():
+    """``{public name: (object, the module it is listed in)}`` of every public module, function and
+    class, each under the first name found (``softargmax.sparsemax``, not its defining module's
+    ``softargmax.operators.entmax.sparsemax``).  A module whose optional dependency is missing gives
+    ``{name: (None, the dependency)}``."""
+    objects, seen = {}, set()
+
+    def add(name, obj, module):
+        if id(obj) not in seen:
+            seen.add(id(obj))
+            objects[name] = (obj, module)
+
+    queue = _public_modules()
+    while queue:
+        modname = queue.pop(0)
+        try:
+            module = importlib.import_module(modname)
+        except ImportError:
+            dependency = OPTIONAL.get(modname)
+            if dependency is None or importlib.util.find_spec(dependency) is not None:
+                raise
+            objects[modname] = (None, dependency)
+            continue
+        add(modname, module, modname)
+        for attr in getattr(module, "__all__", ()):
+            obj = getattr(module, attr)
+            if isinstance(obj, types.ModuleType):
+                if obj.__name__.startswith("softargmax.") and obj.__name__ not in queue:
+                    queue.append(obj.__name__)
+            elif inspect.isfunction(obj) or inspect.isclass(obj):
+                add(f"{modname}.{attr}", obj, modname)
+    return objects
+
+
+PUBLIC = public_objects()
+NAMES = sorted(PUBLIC)
+CALLABLES = [n for n in NAMES if PUBLIC[n][0] is not None and not isinstance(PUBLIC[n][0], types.ModuleType)]
+
+
+def _object(name):
+    obj, extra = PUBLIC[name]
+    if obj is None:
+        pytest.skip(f"{name} needs the optional dependency {extra!r}, which is not installed")
+    return obj
+
+
+def test_the_public_surface_is_listed():
+    """The listing finds the surface (an empty or truncated list would let every other test pass)."""
+    for name in ["softargmax.sparsemax", "softargmax.entmax_loss", "softargmax.nn.EntmaxLoss",
+                 "softargmax.nn.SparseMultiheadAttention", "softargmax.divergences.AlphaDivergence",
+                 "softargmax.operators.sampling", "softargmax.operators.alpha_relu_tau.gaussian",
+                 "softargmax.compat.entmax.EntmaxBisectLoss", "softargmax.analysis.head_density",
+                 "softargmax.integrations.huggingface"]:
+        assert name in PUBLIC, name
+    assert len(CALLABLES) >= 90
+
+
+# ------------------------------------------------------------------------------------------------
+# the examples run
+
+
+def _doctests(name, obj):
+    module = obj if isinstance(obj, types.ModuleType) else inspect.getmodule(obj)
+    finder = doctest.DocTestFinder(exclude_empty=True, recurse=inspect.isclass(obj))
+    return finder.find(obj, name, module=module, globs={"__name__": "__main__"})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_examples_run(name):
+    obj = _object(name)
+    tests = _doctests(name, obj)
+    if not tests:
+        assert isinstance(obj, types.ModuleType), f"{name}: no >>> example (test_layout says which sections)"
+        return
+    out = io.StringIO()
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    torch.set_printoptions(profile="default")
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for test in tests:
+                runner.run(test, out=out.write, clear_globs=True)
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_printoptions(profile="default")
+    result = runner.summarize(verbose=False)
+    if result.failed:
+        pytest.fail(f"{name}: {result.failed} of {result.attempted} examples failed\n{out.getvalue()}", pytrace=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# one layout
+
+SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Shape|Examples|References|Note|Notes|Attributes|"
+                     r"Warning|See Also|Example):\s*$")
+
+
+def _sections(doc):
+    """``{section title: its text}`` of a cleaned (``inspect.cleandoc``) Google-style docstring;
+    the text before the first section is under ``""``."""
+    sections, title = {"": []}, ""
+    for line in doc.splitlines():
+        m = SECTION.match(line)
+        if m:
+            title = m.group(1)
+            sections[title] = []
+        else:
+            sections[title].append(line)
+    return {k: textwrap.dedent("\n".join(v)).strip("\n") for k, v in sections.items()}
+
+
+ENTRY = re.compile(r"^([\\*\w][\\*\w, ]*?)(\s*\([^)]*\))?:(\s|$)")
+
+
+def _arg_entries(args_text):
+    """``{parameter name: the text of its entry}`` of an ``Args:`` section; an entry may name several
+    parameters (``q, temperature: as in ...``)."""
+    entries, current = {}, None
+    for line in args_text.splitlines():
+        m = ENTRY.match(line) if line and not line[0].isspace() else None
+        if m:
+            current = [line]
+            for part in m.group(1).split(","):
+                entries[part.strip().replace("\\", "").lstrip("*")] = current
+        elif current is not None:
+            current.append(line)
+    return {k: "\n".join(v) for k, v in entries.items()}
+
+
+def _parameters(obj):
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    return [p for p in sig.parameters.values() if p.name not in ("self", "cls")]
+
+
+def _returns_value(func):
+    """Whether a function returns something other than None: its annotation, else its code."""
+    func = inspect.unwrap(func)
+    ann = inspect.signature(func).return_annotation
+    if ann is not inspect.Signature.empty:
+        return ann not in (None, "None")
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+
+    def walk(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, (ast.Yield, ast.YieldFrom)):
+                return True
+            if isinstance(child, ast.Return) and child.value is not None and not (
+                    isinstance(child.value, ast.Constant) and child.value.value is None):
+                return True
+            if walk(child):
+                return True
+        return False
+
+    return walk(tree.body[0])
+
+
+def _takes_tensors(obj, params):
+    if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
+        return True
+    annotations = [p.annotation for p in params]
+    if not inspect.isclass(obj):
+        annotations.append(inspect.signature(obj).return_annotation)
+    return any("Tensor" in (a if isinstance(a, str) else repr(a)) for a in annotations
+               if a is not inspect.Parameter.empty)
+
+
+def _layout_problems(name, obj):
+    doc = inspect.getdoc(obj) or ""
+    if inspect.isclass(obj) and obj.__doc__ is None:
+        doc = ""  # not the base class's docstring
+    problems = []
+    lines = doc.splitlines()
+    if not lines or not lines[0].strip():
+        return ["no docstring"]
+    if len(lines) > 1 and lines[1].strip():
+        problems.append("the summary is not one line followed by a blank line")
+    sections = _sections(doc)
+    examples = sections.get("Examples", "")
+    if ">>>" not in examples:
+        problems.append("no 'Examples:' section with >>> lines")
+    params = _parameters(obj)
+    if params:
+        if "Args" not in sections:
+            problems.append("no 'Args:' section")
+        else:
+            entries = _arg_entries(sections["Args"])
+            for p in params:
+                entry = entries.get(p.name)
+                if entry is None:
+                    problems.append(f"'Args:' does not describe {p.name!r}")
+                elif p.default is not inspect.Parameter.empty and not re.search(r"default|as in", entry, re.I):
+                    problems.append(f"'Args:' does not give the default of {p.name!r}")
+    if not inspect.isclass(obj) and _returns_value(obj) and not ({"Returns", "Yields"} & set(sections)):
+        problems.append("no 'Returns:' section")
+    if _takes_tensors(obj, params) and "Shape" not in sections:
+        problems.append("no 'Shape:' section")
+    if name not in NO_MATH and ":math:" not in doc and ".. math::" not in doc:
+        problems.append("no formula (:math: or .. math::)")
+    if name not in NO_REFERENCES and "https://" not in sections.get("References", ""):
+        problems.append("no 'References:' section with a link")
+    return problems
+
+
+@pytest.mark.parametrize("name", CALLABLES)
+def test_layout(name):
+    problems = _layout_problems(name, _object(name))
+    if problems:
+        pytest.fail(f"{name}: " + "; ".join(problems), pytrace=False)
+
+
+def test_the_exemptions_are_public_names():
+    for name in set(NO_MATH) | set(NO_REFERENCES):
+        assert name in PUBLIC, f"{name} is exempted but is not a public name"
+
+
+#: a formula written as inline code: ``[x - τ]_+``, ``Σ_j p_j``, ``⟨p, x⟩``, ``‖x‖``, ``x^{1/2}``
+CODE_MATH = re.compile(r"``[^`]*(\]_\+|\^\{|⟨|Σ|‖)[^`]*``")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_formula_in_inline_code(name):
+    obj = _object(name)
+    docs = [inspect.getdoc(obj) or ""]
+    if inspect.isclass(obj):
+        docs += [inspect.getdoc(m) or "" for k, m in vars(obj).items() if inspect.isfunction(m) and not k.startswith("_")]
+    found = [m.group(0) for d in docs for m in CODE_MATH.finditer(d)]
+    assert not found, f"{name}: formulas in inline code (write them as :math:): {found}"
