@@ -12,8 +12,9 @@ such as ``MAPPINGS`` are described in their module's docstring and are not liste
   examples import what they use), with torch's random state, print options, default dtype and
   grad mode restored afterwards.  A failure names the object and shows the failing example.
 * ``test_layout``: every public function and class has a one-line summary, ``Args:`` naming each
-  parameter (with its default, or "as in" another function's), ``Returns:`` when it returns a
-  value, ``Shape:`` when tensors go in or out (an ``nn.Module``, or a ``Tensor`` annotation),
+  parameter (with its default, or "as in" another function's; a dataclass may describe its fields
+  under ``Attributes:``), ``Returns:`` when it returns a
+  value, ``Shape:`` when tensors go in or out (an ``nn.Module``, or a function with a ``Tensor`` annotation),
   ``Examples:`` with ``>>>`` lines, the math (``:math:`` or ``.. math::``) and ``References:``
   with a link (the few plumbing functions without mathematics or a paper are listed in
   :data:`NO_MATH` and :data:`NO_REFERENCES`, each with the reason).
@@ -28,6 +29,7 @@ the ``test`` extra installs them, so CI runs every example.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import doctest
 import importlib
 import importlib.util
@@ -210,6 +212,12 @@ def _arg_entries(args_text):
     return {k: "\n".join(v) for k, v in entries.items()}
 
 
+def _gives_default(entry, default):
+    """An entry states its parameter's default ("Default: ``-1``"), refers to another function's ("as in
+    :func:`...`"), or calls an argument whose default is ``None`` optional."""
+    return bool(re.search(r"default|as in", entry, re.I) or (default is None and re.search(r"optional", entry, re.I)))
+
+
 def _parameters(obj):
     try:
         sig = inspect.signature(obj)
@@ -243,13 +251,14 @@ def _returns_value(func):
 
 
 def _takes_tensors(obj, params):
-    if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
-        return True
-    annotations = [p.annotation for p in params]
-    if not inspect.isclass(obj):
-        annotations.append(inspect.signature(obj).return_annotation)
-    return any("Tensor" in (a if isinstance(a, str) else repr(a)) for a in annotations
-               if a is not inspect.Parameter.empty)
+    """Tensors go in or out: a module, or a function with a parameter or result annotated as a tensor
+    (a function of tensors passed as an argument, ``Callable[[Tensor], Tensor]``, does not count)."""
+    if inspect.isclass(obj):
+        return issubclass(obj, torch.nn.Module)
+    annotations = [p.annotation for p in params] + [inspect.signature(obj).return_annotation]
+    texts = [re.sub(r"Callable\[.*\]", "", a if isinstance(a, str) else repr(a)) for a in annotations
+             if a is not inspect.Parameter.empty]
+    return any("Tensor" in t for t in texts)
 
 
 def _layout_problems(name, obj):
@@ -267,17 +276,19 @@ def _layout_problems(name, obj):
     if ">>>" not in examples:
         problems.append("no 'Examples:' section with >>> lines")
     params = _parameters(obj)
+    # a dataclass's constructor takes its fields: they may be described under "Attributes:"
+    args = "Attributes" if dataclasses.is_dataclass(obj) and "Args" not in sections else "Args"
     if params:
-        if "Args" not in sections:
+        if args not in sections:
             problems.append("no 'Args:' section")
         else:
-            entries = _arg_entries(sections["Args"])
+            entries = _arg_entries(sections[args])
             for p in params:
                 entry = entries.get(p.name)
                 if entry is None:
-                    problems.append(f"'Args:' does not describe {p.name!r}")
-                elif p.default is not inspect.Parameter.empty and not re.search(r"default|as in", entry, re.I):
-                    problems.append(f"'Args:' does not give the default of {p.name!r}")
+                    problems.append(f"'{args}:' does not describe {p.name!r}")
+                elif p.default is not inspect.Parameter.empty and not _gives_default(entry, p.default):
+                    problems.append(f"'{args}:' does not give the default of {p.name!r}")
     if not inspect.isclass(obj) and _returns_value(obj) and not ({"Returns", "Yields"} & set(sections)):
         problems.append("no 'Returns:' section")
     if _takes_tensors(obj, params) and "Shape" not in sections:
