@@ -65,7 +65,6 @@ NO_REFERENCES = {
     "softargmax.integrations.huggingface.register": "registers attention functions with Transformers",
     "softargmax.operators.mappings.check_mapping": "validates a mapping name",
     "softargmax.operators.budget.check_budget": "validates an argument",
-    "softargmax.analysis.collect_attention": "records attention weights with hooks",
     "softargmax.divergences.evaluator_of": "returns the evaluator object of a divergence",
     "softargmax.divergences.spec_of": "returns the picklable description of a divergence",
 }
