@@ -32,6 +32,8 @@ autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": False}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+# torch.nn's layout: the shapes of the tensors in and out, after Args and Returns
+napoleon_custom_sections = ["Shape"]
 
 # the examples gallery: every script of examples/ runs at build time (so the docs build, which the
 # test suite runs with -W, also runs the examples); a failing example fails the build

@@ -18,6 +18,7 @@ such as ``MAPPINGS`` are described in their module's docstring and are not liste
   ``Examples:`` with ``>>>`` lines, the math (``:math:`` or ``.. math::``) and ``References:``
   with a link (the few plumbing functions without mathematics or a paper are listed in
   :data:`NO_MATH` and :data:`NO_REFERENCES`, each with the reason).
+* ``test_module_summary``: every public module's docstring opens with a one-line summary.
 * ``test_no_formula_in_inline_code``: formulas are ``:math:``, never ``inline code`` (the docs'
   browser test fails on those; this finds them without building the docs).
 
@@ -214,7 +215,7 @@ def _arg_entries(args_text):
 def _gives_default(entry, default):
     """An entry states its parameter's default ("Default: ``-1``"), refers to another function's ("as in
     :func:`...`"), or calls an argument whose default is ``None`` optional."""
-    return bool(re.search(r"default|as in", entry, re.I) or (default is None and re.search(r"optional", entry, re.I)))
+    return bool(re.search(r"default|as in", entry, re.IGNORECASE) or (default is None and re.search(r"optional", entry, re.IGNORECASE)))
 
 
 def _parameters(obj):
@@ -297,6 +298,18 @@ def _layout_problems(name, obj):
     if name not in NO_REFERENCES and "https://" not in sections.get("References", ""):
         problems.append("no 'References:' section with a link")
     return problems
+
+
+MODULES = [n for n in NAMES if isinstance(PUBLIC[n][0], types.ModuleType)]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_summary(name):
+    """A public module's docstring opens with a one-line summary (its math, algorithm and references
+    follow in prose; its functions and classes carry the sections)."""
+    lines = (inspect.getdoc(_object(name)) or "").splitlines()
+    assert lines and lines[0].strip() and (len(lines) == 1 or not lines[1].strip()), \
+        f"{name}: the module docstring does not open with a one-line summary"
 
 
 @pytest.mark.parametrize("name", CALLABLES)

@@ -650,7 +650,7 @@ class Entmax15(nn.Module):
 
     .. math::
 
-        \operatorname{Entmax15}(X) = [X/2 - \tau]_+^2, \qquad \sum_j p_j = 1.
+        \operatorname{Entmax}_{1.5}(X) = [X/2 - \tau]_+^2, \qquad \sum_j p_j = 1.
 
     Args:
         dim: the dimension that sums to one. Default: ``-1``.

@@ -80,7 +80,7 @@ class Entmax15(Sparsemax):
 
     .. math::
 
-        \operatorname{Entmax15}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle + H^T_{1.5}(p)
+        \operatorname{Entmax}_{1.5}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle + H^T_{1.5}(p)
         = [x/2 - \tau]_+^2, \qquad \sum_j p_j = 1,
 
     :func:`softargmax.entmax15` as a module.

@@ -78,7 +78,7 @@ and the tests).
 The package by concern: :mod:`.collectives` (the counted collectives), :mod:`.agreement` (the
 first round), :mod:`.solver` (the threshold, on the Newton loop of
 :mod:`softargmax.solvers.newton` with the all-reduce injected), :mod:`.targets` (this rank's
-part of the targets), :mod:`.losses` (the losses around a
+part of the targets), :mod:`~softargmax.losses.distributed.losses` (the losses around a
 :class:`~softargmax.losses._rows.RowLoss`), :mod:`.dtensor` (``DTensor`` inputs).
 """
 
