@@ -35,7 +35,7 @@ Precision and memory:
   :data:`DEFAULT_MEMORY_BUDGET`) for the per-chunk buffers: the logits, their float32 copy,
   the prediction that becomes the gradient in place, and its half-precision copy for the
   GEMMs.
-* ``softcap=c`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2) before the loss;
+* ``softcap=c`` caps the logits as :math:`c \tanh(\theta / c)` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
@@ -120,7 +120,8 @@ def linear_fenchel_young_loss(
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
         chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
         class_weight: per-class weights (the ``weight`` option of the unfused loss). Default: ``None``.
-        softcap: ``c > 0`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2), as in the unfused loss.
+        softcap: :math:`c > 0` caps the logits :math:`\theta` as :math:`c \tanh(\theta / c)` (Gemma 2), as in the
+            unfused loss.
         memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
         reduction: ``"mean"`` (default), ``"sum"``, or ``"none"`` (per-token losses; see the module docstring).
         q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:

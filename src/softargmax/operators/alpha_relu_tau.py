@@ -1,11 +1,11 @@
-r"""Choosing α-ReLU's threshold ``τ`` (Tezekbayev et al., 2022).
+r"""Choosing α-ReLU's threshold :math:`\tau` (Tezekbayev et al., 2022).
 
-α-ReLU reproduces α-entmax when its fixed ``τ`` equals the threshold α-entmax would
-compute, so the papers set ``τ`` from the model itself before training:
+α-ReLU reproduces α-entmax when its fixed :math:`\tau` equals the threshold α-entmax would
+compute, so the papers set :math:`\tau` from the model itself before training:
 
 * :func:`from_logits` — the mean α-entmax threshold over a batch of (untrained) logits,
-  the way Tezekbayev et al. (2022) §3 picks ``τ`` from the first batch;
-* :func:`gaussian` — the data-free estimate for i.i.d. ``N(0, std²)`` logits:
+  the way Tezekbayev et al. (2022) §3 picks :math:`\tau` from the first batch;
+* :func:`gaussian` — the data-free estimate for i.i.d. :math:`N(0, \sigma^2)` logits:
   Tezekbayev et al. (2022) Lemma 2 (α = 1.5, ``method="paper"``) and, for any α > 1, the same
   asymptotic argument evaluated by quadrature (``method="integral"``);
 * :func:`linear_logit_std` — Tezekbayev et al. (2022) Lemma 3: the logit standard deviation of a

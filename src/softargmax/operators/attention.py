@@ -8,7 +8,7 @@ conventions of ``torch.nn.functional.scaled_dot_product_attention``:
   dtype: it is added in the scores' dtype), broadcastable to ``[..., L, S]``; ``is_causal``
   applies the lower-triangular mask (aligned top-left, as SDPA) and cannot be combined with
   ``attn_mask``;
-* ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
+* ``scale`` defaults to :math:`1/\sqrt{E}`; batch and head dimensions broadcast;
 * ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
   modules do);
 * ``enable_gqa=True``: ``key``/``value`` may have fewer heads (dimension -3) than ``query``,

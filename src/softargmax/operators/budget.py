@@ -51,7 +51,7 @@ The map is not differentiated with respect to the budget.
 
 **Rows that cannot meet the budget.**  A row with fewer than ``B`` unmasked (finite)
 entries has no point of the capped simplex; it gets ``c`` on every unmasked entry (the
-limit ``τ → -∞``; it sums to less than 1) and zero gradient.  An all-``-inf`` row gives
+limit :math:`\tau \to -\infty`; it sums to less than 1) and zero gradient.  An all-``-inf`` row gives
 zeros.  A NaN or ``+inf`` in a row gives NaN in that row only.
 
 Conventions: any ``dim``; float64/float32 native, float16/bfloat16 computed in float32.
