@@ -40,7 +40,7 @@ from .losses.linear import linear_fenchel_young_loss
 from .losses.normmax_budget import budget_sparsemax_loss, normmax_loss
 from .losses.teacher import teacher_target
 from .operators import _library_ops as _custom_ops  # noqa: F401  (register the torch.library operators torch.compile uses)
-from .operators import alpha_relu_tau, mappings, sampling
+from .operators import alpha_relu_tau, export, mappings, sampling
 from .operators.alpha_relu import alpha_relu
 from .operators.attention import attention
 from .operators.binary import f_sigmoid, f_softplus
@@ -84,6 +84,7 @@ __all__ = [
     "Divergence",
     "CustomDivergence",
     "divergences",
+    "export",
     "losses",
     "mappings",
     "sampling",

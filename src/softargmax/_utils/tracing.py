@@ -1,38 +1,73 @@
-"""What a call may do in the context it runs in: whether ``torch.compile`` is tracing it (then the
-public functions call their ``torch.library`` operators) and whether a check may read tensor values
-now (not while tracing, not during CUDA-graph capture, not on ``meta`` tensors)."""
+"""What a call may do in the context it runs in: whether ``torch.compile`` or ``torch.export`` is
+tracing it (then the public functions call their ``torch.library`` operators), whether it is being
+recorded into a graph that leaves Python (``torch.onnx.export``, ``torch.jit.trace``: then they
+compute with the fixed-step forms of :mod:`softargmax.solvers.traceable`), and whether a check may
+read tensor values now (not while tracing, not during CUDA-graph capture, not on ``meta`` tensors)."""
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from torch import Tensor
 
-__all__ = ["CUSTOM_OPS", "compiling", "use_custom_ops", "values_checkable"]
+__all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "graph_mode", "onnx_capture", "use_custom_ops",
+           "values_checkable"]
 
 
 #: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
 CUSTOM_OPS = hasattr(torch.library, "custom_op")
 
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+_is_jit_tracing = torch._C._is_tracing
+
+#: the three answers of :func:`graph_mode`
+EAGER, LIBRARY_OPS, GRAPH = 0, 1, 2
+
 
 def compiling() -> bool:
-    """Whether ``torch.compile`` is tracing this call (``False`` on a torch without the query)."""
-    query = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(query()) if query is not None else False
+    """Whether ``torch.compile`` or ``torch.export`` is tracing this call (``False`` on a torch without the query)."""
+    return bool(_is_compiling()) if _is_compiling is not None else False
+
+
+def _onnx_exporting() -> bool:
+    onnx = sys.modules.get("torch.onnx")  # never imported here: an export has imported it
+    return onnx is not None and bool(onnx.is_in_onnx_export())
+
+
+def onnx_capture() -> bool:
+    """Whether ``torch.onnx.export`` is capturing the model (with ``torch.export``) now."""
+    return compiling() and _onnx_exporting()
+
+
+def graph_mode() -> int:
+    """How the public functions run this call.
+
+    * :data:`EAGER`: the autograd functions and the fused kernels;
+    * :data:`LIBRARY_OPS`: ``torch.compile`` or ``torch.export`` traces: one opaque ``torch.library``
+      operator per call (:mod:`softargmax.operators._library_ops`);
+    * :data:`GRAPH`: ``torch.onnx.export`` or ``torch.jit.trace`` records a graph that must run
+      without Python: the fixed-step forms of :mod:`softargmax.solvers.traceable`, made of
+      PyTorch's own operators.
+    """
+    if compiling():  # first: torch.compile's tracer cannot call the TorchScript query below
+        return GRAPH if _onnx_exporting() else (LIBRARY_OPS if CUSTOM_OPS else EAGER)
+    return GRAPH if _is_jit_tracing() else EAGER
 
 
 def use_custom_ops() -> bool:
     """Whether the public functions call their ``torch.library`` operators (while compiling, where they exist)."""
-    return CUSTOM_OPS and compiling()
+    return graph_mode() == LIBRARY_OPS
 
 
 def values_checkable(t: Tensor) -> bool:
     """Whether a check may read the values of ``t`` now.
 
-    Not while ``torch.compile`` traces (the custom operators of :mod:`softargmax.operators._library_ops`
-    run the same checks at run time) and not for a CUDA tensor while its stream is being
-    captured into a CUDA graph (reading a value would synchronize with the host), and not
-    for a ``meta`` tensor (it has none).
+    Not while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces (the custom
+    operators of :mod:`softargmax.operators._library_ops` run the same checks at run time) and
+    not for a CUDA tensor while its stream is being captured into a CUDA graph (reading a
+    value would synchronize with the host), and not for a ``meta`` tensor (it has none).
     """
-    if compiling() or t.device.type == "meta":
+    if compiling() or _is_jit_tracing() or t.device.type == "meta":
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())

@@ -45,15 +45,28 @@ def solve_with(run: Callable, z: Tensor, div: Divergence, a_dtype: torch.dtype =
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
 
     ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
-    copied from the host, so a CUDA graph can capture it)."""
+    copied from the host, so a CUDA graph can capture it; on the CPU one tensor per value is
+    kept, the fill cost a microsecond of every small call)."""
     kind, a = kind_of(div)
     if kind is None:
         return None
-    a_t = torch.full((1,), 1.0 if a is None else a, dtype=a_dtype, device=device)
+    value = 1.0 if a is None else a
+    if str(device) == "cpu":
+        a_t = _CPU_PARAMETERS.get((value, a_dtype))
+        if a_t is None:
+            if len(_CPU_PARAMETERS) >= 64:  # many distinct α (one per step of a schedule): stay bounded
+                _CPU_PARAMETERS.clear()
+            a_t = _CPU_PARAMETERS[(value, a_dtype)] = torch.full((1,), value, dtype=a_dtype)
+    else:
+        a_t = torch.full((1,), value, dtype=a_dtype, device=device)
     sol = run(z, kind, a_t, 0)
     if kind == KIND_POWER:
         sol.tau = (sol.tau + div.hints.power_offset) / a
     return sol
+
+
+#: the one-element parameter tensors the CPU solver reads, by ``(value, dtype)`` (never written)
+_CPU_PARAMETERS: dict = {}
 
 
 def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:

@@ -16,6 +16,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
+from .._utils.tracing import values_checkable
 from .base import Divergence
 from .hints import Evaluator, SolverHints
 
@@ -77,9 +78,12 @@ class AlphaDivergence(Divergence):
     @property
     def hints(self) -> SolverHints:  # type: ignore[override]
         """The solver hints of this α (made on first use: a per-row α is read once)."""
-        if self._hints is None:
-            self._hints = self._make_hints()
-        return self._hints
+        if self._hints is not None:
+            return self._hints
+        hints = self._make_hints()
+        if not isinstance(self._a, Tensor) or values_checkable(self._a):
+            self._hints = hints  # (made while tracing, they are not kept: see monotone_newton)
+        return hints
 
     def _make_hints(self) -> SolverHints:
         a = self._a
@@ -88,7 +92,8 @@ class AlphaDivergence(Divergence):
             newton_power=a,
             # S^{α-1} is a 1/(α-1)-norm (α in (1, 2]) or a power mean with negative exponent
             # (α < 1): a convex transform.  α > 2 is not covered (it has its own path: power_exponent)
-            monotone_newton=bool((a <= 1).all()) if per_row else a <= 1.0,
+            # (a per-row α cannot be read while a graph is traced: the bracketed Newton is safe for any α)
+            monotone_newton=(bool((a <= 1).all()) if values_checkable(a) else False) if per_row else a <= 1.0,
             evaluator=_AlphaEvaluator,
             softmax=not per_row and a == 0.0,
             # the fused solvers take one float α in (1, 2] (a per-row α goes through solve_alpha_rows)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_real, check_tau, check_tensor
 from .._utils.tracing import values_checkable
-from ..divergences import Divergence, get_divergence
+from ..divergences import Divergence, get_divergence, spec_of
 from ..operators.alpha_relu import alpha_relu
 from ..operators.alpha_relu_tau import from_logits
 from ..operators.budget import budget_sparsemax, check_budget
@@ -31,7 +31,15 @@ from ..operators.fdiv import f_softargmax
 from ..operators.normmax import normmax
 from ._parameters import bounded, bounded_logit, initial_value, placed
 
-__all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normmax", "BudgetSparsemax"]
+__all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normmax", "BudgetSparsemax",
+           "not_scriptable"]
+
+
+def not_scriptable(module: nn.Module, why: str):
+    """The ``TypeError`` that ``torch.jit.script(module)`` raises for a module it cannot compile."""
+    return TypeError(f"torch.jit.script cannot compile {type(module).__name__}: {why}. Use "
+                     "torch.jit.trace(module, example_inputs) (a graph of PyTorch operators only) or "
+                     "torch.export.export(module, args) instead (see softargmax.export)")
 
 
 class Sparsemax(nn.Module):
@@ -69,6 +77,8 @@ class Sparsemax(nn.Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():  # the library's operator (softargmax.export)
+            return torch.ops.softargmax.normalized(x, None, None, "chi_square", 0.0, 1.0, self.dim)
         return sparsemax(x, self.dim)
 
     def extra_repr(self) -> str:
@@ -103,6 +113,8 @@ class Entmax15(Sparsemax):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():
+            return torch.ops.softargmax.normalized(x, None, None, "alpha", 1.5, 1.0, self.dim)
         return entmax15(x, self.dim)
 
 
@@ -195,7 +207,19 @@ class Entmax(nn.Module):
             return self._alpha
         return self._alpha_float
 
+    __jit_unused_properties__ = ["alpha"]
+
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():  # the library's operator; attributes resolved when compiled
+            if hasattr(self, "alpha_logit"):
+                a = self.alpha_min + (self.alpha_max - self.alpha_min) * torch.sigmoid(self.alpha_logit)
+            elif hasattr(self, "_alpha"):
+                a = self._alpha
+            else:
+                return torch.ops.softargmax.normalized(x, None, None, "alpha", self._alpha_float, 1.0, self.dim)
+            if a.dim() == 0:
+                a = a.reshape([1] * x.dim())
+            return torch.ops.softargmax.normalized(x, None, a, "", 0.0, 1.0, self.dim)
         check_tensor(x)
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.dim() == 0:
@@ -266,7 +290,18 @@ class AlphaReLU(nn.Module):
     def calibrated(self) -> bool:
         return not bool(torch.isnan(self.tau).any())
 
+    __jit_unused_properties__ = ["calibrated"]
+
+    def __prepare_scriptable__(self):
+        if self.calibrate and not self.calibrated:
+            raise not_scriptable(self, "tau='calibrate' sets τ from a training batch first (calibrate, then script)")
+        return self
+
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():  # elementwise: PyTorch's operators (as softargmax.alpha_relu computes)
+            a = self.alpha - 1.0
+            t = torch.clamp(x * a - self.tau.to(x.dtype), min=0.0)
+            return t ** (1.0 / a)
         if self.calibrate and not self.calibrated:
             if not self.training:
                 raise RuntimeError("AlphaReLU(tau='calibrate') has not seen a training batch yet")
@@ -343,6 +378,16 @@ class FSoftargmax(nn.Module):
                 self.register_buffer("_q", placed(initial_value(q), device, dtype))
         elif self.learn_q:
             raise ValueError("learn_q=True needs an initial q (e.g. torch.ones(num_classes))")
+        spec = spec_of(self.divergence)
+        #: the name and parameter ``torch.jit.script`` passes to the library's operator
+        self._spec_name, self._spec_param = spec if spec is not None else ("", 0.0)
+
+    __jit_unused_properties__ = ["q"]
+
+    def __prepare_scriptable__(self):
+        if not self._spec_name:
+            raise not_scriptable(self, f"its divergence {self.divergence!r} has no name to pass to the library's operator")
+        return self
 
     @property
     def q(self) -> Optional[Tensor]:
@@ -351,6 +396,14 @@ class FSoftargmax(nn.Module):
         return getattr(self, "_q", None)
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():
+            q: Optional[Tensor] = None
+            if hasattr(self, "log_q"):
+                q = torch.exp(self.log_q)
+            elif hasattr(self, "_q"):
+                q = self._q
+            return torch.ops.softargmax.normalized(x, q, None, self._spec_name, self._spec_param, self.temperature,
+                                                   self.dim)
         return f_softargmax(x, self.divergence, q=self.q, temperature=self.temperature, dim=self.dim)
 
     def extra_repr(self) -> str:
@@ -390,8 +443,22 @@ class Normmax(nn.Module):
         self.alpha = check_alpha(alpha, "alpha", minimum=1.0)
         self.dim = dim
 
+    __jit_ignored_attributes__ = ["alpha"]
+
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():
+            if hasattr(self, "_alpha_tensor"):
+                return torch.ops.softargmax.normmax(x, self._alpha_tensor, 0.0, self.dim)
+            return torch.ops.softargmax.normmax(x, None, self._alpha_value, self.dim)
         return normmax(x, self.alpha, self.dim)
+
+    def __prepare_scriptable__(self):
+        # what the compiled forward reads: a float α, or a tensor α (a typed attribute of its own)
+        if isinstance(self.alpha, Tensor):
+            self._alpha_tensor = self.alpha
+        else:
+            self._alpha_value = float(self.alpha)
+        return self
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, dim={self.dim}"
@@ -430,6 +497,9 @@ class BudgetSparsemax(nn.Module):
         super().__init__()
         self.budget = check_budget(budget)
         self.dim = dim
+
+    def __prepare_scriptable__(self):
+        raise not_scriptable(self, "budget sparsemax has no torch.library operator")
 
     def forward(self, x: Tensor) -> Tensor:
         return budget_sparsemax(x, self.budget, self.dim)

@@ -20,6 +20,7 @@ from .._utils.checks import check_alpha, check_broadcastable, check_real, check_
 from .._utils.tracing import values_checkable
 from ..operators.attention import MAPPINGS, attention
 from ._parameters import bounded, bounded_logit, initial_value, placed
+from .activations import not_scriptable
 
 __all__ = ["SparseMultiheadAttention", "convert_attention"]
 
@@ -142,6 +143,9 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         #: when True, every forward keeps its per-head weights ``[B, H, L, S]`` (detached) in ``last_weights``
         self.store_weights = False
         self.last_weights: Optional[Tensor] = None
+
+    def __prepare_scriptable__(self):
+        raise not_scriptable(self, "its forward checks its inputs and calls softargmax.attention, which are not TorchScript")
 
     @property
     def alpha(self) -> Tensor:

@@ -14,7 +14,13 @@ results equal eager's).  A divergence crosses the operator boundary by name and 
 stays on the eager path (``fullgraph=True`` then fails at its autograd function).
 
 Operators (namespace ``softargmax``): ``normalized``, ``normalized_backward``,
-``alpha_relu``, ``alpha_relu_backward``.
+``alpha_relu``, ``alpha_relu_backward``, ``normmax``, ``normmax_backward`` (whose backward
+differentiates normmax's eager autograd function).
+
+``torch.export`` records these operators too.  ``torch.onnx.export`` and ``torch.jit.trace``
+do not: while they record, the public functions compute with PyTorch's own operators
+(:mod:`softargmax.operators._traceable`), and :func:`softargmax.export.decompositions` replaces
+the operators of an exported program by the same graphs.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_alpha, check_q
-from .._utils.tracing import CUSTOM_OPS, use_custom_ops
+from .._utils.checks import check_alpha, check_dim, check_q, check_tensor
+from .._utils.tracing import CUSTOM_OPS, GRAPH, LIBRARY_OPS, graph_mode
 from ..divergences import Divergence, get_divergence, spec_of
 from ._autograd import NormalizedMapping
+from ._traceable import normalized_graph
 from .alpha_relu import AlphaReLUFunction
+from .normmax import normmax_eager
 
-__all__ = ["divergence_spec", "normalized", "alpha_relu"]
+__all__ = ["divergence_spec", "normalized_operator_divergence", "normalized", "alpha_relu"]
 
 
 def divergence_spec(div: Optional[Divergence]):
@@ -38,7 +46,8 @@ def divergence_spec(div: Optional[Divergence]):
     return ("", 0.0) if div is None else spec_of(div)
 
 
-def _divergence(name: str, param: float) -> Optional[Divergence]:
+def normalized_operator_divergence(name: str, param: float) -> Optional[Divergence]:
+    """The generator that ``softargmax::normalized``'s ``(divergence, param)`` arguments name (``None``: a tensor α)."""
     if not name:
         return None
     return get_divergence(name, alpha=param) if name == "alpha" else get_divergence(name)
@@ -67,9 +76,13 @@ class _Ctx:
 
 def _normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str, param: float,
                 temperature: float, dim: int) -> Tensor:
+    check_tensor(x)  # called from TorchScript, the operator is the public entry point
+    dim = check_dim(x, dim)
     _check_values(x, q, alpha)
+    if x.numel() == 0:
+        return x.new_zeros(x.shape)
     ctx = _Ctx((False,) * 6)
-    out = NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    out = NormalizedMapping.forward(ctx, x, q, alpha, normalized_operator_divergence(divergence, param), temperature, dim)
     return out.contiguous()
 
 
@@ -80,7 +93,7 @@ def _normalized_fake(x, q, alpha, divergence, param, temperature, dim):
 def _normalized_backward(grad: Tensor, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: str,
                          param: float, temperature: float, dim: int) -> tuple[Tensor, Tensor, Tensor]:
     ctx = _Ctx((True, q is not None, alpha is not None, False, False, False))
-    NormalizedMapping.forward(ctx, x, q, alpha, _divergence(divergence, param), temperature, dim)
+    NormalizedMapping.forward(ctx, x, q, alpha, normalized_operator_divergence(divergence, param), temperature, dim)
     gx, gq, ga = NormalizedMapping.backward(ctx, grad)[:3]
     return (gx.contiguous(), x.new_empty(0) if gq is None else gq.contiguous(),
             x.new_empty(0) if ga is None else ga.contiguous())
@@ -105,8 +118,13 @@ def _normalized_grad(ctx, grad):
 
 def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                temperature: float, dim: int) -> Tensor:
-    """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling."""
-    if use_custom_ops():
+    """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling
+    or exporting; PyTorch's own operators (:func:`~softargmax.operators._traceable.normalized_graph`)
+    when the graph is recorded for ONNX or ``torch.jit.trace``."""
+    mode = graph_mode()
+    if mode == GRAPH:
+        return normalized_graph(x, q, alpha, divergence, temperature, dim)
+    if mode == LIBRARY_OPS:
         spec = divergence_spec(divergence)
         if spec is not None:
             return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
@@ -150,6 +168,41 @@ def alpha_relu(x: Tensor, alpha: float, tau: float) -> Tensor:
     return torch.ops.softargmax.alpha_relu(x, float(alpha), float(tau))
 
 
+# -- normmax ------------------------------------------------------------------------------
+
+
+def _normmax(x: Tensor, alpha: Optional[Tensor], alpha_value: float, dim: int) -> Tensor:
+    if alpha is not None:
+        check_alpha(alpha, "alpha", minimum=1.0)
+    return normmax_eager(x, alpha_value if alpha is None else alpha, dim).contiguous()
+
+
+def _normmax_fake(x, alpha, alpha_value, dim):
+    return x.new_empty(x.shape)
+
+
+def _normmax_backward(grad: Tensor, x: Tensor, alpha: Optional[Tensor], alpha_value: float, dim: int) -> Tensor:
+    with torch.enable_grad():
+        xg = x.detach().requires_grad_(True)
+        out = normmax_eager(xg, alpha_value if alpha is None else alpha, dim)
+        return torch.autograd.grad(out, xg, grad)[0].contiguous()
+
+
+def _normmax_backward_fake(grad, x, alpha, alpha_value, dim):
+    return x.new_empty(x.shape)
+
+
+def _normmax_setup(ctx, inputs, output):
+    x, alpha, alpha_value, dim = inputs
+    ctx.save_for_backward(x, alpha)
+    ctx.args = (alpha_value, dim)
+
+
+def _normmax_grad(ctx, grad):
+    x, alpha = ctx.saved_tensors
+    return torch.ops.softargmax.normmax_backward(grad, x, alpha, *ctx.args), None, None, None
+
+
 def define(name: str, impl, fake, backward=None, setup_context=None):
     """``torch.library.custom_op(name, impl)`` with its fake implementation and autograd formula."""
     op = torch.library.custom_op(name, impl, mutates_args=())
@@ -170,6 +223,8 @@ def _register() -> dict:
                              _alpha_relu_setup),
         "alpha_relu_backward": define("softargmax::alpha_relu_backward", _alpha_relu_backward,
                                       _alpha_relu_backward_fake),
+        "normmax": define("softargmax::normmax", _normmax, _normmax_fake, _normmax_grad, _normmax_setup),
+        "normmax_backward": define("softargmax::normmax_backward", _normmax_backward, _normmax_backward_fake),
     }
 
 

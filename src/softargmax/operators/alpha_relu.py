@@ -28,9 +28,27 @@ from torch.autograd.function import once_differentiable
 from .. import backends as _kernels
 from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
 from .._utils.rows import sum_to
-from .._utils.tracing import use_custom_ops
+from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode
 
-__all__ = ["alpha_relu"]
+__all__ = ["alpha_relu", "alpha_relu_graph"]
+
+
+def power_of_base(t: Tensor, a: float) -> Tensor:
+    """``t^{1/a}`` for a base ``t >= 0``, with the exact forms of ``a = 1, 1/2, 2``."""
+    if a == 1.0:
+        return t
+    if a == 0.5:
+        return t * t
+    if a == 2.0:
+        return torch.sqrt(t)
+    return t ** (1.0 / a)
+
+
+def alpha_relu_graph(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Tensor:
+    """α-ReLU's forward as PyTorch operators (for exporters; the arguments are checked by the caller)."""
+    dtype = compute_dtype(x.dtype)
+    t = torch.clamp(x.to(dtype) * (alpha - 1.0) - (tau.to(dtype) if isinstance(tau, Tensor) else tau), min=0)
+    return power_of_base(t, alpha - 1.0).to(x.dtype)
 
 
 class AlphaReLUFunction(torch.autograd.Function):
@@ -60,14 +78,7 @@ class AlphaReLUFunction(torch.autograd.Function):
         xc = x.to(dtype)
         t = torch.mul(xc, a) if a != 1.0 else xc.clone()
         t.sub_(tau.to(dtype) if isinstance(tau, Tensor) else tau).clamp_(min=0)
-        if a == 1.0:
-            p = t
-        elif a == 0.5:
-            p = t * t
-        elif a == 2.0:
-            p = torch.sqrt(t)
-        else:
-            p = t ** (1.0 / a)
+        p = power_of_base(t, a)
         ctx.save_for_backward(t)
         return p.to(x.dtype) if p.dtype != x.dtype else p
 
@@ -146,6 +157,9 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
     if isinstance(alpha, Tensor):
         raise TypeError("alpha_relu: alpha must be a float > 1")
     tau = check_tau(tau, x)
-    if not isinstance(tau, Tensor) and use_custom_ops():  # one opaque operator for the compiler (softargmax.operators._library_ops)
+    mode = graph_mode()
+    if mode == GRAPH:  # recorded for ONNX or torch.jit.trace: PyTorch's operators only
+        return alpha_relu_graph(x, alpha, tau)
+    if not isinstance(tau, Tensor) and mode == LIBRARY_OPS:  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)
     return AlphaReLUFunction.apply(x, tau, alpha)

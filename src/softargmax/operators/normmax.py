@@ -70,14 +70,16 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import check_alpha, check_dim, check_tensor
+from .._utils.checks import check_alpha, check_dim, check_tensor, compute_dtype
 from .._utils.rows import Rows
-from .._utils.tracing import values_checkable
-from ..divergences import get_divergence
+from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode, values_checkable
+from ..divergences import AlphaDivergence, get_divergence
 from ..solvers.threshold import Solution, solve
+from ..solvers.traceable import solve_rows
 from ._autograd import solve_grouped
+from ._traceable import to_last
 
-__all__ = ["normmax", "normmax_rows", "argmax_rows"]
+__all__ = ["normmax", "normmax_rows", "argmax_rows", "normmax_eager", "normmax_graph"]
 
 
 def argmax_rows(z: Tensor) -> tuple[Tensor, Tensor]:
@@ -301,6 +303,17 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
         raise ValueError(f"alpha of shape {tuple(alpha.shape)} has more dimensions than x {tuple(x.shape)}")
     if x.numel() == 0:
         return x * 0
+    mode = graph_mode()
+    if mode == GRAPH:  # recorded for ONNX or torch.jit.trace: PyTorch's operators only
+        return normmax_graph(x, alpha, dim)
+    if mode == LIBRARY_OPS:  # one opaque operator for torch.compile / torch.export (softargmax.operators._library_ops)
+        tensor = isinstance(alpha, Tensor)
+        return torch.ops.softargmax.normmax(x, alpha if tensor else None, 0.0 if tensor else alpha, dim)
+    return normmax_eager(x, alpha, dim)
+
+
+def normmax_eager(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
+    """:func:`normmax` by its autograd functions (checked arguments, a non-empty ``x``)."""
     if isinstance(alpha, float) and alpha == 1.0:
         return _Argmax.apply(x, dim)
     if isinstance(alpha, Tensor) and values_checkable(alpha) and bool((alpha == 1).any()):
@@ -308,3 +321,34 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
         p = _Normmax.apply(x, torch.where(one, torch.full_like(alpha, 2.0), alpha), dim)
         return torch.where(one, _Argmax.apply(x, dim), p)
     return _Normmax.apply(x, alpha, dim)
+
+
+def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
+    """:func:`normmax` as PyTorch operators (for exporters; checked arguments): the α'-entmax
+    of the reduction in the module docstring by :func:`softargmax.solvers.traceable.solve_rows`,
+    then the power and the normalization."""
+    dtype = compute_dtype(x.dtype)
+    z = to_last(x, x.dim(), dim).to(dtype)
+    if isinstance(alpha, Tensor):
+        a = to_last(alpha.detach(), x.dim(), dim).to(torch.float64)
+        one = a == 1
+        a = torch.where(one, torch.full_like(a, 2.0), a)  # rows with α = 1: the argmax, below
+        a_prime = (a - 1) / a
+        # the scaled scores rounded to z's dtype, as the eager path scales them
+        g = solve_rows((z / a_prime.to(z.dtype)).to(torch.float64), AlphaDivergence(1 + a_prime))
+        r = g.pow(1 / a)
+    else:
+        one = None
+        if alpha == 1.0:
+            r = argmax_rows(z)[0]
+        else:
+            a_prime = (alpha - 1.0) / alpha
+            g = solve_rows(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime))
+            r = torch.sqrt(g) if alpha == 2.0 else g.pow(1.0 / alpha)
+    p = r / r.sum(-1, keepdim=True).clamp_min(torch.finfo(r.dtype).tiny)
+    keep = (z > -math.inf).any(-1, keepdim=True) | (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
+    p = torch.where(keep, p, torch.zeros_like(p))  # a row that is entirely -inf: zeros
+    if one is not None:
+        p = torch.where(one, argmax_rows(z)[0].to(p.dtype), p)
+    p = p.to(x.dtype)
+    return p if dim == x.dim() - 1 else p.movedim(-1, dim)
