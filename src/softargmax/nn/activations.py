@@ -36,7 +36,37 @@ __all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normm
 
 
 def not_scriptable(module: nn.Module, why: str):
-    """The ``TypeError`` that ``torch.jit.script(module)`` raises for a module it cannot compile."""
+    r"""The ``TypeError`` that ``torch.jit.script(module)`` raises for a module it cannot compile.
+
+    A module's ``__prepare_scriptable__`` raises it; the message names the module, the reason, and
+    the two other ways to record a module, ``torch.jit.trace`` and ``torch.export.export`` (the
+    guide "Export and deployment" and :mod:`softargmax.operators.export`).
+
+    Args:
+        module: the module that cannot be compiled.
+        why: the reason, a clause.
+
+    Returns:
+        the ``TypeError``, to raise.
+
+    Examples:
+        ``AlphaReLU(tau="calibrate")`` sets :math:`\tau` from its first training batch; before that,
+        there is no :math:`\tau` to compile:
+
+        >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
+        >>> m = sa.nn.AlphaReLU(1.5, tau="calibrate")
+        >>> try:
+        ...     torch.jit.script(m)
+        ... except TypeError as e:
+        ...     print(e)
+        torch.jit.script cannot compile AlphaReLU: tau='calibrate' sets τ from a training batch first
+        (calibrate, then script). Use torch.jit.trace(module, example_inputs) ... instead (see softargmax.export)
+        >>> _ = m(torch.randn(16, 10))  # calibrated
+        >>> x = torch.randn(4, 10)
+        >>> torch.allclose(torch.jit.script(m)(x), m(x))
+        True
+    """
     return TypeError(f"torch.jit.script cannot compile {type(module).__name__}: {why}. Use "
                      "torch.jit.trace(module, example_inputs) (a graph of PyTorch operators only) or "
                      "torch.export.export(module, args) instead (see softargmax.export)")

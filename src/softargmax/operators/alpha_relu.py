@@ -45,7 +45,44 @@ def power_of_base(t: Tensor, a: float) -> Tensor:
 
 
 def alpha_relu_graph(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Tensor:
-    """α-ReLU's forward as PyTorch operators (for exporters; the arguments are checked by the caller)."""
+    r"""α-ReLU's forward as PyTorch's own operators, what exporters record for :func:`alpha_relu`.
+
+    .. math::
+
+        p = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)},
+
+    computed in ``x``'s compute dtype (float32 for half precision) by a clamp and a power (a square,
+    a square root or the identity where :math:`1/(\alpha - 1)` is 2, 1/2 or 1), with no autograd
+    function and no fused kernel: :func:`alpha_relu` calls it while ``torch.onnx.export`` or
+    ``torch.jit.trace`` records a model, and :func:`softargmax.operators.export.decompositions`
+    replaces the ``softargmax::alpha_relu`` operator of an exported program by it.  The
+    arguments are not checked (the caller has).
+
+    Args:
+        x: the scores.
+        alpha: :math:`\alpha > 1`, a float.
+        tau: :math:`\tau` in the entmax parametrization, a float or a tensor broadcastable to ``x``.
+
+    Returns:
+        :math:`p`, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; tau: broadcastable to :math:`(*)`.
+        - Output: :math:`(*)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> from softargmax.operators.alpha_relu import alpha_relu_graph
+        >>> x = torch.tensor([2.0, 1.0, 0.5, -1.0])
+        >>> alpha_relu_graph(x, 1.5, 0.25)  # [x/2 - 1/4]_+^2
+        tensor([0.5625, 0.0625, 0.0000, 0.0000])
+        >>> torch.equal(alpha_relu_graph(x, 1.5, 0.25), sa.alpha_relu(x, 1.5, tau=0.25))
+        True
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up
+        Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+    """
     dtype = compute_dtype(x.dtype)
     t = torch.clamp(x.to(dtype) * (alpha - 1.0) - (tau.to(dtype) if isinstance(tau, Tensor) else tau), min=0)
     return power_of_base(t, alpha - 1.0).to(x.dtype)

@@ -313,7 +313,53 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
 
 
 def normmax_eager(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
-    """:func:`normmax` by its autograd functions (checked arguments, a non-empty ``x``)."""
+    r""":func:`normmax` by its autograd functions: the eager path, with the fused solvers and the backward.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big(
+        \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big)
+
+    (the module docstring), the argmax, uniform over ties, where :math:`\alpha = 1`.
+    :func:`normmax` calls it outside of graph recording, and the ``softargmax::normmax`` operator
+    that ``torch.compile`` and ``torch.export`` record runs it.  The arguments are not checked
+    (the caller has): ``x`` is non-empty and ``dim`` non-negative.
+
+    Args:
+        x: the scores, non-empty.
+        alpha: :math:`\alpha \ge 1`, a float or a tensor broadcastable to ``x`` with size 1 along ``dim``.
+        dim: the dimension normalized, non-negative.
+
+    Returns:
+        the prediction, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; alpha: a float or broadcastable to :math:`(*)` with size 1 along ``dim``.
+        - Output: :math:`(*)`.
+
+    Examples:
+        For :math:`\alpha = 2`, :math:`\sum_j [x_j - \tau]_+^2 = 1` gives :math:`\tau = 0.2` for
+        :math:`x = (1, 0.8, -1)`, and :math:`p \propto [x - \tau]_+ = (0.8, 0.6, 0)`:
+
+        >>> import torch
+        >>> from softargmax.operators.normmax import normmax_eager
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [2.0, 2.0, 0.0]])
+        >>> torch.allclose(normmax_eager(x, 2.0, 1)[0], torch.tensor([4 / 7, 3 / 7, 0.0]))
+        True
+        >>> normmax_eager(x, 1.0, 1)  # the argmax, uniform over ties
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000]])
+
+        The autograd function's backward agrees with finite differences:
+
+        >>> x64 = torch.tensor([[1.0, 0.8, -1.0, 0.5]], dtype=torch.float64, requires_grad=True)
+        >>> torch.autograd.gradcheck(lambda z: normmax_eager(z, 3.0, 1), (x64,))
+        True
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     if isinstance(alpha, float) and alpha == 1.0:
         return _Argmax.apply(x, dim)
     if isinstance(alpha, Tensor) and values_checkable(alpha) and bool((alpha == 1).any()):
@@ -324,9 +370,50 @@ def normmax_eager(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
 
 
 def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
-    """:func:`normmax` as PyTorch operators (for exporters; checked arguments): the α'-entmax
-    of the reduction in the module docstring by :func:`softargmax.solvers.traceable.solve_rows`,
-    then the power and the normalization."""
+    r""":func:`normmax` as PyTorch's own operators, what exporters record.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big(
+        \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big),
+
+    the α'-entmax of the module docstring's reduction by the traceable solver
+    (:func:`softargmax.solvers.traceable.solve_rows`), then the power and the normalization; the
+    argmax, uniform over ties, where :math:`\alpha = 1`.  :func:`normmax` calls it while
+    ``torch.onnx.export`` or ``torch.jit.trace`` records a model, and
+    :func:`softargmax.operators.export.decompositions` replaces the ``softargmax::normmax``
+    operator of an exported program by it.  No autograd function (for inference); the arguments
+    are not checked (the caller has).
+
+    Args:
+        x: the scores.
+        alpha: :math:`\alpha \ge 1`, a float or a tensor broadcastable to ``x`` with size 1 along ``dim``.
+        dim: the dimension normalized, non-negative.
+
+    Returns:
+        the prediction, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; alpha: a float or broadcastable to :math:`(*)` with size 1 along ``dim``.
+        - Output: :math:`(*)`.
+
+    Examples:
+        The eager path's result (the same closed form as in :func:`normmax_eager`), and for one
+        :math:`\alpha` per row:
+
+        >>> import torch
+        >>> from softargmax.operators.normmax import normmax_eager, normmax_graph
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [2.0, 2.0, 0.0]])
+        >>> torch.allclose(normmax_graph(x, 2.0, 1)[0], torch.tensor([4 / 7, 3 / 7, 0.0]))
+        True
+        >>> alpha = torch.tensor([[1.5], [3.0]])
+        >>> torch.allclose(normmax_graph(x, alpha, 1), normmax_eager(x, alpha, 1), atol=1e-6)
+        True
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     dtype = compute_dtype(x.dtype)
     z = to_last(x, x.dim(), dim).to(dtype)
     if isinstance(alpha, Tensor):
