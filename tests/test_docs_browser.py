@@ -31,6 +31,10 @@ PAGES = [
     ("index.html", "", 3),
     ("divergences.html", "", 10),
     ("api/divergences.html", "", 20),
+    ("api/modules.html", "", 20),
+    ("api/attention.html", "", 20),
+    ("api/distributed.html", "", 20),
+    ("api/compat.html", "", 20),
     ("auto_examples/plot_sparse_vs_softmax.html", "", 2),
     ("auto_examples/plot_fenchel_young_classifier.html", "", 2),
 ]
