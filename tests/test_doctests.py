@@ -1,19 +1,25 @@
 """The docstrings of the public surface: their examples run, and they share one layout.
 
 The public surface is listed from the code, not by hand (:func:`public_objects`): the modules
-``softargmax``, ``softargmax.nn``, ``softargmax.losses``, ``softargmax.divergences``, every public
-module of ``softargmax.operators`` (``softargmax.sampling`` and ``softargmax.alpha_relu_tau`` among
-them), ``softargmax.integrations.huggingface``, ``softargmax.compat.entmax`` and
-``softargmax.analysis``, and every module, function and class named in their ``__all__`` (constants
-such as ``MAPPINGS`` are described in their module's docstring and are not listed).
+``softargmax``, ``softargmax.nn``, ``softargmax.losses``, ``softargmax.losses.distributed``,
+``softargmax.divergences``, every public module of ``softargmax.operators`` (``softargmax.sampling``,
+``softargmax.alpha_relu_tau`` and ``softargmax.export`` among them),
+``softargmax.integrations.huggingface``, ``softargmax.compat.entmax`` and ``softargmax.analysis``,
+and every module, function and class named in their ``__all__`` (constants such as ``MAPPINGS`` are
+described in their module's docstring and are not listed); and every function and class that the
+API pages ``docs/api/*.rst`` render (:func:`api_page_names`: ``softargmax.solvers.threshold.solve``,
+the whole ``__all__`` of a module rendered without a ``:members:`` list), so that whatever the docs
+show is held to the layout.
 
 * ``test_examples_run``: the ``>>>`` examples of each object (of a class, its methods' too) run with
   :mod:`doctest` (``NORMALIZE_WHITESPACE | ELLIPSIS``), each object in a fresh namespace (the
   examples import what they use), with torch's random state, print options, default dtype and
-  grad mode restored afterwards.  A failure names the object and shows the failing example.
+  grad mode restored afterwards.  A failure names the object and shows the failing example.  The
+  examples of the distributed losses start a process group of one (``gloo``, an in-memory store)
+  and must destroy it: one left behind is destroyed and fails the test.
 * ``test_layout``: every public function and class has a one-line summary, ``Args:`` naming each
   parameter (with its default, or "as in" another function's; a dataclass may describe its fields
-  under ``Attributes:``), ``Returns:`` when it returns a
+  under ``Attributes:``), ``Returns:`` (or ``Yields:``) when it returns a
   value, ``Shape:`` when tensors go in or out (an ``nn.Module``, or a function with a ``Tensor`` annotation),
   ``Examples:`` with ``>>>`` lines, the math (``:math:`` or ``.. math::``) and ``References:``
   with a link (the few plumbing functions without mathematics or a paper are listed in
@@ -36,6 +42,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+import pathlib
 import pkgutil
 import re
 import textwrap
@@ -45,8 +52,12 @@ import pytest
 import torch
 
 #: the modules whose ``__all__`` is the public surface (the public modules of softargmax.operators are added)
-PUBLIC_MODULES = ("softargmax", "softargmax.nn", "softargmax.losses", "softargmax.divergences",
-                  "softargmax.integrations.huggingface", "softargmax.compat.entmax", "softargmax.analysis")
+PUBLIC_MODULES = ("softargmax", "softargmax.nn", "softargmax.losses", "softargmax.losses.distributed",
+                  "softargmax.divergences", "softargmax.integrations.huggingface", "softargmax.compat.entmax",
+                  "softargmax.analysis")
+#: the API pages: a function or class they name (``autofunction``, ``autoclass``, an ``automodule``'s
+#: ``:members:`` list) is public too (``softargmax.solvers.threshold.solve``), whatever its layer
+API_PAGES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "api"
 #: modules that need an optional dependency: their objects are skipped when it is not installed
 OPTIONAL = {"softargmax.integrations.huggingface": "transformers"}
 
@@ -59,6 +70,7 @@ NO_MATH = {
     "softargmax.analysis.collect_attention": "records attention weights with hooks",
     "softargmax.divergences.evaluator_of": "returns the evaluator object of a divergence",
     "softargmax.divergences.spec_of": "returns the picklable description of a divergence",
+    "softargmax.losses.distributed.is_dtensor": "a type test",
 }
 #: plumbing that implements no paper (the reason is given)
 NO_REFERENCES = {
@@ -68,6 +80,11 @@ NO_REFERENCES = {
     "softargmax.operators.budget.check_budget": "validates an argument",
     "softargmax.divergences.evaluator_of": "returns the evaluator object of a divergence",
     "softargmax.divergences.spec_of": "returns the picklable description of a divergence",
+    "softargmax.losses.distributed.is_dtensor": "a type test",
+    "softargmax.losses.distributed.dtensor_apply": "runs a function on a DTensor's local shards",
+    "softargmax.losses.distributed.local_map_rows": "runs a function on a DTensor's local shards",
+    "softargmax.losses.distributed.CommStats": "a record of the collectives counted",
+    "softargmax.nn.activations.not_scriptable": "builds an error message",
 }
 
 FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
@@ -80,6 +97,37 @@ def _public_modules():
     names += [f"softargmax.operators.{m.name}" for m in pkgutil.iter_modules(softargmax.operators.__path__)
               if not m.name.startswith("_")]
     return ["softargmax.operators"] + names
+
+
+DIRECTIVE = re.compile(r"^\.\. (automodule|autofunction|autoclass):: (\S+)")
+
+
+def api_page_names():
+    """``[(module, name or None)]`` of what ``docs/api/*.rst`` renders: a function or class named by
+    ``autofunction``/``autoclass`` or in an ``automodule``'s ``:members:`` list, and ``(module, None)``
+    for an ``automodule`` whose bare ``:members:`` renders its whole ``__all__`` (an ``automodule``
+    without the option renders its docstring only: docs/conf.py sets no default)."""
+    names = []
+    for page in sorted(API_PAGES.glob("*.rst")):
+        module, options = None, []
+        for line in page.read_text(encoding="utf-8").splitlines() + [""]:
+            m = DIRECTIVE.match(line)
+            if m or not line.strip():  # a directive ends at the next one or at a blank line
+                if module is not None:
+                    members = [o[len(":members:"):].split(",") for o in options if o.startswith(":members:")]
+                    for listed in members:
+                        listed = [n.strip() for n in listed if n.strip()]
+                        names += [(module, n) for n in listed] if listed else [(module, None)]
+                module, options = None, []
+            if m:
+                kind, target = m.groups()
+                if kind == "automodule":
+                    module = target
+                else:
+                    names.append(tuple(target.rsplit(".", 1)))
+            elif module is not None and line.strip():
+                options.append(line.strip())
+    return names
 
 
 def public_objects():
@@ -112,6 +160,17 @@ def public_objects():
                 if obj.__name__.startswith("softargmax.") and obj.__name__ not in queue:
                     queue.append(obj.__name__)
             elif inspect.isfunction(obj) or inspect.isclass(obj):
+                add(f"{modname}.{attr}", obj, modname)
+    for modname, listed in api_page_names():
+        try:
+            module = importlib.import_module(modname)
+        except ImportError:
+            if not any(modname.startswith(m) and importlib.util.find_spec(d) is None for m, d in OPTIONAL.items()):
+                raise
+            continue  # its optional dependency is missing (the module is listed above, to be skipped)
+        for attr in getattr(module, "__all__", ()) if listed is None else [listed]:
+            obj = getattr(module, attr)
+            if inspect.isfunction(obj) or inspect.isclass(obj):  # not the constants (ITERATIONS)
                 add(f"{modname}.{attr}", obj, modname)
     return objects
 
@@ -168,9 +227,13 @@ def test_examples_run(name):
         torch.set_default_dtype(dtype)
         torch.set_grad_enabled(grad)
         torch.set_printoptions(profile="default")
+        left_group = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if left_group:  # an example of the distributed losses started a group and did not end it
+            torch.distributed.destroy_process_group()
     result = runner.summarize(verbose=False)
     if result.failed:
         pytest.fail(f"{name}: {result.failed} of {result.attempted} examples failed\n{out.getvalue()}", pytrace=False)
+    assert not left_group, f"{name}: the examples start a process group and do not destroy it"
 
 
 # ------------------------------------------------------------------------------------------------
