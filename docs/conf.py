@@ -29,9 +29,13 @@ myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": False}
+# no default "members": Sphinx then ignores an automodule's own list (":members: solve" renders the whole
+# __all__; sphinx-doc/sphinx#9709), so each automodule says ":members:" (its __all__) or names them
+autodoc_default_options = {"show-inheritance": False}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+# torch.nn's layout: the shapes of the tensors in and out, after Args and Returns
+napoleon_custom_sections = ["Shape"]
 
 # the examples gallery: every script of examples/ runs at build time (so the docs build, which the
 # test suite runs with -W, also runs the examples); a failing example fails the build

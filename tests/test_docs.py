@@ -122,3 +122,28 @@ def test_docs_build_without_warnings(docs_build):
     html, returncode, stderr = docs_build
     assert returncode == 0, stderr
     assert (html / "index.html").exists()
+
+
+def test_the_api_pages_render_every_public_object(docs_build):
+    """Every public module, function and class (the list of test_doctests.py) has an entry in the built
+    site's index (``objects.inv``), under its public name or the name of the module that defines it:
+    the API pages render every docstring that test_doctests.py checks."""
+    import posixpath
+    import types
+
+    from sphinx.util.inventory import InventoryFile
+    from test_doctests import PUBLIC
+
+    html, returncode, stderr = docs_build
+    assert returncode == 0, stderr
+    with open(html / "objects.inv", "rb") as f:
+        inventory = InventoryFile.load(f, "", posixpath.join)
+    documented = {name for entries in inventory.values() for name in entries}
+    missing = []
+    for name, (obj, _) in PUBLIC.items():
+        if obj is None:  # an optional dependency is missing
+            continue
+        names = {name} if isinstance(obj, types.ModuleType) else {name, f"{obj.__module__}.{obj.__qualname__}"}
+        if not names & documented:
+            missing.append(name)
+    assert not missing, f"public objects not rendered by docs/api/*.rst: {missing}"

@@ -31,6 +31,10 @@ PAGES = [
     ("index.html", "", 3),
     ("divergences.html", "", 10),
     ("api/divergences.html", "", 20),
+    ("api/modules.html", "", 20),
+    ("api/attention.html", "", 20),
+    ("api/distributed.html", "", 20),
+    ("api/compat.html", "", 20),
     ("auto_examples/plot_sparse_vs_softmax.html", "", 2),
     ("auto_examples/plot_fenchel_young_classifier.html", "", 2),
 ]
@@ -41,6 +45,13 @@ RAW_MATH = re.compile(r"\\(alpha|tau|theta|sum|frac|langle|lvert|operatorname|ma
 CODE_MATH = re.compile(r"\]_\+|\^\{|⟨|Σ|‖")
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the site without logging every request to stderr."""
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture(scope="module")
 def site(docs_build):
     if CHROMIUM is None:
@@ -49,8 +60,7 @@ def site(docs_build):
     html, returncode, stderr = docs_build
     if returncode != 0:
         pytest.fail("the documentation does not build (test_docs.py shows why):\n" + stderr[-2000:])
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(_QuietHandler, directory=str(html))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield html, f"http://127.0.0.1:{server.server_address[1]}/"

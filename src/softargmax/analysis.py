@@ -4,8 +4,8 @@ r"""Inspecting trained sparse attention (Correia et al., 2019, Figs. 11–14).
 * :func:`collect_attention` — run a model and keep every such module's per-head weights;
 * :func:`head_density` — share of nonzero weights per head (over the keys a query may see);
 * :func:`head_js_divergence` — Jensen–Shannon divergence between the heads of a layer,
-  ``JS(p, p') = ½ KL(p ‖ m) + ½ KL(p' ‖ m)``, ``m = (p + p')/2`` (natural log), per pair of
-  heads and averaged over queries.
+  :math:`\mathrm{JS}(p, p') = \tfrac12 \mathrm{KL}(p \,\Vert\, m) + \tfrac12 \mathrm{KL}(p' \,\Vert\, m)`,
+  :math:`m = (p + p')/2` (natural log), per pair of heads and averaged over queries.
 
 References:
 
@@ -32,13 +32,65 @@ def _sparse_mhas(model: nn.Module) -> list[tuple[str, SparseMultiheadAttention]]
 
 
 def alphas(model: nn.Module) -> dict[str, Tensor]:
-    """``{module name: α per head}`` (detached) for every sparse attention module of ``model``."""
+    r"""The α of every head of every sparse attention module of a model, detached.
+
+    .. math::
+
+        \alpha_h = 1 + \operatorname{sigmoid}(w_h) \in (1, 2)
+
+    for a learnable α (``learn_alpha=True``), the fixed α otherwise; how Correia et al. (2019, Fig. 11)
+    show what the heads learned.
+
+    Args:
+        model: a module holding :class:`~softargmax.nn.SparseMultiheadAttention` modules.
+
+    Returns:
+        ``{module name: α per head}``, each a tensor of shape ``(num_heads,)``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=4)
+        >>> layer = sa.nn.convert_attention(layer, learn_alpha=True, alpha=1.25)
+        >>> sa.analysis.alphas(layer)
+        {'self_attn': tensor([1.2500, 1.2500, 1.2500, 1.2500])}
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+    """
     return {name: m.alpha.detach().clone() for name, m in _sparse_mhas(model)}
 
 
 @torch.no_grad()
 def collect_attention(model: nn.Module, run: Callable[[], object]) -> dict[str, Tensor]:
-    """Call ``run()`` (e.g. ``lambda: model(batch)``) and return ``{module name: weights [B, H, L, S]}``."""
+    """Run a model and keep the per-head attention weights of every sparse attention module.
+
+    Gradients are off during the call; every module's weights are recorded while ``run()`` runs
+    and the recording is switched off afterwards.
+
+    Args:
+        model: a module holding :class:`~softargmax.nn.SparseMultiheadAttention` modules.
+        run: a function of no arguments that calls the model (e.g. ``lambda: model(batch)``).
+
+    Returns:
+        ``{module name: weights [B, H, L, S]}``, detached.
+
+    Raises:
+        ValueError: the model has no sparse attention module.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
+        >>> layer = sa.nn.convert_attention(torch.nn.TransformerEncoderLayer(16, 4, batch_first=True).eval())
+        >>> x = torch.randn(2, 5, 16)
+        >>> weights = sa.analysis.collect_attention(layer, lambda: layer(x))
+        >>> weights["self_attn"].shape
+        torch.Size([2, 4, 5, 5])
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+    """
     mods = _sparse_mhas(model)
     if not mods:
         raise ValueError("model has no SparseMultiheadAttention (see softargmax.nn.convert_attention)")
@@ -53,11 +105,38 @@ def collect_attention(model: nn.Module, run: Callable[[], object]) -> dict[str, 
 
 
 def head_density(weights: Tensor, allowed: Optional[Tensor] = None) -> Tensor:
-    """Share of nonzero weights per head, ``[H]``, from weights ``[B, H, L, S]``.
+    r"""The share of nonzero attention weights of each head: how sparse each head is.
 
-    ``allowed`` (broadcastable boolean ``[B, H, L, S]``) marks the keys each query may
-    attend to (e.g. not padding); by default every key.  Query rows with no weight at all
-    (fully masked) are left out.
+    .. math::
+
+        d_h = \frac{\lvert \{(b, l, s) : w_{bhls} > 0,\ (b, l, s) \text{ allowed}\}\rvert}
+        {\lvert \{(b, l, s) \text{ allowed}\}\rvert},
+
+    over the query rows that hold weights (fully masked rows are left out), as in Correia et al.
+    (2019, Fig. 13).
+
+    Args:
+        weights: attention weights ``[B, H, L, S]`` (as :func:`collect_attention` returns them).
+        allowed: a boolean mask broadcastable to ``[B, H, L, S]`` of the keys each query may attend
+            to (e.g. not padding). Default: ``None`` (every key).
+
+    Returns:
+        the densities, ``[H]``, in ``weights``' dtype.
+
+    Shape:
+        - weights: :math:`(B, H, L, S)`.
+        - allowed: broadcastable to :math:`(B, H, L, S)`.
+        - Output: :math:`(H)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> weights = torch.tensor([[[[1.0, 0.0]], [[0.5, 0.5]]]])  # B = 1, H = 2, L = 1, S = 2
+        >>> sa.analysis.head_density(weights)
+        tensor([0.5000, 1.0000])
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
     if weights.dim() != 4:
         raise ValueError(f"weights must be [batch, heads, queries, keys], got shape {tuple(weights.shape)}")
@@ -69,10 +148,37 @@ def head_density(weights: Tensor, allowed: Optional[Tensor] = None) -> Tensor:
 
 
 def head_js_divergence(weights: Tensor) -> Tensor:
-    """``[H, H]`` mean Jensen–Shannon divergence between heads (natural log, in [0, log 2]).
+    r"""The mean Jensen–Shannon divergence between every pair of heads of a layer.
 
-    Averaged over batch and query positions whose rows are distributions in every head.
-    The mean over distinct pairs is ``m[~eye].mean()``.
+    .. math::
+
+        D_{hh'} = \operatorname{mean}_{b, l}\ \mathrm{JS}(w_{bhl}, w_{bh'l}), \qquad
+        \mathrm{JS}(p, p') = \tfrac12 \mathrm{KL}(p \,\Vert\, m) + \tfrac12 \mathrm{KL}(p' \,\Vert\, m), \quad m = \frac{p + p'}{2},
+
+    in nats, in :math:`[0, \log 2]`, averaged over the batch and the query positions whose rows are
+    distributions in every head (Correia et al., 2019, Fig. 14).  The mean over distinct pairs is
+    ``D[~torch.eye(H, dtype=torch.bool)].mean()``.
+
+    Args:
+        weights: attention weights ``[B, H, L, S]``.
+
+    Returns:
+        the ``[H, H]`` matrix :math:`D`, symmetric with a zero diagonal, in ``weights``' dtype.
+
+    Shape:
+        - weights: :math:`(B, H, L, S)`.
+        - Output: :math:`(H, H)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> weights = torch.tensor([[[[1.0, 0.0]], [[0.5, 0.5]]]])  # B = 1, H = 2, L = 1, S = 2
+        >>> sa.analysis.head_js_divergence(weights)
+        tensor([[0.0000, 0.2158],
+                [0.2158, 0.0000]])
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
     if weights.dim() != 4:
         raise ValueError(f"weights must be [batch, heads, queries, keys], got shape {tuple(weights.shape)}")

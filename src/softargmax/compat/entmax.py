@@ -114,9 +114,40 @@ def _as_alpha(alpha: Union[float, Tensor], x: Tensor) -> Union[float, Tensor]:
 
 
 def sparsemax(X: Tensor, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
-    """sparsemax: the Euclidean projection onto the simplex along ``dim`` (exact; ``k`` is ignored).
+    r"""The package's ``sparsemax``: the Euclidean projection onto the simplex along ``dim``, exact.
 
-    With ``return_support_size`` also returns the number of non-zeros along ``dim``.
+    .. math::
+
+        \operatorname{sparsemax}(X) = \operatorname*{argmin}_{p \in \Delta} \lVert p - X\rVert^2 = [X - \tau]_+,
+
+    :func:`softargmax.sparsemax`.
+
+    Args:
+        X: scores, any shape.
+        dim: the dimension that sums to one. Default: ``-1``.
+        k: the package's partial-sort size; ignored (the result is exact). Default: ``None``.
+        return_support_size: also return the number of non-zeros along ``dim``. Default: ``False``.
+
+    Returns:
+        the probabilities, and with ``return_support_size`` the support sizes (``torch.long``, size 1
+        along ``dim``).
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.sparsemax(X, return_support_size=True)
+        (tensor([[0.6000, 0.4000, 0.0000]]), tensor([[2]]))
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
     """
     check_tensor(X, "X")
     P = _sparsemax(X, dim)
@@ -124,39 +155,205 @@ def sparsemax(X: Tensor, dim: int = -1, k: Optional[int] = None, return_support_
 
 
 def entmax15(X: Tensor, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
-    """1.5-entmax along ``dim`` (exact; ``k`` is ignored).  ``return_support_size`` as :func:`sparsemax`."""
+    r"""The package's ``entmax15``: 1.5-entmax along ``dim``, exact.
+
+    .. math::
+
+        \operatorname{entmax}_{1.5}(X) = [X/2 - \tau]_+^2, \qquad \sum_j p_j = 1,
+
+    :func:`softargmax.entmax15`.
+
+    Args:
+        X: scores, any shape.
+        dim: the dimension that sums to one. Default: ``-1``.
+        k: the package's partial-sort size; ignored (the result is exact). Default: ``None``.
+        return_support_size: also return the number of non-zeros along ``dim``. Default: ``False``.
+
+    Returns:
+        the probabilities, and with ``return_support_size`` the support sizes.
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.entmax15(X)
+        tensor([[0.5705, 0.4295, 0.0000]])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     P = _entmax15(X, dim)
     return (P, _support_size(P, dim)) if return_support_size else P
 
 
 def sparsemax_bisect(X: Tensor, dim: int = -1, n_iter: Optional[int] = 50, ensure_sum_one: bool = True) -> Tensor:
-    """sparsemax along ``dim`` (exact; ``n_iter`` and ``ensure_sum_one`` are ignored)."""
+    r"""The package's ``sparsemax_bisect``: sparsemax along ``dim``, exact (no bisection).
+
+    .. math::
+
+        \operatorname{sparsemax}(X) = [X - \tau]_+, \qquad \sum_j p_j = 1.
+
+    Args:
+        X: scores, any shape.
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+        ensure_sum_one: the package's renormalization; ignored (the output sums to one). Default: ``True``.
+
+    Returns:
+        the probabilities.
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.sparsemax_bisect(X)
+        tensor([[0.6000, 0.4000, 0.0000]])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _sparsemax(X, dim)
 
 
 def entmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n_iter: Optional[int] = 50,
                   ensure_sum_one: bool = True) -> Tensor:
-    """α-entmax along ``dim`` for any α > 0: a float or a tensor expandable to ``X`` with size 1
-    along ``dim``, differentiable.  ``n_iter`` and ``ensure_sum_one`` are ignored."""
+    r"""The package's ``entmax_bisect``: α-entmax along ``dim`` for any α > 0, differentiable in α.
+
+    .. math::
+
+        \operatorname{entmax}_\alpha(X) = [(\alpha - 1) X - \tau]_+^{1/(\alpha-1)}, \qquad \sum_j p_j = 1,
+
+    :func:`softargmax.entmax`, solved to rounding error (no fixed bisection count).
+
+    Args:
+        X: scores, any shape.
+        alpha: a float > 0 or a tensor expandable to ``X`` with size 1 along ``dim``, differentiable.
+            Default: ``1.5``.
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+        ensure_sum_one: the package's renormalization; ignored. Default: ``True``.
+
+    Returns:
+        the probabilities.
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.entmax_bisect(X, alpha=2.0)
+        tensor([[0.6000, 0.4000, 0.0000]])
+        >>> entmax.entmax_bisect(X, alpha=torch.tensor([[1.5]]))
+        tensor([[0.5705, 0.4295, 0.0000]])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _entmax(X, _as_alpha(alpha, X), dim)
 
 
 def normmax_bisect(X: Tensor, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> Tensor:
-    """α-normmax ``argmax_{p ∈ Δ} ⟨p, X⟩ - ‖p‖_α`` along ``dim``, α >= 1 (:func:`softargmax.normmax`);
-    α = 1 is the argmax, uniform over ties, as in the package (with a zero gradient)."""
+    r"""The package's ``normmax_bisect``: α-normmax along ``dim``, :math:`\alpha \ge 1`.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(X) = \operatorname*{argmax}_{p \in \Delta} \langle p, X\rangle - \lVert p\rVert_\alpha,
+
+    :func:`softargmax.normmax`; α = 1 is the argmax, uniform over ties, as in the package (with a
+    zero gradient).
+
+    Args:
+        X: scores, any shape.
+        alpha: a float ``>= 1`` or a tensor expandable to ``X`` with size 1 along ``dim``. Default: ``2``.
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+
+    Returns:
+        the probabilities.
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.normmax_bisect(X)
+        tensor([[0.5714, 0.4286, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _normmax(X, _as_alpha(alpha, X), dim)
 
 
 def budget_bisect(X: Tensor, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> Tensor:
-    """The k-subsets map ``argmax_{0 <= p <= 1, Σp = budget} ⟨p, X⟩ - ½‖p‖²`` along ``dim``.
+    r"""The package's ``budget_bisect``: the k-subsets map along ``dim``, summing to the budget.
 
-    Computed as ``budget · budget_sparsemax(X / budget, budget)`` (:mod:`softargmax.operators.budget`).
-    ``budget = 0`` gives zeros, as in the package; a row with at most ``budget`` unmasked
-    entries gets 1 on each of them.
+    .. math::
+
+        \operatorname*{argmax}_{0 \le p \le 1,\ \sum_j p_j = B} \langle p, X\rangle - \tfrac12 \lVert p\rVert^2
+        = B \cdot \operatorname{budget\_sparsemax}(X / B;\ B),
+
+    computed by :func:`softargmax.budget_sparsemax`.  :math:`B = 0` gives zeros, as in the package; a
+    row with at most :math:`B` unmasked entries gets 1 on each of them.
+
+    Args:
+        X: scores, any shape.
+        budget: :math:`B \ge 0`, a number or a tensor expandable to ``X`` with size 1 along ``dim``.
+            Default: ``2``.
+        dim: the dimension that sums to the budget. Default: ``-1``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+
+    Returns:
+        the marginals in :math:`[0, 1]`, summing to :math:`B` along ``dim``.
+
+    Shape:
+        - X: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input (and the support sizes with size 1 along ``dim``).
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.budget_bisect(torch.tensor([[3.0, 1.0, 0.8, -1.0]]), budget=2)
+        tensor([[1.0000, 0.6000, 0.4000, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
     """
     check_tensor(X, "X")
     if isinstance(budget, Tensor):
@@ -198,19 +395,114 @@ def _with_support(loss: Tensor, X: Tensor, target: Tensor, mapping: str, return_
 
 
 def sparsemax_loss(X: Tensor, target: Tensor, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
-    """Per-sample sparsemax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
+    r"""The package's ``sparsemax_loss``: the sparsemax loss of every sample.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + \tfrac12 - \tfrac12 \lVert p\rVert^2, \qquad p = \operatorname{sparsemax}(X).
+
+    Args:
+        X: scores ``[..., k]``.
+        target: class indices ``[...]``.
+        k: the package's partial-sort size; ignored. Default: ``None``.
+        return_support_size: also return the prediction's support sizes. Default: ``False``.
+
+    Returns:
+        the per-sample losses, and with ``return_support_size`` the support sizes.
+
+    Shape:
+        - X: :math:`(*, k)`, the classes on the last dimension (for example :math:`(N, k)`).
+        - target: class indices :math:`(*)`.
+        - Output: the per-sample losses :math:`(*)`.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.sparsemax_loss(X, torch.tensor([0]))
+        tensor([0.1600])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _with_support(_fy(X, target, "sparsemax"), X, target, "sparsemax", return_support_size)
 
 
 def entmax15_loss(X: Tensor, target: Tensor, k: Optional[int] = None, return_support_size: bool = False) -> WithSupport:
-    """Per-sample 1.5-entmax loss (``k`` ignored); with ``return_support_size`` also the support sizes."""
+    r"""The package's ``entmax15_loss``: the 1.5-entmax loss of every sample.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + H^T_{1.5}(p), \qquad p = \operatorname{entmax}_{1.5}(X).
+
+    Args:
+        X: scores ``[..., k]``.
+        target: class indices ``[...]``.
+        k: the package's partial-sort size; ignored. Default: ``None``.
+        return_support_size: also return the prediction's support sizes. Default: ``False``.
+
+    Returns:
+        the per-sample losses, and with ``return_support_size`` the support sizes.
+
+    Shape:
+        - X: :math:`(*, k)`, the classes on the last dimension (for example :math:`(N, k)`).
+        - target: class indices :math:`(*)`.
+        - Output: the per-sample losses :math:`(*)`.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.entmax15_loss(X, torch.tensor([0]))
+        tensor([0.2976])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _with_support(_fy(X, target, "entmax15"), X, target, "entmax15", return_support_size)
 
 
 def sparsemax_bisect_loss(X: Tensor, target: Tensor, n_iter: Optional[int] = 50) -> Tensor:
-    """Per-sample sparsemax loss (``n_iter`` ignored)."""
+    r"""The package's ``sparsemax_bisect_loss``: the sparsemax loss of every sample (exact).
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + \tfrac12 - \tfrac12 \lVert p\rVert^2, \qquad p = \operatorname{sparsemax}(X).
+
+    Args:
+        X: scores ``[..., k]``.
+        target: class indices ``[...]``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+
+    Returns:
+        the per-sample losses.
+
+    Shape:
+        - X: :math:`(*, k)`, the classes on the last dimension (for example :math:`(N, k)`).
+        - target: class indices :math:`(*)`.
+        - Output: the per-sample losses :math:`(*)`.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.sparsemax_bisect_loss(X, torch.tensor([0]))
+        tensor([0.1600])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     return _fy(X, target, "sparsemax")
 
@@ -228,8 +520,45 @@ def _per_row_alpha(X: Tensor, target: Tensor, alpha: Tensor, one: Callable[[Tens
 
 
 def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 1.5, n_iter: Optional[int] = 50) -> Tensor:
-    """Per-sample α-entmax loss, any α > 0 (α = 1: cross-entropy); a tensor α is one value or
-    one per sample (a constant: the losses do not differentiate α).  ``n_iter`` ignored."""
+    r"""The package's ``entmax_bisect_loss``: the α-entmax loss of every sample, any α > 0.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + H^T_\alpha(p), \qquad p = \operatorname{entmax}_\alpha(X),
+
+    cross-entropy at α = 1.
+
+    Args:
+        X: scores ``[..., k]``.
+        target: class indices ``[...]``.
+        alpha: a float > 0, or a tensor of one value or one per sample (a constant: the losses do
+            not differentiate α). Default: ``1.5``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+
+    Returns:
+        the per-sample losses.
+
+    Shape:
+        - X: :math:`(*, k)`, the classes on the last dimension (for example :math:`(N, k)`).
+        - target: class indices :math:`(*)`.
+        - Output: the per-sample losses :math:`(*)`.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.entmax_bisect_loss(X, torch.tensor([0]), alpha=2.0)
+        tensor([0.1600])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     if isinstance(alpha, Tensor):
         if alpha.numel() != 1:
@@ -239,8 +568,41 @@ def entmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 
 
 
 def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] = 2, n_iter: Optional[int] = 50) -> Tensor:
-    """Per-sample normmax loss ``⟨X, p - e_y⟩ + 1 - ‖p‖_α`` (:mod:`softargmax.losses.normmax_budget`);
-    α = 1 gives ``max X - X_y``, as in the package."""
+    r"""The package's ``normmax_bisect_loss``: the normmax loss of every sample, :math:`\alpha \ge 1`.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + 1 - \lVert p\rVert_\alpha, \qquad p = \operatorname{normmax}_\alpha(X),
+
+    (:func:`softargmax.normmax_loss`); α = 1 gives :math:`\max_j X_j - X_y`, as in the package.
+
+    Args:
+        X: scores ``[..., k]``.
+        target: class indices ``[...]``.
+        alpha: a float ``>= 1``, or a one-element tensor. Default: ``2``.
+        n_iter: the package's bisection steps; ignored. Default: ``50``.
+
+    Returns:
+        the per-sample losses.
+
+    Shape:
+        - X: :math:`(*, k)`, the classes on the last dimension (for example :math:`(N, k)`).
+        - target: class indices :math:`(*)`.
+        - Output: the per-sample losses :math:`(*)`.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> entmax.normmax_bisect_loss(X, torch.tensor([0]))
+        tensor([0.2000])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
     check_tensor(X, "X")
     if isinstance(alpha, Tensor) and alpha.numel() == 1:
         alpha = float(alpha)
@@ -253,7 +615,33 @@ def normmax_bisect_loss(X: Tensor, target: Tensor, alpha: Union[float, Tensor] =
 
 
 class Sparsemax(nn.Module):
-    """:func:`sparsemax` as a module."""
+    r"""The package's ``Sparsemax`` module: :func:`sparsemax` along ``dim``.
+
+    .. math::
+
+        \operatorname{Sparsemax}(X) = [X - \tau]_+, \qquad \sum_j p_j = 1.
+
+    Args:
+        dim: the dimension that sums to one. Default: ``-1``.
+        k: ignored. Default: ``None``.
+        return_support_size: also return the support sizes. Default: ``False``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.Sparsemax(dim=-1)(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.6000, 0.4000, 0.0000]])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> None:
         super().__init__()
@@ -266,7 +654,33 @@ class Sparsemax(nn.Module):
 
 
 class Entmax15(nn.Module):
-    """:func:`entmax15` as a module."""
+    r"""The package's ``Entmax15`` module: :func:`entmax15` along ``dim``.
+
+    .. math::
+
+        \operatorname{Entmax}_{1.5}(X) = [X/2 - \tau]_+^2, \qquad \sum_j p_j = 1.
+
+    Args:
+        dim: the dimension that sums to one. Default: ``-1``.
+        k: ignored. Default: ``None``.
+        return_support_size: also return the support sizes. Default: ``False``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.Entmax15()(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.5705, 0.4295, 0.0000]])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, dim: int = -1, k: Optional[int] = None, return_support_size: bool = False) -> None:
         super().__init__()
@@ -279,7 +693,32 @@ class Entmax15(nn.Module):
 
 
 class SparsemaxBisect(nn.Module):
-    """:func:`sparsemax_bisect` as a module."""
+    r"""The package's ``SparsemaxBisect`` module: :func:`sparsemax_bisect` along ``dim``.
+
+    .. math::
+
+        \operatorname{SparsemaxBisect}(X) = [X - \tau]_+, \qquad \sum_j p_j = 1.
+
+    Args:
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: ignored. Default: ``None``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.SparsemaxBisect()(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.6000, 0.4000, 0.0000]])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, dim: int = -1, n_iter: Optional[int] = None) -> None:
         super().__init__()
@@ -291,7 +730,40 @@ class SparsemaxBisect(nn.Module):
 
 
 class EntmaxBisect(nn.Module):
-    """:func:`entmax_bisect` as a module; an ``nn.Parameter`` α is registered (and learned as given)."""
+    r"""The package's ``EntmaxBisect`` module: :func:`entmax_bisect` along ``dim``.
+
+    .. math::
+
+        \operatorname{EntmaxBisect}(X) = [(\alpha - 1) X - \tau]_+^{1/(\alpha-1)}, \qquad \sum_j p_j = 1;
+
+    Args:
+        alpha: a float > 0 or a tensor expandable to the input with size 1 along ``dim``; an
+            ``nn.Parameter`` is registered (and learned as given, without a range). Default: ``1.5``.
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: ignored. Default: ``50``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> m = entmax.EntmaxBisect(alpha=torch.nn.Parameter(torch.tensor(1.5)))
+        >>> [name for name, _ in m.named_parameters()]
+        ['alpha']
+        >>> m(torch.tensor([[1.0, 0.8, -1.0]])).detach()
+        tensor([[0.5705, 0.4295, 0.0000]])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, alpha: Union[float, Tensor] = 1.5, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
@@ -304,7 +776,33 @@ class EntmaxBisect(nn.Module):
 
 
 class NormmaxBisect(nn.Module):
-    """:func:`normmax_bisect` as a module."""
+    r"""The package's ``NormmaxBisect`` module: :func:`normmax_bisect` along ``dim``.
+
+    .. math::
+
+        \operatorname{NormmaxBisect}(X) = \operatorname*{argmax}_{p \in \Delta} \langle p, X\rangle - \lVert p\rVert_\alpha.
+
+    Args:
+        alpha: a float ``>= 1`` or a tensor expandable to the input with size 1 along ``dim``. Default: ``2``.
+        dim: the dimension that sums to one. Default: ``-1``.
+        n_iter: ignored. Default: ``50``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.NormmaxBisect()(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.5714, 0.4286, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, alpha: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
@@ -317,7 +815,34 @@ class NormmaxBisect(nn.Module):
 
 
 class BudgetBisect(nn.Module):
-    """:func:`budget_bisect` as a module."""
+    r"""The package's ``BudgetBisect`` module: :func:`budget_bisect` along ``dim``.
+
+    .. math::
+
+        \operatorname{BudgetBisect}(X) = \operatorname*{argmax}_{0 \le p \le 1,\ \sum_j p_j = B} \langle p, X\rangle - \tfrac12 \lVert p\rVert^2.
+
+    Args:
+        budget: :math:`B \ge 0`, a number or a tensor expandable to the input with size 1 along ``dim``.
+            Default: ``2``.
+        dim: the dimension that sums to the budget. Default: ``-1``.
+        n_iter: ignored. Default: ``50``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> entmax.BudgetBisect(budget=2)(torch.tensor([[3.0, 1.0, 0.8, -1.0]]))
+        tensor([[1.0000, 0.6000, 0.4000, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, budget: Union[float, Tensor] = 2, dim: int = -1, n_iter: Optional[int] = 50) -> None:
         super().__init__()
@@ -370,7 +895,42 @@ class _GenericLoss(nn.Module):
 
 
 class SparsemaxLoss(_GenericLoss):
-    """:func:`sparsemax_loss` with the package's reduction."""
+    r"""The package's ``SparsemaxLoss`` module: :func:`sparsemax_loss` with the package's reduction.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + \tfrac12 - \tfrac12 \lVert p\rVert^2, \qquad p = \operatorname{sparsemax}(X),
+
+    ``"elementwise_mean"`` divides the sum by the number of samples whose target differs from a
+    non-negative ``ignore_index`` (by all samples otherwise), as the package does.
+
+    Args:
+        k: ignored. Default: ``None``.
+        ignore_index: samples whose target equals it are skipped (loss 0); a non-negative one is also
+            left out of the mean's count, as in the package. Default: ``-100``.
+        reduction: ``"elementwise_mean"``, ``"sum"`` or ``"none"``. Default: ``"elementwise_mean"``.
+        return_support_size: also return the support sizes. Default: ``False``.
+
+    Shape:
+        - X: :math:`(N, k)` (any :math:`(*, k)`).
+        - target: class indices :math:`(N)`.
+        - Output: :math:`()`, or :math:`(N)` for ``reduction="none"``.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> entmax.SparsemaxLoss(reduction="none")(X, torch.tensor([0, 2]))
+        tensor([0.1600, 0.0000])
+        >>> entmax.SparsemaxLoss(ignore_index=2)(X, torch.tensor([0, 2]))  # one sample counted
+        tensor(0.1600)
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, k: Optional[int] = None, ignore_index: int = -100, reduction: str = "elementwise_mean",
                  return_support_size: bool = False) -> None:
@@ -383,7 +943,40 @@ class SparsemaxLoss(_GenericLoss):
 
 
 class Entmax15Loss(_GenericLoss):
-    """:func:`entmax15_loss` with the package's reduction."""
+    r"""The package's ``Entmax15Loss`` module: :func:`entmax15_loss` with the package's reduction.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + H^T_{1.5}(p), \qquad p = \operatorname{entmax}_{1.5}(X),
+
+    ``"elementwise_mean"`` divides the sum by the number of samples whose target differs from a
+    non-negative ``ignore_index`` (by all samples otherwise), as the package does.
+
+    Args:
+        k: ignored. Default: ``100``.
+        ignore_index: samples whose target equals it are skipped (loss 0); a non-negative one is also
+            left out of the mean's count, as in the package. Default: ``-100``.
+        reduction: ``"elementwise_mean"``, ``"sum"`` or ``"none"``. Default: ``"elementwise_mean"``.
+        return_support_size: also return the support sizes. Default: ``False``.
+
+    Shape:
+        - X: :math:`(N, k)` (any :math:`(*, k)`).
+        - target: class indices :math:`(N)`.
+        - Output: :math:`()`, or :math:`(N)` for ``reduction="none"``.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> entmax.Entmax15Loss(reduction="none")(X, torch.tensor([0, 2]))
+        tensor([0.2976, 0.0000])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, k: Optional[int] = 100, ignore_index: int = -100, reduction: str = "elementwise_mean",
                  return_support_size: bool = False) -> None:
@@ -396,7 +989,39 @@ class Entmax15Loss(_GenericLoss):
 
 
 class SparsemaxBisectLoss(_GenericLoss):
-    """:func:`sparsemax_bisect_loss` with the package's reduction."""
+    r"""The package's ``SparsemaxBisectLoss`` module: :func:`sparsemax_bisect_loss` with the package's reduction.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + \tfrac12 - \tfrac12 \lVert p\rVert^2, \qquad p = \operatorname{sparsemax}(X),
+
+    ``"elementwise_mean"`` divides the sum by the number of samples whose target differs from a
+    non-negative ``ignore_index`` (by all samples otherwise), as the package does.
+
+    Args:
+        n_iter: ignored. Default: ``50``.
+        ignore_index: samples whose target equals it are skipped (loss 0); a non-negative one is also
+            left out of the mean's count, as in the package. Default: ``-100``.
+        reduction: ``"elementwise_mean"``, ``"sum"`` or ``"none"``. Default: ``"elementwise_mean"``.
+
+    Shape:
+        - X: :math:`(N, k)` (any :math:`(*, k)`).
+        - target: class indices :math:`(N)`.
+        - Output: :math:`()`, or :math:`(N)` for ``reduction="none"``.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> entmax.SparsemaxBisectLoss()(X, torch.tensor([0, 2]))
+        tensor(0.0800)
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, n_iter: Optional[int] = 50, ignore_index: int = -100, reduction: str = "elementwise_mean") -> None:
         super().__init__(ignore_index, reduction)
@@ -407,7 +1032,43 @@ class SparsemaxBisectLoss(_GenericLoss):
 
 
 class EntmaxBisectLoss(_GenericLoss):
-    """:func:`entmax_bisect_loss` with the package's reduction."""
+    r"""The package's ``EntmaxBisectLoss`` module: :func:`entmax_bisect_loss` with the package's reduction.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + H^T_\alpha(p), \qquad p = \operatorname{entmax}_\alpha(X),
+
+    ``"elementwise_mean"`` divides the sum by the number of samples whose target differs from a
+    non-negative ``ignore_index`` (by all samples otherwise), as the package does.
+
+    Args:
+        alpha: a float > 0, or a tensor of one value or one per sample (a constant). Default: ``1.5``.
+        n_iter: ignored. Default: ``50``.
+        ignore_index: samples whose target equals it are skipped (loss 0); a non-negative one is also
+            left out of the mean's count, as in the package. Default: ``-100``.
+        reduction: ``"elementwise_mean"``, ``"sum"`` or ``"none"``. Default: ``"elementwise_mean"``.
+
+    Shape:
+        - X: :math:`(N, k)` (any :math:`(*, k)`).
+        - target: class indices :math:`(N)`.
+        - Output: :math:`()`, or :math:`(N)` for ``reduction="none"``.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> entmax.EntmaxBisectLoss(alpha=torch.tensor([2.0, 1.5]), reduction="none")(X, torch.tensor([0, 2]))
+        tensor([0.1600, 0.0000])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, alpha: Union[float, Tensor] = 1.5, n_iter: Optional[int] = 50, ignore_index: int = -100,
                  reduction: str = "elementwise_mean") -> None:
@@ -427,7 +1088,40 @@ class EntmaxBisectLoss(_GenericLoss):
 
 
 class NormmaxBisectLoss(_GenericLoss):
-    """:func:`normmax_bisect_loss` with the package's reduction."""
+    r"""The package's ``NormmaxBisectLoss`` module: :func:`normmax_bisect_loss` with the package's reduction.
+
+    .. math::
+
+        \ell(X, y) = \langle X, p - e_y\rangle + 1 - \lVert p\rVert_\alpha, \qquad p = \operatorname{normmax}_\alpha(X),
+
+    ``"elementwise_mean"`` divides the sum by the number of samples whose target differs from a
+    non-negative ``ignore_index`` (by all samples otherwise), as the package does.
+
+    Args:
+        alpha: a float ``>= 1``, or a one-element tensor. Default: ``2``.
+        n_iter: ignored. Default: ``50``.
+        ignore_index: samples whose target equals it are skipped (loss 0); a non-negative one is also
+            left out of the mean's count, as in the package. Default: ``-100``.
+        reduction: ``"elementwise_mean"``, ``"sum"`` or ``"none"``. Default: ``"elementwise_mean"``.
+
+    Shape:
+        - X: :math:`(N, k)` (any :math:`(*, k)`).
+        - target: class indices :math:`(N)`.
+        - Output: :math:`()`, or :math:`(N)` for ``reduction="none"``.
+
+    Examples:
+        >>> import torch
+        >>> import softargmax.compat.entmax as entmax
+        >>> X = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> entmax.NormmaxBisectLoss(reduction="none")(X, torch.tensor([0, 2]))
+        tensor([0.2000, 0.0000])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        The ``entmax`` package, https://github.com/deep-spin/entmax
+    """
 
     def __init__(self, alpha: Union[float, Tensor] = 2, n_iter: Optional[int] = 50, ignore_index: int = -100,
                  reduction: str = "elementwise_mean") -> None:

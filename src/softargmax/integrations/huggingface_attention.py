@@ -32,7 +32,46 @@ DEFAULT_IMPLEMENTATIONS = {"sparsemax": ("sparsemax", None), "entmax15": ("entma
 
 
 def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -> Callable[..., tuple[Tensor, Any]]:
-    """An attention function with Transformers' signature that normalizes with ``mapping``."""
+    r"""An attention function with Transformers' signature that normalizes the scores with a sparse mapping.
+
+    .. math::
+
+        \operatorname{forward}(Q, K, V, M) = \operatorname{mapping}(s\, Q K^\top + M)\, V,
+
+    by :func:`softargmax.attention`, as Transformers' eager attention computes it with softmax:
+    grouped key/value heads, the module's ``scaling``, dropout in training only, causal masking
+    when no mask is given.
+
+    Args:
+        mapping: ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``), ``"softmax"`` or a
+            divergence name.
+        alpha: α of ``"entmax"``: a float or a per-head tensor. Default: ``None``.
+
+    Returns:
+        ``forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)``,
+        returning the output ``[batch, length, heads, head_dim]`` and the weights (or ``None`` when
+        Transformers does not ask for them).
+
+    Shape:
+        - query: :math:`(B, H, L, D)`; key, value: :math:`(B, H_{kv}, S, D)`.
+        - attention_mask: boolean or additive, broadcastable to :math:`(B, H, L, S)`.
+        - Output: :math:`(B, L, H, D)` and the weights :math:`(B, H, L, S)`.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.integrations.huggingface import attention_function
+        >>> forward = attention_function("sparsemax")
+        >>> q = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])                  # B = 1, H = 1, L = 2, D = 2
+        >>> k = torch.tensor([[[[1.0, 0.0], [0.8, 0.0], [-1.0, 0.0]]]])     # S = 3
+        >>> out, weights = forward(torch.nn.Module(), q, k, torch.randn(1, 1, 3, 2), None, scaling=1.0)
+        >>> out.shape, weights
+        (torch.Size([1, 2, 1, 2]), tensor([[[[0.6000, 0.4000, 0.0000],
+                  [0.3333, 0.3333, 0.3333]]]]))
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+    """
 
     def forward(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
                 scaling: Optional[float] = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, Any]:
@@ -61,10 +100,29 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
 
 
 def register(name: Optional[str] = None, mapping: Optional[str] = None, alpha: Union[float, Tensor, None] = None) -> None:
-    """Register ``name`` (default: ``"sparsemax"`` and ``"entmax15"``) in Transformers' attention interface.
+    """Register attention implementations (default: ``"sparsemax"`` and ``"entmax15"``) with Transformers.
 
-    ``register("entmax13", mapping="entmax", alpha=1.3)`` adds a custom one.  The mask
-    format for a custom name is the SDPA one (boolean).
+    After it, ``attn_implementation=name`` selects :func:`attention_function` of the mapping in
+    ``from_pretrained``, ``from_config`` or ``model.set_attn_implementation``.  The mask format for
+    a registered name is the SDPA one (boolean).  Importing the module registers the defaults.
+
+    Args:
+        name: the implementation's name. Default: ``None`` (the names of :data:`DEFAULT_IMPLEMENTATIONS`).
+        mapping: its mapping. Default: ``None`` (``name`` itself).
+        alpha: α of ``mapping="entmax"``. Default: ``None``.
+
+    Shape:
+        - alpha: a number, or a per-head tensor :math:`(H)`.
+
+    Examples:
+        >>> from transformers import AutoModelForCausalLM, LlamaConfig
+        >>> from softargmax.integrations.huggingface import register
+        >>> register("entmax13", mapping="entmax", alpha=1.3)
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=2)
+        >>> model = AutoModelForCausalLM.from_config(config, attn_implementation="entmax13")
+        >>> model.config._attn_implementation
+        'entmax13'
     """
     from transformers import AttentionInterface
 

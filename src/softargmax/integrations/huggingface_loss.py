@@ -79,20 +79,29 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
           return_logits: Optional[bool] = None, allow_untested: bool = False, **loss_options: Any) -> nn.Module:
     r"""Make a Transformers causal LM compute its training loss with a fused Fenchel–Young loss.
 
+    .. math::
+
+        \mathcal{L} = \frac{1}{N} \sum_{t} \ell_\Omega\big(W h_t + b,\ y_{t+1}\big),
+        \qquad \ell_\Omega(\theta, y) = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p),
+
+    over the :math:`N` counted positions (labels shifted by one, ``-100`` ignored), computed by
+    :func:`~softargmax.losses.linear.linear_fenchel_young_loss` from the final hidden states :math:`h_t`
+    and the head :math:`(W, b)` without materializing the logits (the module docstring).
+
     Args:
         model: a ``*ForCausalLM`` instance (Llama, Qwen2, Mistral, Gemma 2, GPT-2, GPT-NeoX, ...);
             patched in place and returned.
         loss: the mapping of the loss: a name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
             ``"entmax"`` with ``alpha=``, a divergence name such as ``"jensen_shannon"``) or a
             :class:`~softargmax.divergences.Divergence`; ``None`` keeps the model's own loss (only
-            ``attention`` is set).
+            ``attention`` is set). Default: ``"entmax15"``.
         attention: optional attention implementation to set at the same time, e.g. ``"entmax15"``
             or ``"sparsemax"`` (registered by :mod:`softargmax.integrations.huggingface`), or any name
             Transformers knows (``"eager"``, ``"sdpa"``).
         return_logits: ``None`` (default): logits are returned with ``labels`` only in evaluation
             mode; ``True`` / ``False``: always / never (see the module docstring).
         allow_untested: accept a family outside :data:`TESTED_FAMILIES` (its head must be a plain
-            linear layer on the final hidden states).
+            linear layer on the final hidden states). Default: ``False``.
         \*\*loss_options: passed to :func:`~softargmax.losses.linear.linear_fenchel_young_loss`:
             ``alpha``, ``q``, ``temperature``, ``label_smoothing``, ``chunk_size``, ``memory_budget``
             and the mapping's parameters (``memory_budget`` defaults to :data:`DEFAULT_MEMORY_BUDGET`,
@@ -102,11 +111,32 @@ def apply(model: nn.Module, loss: Union[str, Divergence, None] = "entmax15", att
     Returns:
         ``model``. :func:`revert` restores the original forward.
 
-    Example::
+    Examples:
+        A tiny randomly initialized Llama (nothing is downloaded):
 
-        model = AutoModelForCausalLM.from_config(config)
-        apply(model, "entmax15")
-        out = model(input_ids, labels=input_ids)   # out.loss: the 1.5-entmax loss; out.logits: None in training
+        >>> import torch
+        >>> from transformers import AutoModelForCausalLM, LlamaConfig
+        >>> from softargmax.integrations.huggingface import apply, revert
+        >>> _ = torch.manual_seed(0)
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=2)
+        >>> model = AutoModelForCausalLM.from_config(config)
+        >>> ids = torch.randint(0, 64, (2, 6))
+        >>> reference = model(input_ids=ids, labels=ids).loss        # Transformers' cross-entropy
+        >>> model = apply(model, "softmax")
+        >>> out = model(input_ids=ids, labels=ids)
+        >>> out.logits is None, torch.allclose(out.loss, reference)  # no logits, the same loss
+        (True, True)
+        >>> model = apply(model, "entmax15", attention="entmax15")   # the 1.5-entmax loss and attention
+        >>> bool(model(input_ids=ids, labels=ids).loss > 0)
+        True
+
+    References:
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
+
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a Transformers *ForCausalLM), got {type(model).__name__}")
@@ -178,7 +208,31 @@ def _head_and_text_config(model: Any, config: Any, allow_untested: bool) -> tupl
 
 
 def revert(model: nn.Module) -> nn.Module:
-    """Undo :func:`apply`: the model's own forward and loss again (the attention implementation stays)."""
+    """Undo :func:`apply`: the model's own forward and loss again (the attention implementation stays).
+
+    Args:
+        model: a model patched by :func:`apply`.
+
+    Returns:
+        ``model``, with its own forward.
+
+    Raises:
+        ValueError: the model is not patched.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForCausalLM, LlamaConfig
+        >>> from softargmax.integrations.huggingface import apply, revert
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                      num_attention_heads=2, num_key_value_heads=2)
+        >>> model = apply(AutoModelForCausalLM.from_config(config), "sparsemax")
+        >>> ids = torch.zeros(1, 4, dtype=torch.long)
+        >>> model(input_ids=ids, labels=ids).logits is None
+        True
+        >>> model = revert(model)
+        >>> model(input_ids=ids, labels=ids).logits.shape  # Transformers' own loss, with the logits
+        torch.Size([1, 4, 64])
+    """
     state = vars(model).pop(_STATE, None)
     if state is None:
         raise ValueError("model: not patched by softargmax.integrations.huggingface.apply")

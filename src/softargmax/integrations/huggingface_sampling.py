@@ -37,16 +37,47 @@ from transformers import LogitsProcessor  # noqa: E402
 
 
 class SparseSamplingProcessor(LogitsProcessor):
-    r"""A Transformers ``LogitsProcessor`` whose output is ``log mapping(scores / temperature)``.
+    r"""A Transformers ``LogitsProcessor`` for entmax sampling: ``generate`` draws from a sparse mapping of the logits.
+
+    .. math::
+
+        \text{scores} \mapsto \log p, \qquad p = \operatorname{mapping}(\text{scores} / T),
+
+    :func:`softargmax.operators.sampling.log_probabilities`; Transformers' softmax of :math:`\log p` is
+    :math:`p` again, so tokens off the support (:math:`\log p = -\infty`) are never drawn.  Pass
+    ``top_k=0`` to ``generate`` so that its own warpers leave the scores alone (the module docstring).
 
     Args:
         mapping: ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``), ``"softmax"``, any
             divergence name or :class:`~softargmax.divergences.Divergence` (f-softargmax).
-        alpha: α of ``"entmax"``.
+            Default: ``"entmax15"``.
+        alpha: α of ``"entmax"``. Default: ``None``.
         q: optional reference measure ``[V]`` (positive), for f-softargmax with a prior over tokens.
-        temperature: ``T > 0``.
+            Default: ``None``.
+        temperature: :math:`T > 0`. Default: ``1.0``.
 
-    Call: ``(input_ids [B, L], scores [B, V]) -> [B, V]`` float32 log-probabilities, ``-inf`` off the support.
+    Shape:
+        - input_ids: :math:`(B, L)` (unused).
+        - scores: :math:`(B, V)`.
+        - Output: :math:`(B, V)` float32 log-probabilities, :math:`-\infty` off the support.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.integrations.huggingface import SparseSamplingProcessor
+        >>> processor = SparseSamplingProcessor("sparsemax")
+        >>> processor
+        SparseSamplingProcessor(mapping='sparsemax', alpha=None, temperature=1.0)
+        >>> logp = processor(torch.zeros(1, 3, dtype=torch.long), torch.tensor([[2.0, 1.8, 0.0, -1.0]]))
+        >>> logp
+        tensor([[-0.5108, -0.9163,    -inf,    -inf]])
+        >>> torch.softmax(logp, -1)  # what generate samples from
+        tensor([[0.6000, 0.4000, 0.0000, 0.0000]])
+
+        In ``generate``: ``model.generate(ids, do_sample=True, top_k=0, logits_processor=[processor])``.
+
+    References:
+        Pedro Henrique Martins, Zita Marinho and André F. T. Martins, *Sparse Text Generation*,
+        EMNLP 2020, https://arxiv.org/abs/2004.02644
     """
 
     def __init__(self, mapping: Union[str, Divergence] = "entmax15", alpha: Optional[float] = None,

@@ -1,4 +1,6 @@
-"""The Fenchel–Young losses of every operator (:mod:`.functional`), the fused linear + loss
+"""The losses: Fenchel–Young losses of every operator, fused with the output layer, distributed.
+
+The Fenchel–Young losses of every operator (:mod:`.functional`), the fused linear + loss
 (:mod:`.linear`), a teacher's logits as its target (:mod:`.teacher`), the normmax and
 budget-sparsemax losses (:mod:`.normmax_budget`) and the vocabulary-parallel losses
 (:mod:`.distributed`).

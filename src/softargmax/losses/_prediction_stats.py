@@ -27,9 +27,37 @@ __all__ = ["PredictionStats"]
 
 
 class PredictionStats(NamedTuple):
-    r"""Per-token statistics of the prediction :math:`p`, each of the target's batch shape: its Shannon entropy
-    :math:`-\sum_{j:\,p_j > 0} p_j \log p_j` (nats) and its support size :math:`|\{j : p_j > 0\}|`.  For
-    the α-ReLU mapping, whose :math:`p` is not normalized, the entropy is the same sum on that :math:`p`."""
+    r"""Per-token statistics of the prediction :math:`p`: its Shannon entropy and its support size.
+
+    .. math::
+
+        H(p) = -\sum_{j:\,p_j > 0} p_j \log p_j, \qquad \lvert\{j : p_j > 0\}\rvert,
+
+    each of the target's batch shape, returned by
+    :func:`~softargmax.losses.linear.linear_fenchel_young_loss` with ``return_stats=True``.  For the
+    α-ReLU mapping, whose :math:`p` is not normalized, the entropy is the same sum on that :math:`p`.
+
+    Args:
+        entropy: :math:`H(p)` in nats (:math:`0 \log 0 = 0`), in the loss's compute dtype.
+        support_size: the number of non-zero entries of :math:`p` (``torch.long``).
+
+    Shape:
+        - entropy, support_size: the target's batch shape :math:`(*)`.
+
+    Examples:
+        A uniform prediction over :math:`s` classes has entropy :math:`\log s`:
+
+        >>> import math, torch, softargmax as sa
+        >>> hidden, weight = torch.ones(1, 2), torch.tensor([[1.0, 0.0], [1.0, 0.0], [-5.0, 0.0]])
+        >>> loss, stats = sa.linear_fenchel_young_loss(hidden, weight, torch.tensor([0]), mapping="sparsemax",
+        ...                                            return_stats=True)
+        >>> stats.support_size, torch.allclose(stats.entropy, torch.tensor([math.log(2)]))
+        (tensor([2]), True)
+
+    References:
+        Claude E. Shannon, *A Mathematical Theory of Communication*, Bell System Technical Journal
+        27, 1948, https://doi.org/10.1002/j.1538-7305.1948.tb01338.x
+    """
 
     entropy: Tensor
     support_size: Tensor

@@ -102,33 +102,93 @@ def fenchel_young_loss(
     class_offset: Optional[int] = None,
     **mapping_params: Any,
 ) -> LossOutput:
-    r"""The Fenchel–Young loss of ``mapping`` between scores ``x`` and ``target`` (module docstring).
+    r"""The Fenchel–Young loss of a mapping between scores ``x`` and a target: sparse cross-entropy.
+
+    .. math::
+
+        \ell(\theta, y) = \Omega^*(\theta) + \Omega(y) - \langle \theta, y\rangle
+        = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p) \ge 0,
+        \qquad \nabla_\theta \ell = p - y,
+
+    with :math:`p` the mapping's prediction and :math:`\Omega` its regularizer: zero exactly when
+    :math:`p = y`, convex in :math:`\theta`.  ``"softmax"`` is the cross-entropy, ``"sparsemax"`` the
+    sparsemax loss.  The backward is :math:`p - y` from the forward's prediction (never through the
+    solver).  The module docstring gives the targets, weights and masking rules.
 
     Args:
-        x: scores.
-        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        x: scores, any shape with the classes along ``dim``.
+        target: class indices (integer, ``x``'s shape without ``dim``), probability vectors (``x``'s
+            shape), or (``multilabel=True``) 0/1 label sets (``x``'s shape).
         mapping: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
             ``alpha=``), ``"alpha_relu"`` (with ``alpha=``, ``tau=``), any divergence
             name (with its parameters), or a :class:`~softargmax.divergences.Divergence`.
-        dim: the class dimension.
-        q, temperature: reference measure and temperature of f-divergence losses
-            (``q`` is a constant here: losses do not differentiate it).
-        multilabel, ignore_index, reduction, label_smoothing, weight: as in the module docstring.
+            Default: ``"entmax15"``.
+        dim: the class dimension. Default: ``-1``.
+        q: the reference measure of f-divergence losses, positive, broadcastable to ``x`` (a
+            constant here: losses do not differentiate it). Default: ``None`` (all ones).
+        temperature: :math:`\beta > 0` of f-divergence losses. Default: ``1.0``.
+        multilabel: ``target`` is a 0/1 label set; the target distribution is uniform over its
+            active labels. Default: ``False``.
+        ignore_index: class indices equal to it are skipped (loss 0, no gradient, not counted by
+            ``"mean"``). Default: ``-100``.
+        reduction: ``"mean"`` (over the items, weighted by ``weight``), ``"sum"`` or ``"none"``.
+            Default: ``"mean"``.
+        label_smoothing: :math:`\varepsilon \in [0, 1]`, the target becomes
+            :math:`(1 - \varepsilon) y + \varepsilon / k`. Default: ``0.0``.
+        weight: per-class weights ``[k]``, finite and non-negative, as in
+            ``torch.nn.functional.cross_entropy``. Default: ``None``.
         return_prediction: also return the prediction (detached, ``x``'s shape), computed
-            in the same call.
-        softcap: ``c > 0`` replaces the scores by ``c · tanh(x / c)`` first (logit
+            in the same call. Default: ``False``.
+        softcap: :math:`c > 0` replaces the scores by :math:`c \tanh(x / c)` first (logit
             soft-capping, as in Gemma 2: Gemma Team, "Gemma 2: Improving Open Language Models
             at a Practical Size", 2024, https://arxiv.org/abs/2408.00118); differentiable.
+            Default: ``None``.
         process_group: a ``torch.distributed`` process group over which the classes are
             split: ``x`` holds this rank's contiguous slice along ``dim`` (vocabulary
             parallelism, :mod:`softargmax.losses.distributed`).  A ``DTensor`` ``x`` sharded on
-            ``dim`` needs no group.
+            ``dim`` needs no group. Default: ``None``.
         class_offset: with ``process_group``, the global index of this rank's first class,
-            checked against the other ranks' slices (optional; on every rank or none).
+            checked against the other ranks' slices (on every rank or none). Default: ``None``.
+        **mapping_params: the mapping's parameters (``alpha=`` for ``"entmax"``, ``alpha=`` and
+            ``tau=`` for ``"alpha_relu"``).
 
     Returns:
-        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and
-        the prediction if ``return_prediction``.
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]], requires_grad=True)
+        >>> y = torch.tensor([0, 2])
+        >>> loss, p = sa.fenchel_young_loss(x, y, "sparsemax", reduction="none", return_prediction=True)
+        >>> loss.detach(), p
+        (tensor([0.1600, 0.0000]), tensor([[0.6000, 0.4000, 0.0000],
+                [0.0000, 0.0000, 1.0000]]))
+        >>> loss.sum().backward()
+        >>> x.grad  # p - y
+        tensor([[-0.4000,  0.4000,  0.0000],
+                [ 0.0000,  0.0000,  0.0000]])
+
+        ``"softmax"`` is the cross-entropy; soft labels are probability vectors:
+
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> torch.allclose(sa.fenchel_young_loss(x, y, "softmax"), torch.nn.functional.cross_entropy(x, y))
+        True
+        >>> sa.fenchel_young_loss(x, torch.tensor([[0.6, 0.4, 0.0], [0.0, 0.0, 1.0]]), "sparsemax")
+        tensor(0.)
+
+    References:
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
+
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
     return fenchel_young(x, target, mapping, mapping_params, LossOptions.of(locals()))
 
@@ -150,11 +210,49 @@ def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool
                    reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
                    return_prediction: bool = False, softcap: Optional[float] = None,
                    process_group: Optional[ProcessGroup] = None) -> LossOutput:
-    """The sparsemax loss (Martins & Astudillo, 2016, eq. 26; the chi-square f-divergence loss).
+    r"""The sparsemax loss: the Fenchel–Young loss of sparsemax, zero once the target's class leads by enough.
 
-    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
-    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
-    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    .. math::
+
+        \ell(x, y) = \langle x, p - y\rangle + \tfrac12 \lVert y\rVert^2 - \tfrac12 \lVert p\rVert^2,
+        \qquad p = \operatorname{sparsemax}(x), \qquad \nabla_x \ell = p - y,
+
+    for a class index :math:`c`: :math:`-x_c + \tfrac12 \sum_{j \in S} (x_j^2 - \tau^2) + \tfrac12` (Martins &
+    Astudillo, 2016, eq. 26).  It is :func:`fenchel_young_loss` with ``"sparsemax"``, the chi-square
+    f-divergence loss.
+
+    Args:
+        x: scores, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in :func:`fenchel_young_loss`
+            (defaults ``-1``, ``False``, ``-100``, ``"mean"``, ``0.0``).
+        weight, return_prediction, softcap, process_group: as in :func:`fenchel_young_loss` (defaults
+            ``None``, ``False``, ``None``, ``None``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> sa.sparsemax_loss(x, torch.tensor([0, 2]), reduction="none")
+        tensor([0.1600, 0.0000])
+
+        Multi-label: the target is uniform over the active labels.
+
+        >>> sa.sparsemax_loss(x[:1], torch.tensor([[1.0, 1.0, 0.0]]), multilabel=True)
+        tensor(0.0100)
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
     return fenchel_young(x, target, "sparsemax", {}, LossOptions.of(locals()))
 
@@ -163,11 +261,45 @@ def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool 
                   reduction: str = "mean", label_smoothing: float = 0.0, weight: Optional[Tensor] = None,
                   return_prediction: bool = False, softcap: Optional[float] = None,
                   process_group: Optional[ProcessGroup] = None) -> LossOutput:
-    """The 1.5-entmax loss.
+    r"""The 1.5-entmax loss: the Fenchel–Young loss of 1.5-entmax.
 
-    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
-    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
-    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    .. math::
+
+        \ell(x, y) = \langle x, p - y\rangle + H^T_{1.5}(p) - H^T_{1.5}(y),
+        \qquad H^T_{1.5}(p) = \frac{1 - \sum_j p_j^{1.5}}{0.75}, \qquad p = \operatorname{entmax}_{1.5}(x),
+
+    with gradient :math:`p - y`; it is :func:`entmax_loss` with :math:`\alpha = 1.5`.
+
+    Args:
+        x: scores, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in :func:`fenchel_young_loss`
+            (defaults ``-1``, ``False``, ``-100``, ``"mean"``, ``0.0``).
+        weight, return_prediction, softcap, process_group: as in :func:`fenchel_young_loss` (defaults
+            ``None``, ``False``, ``None``, ``None``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> loss = sa.entmax15_loss(x, torch.tensor([0, 2]), reduction="none")
+        >>> loss
+        tensor([0.2976, 0.0000])
+        >>> torch.allclose(loss, sa.entmax_loss(x, torch.tensor([0, 2]), alpha=1.5, reduction="none"))
+        True
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
     """
     return fenchel_young(x, target, "entmax15", {}, LossOptions.of(locals()))
 
@@ -176,11 +308,47 @@ def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1,
                 ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                 weight: Optional[Tensor] = None, return_prediction: bool = False, softcap: Optional[float] = None,
                 process_group: Optional[ProcessGroup] = None) -> LossOutput:
-    """The α-entmax loss for a float α > 0 (α = 1: cross-entropy).
+    r"""The α-entmax loss for a float :math:`\alpha > 0`: cross-entropy at 1, the sparsemax loss at 2.
 
-    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
-    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
-    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    .. math::
+
+        \ell(x, y) = \langle x, p - y\rangle + H^T_\alpha(p) - H^T_\alpha(y),
+        \qquad H^T_\alpha(p) = \frac{1 - \sum_j p_j^\alpha}{\alpha(\alpha - 1)}, \qquad p = \operatorname{entmax}_\alpha(x),
+
+    the Fenchel–Young loss of α-entmax (the Shannon entropy at :math:`\alpha = 1`), with gradient
+    :math:`p - y`.
+
+    Args:
+        x: scores, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        alpha: a float > 0. Default: ``1.5``.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in :func:`fenchel_young_loss`
+            (defaults ``-1``, ``False``, ``-100``, ``"mean"``, ``0.0``).
+        weight, return_prediction, softcap, process_group: as in :func:`fenchel_young_loss` (defaults
+            ``None``, ``False``, ``None``, ``None``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> y = torch.tensor([0, 2])
+        >>> sa.entmax_loss(x, y, alpha=2.0, reduction="none")  # the sparsemax loss
+        tensor([0.1600, 0.0000])
+        >>> torch.allclose(sa.entmax_loss(x, y, alpha=1.0), torch.nn.functional.cross_entropy(x, y))
+        True
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
     """
     return fenchel_young(x, target, "entmax", {"alpha": alpha}, LossOptions.of(locals()))
 
@@ -190,11 +358,51 @@ def alpha_relu_loss(x: Tensor, target: Tensor, alpha: float = 1.5, tau: float = 
                     label_smoothing: float = 0.0, weight: Optional[Tensor] = None, return_prediction: bool = False,
                     softcap: Optional[float] = None,
                     process_group: Optional[ProcessGroup] = None) -> LossOutput:
-    """The α-ReLU loss, ``τ`` in the entmax parametrization (a float or a one-element tensor).
+    r"""The α-ReLU loss: the Fenchel–Young loss of α-ReLU on the non-negative orthant, gradient :math:`p - y`.
 
-    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
-    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
-    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    .. math::
+
+        \ell(x, y) = \Big\langle p - y,\ x - \frac{\tau}{\alpha - 1}\Big\rangle
+        + \frac{\sum_j y_j^\alpha - \sum_j p_j^\alpha}{\alpha(\alpha - 1)},
+        \qquad p = \operatorname{alpha\_relu}(x),
+
+    the Fenchel–Young loss of :math:`\Omega(p) = \sum_j \big[p_j^\alpha/(\alpha(\alpha-1)) + \tau p_j/(\alpha-1)\big]
+    - 1/(\alpha(\alpha-1))` on :math:`p \ge 0` (the Tsallis entropy of the paper's later version, which
+    makes the gradient exactly :math:`p - y`).
+
+    Args:
+        x: scores, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        alpha: a float > 1. Default: ``1.5``.
+        tau: the threshold, entmax parametrization (a float or a one-element tensor). Default: ``0.0``.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in :func:`fenchel_young_loss`
+            (defaults ``-1``, ``False``, ``-100``, ``"mean"``, ``0.0``).
+        weight, return_prediction, softcap, process_group: as in :func:`fenchel_young_loss` (defaults
+            ``None``, ``False``, ``None``, ``None``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.5, -1.0]], requires_grad=True)
+        >>> loss = sa.alpha_relu_loss(x, torch.tensor([0]), alpha=1.5, tau=-0.25)
+        >>> loss.backward()
+        >>> x.grad  # alpha_relu(x) - y
+        tensor([[-0.4375,  0.2500,  0.0000]])
+        >>> sa.alpha_relu(x.detach(), 1.5, -0.25)
+        tensor([[0.5625, 0.2500, 0.0000]])
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
     """
     return fenchel_young(x, target, "alpha_relu", {"alpha": alpha, "tau": tau}, LossOptions.of(locals()))
 
@@ -217,11 +425,54 @@ def f_divergence_loss(
     process_group: Optional[ProcessGroup] = None,
     **params: Any,
 ) -> LossOutput:
-    """The loss generated by an f-divergence (Roulet et al., 2025, §3); ``params``: the divergence's (``alpha=`` for ``"alpha"``).
+    r"""The loss generated by an f-divergence: the Fenchel–Young loss of the f-softargmax.
 
-    Options (keyword-only): ``dim`` (the class dimension, default ``-1``), ``multilabel``,
-    ``ignore_index``, ``reduction``, ``label_smoothing``, ``weight``, ``return_prediction``,
-    ``softcap``, ``process_group``, as in :func:`fenchel_young_loss`.
+    .. math::
+
+        \ell(x, y) = \operatorname{f\_softmax}(x) + \beta D_f(y, q) - \langle x, y\rangle,
+        \qquad D_f(y, q) = \sum_j q_j f(y_j / q_j),
+
+    with gradient :math:`\operatorname{f\_softargmax}(x) - y` (Roulet et al., 2025, §3).  ``"kl"`` is
+    the cross-entropy, ``"chi_square"`` the sparsemax loss.  Generators with :math:`f(0) = +\infty`
+    (reverse KL, Jeffrey, reverse chi-square) give :math:`+\infty` for targets with a zero entry (their
+    gradient stays finite).
+
+    Args:
+        x: scores, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        divergence: a name or a :class:`~softargmax.divergences.Divergence`. Default: ``"kl"``.
+        q: the reference measure, positive, broadcastable to ``x`` (a constant). Default: ``None`` (all ones).
+        temperature: :math:`\beta > 0`. Default: ``1.0``.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in :func:`fenchel_young_loss`
+            (defaults ``-1``, ``False``, ``-100``, ``"mean"``, ``0.0``).
+        weight, return_prediction, softcap, process_group: as in :func:`fenchel_young_loss` (defaults
+            ``None``, ``False``, ``None``, ``None``).
+        **params: the divergence's parameters (``alpha=`` for ``"alpha"``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim`` (for example :math:`(N)`), or
+          probabilities or label sets of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
+        >>> y = torch.tensor([0, 2])
+        >>> torch.allclose(sa.f_divergence_loss(x, y, "kl"), torch.nn.functional.cross_entropy(x, y))
+        True
+        >>> sa.f_divergence_loss(x, y, "chi_square", reduction="none")  # the sparsemax loss
+        tensor([0.1600, 0.0000])
+        >>> sa.f_divergence_loss(x, y, "jensen_shannon", reduction="none")
+        tensor([0.4805, 0.0498])
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
     """
     check_mapping(divergence, "divergence")
     return fenchel_young(x, target, divergence, params, LossOptions.of(locals()))
@@ -237,14 +488,54 @@ def binary_f_divergence_loss(
     weight: Optional[Tensor] = None,
     **params: Any,
 ) -> Tensor:
-    r"""Binary Fenchel–Young loss of the f-sigmoid (Roulet et al., 2025, §3.4), elementwise over ``s``.
+    r"""The binary Fenchel–Young loss of the f-sigmoid, elementwise: binary cross-entropy for any f-divergence.
 
-    :math:`\ell(s, y) = \operatorname{f\_softplus}(s) + \beta \big[q_0 f((1-y)/q_0) + q_1 f(y/q_1)\big] - s y` for :math:`y \in [0, 1]`
-    (the probability of the positive class): zero iff :math:`\operatorname{f\_sigmoid}(s) = y`, gradient
-    :math:`\operatorname{f\_sigmoid}(s) - y`.  ``"kl"`` is ``binary_cross_entropy_with_logits`` (minus the
-    target's entropy for soft targets); ``"chi_square"`` with ``q = (1, 1)`` is the
-    modified Huber loss (Martins & Astudillo, 2016, §3.3).  For one-vs-all multi-label classification pass
-    the 0/1 label matrix as ``target``.  ``weight`` (finite, broadcastable to ``s``) multiplies each element.
+    .. math::
+
+        \ell(s, y) = \operatorname{f\_softplus}(s) + \beta \big[q_0 f((1-y)/q_0) + q_1 f(y/q_1)\big] - s y
+
+    for :math:`y \in [0, 1]` (the probability of the positive class): zero iff
+    :math:`\operatorname{f\_sigmoid}(s) = y`, gradient :math:`\operatorname{f\_sigmoid}(s) - y` (Roulet et al.,
+    2025, §3.4).  ``"kl"`` is ``binary_cross_entropy_with_logits`` (minus the target's entropy for
+    soft targets); ``"chi_square"`` with :math:`q = (1, 1)` is the modified Huber loss (Martins &
+    Astudillo, 2016, §3.3).  For one-vs-all multi-label classification pass the 0/1 label matrix as
+    ``target``.
+
+    Args:
+        s: scores of the positive class, any shape.
+        target: probabilities of the positive class in :math:`[0, 1]`, of ``s``'s shape.
+        divergence: a name or a :class:`~softargmax.divergences.Divergence`. Default: ``"kl"``.
+        q: the pair :math:`(q_0, q_1)` of positive prior weights, as in :func:`~softargmax.f_sigmoid`.
+            Default: ``(1.0, 1.0)``.
+        temperature: :math:`\beta > 0`. Default: ``1.0``.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``. Default: ``"mean"``.
+        weight: finite weights broadcastable to ``s``, multiplying each element. Default: ``None``.
+        **params: the divergence's parameters (``alpha=`` for ``"alpha"``).
+
+    Returns:
+        the loss: a scalar, or of ``s``'s shape for ``reduction="none"``.
+
+    Shape:
+        - s: :math:`(*)`, any number of dimensions.
+        - target: :math:`(*)`, the shape of ``s``.
+        - Output: :math:`()`, or :math:`(*)` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> s = torch.tensor([-2.0, 0.0, 0.5, 3.0])
+        >>> y = torch.tensor([0.0, 1.0, 1.0, 1.0])
+        >>> torch.allclose(sa.binary_f_divergence_loss(s, y, "kl"),
+        ...                torch.nn.functional.binary_cross_entropy_with_logits(s, y))
+        True
+        >>> sa.binary_f_divergence_loss(s, y, "chi_square", reduction="none")  # the modified Huber loss
+        tensor([0.0000, 0.2500, 0.0625, 0.0000])
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
+
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
     from ..operators.binary import check_q_pair, f_softplus
 

@@ -35,7 +35,7 @@ Precision and memory:
   :data:`DEFAULT_MEMORY_BUDGET`) for the per-chunk buffers: the logits, their float32 copy,
   the prediction that becomes the gradient in place, and its half-precision copy for the
   GEMMs.
-* ``softcap=c`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2) before the loss;
+* ``softcap=c`` caps the logits as :math:`c \tanh(\theta / c)` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
@@ -102,7 +102,17 @@ def linear_fenchel_young_loss(
     return_stats: bool = False,
     **mapping_params: Any,
 ) -> LossOutput:
-    r"""``fenchel_young_loss(hidden @ weight.T + bias, target, mapping, ...)`` without materializing the logits.
+    r"""The Fenchel–Young loss of the logits of a linear layer, computed chunk by chunk without materializing them.
+
+    .. math::
+
+        \ell = \operatorname{reduce}_i\ \ell_{\Omega}\big(\theta_i, y_i\big), \qquad
+        \theta_i = W h_i + b, \qquad
+        \nabla_{h_i} \ell_{\Omega} = W^\top (p_i - y_i), \quad \nabla_W \ell_{\Omega} = (p_i - y_i)\, h_i^\top,
+
+    equal in value and gradients to ``fenchel_young_loss(hidden @ weight.T + bias, target, mapping,
+    ...)``; the gradients are computed in the forward, one chunk of tokens at a time, so the
+    ``[tokens, V]`` logits are never held at once (the module docstring).
 
     Args:
         hidden: ``[..., d]`` features.
@@ -110,30 +120,39 @@ def linear_fenchel_young_loss(
         target: class indices ``[...]``, probability vectors ``[..., V]``, label sets
             with ``multilabel=True``, or a teacher's top-k as a pair ``(probs, indices)`` of
             ``[..., k]`` tensors (as ``torch.topk`` returns them; see the module docstring).
-        bias: optional ``[V]``.
+        bias: optional ``[V]``. Default: ``None``.
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
         chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
-        class_weight: per-class weights (the ``weight`` option of the unfused loss).
-        softcap: ``c > 0`` caps the logits as ``c · tanh(logits / c)`` (Gemma 2), as in the unfused loss.
+        class_weight: per-class weights (the ``weight`` option of the unfused loss). Default: ``None``.
+        softcap: :math:`c > 0` caps the logits :math:`\theta` as :math:`c \tanh(\theta / c)` (Gemma 2), as in the
+            unfused loss.
         memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
         reduction: ``"mean"`` (default), ``"sum"``, or ``"none"`` (per-token losses; see the module docstring).
         q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
         process_group: a ``torch.distributed`` process group over which the vocabulary is
             split: ``weight`` (and ``bias``) hold this rank's contiguous rows
-            (:func:`softargmax.losses.distributed.linear_fenchel_young_loss`).
+            (:func:`softargmax.losses.distributed.linear_fenchel_young_loss`). Default: ``None``.
         class_offset: with ``process_group``, the global index of this rank's first class,
-            checked against the other ranks' slices (optional; on every rank or none).
+            checked against the other ranks' slices (on every rank or none). Default: ``None``.
         return_stats: also return the per-token :class:`PredictionStats` of the prediction
-            (support size and Shannon entropy; not with ``process_group``).
+            (support size and Shannon entropy; not with ``process_group``). Default: ``False``.
 
     Returns:
         the loss (a scalar, or the target's batch shape for ``reduction="none"``, in the compute
         dtype: float32 for half-precision inputs), and with ``return_stats`` a pair
         ``(loss, PredictionStats)``.
 
+    Shape:
+        - hidden: :math:`(*, d)`, for example :math:`(N, L, d)`.
+        - weight: :math:`(V, d)`; bias: :math:`(V)`.
+        - target: class indices :math:`(*)`, probabilities :math:`(*, V)`, or a top-k pair of two
+          :math:`(*, k)` tensors.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``, :math:`(*)` for ``"none"``.
+
     Examples:
         >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
         >>> hidden, weight = torch.randn(2, 5, 8), torch.randn(30, 8)
         >>> labels = torch.randint(0, 30, (2, 5))
         >>> labels[0, 0] = -100                       # ignored: loss 0
@@ -141,6 +160,13 @@ def linear_fenchel_young_loss(
         >>> loss.shape, float(loss[0, 0]), stats.support_size.shape
         (torch.Size([2, 5]), 0.0, torch.Size([2, 5]))
         >>> bool((stats.support_size >= 1).all() and (stats.support_size <= 30).all())
+        True
+
+        The same value and gradients as the loss of the materialized logits:
+
+        >>> logits = hidden @ weight.T
+        >>> torch.allclose(sa.linear_fenchel_young_loss(hidden, weight, labels, chunk_size=3),
+        ...                sa.fenchel_young_loss(logits, labels, "entmax15"))
         True
 
     References:

@@ -10,11 +10,11 @@ JMLR 2020, https://arxiv.org/abs/1901.02324) is
 
 zero exactly when :math:`p = y`; the backward is :math:`p - y` from the forward's prediction.
 
-* **normmax** (:func:`softargmax.normmax.normmax`): :math:`D` the simplex, :math:`\Omega(p) = \lVert p\rVert_\alpha`, so
+* **normmax** (:func:`softargmax.normmax`): :math:`D` the simplex, :math:`\Omega(p) = \lVert p\rVert_\alpha`, so
   :math:`\ell = \langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (:math:`\Omega(e_c) = 1` for a class index).  This is the
   normmax loss of Santos, Niculae, McNamee & Martins, *Sparse and Structured Hopfield
   Networks*, ICML 2024 (https://arxiv.org/abs/2402.13725).
-* **budget sparsemax** (:func:`softargmax.budget.budget_sparsemax`): :math:`D` the capped simplex
+* **budget sparsemax** (:func:`softargmax.budget_sparsemax`): :math:`D` the capped simplex
   :math:`\{p \in \Delta : p \le 1/B\}`, :math:`\Omega(p) = \tfrac12\lVert p\rVert^2` there and :math:`+\infty` outside.  A target outside the
   capped simplex therefore has loss ``+∞``: with ``B > 1`` a class index (one-hot) always
   is, so use label sets (``multilabel=True`` with at least ``B`` active labels: the uniform
@@ -158,13 +158,52 @@ def normmax_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
 ) -> LossOutput:
-    r"""The normmax loss :math:`\langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha` (module docstring), α ``>= 1``.
+    r"""The normmax loss: the Fenchel–Young loss of α-normmax, :math:`\alpha \ge 1`.
 
-    ``alpha``: a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
-    constant).  α = 1 is the limit: :math:`p` the argmax, uniform over ties, and the loss
+    .. math::
+
+        \ell(\theta, y) = \langle \theta, p - y\rangle + \lVert y\rVert_\alpha - \lVert p\rVert_\alpha,
+        \qquad p = \operatorname{normmax}_\alpha(\theta), \qquad \nabla_\theta \ell = p - y
+
+    (the module docstring).  α = 1 is the limit: :math:`p` the argmax, uniform over ties, and the loss
     :math:`\max_j \theta_j - \langle \theta, y\rangle` (the multiclass perceptron loss; gradient
     :math:`p - y`), as the ``entmax`` package's ``normmax_bisect_loss`` with ``alpha=1``.
-    Other options as :func:`softargmax.losses.fenchel_young_loss`.
+
+    Args:
+        x: scores :math:`\theta`, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        alpha: a float ``>= 1`` or a tensor broadcastable to ``x`` with size 1 along ``dim`` (a
+            constant). Default: ``2.0``.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in
+            :func:`~softargmax.losses.fenchel_young_loss` (defaults ``-1``, ``False``, ``-100``,
+            ``"mean"``, ``0.0``).
+        weight, return_prediction: as in :func:`~softargmax.losses.fenchel_young_loss` (defaults
+            ``None``, ``False``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim``, or probabilities or label sets
+          of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 9.0]])
+        >>> sa.normmax_loss(x, torch.tensor([0, 2]), reduction="none")
+        tensor([0.2000, 0.0000])
+        >>> sa.normmax_loss(x, torch.tensor([0, 2]), alpha=1.0, reduction="none")  # the perceptron loss
+        tensor([0., 0.])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
     """
     options = LossOptions.of(locals())
     check_tensor(x)
@@ -186,12 +225,52 @@ def budget_sparsemax_loss(
     weight: Optional[Tensor] = None,
     return_prediction: bool = False,
 ) -> LossOutput:
-    r"""The budget sparsemax loss :math:`\langle \theta, p - y\rangle + \tfrac12\lVert y\rVert^2 - \tfrac12\lVert p\rVert^2` (:math:`+\infty` for :math:`y` above the cap :math:`1/B`).
+    r"""The budget sparsemax loss: the Fenchel–Young loss of sparsemax on the simplex capped at :math:`1/B`.
 
-    ``budget``: ``B > 0``, a float or a tensor broadcastable to ``x`` with size 1 along
-    ``dim``.  Other options as :func:`softargmax.losses.fenchel_young_loss`; with ``B > 1``
-    the finite-valued targets are label sets (``multilabel=True``, at least ``B`` labels)
-    and soft labels within the cap.
+    .. math::
+
+        \ell(\theta, y) = \langle \theta, p - y\rangle + \tfrac12\lVert y\rVert^2 - \tfrac12\lVert p\rVert^2,
+        \qquad p = \operatorname{budget\_sparsemax}(\theta), \qquad \nabla_\theta \ell = p - y,
+
+    and :math:`+\infty` for a target :math:`y` above the cap :math:`1/B` (the gradient stays finite).
+    With :math:`B > 1` the finite-valued targets are label sets (``multilabel=True``, at least
+    :math:`B` labels) and soft labels within the cap; :math:`B \le 1` is the sparsemax loss.
+
+    Args:
+        x: scores :math:`\theta`, the classes along ``dim``.
+        target: class indices, probability vectors, or (``multilabel=True``) 0/1 label sets.
+        budget: :math:`B > 0`, a float or a tensor broadcastable to ``x`` with size 1 along ``dim``.
+            Default: ``2.0``.
+        dim, multilabel, ignore_index, reduction, label_smoothing: as in
+            :func:`~softargmax.losses.fenchel_young_loss` (defaults ``-1``, ``False``, ``-100``,
+            ``"mean"``, ``0.0``).
+        weight, return_prediction: as in :func:`~softargmax.losses.fenchel_young_loss` (defaults
+            ``None``, ``False``).
+
+    Returns:
+        the loss (a scalar, or ``x``'s shape without ``dim`` for ``reduction="none"``), and the
+        prediction (detached, ``x``'s shape) if ``return_prediction``.
+
+    Shape:
+        - x: :math:`(*, k, *)`, the :math:`k` classes along ``dim`` (for example :math:`(N, k)`).
+        - target: class indices of ``x``'s shape without ``dim``, or probabilities or label sets
+          of ``x``'s shape.
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([[3.0, 1.0, 0.8, -1.0]])
+        >>> sa.budget_sparsemax_loss(x, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), multilabel=True)
+        tensor(0.0225)
+        >>> sa.budget_sparsemax_loss(x, torch.tensor([0]))  # a one-hot target is above the cap 1/2
+        tensor(inf)
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
     """
     options = LossOptions.of(locals())
     check_tensor(x)

@@ -57,17 +57,24 @@ def teacher_target(logits: Tensor, temperature: float = 1.0,
         first (as ``torch.topk``); probabilities in the compute dtype (float32 for half-precision
         logits, float64 for float64).
 
+    Shape:
+        - logits: :math:`(*, V)`.
+        - Output: :math:`(*, V)`, or two :math:`(*, k)` tensors with ``top_k``.
+
     Raises:
         ValueError: a row without a finite largest logit (all ``-inf``, or NaN/``+inf``).
 
     Examples:
         >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
         >>> teacher_logits = torch.randn(2, 6, 50)
         >>> probs, indices = sa.teacher_target(teacher_logits, temperature=2.0, top_k=8)
         >>> probs.shape, indices.shape, bool((probs.sum(-1) <= 1).all())
         (torch.Size([2, 6, 8]), torch.Size([2, 6, 8]), True)
         >>> hidden, weight = torch.randn(2, 6, 16), torch.randn(50, 16)
         >>> loss = sa.linear_fenchel_young_loss(hidden, weight, (probs, indices), temperature=2.0)
+        >>> sa.teacher_target(torch.tensor([0.0, 0.0, 2.0 * 0.6931]), temperature=2.0)  # softmax(logits / T)
+        tensor([0.2500, 0.2500, 0.5000])
 
     References:
         Geoffrey Hinton, Oriol Vinyals and Jeff Dean, *Distilling the Knowledge in a Neural

@@ -1,11 +1,11 @@
-"""The operators as ``torch.nn`` modules: :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax`
+r"""The operators as ``torch.nn`` modules: :class:`Sparsemax`, :class:`Entmax15`, :class:`Entmax`
 (optionally learnable α), :class:`AlphaReLU` (optionally calibrating τ on its first training batch),
 :class:`FSoftargmax` (optionally learnable reference measure ``q``), :class:`Normmax` and
 :class:`BudgetSparsemax`.
 
 A learnable α is kept in ``(alpha_min, alpha_max)`` through the smooth
-reparametrization ``α = alpha_min + (alpha_max - alpha_min) · sigmoid(w)``
-(Correia et al. (2019) keeps α in (1, 2]); a learnable ``q`` is ``exp(log_q)``.
+reparametrization :math:`\alpha = \alpha_{\min} + (\alpha_{\max} - \alpha_{\min}) \operatorname{sigmoid}(w)`
+(Correia et al. (2019) keeps α in (1, 2]); a learnable ``q`` is :math:`\exp(\log q)`.
 
 References:
 
@@ -36,14 +36,71 @@ __all__ = ["Sparsemax", "Entmax15", "Entmax", "AlphaReLU", "FSoftargmax", "Normm
 
 
 def not_scriptable(module: nn.Module, why: str) -> TypeError:
-    """The ``TypeError`` that ``torch.jit.script(module)`` raises for a module it cannot compile."""
+    r"""The ``TypeError`` that ``torch.jit.script(module)`` raises for a module it cannot compile.
+
+    A module's ``__prepare_scriptable__`` raises it; the message names the module, the reason, and
+    the two other ways to record a module, ``torch.jit.trace`` and ``torch.export.export`` (the
+    guide "Export and deployment" and :mod:`softargmax.operators.export`).
+
+    Args:
+        module: the module that cannot be compiled.
+        why: the reason, a clause.
+
+    Returns:
+        the ``TypeError``, to raise.
+
+    Examples:
+        ``AlphaReLU(tau="calibrate")`` sets :math:`\tau` from its first training batch; before that,
+        there is no :math:`\tau` to compile:
+
+        >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
+        >>> m = sa.nn.AlphaReLU(1.5, tau="calibrate")
+        >>> try:
+        ...     torch.jit.script(m)
+        ... except TypeError as e:
+        ...     print(e)
+        torch.jit.script cannot compile AlphaReLU: tau='calibrate' sets τ from a training batch first
+        (calibrate, then script). Use torch.jit.trace(module, example_inputs) ... instead (see softargmax.export)
+        >>> _ = m(torch.randn(16, 10))  # calibrated
+        >>> x = torch.randn(4, 10)
+        >>> torch.allclose(torch.jit.script(m)(x), m(x))
+        True
+    """
     return TypeError(f"torch.jit.script cannot compile {type(module).__name__}: {why}. Use "
                      "torch.jit.trace(module, example_inputs) (a graph of PyTorch operators only) or "
                      "torch.export.export(module, args) instead (see softargmax.export)")
 
 
 class Sparsemax(nn.Module):
-    """:func:`softargmax.sparsemax` along ``dim``."""
+    r"""Applies sparsemax along ``dim``: the Euclidean projection onto the probability simplex.
+
+    .. math::
+
+        \operatorname{Sparsemax}(x) = \operatorname*{argmin}_{p \in \Delta} \lVert p - x\rVert_2^2 = [x - \tau]_+,
+        \qquad \sum_j p_j = 1,
+
+    :func:`softargmax.sparsemax` as a module.
+
+    Args:
+        dim: the dimension that sums to one. Default: ``-1``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> m = sa.nn.Sparsemax(dim=-1)
+        >>> m
+        Sparsemax(dim=-1)
+        >>> m(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.6000, 0.4000, 0.0000]])
+
+    References:
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+    """
 
     def __init__(self, dim: int = -1) -> None:
         super().__init__()
@@ -59,7 +116,31 @@ class Sparsemax(nn.Module):
 
 
 class Entmax15(Sparsemax):
-    """:func:`softargmax.entmax15` along ``dim``."""
+    r"""Applies 1.5-entmax along ``dim``.
+
+    .. math::
+
+        \operatorname{Entmax}_{1.5}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle + H^T_{1.5}(p)
+        = [x/2 - \tau]_+^2, \qquad \sum_j p_j = 1,
+
+    :func:`softargmax.entmax15` as a module.
+
+    Args:
+        dim: the dimension that sums to one. Default: ``-1``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> sa.nn.Entmax15()(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.5705, 0.4295, 0.0000]])
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+    """
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.jit.is_scripting():
@@ -68,19 +149,53 @@ class Entmax15(Sparsemax):
 
 
 class Entmax(nn.Module):
-    """α-entmax along ``dim`` with a fixed or learnable α.
+    r"""Applies α-entmax along ``dim``, with a fixed or learnable α (one per row or per attention head).
+
+    .. math::
+
+        \operatorname{Entmax}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle + H^T_\alpha(p)
+        = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}, \qquad \sum_j p_j = 1,
+
+    :func:`softargmax.entmax` as a module.  A learnable α is
+    :math:`\alpha = \alpha_{\min} + (\alpha_{\max} - \alpha_{\min}) \operatorname{sigmoid}(w)` with the
+    parameter :math:`w` (``alpha_logit``), trained by the exact gradient in α (Correia et al., 2019).
 
     Args:
         alpha: initial α: a float or a tensor broadcastable to the input with size 1
-            along ``dim`` (e.g. shape ``(heads, 1, 1)`` for one α per attention head).
-        learn_alpha: make α a parameter, ``α = alpha_min + (alpha_max - alpha_min) sigmoid(w)``;
-            the initial α must then lie strictly inside ``(alpha_min, alpha_max)``.
-        dim: the normalized dimension.
-        alpha_min, alpha_max: the range of a learnable α (default ``(1, 2)``; any
-            ``0 <= alpha_min < alpha_max < inf``: α below 1 gives dense outputs).
-        device, dtype: where and in which dtype α (parameter or buffer) is created, as for
-            ``torch.nn`` layers (default: a tensor α's own device and dtype; the default dtype
-            for a float α).
+            along ``dim`` (e.g. shape ``(heads, 1, 1)`` for one α per attention head). Default: ``1.5``.
+        learn_alpha: make α a parameter; the initial α must then lie strictly inside
+            ``(alpha_min, alpha_max)``. Default: ``False``.
+        dim: the normalized dimension. Default: ``-1``.
+        alpha_min: the lower end of a learnable α's range (any :math:`0 \le \alpha_{\min} <
+            \alpha_{\max}`: α below 1 gives dense outputs). Default: ``1.0``.
+        alpha_max: the upper end of a learnable α's range. Default: ``2.0``.
+        device: where α (parameter or buffer) is created, as for ``torch.nn`` layers.
+            Default: ``None`` (a tensor α's own device).
+        dtype: the dtype of α, as for ``torch.nn`` layers. Default: ``None`` (a tensor α's own
+            dtype; the default dtype for a float α).
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - alpha: broadcastable to the input with size 1 along ``dim``.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> sa.nn.Entmax(alpha=2.0)(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.6000, 0.4000, 0.0000]])
+
+        One learnable α per attention head, for scores ``[batch, heads, queries, keys]``:
+
+        >>> m = sa.nn.Entmax(alpha=torch.full((4, 1, 1), 1.5), learn_alpha=True)
+        >>> m
+        Entmax(learn_alpha=True, range=(1.0, 2.0), dim=-1)
+        >>> m(torch.randn(2, 4, 5, 5)).sum().backward()
+        >>> m.alpha.shape, m.alpha_logit.grad.shape
+        (torch.Size([4, 1, 1]), torch.Size([4, 1, 1]))
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
 
     if TYPE_CHECKING:  # (for the type checker only: torch.jit.script reads a class's annotations as attribute types)
@@ -151,12 +266,41 @@ class Entmax(nn.Module):
 
 
 class AlphaReLU(nn.Module):
-    """:func:`softargmax.alpha_relu` with fixed ``alpha`` and ``tau`` (τ in the entmax parametrization).
+    r"""Applies α-ReLU elementwise: α-entmax's map with a fixed threshold τ, optionally calibrated on a batch.
 
-    With ``tau="calibrate"`` the module sets τ on its first forward call in training
-    mode to the mean α-entmax threshold of that batch (:func:`softargmax.operators.alpha_relu_tau.from_logits`,
-    how Tezekbayev et al. (2022) chooses τ from the untrained model); until then it must not be used in
+    .. math::
+
+        \operatorname{AlphaReLU}(x) = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)},
+
+    :func:`softargmax.alpha_relu` as a module (τ in the entmax parametrization).  With
+    ``tau="calibrate"`` the module sets τ on its first forward call in training mode to the mean
+    α-entmax threshold of that batch (:func:`softargmax.operators.alpha_relu_tau.from_logits`, how
+    Tezekbayev et al. (2022) choose τ from the untrained model); until then it must not be used in
     eval mode.  The calibrated value is a buffer, saved with the state dict.
+
+    Args:
+        alpha: a float > 1. Default: ``1.5``.
+        tau: a number, a tensor broadcastable to the input, or ``"calibrate"``. Default: ``0.0``.
+        dim: the class dimension (used to calibrate τ). Default: ``-1``.
+        device: where the τ buffer is created. Default: ``None``.
+        dtype: the dtype of the τ buffer. Default: ``None``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> sa.nn.AlphaReLU(alpha=1.5, tau=-0.25)(torch.tensor([1.0, 0.5, -1.0]))
+        tensor([0.5625, 0.2500, 0.0000])
+        >>> m = sa.nn.AlphaReLU(tau="calibrate")
+        >>> _ = m(torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 0.0]]))  # the first training batch sets tau
+        >>> m.tau
+        tensor(-0.4163)
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
     """
 
     if TYPE_CHECKING:  # (as Entmax's)
@@ -205,18 +349,44 @@ class AlphaReLU(nn.Module):
 
 
 class FSoftargmax(nn.Module):
-    """:func:`softargmax.f_softargmax` with a fixed or learnable reference measure.
+    r"""Applies the f-softargmax of an f-divergence along ``dim``, with a fixed or learnable reference measure.
+
+    .. math::
+
+        \operatorname{FSoftargmax}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \beta \sum_j q_j f(p_j / q_j),
+
+    :func:`softargmax.f_softargmax` as a module; a learnable :math:`q = \exp(\log q)` is trained through
+    the exact gradient of the mapping in :math:`q`.
 
     Args:
-        divergence: a name or a :class:`~softargmax.divergences.Divergence`.
+        divergence: a name or a :class:`~softargmax.divergences.Divergence`. Default: ``"kl"``.
         q: ``None`` or a finite, strictly positive floating tensor broadcastable to the input
-            (checked here, as :func:`softargmax.f_softargmax` checks it).
-        temperature: ``β > 0``.
-        dim: the normalized dimension.
-        learn_q: make ``q = exp(log_q)`` a parameter (``q`` must be given).
-        device, dtype: where and in which dtype ``q`` (parameter or buffer) is created, as for
-            ``torch.nn`` layers (default: ``q``'s own).
+            (checked here, as :func:`softargmax.f_softargmax` checks it). Default: ``None`` (all ones).
+        temperature: :math:`\beta > 0`. Default: ``1.0``.
+        dim: the normalized dimension. Default: ``-1``.
+        learn_q: make :math:`\log q` a parameter (``q`` must be given). Default: ``False``.
+        device: where ``q`` (parameter or buffer) is created. Default: ``None`` (``q``'s own).
+        dtype: the dtype of ``q``. Default: ``None`` (``q``'s own).
         **params: parameters of the named divergence (``alpha=``).
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - q: broadcastable to the input.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> m = sa.nn.FSoftargmax("chi_square", q=torch.ones(3), learn_q=True)
+        >>> p = m(torch.tensor([[1.0, 0.8, -1.0]]))
+        >>> p.detach()
+        tensor([[0.6000, 0.4000, 0.0000]])
+        >>> p[0, 0].backward()
+        >>> m.log_q.grad[:2]  # q_0 dp_0/dq_0 and q_1 dp_0/dq_1 (0 for the class off the support)
+        tensor([ 0.3000, -0.2000])
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
     """
 
     def __init__(
@@ -280,7 +450,32 @@ class FSoftargmax(nn.Module):
 
 
 class Normmax(nn.Module):
-    """:func:`softargmax.normmax` (α >= 1, a float or a per-row tensor; α = 1 the argmax) along ``dim``."""
+    r"""Applies α-normmax along ``dim`` (:math:`\alpha \ge 1`; α = 1 is the argmax).
+
+    .. math::
+
+        \operatorname{Normmax}(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha,
+
+    :func:`softargmax.normmax` as a module.
+
+    Args:
+        alpha: a float ``>= 1`` or a tensor broadcastable to the input with size 1 along ``dim``
+            (one α per row; not learned). Default: ``2.0``.
+        dim: the dimension that sums to one. Default: ``-1``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> sa.nn.Normmax(alpha=2.0)(torch.tensor([[1.0, 0.8, -1.0]]))
+        tensor([[0.5714, 0.4286, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
 
     def __init__(self, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> None:
         super().__init__()
@@ -309,7 +504,33 @@ class Normmax(nn.Module):
 
 
 class BudgetSparsemax(nn.Module):
-    """:func:`softargmax.budget_sparsemax` (every probability at most ``1/budget``) along ``dim``."""
+    r"""Applies budget sparsemax along ``dim``: sparsemax with every probability at most :math:`1/B`.
+
+    .. math::
+
+        \operatorname{BudgetSparsemax}(x) = \operatorname*{argmax}_{p \in \Delta,\ p \le 1/B}
+        \langle p, x\rangle - \tfrac12 \lVert p\rVert^2,
+
+    :func:`softargmax.budget_sparsemax` as a module.
+
+    Args:
+        budget: :math:`B > 0`, a float or a tensor broadcastable to the input with size 1 along
+            ``dim``. Default: ``2.0``.
+        dim: the dimension that sums to one. Default: ``-1``.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> sa.nn.BudgetSparsemax(budget=2.0)(torch.tensor([[3.0, 1.0, 0.8, -1.0]]))
+        tensor([[0.5000, 0.3500, 0.1500, 0.0000]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
 
     def __init__(self, budget: Union[float, Tensor] = 2.0, dim: int = -1) -> None:
         super().__init__()

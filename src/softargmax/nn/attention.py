@@ -30,22 +30,73 @@ def _no_op_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
 
 
 class SparseMultiheadAttention(nn.MultiheadAttention):
-    """A drop-in for ``torch.nn.MultiheadAttention`` with a sparse (or any) normalization.
+    r"""A drop-in for ``torch.nn.MultiheadAttention`` with a sparse (or any) normalization of the scores.
 
+    .. math::
+
+        \operatorname{MultiHead}(Q, K, V) = [\mathrm{head}_1, \dots, \mathrm{head}_H]\, W^O, \qquad
+        \mathrm{head}_h = \operatorname{mapping}\Big(\frac{Q W_h^Q (K W_h^K)^\top}{\sqrt{d_h}} + M\Big)\, V W_h^V,
+
+    the mapping (1.5-entmax by default) in place of the softmax, one α per head for ``"entmax"``.
     Same constructor, parameters, state dict and call as ``nn.MultiheadAttention``
     (``batch_first``, ``key_padding_mask`` and ``attn_mask`` with ``True`` = *not allowed*
-    or additive floats, ``need_weights``, ``average_attn_weights``, ``is_causal``), plus:
+    or additive floats, ``need_weights``, ``average_attn_weights``, ``is_causal``).
 
     Args:
-        mapping: ``"entmax15"`` (default), ``"softmax"``, ``"sparsemax"``, ``"entmax"`` or an
-            f-divergence name (see :func:`softargmax.attention.attention`).
-        alpha: α of ``mapping="entmax"``: a float, or a tensor of shape ``(num_heads,)``.
-        learn_alpha: learn one α per head, kept in ``(1, 2)`` by
-            ``α = 1 + sigmoid(w)`` (Correia et al., 2019); implies ``mapping="entmax"``.
+        embed_dim: the model's feature size :math:`E`, divisible by ``num_heads``.
+        num_heads: the number of heads :math:`H`.
+        dropout: dropout on the attention weights in training. Default: ``0.0``.
+        bias: biases in the input and output projections. Default: ``True``.
+        add_bias_kv: not supported (``nn.MultiheadAttention``'s option; must stay ``False``). Default: ``False``.
+        add_zero_attn: not supported (must stay ``False``). Default: ``False``.
+        kdim: the keys' feature size. Default: ``None`` (``embed_dim``).
+        vdim: the values' feature size. Default: ``None`` (``embed_dim``).
+        batch_first: inputs and outputs are ``[batch, length, features]``. Default: ``False``.
+        device: where the parameters are created. Default: ``None``.
+        dtype: the parameters' dtype. Default: ``None``.
+        mapping: ``"entmax15"``, ``"softmax"``, ``"sparsemax"``, ``"entmax"`` or an
+            f-divergence name (see :func:`softargmax.attention`). Default: ``"entmax15"``.
+        alpha: α of ``mapping="entmax"``: a float, or a tensor of shape ``(num_heads,)``. Default: ``1.5``.
+        learn_alpha: learn one α per head, kept in :math:`(1, 2)` by
+            :math:`\alpha = 1 + \operatorname{sigmoid}(w)` (Correia et al., 2019); implies
+            ``mapping="entmax"``. Default: ``False``.
+
+    Shape:
+        - query: :math:`(L, N, E)`, or :math:`(N, L, E)` with ``batch_first``, or :math:`(L, E)` unbatched.
+        - key, value: :math:`(S, N, E_k)` and :math:`(S, N, E_v)` (batch first or unbatched likewise).
+        - key_padding_mask: :math:`(N, S)`; attn_mask: :math:`(L, S)` or :math:`(N H, L, S)`.
+        - Output: the attention output of the query's shape, and the weights :math:`(N, L, S)`
+          (averaged over the heads) or :math:`(N, H, L, S)`, or ``None`` without ``need_weights``.
 
     ``add_bias_kv`` and ``add_zero_attn`` are not supported.  The module registers a
     no-op forward pre-hook so that ``nn.TransformerEncoderLayer`` never takes its fused
     inference fast path, which would bypass this module and compute softmax.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> _ = torch.manual_seed(0)
+        >>> mha = sa.nn.SparseMultiheadAttention(16, 4, batch_first=True, mapping="entmax", learn_alpha=True)
+        >>> mha
+        SparseMultiheadAttention(
+          mapping='entmax', learn_alpha=True
+          (out_proj): NonDynamicallyQuantizableLinear(in_features=16, out_features=16, bias=True)
+        )
+        >>> x = torch.randn(2, 5, 16)
+        >>> out, weights = mha(x, x, x)
+        >>> out.shape, weights.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 5, 5]))
+        >>> torch.allclose(weights.sum(-1), torch.ones(2, 5))
+        True
+        >>> mha.alpha
+        tensor([1.5000, 1.5000, 1.5000, 1.5000], grad_fn=<AddBackward0>)
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        Ashish Vaswani, Noam Shazeer, Niki Parmar, Jakob Uszkoreit, Llion Jones, Aidan N. Gomez,
+        Łukasz Kaiser and Illia Polosukhin, *Attention Is All You Need*, NeurIPS 2017,
+        https://arxiv.org/abs/1706.03762
     """
 
     _alpha: Tensor  # a buffer: the fixed α per head
@@ -207,10 +258,41 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
 
 def convert_attention(module: nn.Module, mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5,
                       learn_alpha: bool = False) -> nn.Module:
-    """Replace, in place, every ``nn.MultiheadAttention`` inside ``module`` (including those of
-    ``nn.Transformer*`` layers) by a :class:`SparseMultiheadAttention` with the same weights.
+    r"""Make a model's attention sparse: every ``nn.MultiheadAttention`` inside becomes a :class:`SparseMultiheadAttention`.
 
-    Returns ``module`` (or the replacement if ``module`` itself is an ``nn.MultiheadAttention``).
+    .. math::
+
+        \operatorname{softmax}\Big(\frac{Q K^\top}{\sqrt{d_h}}\Big) V \ \longrightarrow\
+        \operatorname{mapping}\Big(\frac{Q K^\top}{\sqrt{d_h}}\Big) V,
+
+    in place, including the attention of ``nn.Transformer*`` layers, keeping the weights (the
+    state dict is copied) and the training mode.
+
+    Args:
+        module: the model, or an ``nn.MultiheadAttention``.
+        mapping: as in :class:`SparseMultiheadAttention`. Default: ``"entmax15"``.
+        alpha: as in :class:`SparseMultiheadAttention`. Default: ``1.5``.
+        learn_alpha: as in :class:`SparseMultiheadAttention`. Default: ``False``.
+
+    Returns:
+        ``module`` (or the replacement if ``module`` itself is an ``nn.MultiheadAttention``).
+
+    Shape:
+        - alpha: a number, or :math:`(H)`, one α per head of every converted attention.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=4, batch_first=True)
+        >>> before = layer.self_attn.in_proj_weight.clone()
+        >>> layer = sa.nn.convert_attention(layer, mapping="sparsemax")
+        >>> type(layer.self_attn).__name__, layer.self_attn.mapping
+        ('SparseMultiheadAttention', 'sparsemax')
+        >>> torch.equal(layer.self_attn.in_proj_weight, before)
+        True
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
 
     def convert(m: nn.MultiheadAttention) -> SparseMultiheadAttention:

@@ -45,7 +45,44 @@ def power_of_base(t: Tensor, a: float) -> Tensor:
 
 
 def alpha_relu_graph(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Tensor:
-    """α-ReLU's forward as PyTorch operators (for exporters; the arguments are checked by the caller)."""
+    r"""α-ReLU's forward as PyTorch's own operators, what exporters record for :func:`alpha_relu`.
+
+    .. math::
+
+        p = [(\alpha - 1) x - \tau]_+^{1/(\alpha-1)},
+
+    computed in ``x``'s compute dtype (float32 for half precision) by a clamp and a power (a square,
+    a square root or the identity where :math:`1/(\alpha - 1)` is 2, 1/2 or 1), with no autograd
+    function and no fused kernel: :func:`alpha_relu` calls it while ``torch.onnx.export`` or
+    ``torch.jit.trace`` records a model, and :func:`softargmax.operators.export.decompositions`
+    replaces the ``softargmax::alpha_relu`` operator of an exported program by it.  The
+    arguments are not checked (the caller has).
+
+    Args:
+        x: the scores.
+        alpha: :math:`\alpha > 1`, a float.
+        tau: :math:`\tau` in the entmax parametrization, a float or a tensor broadcastable to ``x``.
+
+    Returns:
+        :math:`p`, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; tau: broadcastable to :math:`(*)`.
+        - Output: :math:`(*)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> from softargmax.operators.alpha_relu import alpha_relu_graph
+        >>> x = torch.tensor([2.0, 1.0, 0.5, -1.0])
+        >>> alpha_relu_graph(x, 1.5, 0.25)  # [x/2 - 1/4]_+^2
+        tensor([0.5625, 0.0625, 0.0000, 0.0000])
+        >>> torch.equal(alpha_relu_graph(x, 1.5, 0.25), sa.alpha_relu(x, 1.5, tau=0.25))
+        True
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up
+        Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+    """
     dtype = compute_dtype(x.dtype)
     t = torch.clamp(x.to(dtype) * (alpha - 1.0) - (tau.to(dtype) if isinstance(tau, Tensor) else tau), min=0)
     return power_of_base(t, alpha - 1.0).to(x.dtype)
@@ -109,13 +146,48 @@ class AlphaReLUFunction(torch.autograd.Function):
 
 
 def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -> Tensor:
-    r""":math:`[(\alpha - 1) x - \tau]_+^{1/(\alpha-1)}` elementwise.
+    r"""α-ReLU: α-entmax's elementwise map with a fixed threshold, and no normalization.
+
+    .. math::
+
+        \operatorname{alpha\_relu}(x)_j = [(\alpha - 1) x_j - \tau]_+^{1/(\alpha-1)},
+        \qquad \frac{\partial p_j}{\partial x_j} = p_j^{2-\alpha}.
+
+    :math:`\tau` is in the entmax parametrization: with the :math:`\tau` that :func:`entmax` computes
+    for a row, α-ReLU reproduces α-entmax on that row; :mod:`softargmax.operators.alpha_relu_tau`
+    estimates a :math:`\tau` for a model.  One read and one write per element, like a ReLU.
 
     Args:
         x: scores, any shape; float16/bfloat16 are computed in float32.
-        alpha: a float > 1.
+        alpha: a float > 1. Default: ``1.5``.
         tau: a finite float or a tensor of finite values broadcastable to ``x`` (entmax
-            parametrization); a tensor τ is differentiable.
+            parametrization); a tensor τ is differentiable. Default: ``0.0``.
+
+    Returns:
+        the non-negative outputs, of ``x``'s shape and dtype (they need not sum to one).
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - tau: a number, or a tensor broadcastable to the input.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([1.0, 0.5, -1.0])
+        >>> sa.alpha_relu(x, alpha=1.5, tau=-0.25)
+        tensor([0.5625, 0.2500, 0.0000])
+
+        With the threshold of 1.5-entmax on a row, α-ReLU equals 1.5-entmax there:
+
+        >>> tau = (1.8 - 7.96 ** 0.5) / 4  # (0.5 - tau)^2 + (0.4 - tau)^2 = 1: the support's quadratic
+        >>> sa.alpha_relu(torch.tensor([1.0, 0.8, -1.0]), 1.5, tau)
+        tensor([0.5705, 0.4295, 0.0000])
+        >>> sa.entmax15(torch.tensor([1.0, 0.8, -1.0]))
+        tensor([0.5705, 0.4295, 0.0000])
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
     """
     check_tensor(x)
     checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)

@@ -1,16 +1,16 @@
-r"""Choosing α-ReLU's threshold ``τ`` (Tezekbayev et al., 2022).
+r"""Choosing α-ReLU's threshold :math:`\tau` (Tezekbayev et al., 2022).
 
-α-ReLU reproduces α-entmax when its fixed ``τ`` equals the threshold α-entmax would
-compute, so the papers set ``τ`` from the model itself before training:
+α-ReLU reproduces α-entmax when its fixed :math:`\tau` equals the threshold α-entmax would
+compute, so the papers set :math:`\tau` from the model itself before training:
 
 * :func:`from_logits` — the mean α-entmax threshold over a batch of (untrained) logits,
-  the way Tezekbayev et al. (2022) §3 picks ``τ`` from the first batch;
-* :func:`gaussian` — the data-free estimate for i.i.d. ``N(0, std²)`` logits:
+  the way Tezekbayev et al. (2022) §3 picks :math:`\tau` from the first batch;
+* :func:`gaussian` — the data-free estimate for i.i.d. :math:`N(0, \sigma^2)` logits:
   Tezekbayev et al. (2022) Lemma 2 (α = 1.5, ``method="paper"``) and, for any α > 1, the same
   asymptotic argument evaluated by quadrature (``method="integral"``);
 * :func:`linear_logit_std` — Tezekbayev et al. (2022) Lemma 3: the logit standard deviation of a
   Xavier-uniform output projection applied to layer-normalized features,
-  ``sqrt(2 d_model / (d_model + vocab))``; with it ``gaussian`` gives eq. (4).
+  :math:`\sqrt{2 d_{\text{model}} / (d_{\text{model}} + d_{\text{vocab}})}`; with it ``gaussian`` gives eq. (4).
 
 Every :math:`\tau` here is in the entmax parametrization :math:`p = [(\alpha-1) z - \tau]_+^{1/(\alpha-1)}`, the one :func:`softargmax.alpha_relu` takes.
 
@@ -36,7 +36,42 @@ __all__ = ["from_logits", "gaussian", "linear_logit_std", "entmax_threshold"]
 
 
 def entmax_threshold(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tensor:
-    """The α-entmax threshold of every row, entmax parametrization, shape ``logits`` without ``dim``."""
+    r"""The α-entmax threshold of every row, in the entmax parametrization that α-ReLU takes.
+
+    .. math::
+
+        \sum_j [(\alpha - 1) z_j - \tau]_+^{1/(\alpha-1)} = 1,
+
+    so that :func:`softargmax.alpha_relu` with this :math:`\tau` equals :func:`softargmax.entmax` on the
+    row.  No autograd.
+
+    Args:
+        logits: scores, any shape.
+        alpha: a float > 1. Default: ``1.5``.
+        dim: the dimension of the classes. Default: ``-1``.
+
+    Returns:
+        the thresholds, of ``logits``' shape without ``dim``.
+
+    Shape:
+        - logits: :math:`(*, k, *)` with :math:`k` along ``dim``.
+        - Output: the input's shape without ``dim``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> from softargmax.operators.alpha_relu_tau import entmax_threshold
+        >>> logits = torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 0.0]])
+        >>> tau = entmax_threshold(logits)
+        >>> tau
+        tensor([-0.2553, -0.5774])
+        >>> sa.alpha_relu(logits, 1.5, tau[:, None])  # equals 1.5-entmax row by row
+        tensor([[0.5705, 0.4295, 0.0000],
+                [0.3333, 0.3333, 0.3333]])
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+    """
     check_tensor(logits, "logits")
     dim = check_dim(logits, dim)
     checked = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
@@ -50,9 +85,40 @@ def entmax_threshold(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tenso
 
 
 def from_logits(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tensor:
-    """The mean α-entmax threshold over all rows of ``logits`` (a 0-d tensor, entmax parametrization).
+    r"""The mean α-entmax threshold over all rows of a batch of logits: α-ReLU's τ from an untrained model.
 
+    .. math::
+
+        \tau = \frac{1}{R} \sum_{r=1}^{R} \tau_r, \qquad
+        \sum_j [(\alpha - 1) z_{rj} - \tau_r]_+^{1/(\alpha-1)} = 1,
+
+    the way Tezekbayev et al. (2022, §3) choose :math:`\tau` from the first batch before training.
     Rows that are entirely masked (``-inf``) are left out of the mean.
+
+    Args:
+        logits: scores, any shape (for example ``[batch, length, vocab]``).
+        alpha: a float > 1. Default: ``1.5``.
+        dim: the dimension of the classes. Default: ``-1``.
+
+    Returns:
+        a 0-d tensor, the mean threshold (entmax parametrization).
+
+    Raises:
+        ValueError: every row is masked.
+
+    Shape:
+        - logits: :math:`(*, k, *)` with :math:`k` along ``dim``.
+        - Output: :math:`()`.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.operators.alpha_relu_tau import from_logits
+        >>> from_logits(torch.tensor([[1.0, 0.8, -1.0], [0.0, 0.0, 0.0]]))
+        tensor(-0.4163)
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
     """
     tau = entmax_threshold(logits, alpha, dim)
     rows_ok = torch.isfinite(logits.detach().amax(dim))
@@ -62,7 +128,31 @@ def from_logits(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tensor:
 
 
 def linear_logit_std(d_model: int, vocab_size: int) -> float:
-    """``sqrt(2 d_model / (d_model + vocab_size))`` (Tezekbayev et al., 2022, Lemma 3)."""
+    r"""The standard deviation of the logits of a freshly initialized output layer (Lemma 3).
+
+    .. math::
+
+        \sigma = \sqrt{\frac{2\, d_{\text{model}}}{d_{\text{model}} + d_{\text{vocab}}}},
+
+    for a Xavier-uniform output projection applied to layer-normalized features (Tezekbayev et
+    al., 2022, Lemma 3); :func:`gaussian` with it gives their eq. (4).
+
+    Args:
+        d_model: the size of the features, a positive int.
+        vocab_size: the number of classes, a positive int.
+
+    Returns:
+        :math:`\sigma`, a float.
+
+    Examples:
+        >>> from softargmax.operators.alpha_relu_tau import linear_logit_std
+        >>> round(linear_logit_std(512, 40000), 4)
+        0.159
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
+    """
     for name, v in (("d_model", d_model), ("vocab_size", vocab_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -162,20 +252,43 @@ def gaussian(
     method: str = "auto",
     return_support: bool = False,
 ) -> Union[float, tuple[float, float]]:
-    r"""Data-free estimate of the α-entmax threshold of ``vocab_size`` i.i.d. ``N(0, std²)`` logits.
+    r"""Data-free estimate of the α-entmax threshold of ``vocab_size`` i.i.d. :math:`N(0, \sigma^2)` logits.
 
     Following Tezekbayev et al. (2022) Appendix B.2, the sorted logits are replaced by their asymptotic
-    means :math:`\sigma \Phi^{-1}(1 - i/d)` and sums by integrals over ``x = i/d ∈ [ε, p]``, ``ε = 1/d``.
+    means :math:`\sigma \Phi^{-1}(1 - i/d)` and sums by integrals over :math:`x = i/d \in [\varepsilon, p]`,
+    :math:`\varepsilon = 1/d`.
 
     * ``method="paper"`` (α = 1.5 only): Lemma 2 verbatim — solve eq. (12) for the support
       fraction :math:`p^*`, then :math:`\tau = (\sigma/2) \Phi^{-1}(1 - p^*)`.  With
       ``std = linear_logit_std(512, V)`` this is eq. (4) and reproduces Table 3.
     * ``method="integral"`` (any α > 1): solve the normalization directly,
       :math:`d \int_\varepsilon^1 [(\alpha-1) \sigma \Phi^{-1}(1-x) - \tau]_+^{1/(\alpha-1)}\, dx = 1`, by quadrature; the support
-      fraction is ``p = 1 - Φ(τ / ((α-1) σ))``.
+      fraction is :math:`p = 1 - \Phi(\tau / ((\alpha-1) \sigma))`.
     * ``"auto"``: ``"paper"`` at α = 1.5, else ``"integral"``.
 
-    Returns ``τ`` (entmax parametrization), or ``(τ, p)`` with ``return_support=True``.
+    Args:
+        vocab_size: the number of logits :math:`d \ge 2`.
+        std: their standard deviation :math:`\sigma > 0` (for example :func:`linear_logit_std`).
+        alpha: a float > 1 (``method="paper"``: 1.5 only). Default: ``1.5``.
+        method: ``"paper"``, ``"integral"`` or ``"auto"`` (above). Default: ``"auto"``.
+        return_support: also return the support fraction :math:`p`. Default: ``False``.
+
+    Returns:
+        :math:`\tau` (entmax parametrization), a float, or the pair :math:`(\tau, p)` with
+        ``return_support=True``.
+
+    Examples:
+        Table 3 of Tezekbayev et al. (2022), WMT'14 En→De (:math:`d_{\text{model}} = 512`,
+        40,000 classes): :math:`p^* = 0.0171` and :math:`\hat\tau = 0.17`.
+
+        >>> from softargmax.operators.alpha_relu_tau import gaussian, linear_logit_std
+        >>> tau, p = gaussian(40000, linear_logit_std(512, 40000), return_support=True)
+        >>> round(tau, 2), round(p, 4)
+        (0.17, 0.0171)
+
+    References:
+        Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding
+        Up Entmax*, Findings of NAACL 2022, https://arxiv.org/abs/2111.06832
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")

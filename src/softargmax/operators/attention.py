@@ -8,7 +8,7 @@ conventions of ``torch.nn.functional.scaled_dot_product_attention``:
   dtype: it is added in the scores' dtype), broadcastable to ``[..., L, S]``; ``is_causal``
   applies the lower-triangular mask (aligned top-left, as SDPA) and cannot be combined with
   ``attn_mask``;
-* ``scale`` defaults to ``1/sqrt(E)``; batch and head dimensions broadcast;
+* ``scale`` defaults to :math:`1/\sqrt{E}`; batch and head dimensions broadcast;
 * ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
   modules do);
 * ``enable_gqa=True``: ``key``/``value`` may have fewer heads (dimension -3) than ``query``,
@@ -53,7 +53,41 @@ def _alpha_for_scores(alpha: Union[float, Tensor, None], scores: Tensor) -> Unio
 
 
 def attention_weights(scores: Tensor, mapping: str = "entmax15", alpha: Union[float, Tensor, None] = None) -> Tensor:
-    """Normalize attention scores ``[..., L, S]`` over the keys with ``mapping`` (:func:`softargmax.operators.mappings.normalize`)."""
+    r"""Attention weights: the scores normalized over the keys by a sparse mapping.
+
+    .. math::
+
+        W = \operatorname{mapping}(S) \quad \text{row by row over the keys}, \qquad \sum_s W_{ls} = 1,
+
+    by :func:`softargmax.operators.mappings.normalize`; a per-head α of shape ``(H,)`` is applied to
+    the head dimension (-3) of the scores.
+
+    Args:
+        scores: ``[..., L, S]`` attention scores (``-inf`` for masked keys).
+        mapping: as in :func:`softargmax.operators.mappings.normalize`. Default: ``"entmax15"``.
+        alpha: α of ``"entmax"``: a float, a per-head tensor ``(H,)`` or ``(H, 1, 1)``, or a tensor
+            broadcastable to the scores with size 1 last. Default: ``None``.
+
+    Returns:
+        the weights, of the scores' shape and dtype.
+
+    Shape:
+        - scores: :math:`(*, L, S)`.
+        - Output: :math:`(*, L, S)`.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.operators.attention import attention_weights
+        >>> scores = torch.tensor([[[1.0, 0.8, -1.0]], [[1.0, 0.8, -1.0]]])  # two heads, L = 1, S = 3
+        >>> attention_weights(scores, "entmax", alpha=torch.tensor([1.5, 2.0]))
+        tensor([[[0.5705, 0.4295, 0.0000]],
+        <BLANKLINE>
+                [[0.6000, 0.4000, 0.0000]]])
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+    """
     return normalize(scores, mapping, _alpha_for_scores(alpha, scores), dim=-1)
 
 
@@ -70,14 +104,72 @@ def attention(
     return_weights: bool = False,
     enable_gqa: bool = False,
 ) -> Union[Tensor, Any]:  # or (output, weights): Tensor | Any as softargmax.losses' LossOutput
-    """``scaled_dot_product_attention`` with a sparse normalization (module docstring).
+    r"""Sparse attention: ``scaled_dot_product_attention`` with sparsemax, entmax or any f-softargmax.
+
+    .. math::
+
+        \operatorname{attention}(Q, K, V) = \operatorname{mapping}\big(s\, Q K^\top + M\big)\, V,
+        \qquad s = 1/\sqrt{E} \text{ by default},
+
+    the mapping applied over the keys, with the conventions of
+    ``torch.nn.functional.scaled_dot_product_attention`` (the module docstring lists them).  Query rows
+    whose keys are all masked get zero weights and a zero output, never NaN.  On CUDA the sparse
+    mappings run fused FlashAttention-style kernels when the weights are not returned.
 
     Args:
-        query: ``[..., L, E]``; key: ``[..., S, E]``; value: ``[..., S, Ev]``.
-        attn_mask, dropout_p, is_causal, scale: as in ``scaled_dot_product_attention``.
-        mapping, alpha: the normalization (module docstring).
-        return_weights: also return the ``[..., L, S]`` attention weights.
-        enable_gqa: allow fewer key/value heads than query heads (module docstring).
+        query: ``[..., L, E]`` queries.
+        key: ``[..., S, E]`` keys.
+        value: ``[..., S, Ev]`` values.
+        attn_mask: a boolean mask (``True`` = may attend) or an additive float mask, broadcastable to
+            ``[..., L, S]``, as in ``scaled_dot_product_attention``. Default: ``None``.
+        dropout_p: dropout on the weights, as in ``scaled_dot_product_attention`` (pass 0 in
+            evaluation). Default: ``0.0``.
+        is_causal: the lower-triangular mask, as in ``scaled_dot_product_attention``. Default: ``False``.
+        scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{E}`).
+        mapping: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or any
+            f-divergence name. Default: ``"entmax15"``.
+        alpha: α of ``"entmax"``: a float or a per-head tensor (``(H,)`` or ``(H, 1, 1)``), which can
+            be learned. Default: ``None``.
+        return_weights: also return the ``[..., L, S]`` attention weights. Default: ``False``.
+        enable_gqa: allow fewer key/value heads (dimension -3) than query heads, each shared by
+            consecutive query heads (grouped-query attention). Default: ``False``.
+
+    Returns:
+        the output ``[..., L, Ev]``, and with ``return_weights`` the pair ``(output, weights)``.
+
+    Shape:
+        - query: :math:`(*, L, E)`; key: :math:`(*, S, E)`; value: :math:`(*, S, E_v)`; the batch
+          dimensions :math:`*` broadcast (for example :math:`(N, H)`).
+        - attn_mask: broadcastable to :math:`(*, L, S)`.
+        - Output: :math:`(*, L, E_v)`, and the weights :math:`(*, L, S)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> query = torch.tensor([[1.0, 0.0], [0.0, 1.0]])           # L = 2, E = 2
+        >>> key = torch.tensor([[1.0, 0.0], [0.8, 0.0], [-1.0, 0.0]])  # S = 3
+        >>> value = torch.eye(3)                                      # the output shows the weights
+        >>> sa.attention(query, key, value, scale=1.0, mapping="sparsemax")
+        tensor([[0.6000, 0.4000, 0.0000],
+                [0.3333, 0.3333, 0.3333]])
+        >>> out, weights = sa.attention(query, key, value, scale=1.0, mapping="sparsemax",
+        ...                             is_causal=True, return_weights=True)
+        >>> weights
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000]])
+
+        Batched heads, one learnable α per head:
+
+        >>> q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 8)
+        >>> alpha = torch.full((4,), 1.5, requires_grad=True)
+        >>> sa.attention(q, k, v, mapping="entmax", alpha=alpha).shape
+        torch.Size([2, 4, 5, 8])
+
+    References:
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
     _check_tensors(query, key, value)
     dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)

@@ -51,7 +51,7 @@ The map is not differentiated with respect to the budget.
 
 **Rows that cannot meet the budget.**  A row with fewer than ``B`` unmasked (finite)
 entries has no point of the capped simplex; it gets ``c`` on every unmasked entry (the
-limit ``τ → -∞``; it sums to less than 1) and zero gradient.  An all-``-inf`` row gives
+limit :math:`\tau \to -\infty`; it sums to less than 1) and zero gradient.  An all-``-inf`` row gives
 zeros.  A NaN or ``+inf`` in a row gives NaN in that row only.
 
 Conventions: any ``dim``; float64/float32 native, float16/bfloat16 computed in float32.
@@ -78,7 +78,31 @@ __all__ = ["budget_sparsemax", "solve_budget", "check_budget"]
 
 
 def check_budget(budget: object, name: str = "budget") -> Union[float, Tensor]:
-    """A float ``> 0`` or a floating tensor of finite values ``> 0``."""
+    """Validate a budget: a number or a floating tensor of finite values ``> 0``.
+
+    Args:
+        budget: the value to check.
+        name: the argument's name, for the error messages. Default: ``"budget"``.
+
+    Returns:
+        ``budget`` as a float, or the tensor itself.
+
+    Shape:
+        - budget: a number, or a tensor of any shape (returned as it is).
+
+    Raises:
+        TypeError: not a number or a floating-point tensor.
+        ValueError: a value that is not finite and ``> 0``.
+
+    Examples:
+        >>> from softargmax.operators.budget import check_budget
+        >>> check_budget(2)
+        2.0
+        >>> check_budget(0.0)
+        Traceback (most recent call last):
+            ...
+        ValueError: budget must be finite and > 0, got 0.0
+    """
     if isinstance(budget, Tensor):
         if not budget.is_floating_point():
             raise TypeError(f"{name} must be a number or a floating-point tensor, got dtype {budget.dtype}")
@@ -129,11 +153,41 @@ def _kth_largest_lower(src: Tensor, nb: Tensor, K0: int, m: Tensor) -> Tensor:
 
 
 def solve_budget(z: Tensor, budget: Tensor, prune: bool = True, max_iter: int = MAX_ITER) -> Solution:
-    """Budget sparsemax of the rows of ``z`` (``[R, k]``, contiguous, float32/64), ``budget`` ``[R, 1]``.
+    r"""Budget sparsemax of the rows of ``z``: the threshold search behind :func:`budget_sparsemax`.
 
-    Returns a :class:`~softargmax.solvers.threshold.Solution` in the sparsemax parametrization
-    (``p = clip(z - τ, 0, 1/budget)``): ``p`` and ``s`` (the free-set indicator) on the
-    candidates, ``s_sum = |F|``.  See the module docstring.
+    .. math::
+
+        p_j = \operatorname{clip}(z_j - \tau, 0, 1/B), \qquad \sum_j p_j = 1,
+
+    found by pruning and Newton steps on the piecewise-linear :math:`\sum_j p_j(\tau)` (the module
+    docstring).  No autograd.
+
+    Args:
+        z: rows of scores, contiguous, float32 or float64.
+        budget: one budget :math:`B > 0` per row.
+        prune: solve on the blocks that may hold non-zero entries only (long rows). Default: ``True``.
+        max_iter: the most Newton (or bisection) steps. Default: :data:`~softargmax.solvers.threshold.MAX_ITER`.
+
+    Returns:
+        a :class:`~softargmax.solvers.threshold.Solution` in the sparsemax parametrization: ``p``
+        and ``s`` (the free-set indicator) on the candidates, ``s_sum`` the size :math:`\lvert F\rvert`
+        of the free set, ``tau`` the thresholds.
+
+    Shape:
+        - z: :math:`(R, k)`.
+        - budget: :math:`(R, 1)`.
+        - Output: a solution with ``p`` of shape :math:`(R, K)`, :math:`K \le k` candidates.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.operators.budget import solve_budget
+        >>> sol = solve_budget(torch.tensor([[3.0, 1.0, 0.8, -1.0]]), torch.tensor([[2.0]]))
+        >>> sol.scatter(sol.p), sol.tau, sol.s_sum
+        (tensor([[0.5000, 0.3500, 0.1500, 0.0000]]), tensor([[0.6500]]), tensor([[2.]]))
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
     """
     R, k = z.shape
     dtype = z.dtype
@@ -254,14 +308,47 @@ class _BudgetSparsemax(torch.autograd.Function):
 
 
 def budget_sparsemax(x: Tensor, budget: Union[float, Tensor] = 2.0, dim: int = -1) -> Tensor:
-    r"""Sparsemax with every probability at most ``1/budget``, along ``dim`` (module docstring).
+    r"""Budget sparsemax: sparsemax with every probability at most :math:`1/B`, along ``dim``.
+
+    .. math::
+
+        \operatorname{budget\_sparsemax}(x) = \operatorname*{argmax}_{p \in \Delta,\ p \le 1/B}
+        \langle p, x\rangle - \tfrac12 \lVert p\rVert^2 = \operatorname{clip}(x - \tau, 0, 1/B),
+
+    the Euclidean projection onto the capped simplex, so at least :math:`B` entries are non-zero;
+    :math:`B` times it is the k-subsets map of Santos et al. (2024) with :math:`k = B`.  Exact up to
+    rounding; the Jacobian is sparsemax's restricted to the entries strictly between the bounds
+    (the module docstring).  A row with fewer than :math:`B` finite entries gets :math:`1/B` on each
+    (summing to less than 1) and zero gradient.
 
     Args:
-        x: scores.
-        budget: ``B > 0``, a float or a floating tensor broadcastable to ``x`` with size 1
-            along ``dim`` (one budget per row; not differentiated).  At least ``B`` entries
-            of the output are non-zero; ``B <= 1`` is sparsemax.
-        dim: the dimension that sums to one.
+        x: scores, any shape; a ``-inf`` entry is excluded (probability 0, gradient 0).
+        budget: :math:`B > 0`, a float or a floating tensor broadcastable to ``x`` with size 1
+            along ``dim`` (one budget per row; not differentiated).  At least :math:`B` entries
+            of the output are non-zero; :math:`B \le 1` is sparsemax. Default: ``2.0``.
+        dim: the dimension that sums to one. Default: ``-1``.
+
+    Returns:
+        the probabilities, of ``x``'s shape and dtype (float16/bfloat16 computed in float32).
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - budget: a number, or a tensor broadcastable to the input with size 1 along ``dim``.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([3.0, 1.0, 0.8, -1.0])
+        >>> sa.sparsemax(x)
+        tensor([1., 0., 0., 0.])
+        >>> sa.budget_sparsemax(x, budget=2.0)  # capped at 1/2
+        tensor([0.5000, 0.3500, 0.1500, 0.0000])
+        >>> 2 * sa.budget_sparsemax(x / 2, budget=2.0)  # the k-subsets map, k = 2: a fractional pair
+        tensor([1.0000, 0.6000, 0.4000, 0.0000])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
     """
     check_tensor(x)
     dim = check_dim(x, dim)

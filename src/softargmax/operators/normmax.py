@@ -83,9 +83,43 @@ __all__ = ["normmax", "normmax_rows", "argmax_rows", "normmax_eager", "normmax_g
 
 
 def argmax_rows(z: Tensor) -> tuple[Tensor, Tensor]:
-    """1-normmax of rows ``z`` ``[R, k]``: ``(p, bad_rows)`` with ``p`` uniform over each row's
-    maximal entries, zeros for an all-``-inf`` row, NaN for a row with NaN or ``+inf``
-    (``bad_rows`` ``[R, 1]``, as the solver's)."""
+    r"""1-normmax of the rows of ``z``: the argmax, uniform over each row's tied maxima.
+
+    .. math::
+
+        p_j = \frac{[z_j = \max_i z_i]}{\lvert \{i : z_i = \max_l z_l\}\rvert},
+
+    the limit of :math:`\operatorname{normmax}_\alpha(z)` as :math:`\alpha \to 1` (the module docstring).
+    Zeros for an all-``-inf`` row, NaN for a row with NaN or ``+inf``.
+
+    Args:
+        z: rows of scores.
+
+    Returns:
+        the pair ``(p, bad_rows)``: ``p`` of ``z``'s shape and dtype, and ``bad_rows`` the boolean
+        mask of the rows with NaN or ``+inf`` (as the threshold solver's
+        :class:`~softargmax.solvers.threshold.Solution`).
+
+    Shape:
+        - z: :math:`(R, k)`.
+        - Output: :math:`(R, k)` and :math:`(R, 1)`.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.operators.normmax import argmax_rows
+        >>> z = torch.tensor([[1.0, 2.0, 2.0], [0.0, float("nan"), 1.0]])
+        >>> p, bad = argmax_rows(z)
+        >>> p
+        tensor([[0.0000, 0.5000, 0.5000],
+                [   nan,    nan,    nan]])
+        >>> bad
+        tensor([[False],
+                [ True]])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     m = z.amax(-1, keepdim=True)
     ties = (z == m) & (m > -math.inf)
     p = ties.to(z.dtype)
@@ -125,9 +159,46 @@ def _normalize_candidates(sol: Solution, inv_alpha: Union[float, Tensor]) -> tup
 
 
 def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor, Solution]:
-    r"""Normmax of the rows of ``z`` (``[R, k]``, contiguous, float32/64) for a float α > 1 or
-    ``alpha`` ``[R, 1]``: returns the candidate probabilities ``[R, K]``, :math:`\lVert p\rVert_\alpha` ``[R, 1]``
-    and the α'-entmax :class:`~softargmax.solvers.threshold.Solution` (for ``scatter``/``gather``)."""
+    r"""Normmax of the rows of ``z``, on the candidates of its α'-entmax solve (no autograd).
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(z) = \operatorname{normalize}\Big( \operatorname{entmax}_{2 - 1/\alpha}
+        \big(\tfrac{\alpha z}{\alpha-1}\big)^{1/\alpha} \Big)
+
+    (the module docstring derives it).  The kernel behind :func:`normmax`: the solution keeps only
+    the candidate entries that may be in the support, and ``sol.scatter`` makes them a dense row.
+
+    Args:
+        z: rows of scores, contiguous, float32 or float64.
+        alpha: a float > 1, or a tensor of one α > 1 per row.
+
+    Returns:
+        the triple ``(p, norm, sol)``: the candidates' probabilities, :math:`\lVert p\rVert_\alpha` of
+        each row, and the α'-entmax :class:`~softargmax.solvers.threshold.Solution` (its ``scatter``
+        and ``gather`` map between candidates and full rows).
+
+    Shape:
+        - z: :math:`(R, k)`.
+        - alpha: a number or :math:`(R, 1)`.
+        - Output: :math:`(R, K)` with :math:`K \le k` candidates, :math:`(R, 1)`, and the solution.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> from softargmax.operators.normmax import normmax_rows
+        >>> z = torch.tensor([[1.0, 0.8, -1.0]])
+        >>> p, norm, sol = normmax_rows(z, 2.0)
+        >>> sol.scatter(p)
+        tensor([[0.5714, 0.4286, 0.0000]])
+        >>> norm
+        tensor([[0.7143]])
+        >>> torch.allclose(sol.scatter(p), sa.normmax(z, 2.0))
+        True
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     a_prime: Union[float, Tensor]
     inv_alpha: Union[float, Tensor]
     if isinstance(alpha, Tensor):
@@ -186,16 +257,46 @@ class _Normmax(torch.autograd.Function):
 
 
 def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tensor:
-    r"""α-normmax :math:`\operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha` along ``dim`` (see the module docstring).
+    r"""α-normmax along ``dim``: the regularized argmax of a norm, sparse, and sparser as the scores grow.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(x) = \operatorname*{argmax}_{p \in \Delta} \langle p, x\rangle - \lVert p\rVert_\alpha
+        = \frac{r}{\sum_j r_j}, \qquad r = [x - \tau]_+^{1/(\alpha-1)},
+
+    with :math:`\tau` such that :math:`\lVert[x - \tau]_+\rVert_{\alpha/(\alpha-1)} = 1` (the module docstring
+    derives it, with the Jacobian).  The norm is homogeneous of degree 1, so the scale of ``x``
+    matters: :math:`\operatorname{normmax}(c x)` is sparser as :math:`c` grows.
 
     Args:
-        x: scores.
+        x: scores, any shape; a ``-inf`` entry is excluded (probability 0, gradient 0).
         alpha: a float ``>= 1`` or a floating tensor ``>= 1`` broadcastable to ``x`` with size
             1 along ``dim`` (one α per row).  Not differentiated.  α = 1 is the argmax,
-            uniform over ties, with a zero gradient (module docstring).
-        dim: the dimension that sums to one.
+            uniform over ties, with a zero gradient (module docstring). Default: ``2.0``.
+        dim: the dimension that sums to one. Default: ``-1``.
 
-    Returns :math:`p = r / \sum_j r_j` with :math:`r = [x - \tau]_+^{1/(\alpha-1)}` and :math:`\lVert[x - \tau]_+\rVert_{\alpha/(\alpha-1)} = 1`.
+    Returns:
+        the probabilities, of ``x``'s shape and dtype (float16/bfloat16 computed in float32); a row
+        that is entirely ``-inf`` gives zeros.
+
+    Shape:
+        - Input: :math:`(*)`, any number of dimensions.
+        - alpha: a number, or a tensor broadcastable to the input with size 1 along ``dim``.
+        - Output: :math:`(*)`, the shape of the input.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> x = torch.tensor([1.0, 0.8, -1.0])
+        >>> sa.normmax(x)
+        tensor([0.5714, 0.4286, 0.0000])
+        >>> sa.normmax(10 * x)  # the scale matters
+        tensor([1., 0., 0.])
+        >>> sa.normmax(torch.tensor([2.0, 2.0, 1.0]), alpha=1.0)  # the argmax, uniform over ties
+        tensor([0.5000, 0.5000, 0.0000])
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
     """
     check_tensor(x)
     dim = check_dim(x, dim)
@@ -214,7 +315,53 @@ def normmax(x: Tensor, alpha: Union[float, Tensor] = 2.0, dim: int = -1) -> Tens
 
 
 def normmax_eager(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
-    """:func:`normmax` by its autograd functions (checked arguments, a non-empty ``x``)."""
+    r""":func:`normmax` by its autograd functions: the eager path, with the fused solvers and the backward.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big(
+        \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big)
+
+    (the module docstring), the argmax, uniform over ties, where :math:`\alpha = 1`.
+    :func:`normmax` calls it outside of graph recording, and the ``softargmax::normmax`` operator
+    that ``torch.compile`` and ``torch.export`` record runs it.  The arguments are not checked
+    (the caller has): ``x`` is non-empty and ``dim`` non-negative.
+
+    Args:
+        x: the scores, non-empty.
+        alpha: :math:`\alpha \ge 1`, a float or a tensor broadcastable to ``x`` with size 1 along ``dim``.
+        dim: the dimension normalized, non-negative.
+
+    Returns:
+        the prediction, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; alpha: a float or broadcastable to :math:`(*)` with size 1 along ``dim``.
+        - Output: :math:`(*)`.
+
+    Examples:
+        For :math:`\alpha = 2`, :math:`\sum_j [x_j - \tau]_+^2 = 1` gives :math:`\tau = 0.2` for
+        :math:`x = (1, 0.8, -1)`, and :math:`p \propto [x - \tau]_+ = (0.8, 0.6, 0)`:
+
+        >>> import torch
+        >>> from softargmax.operators.normmax import normmax_eager
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [2.0, 2.0, 0.0]])
+        >>> torch.allclose(normmax_eager(x, 2.0, 1)[0], torch.tensor([4 / 7, 3 / 7, 0.0]))
+        True
+        >>> normmax_eager(x, 1.0, 1)  # the argmax, uniform over ties
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000]])
+
+        The autograd function's backward agrees with finite differences:
+
+        >>> x64 = torch.tensor([[1.0, 0.8, -1.0, 0.5]], dtype=torch.float64, requires_grad=True)
+        >>> torch.autograd.gradcheck(lambda z: normmax_eager(z, 3.0, 1), (x64,))
+        True
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     if isinstance(alpha, float) and alpha == 1.0:
         return _Argmax.apply(x, dim)
     if isinstance(alpha, Tensor) and values_checkable(alpha) and bool((alpha == 1).any()):
@@ -225,9 +372,50 @@ def normmax_eager(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
 
 
 def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
-    """:func:`normmax` as PyTorch operators (for exporters; checked arguments): the α'-entmax
-    of the reduction in the module docstring by :func:`softargmax.solvers.traceable.solve_rows`,
-    then the power and the normalization."""
+    r""":func:`normmax` as PyTorch's own operators, what exporters record.
+
+    .. math::
+
+        \operatorname{normmax}_\alpha(x) = \operatorname{normalize}\Big(
+        \operatorname{entmax}_{2 - 1/\alpha}\big(\tfrac{\alpha x}{\alpha-1}\big)^{1/\alpha} \Big),
+
+    the α'-entmax of the module docstring's reduction by the traceable solver
+    (:func:`softargmax.solvers.traceable.solve_rows`), then the power and the normalization; the
+    argmax, uniform over ties, where :math:`\alpha = 1`.  :func:`normmax` calls it while
+    ``torch.onnx.export`` or ``torch.jit.trace`` records a model, and
+    :func:`softargmax.operators.export.decompositions` replaces the ``softargmax::normmax``
+    operator of an exported program by it.  No autograd function (for inference); the arguments
+    are not checked (the caller has).
+
+    Args:
+        x: the scores.
+        alpha: :math:`\alpha \ge 1`, a float or a tensor broadcastable to ``x`` with size 1 along ``dim``.
+        dim: the dimension normalized, non-negative.
+
+    Returns:
+        the prediction, ``x``'s shape and dtype.
+
+    Shape:
+        - x: :math:`(*)`; alpha: a float or broadcastable to :math:`(*)` with size 1 along ``dim``.
+        - Output: :math:`(*)`.
+
+    Examples:
+        The eager path's result (the same closed form as in :func:`normmax_eager`), and for one
+        :math:`\alpha` per row:
+
+        >>> import torch
+        >>> from softargmax.operators.normmax import normmax_eager, normmax_graph
+        >>> x = torch.tensor([[1.0, 0.8, -1.0], [2.0, 2.0, 0.0]])
+        >>> torch.allclose(normmax_graph(x, 2.0, 1)[0], torch.tensor([4 / 7, 3 / 7, 0.0]))
+        True
+        >>> alpha = torch.tensor([[1.5], [3.0]])
+        >>> torch.allclose(normmax_graph(x, alpha, 1), normmax_eager(x, alpha, 1), atol=1e-6)
+        True
+
+    References:
+        Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured
+        Hopfield Networks*, ICML 2024, https://arxiv.org/abs/2402.13725
+    """
     dtype = compute_dtype(x.dtype)
     z = to_last(x, x.dim(), dim).to(dtype)
     if isinstance(alpha, Tensor):

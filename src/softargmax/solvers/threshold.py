@@ -1,18 +1,20 @@
-r"""Threshold solvers: from scores to ``τ``, with no autograd graph.
+r"""Threshold solvers: from scores to τ, with no autograd graph.
 
-For rows of scores ``z`` (already divided by the temperature), a reference measure
-``q`` and a generator ``f``, find the unique ``τ`` with
+For rows of scores :math:`z` (already divided by the temperature), a reference measure
+:math:`q` and a generator :math:`f`, find the unique :math:`\tau` with
 
-    S(τ) = Σ_j q_j g(max(z_j - τ, f'(0))) = 1,        g = (f*)'
+.. math::
 
-(Roulet et al., 2025, Proposition 1).  ``τ`` lies in ``[τ_lo, τ_hi]`` with
-``τ_lo = max_j (z_j - f'(1/q_j))`` (``S(τ_lo) >= 1``) and
+    S(\tau) = \sum_j q_j\, g\big(\max(z_j - \tau, f'(0))\big) = 1, \qquad g = (f^*)'
+
+(Roulet et al., 2025, Proposition 1).  :math:`\tau` lies in :math:`[\tau_{lo}, \tau_{hi}]` with
+:math:`\tau_{lo} = \max_j (z_j - f'(1/q_j))` (:math:`S(\tau_{lo}) \ge 1`) and
 :math:`\tau_{hi} = \max_j z_j - f'(1/\sum_j q_j)` (:math:`S(\tau_{hi}) \le 1`).
 
 Method:
 
 1. **Pruning** (sparse generators, ``q = None``, rows of at least
-   :data:`PRUNE_MIN_LENGTH`): only coordinates with ``z_j > τ_lo + f'(0)`` can be in
+   :data:`PRUNE_MIN_LENGTH`): only coordinates with :math:`z_j > \tau_{lo} + f'(0)` can be in
    the support.  Each row is split into ``nb`` strided blocks
    (``z.view(R, B, nb)``: block ``b`` holds columns ``b, b + nb, …``); one pass
    computes the block maxima, and only blocks whose maximum passes the bound are
@@ -20,18 +22,18 @@ Method:
    any row needs).  Rows needing fewer blocks pad with masked (``-inf``) slots.
    Before selecting (rows of at least :data:`PRUNE_MIN_LENGTH`, any monotone
    divergence), :data:`PRE_STEPS` monotone Newton steps on the block maxima
-   alone raise ``τ_lo`` (a subset's root is below the full root), which tightens the
+   alone raise :math:`\tau_{lo}` (a subset's root is below the full root), which tightens the
    bound and gives the main iteration a better start.
-2. **Newton** on ``(S^ρ - 1)/ρ`` (``log S`` at ``ρ = 0``), ``ρ`` the divergence's hint
-   ``newton_power``, started at ``τ_lo`` (:mod:`softargmax.solvers.newton`, shared with the
+2. **Newton** on :math:`(S^\rho - 1)/\rho` (:math:`\log S` at :math:`\rho = 0`), :math:`\rho` the divergence's hint
+   ``newton_power``, started at :math:`\tau_{lo}` (:mod:`softargmax.solvers.newton`, shared with the
    vocabulary-parallel solver).  Where the divergence proves this transform convex (hint
    ``monotone_newton``) the iterates increase monotonically to the root and no safeguard is
    needed; otherwise every step that leaves the current bisection bracket is replaced by
    bisection.  For sparsemax Newton is Michelot's algorithm: once the support is stable the
    step is exactly :math:`\tau = (\sum_{j \in S} z_j - 1)/\lvert S\rvert`.  α-entmax with α > 2 is solved in the entmax
    variable (:mod:`softargmax.solvers.steep_power`).
-3. Stop when ``|S - 1|`` is at rounding level for every row.  The last evaluation
-   of ``g`` is the output itself, so ``t`` Newton steps cost ``t + 1`` passes over
+3. Stop when :math:`|S - 1|` is at rounding level for every row.  The last evaluation
+   of :math:`g` is the output itself, so :math:`t` Newton steps cost :math:`t + 1` passes over
    the candidates.
 
 The operators the fused row solvers cover (α-entmax with α ∈ (1, 2], Jensen–Shannon,
@@ -40,7 +42,7 @@ squared Hellinger; ``q = None``; :mod:`softargmax.backends.kinds`) go, through
 to the Triton kernels on CUDA (:mod:`softargmax.backends.triton.rows`); both follow the same
 method row by row and return the same :class:`~softargmax.backends.solution.Solution`.
 
-Rows whose maximum is ``-inf`` (everything masked) give ``p = 0``; rows containing
+Rows whose maximum is ``-inf`` (everything masked) give :math:`p = 0`; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
 
 References:
@@ -206,18 +208,69 @@ def solve(
     candidates_only: bool = False,
     exact_tau: bool = False,
 ) -> Solution:
-    """Solve every row of ``z`` (``[R, k]``, contiguous, float32/64).  See the module docstring.
+    r"""The threshold :math:`\tau` of every row of ``z``, and the mapping's values on the candidates.
 
-    ``q``: ``None`` (all ones) or positive weights ``[R|1, k]``.  ``trace``: if a list is
-    given, the thresholds ``[R, 1]`` after the pre-steps and after every Newton step are
-    appended to it (for convergence studies); the fast paths (dense solutions, ``block_index``
-    None) run only with the default ``prune``, ``max_iter`` and no trace.  ``candidates_only``: the caller computes
-    with the candidates only (the Fenchel–Young loss values, normmax's normalization);
-    :func:`softargmax.backends.select` then keeps the pruned, candidate-sized PyTorch
-    solution on CPU (cheaper for those).  ``exact_tau``: the caller uses ``τ`` itself (the
-    value of :func:`~softargmax.f_softmax`), so a fast path is taken only where its ``τ`` is
-    as accurate as the PyTorch solver's.  Whichever solver runs,
-    the :class:`~softargmax.backends.solution.Solution` has the same contract.
+    .. math::
+
+        S(\tau) = \sum_j q_j\, g\big(\max(z_j - \tau, f'(0))\big) = 1, \qquad g = (f^*)',
+        \qquad p_j = q_j\, g\big(\max(z_j - \tau, f'(0))\big),
+
+    by pruning, then Newton's method on :math:`(S^\rho - 1)/\rho` inside the bisection bracket
+    (Michelot's algorithm for sparsemax), as the module docstring says.  The fused backends
+    (:func:`softargmax.backends.select`: C on CPU, Triton on CUDA) take the rows they cover when
+    ``prune``, ``max_iter`` and ``trace`` are left at their defaults; whichever solver runs, the
+    :class:`~softargmax.backends.solution.Solution` has the same contract.
+
+    Args:
+        z: the rows, contiguous, float32 or float64, already divided by the temperature.
+        divergence: the generator, a :class:`~softargmax.divergences.Divergence`.
+        q: the reference measure, positive. Default: ``None`` (all ones).
+        prune: solve on the candidates that can be in the support only (sparse generators, rows of
+            at least ``PRUNE_MIN_LENGTH``). Default: ``True``.
+        max_iter: the most Newton steps. Default: ``MAX_ITER``.
+        trace: a list to which the thresholds :math:`(R, 1)` after the pre-steps and after every
+            Newton step are appended (convergence studies). Default: ``None``.
+        candidates_only: the caller computes with the candidates only (the loss values, normmax's
+            normalization), so :func:`softargmax.backends.select` keeps the pruned PyTorch solution
+            on CPU, which is cheaper for those. Default: ``False``.
+        exact_tau: the caller uses :math:`\tau` itself (the value of :func:`~softargmax.f_softmax`),
+            so a fast path runs only where its :math:`\tau` is as accurate as this solver's.
+            Default: ``False``.
+
+    Returns:
+        a :class:`~softargmax.backends.solution.Solution`: ``tau`` (f-divergence parametrization),
+        ``p`` and ``s`` (:math:`q_j g'`) on the candidates (the full rows when ``block_index`` is
+        ``None``; :meth:`~softargmax.backends.solution.Solution.dense_p` gives the full rows),
+        ``bad_rows`` (rows with NaN or ``+inf``).
+
+    Shape:
+        - z: :math:`(R, k)`; q: :math:`(R, k)` or :math:`(1, k)`.
+        - Output: ``tau`` :math:`(R, 1)`; ``dense_p()`` :math:`(R, k)`.
+
+    Examples:
+        The χ² generator gives sparsemax, :math:`p = [z - \tau]_+`; Newton's iterates are
+        Michelot's, :math:`\tau \leftarrow (\sum_{j:\, z_j > \tau} z_j - 1)/\lvert\{j : z_j > \tau\}\rvert`,
+        from :math:`\tau_{lo} = \max_j z_j - 1 = 0`: :math:`(2.8 - 1)/4 = 0.45`, then
+        :math:`(2.7 - 1)/3 \approx 0.5667`, where the support stops changing:
+
+        >>> import torch, softargmax as sa
+        >>> from softargmax.divergences import get_divergence
+        >>> from softargmax.solvers.threshold import solve
+        >>> z = torch.tensor([[1.0, 0.9, 0.8, 0.1]])
+        >>> trace = []
+        >>> sol = solve(z, get_divergence("chi_square"), trace=trace)
+        >>> [round(float(t), 4) for t in trace]
+        [0.0, 0.45, 0.5667]
+        >>> sol.dense_p(), torch.allclose(sol.dense_p(), sa.sparsemax(z))
+        (tensor([[0.4333, 0.3333, 0.2333, 0.0000]]), True)
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
+
+        Christian Michelot, *A finite algorithm for finding the projection of a point onto the
+        canonical simplex of R^n*, Journal of Optimization Theory and Applications 50, 1986,
+        https://doi.org/10.1007/BF00938486
     """
     if prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
         backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)

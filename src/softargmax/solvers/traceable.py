@@ -8,16 +8,16 @@ so one recorded graph serves every batch and sequence length, and it uses only o
 that ONNX and TorchScript have (sorting, cumulative sums, elementwise maps, row reductions).
 The results are those of the reference solver to float32 rounding:
 
-* **sparsemax** and **1.5-entmax** (``q = 1``) use their exact closed forms after sorting
+* **sparsemax** and **1.5-entmax** (:math:`q = 1`) use their exact closed forms after sorting
   each row (Martins & Astudillo, 2016; Peters et al., 2019): the support size is the number
-  of sorted prefixes whose threshold lies below their smallest score, then ``τ`` is solved
+  of sorted prefixes whose threshold lies below their smallest score, then :math:`\tau` is solved
   on that support with a second, centred pass (no cancellation in the variance of
   1.5-entmax);
 * every other generator (α-entmax for any α, a float or one α per row, each f-divergence,
-  with ``q``) runs :data:`ITERATIONS` steps of Newton's method on ``(S^ρ - 1)/ρ`` kept
-  inside the bisection bracket ``[τ_lo, τ_hi]`` (the reference solver's iteration, with a
+  with :math:`q`) runs :data:`ITERATIONS` steps of Newton's method on :math:`(S^\rho - 1)/\rho` kept
+  inside the bisection bracket :math:`[\tau_{lo}, \tau_{hi}]` (the reference solver's iteration, with a
   fixed step count), in float64 whatever the input's dtype, and the output is divided by
-  its sum.  α-entmax with α > 2 iterates on the entmax threshold ``t`` (as the reference
+  its sum.  α-entmax with α > 2 iterates on the entmax threshold :math:`t` (as the reference
   solver does) so that flat rows keep their relative precision.
 
 The step count covers the ranges the tests check against the reference solver (scores
@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover (older torch: the steps are unrolled)
 __all__ = ["ITERATIONS", "STEEP_ITERATIONS", "closed_form_kind", "solve_rows", "sparsemax_sorted", "entmax15_sorted"]
 
 #: Newton steps (inside the bisection bracket) of the iterative solver.  Newton's method on the
-#: convex transform converges monotonically from ``τ_lo``; over the tested ranges (module
+#: convex transform converges monotonically from :math:`\tau_{lo}`; over the tested ranges (module
 #: docstring) the slowest rows (α-entmax with α close to 2, Jeffrey, reverse chi-square) are
 #: within 1e-7 of the reference after 15 steps, so this leaves a margin of two.  α-entmax with
 #: α > 2 (no convex transform) takes :data:`STEEP_ITERATIONS`.
@@ -235,9 +235,67 @@ def _newton_rows(zs: Tensor, div: Divergence, q: Optional[Tensor], iterations: i
 
 
 def solve_rows(z: Tensor, div: Divergence, q: Optional[Tensor] = None, iterations: int = ITERATIONS) -> Tensor:
-    """``p`` of every row of ``z`` (the last dimension; float32 or float64) for generator ``div``
-    and reference measure ``q`` (``None`` or broadcastable to ``z``), with the library's mask
-    conventions (module docstring).  Traceable: no Python control flow depends on the data."""
+    r"""The f-softargmax of every row, with no Python control flow that depends on the data (traceable).
+
+    .. math::
+
+        p_j = \frac{q_j\, g(z_j - \tau)}{\sum_i q_i\, g(z_i - \tau)}, \qquad
+        g(u) = (f^*)'\big(\max(u, f'(0))\big),
+
+    with :math:`\tau` from the sort-based closed forms of sparsemax and 1.5-entmax, or after
+    ``iterations`` safeguarded Newton steps for every other generator (the module docstring); the
+    final division makes each row sum to 1 whatever the step count left.  Masks follow the library's
+    conventions: ``-inf`` entries get 0, a row that is entirely ``-inf`` gives zeros, and a row with
+    NaN or ``+inf`` gives NaN.
+
+    Args:
+        z: the scores, float32 or float64, the rows along the last dimension (already divided by
+            the temperature).
+        div: the generator's :class:`~softargmax.divergences.Divergence` (an
+            :class:`~softargmax.divergences.AlphaDivergence` may hold one α per row, a tensor).
+        q: the reference measure, positive, broadcastable to ``z``. Default: ``None`` (all ones).
+        iterations: the Newton steps of the iterative solver (α-entmax with α > 2 takes at least
+            :data:`STEEP_ITERATIONS`). Default: :data:`ITERATIONS`.
+
+    Returns:
+        the prediction :math:`p`, ``z``'s shape and dtype.
+
+    Shape:
+        - z: :math:`(*, k)`; q: broadcastable to :math:`(*, k)`.
+        - Output: :math:`(*, k)`.
+
+    Examples:
+        The same as the operators' own solver, with a closed form (sparsemax) or with Newton steps
+        (Jensen–Shannon):
+
+        >>> import torch, softargmax as sa
+        >>> from softargmax.divergences import get_divergence
+        >>> from softargmax.solvers.traceable import solve_rows
+        >>> z = torch.tensor([[1.0, 0.8, -1.0], [0.0, float("-inf"), 3.0]])
+        >>> solve_rows(z, get_divergence("chi_square"))
+        tensor([[0.6000, 0.4000, 0.0000],
+                [0.0000, 0.0000, 1.0000]])
+        >>> js = get_divergence("jensen_shannon")
+        >>> torch.allclose(solve_rows(z, js), sa.f_softargmax(z, js), atol=1e-6)
+        True
+
+        A traced call records the sort and the steps, so the graph serves other inputs:
+
+        >>> traced = torch.jit.trace(lambda x: solve_rows(x, js), torch.randn(2, 5))
+        >>> x = torch.randn(4, 7)
+        >>> torch.allclose(traced(x), sa.f_softargmax(x, js), atol=1e-6)
+        True
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
+
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*, ACL
+        2019, https://arxiv.org/abs/1905.05702
+    """
     bad = (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
     valid = z > -math.inf
     finite = valid.any(-1, keepdim=True) & ~bad

@@ -232,7 +232,32 @@ def _check_offsets(given: list[int], split: Split) -> None:
 
 
 def class_slices(k: int, process_group: Optional[ProcessGroup]) -> list[int]:
-    """The slice sizes ``[k_0, …, k_{W-1}]`` of every rank (one small all-gather); rank ``r`` holds
-    the classes ``[Σ_{s<r} k_s, Σ_{s<=r} k_s)``."""
+    r"""The number of classes every rank holds, by one small all-gather.
+
+    Rank :math:`r` holds the classes :math:`[o_r, o_r + k_r)`, :math:`o_r = \sum_{s < r} k_s`, of
+    :math:`K = \sum_r k_r`: what a rank needs to turn global class indices into its own (the losses
+    learn the sizes in their first round and need no call of this).
+
+    Args:
+        k: the number of classes this rank holds, :math:`k_r \ge 0`.
+        process_group: the group over which the classes are split (``None``: the default group).
+
+    Returns:
+        ``[k_0, ..., k_{W-1}]``, a list of ints, the same on every rank.
+
+    Examples:
+        >>> import itertools, torch.distributed as dist
+        >>> from softargmax.losses import distributed
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> sizes = distributed.class_slices(5, None)
+        >>> sizes, [0, *itertools.accumulate(sizes)]  # the sizes and the offsets o_r, then K
+        ([5], [0, 5])
+        >>> dist.destroy_process_group()
+
+    References:
+        Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan
+        Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+        Parallelism*, 2019, https://arxiv.org/abs/1909.08053
+    """
     group, rank, world = group_info(process_group)
     return agree(group, rank, world, torch.device("cpu"), None, {"function": 4, "classes": k}).sizes

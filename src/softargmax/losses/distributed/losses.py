@@ -52,18 +52,75 @@ def fenchel_young_loss(
     class_offset: Optional[int] = None,
     **mapping_params: Any,
 ) -> LossOutput:
-    r""":func:`softargmax.losses.fenchel_young_loss` with the classes split over ``process_group``.
+    r""":func:`softargmax.losses.fenchel_young_loss` with the classes split over the ranks of ``process_group``.
 
-    ``x`` holds this rank's contiguous slice of the classes along ``dim`` (rank order); it
-    may also be a ``DTensor`` sharded on ``dim`` (then ``process_group`` is taken from its
-    mesh and the result is a replicated ``DTensor``).  The value, identical on every rank,
-    and the gradient (this rank's slice of ``p - y``) equal those of the unsplit loss.
-    ``return_prediction`` returns this rank's slice of the prediction.  ``softcap`` caps the
-    local scores first, as in the unsplit loss.  ``class_offset``: the global index of this
-    rank's first class, if the caller wants it checked (then on every rank): the slices must
-    be contiguous in rank order and cover ``[0, K)``.  The first round checks that the ranks
-    agree on the call (module docstring) and raises the same ``ValueError`` on every rank
-    where they do not.  See the module docstring for targets, weights and the communication.
+    .. math::
+
+        \ell(\theta, y) = \sum_r \Big(\langle \theta_r, p_r - y_r\rangle
+        + \beta \sum_{j \in \text{slice } r} q_j \big[f(y_j / q_j) - f(p_j / q_j)\big]\Big),
+        \qquad \nabla_{\theta_r} \ell = p_r - y_r,
+
+    with :math:`\theta_r, p_r, y_r` rank :math:`r`'s slices of the scores, the prediction and the
+    target, and the prediction's threshold :math:`\tau` found from all-reduced partial sums (module
+    docstring): the value, identical on every rank, and the gradient (this rank's slice of
+    :math:`p - y`) equal those of the unsplit loss, and the logits are never gathered.  The first
+    round checks that the ranks agree on the call and raises the same ``ValueError`` on every rank
+    where they do not.
+
+    Args:
+        x: this rank's contiguous slice of the classes along ``dim`` (in rank order), or a
+            ``DTensor`` sharded on ``dim`` (then its mesh gives the group and the result is a
+            replicated ``DTensor``).
+        target: global class indices (the same on every rank), this rank's slice of probability
+            vectors, or (``multilabel=True``) this rank's slice of 0/1 label sets.
+        mapping: as in :func:`softargmax.losses.fenchel_young_loss` (with ``"entmax"``, ``alpha=``
+            may also be a per-row tensor, a constant here). Default: ``"entmax15"``.
+        process_group: the ``torch.distributed`` group over which the classes are split.
+            Default: ``None`` (the default group).
+        dim, q, temperature, multilabel, ignore_index, reduction, label_smoothing, \*\*mapping_params:
+            as in :func:`softargmax.losses.fenchel_young_loss` (``q``: this rank's slice).
+        weight: per-class weights, this rank's slice :math:`(k_r)` or all :math:`(K)`. Default: ``None``.
+        return_prediction: also return this rank's slice of the prediction (detached). Default: ``False``.
+        softcap: :math:`c > 0` caps the local scores as :math:`c \tanh(x / c)` first, as in the
+            unsplit loss. Default: ``None``.
+        class_offset: the global index of this rank's first class, checked (give it on every rank
+            or on none): the slices must be contiguous in rank order and cover :math:`[0, K)`.
+            Default: ``None``.
+
+    Returns:
+        the loss, identical on every rank (a scalar, or the rows' shape for ``reduction="none"``),
+        and with ``return_prediction`` this rank's slice of the prediction.
+
+    Shape:
+        - x: :math:`(*, k_r, *)`, this rank's :math:`k_r` classes along ``dim``.
+        - target: class indices of ``x``'s shape without ``dim``, or this rank's slice of
+          probabilities or label sets (``x``'s shape).
+        - Output: :math:`()` for ``"mean"`` and ``"sum"``; ``x``'s shape without ``dim`` for ``"none"``.
+
+    Examples:
+        One process is a group of one (under ``torchrun``, every rank runs the same lines with its
+        own slice; the distributed guide has a two-process example):
+
+        >>> import torch, torch.distributed as dist, softargmax as sa
+        >>> from softargmax.losses import distributed
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> x = torch.tensor([[1.0, 0.5, -1.0], [0.2, 0.1, 3.0]], requires_grad=True)
+        >>> y = torch.tensor([0, 2])
+        >>> loss = distributed.fenchel_young_loss(x, y, "entmax15")
+        >>> torch.allclose(loss, sa.entmax15_loss(x, y))  # the unsplit loss
+        True
+        >>> loss.backward()
+        >>> torch.allclose(x.grad, (sa.entmax15(x) - torch.eye(3)[y]) / 2)  # (p - y) / rows
+        True
+        >>> dist.destroy_process_group()
+
+    References:
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
+
+        Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan
+        Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+        Parallelism*, 2019, https://arxiv.org/abs/1909.08053
     """
     return vocab_parallel_loss(x, target, mapping, mapping_params, LossOptions.of(locals()))
 
@@ -201,17 +258,67 @@ def linear_fenchel_young_loss(
     class_offset: Optional[int] = None,
     **mapping_params: Any,
 ) -> Tensor:
-    r""":func:`softargmax.losses.linear.linear_fenchel_young_loss` with ``weight`` ``[k_r, d]`` (and ``bias``
-    ``[k_r]``) holding this rank's rows of the output projection.
+    r"""The fused linear loss (:func:`softargmax.linear_fenchel_young_loss`) with the projection split by rank.
 
-    The chunks are those of one rank with the full vocabulary (default: as many tokens as
-    ``memory_budget`` allows for ``K`` columns, ``K`` the global vocabulary), so no rank ever holds more
-    than ``chunk × k_r`` logits.  The gradient of ``hidden`` is summed over the group in the
-    backward (``hidden`` is replicated, as the input of a column-parallel linear layer); the
-    gradients of ``weight`` and ``bias`` are this rank's rows.  Soft targets are this rank's
-    slice ``[..., k_r]``; ``class_weight`` is ``[k_r]`` or ``[K]``.  ``class_offset`` and the
-    first round's checks: as in :func:`fenchel_young_loss` (the ranks must also agree on
-    ``chunk_size`` and ``memory_budget``, which set the chunks).
+    .. math::
+
+        \theta_r = W_r h + b_r, \qquad \nabla_{W_r} \ell = (p_r - y_r)\, h^\top, \qquad
+        \nabla_h \ell = \sum_r W_r^\top (p_r - y_r),
+
+    with :math:`W_r, b_r` this rank's :math:`k_r` rows of the projection: the loss of
+    :func:`fenchel_young_loss` over the logits :math:`\theta_r`, computed chunk by chunk as the
+    one-process fused loss does, so that no rank holds more than chunk :math:`\times k_r` logits.
+    The gradient of ``hidden`` is summed over the group in the backward (``hidden`` is replicated,
+    as the input of a column-parallel linear layer); those of ``weight`` and ``bias`` are this
+    rank's rows.
+
+    Args:
+        hidden: the features, the same on every rank.
+        weight: this rank's rows :math:`(k_r, d)` of the output projection.
+        target: global class indices, or this rank's slice of probability vectors or label sets.
+        bias: this rank's :math:`(k_r)` entries of the bias, optional. Default: ``None``.
+        mapping: as in :func:`softargmax.losses.fenchel_young_loss`. Default: ``"entmax15"``.
+        chunk_size: tokens per chunk. Default: ``None``, as many as ``memory_budget`` allows for
+            :math:`K` columns (the chunks of one rank with the whole vocabulary).
+        process_group: the group over which the rows are split. Default: ``None`` (the default group).
+        q, temperature, multilabel, ignore_index, label_smoothing, memory_budget, \*\*mapping_params:
+            as in :func:`softargmax.losses.linear.linear_fenchel_young_loss`.
+        reduction: ``"mean"`` or ``"sum"`` (per-token losses need every class on one process).
+            Default: ``"mean"``.
+        class_weight: per-class weights, this rank's slice :math:`(k_r)` or all :math:`(K)`.
+            Default: ``None``.
+        softcap: as in :func:`fenchel_young_loss`. Default: ``None``.
+        class_offset: as in :func:`fenchel_young_loss` (the ranks must also agree on
+            ``chunk_size`` and ``memory_budget``, which set the chunks). Default: ``None``.
+
+    Returns:
+        the loss, a scalar identical on every rank.
+
+    Shape:
+        - hidden: :math:`(*, d)`.
+        - weight: :math:`(k_r, d)`; bias: :math:`(k_r)`.
+        - target: class indices :math:`(*)`, or this rank's slice of probabilities :math:`(*, k_r)`.
+        - Output: :math:`()`.
+
+    Examples:
+        >>> import torch, torch.distributed as dist, softargmax as sa
+        >>> from softargmax.losses import distributed
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> _ = torch.manual_seed(0)
+        >>> hidden, weight = torch.randn(6, 4), torch.randn(10, 4)
+        >>> y = torch.randint(0, 10, (6,))
+        >>> loss = distributed.linear_fenchel_young_loss(hidden, weight, y, chunk_size=4)
+        >>> torch.allclose(loss, sa.entmax15_loss(hidden @ weight.T, y))  # the materialized logits
+        True
+        >>> dist.destroy_process_group()
+
+    References:
+        Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
+        JMLR 2020, https://arxiv.org/abs/1901.02324
+
+        Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan
+        Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+        Parallelism*, 2019, https://arxiv.org/abs/1909.08053
     """
     options = LossOptions.of(locals(), weight=class_weight)
     return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
