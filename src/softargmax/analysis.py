@@ -47,6 +47,9 @@ def alphas(model: nn.Module) -> dict[str, Tensor]:
     Returns:
         ``{module name: α per head}``, each a tensor of shape ``(num_heads,)``.
 
+    Shape:
+        - Output: each value :math:`(H)`, one α per head.
+
     Examples:
         >>> import torch, softargmax as sa
         >>> layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=4)
@@ -74,6 +77,9 @@ def collect_attention(model: nn.Module, run: Callable[[], object]) -> dict[str, 
 
     Returns:
         ``{module name: weights [B, H, L, S]}``, detached.
+
+    Shape:
+        - Output: each value :math:`(B, H, L, S)`: batch, heads, queries, keys.
 
     Raises:
         ValueError: the model has no sparse attention module.

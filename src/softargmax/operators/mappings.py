@@ -63,11 +63,14 @@ def resolve(mapping: Union[str, Divergence], alpha: Union[float, Tensor, None] =
 
     Args:
         mapping: one of :data:`MAPPING_NAMES`, ``"alpha"``, or a :class:`~softargmax.divergences.Divergence`.
-        alpha: α of ``"entmax"`` / ``"alpha"`` (required there); other mappings ignore it, once
-            checked to be a valid α > 0. Default: ``None``.
+        alpha: α of ``"entmax"`` / ``"alpha"`` (required there): a number, or a tensor of one α per row;
+            other mappings ignore it, once checked to be a valid α > 0. Default: ``None``.
 
     Returns:
         the :class:`~softargmax.divergences.Divergence`.
+
+    Shape:
+        - alpha: a number, or a tensor broadcastable to the scores with size 1 along the normalized dimension.
 
     Examples:
         >>> from softargmax.operators.mappings import resolve
