@@ -91,17 +91,11 @@ class LinearFY(torch.autograd.Function):
             total = total + (loss if w is None else loss * w).sum()
             scale = (1.0 / denom) if w is None else (w / denom).unsqueeze(1)
             G = G.mul_(scale)
+            backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
+                           None if gh is None else gh[start:end], gw, gb)
+            del G
             if softcap is not None:
-                G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
-                del t
-            Gm = G.to(hidden2d.dtype)
-            if gh is not None:  # need_h
-                torch.mm(Gm, weight, out=gh[start:end])
-            if gw is not None:  # need_w
-                accumulate_weight_grad(gw, Gm, h)
-            if gb is not None:  # need_b
-                gb.add_(G.sum(0))
-            del G, Gm
+                del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
         ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None or bias is None else gb.to(bias.dtype))
         return total / denom
 
@@ -114,6 +108,23 @@ class LinearFY(torch.autograd.Function):
         for g in (gh, gw, gb):
             out.append(None if g is None else g * scale.to(g.dtype))
         return out[0], out[1], out[2], None, None, None, None, None
+
+
+def backprop_chunk(G: Tensor, tanh: Optional[Tensor], dtype: torch.dtype, weight: Tensor, h: Tensor,
+                   gh: Optional[Tensor], gw: Optional[Tensor], gb: Optional[Tensor]) -> None:
+    """One chunk's gradient ``G = ∂loss/∂logits`` ``[n, V]`` (scaled, float32 or float64) taken back
+    through the output layer: through the soft-cap first when ``tanh`` (``tanh(x/c)`` of the chunk,
+    overwritten) is given, then ``gh = G W`` written into ``gh`` ``[n, d]``, ``gw += Gᵀ h`` and
+    ``gb += Σ G`` (each skipped when ``None``).  ``G`` is overwritten."""
+    if tanh is not None:
+        G.mul_(tanh.mul_(tanh).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
+    Gm = G.to(dtype)
+    if gh is not None:
+        torch.mm(Gm, weight, out=gh)
+    if gw is not None:
+        accumulate_weight_grad(gw, Gm, h)
+    if gb is not None:
+        gb.add_(G.sum(0))
 
 
 def check_linear_arguments(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], reduction: str, rows: str = "vocab",

@@ -39,7 +39,7 @@ from torch.autograd.function import once_differentiable
 
 from .._utils.checks import compute_dtype
 from ..divergences import Divergence
-from ._linear_chunks import accumulate_weight_grad
+from ._linear_chunks import backprop_chunk
 from ._prediction_stats import StatsSink
 from ._rows import RowsCompute, p_minus_y
 from ._targets import Target, rows_of
@@ -161,16 +161,10 @@ class LinearFYPerToken(torch.autograd.Function):
             G = ctx.predictor.gradient(theta, rows_of(ctx.tgt, start, end), tau)
             del theta, z
             G = G.mul_(scale_all[start:end].unsqueeze(1))
+            backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
+                           None if gh is None else gh[start:end], gw, gb)
+            del G
             if softcap is not None:
-                G.mul_(t.mul_(t).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
-                del t
-            Gm = G.to(hidden2d.dtype)
-            if gh is not None:  # need_h
-                torch.mm(Gm, weight, out=gh[start:end])
-            if gw is not None:  # need_w
-                accumulate_weight_grad(gw, Gm, h)
-            if gb is not None:  # need_b
-                gb.add_(G.sum(0))
-            del G, Gm
+                del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
         return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),
                 None, None, None, None, None, None)
