@@ -4,6 +4,12 @@ and ``torch.inference_mode``, one thread.
 
     python benchmarks/run_cpu_per_call.py --label after     # writes benchmarks/results/cpu-per-call-after.json
     python benchmarks/run_cpu_per_call.py --quick           # smoke run, no JSON
+    python benchmarks/run_cpu_per_call.py --label after --merge run1.json run2.json run3.json
+
+``--merge`` combines runs made alternately with the code before and after a change (the
+same script, ``PYTHONPATH`` pointing at each checkout in turn: the load of a shared machine
+then weighs on both alike) into one file: the median over the runs of each per-call median,
+with the smallest and largest beside it.
 
 Every sample times ``--calls`` consecutive calls with the CPU time of this process
 (``time.process_time``): on a shared machine wall-clock medians mostly measure the waits for a
@@ -12,6 +18,7 @@ method), and the table reports the median per call in microseconds.
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -57,12 +64,45 @@ def time_per_call(fns: dict, x, mode: str, calls: int, repeats: int) -> dict:
     return {n: statistics.median(s) * 1e6 for n, s in samples.items()}
 
 
+def merge(paths: list, label: str) -> dict:
+    """One result from several runs' JSON files: per shape, mode and case the median of the runs' medians
+    (``us_per_call``) and their range (``us_per_call_min``, ``us_per_call_max``)."""
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            runs.append(json.load(f))
+    rows = []
+    for i, row in enumerate(runs[0]["rows"]):
+        values = {n: [r["rows"][i]["us_per_call"][n] for r in runs] for n in row["us_per_call"]}
+        assert all(r["rows"][i]["shape"] == row["shape"] and r["rows"][i]["mode"] == row["mode"] for r in runs)
+        rows.append({"shape": row["shape"], "mode": row["mode"],
+                     "us_per_call": {n: statistics.median(v) for n, v in values.items()},
+                     "us_per_call_min": {n: min(v) for n, v in values.items()},
+                     "us_per_call_max": {n: max(v) for n, v in values.items()}})
+    head = {k: v for k, v in runs[0].items() if k not in ("rows", "label")}
+    return {**head, "label": label, "runs": len(runs), "merged_from": [r.get("label") for r in runs], "rows": rows}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--label", default="after")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--merge", nargs="+", metavar="RUN_JSON", help="combine these runs' files instead of measuring")
+    ap.add_argument("--note", default=None, help="a note kept in the JSON (e.g. the commit measured, the load)")
     args = ap.parse_args(argv)
+    if args.merge:
+        result = merge(args.merge, args.label)
+        if args.note:
+            result["note"] = args.note
+        for row in result["rows"]:
+            print(f"{str(tuple(row['shape'])):<12} {row['mode']:<15} " + " ".join(
+                f"{n} {v:.1f} [{row['us_per_call_min'][n]:.1f}-{row['us_per_call_max'][n]:.1f}]"
+                for n, v in row["us_per_call"].items()))
+        path = args.json or os.path.join(RESULTS, f"cpu-per-call-{args.label}.json")
+        save(result, path)
+        print("wrote", path)
+        return 0
     torch.set_num_threads(1)
     torch.manual_seed(0)
     shapes = [(4, 8), (64, 64)] if args.quick else SHAPES
@@ -79,6 +119,8 @@ def main(argv=None):
             print(f"{str(shape):<12} {mode:<15} " + " ".join(f"{v:>20.1f}us" for v in us.values()), flush=True)
     result = {"benchmark": "cpu-per-call", "label": args.label, "device": cpu_model(), "threads": 1,
               "clock": "process CPU time, median of interleaved repeats", **versions(), "rows": rows}
+    if args.note:
+        result["note"] = args.note
     path = args.json or (None if args.quick else os.path.join(RESULTS, f"cpu-per-call-{args.label}.json"))
     if path:
         save(result, path)

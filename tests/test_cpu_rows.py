@@ -163,3 +163,67 @@ def test_environment_switch_disables_the_fused_path():
     proc = _run_python("from softargmax.backends.cpu import rows as _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def _bits(t):
+    """A float tensor's bit pattern (NaN payloads and the sign of zero included)."""
+    return t.contiguous().view({torch.float32: torch.int32, torch.float64: torch.int64}[t.dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 7, 300])
+def test_threshold_converted_in_c_equals_the_tensor_formula(dtype, k):
+    """The C solver writes τ_f = (t + c)/a itself: bit for bit the two tensor operations it replaces."""
+    from softargmax.backends.kinds import KIND_POWER, cpu_parameter
+
+    z = edge_rows(k, dtype, torch.Generator().manual_seed(k))
+    for a, c in [(1.0, 0.0), (1.0, 1.0), (0.5, 1.0), (0.3, 1.0), (0.7, 1.0), (0.05, 1.0), (1e-5, 1.0)]:
+        raw = _cpu_rows._run(z, KIND_POWER, cpu_parameter(a), 0)
+        converted = _cpu_rows._run(z, KIND_POWER, cpu_parameter(a), 0, c)
+        assert torch.equal(_bits(converted.tau), _bits((raw.tau + c) / a)), (a, c)
+        assert torch.equal(_bits(converted.p), _bits(raw.p))
+    # one α per row: (t + 1) / a with a in z's dtype
+    a_rows = torch.linspace(0.05, 1.0, z.shape[0], dtype=torch.float64)
+    raw = _cpu_rows._run(z, KIND_POWER, a_rows, 1)
+    converted = _cpu_rows._run(z, KIND_POWER, a_rows, 1, 1.0)
+    assert torch.equal(_bits(converted.tau), _bits((raw.tau + 1) / a_rows.to(dtype).unsqueeze(1)))
+
+
+@pytest.mark.parametrize("case", COVERED, ids=_ids)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_probabilities_alone_equal_the_solution(case, dtype):
+    """``probabilities`` (p written alone, no weights, thresholds or statuses) is ``solve(...).dense_p()``
+    bit for bit, on one thread and on two (rows above the parallel threshold), and the solution
+    reports bad rows without a reduction over the statuses."""
+    name, params = case
+    div = get_divergence(name, **params)
+    old = torch.get_num_threads()
+    try:
+        for k, threads in [(1, 1), (8, 1), (1000, 1), (5003, 2)]:
+            torch.set_num_threads(threads)
+            z = edge_rows(k, dtype, torch.Generator().manual_seed(k))
+            if k == 5003:
+                z = z.repeat(8, 1)  # 72 rows: above PARALLEL_MIN_ELEMENTS
+            sol = _cpu_rows.solve(z, div)
+            assert torch.equal(_bits(_cpu_rows.probabilities(z, div)), _bits(sol.dense_p()))
+            assert sol.bad_rows is not None and torch.equal(sol.bad_rows.squeeze(1), torch.isnan(sol.p).all(1))
+            good = z[[0, 1, 5, 6, 7, 8]]
+            assert _cpu_rows.solve(good, div).bad_rows is None
+            assert torch.equal(_bits(_cpu_rows.probabilities(good, div)), _bits(_cpu_rows.solve(good, div).dense_p()))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_one_thread_and_two_report_the_same_iterations():
+    z = torch.randn(512, 300, generator=torch.Generator().manual_seed(1)) * 3
+    old = torch.get_num_threads()
+    sols = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            sols.append(_cpu_rows.solve(z, get_divergence("alpha", alpha=1.3)))
+    finally:
+        torch.set_num_threads(old)
+    assert sols[0].iterations == sols[1].iterations > 0
+    for f in ("tau", "p", "s", "s_sum"):
+        assert torch.equal(getattr(sols[0], f), getattr(sols[1], f))

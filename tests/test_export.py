@@ -131,37 +131,44 @@ class _Attention(torch.nn.Module):
 
 
 def test_attention_function_and_module_export_with_dynamic_batch_and_length(ort):
-    """The function with a dynamic batch; the module with a dynamic batch and sequence length."""
+    """The function and the module, each with a dynamic batch and dynamic query and key lengths."""
     D = torch.export.Dim.DYNAMIC
     g = torch.Generator().manual_seed(2)
-    # the functional form with a per-head α and a boolean mask
-    fn = _Attention("entmax", torch.tensor([1.2, 1.5, 2.0]))
-    shapes = ({0: D}, {0: D}, {0: D}, {0: D})
-    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
-    sess = _onnx_session(ort, fn, (q, k, v, torch.ones(2, 1, 5, 5, dtype=torch.bool)), shapes)
-    q, k, v = (torch.randn(3, 3, 5, 4, generator=g) for _ in range(3))
-    mask = torch.rand(3, 1, 5, 5, generator=g) > 0.3
-    mask[0, 0, 2] = False  # a query with every key masked: zero weights, zero output
-    _close(_run(sess, q, k, v, mask)[0], fn(q, k, v, mask))
-    assert torch.all(_run(sess, q, k, v, mask)[0][0, :, 2] == 0)
-    # the module, batch first, with a key padding mask
-    mha = snn.SparseMultiheadAttention(8, 2, batch_first=True, mapping="sparsemax").eval()
+    # the functional form with a boolean mask: a per-head α, a float α and an f-divergence run the
+    # solver's loop (the mask's broadcast checks the lengths: the loop once read a stride there)
+    shapes = ({0: D, 2: D}, {0: D, 2: D}, {0: D, 2: D}, {0: D, 2: D, 3: D})
+    for fn in (_Attention("entmax", torch.tensor([1.2, 1.5, 2.0])), _Attention("entmax", 1.3),
+               _Attention("jensen_shannon")):
+        q = torch.randn(2, 3, 5, 4, generator=g)
+        k, v = (torch.randn(2, 3, 6, 4, generator=g) for _ in range(2))
+        sess = _onnx_session(ort, fn, (q, k, v, torch.ones(2, 1, 5, 6, dtype=torch.bool)), shapes)
+        for batch, L, S in ((3, 7, 9), (1, 2, 11)):
+            q = torch.randn(batch, 3, L, 4, generator=g)
+            k, v = (torch.randn(batch, 3, S, 4, generator=g) for _ in range(2))
+            mask = torch.rand(batch, 1, L, S, generator=g) > 0.3
+            mask[0, 0, 1] = False  # a query with every key masked: zero weights, zero output
+            got = _run(sess, q, k, v, mask)[0]
+            _close(got, fn(q, k, v, mask))
+            assert torch.all(got[0, :, 1] == 0)
+    # the module, batch first, with a key padding mask: sparsemax (sorted) and a learnable α per head (the loop)
+    for options in ({"mapping": "sparsemax"}, {"mapping": "entmax", "alpha": 1.4, "learn_alpha": True}):
+        mha = snn.SparseMultiheadAttention(8, 2, batch_first=True, **options).eval()
 
-    class Wrap(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.mha = mha
+        class Wrap(torch.nn.Module):
+            def __init__(self, mha):
+                super().__init__()
+                self.mha = mha
 
-        def forward(self, x, pad):
-            return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+            def forward(self, x, pad):
+                return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
 
-    x = torch.randn(2, 5, 8, generator=g)
-    sess = _onnx_session(ort, Wrap(), (x, torch.zeros(2, 5, dtype=torch.bool)), ({0: D, 1: D}, {0: D, 1: D}))
-    x = torch.randn(4, 9, 8, generator=g)
-    pad = torch.zeros(4, 9, dtype=torch.bool)
-    pad[1, 6:] = True
-    with torch.no_grad():
-        _close(_run(sess, x, pad)[0], Wrap()(x, pad))
+        x = torch.randn(2, 5, 8, generator=g)
+        sess = _onnx_session(ort, Wrap(mha), (x, torch.zeros(2, 5, dtype=torch.bool)), ({0: D, 1: D}, {0: D, 1: D}))
+        x = torch.randn(4, 9, 8, generator=g)
+        pad = torch.zeros(4, 9, dtype=torch.bool)
+        pad[1, 6:] = True
+        with torch.no_grad():
+            _close(_run(sess, x, pad)[0], Wrap(mha)(x, pad))
 
 
 @pytest.mark.parametrize("act", ["sparsemax", "entmax15"])

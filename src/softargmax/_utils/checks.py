@@ -74,7 +74,7 @@ def check_tau(tau: object, x: Optional[Tensor] = None, name: str = "tau") -> Uni
             check_broadcastable(tau, x, name, "x")
             tau = check_device(tau, x, name)
         t = tau.detach()
-        if values_checkable(t) and t.numel() and not bool(torch.isfinite(t).all()):
+        if values_checkable(t) and t.numel() and not _all_finite(t):
             raise ValueError(f"{name} must be finite, got values in [{t.min().item()}, {t.max().item()}]")
         return tau
     return check_real(tau, name, "a finite number or a floating-point tensor")
@@ -128,12 +128,21 @@ def check_alpha(alpha: object, name: str = "alpha", minimum: float = 1.0, strict
     return alpha
 
 
+def _all_finite(t: Tensor) -> bool:
+    """Whether every value of ``t`` is finite (one value: read as a number, three tensor operations less)."""
+    return math.isfinite(t.item()) if t.numel() == 1 else bool(torch.isfinite(t).all())
+
+
 def check_broadcastable(t: Tensor, x: Tensor, name: str, what: str = "the input's shape") -> None:
     """``ValueError`` unless ``t`` broadcasts to ``x``'s shape (without enlarging it)."""
-    try:
-        ok = torch.broadcast_shapes(t.shape, x.shape) == x.shape
-    except RuntimeError:
-        ok = False
+    ts, xs = tuple(t.shape), tuple(x.shape)
+    if all(type(n) is int for n in ts + xs):  # plain sizes: compared here (torch.broadcast_shapes costs ~10 us)
+        ok = len(ts) <= len(xs) and all(a == b or a == 1 for a, b in zip(reversed(ts), reversed(xs)))
+    else:  # symbolic sizes (compiling, exporting): PyTorch's rule, with its guards
+        try:
+            ok = torch.broadcast_shapes(ts, xs) == x.shape
+        except RuntimeError:
+            ok = False
     if not ok:
         raise ValueError(f"{name} of shape {tuple(t.shape)} is not broadcastable to {what} {tuple(x.shape)}")
 

@@ -27,6 +27,12 @@ class Rows:
         self.dtype = dtype or compute_dtype(x.dtype)
         self.k = x.shape[dim]
         self.last = dim == x.dim() - 1
+        if self.last and x.dim() == 2 and x.dtype == self.dtype and x.is_contiguous():
+            # already the rows (the common small call): no reshape, no copy
+            self.moved_shape = x.shape
+            self.R = x.shape[0] if self.k else 0
+            self.flat = x
+            return
         moved = x if self.last else x.movedim(dim, -1)
         self.moved_shape = moved.shape
         self.R = moved.numel() // self.k if self.k else 0
@@ -43,7 +49,7 @@ class Rows:
         return flat if flat.is_contiguous() else flat.contiguous()
 
     def restore(self, t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
-        out = t.reshape(self.moved_shape)
+        out = t if t.shape == self.moved_shape else t.reshape(self.moved_shape)
         if not self.last:
             out = out.movedim(-1, self.dim)
         dtype = dtype or self.in_dtype

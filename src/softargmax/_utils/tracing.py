@@ -7,12 +7,15 @@ read tensor values now (not while tracing, not during CUDA-graph capture, not on
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
+from torch.nn import Parameter
 
 __all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "graph_mode", "onnx_capture", "use_custom_ops",
-           "values_checkable"]
+           "values_checkable", "without_autograd"]
 
 
 #: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
@@ -71,3 +74,29 @@ def values_checkable(t: Tensor) -> bool:
     if compiling() or _is_jit_tracing() or t.device.type == "meta":
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def without_autograd(*tensors: Optional[Tensor]) -> bool:
+    """Whether an eager call may compute its forward alone, without an autograd function.
+
+    True when no argument needs a gradient (grad mode is off, under ``torch.no_grad`` and
+    ``torch.inference_mode``, or no tensor requires one), every tensor argument is a plain
+    ``torch.Tensor`` or ``nn.Parameter`` (no subclass: ``DTensor``, fake tensors, tensors with
+    ``__torch_function__``), no ``torch.func`` transform is active and no forward-mode AD level
+    is open.  Then the autograd function's ``apply`` would only have run its forward (its
+    outputs need no graph), and its errors under those transforms are kept by not taking
+    this way.  ``None`` arguments are skipped; the caller has checked that the call is eager
+    (:func:`graph_mode`).
+    """
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not Tensor and type(t) is not Parameter:
+            return False
+        if grad and t.requires_grad:
+            return False
+    return forward_ad._current_level < 0 and not _functorch_active()

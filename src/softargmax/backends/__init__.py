@@ -23,7 +23,7 @@ from .cpu import rows as _cpu_rows
 from .solution import Solution
 from .triton import rows as _triton_rows
 
-__all__ = ["select", "solve", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]
+__all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -68,6 +68,20 @@ def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     """A fused :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` with ``q = 1``, or ``None``."""
     backend = select(z, div)
     return None if backend is None else backend.solve(z, div)
+
+
+def probabilities(z: Tensor, div: Divergence) -> Optional[Tensor]:
+    """The dense ``[R, k]`` output of a fused solver alone (NaN in rows with NaN or ``+inf``), as
+    ``solve(z, div).dense_p()``, or ``None`` where no fused solver covers it.  On the CPU the C
+    solver then writes ``p`` alone (for callers that need no gradient)."""
+    backend = select(z, div)
+    if backend is None:
+        return None
+    if backend is _cpu_rows:
+        return _cpu_rows.probabilities(z, div)
+    sol = backend.solve(z, div)
+    assert sol is not None  # select() said that this backend covers the call
+    return sol.dense_p()
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor) -> Optional[Solution]:

@@ -29,8 +29,8 @@ KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
 #: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`)
 KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
 
-#: a fused row solver, ``run(z, kind, a, a_stride)`` (module docstring)
-FusedRun = Callable[[Tensor, int, Tensor, int], Solution]
+#: a fused row solver, ``run(z, kind, a, a_stride[, offset])`` (module docstring; the offset: :func:`solve_with`)
+FusedRun = Callable[..., Solution]
 
 
 def kind_of(div: Divergence) -> tuple[Optional[int], Optional[float]]:
@@ -46,33 +46,45 @@ def kind_of(div: Divergence) -> tuple[Optional[int], Optional[float]]:
 
 
 def solve_with(run: FusedRun, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64,
-               device: Union[str, torch.device] = "cpu") -> Optional[Solution]:
+               device: Union[str, torch.device] = "cpu", converts_tau: bool = False) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
 
     ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
     copied from the host, so a CUDA graph can capture it; on the CPU one tensor per value is
-    kept, the fill cost a microsecond of every small call)."""
+    kept, the fill cost a microsecond of every small call).  ``converts_tau``: ``run`` takes
+    a fifth argument, the offset ``c`` of the power kind (``None`` for the other kinds), and
+    returns ``τ_f = (t + c)/a`` itself, computed in ``z``'s dtype as the two tensor operations
+    here would (the C solver: two operations less per call)."""
     kind, a = kind_of(div)
     if kind is None:
         return None
     value = 1.0 if a is None else a
     if str(device) == "cpu":
-        a_t = _CPU_PARAMETERS.get((value, a_dtype))
-        if a_t is None:
-            if len(_CPU_PARAMETERS) >= 64:  # many distinct α (one per step of a schedule): stay bounded
-                _CPU_PARAMETERS.clear()
-            a_t = _CPU_PARAMETERS[(value, a_dtype)] = torch.full((1,), value, dtype=a_dtype)
+        a_t = cpu_parameter(value, a_dtype)
     else:
         a_t = torch.full((1,), value, dtype=a_dtype, device=device)
+    offset = div.hints.power_offset if kind == KIND_POWER else None
+    if converts_tau:
+        return run(z, kind, a_t, 0, offset)
     sol = run(z, kind, a_t, 0)
-    if kind == KIND_POWER:
+    if offset is not None:
         assert a is not None  # the power kind carries its exponent a = α - 1
-        sol.tau = (sol.tau + div.hints.power_offset) / a
+        sol.tau = (sol.tau + offset) / a
     return sol
 
 
 #: the one-element parameter tensors the CPU solver reads, by ``(value, dtype)`` (never written)
-_CPU_PARAMETERS: dict = {}
+_CPU_PARAMETERS: dict[tuple[float, torch.dtype], Tensor] = {}
+
+
+def cpu_parameter(value: float, dtype: torch.dtype = torch.float64) -> Tensor:
+    """The one-element CPU tensor holding ``value`` that the C solver reads as ``a`` (kept, never written)."""
+    a_t = _CPU_PARAMETERS.get((value, dtype))
+    if a_t is None:
+        if len(_CPU_PARAMETERS) >= 64:  # many distinct α (one per step of a schedule): stay bounded
+            _CPU_PARAMETERS.clear()
+        a_t = _CPU_PARAMETERS[(value, dtype)] = torch.full((1,), value, dtype=dtype)
+    return a_t
 
 
 def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64) -> bool:
@@ -83,13 +95,15 @@ def alpha_rows_covered(z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.
 
 
 def solve_alpha_rows_with(run: FusedRun, z: Tensor, alpha2d: Tensor, a_dtype: torch.dtype = torch.float64,
-                          checked: bool = False) -> Optional[Solution]:
+                          checked: bool = False, converts_tau: bool = False) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``) by ``run``, or ``None`` if some α is outside (1, 2]
-    (``checked``: :func:`alpha_rows_covered` already said yes)."""
+    (``checked``: :func:`alpha_rows_covered` already said yes; ``converts_tau``: as for :func:`solve_with`)."""
     if not checked and not alpha_rows_covered(z, alpha2d, a_dtype):
         return None
     a = alpha2d.detach().reshape(-1).to(a_dtype) - 1
     a = a.contiguous()
+    if converts_tau:
+        return run(z, KIND_POWER, a, 1, 1.0)
     sol = run(z, KIND_POWER, a, 1)
     sol.tau = (sol.tau + 1) / a.to(z.dtype).unsqueeze(1)
     return sol

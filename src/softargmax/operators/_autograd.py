@@ -163,6 +163,62 @@ def _with_weights(sol: Solution, alpha: float) -> Solution:
     return sol
 
 
+def _rows_of(x: Tensor, q: Optional[Tensor], divergence: Optional[Divergence], temperature: float,
+             dim: int) -> tuple[Rows, Tensor]:
+    """``(rows, z)``: the row layout of ``x`` and the scores the solver reads (divided by the temperature)."""
+    rows = None
+    if x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and temperature == 1.0:
+        # a fast path that reads and writes half rows as they are (the GPU kernels, float32
+        # inside) saves the conversion passes over the input and the output
+        rows = Rows(x, dim, dtype=x.dtype)
+        if _kernels.select(rows.flat, divergence, q=q) is None:
+            rows = None
+    if rows is None:
+        rows = Rows(x, dim)
+    z = rows.flat
+    if temperature != 1.0:
+        # shift before scaling: x / β would round large scores before the solver shifts them
+        m = z.amax(-1, keepdim=True)
+        z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
+    return rows, z
+
+
+def _solve(rows: Rows, z: Tensor, q: Optional[Tensor], alpha: Optional[Tensor],
+           divergence: Optional[Divergence]) -> tuple[Solution, Optional[Tensor], Optional[Tensor]]:
+    q2d = rows.class_param(q) if q is not None else None
+    alpha2d = None
+    if alpha is not None:
+        alpha2d = rows.row_param(alpha.detach(), "alpha")
+        sol = solve_grouped(z, alpha2d)
+    else:
+        assert divergence is not None  # alpha or divergence names the mapping
+        sol = solve(z, divergence, q2d)
+    return sol, q2d, alpha2d
+
+
+def solve_rows(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
+               temperature: float, dim: int) -> tuple[Rows, Solution, Optional[Tensor], Optional[Tensor]]:
+    """The forward of :class:`NormalizedMapping`: ``(rows, solution, q2d, alpha2d)`` for ``x`` along ``dim``."""
+    rows, z = _rows_of(x, q, divergence, temperature, dim)
+    return (rows, *_solve(rows, z, q, alpha, divergence))
+
+
+def normalized_forward(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
+                       temperature: float, dim: int) -> Tensor:
+    """``NormalizedMapping.apply``'s output computed without the autograd function, for calls that
+    need no gradient (:func:`softargmax._utils.tracing.without_autograd`): the same solver and the
+    same output, with no ``ctx`` kept; a fused solver writes the output alone
+    (:func:`softargmax.backends.probabilities`)."""
+    rows, z = _rows_of(x, q, divergence, temperature, dim)
+    if q is None and alpha is None:
+        assert divergence is not None  # alpha or divergence names the mapping
+        p = _kernels.probabilities(z, divergence)
+        if p is not None:
+            return rows.restore(p)
+    sol = _solve(rows, z, q, alpha, divergence)[0]
+    return rows.restore(sol.dense_p())
+
+
 class NormalizedMapping(torch.autograd.Function):
     """``p = q ⊙ g(x/β - τ)`` with ``Σ p = 1`` along ``dim``; see the module docstring."""
 
@@ -177,28 +233,7 @@ class NormalizedMapping(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                 temperature: float, dim: int) -> Tensor:
-        rows = None
-        if x.dtype in (torch.float16, torch.bfloat16) and divergence is not None and temperature == 1.0:
-            # a fast path that reads and writes half rows as they are (the GPU kernels, float32
-            # inside) saves the conversion passes over the input and the output
-            rows = Rows(x, dim, dtype=x.dtype)
-            if _kernels.select(rows.flat, divergence, q=q) is None:
-                rows = None
-        if rows is None:
-            rows = Rows(x, dim)
-        z = rows.flat
-        if temperature != 1.0:
-            # shift before scaling: x / β would round large scores before the solver shifts them
-            m = z.amax(-1, keepdim=True)
-            z = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / temperature
-        q2d = rows.class_param(q) if q is not None else None
-        alpha2d = None
-        if alpha is not None:
-            alpha2d = rows.row_param(alpha.detach(), "alpha")
-            sol = solve_grouped(z, alpha2d)
-        else:
-            assert divergence is not None  # alpha or divergence names the mapping
-            sol = solve(z, divergence, q2d)
+        rows, sol, q2d, alpha2d = solve_rows(x, q, alpha, divergence, temperature, dim)
         ctx.rows, ctx.sol, ctx.q2d, ctx.alpha2d = rows, sol, q2d, alpha2d
         ctx.temperature = temperature
         ctx.x_dtype = x.dtype

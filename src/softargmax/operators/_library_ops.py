@@ -31,9 +31,9 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_dim, check_q, check_tensor
-from .._utils.tracing import CUSTOM_OPS, GRAPH, LIBRARY_OPS, graph_mode
+from .._utils.tracing import CUSTOM_OPS, GRAPH, LIBRARY_OPS, graph_mode, without_autograd
 from ..divergences import Divergence, get_divergence, spec_of
-from ._autograd import NormalizedMapping
+from ._autograd import NormalizedMapping, normalized_forward
 from ._traceable import normalized_graph
 from .alpha_relu import AlphaReLUFunction
 from .normmax import normmax_eager
@@ -121,9 +121,10 @@ def _normalized_grad(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
 
 def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],
                temperature: float, dim: int) -> Tensor:
-    """``NormalizedMapping.apply`` in eager mode; the ``softargmax::normalized`` operator while compiling
-    or exporting; PyTorch's own operators (:func:`~softargmax.operators._traceable.normalized_graph`)
-    when the graph is recorded for ONNX or ``torch.jit.trace``."""
+    """``NormalizedMapping.apply`` in eager mode (its forward alone, :func:`normalized_forward`, when no
+    gradient is needed); the ``softargmax::normalized`` operator while compiling or exporting;
+    PyTorch's own operators (:func:`~softargmax.operators._traceable.normalized_graph`) when the graph
+    is recorded for ONNX or ``torch.jit.trace``."""
     mode = graph_mode()
     if mode == GRAPH:
         return normalized_graph(x, q, alpha, divergence, temperature, dim)
@@ -131,6 +132,8 @@ def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergen
         spec = divergence_spec(divergence)
         if spec is not None:
             return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
+    elif without_autograd(x, q, alpha):  # eager, no gradient: the forward without the autograd function's cost
+        return normalized_forward(x, q, alpha, divergence, temperature, dim)
     return NormalizedMapping.apply(x, q, alpha, divergence, temperature, dim)
 
 

@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 from .. import backends as _kernels
 from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
 from .._utils.rows import sum_to
-from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode
+from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode, without_autograd
 
 __all__ = ["alpha_relu", "alpha_relu_graph"]
 
@@ -42,6 +42,38 @@ def power_of_base(t: Tensor, a: float) -> Tensor:
     if a == 2.0:
         return torch.sqrt(t)
     return t ** (1.0 / a)
+
+
+def power_of_base_(t: Tensor, a: float) -> Tensor:
+    """:func:`power_of_base` in place on ``t`` (a tensor the caller owns): the same operations, one allocation less."""
+    if a == 1.0:
+        return t
+    if a == 0.5:
+        return t.mul_(t)
+    if a == 2.0:
+        return t.sqrt_()
+    return t.pow_(1.0 / a)
+
+
+def relu_base(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:
+    r""":math:`[(\alpha - 1) x - \tau]_+` in the compute dtype, a new tensor."""
+    dtype = compute_dtype(x.dtype)
+    a = alpha - 1.0
+    xc = x if x.dtype == dtype else x.to(dtype)
+    t = torch.mul(xc, a) if a != 1.0 else xc.clone()
+    return t.sub_(tau.to(dtype) if isinstance(tau, Tensor) else tau).relu_()  # relu_ is clamp_min_(0), the cheapest call
+
+
+def alpha_relu_forward(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:
+    """:class:`AlphaReLUFunction`'s output without the autograd function, for calls that need no
+    gradient (:func:`softargmax._utils.tracing.without_autograd`): the same operations, the power
+    taken in place."""
+    if not isinstance(tau, Tensor):
+        y = _kernels.alpha_relu_forward(x, alpha, tau)
+        if y is not None:
+            return y
+    p = power_of_base_(relu_base(x, tau, alpha), alpha - 1.0)
+    return p.to(x.dtype) if p.dtype != x.dtype else p
 
 
 def alpha_relu_graph(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Tensor:
@@ -110,12 +142,8 @@ class AlphaReLUFunction(torch.autograd.Function):
                 ctx.save_for_backward(x)
                 ctx.kernel_tau = tau
                 return y
-        dtype = compute_dtype(x.dtype)
-        a = alpha - 1.0
-        xc = x.to(dtype)
-        t = torch.mul(xc, a) if a != 1.0 else xc.clone()
-        t.sub_(tau.to(dtype) if isinstance(tau, Tensor) else tau).clamp_(min=0)
-        p = power_of_base(t, a)
+        t = relu_base(x, tau, alpha)
+        p = power_of_base(t, alpha - 1.0)
         ctx.save_for_backward(t)
         return p.to(x.dtype) if p.dtype != x.dtype else p
 
@@ -200,4 +228,6 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         return alpha_relu_graph(x, alpha, tau)
     if not isinstance(tau, Tensor) and mode == LIBRARY_OPS:  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)
+    if mode != LIBRARY_OPS and without_autograd(x, tau if isinstance(tau, Tensor) else None):
+        return alpha_relu_forward(x, tau, alpha)  # no gradient: the forward without the autograd function's cost
     return AlphaReLUFunction.apply(x, tau, alpha)

@@ -129,21 +129,39 @@ def repeat(step: Callable[..., tuple[Tensor, ...]], state: tuple[Tensor, ...], s
            consts: tuple[Tensor, ...] = (), loop: bool = True) -> tuple[Tensor, ...]:
     """``state = step(*state, *consts)`` ``steps`` times (``consts``: the tensors the step reads).
 
+    The state is one value per row (tensors of one shape ``[..., 1]``); each constant broadcasts
+    to the rows with its own last dimension (the scores ``[..., k]``, ``q``, one α per row).
     While ``torch.onnx.export`` captures a model it is one ``while_loop`` (an ONNX ``Loop``
     node), so the graph holds one step whatever their number; elsewhere (eager calls,
     ``torch.jit.trace``, which has no loop of its own, and the decompositions of an exported
     program, where torch 2.13 fails to lift the loop's captured tensors) the steps run, and
     are recorded, one after the other.  ``loop=False`` always unrolls (a step that reads tensors
     held by a Python object, such as one α per row, which the loop cannot capture).
+
+    The loop carries every tensor flattened to one dimension and the step sees ``[rows, width]``
+    views of them: a stride of a tensor crossing into the loop could otherwise equal a dynamic
+    size (``k``, the row length, is the first stride of ``[..., k]`` rows), and where the program
+    checks that size (a mask that broadcasts, a shape test) the loop's body reads the stride
+    (``aten.sym_stride``), which ONNX has not.  A one-dimensional contiguous tensor has stride 1.
     """
     if _while_loop is None or not loop or not onnx_capture():
         for _ in range(steps):
             state = step(*state, *consts)
         return state
     n = len(state)
+    shape = state[0].shape
+    lead = shape[:-1]
+    flat_state = tuple(t.reshape(-1) for t in state)
+    flat_consts = tuple(c.expand(*lead, c.shape[-1]).reshape(-1) if c.dim() else c for c in consts)
+
+    def body(i: Tensor, *a: Tensor) -> tuple[Tensor, ...]:
+        rows = a[0].shape[0]
+        full = tuple(t.view(rows, -1) if t.dim() else t for t in a)  # [rows, width]: no size of the outer graph
+        return (i + 1, *(t.reshape(-1) for t in step(*full)))
+
     start = torch.zeros((), dtype=torch.int64, device=state[0].device)
-    out = _while_loop(lambda i, *a: i < steps, lambda i, *a: (i + 1, *step(*a)), (start, *state), tuple(consts))
-    return tuple(out[1 : n + 1])
+    out = _while_loop(lambda i, *a: i < steps, body, (start, *flat_state), flat_consts)
+    return tuple(t.reshape(shape) for t in out[1 : n + 1])
 
 
 def _power_rows(zs: Tensor, a: float, q: Optional[Tensor], iterations: int) -> Tensor:

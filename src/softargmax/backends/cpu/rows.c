@@ -259,36 +259,74 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
     return 0;                                                                                    \
 }                                                                                                \
                                                                                                  \
-/* Solve rows [0, R) of z.  a: per-row exponents (a_stride 0: one for all rows).  Returns    \
-   the most Newton steps any row took (-1: no memory); status[r] as described at the top. */  \
+/* Solve rows [r0, r1) with the thread's buffers: buf (2 (k + PAD) doubles), idx (k + PAD), and  \
+   srow (k entries, for s when s is NULL).  Returns the most Newton steps of those rows;       \
+   *bad |= 1 if one of them has status 2. */                                                     \
+static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, const double *a, \
+                                long a_stride, T *p, T *s, T *tau, T *ssum, int8_t *status,     \
+                                int convert, double offset, double *buf, int32_t *idx, T *srow, \
+                                int *bad) {                                                      \
+    int most = 0, any_bad = 0;                                                                   \
+    for (long r = r0; r < r1; r++) {                                                             \
+        int it = 0;                                                                              \
+        T tau_r, ssum_r;                                                                         \
+        const T *zr = z + r * k;                                                                 \
+        T *pr = p + r * k, *sr = s ? s + r * k : srow;                                           \
+        const double ar = a[r * a_stride];                                                       \
+        const int st = kind == KIND_POWER                                                        \
+            ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it) \
+            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, &it);                \
+        /* tau_f = (tau + c) / a computed in T, as PyTorch computes it on a T tensor */           \
+        if (convert && kind == KIND_POWER) tau_r = (T)(tau_r + (T)offset) / (T)ar;                \
+        if (tau) tau[r] = tau_r;                                                                 \
+        if (ssum) ssum[r] = ssum_r;                                                              \
+        if (status) status[r] = (int8_t)st;                                                      \
+        any_bad |= st == 2;                                                                      \
+        most = it > most ? it : most;                                                            \
+    }                                                                                            \
+    *bad |= any_bad;                                                                             \
+    return most;                                                                                 \
+}                                                                                                \
+                                                                                                 \
+/* Solve rows [0, R) of z.  a: per-row exponents (a_stride 0: one for all rows).  convert: for \
+   KIND_POWER, write tau_f = (t + offset)/a (in T) instead of t.  s, tau, ssum and status may  \
+   be NULL (not written: a caller that needs p alone).  Returns 2 * (the most Newton steps    \
+   any row took) + (1 if some row has status 2), or -1 (no memory); status[r] as described at \
+   the top.  One thread solves without entering an OpenMP parallel region. */                 \
 int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, long a_stride,    \
-                      T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads) {              \
-    int most = 0, failed = 0;                                                                    \
-    if (nthreads < 1) nthreads = 1;                                                              \
-    _Pragma("omp parallel num_threads(nthreads) reduction(max : most) reduction(| : failed)")  \
-    {                                                                                            \
-        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double));                \
+                      T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads, int convert,  \
+                      double offset) {                                                           \
+    int most = 0, failed = 0, bad = 0;                                                           \
+    const size_t srow_size = s ? 0 : (size_t)k * sizeof(T);                                      \
+    if (nthreads <= 1) {                                                                         \
+        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double) + srow_size);    \
         int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
-        if (!buf || !idx) {                                                                      \
-            failed = 1;                                                                          \
-        } else {                                                                                 \
-            _Pragma("omp for schedule(static)")                                                  \
-            for (long r = 0; r < R; r++) {                                                       \
-                int it = 0;                                                                      \
-                const T *zr = z + r * k;                                                         \
-                T *pr = p + r * k, *sr = s + r * k;                                              \
-                const int st = kind == KIND_POWER                                                \
-                    ? row_power_##SUFFIX(zr, k, a[r * a_stride], pr, sr, tau + r, ssum + r,      \
-                                         buf, buf + k + PAD, idx, &it)                           \
-                    : row_dense_##SUFFIX(zr, k, kind, pr, sr, tau + r, ssum + r, buf, &it);      \
-                status[r] = (int8_t)st;                                                          \
-                most = it > most ? it : most;                                                    \
-            }                                                                                    \
+        if (!buf || !idx) failed = 1;                                                            \
+        else most = solve_range_##SUFFIX(z, 0, R, k, kind, a, a_stride, p, s, tau, ssum, status, \
+                                         convert, offset, buf, idx, (T *)(buf + 2 * (k + PAD)), &bad); \
+        free(buf);                                                                               \
+        free(idx);                                                                               \
+        return failed ? -1 : 2 * most + bad;                                                     \
+    }                                                                                            \
+    _Pragma("omp parallel num_threads(nthreads) reduction(max : most) reduction(| : failed, bad)") \
+    {                                                                                            \
+        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double) + srow_size);    \
+        int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
+        const int ok = buf && idx;                                                               \
+        if (!ok) failed = 1;                                                                     \
+        /* every thread meets the worksharing loop, also one whose buffers failed */             \
+        _Pragma("omp for schedule(static)")                                                      \
+        for (long r = 0; r < R; r++) {                                                           \
+            if (!ok) continue;                                                                   \
+            const int it = solve_range_##SUFFIX(z, r, r + 1, k, kind, a, a_stride, p, s, tau,    \
+                                                ssum, status, convert, offset, buf, idx,         \
+                                                (T *)(buf + 2 * (k + PAD)), &bad);               \
+            most = it > most ? it : most;                                                        \
         }                                                                                        \
         free(buf);                                                                               \
         free(idx);                                                                               \
     }                                                                                            \
-    return failed ? -1 : most;                                                                   \
+    return failed ? -1 : 2 * most + bad;                                                         \
 }
 
 DEFINE_ROWS(float, f32, (double)FLT_EPSILON)

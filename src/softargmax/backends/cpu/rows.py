@@ -47,11 +47,11 @@ import torch
 from torch import Tensor
 
 from ...divergences import Divergence
-from ..kinds import alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
+from ..kinds import alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
 from ..switch import Switch
 
-__all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows"]
+__all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows", "probabilities"]
 
 SOURCE = Path(__file__).with_name("rows.c")
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-fopenmp", "-std=c99"]
@@ -114,6 +114,8 @@ def _build() -> Path:
 
 
 def _load() -> Union[ctypes.CDLL, Literal[False]]:
+    if _loaded:  # built and opened once: no lock on every call
+        return _loaded[0]
     with _lock:
         if not _loaded:
             _loaded.append(_open())
@@ -129,7 +131,7 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
                            ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double]
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -187,33 +189,57 @@ def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
     return not bool((a < MIN_A.get(z.dtype, 1.0)).any())
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int) -> Solution:
+def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional[Tensor], tau: Optional[Tensor],
+          ssum: Optional[Tensor], status: Optional[Tensor], offset: Optional[float]) -> int:
+    """One call of the C solver on the rows of ``z``, writing ``p`` (and ``s``, ``tau``, ``ssum``, ``status``
+    unless ``None``); with an ``offset`` (the power kind) ``τ_f = (t + offset)/a`` in ``z``'s dtype.
+    Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
+    threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
+    lib = _load()
+    assert lib  # _usable() loaded it
+    fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
+    ret: int = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(),
+             None if s is None else s.data_ptr(), None if tau is None else tau.data_ptr(),
+             None if ssum is None else ssum.data_ptr(), None if status is None else status.data_ptr(),
+             threads, offset is not None, 0.0 if offset is None else offset)
+    if ret < 0:
+        raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
+    return ret
+
+
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float] = None) -> Solution:
+    """Solve the rows of ``z`` (:func:`~softargmax.backends.kinds.solve_with`'s ``run``).  With an
+    ``offset`` (the power kind) the C code writes ``τ_f = (t + offset)/a`` in ``z``'s dtype."""
+    R = z.shape[0]
     p = torch.empty_like(z)
     s = torch.empty_like(z)
     tau = torch.empty(R, 1, dtype=z.dtype)
     ssum = torch.empty(R, 1, dtype=z.dtype)
     status = torch.empty(R, dtype=torch.int8)
-    threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
-    lib = _load()
-    assert lib  # _usable() loaded it
-    fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
-    it = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(), s.data_ptr(), tau.data_ptr(),
-            ssum.data_ptr(), status.data_ptr(), threads)
-    if it < 0:
-        raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
-    bad = None
-    if R and int(status.max()) == 2:
-        bad = (status == 2).unsqueeze(1)
-    return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=it,
-                    backend="cpu")
+    ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset)
+    # the low bit: some row has NaN or +inf (status 2), so no reduction over status is needed
+    bad = (status == 2).unsqueeze(1) if ret & 1 else None
+    return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=z.shape[1], bad_rows=bad,
+                    iterations=ret >> 1, backend="cpu", nan_written=True)  # the C code writes NaN into p in bad rows
+
+
+def probabilities(z: Tensor, div: Divergence) -> Tensor:
+    """``solve(z, div).dense_p()`` alone: the C solver writes ``p`` (NaN in rows with NaN or
+    ``+inf``) and no Jacobian weights, thresholds or statuses, for callers that need no
+    gradient.  The caller has checked that the operator is covered (:func:`softargmax.backends.select`)."""
+    kind, a = kind_of(div)
+    assert kind is not None  # covered (the caller asked select())
+    p = torch.empty_like(z)
+    _call(z, kind, cpu_parameter(1.0 if a is None else a), 0, p, None, None, None, None, None)
+    return p
 
 
 def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
-    return solve_with(_run, z, div)
+    return solve_with(_run, z, div, converts_tau=True)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
@@ -223,4 +249,4 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
         return None
     if not checked and not covers_alpha_rows(z, alpha2d):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d, checked=True)
+    return solve_alpha_rows_with(_run, z, alpha2d, checked=True, converts_tau=True)
