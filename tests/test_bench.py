@@ -46,7 +46,10 @@ def test_median_times_are_interleaved_and_ordered():
     assert ms["nothing"] < ms["sleep"] and 2.5 < ms["sleep"] < 50
 
 
-@pytest.mark.parametrize("case", [("attention", "entmax15", 64, 2, 1), ("fused", "fused", 64, 16, 500, 1, 1)])
+@pytest.mark.parametrize("case", [("attention", "entmax15", 64, 2, 1), ("fused", "fused", 64, 16, 500, 1, 1),
+                                  pytest.param(("fused", "torch", 64, 16, 500, 1, 1, "kl"), marks=pytest.mark.skipif(
+                                      not hasattr(torch.nn.functional, "linear_cross_entropy"),
+                                      reason="F.linear_cross_entropy: PyTorch >= 2.13"))])
 def test_memory_cases_run_in_a_fresh_process(case):
     from softargmax.bench.memory import measure
 

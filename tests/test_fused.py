@@ -163,3 +163,64 @@ def test_gpu_weight_gradient_uses_half_gemm_with_float32_accumulation():
     hd, Wd = h.detach().double().requires_grad_(), W.detach().double().requires_grad_()
     (ref,) = torch.autograd.grad(sa.entmax15_loss(hd @ Wd.T, t), Wd)
     torch.testing.assert_close(gw.double(), ref, rtol=2e-2, atol=1e-5)
+
+
+# the names of torch.nn.functional.linear_cross_entropy (PyTorch 2.13): linear_weight, linear_bias, weight as class
+# weights (class_weight here), ignore_index=None for -100; mapping="kl" is its cross-entropy
+TORCH_LINEAR_CE = getattr(torch.nn.functional, "linear_cross_entropy", None)
+
+
+@pytest.mark.skipif(TORCH_LINEAR_CE is None, reason="torch.nn.functional.linear_cross_entropy needs PyTorch >= 2.13")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("options", [{}, {"class_weight": True}, {"label_smoothing": 0.2}, {"ignore_index": None},
+                                     {"ignore_index": 3}])
+def test_torch_linear_cross_entropy_call(reduction, options):
+    g = torch.Generator().manual_seed(1)
+    N, d, V = 13, 6, 9
+    h = torch.randn(N, d, dtype=F64, generator=g).requires_grad_()
+    W = torch.randn(V, d, dtype=F64, generator=g).requires_grad_()
+    b = torch.randn(V, dtype=F64, generator=g).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+    ignored = options.get("ignore_index", -100)
+    t[2] = -100 if ignored is None else ignored   # None means -100, as in linear_cross_entropy
+    t[5] = 3
+    cw = torch.rand(V, dtype=F64, generator=g) + 0.5
+    ours_options = {k: (cw if k == "class_weight" else v) for k, v in options.items()}
+    torch_options = {("weight" if k == "class_weight" else k): v for k, v in ours_options.items()}
+    ours = sa.linear_fenchel_young_loss(h, linear_weight=W, target=t, linear_bias=b, mapping="kl", chunk_size=4,
+                                        reduction=reduction, **ours_options)
+    ref = TORCH_LINEAR_CE(h, W, t, linear_bias=b, reduction=reduction, **torch_options)
+    if "label_smoothing" in options:
+        # the Fenchel-Young loss is KL(y || softmax): cross-entropy less the entropy of the smoothed target y, a
+        # constant (the loss is 0 where the prediction equals y); the gradients are the same
+        eps = options["label_smoothing"]
+        y = torch.full((V,), eps / V, dtype=F64) + (1 - eps) * torch.eye(V, dtype=F64)[0]
+        entropy = -(y * y.log()).sum() * (t != -100)
+        ref = ref - {"none": entropy, "sum": entropy.sum(), "mean": entropy.sum() / (t != -100).sum()}[reduction]
+    torch.testing.assert_close(ours, ref)
+    upstream = torch.rand_like(ref) + 0.5
+    for a, c in zip(torch.autograd.grad((ours * upstream).sum(), (h, W, b)),
+                    torch.autograd.grad((ref * upstream).sum(), (h, W, b))):
+        torch.testing.assert_close(a, c)
+    # the earlier names give the same loss
+    torch.testing.assert_close(sa.linear_fenchel_young_loss(h, W, t, b, "kl", 4, reduction=reduction, **ours_options),
+                               ours)
+
+
+def test_projection_names():
+    g = torch.Generator().manual_seed(2)
+    h, W, b = torch.randn(5, 4, generator=g), torch.randn(7, 4, generator=g), torch.randn(7, generator=g)
+    t = torch.randint(0, 7, (5,), generator=g)
+    expected = sa.entmax15_loss(h @ W.T + b, t)
+    for call in ({"weight": W, "bias": b}, {"linear_weight": W, "linear_bias": b}, {"weight": W, "linear_bias": b},
+                 {"linear_weight": W, "bias": b}):
+        torch.testing.assert_close(sa.linear_fenchel_young_loss(h, target=t, **call), expected)
+    # a call ported from linear_cross_entropy with class weights as weight=: the error says where they go
+    with pytest.raises(TypeError, match="class_weight"):
+        sa.linear_fenchel_young_loss(h, linear_weight=W, target=t, weight=torch.ones(7))
+    with pytest.raises(TypeError, match="linear_bias and bias"):
+        sa.linear_fenchel_young_loss(h, W, t, b, linear_bias=b)
+    with pytest.raises(TypeError, match="linear_weight"):
+        sa.linear_fenchel_young_loss(h, target=t)
+    with pytest.raises(TypeError, match="target"):
+        sa.linear_fenchel_young_loss(h, W)

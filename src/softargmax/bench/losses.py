@@ -1,5 +1,6 @@
 """The loss benchmark: forward+backward of every loss against ``F.cross_entropy`` in one run, and the
-fused linear + loss against ``linear`` followed by the loss (time and peak memory)."""
+fused linear + loss against ``linear`` followed by the loss and against PyTorch's own
+``F.linear_cross_entropy`` (time and peak memory)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,45 @@ def fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repeats: in
     return case
 
 
+def torch_fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repeats: int = 3,
+                     log: Callable[[str], object] = print) -> Optional[dict[str, Any]]:
+    """Our fused linear + KL loss (softmax's Fenchel–Young loss, the cross-entropy) vs PyTorch's own
+    ``F.linear_cross_entropy`` (PyTorch 2.13 or later; ``None`` before): time and extra peak memory.
+
+    PyTorch's chunked path (``options=LinearCrossEntropyOptions()``) is the baseline; its reference path
+    (``options=None``: the logits materialized) is recorded beside it.  Each variant runs in a fresh process
+    (:mod:`.memory`), as in :func:`fused_case`.
+    """
+    import torch.nn.functional as F
+
+    if not hasattr(F, "linear_cross_entropy"):
+        log(f"F.linear_cross_entropy: not in PyTorch {torch.__version__} (new in 2.13): not compared")
+        return None
+    N, d, V = shape
+    res = {variant: measure("fused", variant, N, d, V, threads, repeats, "kl")
+           for variant in ("torch", "fused", "torch_reference")}
+    case = {
+        "op": "linear+kl_loss (fused)",
+        "shape": [N, d, V],
+        "dtype": "float32",
+        "pass": "fwd+bwd",
+        "ms": round(res["fused"]["ms"], 2),
+        "baseline": "F.linear_cross_entropy (chunked: options=LinearCrossEntropyOptions())",
+        "baseline_ms": round(res["torch"]["ms"], 2),
+        "ratio": round(res["fused"]["ms"] / res["torch"]["ms"], 3),
+        "peak_mb": round(res["fused"]["peak_mb"], 1),
+        "baseline_peak_mb": round(res["torch"]["peak_mb"], 1),
+        "memory_ratio": round(res["fused"]["peak_mb"] / max(res["torch"]["peak_mb"], 1e-9), 3),
+        "torch_reference_ms": round(res["torch_reference"]["ms"], 2),
+        "torch_reference_peak_mb": round(res["torch_reference"]["peak_mb"], 1),
+    }
+    log(f"{case['op']:<30} {str(tuple(shape)):<20} {case['ms']:>9.1f} ms vs {case['baseline_ms']:.1f} ms "
+        f"({case['ratio']:.2f}x F.linear_cross_entropy chunked; {case['torch_reference_ms']:.1f} ms unchunked); "
+        f"peak +{case['peak_mb']:.0f} MB vs +{case['baseline_peak_mb']:.0f} MB "
+        f"(+{case['torch_reference_peak_mb']:.0f} MB unchunked)")
+    return case
+
+
 def run_losses(shapes: Optional[Iterable[Sequence[int]]] = None, threads: Optional[int] = 2, repeats: int = 20,
                warmup: int = 3, with_package: bool = True, fused: bool = True,
                fused_shape: Sequence[int] = FUSED_SHAPE, seed: int = 0,
@@ -118,6 +158,9 @@ def run_losses(shapes: Optional[Iterable[Sequence[int]]] = None, threads: Option
             log(ratio_row(case))
     if fused:
         cases.append(fused_case(fused_shape, threads or torch.get_num_threads(), log=log))
+        torch_case = torch_fused_case(fused_shape, threads or torch.get_num_threads(), log=log)
+        if torch_case is not None:
+            cases.append(torch_case)
     return {
         "device": device_name(torch.device("cpu")),
         **versions(),

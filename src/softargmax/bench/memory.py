@@ -6,8 +6,10 @@ A fresh process per case makes the peak resident memory of the call its own
 
 * ``fused VARIANT N d V THREADS REPEATS [MAPPING [CHUNK]]``: ``linear_fenchel_young_loss(h, W, t, MAPPING,
   chunk_size=CHUNK)`` (``VARIANT=fused``) or ``fenchel_young_loss(h @ W.T, t, MAPPING)`` (``unfused``, the
-  logits materialized); ``MAPPING`` defaults to ``entmax15``, ``CHUNK`` to the fused loss's own choice; also
-  the median time of ``REPEATS`` more calls;
+  logits materialized); ``MAPPING`` defaults to ``entmax15``, ``CHUNK`` to the fused loss's own choice;
+  ``VARIANT=torch`` is PyTorch's chunked ``F.linear_cross_entropy(h, W, t,
+  options=LinearCrossEntropyOptions())`` and ``torch_reference`` its reference path (``options=None``),
+  both PyTorch 2.13 or later (``MAPPING`` ignored); also the median time of ``REPEATS`` more calls;
 * ``attention VARIANT L HEADS THREADS``: causal self-attention (batch 1, 64 features per head),
   ``VARIANT`` one of ``sdpa``, ``softmax``, ``sparsemax``, ``entmax15``, ``entmax_per_head``.
 """
@@ -48,8 +50,11 @@ def _fused(variant: str, N: int, d: int, V: int, repeats: int, mapping: str = "e
     def run() -> None:
         if variant == "fused":
             loss = sa.linear_fenchel_young_loss(h, W, t, mapping=mapping, chunk_size=chunk)
-        else:
+        elif variant == "unfused":
             loss = sa.fenchel_young_loss(h @ W.T, t, mapping)
+        else:  # PyTorch's own linear + cross-entropy, chunked or not
+            options = torch.nn.LinearCrossEntropyOptions() if variant == "torch" else None
+            loss = F.linear_cross_entropy(h, W, t, options=options)
         torch.autograd.grad(loss, (h, W))
 
     peak = peak_growth_mb(run)
@@ -83,6 +88,8 @@ def measure(case: str, *args: object) -> dict[str, Any]:
 def main(argv: Sequence[str]) -> None:
     case, variant, *rest = argv
     if case == "fused":
+        if variant not in ("fused", "unfused", "torch", "torch_reference"):
+            raise SystemExit(f"fused: VARIANT must be fused, unfused, torch or torch_reference, got {variant!r}")
         N, d, V, threads, repeats = map(int, rest[:5])
         mapping = rest[5] if len(rest) > 5 else "entmax15"
         chunk = int(rest[6]) if len(rest) > 6 else None

@@ -127,6 +127,29 @@ def backprop_chunk(G: Tensor, tanh: Optional[Tensor], dtype: torch.dtype, weight
         gb.add_(G.sum(0))
 
 
+def projection_arguments(weight: Optional[Tensor], linear_weight: Optional[Tensor], bias: Optional[Tensor],
+                         linear_bias: Optional[Tensor], target: object,
+                         ignore_index: Optional[int]) -> tuple[Tensor, Optional[Tensor], object, int]:
+    """The projection, bias, target and ``ignore_index`` of the fused loss under either set of names:
+    ``weight``/``bias`` (this library's) or ``linear_weight``/``linear_bias`` (those of
+    ``torch.nn.functional.linear_cross_entropy``); ``ignore_index=None`` is ``-100``, as there.
+
+    A projection given under both names is a ``TypeError``: it is what porting a call of
+    ``linear_cross_entropy(..., weight=class_weights)`` gives, where ``weight`` means the class
+    weights (``class_weight`` here)."""
+    for name, given, alias in (("weight", weight, linear_weight), ("bias", bias, linear_bias)):
+        if given is not None and alias is not None:
+            raise TypeError(f"linear_{name} and {name} both given: they are two names of the projection's {name} "
+                            f"(linear_{name} as in torch.nn.functional.linear_cross_entropy); give one.  "
+                            "Class weights, linear_cross_entropy's weight=, are class_weight= here")
+    weight = linear_weight if weight is None else weight
+    if weight is None:
+        raise TypeError("linear_weight (or weight), the [V, d] output projection, is required")
+    if target is None:
+        raise TypeError("target is required")
+    return weight, linear_bias if bias is None else bias, target, -100 if ignore_index is None else ignore_index
+
+
 def check_linear_arguments(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], reduction: str, rows: str = "vocab",
                            reductions: tuple[str, ...] = ("mean", "sum")) -> None:
     """The argument checks of the fused linear + loss (``rows``: what ``weight``'s rows are, for the message;

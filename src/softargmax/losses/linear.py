@@ -66,7 +66,14 @@ from torch import Tensor
 from .._utils.checks import check_positive_number, compute_dtype
 from .._utils.rows import MetaRows
 from ..divergences import Divergence
-from ._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
+from ._linear_chunks import (
+    LinearFY,
+    check_chunking,
+    check_linear_arguments,
+    chunk_tokens,
+    projection_arguments,
+    target_rows,
+)
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
 from ._options import LossOptions, LossOutput
 from ._prediction_stats import PredictionStats, StatsSink
@@ -82,16 +89,18 @@ __all__ = ["linear_fenchel_young_loss", "PredictionStats"]
 
 def linear_fenchel_young_loss(
     hidden: Tensor,
-    weight: Tensor,
-    target: Union[Tensor, tuple[Tensor, Tensor]],
+    weight: Optional[Tensor] = None,
+    target: Optional[Union[Tensor, tuple[Tensor, Tensor]]] = None,
     bias: Optional[Tensor] = None,
     mapping: Union[str, Divergence] = "entmax15",
     chunk_size: Optional[int] = None,
     *,
+    linear_weight: Optional[Tensor] = None,
+    linear_bias: Optional[Tensor] = None,
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
     multilabel: bool = False,
-    ignore_index: int = -100,
+    ignore_index: Optional[int] = -100,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     class_weight: Optional[Tensor] = None,
@@ -114,13 +123,30 @@ def linear_fenchel_young_loss(
     ...)``; the gradients are computed in the forward, one chunk of tokens at a time, so the
     ``[tokens, V]`` logits are never held at once (the module docstring).
 
+    The arguments follow ``torch.nn.functional.linear_cross_entropy`` (PyTorch 2.13):
+    ``linear_fenchel_young_loss(h, W, t, mapping="kl")`` equals ``linear_cross_entropy(h, W, t)``
+    (with ``label_smoothing`` ε, less the entropy of the smoothed target, a constant: the
+    Fenchel–Young loss is :math:`\mathrm{KL}(y \,\|\, \mathrm{softmax}(\theta))`, zero where the
+    prediction equals the target; the gradients are the same), and its projection and bias may be given as ``linear_weight=`` and ``linear_bias=``.  Two names
+    differ, kept from earlier releases: the projection may also be given as ``weight`` (the second
+    positional argument), so the class weights that ``linear_cross_entropy`` calls ``weight`` are
+    ``class_weight`` here (giving both ``weight`` and ``linear_weight`` is a ``TypeError`` that says
+    so), and the features are ``hidden`` (``input`` there).
+
     Args:
         hidden: ``[..., d]`` features.
-        weight: ``[V, d]`` output projection (as in ``torch.nn.Linear``).
+        weight: ``[V, d]`` output projection (as in ``torch.nn.Linear``); or give it as
+            ``linear_weight``. Required under one of the two names (the default ``None`` is
+            there for ``linear_weight``).
         target: class indices ``[...]``, probability vectors ``[..., V]``, label sets
             with ``multilabel=True``, or a teacher's top-k as a pair ``(probs, indices)`` of
-            ``[..., k]`` tensors (as ``torch.topk`` returns them; see the module docstring).
-        bias: optional ``[V]``. Default: ``None``.
+            ``[..., k]`` tensors (as ``torch.topk`` returns them; see the module docstring). Required
+            (its default ``None`` is there for the keyword call of ``linear_cross_entropy``).
+        bias: optional ``[V]``; or give it as ``linear_bias``. Default: ``None``.
+        linear_weight, linear_bias: ``weight`` and ``bias`` under the names of
+            ``torch.nn.functional.linear_cross_entropy``. Default: ``None``.
+        ignore_index: as in :func:`softargmax.losses.fenchel_young_loss`; ``None`` means ``-100``, as in
+            ``linear_cross_entropy``. Default: ``-100``.
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`.
         chunk_size: tokens per chunk; default: as many as ``memory_budget`` allows (:func:`chunk_tokens`).
         class_weight: per-class weights (the ``weight`` option of the unfused loss). Default: ``None``.
@@ -128,7 +154,7 @@ def linear_fenchel_young_loss(
             unfused loss.
         memory_budget: bytes for one chunk's buffers; default :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
         reduction: ``"mean"`` (default), ``"sum"``, or ``"none"`` (per-token losses; see the module docstring).
-        q, temperature, multilabel, ignore_index, label_smoothing, \*\*mapping_params:
+        q, temperature, multilabel, label_smoothing, \*\*mapping_params:
             as in :func:`softargmax.losses.fenchel_young_loss`.
         process_group: a ``torch.distributed`` process group over which the vocabulary is
             split: ``weight`` (and ``bias``) hold this rank's contiguous rows
@@ -169,10 +195,20 @@ def linear_fenchel_young_loss(
         ...                sa.fenchel_young_loss(logits, labels, "entmax15"))
         True
 
+        The call of ``torch.nn.functional.linear_cross_entropy``, with the mapping of softmax:
+
+        >>> bias = torch.randn(30)
+        >>> kl = sa.linear_fenchel_young_loss(hidden, linear_weight=weight, target=labels, linear_bias=bias,
+        ...                                   mapping="kl")
+        >>> torch.allclose(kl, torch.nn.functional.cross_entropy((hidden @ weight.T + bias).transpose(1, 2), labels))
+        True
+
     References:
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
+    weight, bias, target, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, target,
+                                                              ignore_index)
     if not isinstance(return_stats, bool):
         raise TypeError(f"return_stats must be True or False, got {return_stats!r}")
     topk = isinstance(target, tuple)

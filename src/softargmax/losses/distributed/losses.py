@@ -16,7 +16,14 @@ from ..._utils.rows import MetaRows, Rows
 from ...divergences import Divergence
 from ...operators._dtensor import is_dtensor
 from .._fenchel_young import SavedGradientLoss
-from .._linear_chunks import LinearFY, check_chunking, check_linear_arguments, chunk_tokens, target_rows
+from .._linear_chunks import (
+    LinearFY,
+    check_chunking,
+    check_linear_arguments,
+    chunk_tokens,
+    projection_arguments,
+    target_rows,
+)
 from .._options import LossOptions, LossOutput
 from .._row_losses import resolve_loss
 from .._rows import RowLoss
@@ -239,17 +246,19 @@ class _CopyToParallel(torch.autograd.Function):
 
 def linear_fenchel_young_loss(
     hidden: Tensor,
-    weight: Tensor,
-    target: Tensor,
+    weight: Optional[Tensor] = None,
+    target: Optional[Tensor] = None,
     bias: Optional[Tensor] = None,
     mapping: Union[str, Divergence] = "entmax15",
     chunk_size: Optional[int] = None,
     *,
+    linear_weight: Optional[Tensor] = None,
+    linear_bias: Optional[Tensor] = None,
     process_group: Optional[ProcessGroup] = None,
     q: Optional[Tensor] = None,
     temperature: float = 1.0,
     multilabel: bool = False,
-    ignore_index: int = -100,
+    ignore_index: Optional[int] = -100,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     class_weight: Optional[Tensor] = None,
@@ -274,9 +283,16 @@ def linear_fenchel_young_loss(
 
     Args:
         hidden: the features, the same on every rank.
-        weight: this rank's rows :math:`(k_r, d)` of the output projection.
+        weight: this rank's rows :math:`(k_r, d)` of the output projection; or give them as
+            ``linear_weight``. Required under one of the two names (the default ``None`` is
+            there for ``linear_weight``).
         target: global class indices, or this rank's slice of probability vectors or label sets.
-        bias: this rank's :math:`(k_r)` entries of the bias, optional. Default: ``None``.
+            Required (its default ``None`` is there for the keyword call of ``linear_cross_entropy``).
+        bias: this rank's :math:`(k_r)` entries of the bias, optional; or give them as ``linear_bias``.
+            Default: ``None``.
+        linear_weight, linear_bias: ``weight`` and ``bias`` under the names of
+            ``torch.nn.functional.linear_cross_entropy``, as in
+            :func:`softargmax.losses.linear.linear_fenchel_young_loss`. Default: ``None``.
         mapping: as in :func:`softargmax.losses.fenchel_young_loss`. Default: ``"entmax15"``.
         chunk_size: tokens per chunk. Default: ``None``, as many as ``memory_budget`` allows for
             :math:`K` columns (the chunks of one rank with the whole vocabulary).
@@ -310,6 +326,8 @@ def linear_fenchel_young_loss(
         >>> loss = distributed.linear_fenchel_young_loss(hidden, weight, y, chunk_size=4)
         >>> torch.allclose(loss, sa.entmax15_loss(hidden @ weight.T, y))  # the materialized logits
         True
+        >>> torch.equal(loss, distributed.linear_fenchel_young_loss(hidden, linear_weight=weight, target=y, chunk_size=4))
+        True
         >>> dist.destroy_process_group()
 
     References:
@@ -320,6 +338,8 @@ def linear_fenchel_young_loss(
         Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
         Parallelism*, 2019, https://arxiv.org/abs/1909.08053
     """
+    weight, bias, target, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, target,
+                                                              ignore_index)
     options = LossOptions.of(locals(), weight=class_weight)
     return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
 
