@@ -115,7 +115,7 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                 case = {"op": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "pass": "fwd+bwd",
                         "ms": round(ms, 4), "softmax_ms": round(times["softmax"], 4),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
-                        "gbps": round(gbps, 1), "bw_fraction": round(gbps / copy_gbps, 3),
+                        "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),  # 3 significant digits: tiny on a CPU, never 0
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)
