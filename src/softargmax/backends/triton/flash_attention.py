@@ -36,6 +36,7 @@ from torch.autograd.function import once_differentiable
 
 from ..._utils.extras import LazyModule
 from ..switch import Switch
+from .launch import current_attention, merged
 
 __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
 
@@ -72,12 +73,15 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     up to ``D = 64``, 32×32 at ``D = 128``; float32 inputs: 32×32.  Chosen from the sm_90
     register reports of the compile test (no spills, or a few dozen bytes; 64×64 tiles
     spilled hundreds; float32 at ``D = 128`` still spills ~0.5 KiB); GPU timings are owed.
-    Under the interpreter 16×16 (small test sizes still span several tiles)."""
+    Under the interpreter 16×16 (small test sizes still span several tiles).  A tuning run
+    replaces them (:func:`softargmax.backends.triton.launch.overridden`)."""
     if device.type != "cuda":
-        return 16, 16, 4
-    if dtype == torch.float32:
-        return 32, 32, 8
-    return (64, 32, 8) if head_dim <= 64 else (32, 32, 8)
+        chosen = (16, 16, 4)
+    elif dtype == torch.float32:
+        chosen = (32, 32, 8)
+    else:
+        chosen = (64, 32, 8) if head_dim <= 64 else (32, 32, 8)
+    return merged(current_attention(), chosen)
 
 
 # -- coverage --------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from ...divergences import Divergence
 from ..kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
 from ..switch import Switch
+from .launch import current_rows
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
            "alpha_relu_forward", "alpha_relu_backward"]
@@ -129,14 +130,24 @@ def _tile(k: int) -> tuple[int, int, int]:
 
     About 8 scores per thread (16 at ``BLOCK = 16384``); several rows per program up to
     ``BLOCK = 1024``.  Chosen from ptxas register reports for sm_90 (no spills, or a few
-    bytes for the shortest rows), not from timings.
+    bytes for the shortest rows), not from timings; a tuning run replaces ``ROWS`` and the
+    warps (:func:`softargmax.backends.triton.launch.overridden`).
     """
     block = max(16, 1 << (k - 1).bit_length())
     if block <= 128:
-        return 1024 // block, block, 4
-    if block <= 1024:
-        return 2048 // block, block, 8
-    return 1, block, min(32, block // 256)
+        rows, warps = 1024 // block, 4
+    elif block <= 1024:
+        rows, warps = 2048 // block, 8
+    else:
+        rows, warps = 1, min(32, block // 256)
+    override = current_rows()
+    return override.rows_per_program or rows, block, override.warps or warps
+
+
+def _long_launch() -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and 16 warps, or a tuning run's."""
+    override = current_rows()
+    return override.long_block or LONG_BLOCK, override.long_warps or 16
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, exact: int = 0) -> Solution:
@@ -160,8 +171,9 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, e
     else:
         cap = CAP if kind == KIND_POWER else 1
         scratch = torch.empty(R, cap, dtype=torch.float32, device=z.device)
+        block, warps = _long_launch()
         K.solve_long_rows[(R,)](z, p, tau, ssum, status, zp, omega, a, scratch, k, a_stride, tol, MAX_ITER, omega_c,
-                                KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK, CAP=cap, num_warps=16)
+                                KIND=kind, EXACT=exact, BLOCK=block, CAP=cap, num_warps=warps)
     bad = (status == 2).unsqueeze(1)  # always a tensor: testing it for "none" would synchronize
 
     def jvp(v: Tensor, scale: float) -> Tensor:
@@ -182,8 +194,9 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, 
         K.jvp_block_rows[(_cdiv(R, rows),)](p, v, g, a, R, k, a_stride, scale, KIND=kind, EXACT=exact,
                                                   ROWS=rows, BLOCK=block, num_warps=warps)
     else:
-        K.jvp_long_rows[(R,)](p, v, g, a, k, a_stride, scale, KIND=kind, EXACT=exact, BLOCK=LONG_BLOCK,
-                              num_warps=16)
+        block, warps = _long_launch()
+        K.jvp_long_rows[(R,)](p, v, g, a, k, a_stride, scale, KIND=kind, EXACT=exact, BLOCK=block,
+                              num_warps=warps)
     return g
 
 
