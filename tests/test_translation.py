@@ -607,3 +607,30 @@ def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys)
         main(["reproduce", "lm", "--preset", "smoke", "--runs", "kl:1", "--out", "/nonexistent/x"])
     sums = [float(torch.tensor(v, dtype=torch.float32)) for v in (1.0, 0.999999, 1.2345678, 0.0)]
     assert unpack(pack(sums, "float32")) == sums and unpack(pack([0, 9999, 3], "int32")) == [0, 9999, 3]
+
+
+@needs_data
+def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path):
+    import shutil
+
+    from softargmax.experiments import translation
+
+    base, one, _ = split_runs
+    out = tmp_path / "devices"
+    shutil.copytree(base / "one" / "records", out / "records")
+    for seed in (1, 2):  # softmax's runs on another GPU: 2 runs on each device, softmax's (the first run's) chosen
+        path = out / "records" / f"alpha_relu-seed{seed}.json"
+        rec = json.loads(path.read_text())
+        rec["environment"]["device"] = "cuda (NVIDIA H200)"
+        path.write_text(json.dumps(rec))
+    res = translation.rebuild(out, log=lambda *a: None)
+    S, st = res["systems"], res["settings"]
+    assert st["device"] == one["settings"]["device"] and st["devices"] == {st["device"]: 2, "cuda (NVIDIA H200)": 2}
+    assert S["softmax"]["seconds_per_step"] == one["systems"]["softmax"]["seconds_per_step"]
+    assert S["alpha_relu"]["timed_seeds"] == [] and "seconds_per_step" not in S["alpha_relu"]
+    assert "seconds_per_step_vs_softmax" not in S["alpha_relu"] and "inference_normalized" not in S["alpha_relu"]
+    assert S["alpha_relu"]["bleu"] == one["systems"]["alpha_relu"]["bleu"]  # the other numbers are all there
+    report = (out / "report.md").read_text()
+    assert "| 1.5-ReLU | — | — | — | " in report and "- D2: cuda (NVIDIA H200) (2 runs; " in report
+    assert "Times are compared only between runs on the same device: these are from the 2 runs on " in report
+    assert "trains as fast as softmax (at most 1.1× its time per step): not tested (no runs of both" in report

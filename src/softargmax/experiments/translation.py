@@ -1074,6 +1074,11 @@ def _fmt(v: Optional[float], nd: int = 2) -> str:
     return "—" if v is None else f"{v:.{nd}f}"
 
 
+def _times(v: Optional[float]) -> str:
+    """``1.05×``, or ``—`` when there is no ratio."""
+    return "—" if v is None else f"{v:.2f}×"
+
+
 def _pm(rec: dict, key: str, scale: float = 1.0, nd: int = 2) -> str:
     """``mean ± std`` over seeds when the record has a ``*_std``, else the value (``—`` when it has none)."""
     if key not in rec:
@@ -1181,7 +1186,7 @@ def render_report(results: dict, figures: list) -> str:
     for s, rec in S.items():
         ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
         lines.append(f"| {_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
-                     f"{_fmt(rec.get('seconds_per_step_vs_softmax'))}× | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
+                     f"{_times(rec.get('seconds_per_step_vs_softmax'))} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
     lines += ["", "## Empty translations (Table 2)", "",
               f"Share of dev sentences ({st['data']['dev_sentences_for_empty_rate']}) whose empty translation scores higher "
               "than the beam hypothesis (`log p(EOS | BOS)` vs the hypothesis' summed log-scores).", "",
