@@ -286,19 +286,8 @@ def test_gpu_preset_is_transformer_base_with_selection_and_cli_accepts_it():
 
 
 @needs_data
-def test_gpu_preset_at_toy_size(tmp_path):
-    from softargmax.experiments import translation
-
-    toy = dict(train=300, val=40, test=30, vocab=250, model=dict(d_model=32, heads=2, layers=1, ff=64),
-               train_cfg=dict(steps=20, batch_tokens=600, warmup=10, lr=0.3, eval_every=4, val_bleu_sentences=20,
-                              patience=2), beam=2, beams=(1,), timing_sentences=5, dev_sentences=20, bootstrap_samples=100)
-    out = tmp_path / "gpu-toy"
-    threads = torch.get_num_threads()
-    try:
-        res = translation.run(preset="gpu", data_dir=str(SHARED), out=str(out), seeds=[1, 2], threads=1,
-                              systems=("softmax", "alpha_relu"), overrides=toy, log=lambda *a: None)
-    finally:
-        torch.set_num_threads(threads)
+def test_gpu_preset_at_toy_size(split_runs):
+    out, res = split_runs[0] / "one", split_runs[1]  # 2 systems × seeds 1, 2 in one call (the fixture below)
     st = res["settings"]
     assert st["seeds"] == [1, 2] and st["processes"] == 1 and st["training"]["select"] == "bleu"
     assert st["model"]["dropout"] == 0.3 and st["training"]["weight_decay"] == 0.01
@@ -310,7 +299,8 @@ def test_gpu_preset_at_toy_size(tmp_path):
         for r in per.values():
             h = r["history"]
             assert r["kept_step"] == max(h, key=lambda e: (e["val_bleu"], -e["step"]))["step"]
-            assert r["steps_done"] <= 20 and (not r["stopped_early"] or h[-1]["step"] - r["kept_step"] == 2 * 4)
+            assert r["steps_done"] <= 12 and (not r.get("stopped_early") or h[-1]["step"] - r["kept_step"] == 2 * 3)
+    assert any(r.get("stopped_early") for rec in res["systems"].values() for r in rec["seeds"].values())
     assert res["systems"]["alpha_relu"]["tau_std"] >= 0
     (sig,) = res["significance"]
     assert {sig["a"], sig["b"]} == {"softmax", "alpha_relu"} and sig["seeds"] == 2 and 0 < sig["p_value"] <= 1
@@ -442,3 +432,205 @@ def test_claims_of_a_run_with_some_systems_and_several_seeds():
     assert translation._sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
     S["entmax15"]["seeds"]["0"]["zero_fraction"] = 0.85  # difference 0.017, below 2 standard errors (0.078)
     assert translation._sparsity_verdict(S).startswith("not shown")
+
+
+# --- the gpu preset split over calls: run records ----------------------------------------------------------------
+
+#: the gpu preset at toy size (short sentences, 12 steps, an evaluation every 3), planning 2 output layers × 2 seeds:
+#: 4 runs of about a second each on one thread
+SPLIT_TOY = dict(train=200, val=12, test=12, vocab=200, model=dict(d_model=16, heads=2, layers=1, ff=32, max_len=24),
+                 train_cfg=dict(steps=12, batch_tokens=500, warmup=4, lr=0.3, eval_every=3, val_bleu_sentences=8,
+                                patience=2, max_len=24),
+                 beam=2, beams=(1,), timing_sentences=4, dev_sentences=8, bootstrap_samples=50,
+                 systems=("softmax", "alpha_relu"), seeds=(1, 2))
+
+
+def _toy_call(out, runs=None, overrides=SPLIT_TOY, **kwargs):
+    from softargmax.experiments import translation
+
+    threads = torch.get_num_threads()
+    try:
+        return translation.run(preset="gpu", data_dir=str(SHARED), out=str(out), threads=1, overrides=overrides,
+                               runs=runs, log=lambda *a: None, **kwargs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def split_runs(tmp_path_factory):
+    """``(folder, results of one/, results of two/)``: the toy plan's 4 runs trained by one call into ``one/``
+    (``systems`` × ``seeds``), and by two calls into ``two/`` (``runs``: 3 in another order, then the 4th), with
+    ``partial/`` a copy of ``two/`` between the calls."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("split")
+    one = _toy_call(base / "one", systems=("softmax", "alpha_relu"), seeds=[1, 2])
+    _toy_call(base / "two", ["alpha_relu:2", "softmax:1", "alpha_relu:1"])
+    shutil.copytree(base / "two", base / "partial")
+    two = _toy_call(base / "two", ["softmax:2"])
+    return base, one, two
+
+
+@needs_data
+def test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call(split_runs):
+    from softargmax.experiments._common import measurements
+
+    base, one, two = split_runs
+    assert one["plan"]["complete"] and two["plan"]["complete"] and two["plan"]["owed"] == []
+    assert json.loads((base / "two" / "results.json").read_text()) == json.loads(json.dumps(two))
+    # every number but the timings: BLEU of every run, the means over seeds, the curves, the bootstrap
+    assert measurements(two) == measurements(one)
+    for system in ("softmax", "alpha_relu"):
+        for seed in ("1", "2"):
+            assert two["systems"][system]["seeds"][seed]["bleu"] == one["systems"][system]["seeds"][seed]["bleu"]
+        assert "bleu_std" in two["systems"][system]
+    assert two["significance"] == one["significance"] and [r["seed_list"] for r in two["significance"]] == [[1, 2]]
+    assert [(r["system"], r["seed"]) for r in two["runs"]] == [("softmax", 1), ("softmax", 2), ("alpha_relu", 1),
+                                                               ("alpha_relu", 2)]
+    # one small, self-contained record per run, outside runs/ (which git ignores)
+    records = sorted(p.name for p in (base / "two" / "records").iterdir())
+    assert records == ["alpha_relu-seed1.json", "alpha_relu-seed2.json", "softmax-seed1.json", "softmax-seed2.json"]
+    rec = json.loads((base / "two" / "records" / "alpha_relu-seed2.json").read_text())
+    assert rec["fingerprint"]["seed"] == 2 and rec["setup"]["preset"] == "gpu" and len(rec["test_hypotheses"]) == 12
+    assert {"device", "torch", "triton", "softargmax"} <= set(rec["environment"])
+    assert {"bleu", "history", "kept_step", "steps_done", "seconds_per_step", "tokens_per_second", "inference_seconds",
+            "empty_string_rate", "zero_fraction", "sum_per_step"} <= set(rec["results"])
+    report = (base / "two" / "report.md").read_text()
+    assert "All of them are in." in report and "**owed**" not in report and "Provisional" not in report
+    words = test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call.__name__[len("test_"):]
+    assert f"“{words.replace('_', ' ')}”" in report  # the Reproducibility section names this test
+
+
+@needs_data
+def test_a_partial_folder_lists_the_owed_runs_and_marks_the_ordering_provisional(split_runs):
+    base, one, _ = split_runs
+    res = json.loads((base / "partial" / "results.json").read_text())
+    assert res["plan"]["owed"] == [["softmax", 2]] and not res["plan"]["complete"]
+    S = res["systems"]
+    # a mean ± std only with two seeds in; the bootstrap over the seed both systems have
+    assert "bleu_std" in S["alpha_relu"] and "bleu_std" not in S["softmax"]
+    assert S["softmax"]["bleu"] == one["systems"]["softmax"]["seeds"]["1"]["bleu"]
+    assert S["alpha_relu"]["bleu"] == pytest.approx(one["systems"]["alpha_relu"]["bleu"])
+    (sig,) = res["significance"]
+    assert sig["seed_list"] == [1] and sig["seeds"] == 1
+    report = (base / "partial" / "report.md").read_text()
+    runs = report.split("## Runs in and owed")[1].split("\n## ")[0]
+    assert "3 of the 4 planned runs are in, 1 owed (softmax seed 2)" in runs
+    assert "| softmax | in (D1, " in runs and " | **owed** |" in runs and "| 1.5-ReLU | in (D1, " in runs
+    assert "- D1: cpu (" in runs
+    (ordering,) = [line for line in report.splitlines() if line.startswith("Ordering by mean test BLEU")]
+    assert "**Provisional:** 3 of the 4 planned runs are in" in ordering
+    claims = report.split("## Claims checked")[1].split("## Discussion")[0]
+    assert claims.lstrip().startswith("**Provisional:**")
+    assert "| softmax | cross-entropy | " in report and " (1) |" in report  # the seeds in, where they differ
+    assert "times are compared only between runs on the same device" in report
+
+
+@needs_data
+def test_render_only_rebuilds_the_report_from_the_records_alone(split_runs, tmp_path):
+    import shutil
+
+    from softargmax.cli import main
+
+    base, _, two = split_runs
+    copy = tmp_path / "copy"
+    shutil.copytree(base / "two" / "records", copy / "records")  # no runs/, tokenizer, results or figures
+    assert main(["reproduce", "translation", "--render-only", "--out", str(copy)]) == 0
+    assert (copy / "report.md").read_text() == (base / "two" / "report.md").read_text()
+    rebuilt = json.loads((copy / "results.json").read_text())
+    rebuilt["settings"]["total_seconds"] = two["settings"]["total_seconds"]  # the rendering's own time
+    assert rebuilt == json.loads(json.dumps(two))
+    assert sorted(p.name for p in copy.glob("*.png")) == sorted(p.name for p in (base / "two").glob("*.png"))
+    assert not (copy / "runs").exists()
+
+
+@needs_data
+def test_a_record_of_another_preset_or_overrides_is_refused_naming_it(split_runs, tmp_path, capsys):
+    import shutil
+
+    from softargmax.cli import main
+    from softargmax.experiments._common import RecordError, RecordMismatchError
+
+    base = split_runs[0]
+    out = tmp_path / "mixed"
+    shutil.copytree(base / "one" / "records", out / "records")
+    rec = json.loads((out / "records" / "softmax-seed1.json").read_text())
+    stranger = out / "records" / "softmax-seed3.json"
+    rec["seed"] = 3
+    rec["setup"]["overrides"]["train_cfg"]["steps"] = 9
+    stranger.write_text(json.dumps(rec))
+    assert main(["reproduce", "translation", "--render-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run record {stranger} belongs to another experiment setup: ")
+    assert "overrides.train_cfg.steps is 9 there and 12 in " in err and "Traceback" not in err
+    # a call that would train refuses it before training anything
+    rec["setup"]["overrides"]["train_cfg"]["steps"] = 12
+    rec["setup"]["preset"] = "smoke"
+    stranger.write_text(json.dumps(rec))
+    with pytest.raises(RecordMismatchError, match=f"run record {stranger} .* preset is 'smoke' there and 'gpu' in "
+                                                  "this run"):
+        _toy_call(out, ["softmax:2"])
+    assert not (out / "runs").exists()
+    # two records of one run
+    stranger.unlink()
+    shutil.copy(out / "records" / "softmax-seed1.json", out / "records" / "softmax-seed1-again.json")
+    with pytest.raises(RecordError, match="are both of softmax seed 1: keep one"):
+        _toy_call(out, ["softmax:2"])
+
+
+def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys):
+    from softargmax.cli import main
+    from softargmax.experiments import translation
+    from softargmax.experiments._records import pack, unpack
+
+    assert translation.parse_runs(["f:kl:2", "softmax:1"]) == [("f:kl", 2), ("softmax", 1)]
+    for bad in (["softmax"], ["softmax:one"], [":1"]):
+        with pytest.raises(ValueError, match="system:seed"):
+            translation.parse_runs(bad)
+    with pytest.raises(TypeError, match="runs must be a list"):
+        translation.parse_runs("softmax:1")
+    P = translation.preset_settings("gpu")
+    with pytest.raises(ValueError, match="runs: give either runs or systems"):
+        translation.selected_runs(P, systems=["softmax"], runs=["softmax:1"])
+    with pytest.raises(ValueError, match="each system:seed once"):
+        translation.selected_runs(P, runs=["softmax:1", "softmax:1"])
+    assert translation.selected_runs(P) == [(s, sd) for s in translation.SYSTEMS for sd in (1, 2, 3)]
+    plan = translation.planned_runs(P, [("softmax", 1), ("entmax15", 5)])
+    assert len(plan["owed"]) == 11 and plan["extra"] == [["entmax15", 5]] and plan["seeds"] == [1, 2, 3, 5]
+    assert translation.planned_runs(translation.preset_settings("smoke"), [("softmax", 0)])["complete"]
+    with pytest.raises(SystemExit):
+        main(["reproduce", "translation", "--runs", "softmax"])
+    assert "SYSTEM:SEED" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--runs names the runs itself"):
+        main(["reproduce", "translation", "--runs", "softmax:1", "--seeds", "2", "--out", "/nonexistent/x"])
+    with pytest.raises(SystemExit, match="--runs is not supported"):
+        main(["reproduce", "lm", "--preset", "smoke", "--runs", "kl:1", "--out", "/nonexistent/x"])
+    sums = [float(torch.tensor(v, dtype=torch.float32)) for v in (1.0, 0.999999, 1.2345678, 0.0)]
+    assert unpack(pack(sums, "float32")) == sums and unpack(pack([0, 9999, 3], "int32")) == [0, 9999, 3]
+
+
+@needs_data
+def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path):
+    import shutil
+
+    from softargmax.experiments import translation
+
+    base, one, _ = split_runs
+    out = tmp_path / "devices"
+    shutil.copytree(base / "one" / "records", out / "records")
+    for seed in (1, 2):  # softmax's runs on another GPU: 2 runs on each device, softmax's (the first run's) chosen
+        path = out / "records" / f"alpha_relu-seed{seed}.json"
+        rec = json.loads(path.read_text())
+        rec["environment"]["device"] = "cuda (NVIDIA H200)"
+        path.write_text(json.dumps(rec))
+    res = translation.rebuild(out, log=lambda *a: None)
+    S, st = res["systems"], res["settings"]
+    assert st["device"] == one["settings"]["device"] and st["devices"] == {st["device"]: 2, "cuda (NVIDIA H200)": 2}
+    assert S["softmax"]["seconds_per_step"] == one["systems"]["softmax"]["seconds_per_step"]
+    assert S["alpha_relu"]["timed_seeds"] == [] and "seconds_per_step" not in S["alpha_relu"]
+    assert "seconds_per_step_vs_softmax" not in S["alpha_relu"] and "inference_normalized" not in S["alpha_relu"]
+    assert S["alpha_relu"]["bleu"] == one["systems"]["alpha_relu"]["bleu"]  # the other numbers are all there
+    report = (out / "report.md").read_text()
+    assert "| 1.5-ReLU | — | — | — | " in report and "- D2: cuda (NVIDIA H200) (2 runs; " in report
+    assert "Times are compared only between runs on the same device: these are from the 2 runs on " in report
+    assert "trains as fast as softmax (at most 1.1× its time per step): not tested (no runs of both" in report

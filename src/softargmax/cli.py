@@ -34,6 +34,14 @@ def _positive(text: str) -> int:
     return value
 
 
+def _run_pair(text: str) -> str:
+    """A ``--runs`` item: ``SYSTEM:SEED`` (the seed after the last ``:``, so ``f:kl:1`` works)."""
+    system, _, seed = text.rpartition(":")
+    if not system or not seed.lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"must look like SYSTEM:SEED (e.g. softmax:1), got {text!r}")
+    return text
+
+
 def version_string() -> str:
     """``softargmax <version> (torch <version>)``: what ``softargmax --version`` prints."""
     import torch
@@ -92,9 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "replaced when the run ends")
     fresh.add_argument("--render-only", action="store_true",
                        help="run nothing: write <out>/report.md again from <out>/results.json, and its figures where "
-                       "they come from results.json alone (translation keeps the figures already there)")
+                       "they come from results.json alone (translation: results.json, the figures and report.md are "
+                       "rebuilt from the run records in <out>/records when there are any; else the figures already "
+                       "there are kept)")
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
+    r.add_argument("--runs", type=_run_pair, nargs="+", metavar="SYSTEM:SEED",
+                   help="translation: train these runs only (e.g. softmax:1 entmax15:2), instead of --systems x "
+                   "--seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and the report is rebuilt "
+                   "from every record there, listing the runs the preset still owes")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
                    help="training experiments (translation, adaptive-attention, lm): also write a checkpoint every "
@@ -171,10 +185,10 @@ def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
 
 def _errors() -> tuple[type[Exception], ...]:
     """The errors a run reports as one line ``error: ...`` (exit status 2) instead of a traceback."""
-    from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError
+    from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError
     from .experiments.datasets import DataError
 
-    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError)
+    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError)
 
 
 def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -214,13 +228,15 @@ def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict
                   download=args.download, threads=args.threads)
     if args.systems:
         kwargs["systems"] = args.systems
-    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every)):
+    if args.runs and (args.systems or args.seeds):
+        raise SystemExit(f"{args.experiment}: --runs names the runs itself; give it without --systems and --seeds")
+    why = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)"}
+    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every), ("runs", args.runs)):
         if value is None:
             continue
         if option not in inspect.signature(module.run).parameters:
             flag = "--" + option.replace("_", "-")
-            raise SystemExit(f"{args.experiment}: {flag} is not supported"
-                             + (" (use --seed)" if option == "seeds" else " (it keeps no checkpoints)"))
+            raise SystemExit(f"{args.experiment}: {flag} is not supported{why[option]}")
         kwargs[option] = value
     return kwargs
 
@@ -267,10 +283,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _render_only(module: ModuleType, out: str) -> int:
-    """``--render-only``: the report written again from ``results.json``; the exit status."""
+    """``--render-only``: the report written again from ``results.json`` (or, where the experiment has its own
+    ``render``, as that says: translation rebuilds everything from its run records); the exit status."""
     from .experiments._common import render_existing
 
     try:
+        render = getattr(module, "render", None)
+        if render is not None:
+            print(f"wrote {render(out, log=lambda line: print(line, flush=True))}")
+            return 0
         # figures drawn from results.json alone are drawn again (translation's need its run)
         draw = getattr(module, "write_figures", None)
         if draw is not None and len(inspect.signature(draw).parameters) != 2:

@@ -24,7 +24,11 @@ experiment (the command line uses it around each run):
   :class:`CheckpointMismatchError` (a checkpoint of another run is refused),
   :func:`check_checkpoint_every` (the ``checkpoint_every`` argument of a run), and
   :func:`rng_state` / :func:`set_rng_state` (every random-number state, so that a resumed
-  run equals the uninterrupted one).
+  run equals the uninterrupted one);
+* run records (:mod:`._records`): :func:`record_path`, :func:`write_record` (atomic) and
+  :func:`read_records`, the small JSON file of a finished run that a report is rebuilt from
+  without its model, and :class:`RecordMismatchError` (a record of another setup is refused,
+  naming the differing fields).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from ._files import (
     remove_temporaries,
     save_figure,
 )
+from ._records import RecordError, RecordMismatchError, read_records, record_path, write_record
 
 #: where an experiment's progress lines go (``print``, or the command line's logger)
 Log = Callable[[str], object]
@@ -72,7 +77,7 @@ __all__ = ["Log", "begin", "describe_device", "environment", "finish", "pyplot",
            "CheckpointMismatchError", "check_checkpoint", "check_checkpoint_every", "data_digest", "fingerprint", "load_checkpoint",
            "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
            "OutputLock", "atomic_json", "atomic_path", "atomic_write", "is_disk_full", "remove_temporaries",
-           "save_figure"]
+           "save_figure", "RecordError", "RecordMismatchError", "read_records", "record_path", "write_record"]
 
 
 def begin(preset: str, presets: dict, systems: Collection[str], known: Collection[str], threads: Optional[int], out: str,
@@ -144,8 +149,9 @@ def pyplot() -> Optional[ModuleType]:
 
 
 #: keys of ``results.json`` that describe an invocation rather than a measurement: the steps trained by
-#: this invocation and the systems it resumed (a run resumed after a kill differs from an uninterrupted one there)
-INVOCATION_KEYS = frozenset({"steps_this_run", "resumed_from_checkpoint"})
+#: this invocation, the systems it resumed (a run resumed after a kill differs from an uninterrupted one there)
+#: and when a run finished (the date in its run record)
+INVOCATION_KEYS = frozenset({"steps_this_run", "resumed_from_checkpoint", "finished"})
 
 #: keys of timings whose names do not say "second": times relative to each other
 TIMING_KEYS = frozenset({"inference_normalized"})

@@ -20,18 +20,34 @@ Presets:
   the end) train a fixed number of steps, one seed, and keep the last model.
 * ``gpu`` (one H100/H200): Transformer-base (d_model 512, 6+6 layers, 8 heads, FF 2048,
   10k joint BPE), batches of 8192 target tokens, at most 1600 steps, three seeds
-  (``--seeds`` to change).  Settings for 29k training sentences: dropout 0.3, AdamW with
-  decoupled weight decay 0.01, noam schedule (warm-up 400, factor 0.5: peak learning rate
-  1.1e-3), no label smoothing (as in the paper; it would also make the targets of the
-  sparse output layers dense).  Every 200 steps the model is evaluated on the validation
-  set (loss on all 1014 sentences, greedy BLEU on 500); the kept model is the one with
-  the best validation BLEU and training stops after 2 evaluations without improvement,
-  so no reported model trained on while its validation BLEU fell.  The Transformer runs
+  (``--seeds`` to add more, ``--runs`` to train some of the runs, see below).  Settings
+  for 29k training sentences: dropout 0.3, AdamW with decoupled weight decay 0.01, noam
+  schedule (warm-up 400, factor 0.5: peak learning rate 1.1e-3), no label smoothing (as
+  in the paper; it would also make the targets of the sparse output layers dense).  Every
+  200 steps the model is evaluated on the validation set (loss on all 1014 sentences,
+  greedy BLEU on 500); the kept model is the one with the best validation BLEU and
+  training stops after 2 evaluations without improvement, so no reported model trained
+  on while its validation BLEU fell.  The Transformer runs
   under bfloat16 autocast with TF32 matrix products; losses are computed in float32.
   The report adds mean ± standard deviation over seeds of BLEU, the empty-string rate,
   the step time and τ, a per-seed table with the kept step, the validation curves of
   every run with the kept model marked, and a paired bootstrap test (Koehn, EMNLP 2004,
   pooled over seeds, see :mod:`.nmt.significance`) between every two systems.
+
+Run records.  Every finished run (one system, one seed) writes a *run record*,
+``<out>/records/<system>-seed<n>.json`` (:func:`make_record`, a few hundred kB, written
+atomically): its test BLEU and translations, validation curves, kept step, timings,
+decoding statistics, inference times, device, versions and fingerprint, everything the
+report needs without the model.  Every call then rebuilds ``results.json``, the figures
+and ``report.md`` from *all* the records in ``<out>/records`` (:func:`rebuild`;
+``--render-only`` does that alone, without data or a GPU), so the ``gpu`` preset's 4
+systems × 3 seeds can be trained a few runs per call (``--runs softmax:1 entmax15:2``), by
+several sessions on several machines, into one report.  Records of another setup (preset,
+overrides, resolved settings, data, vocabulary) are refused by name; a rerun of the same
+system and seed replaces its record.  The report lists the runs in (device, date) and
+those the preset still owes (:func:`planned_runs`), computes its statistics over the runs
+in, says so, and marks the ordering and the comparison with the paper provisional until
+every run is in; times are compared only between runs on the same device.
 
 Under ``torchrun --nproc_per_node N softargmax reproduce translation …`` training is data
 parallel (``DistributedDataParallel``, :mod:`.nmt.distributed`): every global batch is
@@ -44,17 +60,20 @@ WMT, which are not available offline; the report says so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
 from ._common import (
     Log,
+    RecordError,
+    RecordMismatchError,
     atomic_json,
     begin,
     check_checkpoint,
@@ -63,11 +82,17 @@ from ._common import (
     fingerprint,
     finish,
     pyplot,
+    read_records,
+    record_path,
     relative_span,
+    render_existing,
     reproducibility,
     save_figure,
     seed_spread,
+    write_record,
 )
+from ._records import FORMAT as RECORD_FORMAT
+from ._records import differences, pack, unpack
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.data import Parallel
@@ -103,13 +128,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                        weight_decay=0.01, label_smoothing=0.0, select="bleu", patience=2, bf16=True,
                        save_every_eval=False),
         beam=5, beams=(1, 4, 16), timing_sentences=200, dev_sentences=None,
-        seeds=(1, 2, 3), tf32=True, bootstrap_samples=1000,
+        systems=SYSTEMS, seeds=(1, 2, 3), tf32=True, bootstrap_samples=1000,
     ),
 }
 
-#: keys a preset may hold (``run(overrides=...)`` accepts these)
+#: keys a preset may hold (``run(overrides=...)`` accepts these); a preset with ``seeds`` plans its ``systems``
+#: × ``seeds`` runs, which several calls may train (:func:`planned_runs`)
 PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
-               "dev_sentences", "seeds", "tf32", "bootstrap_samples"}
+               "dev_sentences", "systems", "seeds", "tf32", "bootstrap_samples"}
 
 #: the paper's numbers (Tables 1, 2, 3, 5 and Fig. 4), from the data file next to this module
 PAPER = json.loads((Path(__file__).parent / "translation_paper.json").read_text(encoding="utf-8"))
@@ -125,6 +151,12 @@ RESUME_TEST = ("the test “a smoke translation run killed at random moments and
                "uninterrupted run” kills a `smoke` run of softmax and 1.5-ReLU with SIGKILL at moments drawn by a "
                "seeded random generator, resumes it from its checkpoints until it finishes, and gets every number of "
                "an uninterrupted run of the same seed, timings aside.")
+
+#: what the test of runs trained by separate calls shows, for the report's Reproducibility section (results built
+#: from run records)
+SPLIT_TEST = ("Training the runs by separate calls into one folder changes no number: the test “two calls with disjoint "
+              "runs merge into the results of one call” trains the 4 runs of a toy-size `gpu` preset by one call and "
+              "by two, and gets the same results, timings aside.")
 
 NAMES = {"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "1.5-entmax", "alpha_relu": "1.5-ReLU"}
 
@@ -253,34 +285,195 @@ def _mean_std(values: Iterable[float]) -> tuple[float, float]:
 
 PER_SEED_KEYS = ("bleu", "empty_string_rate", "empty_hypotheses_dev", "zero_fraction", "seconds_per_step",
                  "tokens_per_second", "train_seconds", "steps_done", "kept_step", "kept_val_bleu", "kept_val_loss",
-                 "stopped_early", "tau", "history", "train_loss")
+                 "stopped_early", "tau", "history", "train_loss", "device")
+
+#: a run's timings: averaged and compared only over the runs on one device (``settings["device"]``)
+TIMED_KEYS = ("seconds_per_step", "tokens_per_second")
 
 
-def _aggregate(per_seed: dict) -> dict:
-    """The first seed's record, with means over seeds (and ``*_std``) of the figures that vary by seed."""
+def _aggregate(per_seed: dict, timed: Optional[Sequence] = None) -> dict:
+    """The first seed's record, with means over seeds (and ``*_std``) of the figures that vary by seed.
+
+    The timings (``TIMED_KEYS`` and ``inference_seconds``) come from the seeds in ``timed``
+    alone (default: all), the runs on the device whose timings the report compares; they are
+    left out when ``timed`` is empty.  ``timed_seeds`` lists those seeds.
+    """
     seeds = list(per_seed)
+    timed = seeds if timed is None else [s for s in seeds if s in timed]
     rec = dict(per_seed[seeds[0]])
     if len(seeds) > 1:
-        for key in ("bleu", "empty_string_rate", "empty_hypotheses_dev", "seconds_per_step", "tokens_per_second", "tau"):
+        for key in ("bleu", "empty_string_rate", "empty_hypotheses_dev", "tau"):
             if all(key in per_seed[s] for s in seeds):
                 rec[key], rec[key + "_std"] = _mean_std(per_seed[s][key] for s in seeds)
         rec["first_seed_only"] = ["history", "train_loss", "examples", "zero_fraction", "zeros_per_step", "sum_per_step",
                                   "inference_seconds"]
+    for key in TIMED_KEYS:
+        values = [per_seed[s][key] for s in timed if key in per_seed[s]]
+        if not values:
+            rec.pop(key, None)
+        elif len(values) == 1:
+            rec[key] = values[0]
+        else:
+            rec[key], rec[key + "_std"] = _mean_std(values)
+    if timed and "inference_seconds" in per_seed[timed[0]]:
+        rec["inference_seconds"] = per_seed[timed[0]]["inference_seconds"]
+    else:
+        rec.pop("inference_seconds", None)
+    rec["timed_seeds"] = [str(s) for s in timed]
     rec["seeds"] = {str(s): {k: per_seed[s][k] for k in PER_SEED_KEYS if k in per_seed[s]} for s in seeds}
     return rec
 
 
 def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
-    """Paired bootstrap (pooled over seeds) for every pair of systems, in the order given."""
+    """Paired bootstrap (pooled over seeds) for every pair of systems, in the order given.
+
+    Args:
+        hyps: ``{system: translations of the test set}``, one list per seed, as a list of
+            lists (the same number of seeds for every system) or as ``{seed: list}``; with
+            the latter each pair is pooled over the seeds both systems have (its entry's
+            ``seed_list``), and a pair without a common seed is not tested.
+        refs: the test set's references.
+        n_samples: bootstrap draws.
+
+    Returns:
+        one entry per pair tested: ``{"a", "b", **paired_bootstrap(...)}``.
+    """
     from .nmt.significance import paired_bootstrap
 
     names = list(hyps)
     out = []
     for a in range(len(names)):
         for b in range(a + 1, len(names)):
-            r = paired_bootstrap(hyps[names[a]], hyps[names[b]], refs, n_samples=n_samples)
-            out.append({"a": names[a], "b": names[b], **r})
+            ha, hb = hyps[names[a]], hyps[names[b]]
+            if isinstance(ha, dict) and isinstance(hb, dict):
+                common = [s for s in ha if s in hb]
+                if not common:
+                    continue
+                r = paired_bootstrap([ha[s] for s in common], [hb[s] for s in common], refs, n_samples=n_samples)
+                out.append({"a": names[a], "b": names[b], **r, "seed_list": common})
+            else:
+                r = paired_bootstrap(ha, hb, refs, n_samples=n_samples)
+                out.append({"a": names[a], "b": names[b], **r})
     return out
+
+
+def parse_runs(runs: Iterable[Any]) -> list[tuple[str, int]]:
+    """``(system, seed)`` pairs from ``"system:seed"`` strings (the ``--runs`` option) or from pairs.
+
+    The seed follows the last ``:``, so ``"f:kl:2"`` is the system ``f:kl`` with seed 2.
+
+    Args:
+        runs: ``"system:seed"`` strings or ``(system, seed)`` pairs.
+
+    Returns:
+        the pairs, in the order given.
+
+    Example:
+        >>> parse_runs(["softmax:1", "entmax15:2", ("alpha_relu", 3)])
+        [('softmax', 1), ('entmax15', 2), ('alpha_relu', 3)]
+    """
+    if isinstance(runs, (str, bytes)):
+        raise TypeError(f"runs must be a list of 'system:seed' strings or (system, seed) pairs, got {runs!r}")
+    out = []
+    for item in runs:
+        if isinstance(item, str):
+            system, _, seed = item.rpartition(":")
+            if not system or not seed.strip().lstrip("-").isdigit():
+                raise ValueError(f"runs: {item!r} is not of the form system:seed (e.g. softmax:1)")
+            pair = (system, int(seed))
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) \
+                and isinstance(item[1], int) and not isinstance(item[1], bool):
+            pair = (item[0], item[1])
+        else:
+            raise TypeError(f"runs: {item!r} is neither a 'system:seed' string nor a (system, seed) pair")
+        out.append(pair)
+    return out
+
+
+def selected_runs(P: dict, seed: int = 0, systems: Optional[Collection[str]] = None,
+                  seeds: Optional[Sequence[int]] = None, runs: Optional[Iterable[Any]] = None) -> list[tuple[str, int]]:
+    """The ``(system, seed)`` runs one call trains, in training order.
+
+    Args:
+        P: the preset's settings (:func:`preset_settings`).
+        seed: the seed of presets that name none (``--seed``).
+        systems: the systems (default: the preset's ``systems``, else all four); every one is
+            trained with every seed.
+        seeds: the seeds (default: the preset's ``seeds``, else ``[seed]``).
+        runs: instead of ``systems`` × ``seeds``, the runs themselves (:func:`parse_runs`).
+
+    Returns:
+        the runs, each once.
+
+    Example:
+        >>> selected_runs(preset_settings("gpu"), systems=["softmax", "alpha_relu"], seeds=[2])
+        [('softmax', 2), ('alpha_relu', 2)]
+        >>> selected_runs(preset_settings("gpu"), runs=["entmax15:3"])
+        [('entmax15', 3)]
+    """
+    if runs is not None:
+        if systems is not None or seeds is not None:
+            raise ValueError("runs: give either runs or systems and seeds, not both")
+        pairs = parse_runs(runs)
+        if not pairs:
+            raise ValueError("runs must name at least one system:seed")
+    else:
+        chosen = _seeds(P, seed, seeds)
+        pairs = [(s, sd) for s in (P.get("systems", SYSTEMS) if systems is None else systems) for sd in chosen]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"runs: each system:seed once, got {[f'{s}:{sd}' for s, sd in pairs]}")
+    return pairs
+
+
+def planned_runs(P: dict, present: Iterable[tuple[str, int]] = ()) -> dict:
+    """The runs the report owes and those it has: the preset's plan against the runs ``present``.
+
+    A preset that names its seeds (``gpu``) plans its ``systems`` × ``seeds``, to be trained
+    by as many calls as needed; the other presets plan the runs present (one call trains them
+    all).  Runs present beyond the plan (more seeds, other systems) are ``extra``: in the
+    report, not owed.
+
+    Args:
+        P: the preset's settings (:func:`preset_settings`, or a record's ``setup["settings"]``).
+        present: the ``(system, seed)`` runs that have a record.
+
+    Returns:
+        ``{"systems", "seeds", "in", "owed", "extra", "complete"}``: the systems and seeds
+        (the plan's first, then the extra ones), the runs in, owed and extra as ``[system,
+        seed]`` lists, and whether no run is owed.
+
+    Example:
+        >>> plan = planned_runs(preset_settings("gpu"), [("softmax", 1), ("softmax", 4)])
+        >>> len(plan["owed"]), plan["extra"], plan["complete"]
+        (11, [['softmax', 4]], False)
+    """
+    present = [(str(s), int(sd)) for s, sd in present]
+    if "seeds" in P:
+        plan = [(s, sd) for s in P.get("systems", SYSTEMS) for sd in P["seeds"]]
+    else:
+        plan = sorted(present, key=_run_order(list(SYSTEMS), []))
+    key = _run_order([s for s, _ in plan], [sd for _, sd in plan])
+    extra = sorted((r for r in present if r not in plan), key=key)
+    has = set(present)
+    return {"systems": list(dict.fromkeys([s for s, _ in plan] + [s for s, _ in sorted(extra, key=key)])),
+            "seeds": list(dict.fromkeys([sd for _, sd in plan] + sorted(sd for _, sd in extra))),
+            "in": [[s, sd] for s, sd in sorted(has, key=key)],
+            "owed": [[s, sd] for s, sd in plan if (s, sd) not in has],
+            "extra": [[s, sd] for s, sd in extra],
+            "complete": all(r in has for r in plan)}
+
+
+def _run_order(systems: list, seeds: list) -> Callable[[tuple[str, int]], tuple]:
+    """Sort key of runs: the systems in the order of ``systems`` (then ``SYSTEMS``, then by name), then the seeds
+    in the order of ``seeds`` (then by value)."""
+    known = list(dict.fromkeys([*systems, *SYSTEMS]))
+
+    def key(run: tuple[str, int]) -> tuple:
+        system, seed = run
+        return (known.index(system) if system in known else len(known), system,
+                seeds.index(seed) if seed in seeds else len(seeds), seed)
+
+    return key
 
 
 def run(
@@ -289,37 +482,69 @@ def run(
     out: str = "reports/translation",
     device: str = "cpu",
     seed: int = 0,
-    systems: Collection[str] = SYSTEMS,
+    systems: Optional[Collection[str]] = None,
     download: bool = False,
     threads: Optional[int] = None,
     log: Log = print,
     seeds: Optional[Sequence[int]] = None,
     overrides: Optional[dict] = None,
     checkpoint_every: Optional[int] = None,
+    runs: Optional[Iterable[Any]] = None,
 ) -> dict:
-    """Run the experiment and write ``results.json``, ``report.md`` and figures into ``out``.
+    """Train the chosen runs, write a run record of each, and rebuild the report from every record in ``out``.
 
-    ``seeds`` (default: the preset's, else ``[seed]``) trains every system once per seed.
-    ``overrides`` replaces preset settings (see :func:`preset_settings`), e.g. to run the
-    ``gpu`` preset at toy size.  Under ``torchrun --nproc_per_node N`` training is data
-    parallel over N processes (:mod:`.nmt.distributed`); rank 0 evaluates and writes the
-    report, the other ranks return ``{}``.
+    Args:
+        preset: ``smoke``, ``default``, ``full`` or ``gpu`` (:data:`PRESETS`).
+        data_dir: the folder holding Multi30k (see :mod:`.datasets`).
+        out: the output folder.
+        device: ``cpu``, ``cuda``, ...
+        seed: the seed of presets that name none.
+        systems: the output layers to train (default: the preset's, else all four), each with
+            every seed.
+        download: fetch missing data.
+        threads: torch CPU threads.
+        log: where progress lines go.
+        seeds: the seeds (default: the preset's, else ``[seed]``).
+        overrides: settings that replace the preset's (:func:`preset_settings`), e.g. to run
+            the ``gpu`` preset at toy size.
+        checkpoint_every: an extra checkpoint every this many steps.
+        runs: instead of ``systems`` × ``seeds``, the runs to train: ``"system:seed"``
+            strings or pairs (:func:`parse_runs`).
 
-    Training resumes from the checkpoints in ``out/runs/<system>[/seed<n>]`` and writes one
-    at every evaluation, every ``checkpoint_every`` steps when given, and at the end
+    Returns:
+        the content of ``results.json``, built from every run record in ``out/records``
+        (``{}`` on the ranks other than 0 under ``torchrun``).
+
+    Each finished run writes ``out/records/<system>-seed<n>.json``
+    (:func:`.._records.record_path`, atomically): everything the report needs without the
+    model (:func:`make_record`).  A run of the same system and seed again replaces its
+    record.  The report (``results.json``, figures, ``report.md``) is then rebuilt from all
+    records there (:func:`rebuild`), so calls that train different runs into one folder, on
+    different machines, add up to one report, which lists the runs still owed.  Before
+    anything is trained, every record already there is checked against this run's setup
+    (experiment, preset, overrides, resolved settings, data, vocabulary, test references):
+    one of another setup raises :class:`.._records.RecordMismatchError`, naming the file and
+    the differing fields.
+
+    Training resumes from the checkpoints in ``out/runs/<system>[/seed<n>]`` (a folder per
+    seed when the preset names its seeds or several are trained) and writes one at every
+    evaluation, every ``checkpoint_every`` steps when given, and at the end
     (:func:`.nmt.training.train_system`).  A resumed run gives the numbers of an
-    uninterrupted one.  Before anything is trained, every checkpoint there is checked
-    against this run's fingerprint (experiment, preset, system, seed, data, library
-    version, overrides): one of another run raises
-    :class:`._common.CheckpointMismatchError`, which names the differing fields.
+    uninterrupted one.  Every checkpoint there is first checked against its run's
+    fingerprint (experiment, preset, system, seed, data, library version, overrides): one of
+    another run raises :class:`._common.CheckpointMismatchError`.  Under ``torchrun
+    --nproc_per_node N`` training is data parallel over N processes
+    (:mod:`.nmt.distributed`); rank 0 evaluates and writes.
     """
     P = preset_settings(preset, overrides)
-    seeds = _seeds(P, seed, seeds)
-    _, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out, prefixes={"f:": "<divergence>"})
+    pairs = selected_runs(P, seed, systems, seeds, runs)
+    _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEMS, threads, out,
+                              prefixes={"f:": "<divergence>"})
+    seed_dirs = "seeds" in P or len({sd for _, sd in pairs}) > 1
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
-              for system in systems for sd in seeds}
+              for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
-        check_checkpoint(_run_dir(out_dir, system, sd, seeds) / "checkpoint.pt", fp)
+        check_checkpoint(_run_dir(out_dir, system, sd, seed_dirs) / "checkpoint.pt", fp)
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     ctx = distributed.setup(device)
     device = ctx.device
@@ -330,41 +555,27 @@ def run(
     if tf32:
         torch.set_float32_matmul_precision("high")
     try:
-        # rank 0 learns the vocabulary; the other ranks load it
+        # rank 0 learns the vocabulary; the other ranks load it.  The tokenizer's seed is the plan's
+        # first (BPE ignores it), so that every call into a folder learns the same vocabulary
+        tok_seed = next(iter(P.get("seeds") or [pairs[0][1]]))
         if ctx.main:
-            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, tok_seed, log)
         distributed.barrier()
         if not ctx.main:
-            data = load_data(P, data_dir, download, out_dir, seeds[0], log)
+            data = load_data(P, data_dir, download, out_dir, tok_seed, log)
         folder, train, val, test, dev, tok = data
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
-        results: dict[str, Any] = {"settings": {}, "systems": {}, "paper": PAPER}
-        stats, trained_all, resumed, hyps = _train_systems(ctx, systems, seeds, P, model_cfg, data, out_dir, results, log,
-                                                            prints, checkpoint_every)
+        setup = run_setup(preset, overrides, P, tok, test.tgt)
+        earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
+                  "environment": {**_env_with_tf32(environment(t_all, device), tf32), **_versions()}}
+        common["environment"].pop("total_seconds")
+        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, seed_dirs, setup, common,
+                    earlier)
         if not ctx.main:
             return {}
-        _compare(results, trained_all, hyps, tok, test, P, device, log)
-        train_settings = asdict(TrainConfig(seed=seeds[0], **P["train_cfg"]))
-        results["settings"] = {
-            "preset": preset,
-            "seed": seeds[0],
-            "seeds": seeds,
-            "processes": ctx.world,
-            "overrides": overrides or {},
-            "data": {"name": "Multi30k task 1, De→En", "folder": str(folder), "train": len(train), "val": len(val),
-                     "test": "test_2016_flickr", "test_sentences": len(test), "dev_sentences_for_empty_rate": len(dev),
-                     "stand_in_for": "IWSLT'14 De→En / WMT'14 En→De / WMT'13 En→Ru (not available offline)"},
-            "vocabulary": {"type": "joint sentencepiece BPE", "size": len(tok)},
-            "model": asdict(model_cfg),
-            "training": {k: (list(v) if isinstance(v, tuple) else v) for k, v in train_settings.items()},
-            "decoding": {"beam": P["beam"], "length_penalty": None, "beams_timed": list(P["beams"]),
-                         "timing_sentences": P["timing_sentences"]},
-            **_env_with_tf32(environment(t_all, device), tf32),
-            "resumed_from_checkpoint": resumed,
-        }
-        # only rank 0 gets here: it alone writes results.json, the figures (the decoding statistics
-        # of the first seed's models feed two of them) and report.md
-        return finish(results, out_dir, lambda res, folder: write_figures(res, stats, folder), render_report, log)
+        # only rank 0 gets here: it alone writes results.json, the figures and report.md
+        return rebuild(out_dir, log, setup=setup, t_start=t_all)
     finally:
         if tf32:
             torch.set_float32_matmul_precision(old_precision)
@@ -372,10 +583,10 @@ def run(
             distributed.teardown()
 
 
-def _run_dir(out_dir: Path, system: str, seed: int, seeds: list) -> Path:
-    """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with several seeds."""
+def _run_dir(out_dir: Path, system: str, seed: int, seed_dirs: bool) -> Path:
+    """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with ``seed_dirs``."""
     run_dir = out_dir / "runs" / system.replace(":", "_")
-    return run_dir / f"seed{seed}" if len(seeds) > 1 else run_dir
+    return run_dir / f"seed{seed}" if seed_dirs else run_dir
 
 
 def _seeds(P: dict, seed: int, seeds: Optional[Iterable[int]]) -> list[int]:
@@ -386,71 +597,350 @@ def _seeds(P: dict, seed: int, seeds: Optional[Iterable[int]]) -> list[int]:
     return chosen
 
 
-def _train_systems(ctx: distributed.Context, systems: Collection[str], seeds: list, P: dict, model_cfg: ModelConfig,
-                   data: Data, out_dir: Path, results: dict, log: Log, prints: dict,
-                   checkpoint_every: Optional[int]) -> tuple[dict, dict, list, dict]:
-    """Train and evaluate every system once per seed, filling ``results["systems"]`` (on rank 0).
+def run_setup(preset: str, overrides: Optional[dict], P: dict, tok: Tokenizer, refs: Sequence[str]) -> dict:
+    """What the runs merged into one report must share: the ``setup`` of a run record.
+
+    Args:
+        preset: the preset's name.
+        overrides: the overrides given to :func:`run`.
+        P: the resolved settings (:func:`preset_settings`): a preset edited between two
+            calls gives other settings under the same name.
+        tok: the learned tokenizer (its :meth:`.nmt.tokenizer.Tokenizer.digest`).
+        refs: the test set's references.
+
+    Returns:
+        ``{"experiment", "preset", "overrides", "data", "settings", "vocabulary",
+        "test_references"}`` as plain JSON data; ``data`` is the digest of the data's SHA-256
+        table (:func:`._common.data_digest`), ``test_references`` the SHA-256 of the references.
+    """
+    return json.loads(json.dumps({
+        "experiment": EXPERIMENT, "preset": preset, "overrides": overrides or {}, "data": data_digest(["multi30k"]),
+        "settings": P, "vocabulary": {"size": len(tok), "digest": tok.digest()},
+        "test_references": hashlib.sha256("\n".join(refs).encode("utf-8")).hexdigest()[:16],
+    }, sort_keys=True))
+
+
+def check_records(out_dir: Path, setup: Optional[dict] = None) -> dict:
+    """The run records of ``out_dir``, checked: ``{(system, seed): (path, record)}``.
+
+    Args:
+        out_dir: the output folder.
+        setup: what every record's ``setup`` must equal (:func:`run_setup` of this run);
+            default: the first record's.
+
+    Returns:
+        the records by run.
+
+    Raises:
+        RecordMismatchError: a record of another setup (the message names the file and
+            the differing fields).
+        RecordError: two records of the same run, or a file in ``records/`` that is not a
+            record.
+    """
+    found: dict[tuple[str, int], tuple[Path, dict]] = {}
+    other, expected = "this run", setup
+    for path, rec in read_records(out_dir):
+        if expected is None:
+            other, expected = str(path), rec.get("setup")
+        if not isinstance(rec.get("setup"), dict):
+            raise RecordMismatchError(path, {"setup": (None, "present")}, other)
+        diff = differences(rec["setup"], expected)
+        if diff:
+            shown = dict(list(diff.items())[:6])
+            if len(diff) > len(shown):
+                shown[f"and {len(diff) - len(shown)} more fields, e.g. {list(diff)[len(shown)]}"] = ("…", "…")
+            raise RecordMismatchError(path, shown, other)
+        key = (str(rec["system"]), int(rec["seed"]))
+        if key in found:
+            raise RecordError(f"run records {found[key][0]} and {path} are both of {key[0]} seed {key[1]}: keep one")
+        found[key] = (path, rec)
+    return found
+
+
+def _settings_block(P: dict, model_cfg: ModelConfig, folder: Path, train: Parallel, val: Parallel, test: Parallel,
+                    dev: Parallel, tok: Tokenizer) -> dict:
+    """What ``results["settings"]`` says of the data, the vocabulary, the model and decoding (the same for every run)."""
+    return {
+        "data": {"name": "Multi30k task 1, De→En", "folder": str(folder), "train": len(train), "val": len(val),
+                 "test": "test_2016_flickr", "test_sentences": len(test), "dev_sentences_for_empty_rate": len(dev),
+                 "stand_in_for": "IWSLT'14 De→En / WMT'14 En→De / WMT'13 En→Ru (not available offline)"},
+        "vocabulary": {"type": "joint sentencepiece BPE", "size": len(tok)},
+        "model": asdict(model_cfg),
+        "decoding": {"beam": P["beam"], "length_penalty": None, "beams_timed": list(P["beams"]),
+                     "timing_sentences": P["timing_sentences"]},
+    }
+
+
+def _versions() -> dict:
+    """The versions of the packages besides torch that a run's numbers depend on (``None``: not installed)."""
+    from importlib import metadata
+
+    out: dict[str, Optional[str]] = {}
+    for name in ("triton", "sentencepiece", "sacrebleu"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+#: what a run record is, in its ``about`` field
+RECORD_ABOUT = ("a finished run of `softargmax reproduce translation`: everything its report needs without the model "
+                "(see softargmax.experiments.translation.make_record)")
+
+
+def make_record(system: str, seed: int, result: dict, hyps: Sequence[str], stats: DecodeStats, refs: Sequence[str],
+                fp: dict, setup: dict, common: dict, training: dict) -> dict:
+    """The run record of one finished run (:mod:`.._records`): JSON data of a few hundred kB.
+
+    Args:
+        system: the output layer.
+        seed: the run's seed.
+        result: the run's numbers (:func:`evaluate_system`'s record with ``inference_seconds``,
+            ``run_seconds`` and ``resumed_from_checkpoint``).
+        hyps: its test translations (for the paired bootstrap between systems).
+        stats: the decoding statistics of its test translation (for the figures).
+        refs: the test references.
+        fp: the run's fingerprint (that of its checkpoints).
+        setup: :func:`run_setup`, which records merged into one report share.
+        common: ``{"settings", "environment"}``: data, vocabulary, model and decoding; device,
+            versions and the number of processes.
+        training: the run's training settings (``TrainConfig`` as a dict).
+
+    Returns:
+        ``{"format", "about", "system", "seed", "finished", "fingerprint", "setup", "environment",
+        "settings", "results", "test_hypotheses", "test_references", "decoding_steps"}``;
+        ``decoding_steps`` holds the number of exact zeros (``int32``) and the sum of the
+        scores (``float32``) at every step of every live hypothesis, packed
+        (:func:`.._records.pack`).
+    """
+    return {
+        "format": RECORD_FORMAT, "about": RECORD_ABOUT, "system": system, "seed": seed,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "fingerprint": fp, "setup": setup, "environment": common["environment"],
+        "settings": {**common["settings"], "training": training},
+        "results": result, "test_hypotheses": list(hyps), "test_references": list(refs),
+        "decoding_steps": {"vocab": stats.vocab, "zeros": pack(stats.zeros, "int32"), "sums": pack(stats.sums, "float32")},
+    }
+
+
+def _estimate(seconds: list, earlier: dict, device: str) -> tuple[Optional[float], str]:
+    """Seconds per run and where the estimate comes from: this call's runs, else the records of ``device``."""
+    if seconds:
+        return statistics.fmean(seconds), f"the mean of this call's {len(seconds)} run{'s' * (len(seconds) > 1)}"
+    known = [rec["results"]["run_seconds"] for _, rec in earlier.values()
+             if rec["environment"].get("device") == device and "run_seconds" in rec["results"]
+             and not rec["results"].get("resumed_from_checkpoint")]
+    if known:
+        return statistics.fmean(known), f"the mean of {len(known)} run record{'s' * (len(known) > 1)} from {device}"
+    return None, f"no run record from {device} yet"
+
+
+def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: ModelConfig, data: Data, out_dir: Path,
+                log: Log, prints: dict, checkpoint_every: Optional[int], seed_dirs: bool, setup: dict, common: dict,
+                earlier: dict) -> None:
+    """Train and evaluate every run of ``pairs`` and write its run record (on rank 0).
 
     ``prints[system, seed]`` is the fingerprint of each run's checkpoints; ``checkpoint_every``
-    as :func:`.nmt.training.train_system` takes it.
-
-    Returns ``(decoding statistics, trained models, resumed runs, test hypotheses)``: the statistics
-    and models of each system's first seed, the hypotheses of every seed."""
+    as :func:`.nmt.training.train_system` takes it; ``earlier`` the records already there
+    (:func:`check_records`), which give the first estimate of the time per run.
+    """
     _, train, val, test, dev, tok = data
-    stats: dict[str, DecodeStats] = {}
-    trained_all: dict[str, dict] = {}
-    resumed: list[str] = []
-    hyps: dict[str, list[list[str]]] = {}
-    n_runs = len(systems) * len(seeds)
+    device_name = common["environment"]["device"]
     run_seconds: list[float] = []
-    for system in systems:
-        per_seed = {}
-        for k, sd in enumerate(seeds):
-            # overall progress: run i of n, and the time left from the runs measured so far
-            done = len(run_seconds)
-            eta = (f", ETA {sum(run_seconds) / done * (n_runs - done) / 60:.1f} min for the runs left"
-                   if done else "")
-            name = system if len(seeds) == 1 else f"{system} seed {sd}"
-            log(f"== run {done + 1} of {n_runs}: {system}" + (f" seed {sd}" if len(seeds) > 1 else "") + eta)
-            t_run = time.perf_counter()
-            trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
-                                   _run_dir(out_dir, system, sd, seeds), device=ctx.device, log=log, name=name,
-                                   fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
-            if not ctx.main:
-                continue
-            if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
-                resumed.append(name)
-            record = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
-            run_seconds.append(time.perf_counter() - t_run)
-            record["seed"] = sd
-            hyps.setdefault(system, []).append(record.pop("_hyps"))
-            first = record.pop("_stats")
-            if k == 0:
-                stats[system] = first
-                trained_all[system] = trained
-            per_seed[sd] = record
-        if ctx.main:
-            results["systems"][system] = _aggregate(per_seed)
-    return stats, trained_all, resumed, hyps
+    per, source = _estimate(run_seconds, earlier, device_name)
+    log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; "
+        + (f"estimated {per / 60:.1f} min per run ({source}), {per * len(pairs) / 60:.1f} min in all"
+           if per is not None else f"no estimate of the time per run ({source}): the first run gives one"))
+    for system, sd in pairs:
+        done = len(run_seconds)
+        per, source = _estimate(run_seconds, earlier, device_name)
+        eta = (f", estimated {per / 60:.1f} min per run ({source}), ETA {per * (len(pairs) - done) / 60:.1f} min for "
+               "the runs left" if per is not None else "")
+        name = f"{system} seed {sd}" if seed_dirs else system
+        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seed_dirs else "") + eta)
+        t_run = time.perf_counter()
+        training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
+        trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
+                               _run_dir(out_dir, system, sd, seed_dirs), device=ctx.device, log=log, name=name,
+                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
+        if not ctx.main:
+            continue
+        result = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
+        hyps, stats = result.pop("_hyps"), result.pop("_stats")
+        log(f"[{name}] timing inference against beam size ...")
+        result["inference_seconds"] = time_inference({system: trained}, tok, test, P, ctx.device)[system]
+        result["seed"] = sd
+        result["resumed_from_checkpoint"] = trained["record"]["steps_this_run"] < trained["record"]["steps_done"]
+        del trained  # the model: the next run needs the memory
+        result["run_seconds"] = time.perf_counter() - t_run
+        path = record_path(out_dir, system, sd)
+        if (system, sd) in earlier:
+            old = earlier[system, sd][1]
+            log(f"[{name}] replacing the record of this run finished {old.get('finished')} on "
+                f"{old['environment'].get('device')}")
+        about = {**common, "environment": {**common["environment"], "processes": ctx.world}}
+        write_record(path, make_record(system, sd, result, hyps, stats, test.tgt, prints[system, sd], setup, about,
+                                       training))
+        run_seconds.append(result["run_seconds"])
+        log(f"[{name}] wrote {path} ({path.stat().st_size / 1e3:.0f} kB); the run took "
+            f"{result['run_seconds'] / 60:.1f} min ({result['train_seconds'] / 60:.1f} of training steps)")
+    if ctx.main and run_seconds:
+        log(f"this call trained {len(run_seconds)} run{'s' * (len(run_seconds) > 1)} in {sum(run_seconds) / 60:.1f} min: "
+            f"{statistics.fmean(run_seconds) / 60:.1f} min per run on {device_name}")
 
 
-def _compare(results: dict, trained_all: dict, hyps: dict, tok: Tokenizer, test: Parallel, P: dict, device: str,
-             log: Log) -> None:
-    """Inference timings against beam size (interleaved), step times relative to softmax, and the paired
-    bootstrap of test BLEU, into ``results``."""
-    log("timing inference against beam size (all systems interleaved) ...")
-    for system, per in time_inference(trained_all, tok, test, P, device).items():
-        results["systems"][system]["inference_seconds"] = per
-    soft = results["systems"].get("softmax")
-    for rec in results["systems"].values():
-        if soft:
-            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft["seconds_per_step"]
-    fastest = min(v for rec in results["systems"].values() for v in rec["inference_seconds"].values())
-    for rec in results["systems"].values():
-        rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
+def rebuild(out: Union[str, Path], log: Log = print, setup: Optional[dict] = None,
+            t_start: Optional[float] = None) -> dict:
+    """Write ``results.json``, the figures and ``report.md`` of ``out`` from every run record in ``out/records``.
+
+    Args:
+        out: the output folder.
+        log: where progress lines go.
+        setup: what the records must share (:func:`run_setup`; default: the first record's).
+        t_start: ``time.perf_counter()`` when the call began (for ``settings["total_seconds"]``).
+
+    Returns:
+        the content of ``results.json``.
+
+    Raises:
+        FileNotFoundError: ``out/records`` holds no record.
+        RecordMismatchError: a record of another setup.
+    """
+    t0 = time.perf_counter() if t_start is None else t_start
+    out_dir = Path(out)
+    found = check_records(out_dir, setup)
+    if not found:
+        raise FileNotFoundError(f"out: no run records in {out_dir / 'records'} to build a report from")
+    results, stats = results_from_records(found, log)
+    results["settings"]["total_seconds"] = time.perf_counter() - t0
+    return finish(results, out_dir, lambda res, folder: write_figures(res, stats, folder), render_report, log)
+
+
+def render(out: str, log: Log = print) -> Path:
+    """``--render-only``: the report of ``out`` written again without training; returns the report's path.
+
+    With run records in ``out/records`` everything is rebuilt from them (:func:`rebuild`):
+    ``results.json``, the figures and ``report.md``; no data, model or GPU is needed.  A
+    folder without records (written before records existed) has its ``report.md`` rendered
+    from its ``results.json`` (:func:`._common.render_existing`), keeping its figures.
+
+    Args:
+        out: the output folder.
+        log: where progress lines go.
+
+    Returns:
+        the path of ``report.md``.
+    """
+    if not read_records(out):
+        return render_existing(out, render_report)
+    rebuild(out, log)
+    return Path(out) / "report.md"
+
+
+def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
+    """``results.json``'s content and the decoding statistics of the figures, from checked run records.
+
+    Args:
+        found: :func:`check_records`'s ``{(system, seed): (path, record)}``, all of one setup.
+        log: where progress lines go.
+
+    Returns:
+        ``(results, {system: DecodeStats of its first seed})``.  ``results`` has the layout
+        of a single call's (``settings``, ``systems``, ``paper``, ``significance``) plus
+        ``plan`` (:func:`planned_runs`) and ``runs`` (device, date, versions of every run
+        in).  Means ± standard deviations are over the seeds in; timings only over the runs
+        on one device (``settings["device"]``, the device with the most runs); the paired
+        bootstrap of each pair of systems pools the seeds both have.
+    """
+    records = {key: rec for key, (_, rec) in found.items()}
+    first_setup = next(iter(records.values()))["setup"]
+    P = first_setup["settings"]
+    plan = planned_runs(P, records)
+    order = [(s, sd) for s, sd in plan["in"]]
+    devices: dict[str, int] = {}
+    for key in order:
+        d = records[key]["environment"]["device"]
+        devices[d] = devices.get(d, 0) + 1
+    timing_device = max(devices, key=lambda d: devices[d])  # the first one among equals: the first run's
+    S: dict[str, dict] = {}
+    hyps: dict[str, dict] = {}
+    stats: dict[str, DecodeStats] = {}
+    for system in dict.fromkeys(s for s, _ in order):
+        per_seed: dict[int, dict] = {}
+        for sd in [sd for s, sd in order if s == system]:
+            rec = records[system, sd]
+            per_seed[sd] = {**rec["results"], "seed": sd, "device": rec["environment"]["device"]}
+            hyps.setdefault(system, {})[sd] = rec["test_hypotheses"]
+        timed = [sd for sd, r in per_seed.items() if r["device"] == timing_device]
+        S[system] = _aggregate(per_seed, timed)
+        steps = records[system, next(iter(per_seed))]["decoding_steps"]
+        stats[system] = DecodeStats(zeros=unpack(steps["zeros"]), sums=unpack(steps["sums"]), vocab=steps["vocab"])
+    _relative_timings(S)
+    results: dict[str, Any] = {"settings": _merged_settings(records, order, plan, devices, timing_device),
+                               "systems": S, "paper": PAPER}
     if len(hyps) > 1:
         log("paired bootstrap resampling of test BLEU ...")
-        results["significance"] = significance(hyps, test.tgt, P.get("bootstrap_samples", 1000))
+        refs = records[order[0]]["test_references"]
+        sig = significance(hyps, refs, P.get("bootstrap_samples", 1000))
+        if sig:
+            results["significance"] = sig
+    results["plan"] = plan
+    results["runs"] = [_run_entry(found[key][0], records[key]) for key in order]
+    return results, stats
+
+
+def _run_entry(path: Path, rec: dict) -> dict:
+    """One line of ``results["runs"]``: where, when and with what a run in was trained."""
+    env, res = rec["environment"], rec["results"]
+    return {"system": rec["system"], "seed": rec["seed"], "file": f"{path.parent.name}/{path.name}",
+            "device": env["device"], "finished": rec.get("finished"), "processes": env.get("processes", 1),
+            "torch": env.get("torch"), "triton": env.get("triton"), "softargmax": env.get("softargmax"),
+            "bleu": res.get("bleu"), "seconds_per_step": res.get("seconds_per_step"),
+            "run_seconds": res.get("run_seconds"), "resumed_from_checkpoint": bool(res.get("resumed_from_checkpoint"))}
+
+
+def _joined(values: Iterable[Any]) -> Any:
+    """The one value of ``values``, or the distinct ones joined by " / " (a key read by the report as one string)."""
+    distinct = list(dict.fromkeys(values))
+    return distinct[0] if len(distinct) == 1 else " / ".join(map(str, distinct))
+
+
+def _merged_settings(records: dict, order: list, plan: dict, devices: dict, timing_device: str) -> dict:
+    """``results["settings"]`` of the runs in: the first run's settings, the devices, versions and processes of all."""
+    first = records[order[0]]
+    envs = [records[key]["environment"] for key in order]
+    timed = [e for e in envs if e["device"] == timing_device]
+    settings = first["settings"]
+    seeds = list(dict.fromkeys(sd for _, sd in order))
+    return {
+        "preset": first["setup"]["preset"], "seed": seeds[0], "seeds": seeds,
+        "processes": max(int(e.get("processes", 1)) for e in envs), "overrides": first["setup"]["overrides"],
+        "data": settings["data"], "vocabulary": settings["vocabulary"], "model": settings["model"],
+        "training": settings["training"], "decoding": settings["decoding"],
+        "device": timing_device, "tf32_matmul": bool(timed[0].get("tf32_matmul")),
+        "torch": _joined(e.get("torch") for e in envs), "softargmax": _joined(e.get("softargmax") for e in envs),
+        "python": _joined(e.get("python") for e in envs), "triton": _joined(e.get("triton") for e in envs),
+        "total_seconds": 0.0,
+        "resumed_from_checkpoint": [f"{s} seed {sd}" if len(seeds) > 1 else s for s, sd in order
+                                    if records[s, sd]["results"].get("resumed_from_checkpoint")],
+        "devices": devices,
+        "run_seconds": sum(records[key]["results"].get("run_seconds", 0.0) for key in order),
+    }
+
+
+def _relative_timings(S: dict) -> None:
+    """Step times relative to softmax's and inference times relative to the fastest, into ``S``: only between
+    systems timed on the same device (those whose records :func:`_aggregate` kept timings of)."""
+    soft = S.get("softmax", {}).get("seconds_per_step")
+    for rec in S.values():
+        if soft and "seconds_per_step" in rec:
+            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft
+    timed = [rec for rec in S.values() if rec.get("inference_seconds")]
+    if timed:
+        fastest = min(v for rec in timed for v in rec["inference_seconds"].values())
+        for rec in timed:
+            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
 
 
 def _env_with_tf32(env: dict, tf32: bool) -> dict:
@@ -510,12 +1000,14 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
 
     # the paper's Fig. 4 compares the systems at each beam size: time relative to softmax,
     # with the band of run-to-run variation of these timings (not a difference between systems)
-    if "softmax" in systems:
+    if "inference_seconds" in systems.get("softmax", {}):  # (absent when softmax has no run on the timing device)
         base = systems["softmax"]["inference_seconds"]
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
         bs = sorted(base, key=int)
         ax.axhspan(1 - NOISE, 1 + NOISE, color="0.85", label=f"±{NOISE:.0%}: timing noise")
         for s, rec in systems.items():
+            if "inference_seconds" not in rec:
+                continue
             ax.plot([int(b) for b in bs], [rec["inference_seconds"][b] / base[b] for b in bs], marker="o", label=_name(s))
         ax.set_xscale("log", base=2); ax.set_xticks([int(b) for b in bs], bs); ax.minorticks_off()
         ax.set_xlabel("beam size"); ax.set_ylabel("inference time / softmax's")
@@ -582,8 +1074,15 @@ def _fmt(v: Optional[float], nd: int = 2) -> str:
     return "—" if v is None else f"{v:.{nd}f}"
 
 
+def _times(v: Optional[float]) -> str:
+    """``1.05×``, or ``—`` when there is no ratio."""
+    return "—" if v is None else f"{v:.2f}×"
+
+
 def _pm(rec: dict, key: str, scale: float = 1.0, nd: int = 2) -> str:
-    """``mean ± std`` over seeds when the record has a ``*_std``, else the value."""
+    """``mean ± std`` over seeds when the record has a ``*_std``, else the value (``—`` when it has none)."""
+    if key not in rec:
+        return "—"
     v = f"{scale * rec[key]:.{nd}f}"
     return v + (f" ± {scale * rec[key + '_std']:.{nd}f}" if key + "_std" in rec else "")
 
@@ -625,15 +1124,21 @@ def render_report(results: dict, figures: list) -> str:
     """
     S, st, paper = results["systems"], results["settings"], results["paper"]
     seeds = st.get("seeds", [st["seed"]])
+    plan = results.get("plan")  # results built from run records: some runs may be owed
     who = f"seed {st['seed']}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
     procs = st.get("processes", 1)
     hours = [h for per in paper["training_hours"].values() for h in per.values()]
     who += f", {procs} process{'es' if procs > 1 else ''} (torchrun, data parallel over the batch)" if procs > 1 else ", 1 process"
+    devices = st.get("devices") or {st["device"]: 1}
+    where = (st["device"] if len(devices) == 1 else
+             f"{len(devices)} devices (the timings compared are from {st['device']}; see Runs)")
+    took = (f"this invocation took {st['total_seconds'] / 60:.1f} min" if plan is None else
+            f"{len(plan['in'])} run{'s' * (len(plan['in']) > 1)} in, {st['run_seconds'] / 60:.1f} min of training and "
+            "evaluation in all")
     lines = [
         "# Reproducing “Speeding Up Entmax” on Multi30k De→En",
         "",
-        f"Preset `{st['preset']}`, {who}, {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
-        f"this invocation took {st['total_seconds'] / 60:.1f} min"
+        f"Preset `{st['preset']}`, {who}, {where}, torch {st['torch']}, softargmax {st['softargmax']}; {took}"
         + (f" (training of {', '.join(st['resumed_from_checkpoint'])} was resumed from checkpoints; "
            "training times add up those recorded before and after)." if st.get("resumed_from_checkpoint") else "."),
         "",
@@ -644,11 +1149,19 @@ def render_report(results: dict, figures: list) -> str:
         f"layers, {st['model']['heads']} heads, FF {st['model']['ff']}, {_selection_text(st)}; batches of "
         f"~{st['training']['batch_tokens']} target tokens ({_training_text(st)}). Every system has the same data order, "
         "initialization and settings" + (" for each seed." if len(seeds) > 1 else "."),
+    ]
+    if plan is not None:
+        lines += _runs_section(results)
+    counts = {s: len(rec.get("seeds") or {"": 0}) for s, rec in S.items()}
+    uneven = len(set(counts.values())) > 1
+    lines += [
         "",
         "## Test BLEU (Table 1)",
         "",
         f"Detokenized, case-sensitive sacreBLEU (`{next(iter(S.values()))['bleu_signature']}`), beam {st['decoding']['beam']}, no length penalty"
-        + (f"; ours: mean ± standard deviation over {len(seeds)} seeds." if len(seeds) > 1 else "."),
+        + ("; ours: mean ± standard deviation over each system's seeds in (their number in parentheses; the value "
+           "of a single seed has no ±)." if uneven else
+           f"; ours: mean ± standard deviation over {len(seeds)} seeds." if len(seeds) > 1 else "."),
         "",
         "| output layer | loss | ours (Multi30k) | paper IWSLT De→En | paper WMT En→De | paper WMT En→Ru |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -656,19 +1169,24 @@ def render_report(results: dict, figures: list) -> str:
     for s, rec in S.items():
         pb = paper["bleu"].get(s, {})
         loss_name = "cross-entropy" if s == "softmax" else f"{_name(s)} loss"
-        lines.append(f"| {_name(s)} | {loss_name} | {_pm(rec, 'bleu')} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
+        ours = _pm(rec, 'bleu') + (f" ({counts[s]})" if uneven else "")
+        lines.append(f"| {_name(s)} | {loss_name} | {ours} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
                      f"{_fmt(pb.get('WMT En→De'), 1)} | {_fmt(pb.get('WMT En→Ru'), 1)} |")
+    if plan is not None and not plan["complete"]:
+        lines += ["", f"**Provisional:** {_in_and_owed(plan)}; this comparison with the paper may change when the "
+                  "owed runs are in."]
     lines += _seed_sections(results)
     lines += ["", "## Training speed (Table 5)", "",
               "Seconds per training step and target tokens per second (forward, loss, backward, optimizer; "
-              "evaluation excluded), and the time relative to softmax, beside the paper's ratios of total training hours.", "",
+              "evaluation excluded), and the time relative to softmax, beside the paper's ratios of total training hours."
+              + ("" if plan is None else " " + _timing_scope(results)), "",
               "| output layer | s/step | tokens/s | ours vs softmax | paper IWSLT | paper WMT En→De | paper WMT En→Ru |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     ph = paper["training_hours"]
     for s, rec in S.items():
         ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
         lines.append(f"| {_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
-                     f"{_fmt(rec.get('seconds_per_step_vs_softmax'))}× | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
+                     f"{_times(rec.get('seconds_per_step_vs_softmax'))} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
     lines += ["", "## Empty translations (Table 2)", "",
               f"Share of dev sentences ({st['data']['dev_sentences_for_empty_rate']}) whose empty translation scores higher "
               "than the beam hypothesis (`log p(EOS | BOS)` vs the hypothesis' summed log-scores).", "",
@@ -689,7 +1207,8 @@ def render_report(results: dict, figures: list) -> str:
         a = S["alpha_relu"]
         lines += ["", "## τ of 1.5-ReLU (Table 3)", "",
                   f"τ from the untrained model's first batch (mean 1.5-entmax threshold): **{_pm(a, 'tau', nd=4)}**"
-                  + (f" (mean ± std over the {len(seeds)} seeds' initializations and first batches)" if len(seeds) > 1 else "")
+                  + (f" (mean ± std over the {len(a['seeds'])} seeds' initializations and first batches)"
+                     if len(a.get("seeds") or seeds) > 1 else "")
                   + "; data-free "
                   f"estimate `tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
                   f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
@@ -697,13 +1216,17 @@ def render_report(results: dict, figures: list) -> str:
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
                   + ". `softargmax.tau.gaussian` reproduces the paper's formula column to its two decimals (tests/test_tau.py)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
-              f"Translating {st['decoding']['timing_sentences']} test sentences (median of 3, all systems interleaved), "
-              "normalized by the fastest measurement. "
+              f"Translating {st['decoding']['timing_sentences']} test sentences "
+              + ("(median of 3, all systems interleaved), " if plan is None else
+                 "(median of 3, each run timed right after its training, on the device of the timings above; a "
+                 "system's first seed on it), ")
+              + "normalized by the fastest measurement. "
               f"Paper: {paper['inference']}.", "",
               "| output layer | " + " | ".join(f"beam {b}" for b in st["decoding"]["beams_timed"]) + " |",
               "| --- |" + " --- |" * len(st["decoding"]["beams_timed"])]
     for s, rec in S.items():
-        lines.append(f"| {_name(s)} | " + " | ".join(f"{rec['inference_normalized'][str(b)]:.2f}" for b in st["decoding"]["beams_timed"]) + " |")
+        norm = rec.get("inference_normalized", {})
+        lines.append(f"| {_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
     lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
     lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
@@ -711,26 +1234,35 @@ def render_report(results: dict, figures: list) -> str:
     if "alpha_relu" in S:
         for ex in S["alpha_relu"]["examples"][:3]:
             lines += [f"- src: {ex['src']}", f"  - ref: {ex['ref']}", f"  - hyp: {ex['hyp']}"]
-    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(S, st))
+    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(S, st, split=plan is not None))
     return "\n".join(lines) + "\n"
 
 
-def _variation(S: dict, st: dict) -> dict:
+def _variation(S: dict, st: dict, split: bool = False) -> dict:
     """What this run measured of its own variation, for :func:`._common.reproducibility`.
 
     Reruns: the test of killed and resumed runs (``RESUME_TEST``) runs a `smoke` run of two
-    output layers twice with the same seed; nothing else is rerun, and no past run's numbers
-    are kept.  The timing sentence gives the variation of the time per step between the
-    evaluations of each run (:func:`step_time_variation`), the one measured in ``results.json``.
+    output layers twice with the same seed; with ``split`` (results built from run records)
+    the sentence adds the test of calls that train the runs separately (``SPLIT_TEST``);
+    nothing else is rerun, and no past run's numbers are kept.  The timing sentence gives the
+    variation of the time per step between the evaluations of each run
+    (:func:`step_time_variation`), the one measured in ``results.json``.
     """
     seeds = st.get("seeds", [st["seed"]])
     this = ("the other output layers were not repeated" if st.get("preset") == "smoke" else
             f"this `{st.get('preset')}` run was not repeated")
     out = {"rerun": ("a `smoke` run of softmax and 1.5-ReLU repeated with the same seed gives identical numbers, "
-                     f"timings aside (the test in the last line runs it twice); {this}.")}
-    if len(seeds) > 1:
-        out["spread"] = seed_spread([r["bleu_std"] for r in S.values()], len(seeds), "BLEU",
-                                    f"the {len(S)} output layers")
+                     f"timings aside (the test in the last line runs it twice); {this}."
+                     + (f" {SPLIT_TEST}" if split else ""))}
+    spread = {s: r for s, r in S.items() if "bleu_std" in r}
+    counts = sorted({len(r.get("seeds") or seeds) for r in spread.values()})
+    over = f"the {len(spread)} output layers" + (f" with at least 2 seeds in (of {len(S)})" if len(spread) < len(S) else "")
+    if len(counts) == 1:
+        out["spread"] = seed_spread([r["bleu_std"] for r in spread.values()], counts[0], "BLEU", over)
+    elif counts:
+        stds = [r["bleu_std"] for r in spread.values()]
+        out["spread"] = (f"standard deviation over {counts[0]}–{counts[-1]} seeds (the seeds in) "
+                         f"{min(stds):.2f}–{max(stds):.2f} BLEU across {over} (the ± in the tables).")
     var = {s: step_time_variation(rec) for s, rec in S.items()}
     measured = {s: v for s, v in var.items() if v is not None}
     text = ("within each training run, the time per step between consecutive evaluations varied by "
@@ -739,6 +1271,11 @@ def _variation(S: dict, st: dict) -> dict:
             "the variation of the time per step within a run was not measured (fewer than two evaluations); ")
     if len(seeds) > 1:
         text += "the ± of s/step and tokens/s is their spread over the seeds' runs; "
+    if split:
+        out["timings"] = text + ("how much the timings vary between invocations was not measured; the inference "
+                                 "times of the systems were measured each in its own run, right after its training, "
+                                 "not interleaved.")
+        return out
     out["timings"] = text + ("how much the timings vary between invocations was not measured, and the inference "
                              "times were not compared between runs.")
     return out
@@ -753,8 +1290,9 @@ def _runs(S: dict) -> Iterator[tuple[str, str, dict]]:
 
 def _seed_sections(results: dict) -> list:
     """Per-seed table and the paired bootstrap between systems."""
-    S, st = results["systems"], results["settings"]
-    seeds = st.get("seeds", [st["seed"]])
+    S, st, plan = results["systems"], results["settings"], results.get("plan")
+    seeds = plan["seeds"] if plan else st.get("seeds", [st["seed"]])
+    owed = {(s, sd) for s, sd in plan["owed"]} if plan else set()
     sel = st["training"].get("select", "last") != "last"
     out = []
     if len(seeds) > 1 or sel:
@@ -764,31 +1302,117 @@ def _seed_sections(results: dict) -> list:
                              f"{st['training']['patience']} evaluations)" if sel else "") + ".", "",
                 "| output layer | " + " | ".join(f"seed {sd}: BLEU / empty / kept / trained" for sd in seeds) + " |",
                 "| --- |" + " --- |" * len(seeds)]
-        for system, rec in S.items():
+        for system in (plan["systems"] if plan else S):
             cells = []
             for sd in seeds:
-                r = rec["seeds"].get(str(sd), {})
+                r = S.get(system, {}).get("seeds", {}).get(str(sd))
+                if r is None and plan is not None:
+                    cells.append("owed" if (system, sd) in owed else "—")
+                    continue
+                r = r or {}
                 cells.append(f"{r.get('bleu', float('nan')):.2f} / {100 * r.get('empty_string_rate', float('nan')):.1f}% / "
                              f"{r.get('kept_step', '—')} / {r.get('steps_done', '—')}")
             out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
     sig = results.get("significance")
     if sig:
         n_pairs, level = len(sig), bonferroni_threshold(sig)
+        per_pair = len({tuple(r.get("seed_list", ())) for r in sig}) > 1  # pairs pooled over different seeds
+        subset = plan is not None and sig[0].get("seed_list", seeds) != st.get("seeds")  # fewer than the seeds in
+        pooled = ("; each pair pools the seeds both systems have in (column seeds): each sentence carries their "
+                  "translations of those seeds, so BLEU here is that of the seeds' translations pooled into one corpus, "
+                  "and a system's BLEU may differ from pair to pair" if per_pair else
+                  f"; each sentence carries the translations of all {sig[0]['seeds']} seeds, so BLEU here is that of "
+                  "the seeds' translations pooled into one corpus" if sig[0]["seeds"] > 1 else "")
+        if subset and not per_pair:
+            pooled += (f"; only seed{'s' * (sig[0]['seeds'] > 1)} {', '.join(map(str, sig[0]['seed_list']))} "
+                       "of the seeds in, the ones the systems compared all have")
         out += ["", "## Significance of the BLEU differences (paired bootstrap)", "",
                 f"Paired bootstrap resampling of the {sig[0]['sentences']} test sentences (Koehn, EMNLP 2004), "
                 f"{sig[0]['n_samples']} draws, the statistic and p-value of sacreBLEU's paired bootstrap"
-                + (f"; each sentence carries the translations of all {sig[0]['seeds']} seeds, so BLEU here is that of "
-                   "the seeds' translations pooled into one corpus" if sig[0]["seeds"] > 1 else "")
+                + pooled
                 + f". `*`: p < {LEVEL}" + (f"; `**`: p < {level:.4f} ({LEVEL} / {n_pairs} comparisons, Bonferroni)."
                                            if n_pairs > 1 else "."), "",
-                "| A | B | BLEU A | BLEU B | A − B | 95% interval of A − B | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+                "| A | B | BLEU A | BLEU B | A − B | 95% interval of A − B | p |" + (" seeds |" if per_pair else ""),
+                "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if per_pair else "")]
         for r in sig:
             mark = "**" if n_pairs > 1 and r["p_value"] < level else ("*" if r["p_value"] < LEVEL else "")
             out.append(f"| {_name(r['a'])} | {_name(r['b'])} | {r['bleu_a']:.2f} | {r['bleu_b']:.2f} | {r['delta']:+.2f} | "
-                       f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] | {r['p_value']:.4f}{mark} |")
+                       f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] | {r['p_value']:.4f}{mark} |"
+                       + (f" {', '.join(map(str, r.get('seed_list', [])))} |" if per_pair else ""))
         out += ["", f"Ordering by mean test BLEU (`>`: the difference is significant at p < {level:.4f}, the threshold "
-                "every claim below uses; `≈`: it is not): " + ordering(S, sig, level) + "."]
+                "every claim below uses; `≈`: it is not): " + ordering(S, sig, level) + "."
+                + (f" **Provisional:** {_in_and_owed(plan)}." if plan and not plan["complete"] else "")]
     return out
+
+
+def _in_and_owed(plan: dict) -> str:
+    """"5 of the 12 planned runs are in, 7 owed (softmax seed 2, ...)"."""
+    n = len(plan["in"]) - len(plan["extra"]) + len(plan["owed"])
+    owed = ", ".join(f"{_name(s)} seed {sd}" for s, sd in plan["owed"])
+    return f"{n - len(plan['owed'])} of the {n} planned runs are in, {len(plan['owed'])} owed ({owed})"
+
+
+def _device_labels(results: dict) -> dict:
+    """``{device: "D1", ...}`` in the order of the runs in."""
+    return {d: f"D{i + 1}" for i, d in enumerate(dict.fromkeys(r["device"] for r in results.get("runs", [])))}
+
+
+def _runs_section(results: dict) -> list:
+    """The preset's systems × seeds: which runs are in (device and date) and which are owed."""
+    plan, st = results["plan"], results["settings"]
+    runs = {(r["system"], r["seed"]): r for r in results.get("runs", [])}
+    owed = {(s, sd) for s, sd in plan["owed"]}
+    labels = _device_labels(results)
+    n = len(plan["in"]) - len(plan["extra"]) + len(plan["owed"])
+    planned = [(s, sd) for s in plan["systems"] for sd in plan["seeds"] if (s, sd) in owed or
+               ((s, sd) in runs and [s, sd] not in plan["extra"])]
+    systems = list(dict.fromkeys(s for s, _ in planned))
+    seeds = list(dict.fromkeys(sd for _, sd in planned))
+    text = (f"The `{st['preset']}` preset plans {n} run{'s' * (n > 1)}: "
+            + (f"{len(systems)} output layers × seeds {', '.join(map(str, seeds))}" if len(systems) * len(seeds) == n
+               else ", ".join(f"{_name(s)} seed {sd}" for s, sd in planned))
+            + ". Each call trains some of them (`--runs system:seed`), on any machine, and leaves a run record of each "
+            "finished run in `records/`; this report is built from all the records there. ")
+    if plan["complete"]:
+        text += "All of them are in."
+    else:
+        text += (f"{_in_and_owed(plan)}. Until they are in, everything below uses only the runs in: a mean ± standard "
+                 "deviation only where at least 2 seeds of a system are in, the paired bootstrap only between systems "
+                 "that are in (over the seeds both have), and the ordering of the systems and the comparison with "
+                 "the paper are provisional.")
+    if plan["extra"]:
+        text += (" Runs beyond the plan are in too and count like the others: "
+                 + ", ".join(f"{_name(s)} seed {sd}" for s, sd in plan["extra"]) + ".")
+    out = ["", "## Runs in and owed", "", text, "",
+           "| output layer | " + " | ".join(f"seed {sd}" for sd in plan["seeds"]) + " |",
+           "| --- |" + " --- |" * len(plan["seeds"])]
+    for system in plan["systems"]:
+        cells = []
+        for sd in plan["seeds"]:
+            r = runs.get((system, sd))
+            cells.append(f"in ({labels[r['device']]}, {str(r.get('finished') or '?')[:10]})" if r else
+                         "**owed**" if (system, sd) in owed else "—")
+        out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
+    out.append("")
+    for device, label in labels.items():
+        mine = [r for r in runs.values() if r["device"] == device]
+        versions = "; ".join(f"{k} {_joined(r.get(k) for r in mine)}" for k in ("torch", "triton", "softargmax")
+                             if any(r.get(k) for r in mine))
+        out.append(f"- {label}: {device} ({len(mine)} run{'s' * (len(mine) > 1)}; {versions})")
+    return out
+
+
+def _timing_scope(results: dict) -> str:
+    """Which runs the compared timings come from: one device only."""
+    st = results["settings"]
+    devices = st.get("devices") or {st["device"]: 1}
+    if len(devices) == 1:
+        return (f"All {sum(devices.values())} runs in ran on {st['device']}; times are compared only between runs on "
+                "the same device (an H100 and an H200, say, are not compared).")
+    others = ", ".join(f"{d} ({k} run{'s' * (k > 1)})" for d, k in devices.items() if d != st["device"])
+    return (f"Times are compared only between runs on the same device: these are from the {devices[st['device']]} runs "
+            f"on {st['device']}, the device with the most runs in; the runs on {others} enter no comparison of times "
+            "(a system with no run on that device shows —).")
 
 
 def ordering(S: dict, sig: list, level: float = 0.05) -> str:
@@ -963,7 +1587,10 @@ def step_time_variation(rec: dict) -> Optional[float]:
     Computed from the training seconds recorded at each evaluation (``history``), so that
     the report states a variation it measured; ``None`` with fewer than two intervals.
     """
-    runs = [r.get("history", []) for r in rec.get("seeds", {}).values()] or [rec.get("history", [])]
+    timed = rec.get("timed_seeds")  # the runs on the device whose timings are compared (results from run records)
+    runs = [r.get("history", []) for seed, r in rec.get("seeds", {}).items() if timed is None or seed in timed]
+    if not runs and timed is None:
+        runs = [rec.get("history", [])]
     per_step = []
     for history in runs:
         step, seconds = 0, 0.0
@@ -988,6 +1615,8 @@ def speed_verdict(S: dict, system: str, limit: float) -> str:
     ``r·(1 + v) ≤ limit``, ``"does not hold"`` when ``r / (1 + v) > limit``, and is
     ``"not shown"`` in between or when ``v`` was not measured.
     """
+    if "seconds_per_step_vs_softmax" not in S[system]:
+        return "not tested (no runs of both systems on the device whose times are compared)"
     r = S[system]["seconds_per_step_vs_softmax"]
     v = _speed_variation(S, system, "softmax")
     if v is None:
@@ -1046,7 +1675,10 @@ def _claims(results: dict) -> list:
     S, st, sig, paper = results["systems"], results["settings"], results.get("significance") or [], results["paper"]
     thr = bonferroni_threshold(sig)
     m = (f"{LEVEL} / {len(sig)} comparisons, Bonferroni" if len(sig) > 1 else "one comparison")
-    out = [f"Rules: a BLEU comparison \"A beats B\" holds only when A's BLEU is higher and the paired bootstrap gives "
+    plan = results.get("plan")
+    out = [f"**Provisional:** {_in_and_owed(plan)}; the verdicts below use only the runs in and may change when the "
+           "owed runs are in.", ""] if plan and not plan["complete"] else []
+    out += [f"Rules: a BLEU comparison \"A beats B\" holds only when A's BLEU is higher and the paired bootstrap gives "
            f"p < {thr:.4f} ({m}); it does not hold when B's is higher "
            f"with such a p, and is not shown otherwise. \"As well as\" holds when the 95% interval of the difference "
            f"lies above −{BLEU_MARGIN} BLEU. A speed ratio counts only beyond the measured variation of the time per "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -49,6 +51,15 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    def digest(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the pieces and their scores, in id order.
+
+        Two tokenizers with the same digest split every sentence alike, whatever the
+        sentencepiece version that wrote their model files (whose bytes may differ).
+        """
+        table = [[self.sp.id_to_piece(i), self.sp.get_score(i)] for i in range(len(self))]
+        return hashlib.sha256(json.dumps(table, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
 
     def encode(self, sentences: Iterable[str]) -> list[list[int]]:
         return self.sp.encode(list(sentences))
