@@ -128,9 +128,9 @@ def backprop_chunk(G: Tensor, tanh: Optional[Tensor], dtype: torch.dtype, weight
 
 
 def projection_arguments(weight: Optional[Tensor], linear_weight: Optional[Tensor], bias: Optional[Tensor],
-                         linear_bias: Optional[Tensor], target: object,
-                         ignore_index: Optional[int]) -> tuple[Tensor, Optional[Tensor], object, int]:
-    """The projection, bias, target and ``ignore_index`` of the fused loss under either set of names:
+                         linear_bias: Optional[Tensor],
+                         ignore_index: Optional[int]) -> tuple[Tensor, Optional[Tensor], int]:
+    """The projection, bias and ``ignore_index`` of the fused loss under either set of names:
     ``weight``/``bias`` (this library's) or ``linear_weight``/``linear_bias`` (those of
     ``torch.nn.functional.linear_cross_entropy``); ``ignore_index=None`` is ``-100``, as there.
 
@@ -145,9 +145,7 @@ def projection_arguments(weight: Optional[Tensor], linear_weight: Optional[Tenso
     weight = linear_weight if weight is None else weight
     if weight is None:
         raise TypeError("linear_weight (or weight), the [V, d] output projection, is required")
-    if target is None:
-        raise TypeError("target is required")
-    return weight, linear_bias if bias is None else bias, target, -100 if ignore_index is None else ignore_index
+    return weight, linear_bias if bias is None else bias, -100 if ignore_index is None else ignore_index
 
 
 def check_linear_arguments(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], reduction: str, rows: str = "vocab",

@@ -207,8 +207,9 @@ def linear_fenchel_young_loss(
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    weight, bias, target, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, target,
-                                                              ignore_index)
+    weight, bias, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, ignore_index)
+    if target is None:
+        raise TypeError("target is required")
     if not isinstance(return_stats, bool):
         raise TypeError(f"return_stats must be True or False, got {return_stats!r}")
     topk = isinstance(target, tuple)

@@ -338,8 +338,9 @@ def linear_fenchel_young_loss(
         Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
         Parallelism*, 2019, https://arxiv.org/abs/1909.08053
     """
-    weight, bias, target, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, target,
-                                                              ignore_index)
+    weight, bias, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, ignore_index)
+    if target is None:
+        raise TypeError("target is required")
     options = LossOptions.of(locals(), weight=class_weight)
     return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
 
