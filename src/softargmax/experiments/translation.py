@@ -98,6 +98,7 @@ from .nmt import distributed
 from .nmt.data import Parallel
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
+from .nmt.names import display_name
 from .nmt.tokenizer import EOS, Tokenizer
 from .nmt.training import TrainConfig, train_system
 
@@ -157,12 +158,6 @@ RESUME_TEST = ("the test “a smoke translation run killed at random moments and
 SPLIT_TEST = ("Training the runs by separate calls into one folder changes no number: the test “two calls with disjoint "
               "runs merge into the results of one call” trains the 4 runs of a toy-size `gpu` preset by one call and "
               "by two, and gets the same results, timings aside.")
-
-NAMES = {"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "1.5-entmax", "alpha_relu": "1.5-ReLU"}
-
-
-def _name(system: str) -> str:
-    return NAMES.get(system, system)
 
 
 #: ``load_data``'s ``(folder, train, val, test, dev, tokenizer)``
@@ -964,8 +959,8 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for s, rec in systems.items():
         h = rec["history"]
-        axes[0].plot([e["step"] for e in h], [e["val_bleu"] for e in h], marker="o", label=_name(s))
-        axes[1].plot([e["train_seconds"] / 60 for e in h], [e["val_bleu"] for e in h], marker="o", label=_name(s))
+        axes[0].plot([e["step"] for e in h], [e["val_bleu"] for e in h], marker="o", label=display_name(s))
+        axes[1].plot([e["train_seconds"] / 60 for e in h], [e["val_bleu"] for e in h], marker="o", label=display_name(s))
     axes[0].set_xlabel("training step")
     axes[1].set_xlabel("training time (min)")
     for a in axes:
@@ -984,7 +979,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     for ax, (s, rec) in zip(axes[0], systems.items()):
         h = rec["history"]
         ax.plot([e["step"] for e in h], [e["val_loss"] for e in h], marker="o")
-        ax.set_title(_name(s), fontsize=10)
+        ax.set_title(display_name(s), fontsize=10)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("val loss per token (own loss)")
@@ -1008,7 +1003,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         for s, rec in systems.items():
             if "inference_seconds" not in rec:
                 continue
-            ax.plot([int(b) for b in bs], [rec["inference_seconds"][b] / base[b] for b in bs], marker="o", label=_name(s))
+            ax.plot([int(b) for b in bs], [rec["inference_seconds"][b] / base[b] for b in bs], marker="o", label=display_name(s))
         ax.set_xscale("log", base=2); ax.set_xticks([int(b) for b in bs], bs); ax.minorticks_off()
         ax.set_xlabel("beam size"); ax.set_ylabel("inference time / softmax's")
         ax.set_title("Inference time vs beam size (cf. the paper, Fig. 4)", fontsize=10); ax.grid(alpha=0.3)
@@ -1024,7 +1019,7 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
         bins = [lo + (1 - lo) * i / 40 for i in range(41)]  # the range the data cover
         for s, style in zip(sparse, ("-", "--", ":", "-.")):
             # outlines with the same bins, so that no system's histogram hides another's
-            ax.hist(shares[s], bins=bins, histtype="step", linewidth=1.8, linestyle=style, label=_name(s))
+            ax.hist(shares[s], bins=bins, histtype="step", linewidth=1.8, linestyle=style, label=display_name(s))
         ax.set_xlim(lo, 1.0)
         ax.set_xlabel("share of exact zeros in the next-token distribution"); ax.set_ylabel("decoding steps")
         ax.set_title("Sparsity per decoding step (cf. the paper, Figs. 5-6)"); ax.legend()
@@ -1056,7 +1051,7 @@ def _selection_figure(plt: Any, results: dict, out_dir: Path) -> str:
                     ax.plot([kept[0]["step"]], [kept[0][key]], marker="*", markersize=13, color=line.get_color(),
                             markeredgecolor="black", linestyle="none")
                 ax.plot([steps[-1]], [h[-1][key]], marker="x", markersize=8, color=line.get_color(), linestyle="none")
-        axes[0][col].set_title(_name(system))
+        axes[0][col].set_title(display_name(system))
         axes[1][col].set_xlabel("training step")
         for row in range(2):
             axes[row][col].grid(alpha=0.3)
@@ -1168,9 +1163,9 @@ def render_report(results: dict, figures: list) -> str:
     ]
     for s, rec in S.items():
         pb = paper["bleu"].get(s, {})
-        loss_name = "cross-entropy" if s == "softmax" else f"{_name(s)} loss"
+        loss_name = "cross-entropy" if s == "softmax" else f"{display_name(s)} loss"
         ours = _pm(rec, 'bleu') + (f" ({counts[s]})" if uneven else "")
-        lines.append(f"| {_name(s)} | {loss_name} | {ours} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
+        lines.append(f"| {display_name(s)} | {loss_name} | {ours} | {_fmt(pb.get('IWSLT De→En'), 1)} | "
                      f"{_fmt(pb.get('WMT En→De'), 1)} | {_fmt(pb.get('WMT En→Ru'), 1)} |")
     if plan is not None and not plan["complete"]:
         lines += ["", f"**Provisional:** {_in_and_owed(plan)}; this comparison with the paper may change when the "
@@ -1185,7 +1180,7 @@ def render_report(results: dict, figures: list) -> str:
     ph = paper["training_hours"]
     for s, rec in S.items():
         ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
-        lines.append(f"| {_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
+        lines.append(f"| {display_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
                      f"{_times(rec.get('seconds_per_step_vs_softmax'))} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
     lines += ["", "## Empty translations (Table 2)", "",
               f"Share of dev sentences ({st['data']['dev_sentences_for_empty_rate']}) whose empty translation scores higher "
@@ -1194,14 +1189,14 @@ def render_report(results: dict, figures: list) -> str:
     pe = paper["empty_string_percent"]
     for s, rec in S.items():
         p = pe.get(s, {})
-        lines.append(f"| {_name(s)} | {_pm(rec, 'empty_string_rate', 100, 1)}% | {_fmt(p.get('IWSLT De→En'), 1)}% | "
+        lines.append(f"| {display_name(s)} | {_pm(rec, 'empty_string_rate', 100, 1)}% | {_fmt(p.get('IWSLT De→En'), 1)}% | "
                      f"{_fmt(p.get('WMT En→De'), 2)}% | {_fmt(p.get('WMT En→Ru'), 1)}% |")
     lines += ["", "## Sparsity and self-normalization (Figs. 5–6, 9)", "",
               "| output layer | exact-zero share over test decoding steps | zeros per step (median) | Σ scores per step: mean [p5, p95] |",
               "| --- | --- | --- | --- |"]
     for s, rec in S.items():
         z, su = rec["zeros_per_step"], rec["sum_per_step"]
-        lines.append(f"| {_name(s)} | {rec['zero_fraction']:.4f} | {z.get('median', 0):.0f} of {st['vocabulary']['size']} | "
+        lines.append(f"| {display_name(s)} | {rec['zero_fraction']:.4f} | {z.get('median', 0):.0f} of {st['vocabulary']['size']} | "
                      f"{su.get('mean', 0):.3f} [{su.get('p5', 0):.3f}, {su.get('p95', 0):.3f}] |")
     if "alpha_relu" in S:
         a = S["alpha_relu"]
@@ -1226,7 +1221,7 @@ def render_report(results: dict, figures: list) -> str:
               "| --- |" + " --- |" * len(st["decoding"]["beams_timed"])]
     for s, rec in S.items():
         norm = rec.get("inference_normalized", {})
-        lines.append(f"| {_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
+        lines.append(f"| {display_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
     lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
     lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
@@ -1266,7 +1261,7 @@ def _variation(S: dict, st: dict, split: bool = False) -> dict:
     var = {s: step_time_variation(rec) for s, rec in S.items()}
     measured = {s: v for s, v in var.items() if v is not None}
     text = ("within each training run, the time per step between consecutive evaluations varied by "
-            + ", ".join(f"{100 * v:.1f}% ({_name(s)})" for s, v in measured.items())
+            + ", ".join(f"{100 * v:.1f}% ({display_name(s)})" for s, v in measured.items())
             + " ((max − min) / mean over the run's evaluation intervals); " if measured else
             "the variation of the time per step within a run was not measured (fewer than two evaluations); ")
     if len(seeds) > 1:
@@ -1312,7 +1307,7 @@ def _seed_sections(results: dict) -> list:
                 r = r or {}
                 cells.append(f"{r.get('bleu', float('nan')):.2f} / {100 * r.get('empty_string_rate', float('nan')):.1f}% / "
                              f"{r.get('kept_step', '—')} / {r.get('steps_done', '—')}")
-            out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
+            out.append(f"| {display_name(system)} | " + " | ".join(cells) + " |")
     sig = results.get("significance")
     if sig:
         n_pairs, level = len(sig), bonferroni_threshold(sig)
@@ -1336,7 +1331,7 @@ def _seed_sections(results: dict) -> list:
                 "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if per_pair else "")]
         for r in sig:
             mark = "**" if n_pairs > 1 and r["p_value"] < level else ("*" if r["p_value"] < LEVEL else "")
-            out.append(f"| {_name(r['a'])} | {_name(r['b'])} | {r['bleu_a']:.2f} | {r['bleu_b']:.2f} | {r['delta']:+.2f} | "
+            out.append(f"| {display_name(r['a'])} | {display_name(r['b'])} | {r['bleu_a']:.2f} | {r['bleu_b']:.2f} | {r['delta']:+.2f} | "
                        f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] | {r['p_value']:.4f}{mark} |"
                        + (f" {', '.join(map(str, r.get('seed_list', [])))} |" if per_pair else ""))
         out += ["", f"Ordering by mean test BLEU (`>`: the difference is significant at p < {level:.4f}, the threshold "
@@ -1348,7 +1343,7 @@ def _seed_sections(results: dict) -> list:
 def _in_and_owed(plan: dict) -> str:
     """"5 of the 12 planned runs are in, 7 owed (softmax seed 2, ...)"."""
     n = len(plan["in"]) - len(plan["extra"]) + len(plan["owed"])
-    owed = ", ".join(f"{_name(s)} seed {sd}" for s, sd in plan["owed"])
+    owed = ", ".join(f"{display_name(s)} seed {sd}" for s, sd in plan["owed"])
     return f"{n - len(plan['owed'])} of the {n} planned runs are in, {len(plan['owed'])} owed ({owed})"
 
 
@@ -1370,7 +1365,7 @@ def _runs_section(results: dict) -> list:
     seeds = list(dict.fromkeys(sd for _, sd in planned))
     text = (f"The `{st['preset']}` preset plans {n} run{'s' * (n > 1)}: "
             + (f"{len(systems)} output layers × seeds {', '.join(map(str, seeds))}" if len(systems) * len(seeds) == n
-               else ", ".join(f"{_name(s)} seed {sd}" for s, sd in planned))
+               else ", ".join(f"{display_name(s)} seed {sd}" for s, sd in planned))
             + ". Each call trains some of them (`--runs system:seed`), on any machine, and leaves a run record of each "
             "finished run in `records/`; this report is built from all the records there. ")
     if plan["complete"]:
@@ -1382,7 +1377,7 @@ def _runs_section(results: dict) -> list:
                  "the paper are provisional.")
     if plan["extra"]:
         text += (" Runs beyond the plan are in too and count like the others: "
-                 + ", ".join(f"{_name(s)} seed {sd}" for s, sd in plan["extra"]) + ".")
+                 + ", ".join(f"{display_name(s)} seed {sd}" for s, sd in plan["extra"]) + ".")
     out = ["", "## Runs in and owed", "", text, "",
            "| output layer | " + " | ".join(f"seed {sd}" for sd in plan["seeds"]) + " |",
            "| --- |" + " --- |" * len(plan["seeds"])]
@@ -1392,7 +1387,7 @@ def _runs_section(results: dict) -> list:
             r = runs.get((system, sd))
             cells.append(f"in ({labels[r['device']]}, {str(r.get('finished') or '?')[:10]})" if r else
                          "**owed**" if (system, sd) in owed else "—")
-        out.append(f"| {_name(system)} | " + " | ".join(cells) + " |")
+        out.append(f"| {display_name(system)} | " + " | ".join(cells) + " |")
     out.append("")
     for device, label in labels.items():
         mine = [r for r in runs.values() if r["device"] == device]
@@ -1419,9 +1414,9 @@ def ordering(S: dict, sig: list, level: float = 0.05) -> str:
     """Systems by decreasing mean BLEU, joined by ``>`` (significant difference) or ``≈``."""
     p = {frozenset((r["a"], r["b"])): r["p_value"] for r in sig}
     order = sorted(S, key=lambda s: -S[s]["bleu"])
-    text = _name(order[0])
+    text = display_name(order[0])
     for a, b in zip(order, order[1:]):
-        text += (" > " if p.get(frozenset((a, b)), 1.0) < level else " ≈ ") + _name(b)
+        text += (" > " if p.get(frozenset((a, b)), 1.0) < level else " ≈ ") + display_name(b)
     return text
 
 
@@ -1438,15 +1433,15 @@ def check_selection(S: dict, st: dict) -> dict:
         n += 1
         best = max(h, key=lambda e: (sign * e[key], -e["step"]))
         if r.get("kept_step") != best["step"]:
-            bad.append(f"{_name(system)} seed {seed}")
+            bad.append(f"{display_name(system)} seed {seed}")
         after = sum(1 for e in h if e["step"] > r.get("kept_step", h[-1]["step"]))
         if tr.get("patience") is not None and after > tr["patience"]:
-            late.append(f"{_name(system)} seed {seed}")
+            late.append(f"{display_name(system)} seed {seed}")
         if r.get("kept_step") == h[-1]["step"] and r.get("steps_done") == tr["steps"]:
-            capped.append(f"{_name(system)} seed {seed}")
+            capped.append(f"{display_name(system)} seed {seed}")
         before = [e["val_loss"] for e in h if e["step"] <= r.get("kept_step", 0)]
         if before and before[-1] > min(before) + 1e-9:
-            loss_rose.append(f"{_name(system)} seed {seed}")
+            loss_rose.append(f"{display_name(system)} seed {seed}")
     return {"runs": n, "not_best": bad, "trained_past_patience": late, "best_at_step_limit": capped,
             "val_loss_rose_before_kept": loss_rose}
 
@@ -1688,20 +1683,20 @@ def _claims(results: dict) -> list:
                    f"{as_good_verdict(sig, 'alpha_relu', 'entmax15')}.")
     for other in ("softmax", "sparsemax"):
         if {"alpha_relu", other} <= set(S):
-            out.append(f"- 1.5-ReLU beats {_name(other)}: {beats_verdict(sig, 'alpha_relu', other)}.")
+            out.append(f"- 1.5-ReLU beats {display_name(other)}: {beats_verdict(sig, 'alpha_relu', other)}.")
     if {"alpha_relu", "softmax"} <= set(S):
         out.append(f"- 1.5-ReLU trains as fast as softmax (at most {SPEED_MARGIN}× its time per step): "
                    f"{speed_verdict(S, 'alpha_relu', SPEED_MARGIN)}.")
     lo, _ = _paper_sorting_ratios(paper)
     for s in ("entmax15", "sparsemax"):
         if {s, "softmax"} <= set(S):
-            out.append(f"- {_name(s)} with this library's solvers trains faster, relative to softmax, than the paper's "
+            out.append(f"- {display_name(s)} with this library's solvers trains faster, relative to softmax, than the paper's "
                        f"sorting ({lo:.2f}× at least): {speed_verdict(S, s, lo)}.")
     if "softmax" in S and len(S) > 1:
         out.append(f"- Sparse outputs avoid the empty-string problem (no sparse output layer prefers the empty "
                    f"translation on any of the {st['data']['dev_sentences_for_empty_rate']} dev sentences): "
                    f"{_empty_string_verdict(S, st)} (softmax {100 * S['softmax']['empty_string_rate']:.1f}%, "
-                   + ", ".join(f"{_name(s)} {100 * S[s]['empty_string_rate']:.1f}%" for s in S if s != "softmax") + ").")
+                   + ", ".join(f"{display_name(s)} {100 * S[s]['empty_string_rate']:.1f}%" for s in S if s != "softmax") + ").")
     if "alpha_relu" in S:
         su = S["alpha_relu"]["sum_per_step"]
         out.append(f"- 1.5-ReLU self-normalizes: Σ α-ReLU(z) per decoding step has mean {su.get('mean', 0):.3f}, "
