@@ -45,7 +45,7 @@ systems × 3 seeds can be trained a few runs per call (``--runs softmax:1 entmax
 several sessions on several machines, into one report.  Records of another setup (preset,
 overrides, resolved settings, data, vocabulary) are refused by name; a rerun of the same
 system and seed replaces its record.  The report lists the runs in (device, date) and
-those the preset still owes (:func:`planned_runs`), computes its statistics over the runs
+those the preset still owes (:func:`.nmt.plan.planned_runs`), computes its statistics over the runs
 in, says so, and marks the ordering and the comparison with the paper provisional until
 every run is in; times are compared only between runs on the same device.
 
@@ -66,7 +66,7 @@ import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Collection, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -99,8 +99,22 @@ from .nmt.data import Parallel
 from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
 from .nmt.names import display_name
+from .nmt.plan import parse_runs, planned_runs, selected_runs
 from .nmt.tokenizer import EOS, Tokenizer
 from .nmt.training import TrainConfig, train_system
+
+__all__ = [
+    # the experiment: its presets, its runs and their records, the report rebuilt from them
+    "PRESETS", "PRESET_KEYS", "PAPER", "EXPERIMENT", "DERIVED", "RESUME_TEST", "SPLIT_TEST", "Data", "load_data",
+    "evaluate_system", "time_inference", "preset_settings", "PER_SEED_KEYS", "TIMED_KEYS", "significance", "run",
+    "run_setup", "check_records", "RECORD_ABOUT", "make_record", "rebuild", "render", "results_from_records",
+    "NOISE", "write_figures", "render_report", "ordering", "check_selection", "LEVEL", "BLEU_MARGIN",
+    "SPEED_MARGIN", "TAU_TOLERANCE", "SPARSITY_SE", "bonferroni_threshold", "beats_verdict", "as_good_verdict",
+    "step_time_variation", "speed_verdict",
+    # re-exported from .nmt, where they are defined: the command line (--render-only), the other experiments and
+    # the tests use them as translation.X
+    "SYSTEMS", "parse_runs", "selected_runs", "planned_runs",
+]
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
@@ -134,7 +148,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 #: keys a preset may hold (``run(overrides=...)`` accepts these); a preset with ``seeds`` plans its ``systems``
-#: × ``seeds`` runs, which several calls may train (:func:`planned_runs`)
+#: × ``seeds`` runs, which several calls may train (:func:`.nmt.plan.planned_runs`)
 PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
                "dev_sentences", "systems", "seeds", "tf32", "bootstrap_samples"}
 
@@ -352,125 +366,6 @@ def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
     return out
 
 
-def parse_runs(runs: Iterable[Any]) -> list[tuple[str, int]]:
-    """``(system, seed)`` pairs from ``"system:seed"`` strings (the ``--runs`` option) or from pairs.
-
-    The seed follows the last ``:``, so ``"f:kl:2"`` is the system ``f:kl`` with seed 2.
-
-    Args:
-        runs: ``"system:seed"`` strings or ``(system, seed)`` pairs.
-
-    Returns:
-        the pairs, in the order given.
-
-    Example:
-        >>> parse_runs(["softmax:1", "entmax15:2", ("alpha_relu", 3)])
-        [('softmax', 1), ('entmax15', 2), ('alpha_relu', 3)]
-    """
-    if isinstance(runs, (str, bytes)):
-        raise TypeError(f"runs must be a list of 'system:seed' strings or (system, seed) pairs, got {runs!r}")
-    out = []
-    for item in runs:
-        if isinstance(item, str):
-            system, _, seed = item.rpartition(":")
-            if not system or not seed.strip().lstrip("-").isdigit():
-                raise ValueError(f"runs: {item!r} is not of the form system:seed (e.g. softmax:1)")
-            pair = (system, int(seed))
-        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) \
-                and isinstance(item[1], int) and not isinstance(item[1], bool):
-            pair = (item[0], item[1])
-        else:
-            raise TypeError(f"runs: {item!r} is neither a 'system:seed' string nor a (system, seed) pair")
-        out.append(pair)
-    return out
-
-
-def selected_runs(P: dict, seed: int = 0, systems: Optional[Collection[str]] = None,
-                  seeds: Optional[Sequence[int]] = None, runs: Optional[Iterable[Any]] = None) -> list[tuple[str, int]]:
-    """The ``(system, seed)`` runs one call trains, in training order.
-
-    Args:
-        P: the preset's settings (:func:`preset_settings`).
-        seed: the seed of presets that name none (``--seed``).
-        systems: the systems (default: the preset's ``systems``, else all four); every one is
-            trained with every seed.
-        seeds: the seeds (default: the preset's ``seeds``, else ``[seed]``).
-        runs: instead of ``systems`` × ``seeds``, the runs themselves (:func:`parse_runs`).
-
-    Returns:
-        the runs, each once.
-
-    Example:
-        >>> selected_runs(preset_settings("gpu"), systems=["softmax", "alpha_relu"], seeds=[2])
-        [('softmax', 2), ('alpha_relu', 2)]
-        >>> selected_runs(preset_settings("gpu"), runs=["entmax15:3"])
-        [('entmax15', 3)]
-    """
-    if runs is not None:
-        if systems is not None or seeds is not None:
-            raise ValueError("runs: give either runs or systems and seeds, not both")
-        pairs = parse_runs(runs)
-        if not pairs:
-            raise ValueError("runs must name at least one system:seed")
-    else:
-        chosen = _seeds(P, seed, seeds)
-        pairs = [(s, sd) for s in (P.get("systems", SYSTEMS) if systems is None else systems) for sd in chosen]
-    if len(set(pairs)) != len(pairs):
-        raise ValueError(f"runs: each system:seed once, got {[f'{s}:{sd}' for s, sd in pairs]}")
-    return pairs
-
-
-def planned_runs(P: dict, present: Iterable[tuple[str, int]] = ()) -> dict:
-    """The runs the report owes and those it has: the preset's plan against the runs ``present``.
-
-    A preset that names its seeds (``gpu``) plans its ``systems`` × ``seeds``, to be trained
-    by as many calls as needed; the other presets plan the runs present (one call trains them
-    all).  Runs present beyond the plan (more seeds, other systems) are ``extra``: in the
-    report, not owed.
-
-    Args:
-        P: the preset's settings (:func:`preset_settings`, or a record's ``setup["settings"]``).
-        present: the ``(system, seed)`` runs that have a record.
-
-    Returns:
-        ``{"systems", "seeds", "in", "owed", "extra", "complete"}``: the systems and seeds
-        (the plan's first, then the extra ones), the runs in, owed and extra as ``[system,
-        seed]`` lists, and whether no run is owed.
-
-    Example:
-        >>> plan = planned_runs(preset_settings("gpu"), [("softmax", 1), ("softmax", 4)])
-        >>> len(plan["owed"]), plan["extra"], plan["complete"]
-        (11, [['softmax', 4]], False)
-    """
-    present = [(str(s), int(sd)) for s, sd in present]
-    if "seeds" in P:
-        plan = [(s, sd) for s in P.get("systems", SYSTEMS) for sd in P["seeds"]]
-    else:
-        plan = sorted(present, key=_run_order(list(SYSTEMS), []))
-    key = _run_order([s for s, _ in plan], [sd for _, sd in plan])
-    extra = sorted((r for r in present if r not in plan), key=key)
-    has = set(present)
-    return {"systems": list(dict.fromkeys([s for s, _ in plan] + [s for s, _ in sorted(extra, key=key)])),
-            "seeds": list(dict.fromkeys([sd for _, sd in plan] + sorted(sd for _, sd in extra))),
-            "in": [[s, sd] for s, sd in sorted(has, key=key)],
-            "owed": [[s, sd] for s, sd in plan if (s, sd) not in has],
-            "extra": [[s, sd] for s, sd in extra],
-            "complete": all(r in has for r in plan)}
-
-
-def _run_order(systems: list, seeds: list) -> Callable[[tuple[str, int]], tuple]:
-    """Sort key of runs: the systems in the order of ``systems`` (then ``SYSTEMS``, then by name), then the seeds
-    in the order of ``seeds`` (then by value)."""
-    known = list(dict.fromkeys([*systems, *SYSTEMS]))
-
-    def key(run: tuple[str, int]) -> tuple:
-        system, seed = run
-        return (known.index(system) if system in known else len(known), system,
-                seeds.index(seed) if seed in seeds else len(seeds), seed)
-
-    return key
-
-
 def run(
     preset: str = "default",
     data_dir: Optional[str] = None,
@@ -504,7 +399,7 @@ def run(
             the ``gpu`` preset at toy size.
         checkpoint_every: an extra checkpoint every this many steps.
         runs: instead of ``systems`` × ``seeds``, the runs to train: ``"system:seed"``
-            strings or pairs (:func:`parse_runs`).
+            strings or pairs (:func:`.nmt.plan.parse_runs`).
 
     Returns:
         the content of ``results.json``, built from every run record in ``out/records``
@@ -582,14 +477,6 @@ def _run_dir(out_dir: Path, system: str, seed: int, seed_dirs: bool) -> Path:
     """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with ``seed_dirs``."""
     run_dir = out_dir / "runs" / system.replace(":", "_")
     return run_dir / f"seed{seed}" if seed_dirs else run_dir
-
-
-def _seeds(P: dict, seed: int, seeds: Optional[Iterable[int]]) -> list[int]:
-    """The seeds to train every system with: ``seeds``, else the preset's, else ``[seed]``; distinct integers."""
-    chosen = list(P.get("seeds", (seed,))) if seeds is None else list(seeds)
-    if not chosen or len(set(chosen)) != len(chosen) or not all(isinstance(s, int) for s in chosen):
-        raise ValueError(f"seeds must be distinct integers, got {chosen!r}")
-    return chosen
 
 
 def run_setup(preset: str, overrides: Optional[dict], P: dict, tok: Tokenizer, refs: Sequence[str]) -> dict:
