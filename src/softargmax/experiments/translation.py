@@ -92,7 +92,7 @@ from ._common import (
     write_record,
 )
 from ._records import FORMAT as RECORD_FORMAT
-from ._records import differences, pack, unpack
+from ._records import differences, pack
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.data import Parallel
@@ -100,20 +100,20 @@ from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.model import SYSTEMS, ModelConfig
 from .nmt.names import display_name
 from .nmt.plan import parse_runs, planned_runs, selected_runs
+from .nmt.results import joined_distinct, mean_std, results_from_records
 from .nmt.tokenizer import EOS, Tokenizer
 from .nmt.training import TrainConfig, train_system
 
 __all__ = [
     # the experiment: its presets, its runs and their records, the report rebuilt from them
-    "PRESETS", "PRESET_KEYS", "PAPER", "EXPERIMENT", "DERIVED", "RESUME_TEST", "SPLIT_TEST", "Data", "load_data",
-    "evaluate_system", "time_inference", "preset_settings", "PER_SEED_KEYS", "TIMED_KEYS", "significance", "run",
-    "run_setup", "check_records", "RECORD_ABOUT", "make_record", "rebuild", "render", "results_from_records",
-    "NOISE", "write_figures", "render_report", "ordering", "check_selection", "LEVEL", "BLEU_MARGIN",
-    "SPEED_MARGIN", "TAU_TOLERANCE", "SPARSITY_SE", "bonferroni_threshold", "beats_verdict", "as_good_verdict",
-    "step_time_variation", "speed_verdict",
+    "PRESETS", "PRESET_KEYS", "EXPERIMENT", "DERIVED", "RESUME_TEST", "SPLIT_TEST", "Data", "load_data",
+    "evaluate_system", "time_inference", "preset_settings", "run", "run_setup", "check_records", "RECORD_ABOUT",
+    "make_record", "rebuild", "render", "NOISE", "write_figures", "render_report", "ordering", "check_selection",
+    "LEVEL", "BLEU_MARGIN", "SPEED_MARGIN", "TAU_TOLERANCE", "SPARSITY_SE", "bonferroni_threshold", "beats_verdict",
+    "as_good_verdict", "step_time_variation", "speed_verdict",
     # re-exported from .nmt, where they are defined: the command line (--render-only), the other experiments and
     # the tests use them as translation.X
-    "SYSTEMS", "parse_runs", "selected_runs", "planned_runs",
+    "SYSTEMS", "parse_runs", "selected_runs", "planned_runs", "results_from_records",
 ]
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -152,8 +152,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
                "dev_sentences", "systems", "seeds", "tf32", "bootstrap_samples"}
 
-#: the paper's numbers (Tables 1, 2, 3, 5 and Fig. 4), from the data file next to this module
-PAPER = json.loads((Path(__file__).parent / "translation_paper.json").read_text(encoding="utf-8"))
 
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
 EXPERIMENT = "translation"
@@ -285,85 +283,6 @@ def preset_settings(preset: str, overrides: Optional[dict] = None) -> dict:
             raise ValueError(f"overrides: unknown key {key!r}; accepted: {', '.join(sorted(PRESET_KEYS))}")
         P[key] = {**P.get(key, {}), **value} if key in ("model", "train_cfg") else value
     return P
-
-
-def _mean_std(values: Iterable[float]) -> tuple[float, float]:
-    floats = [float(v) for v in values]
-    return statistics.fmean(floats), (statistics.stdev(floats) if len(floats) > 1 else 0.0)
-
-
-PER_SEED_KEYS = ("bleu", "empty_string_rate", "empty_hypotheses_dev", "zero_fraction", "seconds_per_step",
-                 "tokens_per_second", "train_seconds", "steps_done", "kept_step", "kept_val_bleu", "kept_val_loss",
-                 "stopped_early", "tau", "history", "train_loss", "device")
-
-#: a run's timings: averaged and compared only over the runs on one device (``settings["device"]``)
-TIMED_KEYS = ("seconds_per_step", "tokens_per_second")
-
-
-def _aggregate(per_seed: dict, timed: Optional[Sequence] = None) -> dict:
-    """The first seed's record, with means over seeds (and ``*_std``) of the figures that vary by seed.
-
-    The timings (``TIMED_KEYS`` and ``inference_seconds``) come from the seeds in ``timed``
-    alone (default: all), the runs on the device whose timings the report compares; they are
-    left out when ``timed`` is empty.  ``timed_seeds`` lists those seeds.
-    """
-    seeds = list(per_seed)
-    timed = seeds if timed is None else [s for s in seeds if s in timed]
-    rec = dict(per_seed[seeds[0]])
-    if len(seeds) > 1:
-        for key in ("bleu", "empty_string_rate", "empty_hypotheses_dev", "tau"):
-            if all(key in per_seed[s] for s in seeds):
-                rec[key], rec[key + "_std"] = _mean_std(per_seed[s][key] for s in seeds)
-        rec["first_seed_only"] = ["history", "train_loss", "examples", "zero_fraction", "zeros_per_step", "sum_per_step",
-                                  "inference_seconds"]
-    for key in TIMED_KEYS:
-        values = [per_seed[s][key] for s in timed if key in per_seed[s]]
-        if not values:
-            rec.pop(key, None)
-        elif len(values) == 1:
-            rec[key] = values[0]
-        else:
-            rec[key], rec[key + "_std"] = _mean_std(values)
-    if timed and "inference_seconds" in per_seed[timed[0]]:
-        rec["inference_seconds"] = per_seed[timed[0]]["inference_seconds"]
-    else:
-        rec.pop("inference_seconds", None)
-    rec["timed_seeds"] = [str(s) for s in timed]
-    rec["seeds"] = {str(s): {k: per_seed[s][k] for k in PER_SEED_KEYS if k in per_seed[s]} for s in seeds}
-    return rec
-
-
-def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
-    """Paired bootstrap (pooled over seeds) for every pair of systems, in the order given.
-
-    Args:
-        hyps: ``{system: translations of the test set}``, one list per seed, as a list of
-            lists (the same number of seeds for every system) or as ``{seed: list}``; with
-            the latter each pair is pooled over the seeds both systems have (its entry's
-            ``seed_list``), and a pair without a common seed is not tested.
-        refs: the test set's references.
-        n_samples: bootstrap draws.
-
-    Returns:
-        one entry per pair tested: ``{"a", "b", **paired_bootstrap(...)}``.
-    """
-    from .nmt.significance import paired_bootstrap
-
-    names = list(hyps)
-    out = []
-    for a in range(len(names)):
-        for b in range(a + 1, len(names)):
-            ha, hb = hyps[names[a]], hyps[names[b]]
-            if isinstance(ha, dict) and isinstance(hb, dict):
-                common = [s for s in ha if s in hb]
-                if not common:
-                    continue
-                r = paired_bootstrap([ha[s] for s in common], [hb[s] for s in common], refs, n_samples=n_samples)
-                out.append({"a": names[a], "b": names[b], **r, "seed_list": common})
-            else:
-                r = paired_bootstrap(ha, hb, refs, n_samples=n_samples)
-                out.append({"a": names[a], "b": names[b], **r})
-    return out
 
 
 def run(
@@ -718,111 +637,6 @@ def render(out: str, log: Log = print) -> Path:
         return render_existing(out, render_report)
     rebuild(out, log)
     return Path(out) / "report.md"
-
-
-def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
-    """``results.json``'s content and the decoding statistics of the figures, from checked run records.
-
-    Args:
-        found: :func:`check_records`'s ``{(system, seed): (path, record)}``, all of one setup.
-        log: where progress lines go.
-
-    Returns:
-        ``(results, {system: DecodeStats of its first seed})``.  ``results`` has the layout
-        of a single call's (``settings``, ``systems``, ``paper``, ``significance``) plus
-        ``plan`` (:func:`planned_runs`) and ``runs`` (device, date, versions of every run
-        in).  Means ± standard deviations are over the seeds in; timings only over the runs
-        on one device (``settings["device"]``, the device with the most runs); the paired
-        bootstrap of each pair of systems pools the seeds both have.
-    """
-    records = {key: rec for key, (_, rec) in found.items()}
-    first_setup = next(iter(records.values()))["setup"]
-    P = first_setup["settings"]
-    plan = planned_runs(P, records)
-    order = [(s, sd) for s, sd in plan["in"]]
-    devices: dict[str, int] = {}
-    for key in order:
-        d = records[key]["environment"]["device"]
-        devices[d] = devices.get(d, 0) + 1
-    timing_device = max(devices, key=lambda d: devices[d])  # the first one among equals: the first run's
-    S: dict[str, dict] = {}
-    hyps: dict[str, dict] = {}
-    stats: dict[str, DecodeStats] = {}
-    for system in dict.fromkeys(s for s, _ in order):
-        per_seed: dict[int, dict] = {}
-        for sd in [sd for s, sd in order if s == system]:
-            rec = records[system, sd]
-            per_seed[sd] = {**rec["results"], "seed": sd, "device": rec["environment"]["device"]}
-            hyps.setdefault(system, {})[sd] = rec["test_hypotheses"]
-        timed = [sd for sd, r in per_seed.items() if r["device"] == timing_device]
-        S[system] = _aggregate(per_seed, timed)
-        steps = records[system, next(iter(per_seed))]["decoding_steps"]
-        stats[system] = DecodeStats(zeros=unpack(steps["zeros"]), sums=unpack(steps["sums"]), vocab=steps["vocab"])
-    _relative_timings(S)
-    results: dict[str, Any] = {"settings": _merged_settings(records, order, plan, devices, timing_device),
-                               "systems": S, "paper": PAPER}
-    if len(hyps) > 1:
-        log("paired bootstrap resampling of test BLEU ...")
-        refs = records[order[0]]["test_references"]
-        sig = significance(hyps, refs, P.get("bootstrap_samples", 1000))
-        if sig:
-            results["significance"] = sig
-    results["plan"] = plan
-    results["runs"] = [_run_entry(found[key][0], records[key]) for key in order]
-    return results, stats
-
-
-def _run_entry(path: Path, rec: dict) -> dict:
-    """One line of ``results["runs"]``: where, when and with what a run in was trained."""
-    env, res = rec["environment"], rec["results"]
-    return {"system": rec["system"], "seed": rec["seed"], "file": f"{path.parent.name}/{path.name}",
-            "device": env["device"], "finished": rec.get("finished"), "processes": env.get("processes", 1),
-            "torch": env.get("torch"), "triton": env.get("triton"), "softargmax": env.get("softargmax"),
-            "bleu": res.get("bleu"), "seconds_per_step": res.get("seconds_per_step"),
-            "run_seconds": res.get("run_seconds"), "resumed_from_checkpoint": bool(res.get("resumed_from_checkpoint"))}
-
-
-def _joined(values: Iterable[Any]) -> Any:
-    """The one value of ``values``, or the distinct ones joined by " / " (a key read by the report as one string)."""
-    distinct = list(dict.fromkeys(values))
-    return distinct[0] if len(distinct) == 1 else " / ".join(map(str, distinct))
-
-
-def _merged_settings(records: dict, order: list, plan: dict, devices: dict, timing_device: str) -> dict:
-    """``results["settings"]`` of the runs in: the first run's settings, the devices, versions and processes of all."""
-    first = records[order[0]]
-    envs = [records[key]["environment"] for key in order]
-    timed = [e for e in envs if e["device"] == timing_device]
-    settings = first["settings"]
-    seeds = list(dict.fromkeys(sd for _, sd in order))
-    return {
-        "preset": first["setup"]["preset"], "seed": seeds[0], "seeds": seeds,
-        "processes": max(int(e.get("processes", 1)) for e in envs), "overrides": first["setup"]["overrides"],
-        "data": settings["data"], "vocabulary": settings["vocabulary"], "model": settings["model"],
-        "training": settings["training"], "decoding": settings["decoding"],
-        "device": timing_device, "tf32_matmul": bool(timed[0].get("tf32_matmul")),
-        "torch": _joined(e.get("torch") for e in envs), "softargmax": _joined(e.get("softargmax") for e in envs),
-        "python": _joined(e.get("python") for e in envs), "triton": _joined(e.get("triton") for e in envs),
-        "total_seconds": 0.0,
-        "resumed_from_checkpoint": [f"{s} seed {sd}" if len(seeds) > 1 else s for s, sd in order
-                                    if records[s, sd]["results"].get("resumed_from_checkpoint")],
-        "devices": devices,
-        "run_seconds": sum(records[key]["results"].get("run_seconds", 0.0) for key in order),
-    }
-
-
-def _relative_timings(S: dict) -> None:
-    """Step times relative to softmax's and inference times relative to the fastest, into ``S``: only between
-    systems timed on the same device (those whose records :func:`_aggregate` kept timings of)."""
-    soft = S.get("softmax", {}).get("seconds_per_step")
-    for rec in S.values():
-        if soft and "seconds_per_step" in rec:
-            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft
-    timed = [rec for rec in S.values() if rec.get("inference_seconds")]
-    if timed:
-        fastest = min(v for rec in timed for v in rec["inference_seconds"].values())
-        for rec in timed:
-            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
 
 
 def _env_with_tf32(env: dict, tf32: bool) -> dict:
@@ -1278,7 +1092,7 @@ def _runs_section(results: dict) -> list:
     out.append("")
     for device, label in labels.items():
         mine = [r for r in runs.values() if r["device"] == device]
-        versions = "; ".join(f"{k} {_joined(r.get(k) for r in mine)}" for k in ("torch", "triton", "softargmax")
+        versions = "; ".join(f"{k} {joined_distinct(r.get(k) for r in mine)}" for k in ("torch", "triton", "softargmax")
                              if any(r.get(k) for r in mine))
         out.append(f"- {label}: {device} ({len(mine)} run{'s' * (len(mine) > 1)}; {versions})")
     return out
@@ -1539,7 +1353,7 @@ def _sparsity_verdict(S: dict) -> str:
     n = min(len(v) for v in share.values())
     if n < 2:
         return "not tested (one seed: the seed-to-seed spread of the zero share is not measured)"
-    (ma, sa), (me, se_) = _mean_std(share["alpha_relu"]), _mean_std(share["entmax15"])
+    (ma, sa), (me, se_) = mean_std(share["alpha_relu"]), mean_std(share["entmax15"])
     d, se = me - ma, (sa ** 2 / len(share["alpha_relu"]) + se_ ** 2 / len(share["entmax15"])) ** 0.5
     verdict = "holds" if d > SPARSITY_SE * se else "does not hold" if d < -SPARSITY_SE * se else "not shown"
     return f"{verdict} (mean over {n} seeds: {ma:.3f} vs {me:.3f}; difference {d:+.3f}, standard error {se:.3f})"
