@@ -420,6 +420,7 @@ def test_every_number_in_the_report_moves_with_results_json():
 
 def test_claims_of_a_run_with_some_systems_and_several_seeds():
     from softargmax.experiments import translation
+    from softargmax.experiments.nmt import verdicts
 
     res = json.loads((REPORT / "results.json").read_text())
     S = {s: res["systems"][s] for s in ("softmax", "alpha_relu")}
@@ -429,9 +430,9 @@ def test_claims_of_a_run_with_some_systems_and_several_seeds():
     # several seeds: the sparsity verdict compares the mean zero shares with their standard error
     seeds = {"alpha_relu": [0.90, 0.91, 0.92], "entmax15": [0.95, 0.96, 0.97]}
     S = {s: {"seeds": {str(k): {"zero_fraction": z} for k, z in enumerate(v)}} for s, v in seeds.items()}
-    assert translation._sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
+    assert verdicts.sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
     S["entmax15"]["seeds"]["0"]["zero_fraction"] = 0.85  # difference 0.017, below 2 standard errors (0.078)
-    assert translation._sparsity_verdict(S).startswith("not shown")
+    assert verdicts.sparsity_verdict(S).startswith("not shown")
 
 
 # --- the gpu preset split over calls: run records ----------------------------------------------------------------
