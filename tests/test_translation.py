@@ -247,16 +247,17 @@ def test_paired_bootstrap_is_sacrebleus_for_one_seed_and_pools_seeds():
 
 def test_selection_check_and_ordering_flag_what_they_should():
     from softargmax.experiments import translation
+    from softargmax.experiments.nmt import report
 
     st = {"training": {"select": "bleu", "patience": 2, "steps": 100}}
     h = [{"step": 10, "val_bleu": 5.0, "val_loss": 2.0}, {"step": 20, "val_bleu": 7.0, "val_loss": 1.9},
          {"step": 30, "val_bleu": 6.0, "val_loss": 2.1}]
     good = {"s": {"seeds": {"1": {"history": h, "kept_step": 20, "steps_done": 30}}}}
     assert translation.check_selection(good, st)["not_best"] == []
-    assert "holds" in translation._selection_claims(good, st)[0]
+    assert "holds" in report._selection_claims(good, st)[0]
     kept_last = {"s": {"seeds": {"1": {"history": h, "kept_step": 30, "steps_done": 30}}}}
     assert translation.check_selection(kept_last, st)["not_best"] == ["s seed 1"]
-    assert "does not hold" in translation._selection_claims(kept_last, st)[0]
+    assert "does not hold" in report._selection_claims(kept_last, st)[0]
     late = {"s": {"seeds": {"1": {"history": h + [{"step": 40, "val_bleu": 1.0, "val_loss": 3.0}] * 2,
                                   "kept_step": 20, "steps_done": 50}}}}
     assert translation.check_selection(late, st)["trained_past_patience"] == ["s seed 1"]
