@@ -56,6 +56,13 @@ split over the N processes, so the optimizer sees the same batches as one proces
 
 Multi30k (29k training pairs of image captions) is a small stand-in for IWSLT'14 and
 WMT, which are not available offline; the report says so.
+
+This module holds the experiment's entry points: the presets, :func:`run` (training the
+runs and writing their records), :func:`rebuild` and :func:`render` (``--render-only``).
+The rest is in :mod:`.nmt`: which runs to train and which are owed (:mod:`.nmt.plan`), the
+run records turned into ``results.json`` (:mod:`.nmt.results`), the verdicts on the paper's
+claims (:mod:`.nmt.verdicts`), the report's text (:mod:`.nmt.report`) and its figures
+(:mod:`.nmt.figures`).
 """
 
 from __future__ import annotations
