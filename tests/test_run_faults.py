@@ -503,8 +503,8 @@ def test_checkpoint_every_is_checked_and_refused_where_no_checkpoints_are_kept(c
 
 def test_the_report_names_the_test_of_resumed_runs():
     pytest.importorskip("sentencepiece")
-    from softargmax.experiments import translation
+    from softargmax.experiments.nmt import report
 
     name = test_a_smoke_translation_run_killed_at_random_moments_and_resumed_until_it_finishes_equals_an_uninterrupted_run
     words = name.__name__[len("test_"):].replace("_", " ")
-    assert f"“{words}”" in translation.RESUME_TEST
+    assert f"“{words}”" in report.RESUME_TEST

@@ -246,24 +246,24 @@ def test_paired_bootstrap_is_sacrebleus_for_one_seed_and_pools_seeds():
 
 
 def test_selection_check_and_ordering_flag_what_they_should():
-    from softargmax.experiments import translation
+    from softargmax.experiments.nmt import report, verdicts
 
     st = {"training": {"select": "bleu", "patience": 2, "steps": 100}}
     h = [{"step": 10, "val_bleu": 5.0, "val_loss": 2.0}, {"step": 20, "val_bleu": 7.0, "val_loss": 1.9},
          {"step": 30, "val_bleu": 6.0, "val_loss": 2.1}]
     good = {"s": {"seeds": {"1": {"history": h, "kept_step": 20, "steps_done": 30}}}}
-    assert translation.check_selection(good, st)["not_best"] == []
-    assert "holds" in translation._selection_claims(good, st)[0]
+    assert verdicts.check_selection(good, st)["not_best"] == []
+    assert "holds" in report._selection_claims(good, st)[0]
     kept_last = {"s": {"seeds": {"1": {"history": h, "kept_step": 30, "steps_done": 30}}}}
-    assert translation.check_selection(kept_last, st)["not_best"] == ["s seed 1"]
-    assert "does not hold" in translation._selection_claims(kept_last, st)[0]
+    assert verdicts.check_selection(kept_last, st)["not_best"] == ["s seed 1"]
+    assert "does not hold" in report._selection_claims(kept_last, st)[0]
     late = {"s": {"seeds": {"1": {"history": h + [{"step": 40, "val_bleu": 1.0, "val_loss": 3.0}] * 2,
                                   "kept_step": 20, "steps_done": 50}}}}
-    assert translation.check_selection(late, st)["trained_past_patience"] == ["s seed 1"]
+    assert verdicts.check_selection(late, st)["trained_past_patience"] == ["s seed 1"]
     S = {"softmax": {"bleu": 30.0}, "entmax15": {"bleu": 31.0}, "alpha_relu": {"bleu": 31.2}}
     sig = [{"a": "alpha_relu", "b": "entmax15", "p_value": 0.3}, {"a": "entmax15", "b": "softmax", "p_value": 0.001},
            {"a": "alpha_relu", "b": "softmax", "p_value": 0.001}]
-    assert translation.ordering(S, sig) == "1.5-ReLU ≈ 1.5-entmax > softmax"
+    assert verdicts.ordering(S, sig) == "1.5-ReLU ≈ 1.5-entmax > softmax"
 
 
 def test_gpu_preset_is_transformer_base_with_selection_and_cli_accepts_it():
@@ -336,24 +336,24 @@ def _claim_lines(report: str, start: str) -> list:
 
 
 def test_a_bleu_claim_holds_only_below_the_reports_bonferroni_threshold():
-    from softargmax.experiments import translation
+    from softargmax.experiments.nmt.report import render_report
 
     bleu = {"softmax": 24.0, "sparsemax": 17.6, "entmax15": 25.0, "alpha_relu": 24.7}
     # 0.7 BLEU better with p = 0.049: significant at 0.05 but not at 0.05 / 6 = 0.0083, the report's own threshold
-    report = translation.render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.049}), [])
+    report = render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.049}), [])
     assert "p < 0.0083 (0.05 / 6 comparisons, Bonferroni)" in report
     (line,) = _claim_lines(report, "- 1.5-ReLU beats softmax")
     assert "holds" not in line and "not shown (BLEU 24.70 vs 24.00, p = 0.0490, threshold 0.0083)" in line
     # the same difference with p far below the threshold holds
-    report = translation.render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.002}), [])
+    report = render_report(_results_with(bleu, {("softmax", "alpha_relu"): 0.002}), [])
     (line,) = _claim_lines(report, "- 1.5-ReLU beats softmax")
     assert line.startswith("- 1.5-ReLU beats softmax: holds (") and "p = 0.0020 < 0.0083" in line
     # reversed and significant: does not hold; reversed and not significant: not shown
     swapped = dict(bleu, softmax=24.7, alpha_relu=24.0)
-    (line,) = _claim_lines(translation.render_report(_results_with(swapped, {("softmax", "alpha_relu"): 0.002}), []),
+    (line,) = _claim_lines(render_report(_results_with(swapped, {("softmax", "alpha_relu"): 0.002}), []),
                            "- 1.5-ReLU beats softmax")
     assert ": does not hold (BLEU 24.00 vs 24.70" in line
-    (line,) = _claim_lines(translation.render_report(_results_with(swapped, {}), []), "- 1.5-ReLU beats softmax")
+    (line,) = _claim_lines(render_report(_results_with(swapped, {}), []), "- 1.5-ReLU beats softmax")
     assert ": not shown (" in line
     # the committed run: 1.5-ReLU's lead over softmax is not significant, its lead over sparsemax is
     committed = (REPORT / "report.md").read_text()
@@ -391,19 +391,20 @@ def test_every_number_in_the_report_moves_with_results_json():
     of a string in results.json (a device or version name): a past run's BLEU kept in code would stay put."""
     import re
 
-    from softargmax.experiments import translation
+    from softargmax.experiments.nmt import verdicts
+    from softargmax.experiments.nmt.report import render_report
 
     number = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.-])")  # not the 1.5 of "1.5-ReLU", nor parts of "2.13.0"
     results = json.loads((REPORT / "results.json").read_text())
-    report = translation.render_report(results, [])
+    report = render_report(results, [])
     stays = set(number.findall(report))
     for shift in (1, 2, 3):  # three moves, so that no number stays put by coincidence
         moved = _perturbed(results, shift)
-        report_moved = translation.render_report(moved, [])
+        report_moved = render_report(moved, [])
         assert report_moved != report
         stays &= set(number.findall(report_moved))
-    criteria = [translation.LEVEL, translation.BLEU_MARGIN, translation.SPEED_MARGIN, translation.TAU_TOLERANCE,
-                translation.SPARSITY_SE, translation.bonferroni_threshold(results["significance"]), 0.0, 1.0]
+    criteria = [verdicts.LEVEL, verdicts.BLEU_MARGIN, verdicts.SPEED_MARGIN, verdicts.TAU_TOLERANCE,
+                verdicts.SPARSITY_SE, verdicts.bonferroni_threshold(results["significance"]), 0.0, 1.0]
     in_strings = {n for s in _strings(results) for n in number.findall(s)}
     stuck = []
     for n in sorted(stays):
@@ -419,19 +420,20 @@ def test_every_number_in_the_report_moves_with_results_json():
 
 
 def test_claims_of_a_run_with_some_systems_and_several_seeds():
-    from softargmax.experiments import translation
+    from softargmax.experiments.nmt import verdicts
+    from softargmax.experiments.nmt.report import render_report
 
     res = json.loads((REPORT / "results.json").read_text())
     S = {s: res["systems"][s] for s in ("softmax", "alpha_relu")}
     res["systems"], res["significance"] = S, [r for r in res["significance"] if {r["a"], r["b"]} == set(S)]
-    report = translation.render_report(res, [])
+    report = render_report(res, [])
     assert "p < 0.0500 (one comparison)" in report and "1.5-entmax" not in report.split("## Claims")[1].split("## Discussion")[0]
     # several seeds: the sparsity verdict compares the mean zero shares with their standard error
     seeds = {"alpha_relu": [0.90, 0.91, 0.92], "entmax15": [0.95, 0.96, 0.97]}
     S = {s: {"seeds": {str(k): {"zero_fraction": z} for k, z in enumerate(v)}} for s, v in seeds.items()}
-    assert translation._sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
+    assert verdicts.sparsity_verdict(S).startswith("holds (mean over 3 seeds: 0.910 vs 0.960")
     S["entmax15"]["seeds"]["0"]["zero_fraction"] = 0.85  # difference 0.017, below 2 standard errors (0.078)
-    assert translation._sparsity_verdict(S).startswith("not shown")
+    assert verdicts.sparsity_verdict(S).startswith("not shown")
 
 
 # --- the gpu preset split over calls: run records ----------------------------------------------------------------
@@ -582,22 +584,23 @@ def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys)
     from softargmax.cli import main
     from softargmax.experiments import translation
     from softargmax.experiments._records import pack, unpack
+    from softargmax.experiments.nmt.plan import parse_runs, planned_runs, selected_runs
 
-    assert translation.parse_runs(["f:kl:2", "softmax:1"]) == [("f:kl", 2), ("softmax", 1)]
+    assert parse_runs(["f:kl:2", "softmax:1"]) == [("f:kl", 2), ("softmax", 1)]
     for bad in (["softmax"], ["softmax:one"], [":1"]):
         with pytest.raises(ValueError, match="system:seed"):
-            translation.parse_runs(bad)
+            parse_runs(bad)
     with pytest.raises(TypeError, match="runs must be a list"):
-        translation.parse_runs("softmax:1")
+        parse_runs("softmax:1")
     P = translation.preset_settings("gpu")
     with pytest.raises(ValueError, match="runs: give either runs or systems"):
-        translation.selected_runs(P, systems=["softmax"], runs=["softmax:1"])
+        selected_runs(P, systems=["softmax"], runs=["softmax:1"])
     with pytest.raises(ValueError, match="each system:seed once"):
-        translation.selected_runs(P, runs=["softmax:1", "softmax:1"])
-    assert translation.selected_runs(P) == [(s, sd) for s in translation.SYSTEMS for sd in (1, 2, 3)]
-    plan = translation.planned_runs(P, [("softmax", 1), ("entmax15", 5)])
+        selected_runs(P, runs=["softmax:1", "softmax:1"])
+    assert selected_runs(P) == [(s, sd) for s in translation.SYSTEMS for sd in (1, 2, 3)]
+    plan = planned_runs(P, [("softmax", 1), ("entmax15", 5)])
     assert len(plan["owed"]) == 11 and plan["extra"] == [["entmax15", 5]] and plan["seeds"] == [1, 2, 3, 5]
-    assert translation.planned_runs(translation.preset_settings("smoke"), [("softmax", 0)])["complete"]
+    assert planned_runs(translation.preset_settings("smoke"), [("softmax", 0)])["complete"]
     with pytest.raises(SystemExit):
         main(["reproduce", "translation", "--runs", "softmax"])
     assert "SYSTEM:SEED" in capsys.readouterr().err

@@ -1,0 +1,209 @@
+"""The translation experiment's results: the content of ``results.json``, built from run records.
+
+:func:`results_from_records` turns the checked run records of one setup (see
+:mod:`softargmax.experiments._records`) into the results the report and figures are drawn
+from: per system, means ± standard deviations over the seeds in (:func:`_aggregate`), timings
+from the runs on one device only, the timings relative to softmax and to the fastest; the
+paired bootstrap between every two systems (:func:`significance`); the plan of runs (in,
+owed) and where and when each run in was trained; and the paper's numbers (:data:`PAPER`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from .._common import Log
+from .._records import unpack
+from .decoding import DecodeStats
+from .plan import planned_runs
+
+#: the paper's numbers (Tables 1, 2, 3, 5 and Fig. 4), from the data file next to the experiment's module
+PAPER = json.loads((Path(__file__).parent.parent / "translation_paper.json").read_text(encoding="utf-8"))
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float]:
+    """The mean and the standard deviation (the sample's; ``0.0`` for one value) of ``values``."""
+    floats = [float(v) for v in values]
+    return statistics.fmean(floats), (statistics.stdev(floats) if len(floats) > 1 else 0.0)
+
+
+PER_SEED_KEYS = ("bleu", "empty_string_rate", "empty_hypotheses_dev", "zero_fraction", "seconds_per_step",
+                 "tokens_per_second", "train_seconds", "steps_done", "kept_step", "kept_val_bleu", "kept_val_loss",
+                 "stopped_early", "tau", "history", "train_loss", "device")
+
+#: a run's timings: averaged and compared only over the runs on one device (``settings["device"]``)
+TIMED_KEYS = ("seconds_per_step", "tokens_per_second")
+
+
+def _aggregate(per_seed: dict, timed: Optional[Sequence] = None) -> dict:
+    """The first seed's record, with means over seeds (and ``*_std``) of the figures that vary by seed.
+
+    The timings (``TIMED_KEYS`` and ``inference_seconds``) come from the seeds in ``timed``
+    alone (default: all), the runs on the device whose timings the report compares; they are
+    left out when ``timed`` is empty.  ``timed_seeds`` lists those seeds.
+    """
+    seeds = list(per_seed)
+    timed = seeds if timed is None else [s for s in seeds if s in timed]
+    rec = dict(per_seed[seeds[0]])
+    if len(seeds) > 1:
+        for key in ("bleu", "empty_string_rate", "empty_hypotheses_dev", "tau"):
+            if all(key in per_seed[s] for s in seeds):
+                rec[key], rec[key + "_std"] = mean_std(per_seed[s][key] for s in seeds)
+        rec["first_seed_only"] = ["history", "train_loss", "examples", "zero_fraction", "zeros_per_step", "sum_per_step",
+                                  "inference_seconds"]
+    for key in TIMED_KEYS:
+        values = [per_seed[s][key] for s in timed if key in per_seed[s]]
+        if not values:
+            rec.pop(key, None)
+        elif len(values) == 1:
+            rec[key] = values[0]
+        else:
+            rec[key], rec[key + "_std"] = mean_std(values)
+    if timed and "inference_seconds" in per_seed[timed[0]]:
+        rec["inference_seconds"] = per_seed[timed[0]]["inference_seconds"]
+    else:
+        rec.pop("inference_seconds", None)
+    rec["timed_seeds"] = [str(s) for s in timed]
+    rec["seeds"] = {str(s): {k: per_seed[s][k] for k in PER_SEED_KEYS if k in per_seed[s]} for s in seeds}
+    return rec
+
+
+def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
+    """Paired bootstrap (pooled over seeds) for every pair of systems, in the order given.
+
+    Args:
+        hyps: ``{system: translations of the test set}``, one list per seed, as a list of
+            lists (the same number of seeds for every system) or as ``{seed: list}``; with
+            the latter each pair is pooled over the seeds both systems have (its entry's
+            ``seed_list``), and a pair without a common seed is not tested.
+        refs: the test set's references.
+        n_samples: bootstrap draws.
+
+    Returns:
+        one entry per pair tested: ``{"a", "b", **paired_bootstrap(...)}``.
+    """
+    from .significance import paired_bootstrap
+
+    names = list(hyps)
+    out = []
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            ha, hb = hyps[names[a]], hyps[names[b]]
+            if isinstance(ha, dict) and isinstance(hb, dict):
+                common = [s for s in ha if s in hb]
+                if not common:
+                    continue
+                r = paired_bootstrap([ha[s] for s in common], [hb[s] for s in common], refs, n_samples=n_samples)
+                out.append({"a": names[a], "b": names[b], **r, "seed_list": common})
+            else:
+                r = paired_bootstrap(ha, hb, refs, n_samples=n_samples)
+                out.append({"a": names[a], "b": names[b], **r})
+    return out
+
+
+def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
+    """``results.json``'s content and the decoding statistics of the figures, from checked run records.
+
+    Args:
+        found: :func:`..translation.check_records`'s ``{(system, seed): (path, record)}``, all of one setup.
+        log: where progress lines go.
+
+    Returns:
+        ``(results, {system: DecodeStats of its first seed})``.  ``results`` has the layout
+        of a single call's (``settings``, ``systems``, ``paper``, ``significance``) plus
+        ``plan`` (:func:`planned_runs`) and ``runs`` (device, date, versions of every run
+        in).  Means ± standard deviations are over the seeds in; timings only over the runs
+        on one device (``settings["device"]``, the device with the most runs); the paired
+        bootstrap of each pair of systems pools the seeds both have.
+    """
+    records = {key: rec for key, (_, rec) in found.items()}
+    first_setup = next(iter(records.values()))["setup"]
+    P = first_setup["settings"]
+    plan = planned_runs(P, records)
+    order = [(s, sd) for s, sd in plan["in"]]
+    devices: dict[str, int] = {}
+    for key in order:
+        d = records[key]["environment"]["device"]
+        devices[d] = devices.get(d, 0) + 1
+    timing_device = max(devices, key=lambda d: devices[d])  # the first one among equals: the first run's
+    S: dict[str, dict] = {}
+    hyps: dict[str, dict] = {}
+    stats: dict[str, DecodeStats] = {}
+    for system in dict.fromkeys(s for s, _ in order):
+        per_seed: dict[int, dict] = {}
+        for sd in [sd for s, sd in order if s == system]:
+            rec = records[system, sd]
+            per_seed[sd] = {**rec["results"], "seed": sd, "device": rec["environment"]["device"]}
+            hyps.setdefault(system, {})[sd] = rec["test_hypotheses"]
+        timed = [sd for sd, r in per_seed.items() if r["device"] == timing_device]
+        S[system] = _aggregate(per_seed, timed)
+        steps = records[system, next(iter(per_seed))]["decoding_steps"]
+        stats[system] = DecodeStats(zeros=unpack(steps["zeros"]), sums=unpack(steps["sums"]), vocab=steps["vocab"])
+    _relative_timings(S)
+    results: dict[str, Any] = {"settings": _merged_settings(records, order, plan, devices, timing_device),
+                               "systems": S, "paper": PAPER}
+    if len(hyps) > 1:
+        log("paired bootstrap resampling of test BLEU ...")
+        refs = records[order[0]]["test_references"]
+        sig = significance(hyps, refs, P.get("bootstrap_samples", 1000))
+        if sig:
+            results["significance"] = sig
+    results["plan"] = plan
+    results["runs"] = [_run_entry(found[key][0], records[key]) for key in order]
+    return results, stats
+
+
+def _run_entry(path: Path, rec: dict) -> dict:
+    """One line of ``results["runs"]``: where, when and with what a run in was trained."""
+    env, res = rec["environment"], rec["results"]
+    return {"system": rec["system"], "seed": rec["seed"], "file": f"{path.parent.name}/{path.name}",
+            "device": env["device"], "finished": rec.get("finished"), "processes": env.get("processes", 1),
+            "torch": env.get("torch"), "triton": env.get("triton"), "softargmax": env.get("softargmax"),
+            "bleu": res.get("bleu"), "seconds_per_step": res.get("seconds_per_step"),
+            "run_seconds": res.get("run_seconds"), "resumed_from_checkpoint": bool(res.get("resumed_from_checkpoint"))}
+
+
+def joined_distinct(values: Iterable[Any]) -> Any:
+    """The one value of ``values``, or the distinct ones joined by " / " (a key read by the report as one string)."""
+    distinct = list(dict.fromkeys(values))
+    return distinct[0] if len(distinct) == 1 else " / ".join(map(str, distinct))
+
+
+def _merged_settings(records: dict, order: list, plan: dict, devices: dict, timing_device: str) -> dict:
+    """``results["settings"]`` of the runs in: the first run's settings, the devices, versions and processes of all."""
+    first = records[order[0]]
+    envs = [records[key]["environment"] for key in order]
+    timed = [e for e in envs if e["device"] == timing_device]
+    settings = first["settings"]
+    seeds = list(dict.fromkeys(sd for _, sd in order))
+    return {
+        "preset": first["setup"]["preset"], "seed": seeds[0], "seeds": seeds,
+        "processes": max(int(e.get("processes", 1)) for e in envs), "overrides": first["setup"]["overrides"],
+        "data": settings["data"], "vocabulary": settings["vocabulary"], "model": settings["model"],
+        "training": settings["training"], "decoding": settings["decoding"],
+        "device": timing_device, "tf32_matmul": bool(timed[0].get("tf32_matmul")),
+        "torch": joined_distinct(e.get("torch") for e in envs), "softargmax": joined_distinct(e.get("softargmax") for e in envs),
+        "python": joined_distinct(e.get("python") for e in envs), "triton": joined_distinct(e.get("triton") for e in envs),
+        "total_seconds": 0.0,
+        "resumed_from_checkpoint": [f"{s} seed {sd}" if len(seeds) > 1 else s for s, sd in order
+                                    if records[s, sd]["results"].get("resumed_from_checkpoint")],
+        "devices": devices,
+        "run_seconds": sum(records[key]["results"].get("run_seconds", 0.0) for key in order),
+    }
+
+
+def _relative_timings(S: dict) -> None:
+    """Step times relative to softmax's and inference times relative to the fastest, into ``S``: only between
+    systems timed on the same device (those whose records :func:`_aggregate` kept timings of)."""
+    soft = S.get("softmax", {}).get("seconds_per_step")
+    for rec in S.values():
+        if soft and "seconds_per_step" in rec:
+            rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft
+    timed = [rec for rec in S.values() if rec.get("inference_seconds")]
+    if timed:
+        fastest = min(v for rec in timed for v in rec["inference_seconds"].values())
+        for rec in timed:
+            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
