@@ -11,6 +11,7 @@ synchronization made an error.
 
 import pytest
 import torch
+from conftest import needs_cuda
 
 import softargmax as sa
 
@@ -151,8 +152,6 @@ def test_compile_on_the_triton_path(triton_device):
 
 # -- GPU ---------------------------------------------------------------------------------
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 #: the operators and losses the GPU kernels cover, with float parameters (a per-row tensor α
 #: is checked on the host: it is neither graph-capturable nor free of synchronization)
 GPU_OPERATORS = {k: v for k, v in OPERATORS.items() if k != "entmax_alpha_rows"}
@@ -163,7 +162,7 @@ def _gpu_inputs(dtype):
     return torch.randn(64, 1000, generator=gen, device="cuda", dtype=dtype) * 2
 
 
-@cuda
+@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(GPU_OPERATORS))
 def test_gpu_operators_without_synchronization(name, dtype):
@@ -181,7 +180,7 @@ def test_gpu_operators_without_synchronization(name, dtype):
     assert torch.isfinite(gx).all()
 
 
-@cuda
+@needs_cuda
 @pytest.mark.parametrize("name", list(GPU_OPERATORS) + list(LOSSES))
 def test_gpu_cuda_graph_replays(name):
     if name in GPU_OPERATORS:
@@ -223,7 +222,7 @@ def test_gpu_cuda_graph_replays(name):
         g.update(saved)
 
 
-@cuda
+@needs_cuda
 @pytest.mark.parametrize("name", list(GPU_OPERATORS))
 def test_gpu_compile_fullgraph(name):
     torch._dynamo.reset()
