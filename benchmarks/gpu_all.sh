@@ -252,6 +252,7 @@ truncate_big_logs() {  # logs over 4 MiB keep their first 512 KiB and last 3 MiB
 pack() {
     [ "$PACKED" -eq 0 ] || return 0
     PACKED=1
+    trap '' TERM INT USR1  # packing is not interrupted
     kill "$WATCHDOG" 2> /dev/null
     local limit=$((16 * 1024 * 1024 - 65536)) size
     {

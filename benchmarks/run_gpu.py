@@ -125,10 +125,11 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
             for name in ops:
                 ms = times[name]
                 gbps = ideal_bytes / (ms * 1e-3) / 1e9
+                # bw_fraction to 3 significant digits: a tiny (smoke) case does not round to 0
                 case = {"op": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "pass": "fwd+bwd",
                         "ms": round(ms, 4), "softmax_ms": round(times["softmax"], 4),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
-                        "gbps": round(gbps, 1), "bw_fraction": round(gbps / copy_gbps, 3),
+                        "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)
@@ -452,7 +453,9 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
                 for peer, fn in fns.items():
                     try:
                         errors[(op, peer)] = float((fn(x).float() - exact).abs().max())
-                        thunks[f"{peer}:{op}"] = _fwd_bwd(fn, x, grad)
+                        run = _fwd_bwd(fn, x, grad)
+                        run()  # its backward too: a peer that fails is recorded, not timed
+                        thunks[f"{peer}:{op}"] = run
                     except Exception as err:  # a shape or dtype the peer refuses
                         errors[(op, peer)] = f"error: {type(err).__name__}: {str(err)[:200]}"
             times = time_thunks(thunks, repeats, max(2, repeats // 5), device)
