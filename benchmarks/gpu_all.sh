@@ -282,7 +282,7 @@ pack() {
 
 on_signal() {  # stop the running steps, record them, pack, exit
     local sig=$1 name
-    trap - TERM INT USR1
+    trap '' TERM INT USR1  # a second signal does not stop the packing
     echo "gpu_all.sh: $sig received: stopping ${RUNNING[*]:-nothing}" | tee -a "$SUMMARY"
     for name in "${RUNNING[@]}"; do kill -TERM "${PID[$name]}" 2> /dev/null; done
     sleep 2
