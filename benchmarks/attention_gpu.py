@@ -41,8 +41,19 @@ SMOKE_BH = (1, 1)
 ALPHA = 1.5
 
 
+class Unsupported(Exception):
+    """An implementation does not cover a case (recorded as ``"skipped"``, not as an error)."""
+
+
 def _adasplash():
-    """AdaSplash's entry points, when the package is installed: ``{name: fn(q, k, v, causal)}``."""
+    """AdaSplash's entry points, when the package is installed: ``{name: fn(q, k, v, causal)}``.
+
+    ``adasplash_v2`` took ``alpha`` and ``is_causal`` in early releases; from 0.2 it is
+    ``adasplash_v2(q, k, v, niter=1, varlen=None)``, causal 1.5-entmax only (AdaSplash-2): a
+    non-causal case is then skipped.  Both run with the package's default iteration counts
+    except ``adasplash_v1`` (``niter=10``)."""
+    import inspect
+
     try:
         import adasplash as A
     except Exception:
@@ -50,7 +61,19 @@ def _adasplash():
     impls = {}
     v2 = getattr(A, "adasplash_v2", None)
     if v2 is not None:
-        impls["adasplash2_a1.5"] = lambda q, k, v, causal: v2(q, k, v, alpha=ALPHA, is_causal=causal)
+        try:
+            params = set(inspect.signature(v2).parameters)
+        except (TypeError, ValueError):
+            params = set()
+        if {"alpha", "is_causal"} <= params:
+            impls["adasplash2_a1.5"] = lambda q, k, v, causal: v2(q, k, v, alpha=ALPHA, is_causal=causal)
+        else:
+            def v2_causal(q, k, v, causal):
+                if not causal:
+                    raise Unsupported("AdaSplash-2 (adasplash_v2) is causal 1.5-entmax only")
+                return v2(q, k, v)
+
+            impls["adasplash2_a1.5"] = v2_causal
     v1 = getattr(A, "adasplash_v1", None) or getattr(A, "adasplash", None)
     if v1 is not None:
         impls["adasplash1_a1.5"] = lambda q, k, v, causal: v1(q, k, v, alpha=ALPHA, niter=10, is_causal=causal)
@@ -113,7 +136,7 @@ def _peak(run, device):
     return (torch.cuda.max_memory_allocated(device) - base) / 2**20
 
 
-def attention_cases(device, repeats, smoke=False, log=print):
+def attention_cases(device, repeats, smoke=False, log=print, emit=None):
     cases = []
     b, heads = SMOKE_BH if smoke else (B, H)
     fused_ok = FA.available() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
@@ -130,6 +153,9 @@ def attention_cases(device, repeats, smoke=False, log=print):
             run = _fwd_bwd(fn, q, k, v, do, causal)
             try:
                 res["peak_mib"] = _peak(run, device)
+            except Unsupported as e:
+                case["impls"][name] = {"skipped": str(e)}
+                continue
             except Exception as e:  # out of memory, an unsupported case: recorded, not timed
                 res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                 if device.type == "cuda":
@@ -159,9 +185,12 @@ def attention_cases(device, repeats, smoke=False, log=print):
             if name in times and "fused_entmax15" in times:
                 case["fused_vs_" + name.split("_")[0]] = round(times["fused_entmax15"] / times[name], 3)
         cases.append(case)
+        if emit is not None:
+            emit(case)
         for name, r in case["impls"].items():
-            if "error" in r:
-                log(f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22}  {r['error']}")
+            if "error" in r or "skipped" in r:
+                log(f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22}  "
+                    f"{r.get('error') or 'skipped: ' + r['skipped']}")
                 continue
             peak = "-" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f} MiB"
             err = r["max_abs_psum_minus_1"]

@@ -1,82 +1,401 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one go, with every output under one folder:
+# Everything that needs a GPU, in one command that ends by a deadline, with every output in one archive:
 #
-#   bash benchmarks/gpu_all.sh OUT [--translation-gpu] [--data-dir DIR] [--skip-tests] [--skip-bench]
+#   bash benchmarks/gpu_all.sh OUT [--budget SECONDS] [--steps LIST] [--cap STEP=SECONDS]... [--dry-run]
+#                                  [--keep] [--translation-gpu] [--data-dir DIR] [--skip-tests] [--skip-bench]
 #
-#   1. OUT/env.txt          nvidia-smi, torch / triton / softargmax versions
-#   2. OUT/logs/tests.log   the test suite on a CUDA machine (the GPU tests run instead of skipping)
-#   3. OUT/bench/           benchmarks/run_gpu.py (operators, losses, fused output layer, attention; then
-#                           the installed peers) as JSON
-#   4. OUT/smoke/NAME/      every experiment's smoke preset with --device cuda
-#   5. OUT/translation-gpu/ with --translation-gpu only (long: about 15-20 min on one H100, estimated):
-#                           softargmax reproduce translation --preset gpu --device cuda
+# Steps, in order of value, each under `timeout` with at most the time left (OUT/gpu-all/logs/STEP.log):
+#   wheels           .whl/*.whl (the peers, from benchmarks/gpu_wheels.sh) into /tmp/site, on PYTHONPATH after src
+#   env              nvidia-smi, versions, the peers installed                       -> env.txt
+#   sanity           benchmarks/gpu_sanity.py: CUDA, a matmul, one Triton kernel     -> sanity.json
+#                    (no CUDA: the GPU steps after it are skipped)
+#   bench-operators, bench-losses, bench-fused, bench-attention, bench-peers
+#                    benchmarks/run_gpu.py --only SECTION, one process each          -> bench/gpu-SECTION.json
+#                    (each JSON is rewritten after every case: a killed section keeps what it finished)
+#   tests            pytest -m gpu (the tests that run on CUDA), xdist               -> tests/junit-gpu.xml
+#   tests-compile    tests/test_compile.py -m gpu: torch.compile(fullgraph=True), CUDA graphs,
+#                    no host synchronization                                         -> tests/junit-compile.xml
+#   smoke            every experiment's smoke preset with --device cuda, in parallel -> smoke/NAME/
+#                    (datasets: --data-dir, else $SOFTARGMAX_DATA, else .gpu-data/ from gpu_wheels.sh --data)
+#   translation-gpu  with --translation-gpu only (15-20 min, estimated): the translation gpu preset
 #
-# Every step logs to OUT/logs/STEP.log; a failed step does not stop the others.  OUT/summary.txt
-# lists each step with its exit status and seconds; the script exits non-zero if any step failed.
+# --budget S (default 540: a 10-minute command with a minute to spare) is the deadline for the whole
+# run, packing included.  A step gets min(its cap, the time left less the minimum kept for the steps
+# after it); one killed there is "killed (deadline)", one that ran past its own cap "killed (cap)",
+# and one with no time left "skipped (deadline)".  --cap STEP=S changes a cap (smoke: each
+# experiment's).  --steps a,b,... runs those steps only (bench and smoke name their groups).
+# --dry-run runs every step on the CPU at smoke sizes (a few of the GPU tests; the default budget is
+# then 300 s): the test suite checks the plumbing with it.  PYTHON names the interpreter (default
+# python3), GPU_ALL_WORKERS the pytest-xdist workers (default 8 for the tests, 4 for tests-compile).
+#
+# At the end, on SIGTERM/SIGINT and when the deadline hits, OUT/gpu-all/ is packed into
+# OUT/gpu-all.tar.gz (under 16 MiB: huge logs are cut to their head and tail) with OUT/summary.txt
+# beside it (one line per step: status, exit code, seconds, limit), and OUT/gpu-all/ is removed
+# unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    usage
+    [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] && exit 0
     exit 2
 fi
 OUT=$1
 shift
+die() { echo "gpu_all.sh: $*" >&2; exit 2; }
+is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
+
+ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers
+           tests tests-compile smoke translation-gpu)
+declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
+                [bench-attention]=100 [bench-peers]=75 [tests]=150 [tests-compile]=90 [smoke]=120
+                [translation-gpu]=100000)
+# the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
+declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
+BUDGET=
+DRY_RUN=0
+KEEP=0
 TRANSLATION_GPU=0
 SKIP_TESTS=0
 SKIP_BENCH=0
+STEPS=
 DATA_ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
+        --budget)
+            [ $# -ge 2 ] || die "--budget needs a number of seconds"
+            is_seconds "$2" && [ "$2" -ge 10 ] || die "--budget must be a whole number of seconds >= 10, got '$2'"
+            BUDGET=$2; shift ;;
+        --cap)
+            [ $# -ge 2 ] || die "--cap needs STEP=SECONDS"
+            name=${2%%=*}; secs=${2#*=}
+            [ -n "${CAP[$name]+x}" ] || die "--cap: unknown step '$name' (steps: ${ALL_STEPS[*]})"
+            is_seconds "$secs" || die "--cap $name: seconds must be a positive whole number, got '$secs'"
+            CAP[$name]=$secs; shift ;;
+        --steps)
+            [ $# -ge 2 ] || die "--steps needs a comma-separated list"
+            STEPS=$2; shift ;;
+        --dry-run) DRY_RUN=1 ;;
+        --keep) KEEP=1 ;;
         --translation-gpu) TRANSLATION_GPU=1 ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-bench) SKIP_BENCH=1 ;;
-        --data-dir) DATA_ARGS=(--data-dir "$2"); shift ;;
-        *) echo "unknown option: $1" >&2; exit 2 ;;
+        --data-dir)
+            [ $# -ge 2 ] || die "--data-dir needs a folder"
+            DATA_ARGS=(--data-dir "$2"); shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) die "unknown option: $1 (see: bash benchmarks/gpu_all.sh --help)" ;;
     esac
     shift
 done
+[ -n "$BUDGET" ] || { [ "$DRY_RUN" -eq 1 ] && BUDGET=300 || BUDGET=540; }
+
+# which steps run
+declare -A SELECTED=()
+if [ -n "$STEPS" ]; then
+    IFS=, read -r -a wanted <<< "$STEPS"
+    for s in "${wanted[@]}"; do
+        case "$s" in
+            bench) for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do SELECTED[$b]=1; done ;;
+            *) [ -n "${CAP[$s]+x}" ] || die "--steps: unknown step '$s' (steps: ${ALL_STEPS[*]}, bench)"
+               SELECTED[$s]=1 ;;
+        esac
+    done
+else
+    for s in "${ALL_STEPS[@]}"; do SELECTED[$s]=1; done
+    [ "$TRANSLATION_GPU" -eq 1 ] || unset 'SELECTED[translation-gpu]'
+    if [ "$SKIP_TESTS" -eq 1 ]; then unset 'SELECTED[tests]' 'SELECTED[tests-compile]'; fi
+    if [ "$SKIP_BENCH" -eq 1 ]; then
+        for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do unset "SELECTED[$b]"; done
+    fi
+fi
 
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
-mkdir -p "$OUT/logs"
+REPO=$(pwd)
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
+elif command -v python3 > /dev/null; then PY=python3
+else PY=python; fi
+mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
-: > "$OUT/summary.txt"
-FAILED=0
+WORK=$OUT/gpu-all
+ARCHIVE=$OUT/gpu-all.tar.gz
+rm -rf "$WORK" "$ARCHIVE" "$OUT/summary.txt"
+mkdir -p "$WORK/logs" "$WORK/bench" "$WORK/tests" "$WORK/smoke"
+SUMMARY=$WORK/summary.txt
 
-step() {  # step NAME COMMAND...: run, log, record status and time
-    local name=$1
-    shift
-    local t0=$SECONDS
-    echo "== $name: $*" | tee -a "$OUT/logs/$name.log"
-    "$@" >> "$OUT/logs/$name.log" 2>&1
-    local rc=$?
-    printf '%-40s rc=%d %6ds\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
-    [ "$rc" -eq 0 ] || FAILED=1
+START=$SECONDS
+DEADLINE=$((START + BUDGET))
+if [ "$BUDGET" -ge 120 ]; then RESERVE=10; else RESERVE=3; fi  # kept for packing
+GRACE=5        # timeout's --kill-after: TERM, then KILL this much later
+MIN_STEP=3     # a step with less time than this is skipped
+
+if [ "$DRY_RUN" -eq 1 ]; then
+    DEVICE=cpu
+    SITE=$WORK/site
+    BENCH_ARGS=(--device cpu --smoke)
+    XDIST=2
+    XDIST_COMPILE=2
+    # a few quick GPU tests; on the CPU the full `-m gpu` set runs the kernels in Triton's interpreter (minutes)
+    TEST_PATHS=(tests/test_triton_rows.py tests/test_flash_attention.py tests/test_devices.py)
+    TEST_FILTER=(-k "switch_off_takes_reference_path or uncovered_arguments or learned_alpha_attention_on_cuda")
+    COMPILE_FILTER=(-k "gpu_compile_fullgraph")  # skipped without CUDA: the command line is what is checked
+    export TRITON_INTERPRET=1
+else
+    DEVICE=cuda
+    SITE=/tmp/site
+    BENCH_ARGS=()
+    # 16 cores: 8 workers, each with its own CUDA context and Triton compiles; the on-disk Triton
+    # cache is shared, so a kernel compiled by one worker is loaded, not rebuilt, by the others
+    XDIST=8
+    # 35 tests, 7 of them Inductor compiles (CPU-heavy, one compile thread each: see the step)
+    XDIST_COMPILE=4
+    TEST_PATHS=(tests)
+    TEST_FILTER=()
+    COMPILE_FILTER=()
+fi
+if [ -n "${GPU_ALL_WORKERS:-}" ]; then
+    [[ "$GPU_ALL_WORKERS" =~ ^[0-9]+$ ]] || die "GPU_ALL_WORKERS must be a whole number of workers, got '$GPU_ALL_WORKERS'"
+    XDIST=$GPU_ALL_WORKERS
+    XDIST_COMPILE=$GPU_ALL_WORKERS
+fi
+export PYTHONUNBUFFERED=1 MPLBACKEND=agg
+export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+# the datasets carried along by benchmarks/gpu_wheels.sh --data, unless a folder was named
+if [ ${#DATA_ARGS[@]} -eq 0 ] && [ -z "${SOFTARGMAX_DATA:-}" ] && [ -d "$REPO/.gpu-data" ]; then
+    export SOFTARGMAX_DATA=$REPO/.gpu-data
+fi
+
+# --- bookkeeping ------------------------------------------------------------------------------------
+declare -A PID=() T0=() LIMIT=() WHY=()
+RUNNING=()
+FAILED=0
+NO_CUDA=0
+PACKED=0
+
+record() {  # record NAME STATUS RC SECONDS LIMIT
+    printf '%-26s %-20s %4s %7s %7s\n' "$1" "$2" "$3" "$4" "$5" | tee -a "$SUMMARY"
 }
 
-{
-    nvidia-smi || echo "nvidia-smi not available"
-    $PY -c "import torch, softargmax; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else ''); print('softargmax', softargmax.__version__, softargmax.__file__)"
-    $PY -c "import triton; print('triton', triton.__version__)" || true
-} > "$OUT/env.txt" 2>&1
+later_floor() {  # the time kept back for the selected steps after $1 (the floors are for 540 s: scaled)
+    local name=$1 seen=0 total=0 s
+    for s in "${ALL_STEPS[@]}"; do
+        if [ "$seen" -eq 1 ] && [ -n "${SELECTED[$s]+x}" ]; then total=$((total + ${FLOOR[$s]:-0})); fi
+        [ "$s" = "$name" ] && seen=1
+    done
+    echo $((total * BUDGET / 540))
+}
 
-if [ "$SKIP_TESTS" -eq 0 ]; then
-    step tests $PY -m pytest tests -q -p no:cacheprovider
+launch() {  # launch NAME CAPNAME COMMAND...: start in the background under timeout
+    local name=$1 capname=$2
+    shift 2
+    local avail=$((DEADLINE - RESERVE - SECONDS - GRACE - $(later_floor "$capname")))
+    local cap=${CAP[$capname]}
+    if [ "$avail" -lt "$MIN_STEP" ]; then
+        record "$name" "skipped (deadline)" - 0 -
+        FAILED=1
+        return 1
+    fi
+    if [ "$cap" -le "$avail" ]; then LIMIT[$name]=$cap; WHY[$name]=cap; else LIMIT[$name]=$avail; WHY[$name]=deadline; fi
+    echo "== $name (limit ${LIMIT[$name]} s, ${WHY[$name]}): $*" | tee -a "$WORK/logs/$name.log"
+    T0[$name]=$SECONDS
+    timeout -k "$GRACE" "${LIMIT[$name]}" "$@" >> "$WORK/logs/$name.log" 2>&1 < /dev/null &
+    PID[$name]=$!
+    RUNNING+=("$name")
+}
+
+collect() {  # wait for every launched step; record each as it ends
+    while [ ${#RUNNING[@]} -gt 0 ]; do
+        local still=() name
+        for name in "${RUNNING[@]}"; do
+            if kill -0 "${PID[$name]}" 2> /dev/null; then still+=("$name"); continue; fi
+            wait "${PID[$name]}"
+            finished "$name" $?
+        done
+        RUNNING=("${still[@]}")
+        [ ${#RUNNING[@]} -eq 0 ] || sleep 1
+    done
+}
+
+finished() {  # finished NAME RC
+    local name=$1 rc=$2 status secs=$((SECONDS - ${T0[$1]}))
+    if [ "$rc" -eq 0 ]; then status=ok
+    elif { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$secs" -ge "${LIMIT[$name]}" ]; then
+        status="killed (${WHY[$name]})"; FAILED=1
+    else status=failed; FAILED=1; fi
+    echo "== $name: $status, exit status $rc after $secs s" >> "$WORK/logs/$name.log"
+    record "$name" "$status" "$rc" "$secs" "${LIMIT[$name]}"
+}
+
+step() {  # step NAME COMMAND...: one step, in the foreground
+    [ -n "${SELECTED[$1]+x}" ] || return 0
+    if [ "$NO_CUDA" -eq 1 ] && [ "$1" != env ] && [ "$1" != wheels ]; then
+        record "$1" "skipped (no CUDA)" - 0 -
+        FAILED=1
+        return 0
+    fi
+    launch "$1" "$1" "${@:2}" && collect
+}
+
+# --- packing: at the end, on a signal, at the deadline ----------------------------------------------
+truncate_big_logs() {  # logs over 4 MiB keep their first 512 KiB and last 3 MiB
+    local f size
+    while IFS= read -r -d '' f; do
+        size=$(stat -c %s "$f")
+        if [ "$size" -gt $((4 * 1024 * 1024)) ]; then
+            { head -c $((512 * 1024)) "$f"; printf '\n[... %d bytes cut by gpu_all.sh ...]\n' \
+                  $((size - 3584 * 1024)); tail -c $((3 * 1024 * 1024)) "$f"; } > "$f.cut" && mv "$f.cut" "$f"
+        fi
+    done < <(find "$WORK" -type f \( -name '*.log' -o -name '*.txt' -o -name '*.out' \) -print0)
+}
+
+pack() {
+    [ "$PACKED" -eq 0 ] || return 0
+    PACKED=1
+    trap '' TERM INT USR1  # packing is not interrupted
+    kill "$WATCHDOG" 2> /dev/null
+    local limit=$((16 * 1024 * 1024 - 65536)) size
+    {
+        echo "# total $((SECONDS - START)) s of a $BUDGET s budget; exit status $FAILED"
+    } >> "$SUMMARY"
+    truncate_big_logs
+    # checkpoints and model weights stay out; results, reports, figures and logs go in
+    tar -czf "$ARCHIVE" -C "$OUT" --exclude='*.pt' --exclude='*.bin' --exclude='*.safetensors' \
+        --exclude='gpu-all/site' --exclude='__pycache__' gpu-all 2> /dev/null
+    size=$(stat -c %s "$ARCHIVE" 2> /dev/null || echo 0)
+    if [ "$size" -gt "$limit" ]; then  # too big: the logs, results and the smoke runs' results only
+        echo "# archive of $size bytes too big: smoke outputs other than results.json and log.txt left out" >> "$SUMMARY"
+        tar -czf "$ARCHIVE" -C "$OUT" --exclude='gpu-all/site' --exclude='__pycache__' \
+            --exclude='gpu-all/smoke/*/*/*' --exclude='*.pt' --exclude='*.png' --exclude='*.pdf' --exclude='*.model' \
+            gpu-all 2> /dev/null
+        size=$(stat -c %s "$ARCHIVE" 2> /dev/null || echo 0)
+    fi
+    if [ "$size" -gt "$limit" ]; then
+        echo "# still $size bytes: the summary, env, sanity, bench and test results only" >> "$SUMMARY"
+        tar -czf "$ARCHIVE" -C "$OUT" gpu-all/summary.txt gpu-all/env.txt gpu-all/sanity.json gpu-all/bench \
+            gpu-all/tests 2> /dev/null
+    fi
+    cp "$SUMMARY" "$OUT/summary.txt"
+    [ "$KEEP" -eq 1 ] || rm -rf "$WORK"
+    echo "packed $ARCHIVE ($(stat -c %s "$ARCHIVE" 2> /dev/null || echo '?') bytes); summary: $OUT/summary.txt"
+}
+
+on_signal() {  # stop the running steps, record them, pack, exit
+    local sig=$1 name
+    trap '' TERM INT USR1  # a second signal does not stop the packing
+    echo "gpu_all.sh: $sig received: stopping ${RUNNING[*]:-nothing}" | tee -a "$SUMMARY"
+    for name in "${RUNNING[@]}"; do kill -TERM "${PID[$name]}" 2> /dev/null; done
+    sleep 2
+    for name in "${RUNNING[@]}"; do
+        kill -KILL -- "-${PID[$name]}" 2> /dev/null || kill -KILL "${PID[$name]}" 2> /dev/null
+        wait "${PID[$name]}" 2> /dev/null
+        record "$name" "killed ($sig)" - $((SECONDS - ${T0[$name]})) "${LIMIT[$name]}"
+    done
+    RUNNING=()
+    FAILED=1
+    pack
+    exit 1
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+trap 'on_signal deadline' USR1
+trap 'pack' EXIT
+# the deadline even if something outside the steps hangs: USR1 to this script half the packing reserve early
+( sleep $((BUDGET - RESERVE / 2)) & sp=$!; trap 'kill $sp 2> /dev/null; exit 0' TERM; wait $sp && kill -USR1 $$ ) &
+WATCHDOG=$!
+
+# --- the run ----------------------------------------------------------------------------------------
+{
+    echo "# gpu_all.sh: budget $BUDGET s, started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $([ "$DRY_RUN" -eq 1 ] && echo 'dry run on the CPU' || echo 'device cuda')"
+    printf '%-26s %-20s %4s %7s %7s\n' step status rc seconds limit
+} | tee "$SUMMARY"
+
+if [ -n "${SELECTED[wheels]+x}" ] && compgen -G "$REPO/.whl/*.whl" > /dev/null; then
+    step wheels "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" "$REPO"/.whl/*.whl
+    export PYTHONPATH=$PYTHONPATH:$SITE
 fi
-if [ "$SKIP_BENCH" -eq 0 ]; then
-    mkdir -p "$OUT/bench"
-    step bench-gpu $PY benchmarks/run_gpu.py --json "$OUT/bench/gpu.json"
-    # AdaSplash, Liger-Kernel, Cut-Cross-Entropy where installed (carried as wheels): each is optional
-    step bench-peers $PY benchmarks/run_gpu.py --only peers --json "$OUT/bench/gpu-peers.json"
+
+env_report() {
+    echo "## date: $(date -u)"
+    echo "## host: $(uname -a); $(nproc) cores"
+    free -g 2> /dev/null | head -2
+    echo "## nvidia-smi"
+    timeout 20 nvidia-smi 2>&1 || echo "nvidia-smi not available"
+    echo "## python: $PY ($(command -v "$PY"))"
+    echo "## PYTHONPATH=$PYTHONPATH"
+    "$PY" - << 'EOF'
+import importlib.metadata as md, platform
+import torch
+print("python", platform.python_version())
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, f"capability {p.major}.{p.minor}", p.multi_processor_count, "SMs",
+          round(p.total_memory / 2**30, 1), "GiB", "cudnn", torch.backends.cudnn.version())
+for name in ("triton", "numpy", "pytest", "pytest-xdist", "pytest-timeout", "hypothesis", "transformers",
+             "entmax", "adasplash", "liger-kernel", "cut-cross-entropy"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+import softargmax
+print("softargmax", softargmax.__version__, softargmax.__file__)
+EOF
+}
+if [ -n "${SELECTED[env]+x}" ]; then
+    export -f env_report
+    export PY
+    launch env env bash -c env_report && collect
+    cp "$WORK/logs/env.log" "$WORK/env.txt" 2> /dev/null
 fi
-mkdir -p "$OUT/smoke"
-for name in $($PY -c "from softargmax.experiments import EXPERIMENTS; print(' '.join(EXPERIMENTS))"); do
-    step "smoke-$name" $PY -m softargmax reproduce "$name" --preset smoke --device cuda \
-        --out "$OUT/smoke/$name" "${DATA_ARGS[@]}"
+
+if [ -n "${SELECTED[sanity]+x}" ]; then
+    step sanity "$PY" benchmarks/gpu_sanity.py --device "$DEVICE" --json "$WORK/sanity.json"
+    if [ -f "$WORK/sanity.json" ] && grep -q '"status": 3' "$WORK/sanity.json"; then
+        NO_CUDA=1
+        echo "# no CUDA device: the GPU steps are skipped" | tee -a "$SUMMARY"
+    fi
+fi
+
+for section in operators losses fused attention peers; do
+    step "bench-$section" "$PY" benchmarks/run_gpu.py --only "$section" "${BENCH_ARGS[@]}" \
+        --json "$WORK/bench/gpu-$section.json"
 done
-if [ "$TRANSLATION_GPU" -eq 1 ]; then
-    step translation-gpu $PY -m softargmax reproduce translation --preset gpu --device cuda \
-        --out "$OUT/translation-gpu" "${DATA_ARGS[@]}"
+
+TIMEOUT_ARGS=()
+if timeout 60 "$PY" -c "import pytest_timeout" 2> /dev/null; then TIMEOUT_ARGS=(--timeout 120); fi  # one hung test
+step tests "$PY" -m pytest "${TEST_PATHS[@]}" -m gpu --ignore=tests/test_compile.py -p no:cacheprovider -q -rfEs \
+    --continue-on-collection-errors \
+    -n "$XDIST" "${TIMEOUT_ARGS[@]}" --junitxml="$WORK/tests/junit-gpu.xml" "${TEST_FILTER[@]}"
+# Inductor compiles in each worker's own process (no pool of compile workers per test process)
+step tests-compile env TORCHINDUCTOR_COMPILE_THREADS=1 "$PY" -m pytest tests/test_compile.py -m gpu \
+    -p no:cacheprovider -q -rfEs -n "$XDIST_COMPILE" "${TIMEOUT_ARGS[@]}" --junitxml="$WORK/tests/junit-compile.xml" \
+    "${COMPILE_FILTER[@]}"
+
+if [ -n "${SELECTED[smoke]+x}" ]; then
+    if [ "$NO_CUDA" -eq 1 ]; then
+        record smoke "skipped (no CUDA)" - 0 -
+        FAILED=1
+    else
+        names=$(timeout 60 "$PY" -c "from softargmax.experiments import EXPERIMENTS; print(' '.join(EXPERIMENTS))")
+        for name in $names; do  # in parallel, one or two threads each: the models are tiny
+            launch "smoke-$name" smoke env OMP_NUM_THREADS=2 "$PY" -m softargmax reproduce "$name" --preset smoke \
+                --device "$DEVICE" --out "$WORK/smoke/$name" "${DATA_ARGS[@]}" || true
+        done
+        collect
+    fi
 fi
+
+if [ -n "${SELECTED[translation-gpu]+x}" ]; then
+    step translation-gpu "$PY" -m softargmax reproduce translation --preset gpu --device "$DEVICE" \
+        --out "$WORK/translation-gpu" "${DATA_ARGS[@]}"
+fi
+
+trap - TERM INT USR1
+pack
+echo
 cat "$OUT/summary.txt"
+tar -xzOf "$ARCHIVE" gpu-all/logs/tests.log gpu-all/logs/tests-compile.log 2> /dev/null \
+    | grep -E '^(FAILED|ERROR) ' | head -40
 exit $FAILED

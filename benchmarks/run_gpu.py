@@ -13,22 +13,32 @@ in the same run (``y.copy_(x)`` of 1 GiB: read + write).  The attention section
 (``attention_gpu.py``) times the fused α-entmax attention against SDPA, the materialized
 path and AdaSplash when installed.  The JSON follows the operator
 benchmark's schema (``"device"`` names the GPU) with ``gbps`` and ``bw_fraction`` added.
+
+The JSON is rewritten after every case, atomically (a temporary file renamed over it), so a
+run that is killed or crashes keeps every case it finished: ``"complete"`` stays false and
+``"sections_done"`` / ``"errors"`` say how far it got.  A section that raises is recorded
+in ``"errors"`` and the next one runs.  ``"environment"`` records the GPU, the driver,
+torch / Triton / CUDA versions and the installed peers' versions; ``"config"`` the sizes,
+dtypes and repeats.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.metadata
 import os
+import platform
+import subprocess
 import sys
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
 
 import softargmax as sa
 from softargmax.backends.triton import rows as _triton_rows
-from softargmax.bench import device_name, entmax_package, time_thunks
+from softargmax.bench import device_name, entmax_package, save, time_thunks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_gpu  # the attention section, next to this file
@@ -41,6 +51,9 @@ FUSED_SHAPE = (16384, 4096, 131072)  # tokens, hidden, vocab
 SMOKE_VOCAB = [(8, 300)]
 SMOKE_ATTENTION = (64, 32)
 SMOKE_FUSED = (64, 16, 300)
+
+#: the sections, in the order they run
+SECTIONS = ("operators", "losses", "fused", "attention", "peers")
 
 OPERATORS = {
     "sparsemax": sa.sparsemax,
@@ -92,7 +105,7 @@ def _fwd_bwd(fn, x, grad):
     return run
 
 
-def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True, log=print):
+def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True, log=print, emit=None):
     cases = []
     package = entmax_package() if with_package else {}
     for dtype in dtypes:
@@ -112,20 +125,23 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
             for name in ops:
                 ms = times[name]
                 gbps = ideal_bytes / (ms * 1e-3) / 1e9
+                # bw_fraction to 3 significant digits: a tiny (smoke) case does not round to 0
                 case = {"op": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "pass": "fwd+bwd",
                         "ms": round(ms, 4), "softmax_ms": round(times["softmax"], 4),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
-                        "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),  # 3 significant digits: tiny on a CPU, never 0
+                        "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)
+                if emit is not None:
+                    emit(case)
                 log(f"{name:>20} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} {ms:9.3f} ms  "
                     f"{case['ratio']:5.2f}x softmax (target {case['target']})  {gbps:7.0f} GB/s "
                     f"({case['bw_fraction']:.0%} of copy)  pkg {case['entmax_pkg']}")
     return cases
 
 
-def loss_cases(shapes, device, repeats, log=print):
+def loss_cases(shapes, device, repeats, log=print, emit=None):
     cases = []
     losses = {"sparsemax_loss": sa.sparsemax_loss, "entmax15_loss": sa.entmax15_loss,
               "entmax_loss_a1.3": lambda x, t: sa.entmax_loss(x, t, alpha=1.3)}
@@ -150,6 +166,8 @@ def loss_cases(shapes, device, repeats, log=print):
                         "cross_entropy_ms": round(times["cross_entropy"], 4),
                         "ratio": round(times[name] / times["cross_entropy"], 3)}
                 cases.append(case)
+                if emit is not None:
+                    emit(case)
                 log(f"{name:>20} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} {case['ms']:9.3f} ms  "
                     f"{case['ratio']:5.2f}x cross_entropy")
     return cases
@@ -192,17 +210,118 @@ def fused_case(shape, device, repeats, log=print):
     return case
 
 
+#: the optional packages compared (distribution names), recorded with their versions
+PEER_DISTRIBUTIONS = ("entmax", "adasplash", "liger-kernel", "cut-cross-entropy")
+
+
+def _version(distribution):
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_version():
+    """The NVIDIA driver's version (``nvidia-smi``, else NVML), or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=15)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None
+
+
+def environment(device) -> dict:
+    """What the numbers were measured on and with: the device, the driver, the software, the peers."""
+    env = {"device": device_name(device), "python": platform.python_version(), "torch": torch.__version__,
+           "torch_cuda": torch.version.cuda, "triton": _triton_version(), "softargmax": sa.__version__,
+           "host_cpu_count": os.cpu_count(),
+           "peers": {name: _version(name) for name in PEER_DISTRIBUTIONS},
+           "torch_linear_cross_entropy": hasattr(F, "linear_cross_entropy")}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update({"capability": f"{props.major}.{props.minor}", "multiprocessors": props.multi_processor_count,
+                    "memory_gib": round(props.total_memory / 2**30, 1), "driver": _driver_version(),
+                    "cudnn": torch.backends.cudnn.version()})
+    return env
+
+
+class Record:
+    """The run's JSON, rewritten atomically (``softargmax.bench.save``) after every case."""
+
+    def __init__(self, path, result):
+        self.path, self.result = path, result
+        self.save()
+
+    def save(self):
+        save(self.result, self.path)
+
+    def adder(self, *keys):
+        """``emit(case)`` appending to ``result[keys[0]][keys[1]]...`` (a list) and saving."""
+        def emit(case):
+            target = self.result
+            for key in keys:
+                target = target[key]
+            target.append(case)
+            self.save()
+
+        return emit
+
+    def setter(self, key):
+        def emit(case):
+            self.result[key] = case
+            self.save()
+
+        return emit
+
+
+def _section_config(args, only) -> dict:
+    smoke = args.smoke
+    cfg = {"smoke": smoke, "sections": sorted(only), "repeats": args.repeats or (3 if smoke else 25)}
+    if "operators" in only or "losses" in only:
+        cfg["vocab_shapes"] = SMOKE_VOCAB if smoke else VOCAB_SHAPES
+        cfg["operator_dtypes"] = ["float32", "bfloat16"]
+        cfg["loss_dtypes"] = ["float32", "bfloat16"]
+    if "operators" in only:
+        cfg["attention_row_shape"] = SMOKE_ATTENTION if smoke else ATTENTION_SHAPE
+    if "fused" in only:
+        cfg["fused_shape"] = SMOKE_FUSED if smoke else FUSED_SHAPE
+        cfg["fused_dtype"] = "bfloat16"
+    if "attention" in only:
+        cfg["attention"] = {"batch_heads": attention_gpu.SMOKE_BH if smoke else (attention_gpu.B, attention_gpu.H),
+                            "causal_headdim_length": attention_gpu.SMOKE_SHAPES if smoke else attention_gpu.SHAPES,
+                            "dtype": "bfloat16"}
+    if "peers" in only:
+        cfg["peer_shapes"] = SMOKE_PEER_SHAPES if smoke else PEER_SHAPES
+        cfg["peer_dtypes"] = ["float32", "bfloat16"]
+        cfg["peer_fused_shapes"] = SMOKE_PEER_FUSED if smoke else PEER_FUSED_SHAPES
+    return cfg
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats")
-    ap.add_argument("--only", choices=["operators", "losses", "fused", "attention", "peers"], nargs="+",
-                    help="sections (default: all but peers)")
+    ap.add_argument("--only", choices=SECTIONS, nargs="+", help="sections (default: all but peers)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     ap.add_argument("--json", dest="json_path")
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
+    if args.repeats is not None and args.repeats < 1:
+        ap.error(f"--repeats must be a positive number of timed calls, got {args.repeats}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        ap.error(f"--device: {err}")
     if device.type == "cuda" and not torch.cuda.is_available():
         print("run_gpu.py: no CUDA device here (use --device cpu --smoke to check the script)", file=sys.stderr)
         return 2
@@ -213,31 +332,51 @@ def main(argv=None) -> int:
     repeats = args.repeats or (3 if args.smoke else 25)
     vocab = SMOKE_VOCAB if args.smoke else VOCAB_SHAPES
     attention = SMOKE_ATTENTION if args.smoke else ATTENTION_SHAPE
-    copy_gbps = copy_bandwidth(device, gib=0.01 if args.smoke else 1.0, repeats=repeats)
-    print(f"device: {device_name(device)}; copy bandwidth {copy_gbps:.0f} GB/s")
-    result = {"device": device_name(device), "torch": torch.__version__, "softargmax": sa.__version__,
-              "triton": _triton_version(), "copy_gbps": round(copy_gbps, 1), "cases": [], "loss_cases": [],
-              "fused": None, "attention": []}
-    if "operators" in only:
-        dtypes = [torch.float32, torch.bfloat16]
-        result["cases"] += operator_cases(vocab, dtypes, device, repeats, copy_gbps, not args.no_package)
-        result["cases"] += operator_cases([attention], dtypes, device, repeats, copy_gbps, not args.no_package)
-    if "losses" in only:
-        result["loss_cases"] = loss_cases(vocab, device, repeats)
-    if "fused" in only:
-        result["fused"] = fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device, max(3, repeats // 5))
-    if "attention" in only:
-        result["attention"] = attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
-                                                            smoke=args.smoke)
-    if "peers" in only:
-        result["peers"] = run_peers(args, device, repeats)
     name = "gpu-" + device_name(device).replace(" ", "-").lower() + ".json"
     path = args.json_path or os.path.join(RESULTS, name)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {path}")
-    return 0
+    env = environment(device)
+    print(f"device: {env['device']}; torch {env['torch']} (CUDA {env['torch_cuda']}), triton {env['triton']}, "
+          f"driver {env.get('driver')}; peers {env['peers']}", flush=True)
+    result = {"device": env["device"], "torch": torch.__version__, "softargmax": sa.__version__,
+              "triton": env["triton"], "environment": env, "config": _section_config(args, only),
+              "complete": False, "sections_done": [], "errors": {}, "copy_gbps": None,
+              "cases": [], "loss_cases": [], "fused": None, "attention": []}
+    if "peers" in only:
+        result["peers"] = {"operators": [], "fused": []}
+    record = Record(path, result)
+    copy_gbps = copy_bandwidth(device, gib=0.01 if args.smoke else 1.0, repeats=repeats)
+    result["copy_gbps"] = round(copy_gbps, 1)
+    record.save()
+    print(f"copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+
+    sections = {
+        "operators": lambda: [operator_cases(shapes, [torch.float32, torch.bfloat16], device, repeats, copy_gbps,
+                                             not args.no_package, emit=record.adder("cases"))
+                              for shapes in (vocab, [attention])],
+        "losses": lambda: loss_cases(vocab, device, repeats, emit=record.adder("loss_cases")),
+        "fused": lambda: record.setter("fused")(fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device,
+                                                           max(3, repeats // 5))),
+        "attention": lambda: attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
+                                                           smoke=args.smoke, emit=record.adder("attention")),
+        "peers": lambda: run_peers(args, device, repeats, emit_operators=record.adder("peers", "operators"),
+                                   emit_fused=record.adder("peers", "fused")),
+    }
+    for section in SECTIONS:
+        if section not in only:
+            continue
+        try:
+            sections[section]()
+            result["sections_done"].append(section)
+        except Exception as err:  # recorded; the next section still runs
+            traceback.print_exc()
+            result["errors"][section] = f"{type(err).__name__}: {str(err)[:500]}"
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        record.save()
+    result["complete"] = True
+    record.save()
+    print(f"wrote {path}" + (f"; sections that failed: {', '.join(result['errors'])}" if result["errors"] else ""))
+    return 1 if result["errors"] else 0
 
 
 # -- peers (optional packages, never dependencies) -----------------------------------------
@@ -289,14 +428,17 @@ def peer_operators():
     return {op: fns for op, fns in peers.items() if fns}
 
 
-def peer_operator_cases(shapes, dtypes, device, repeats, log=print):
+def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
     """Forward+backward time of each installed peer next to ours and softmax, with the peer's
     largest absolute error against our exact result (float32 compute) on the same input."""
     cases = []
     peers = peer_operators()
     if not peers:
         log("peers: none of adasplash, liger_kernel is installed")
-        return cases
+        skipped = {"op": "peers", "skipped": "none of adasplash, liger_kernel is installed"}
+        if emit is not None:
+            emit(skipped)
+        return [skipped]
     for dtype in dtypes:
         for shape in shapes:
             gen = torch.Generator().manual_seed(0)
@@ -311,7 +453,9 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print):
                 for peer, fn in fns.items():
                     try:
                         errors[(op, peer)] = float((fn(x).float() - exact).abs().max())
-                        thunks[f"{peer}:{op}"] = _fwd_bwd(fn, x, grad)
+                        run = _fwd_bwd(fn, x, grad)
+                        run()  # its backward too: a peer that fails is recorded, not timed
+                        thunks[f"{peer}:{op}"] = run
                     except Exception as err:  # a shape or dtype the peer refuses
                         errors[(op, peer)] = f"error: {type(err).__name__}: {str(err)[:200]}"
             times = time_thunks(thunks, repeats, max(2, repeats // 5), device)
@@ -322,36 +466,49 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print):
                         "peer_ms": round(times[key], 4) if key in times else None,
                         "peer_max_abs_error": err}
                 cases.append(case)
+                if emit is not None:
+                    emit(case)
                 log(f"{peer:>10} {op:>12} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} ours {case['ours_ms']:8.3f} ms"
                     f"  peer {case['peer_ms']} ms  softmax {case['softmax_ms']:.3f} ms  peer error {err}")
     return cases
 
 
-def peer_fused_cases(shapes, device, repeats, log=print):
+def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
     """Fused linear + loss (bf16): ours (entmax15, KL) against torch linear + cross_entropy,
     Liger's ``LigerFusedLinearCrossEntropyFunction``, Cut-Cross-Entropy's ``linear_cross_entropy``
     and ``torch.nn.functional.linear_cross_entropy`` where installed; time, peak extra memory,
-    and each cross-entropy's loss against our fused KL loss."""
+    and each cross-entropy's loss against our fused KL loss.  A comparison that is not available
+    (a peer not installed, a torch without ``F.linear_cross_entropy``) is recorded once as
+    ``{"op": name, "skipped": why}``."""
     runs = {
         "ours_entmax15": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="entmax15"),
         "ours_kl": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="softmax"),
         "torch_linear_ce": lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t),
     }
+    cases = []
+
+    def record(case):
+        cases.append(case)
+        if emit is not None:
+            emit(case)
+
     if hasattr(F, "linear_cross_entropy"):
         runs["torch_linear_cross_entropy"] = lambda h, w, t: F.linear_cross_entropy(h, w, t)
+    else:
+        record({"op": "torch_linear_cross_entropy",
+                "skipped": f"torch.nn.functional.linear_cross_entropy is absent in torch {torch.__version__}"})
     try:
         from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
 
         runs["liger_flce"] = lambda h, w, t: LigerFusedLinearCrossEntropyFunction.apply(h, w, t)[0]
-    except Exception:
-        pass
+    except Exception as err:
+        record({"op": "liger_flce", "skipped": f"liger_kernel: {type(err).__name__}: {str(err)[:200]}"})
     try:
         from cut_cross_entropy import linear_cross_entropy
 
         runs["cce"] = lambda h, w, t: linear_cross_entropy(h, w, t)
-    except Exception:
-        pass
-    cases = []
+    except Exception as err:
+        record({"op": "cce", "skipped": f"cut_cross_entropy: {type(err).__name__}: {str(err)[:200]}"})
     for N, H, V in shapes:
         gen = torch.Generator().manual_seed(0)
         h = (torch.randn(N, H, generator=gen) / H**0.5).to(device, torch.bfloat16)
@@ -374,27 +531,29 @@ def peer_fused_cases(shapes, device, repeats, log=print):
                 peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
                 ms = time_thunks({name: run}, repeats, 1, device)[name]
             except Exception as err:
-                cases.append({"op": name, "shape": [N, H, V], "error": f"{type(err).__name__}: {str(err)[:200]}"})
+                record({"op": name, "shape": [N, H, V], "error": f"{type(err).__name__}: {str(err)[:200]}"})
                 log(f"{name:>28} {N}x{H}x{V}: error {err}")
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
                 continue
             if name == "ours_kl":
                 reference = value
             case = {"op": name, "shape": [N, H, V], "dtype": "bfloat16", "pass": "fwd+bwd", "ms": round(ms, 3),
                     "peak_extra_mb": None if peak is None else round(peak, 1), "loss": value}
-            cases.append(case)
+            if reference is not None and name not in ("ours_entmax15", "ours_kl"):
+                case["loss_error_vs_ours_kl"] = abs(value - reference)  # ours_kl runs second, before any peer
+            record(case)
             log(f"{name:>28} {N}x{H}x{V}: {ms:9.2f} ms  peak extra {case['peak_extra_mb']} MB  loss {value:.6f}")
-        for case in cases:
-            if case.get("shape") == [N, H, V] and "loss" in case and reference is not None and case["op"] != "ours_entmax15":
-                case["loss_error_vs_ours_kl"] = abs(case["loss"] - reference)
     return cases
 
 
-def run_peers(args, device, repeats, log=print) -> dict:
+def run_peers(args, device, repeats, log=print, emit_operators=None, emit_fused=None) -> dict:
     """The ``--only peers`` section: operators and the fused output layer against the installed peers."""
     shapes = SMOKE_PEER_SHAPES if args.smoke else PEER_SHAPES
     fused = SMOKE_PEER_FUSED if args.smoke else PEER_FUSED_SHAPES
-    return {"operators": peer_operator_cases(shapes, [torch.float32, torch.bfloat16], device, repeats, log),
-            "fused": peer_fused_cases(fused, device, max(3, repeats // 5), log)}
+    return {"operators": peer_operator_cases(shapes, [torch.float32, torch.bfloat16], device, repeats, log,
+                                             emit=emit_operators),
+            "fused": peer_fused_cases(fused, device, max(3, repeats // 5), log, emit=emit_fused)}
 
 
 def _triton_version():

@@ -214,15 +214,29 @@ def torch_solver():
     _cpu_rows.set_enabled(old)
 
 
+def needs_cuda(test):
+    """Decorator for a test that runs only on CUDA: marked ``gpu`` (what ``pytest -m gpu`` selects on
+    a GPU machine, benchmarks/gpu_all.sh) and skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
+
+
 @pytest.fixture
-def triton_device():
+def gpu_when_present():
+    """Requested by every fixture that puts its tests on CUDA when CUDA is present (``triton_device``,
+    test_flash_attention's ``device``): the tests that use such a fixture are marked ``gpu``
+    (``pytest_collection_modifyitems`` below).  Returns whether CUDA is present."""
+    return torch.cuda.is_available()
+
+
+@pytest.fixture
+def triton_device(gpu_when_present):
     """Where the Triton kernels run: ``"cuda"`` on a GPU, else ``"cpu"`` under Triton's
     interpreter (CPU tensors are routed to the kernels); skips without Triton."""
     from softargmax.backends.triton import rows as _triton_rows
 
     if not _triton_rows.available():
         pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
+    if gpu_when_present:
         yield "cuda"
         return
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -238,6 +252,9 @@ INTERPRETED_FILES = ("test_triton_rows.py", "test_flash_attention.py")
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "gpu_when_present" in item.fixturenames:  # the fixture's dependents included
+            item.add_marker(pytest.mark.gpu)
     if torch.cuda.is_available():
         return
     for item in items:

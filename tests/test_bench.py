@@ -55,3 +55,22 @@ def test_memory_cases_run_in_a_fresh_process(case):
 
     result = measure(*case)
     assert result["peak_mb"] >= 0 and torch.isfinite(torch.tensor(result["peak_mb"]))
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    """``bench.save`` writes a temporary file and renames it over the JSON: a write that fails (a
+    kill, a full disk) leaves the previous complete file and no temporary."""
+    import os
+
+    from softargmax.bench import save
+
+    path = tmp_path / "result.json"
+    save({"cases": [1]}, path)
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken)  # the disk fills while the new version is flushed
+    with pytest.raises(OSError):
+        save({"cases": [1, 2]}, path)
+    assert json.loads(path.read_text()) == {"cases": [1]} and [p.name for p in tmp_path.iterdir()] == ["result.json"]

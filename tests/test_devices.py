@@ -8,6 +8,7 @@ on CUDA (α stayed on the CPU while the model moved to the GPU).
 
 import pytest
 import torch
+from conftest import needs_cuda
 from torch import nn
 
 import softargmax as sa
@@ -108,7 +109,7 @@ def test_check_device_moves_only_cpu_scalars():
     assert check_device(a, x.to("meta"), "alpha") is a
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_learned_alpha_attention_on_cuda(dtype):
     torch.manual_seed(0)

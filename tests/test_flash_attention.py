@@ -22,10 +22,10 @@ from softargmax.backends.triton import rows as _triton_rows
 
 
 @pytest.fixture
-def device():
+def device(gpu_when_present):
     if not FA.available():
         pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
+    if gpu_when_present:
         return "cuda"
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no GPU and TRITON_INTERPRET is not 1")

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import needs_cuda
 
 import softargmax as sa
 
@@ -148,7 +149,7 @@ def test_fused_half_matches_the_unfused_half_loss(dtype):
         torch.testing.assert_close(a.float(), c.float(), rtol=5e-2, atol=2e-3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_cuda
 def test_gpu_weight_gradient_uses_half_gemm_with_float32_accumulation():
     from softargmax.losses import linear as F
 

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,6 +18,12 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["copy_gbps"] > 0 and result["device"]
+    assert result["complete"] is True and result["errors"] == {}
+    assert result["sections_done"] == ["operators", "losses", "fused", "attention"]
+    env = result["environment"]
+    assert env["torch"] and env["python"] and set(env["peers"]) == {"entmax", "adasplash", "liger-kernel",
+                                                                    "cut-cross-entropy"}
+    assert result["config"]["vocab_shapes"] == [[8, 300]] and result["config"]["fused_shape"] == [64, 16, 300]
     ops = {(c["op"], c["dtype"], tuple(c["shape"])) for c in result["cases"]}
     assert ("entmax_a1.3", "bfloat16", (8, 300)) in ops and ("alpha_relu", "float32", (64, 32)) in ops
     for c in result["cases"]:
@@ -40,3 +47,50 @@ def test_gpu_benchmark_refuses_without_cuda():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run_gpu.py")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+def test_a_killed_run_keeps_the_cases_it_finished(tmp_path):
+    """The JSON is rewritten atomically after every case: read at any moment it is complete JSON,
+    and a run killed after its first cases keeps them, marked ``"complete": false``."""
+    out = tmp_path / "gpu.json"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "run_gpu.py"), "--device", "cpu",
+                             "--smoke", "--no-package", "--only", "operators", "losses", "--json", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and json.loads(out.read_text())["cases"]):
+            assert proc.poll() is None, f"the run ended before it saved a case: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no case saved within 120 s"
+            time.sleep(0.05)
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.wait()
+    result = json.loads(out.read_text())
+    assert result["complete"] is False and result["sections_done"] == [] and result["loss_cases"] == []
+    assert result["cases"] and all(c["ratio"] > 0 for c in result["cases"])
+    assert result["environment"]["torch"] and result["config"]["sections"] == ["losses", "operators"]
+
+
+def test_the_peer_comparison_records_what_it_could_not_run(monkeypatch):
+    """On a torch without ``F.linear_cross_entropy`` (2.11, the GPU machines' build) and without the
+    peers installed, the fused peer comparison says what it left out instead of failing."""
+    import importlib
+
+    import torch
+    import torch.nn.functional as F
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    run_gpu = importlib.import_module("run_gpu")
+    monkeypatch.delattr(F, "linear_cross_entropy", raising=False)
+    for module in ("liger_kernel", "liger_kernel.ops.fused_linear_cross_entropy", "cut_cross_entropy"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    emitted = []
+    cases = run_gpu.peer_fused_cases([(16, 8, 50)], torch.device("cpu"), 1, log=lambda *a: None, emit=emitted.append)
+    assert cases == emitted
+    by_op = {c["op"]: c for c in cases}
+    assert by_op["torch_linear_cross_entropy"]["skipped"].startswith(
+        "torch.nn.functional.linear_cross_entropy is absent in torch")
+    assert by_op["liger_flce"]["skipped"].startswith("liger_kernel:") and by_op["cce"]["skipped"].startswith(
+        "cut_cross_entropy:")
+    assert by_op["ours_entmax15"]["ms"] > 0 and by_op["torch_linear_ce"]["loss_error_vs_ours_kl"] < 1e-2

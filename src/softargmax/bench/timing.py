@@ -14,9 +14,11 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
+
+from .._utils.files import atomic_write
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,12 +136,14 @@ def versions() -> dict[str, Any]:
     return {"torch": torch.__version__, "softargmax": softargmax.__version__, "python": sys.version.split()[0]}
 
 
-def save(result: dict[str, Any], path: str) -> None:
-    """Write ``result`` as indented JSON (the folder is created)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+def save(result: dict[str, Any], path: Union[str, Path]) -> None:
+    """Write ``result`` as indented JSON, atomically (the folder is created).
+
+    The text goes to a temporary file beside ``path`` that replaces it once complete
+    (:func:`softargmax._utils.files.atomic_write`): a benchmark that saves after every case
+    and is killed leaves the last complete JSON, never a truncated one.
+    """
+    atomic_write(path, json.dumps(result, indent=1) + "\n")
 
 
 def ratio_row(c: dict[str, Any]) -> str:

@@ -28,10 +28,11 @@ import os
 import re
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+
+from .._utils.files import atomic_path as _atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -72,30 +73,6 @@ def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(s in str(error) for s in _SHORT_WRITE)
 
 
-def _mode(path: Path) -> int:
-    """The permissions of ``path`` if it exists, else those a new file gets (0o666 less the umask)."""
-    try:
-        return path.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def atomic_path(path: Union[str, Path]) -> Iterator[Path]:
     """A temporary path beside ``path`` to write to; on success it replaces ``path`` atomically.
@@ -109,7 +86,8 @@ def atomic_path(path: Union[str, Path]) -> Iterator[Path]:
     that pick a format from the suffix keep working).  On normal exit the file is flushed
     to the disk and renamed over ``path`` (``os.replace``, atomic); on any exception it is
     deleted and ``path`` is left as it was.  A full disk raises :class:`DiskFullError`
-    naming ``path``.  The folder is created if needed.
+    naming ``path``.  The folder is created if needed.  (The write itself is
+    :func:`softargmax._utils.files.atomic_path`, which the benchmarks use too.)
 
     Args:
         path: the file to write.
@@ -119,30 +97,12 @@ def atomic_path(path: Union[str, Path]) -> Iterator[Path]:
     """
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-        os.close(fd)
-        os.chmod(name, _mode(path))  # mkstemp makes it private; the file gets the mode a plain write would give
-    except OSError as e:
-        if is_disk_full(e):
-            raise DiskFullError(path, str(e)) from e
-        raise
-    tmp = Path(name)
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        with _atomic_path(path) as tmp:
+            yield tmp
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         if is_disk_full(e) and not isinstance(e, DiskFullError):
             raise DiskFullError(path, str(e).strip().splitlines()[0] if str(e).strip() else "") from e
         raise
-    _fsync_folder(path.parent)
 
 
 def atomic_write(path: Union[str, Path], data: Union[str, bytes], encoding: str = "utf-8") -> Path:

@@ -1,8 +1,10 @@
 """The options every Fenchel–Young loss takes, gathered once: :class:`LossOptions`.
 
 The public losses keep their explicit keyword signatures; each gathers its keywords into one
-:class:`LossOptions` (:meth:`LossOptions.of`) and hands that on, so no layer relays a dozen
-keywords by name.
+:class:`LossOptions` and hands that on, so no layer relays a dozen keywords by name.  They name
+each keyword (``LossOptions(dim=dim, ...)``) rather than gather ``locals()``: Dynamo in torch 2.11
+cannot trace ``locals()``, which broke ``torch.compile(fullgraph=True)`` of every loss there (torch
+2.13 traces it).
 """
 
 from __future__ import annotations
@@ -44,16 +46,6 @@ class LossOptions:
     chunk_size: Optional[int] = None
     memory_budget: Optional[int] = None
 
-    @classmethod
-    def of(cls, arguments: dict[str, Any], **renamed: Any) -> LossOptions:
-        """The options among a function's ``arguments`` (its ``locals()``: the names that are fields
-        here), and ``renamed`` ones given by their field name (they win over an argument of that
-        name: the fused loss's ``weight`` is its projection, its ``class_weight`` the option)."""
-        return cls(**{k: v for k, v in arguments.items() if k in _FIELDS and k not in renamed}, **renamed)
-
     def replace(self, **changes: Any) -> LossOptions:
         return dataclasses.replace(self, **changes)
 
-
-#: the fields' names (read once: ``torch.compile`` traces :meth:`LossOptions.of`, not ``dataclasses.fields``)
-_FIELDS = frozenset(f.name for f in dataclasses.fields(LossOptions))

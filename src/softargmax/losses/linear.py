@@ -223,7 +223,10 @@ def linear_fenchel_young_loss(
     if process_group is not None:  # vocabulary split over ranks
         from .distributed.losses import linear_vocab_parallel_loss
 
-        options = LossOptions.of(locals(), weight=class_weight)
+        options = LossOptions(q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
+                              reduction=reduction, label_smoothing=label_smoothing, weight=class_weight,
+                              softcap=softcap, process_group=process_group, class_offset=class_offset,
+                              chunk_size=chunk_size, memory_budget=memory_budget)
         return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
     if class_offset is not None:
         raise ValueError("class_offset: only with process_group= (the vocabulary split over ranks)")

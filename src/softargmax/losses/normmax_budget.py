@@ -205,7 +205,8 @@ def normmax_loss(
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    options = LossOptions.of(locals())
+    options = LossOptions(dim=dim, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
+                          label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction)
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
@@ -272,7 +273,8 @@ def budget_sparsemax_loss(
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    options = LossOptions.of(locals())
+    options = LossOptions(dim=dim, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
+                          label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction)
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)

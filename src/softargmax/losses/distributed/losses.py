@@ -129,7 +129,11 @@ def fenchel_young_loss(
         Catanzaro, *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
         Parallelism*, 2019, https://arxiv.org/abs/1909.08053
     """
-    return vocab_parallel_loss(x, target, mapping, mapping_params, LossOptions.of(locals()))
+    options = LossOptions(dim=dim, q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
+                          reduction=reduction, label_smoothing=label_smoothing, weight=weight,
+                          return_prediction=return_prediction, softcap=softcap, process_group=process_group,
+                          class_offset=class_offset)
+    return vocab_parallel_loss(x, target, mapping, mapping_params, options)
 
 
 def vocab_parallel_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence], params: dict[str, Any],
@@ -341,7 +345,10 @@ def linear_fenchel_young_loss(
     weight, bias, ignore_index = projection_arguments(weight, linear_weight, bias, linear_bias, ignore_index)
     if target is None:
         raise TypeError("target is required")
-    options = LossOptions.of(locals(), weight=class_weight)
+    options = LossOptions(q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
+                          reduction=reduction, label_smoothing=label_smoothing, weight=class_weight, softcap=softcap,
+                          process_group=process_group, class_offset=class_offset, chunk_size=chunk_size,
+                          memory_budget=memory_budget)
     return linear_vocab_parallel_loss(hidden, weight, target, bias, mapping, mapping_params, options)
 
 

@@ -1,0 +1,141 @@
+"""benchmarks/gpu_all.sh, the one command a GPU session runs, checked on the CPU (``--dry-run``).
+
+A step that hangs is simulated with a ``PYTHON`` that sleeps for the commands named (the
+script runs every Python step through ``$PYTHON``); everything else is the real script.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_all.sh"
+
+
+def _hanging_python(tmp_path, *patterns):
+    """A ``python`` that sleeps (recording its PID) when its arguments contain one of ``patterns``."""
+    pids = tmp_path / "hung.pids"
+    cases = "|".join(f'*"{p}"*' for p in patterns)
+    script = tmp_path / "python"
+    script.write_text(f'#!/bin/sh\ncase "$*" in\n  {cases}) echo $$ >> "{pids}"; exec sleep 1000 ;;\nesac\n'
+                      f'exec "{sys.executable}" "$@"\n')
+    script.chmod(0o755)
+    return script, pids
+
+
+def _env(python, **extra):
+    env = dict(os.environ, PYTHON=str(python), **extra)
+    env.pop("PYTEST_XDIST_WORKER", None)  # the script's own pytest runs are not workers of this one
+    env.pop("PYTEST_XDIST_WORKER_COUNT", None)
+    return env
+
+
+def _summary(out):
+    """``{step: (status, rc)}`` of OUT/summary.txt."""
+    rows = {}
+    for line in (out / "summary.txt").read_text().splitlines():
+        m = re.match(r"(\S+)\s+(ok|failed|killed \(\w+\)|skipped \([\w ]+\))\s+(\S+)", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    return rows
+
+
+def _assert_gone(pids_file):
+    for pid in map(int, pids_file.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _archive_names(out):
+    with tarfile.open(out / "gpu-all.tar.gz") as tar:
+        return set(tar.getnames())
+
+
+def test_bad_arguments_are_refused_by_name(tmp_path):
+    for args, message in [(["--budget", "5"], "--budget must be a whole number of seconds >= 10, got '5'"),
+                          (["--budget", "1e3"], "--budget must be a whole number"),
+                          (["--steps", "env,benchmark"], "--steps: unknown step 'benchmark'"),
+                          (["--cap", "test=10"], "--cap: unknown step 'test'"),
+                          (["--cap", "tests=ten"], "--cap tests: seconds must be a positive whole number"),
+                          (["--frobnicate"], "unknown option: --frobnicate")]:
+        proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), *args], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+
+
+def test_deadline_and_cap_kills_are_recorded_and_everything_is_packed(tmp_path):
+    """bench-losses hangs past its cap, bench-fused until the deadline; bench-attention gets no time."""
+    python, pids = _hanging_python(tmp_path, "--only losses", "--only fused")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--budget", "16", "--cap", "bench-losses=2",
+                           "--steps", "bench-losses,bench-fused,bench-attention"],
+                          capture_output=True, text=True, timeout=60, env=_env(python))
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert elapsed < 16 + 3, f"the run took {elapsed:.0f} s for a 16 s budget"
+    rows = _summary(out)
+    assert rows == {"bench-losses": ("killed (cap)", "124"), "bench-fused": ("killed (deadline)", "124"),
+                    "bench-attention": ("skipped (deadline)", "-")}, rows
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-all.tar.gz", "summary.txt"]  # what comes back
+    assert (out / "gpu-all.tar.gz").stat().st_size < 16 * 2**20
+    names = _archive_names(out)
+    assert {"gpu-all/summary.txt", "gpu-all/logs/bench-losses.log", "gpu-all/logs/bench-fused.log"} <= names
+    _assert_gone(pids)  # the hung commands were killed with their steps
+
+
+def test_a_signal_stops_the_running_step_and_packs(tmp_path):
+    python, pids = _hanging_python(tmp_path, "--only fused")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(["bash", str(SCRIPT), str(out), "--dry-run", "--budget", "300", "--steps", "env,bench-fused"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(python))
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, "bench-fused never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output
+    rows = _summary(out)
+    assert rows["env"][0] == "ok" and rows["bench-fused"][0] == "killed (TERM)", rows
+    assert {"gpu-all/env.txt", "gpu-all/logs/bench-fused.log"} <= _archive_names(out)
+    _assert_gone(pids)
+
+
+def test_dry_run_of_the_test_steps_selects_the_gpu_tests(tmp_path):
+    """The pytest command lines the GPU machine runs, with the dry run's few tests: each of the
+    three ways a test is marked ``gpu`` (the ``triton_device`` fixture, test_flash_attention's
+    ``device``, ``needs_cuda``) selects its test, and junit XML and the skip reasons come back."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--keep", "--steps", "sanity,tests,tests-compile"],
+                          capture_output=True, text=True, timeout=240, env=_env(sys.executable, GPU_ALL_WORKERS="0"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert {k: v[0] for k, v in _summary(out).items()} == {"sanity": "ok", "tests": "ok", "tests-compile": "ok"}
+    work = out / "gpu-all"
+    ran = {}
+    for xml in ("junit-gpu.xml", "junit-compile.xml"):
+        ran[xml] = set(re.findall(r'<testcase classname="tests\.(\w+)" name="(\w+)', (work / "tests" / xml).read_text()))
+    assert {name for _, name in ran["junit-gpu.xml"]} == {
+        "test_switch_off_takes_reference_path", "test_uncovered_arguments", "test_learned_alpha_attention_on_cuda"}
+    assert {name for _, name in ran["junit-compile.xml"]} == {"test_gpu_compile_fullgraph"}
+    assert "needs CUDA" in (work / "logs" / "tests.log").read_text()  # -rs lists why a test was skipped
+    assert '"status": 0' in (work / "sanity.json").read_text()
+
+
+def test_cuda_only_tests_use_needs_cuda():
+    """A CUDA-only test is written ``@needs_cuda`` (conftest), which also marks it ``gpu``; a bare
+    skip condition on ``torch.cuda.is_available()`` alone would leave it out of the GPU machine's ``-m gpu`` run."""
+    offenders = [p.name for p in (ROOT / "tests").glob("test_*.py")
+                 if re.search(r"skipif\(\s*not torch\.cuda\.is_available\(\)", p.read_text(encoding="utf-8"))]
+    assert not offenders, f"use conftest.needs_cuda in {offenders}"
