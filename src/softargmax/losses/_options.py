@@ -48,4 +48,3 @@ class LossOptions:
 
     def replace(self, **changes: Any) -> LossOptions:
         return dataclasses.replace(self, **changes)
-
