@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one command that ends by a deadline, with every output in one archive:
 #
 #   bash benchmarks/gpu_all.sh OUT [--budget SECONDS] [--steps LIST] [--cap STEP=SECONDS]... [--dry-run]
-#                                  [--keep] [--translation-gpu] [--data-dir DIR] [--skip-tests] [--skip-bench]
+#                                  [--keep] [--translation-runs RUNS] [--data-dir DIR] [--skip-tests] [--skip-bench]
 #
 # Steps, in order of value, each under `timeout` with at most the time left (OUT/gpu-all/logs/STEP.log):
 #   wheels           .whl/*.whl (the peers, from benchmarks/gpu_wheels.sh) into /tmp/site, on PYTHONPATH after src
@@ -17,7 +17,10 @@
 #                    no host synchronization                                         -> tests/junit-compile.xml
 #   smoke            every experiment's smoke preset with --device cuda, in parallel -> smoke/NAME/
 #                    (datasets: --data-dir, else $SOFTARGMAX_DATA, else .gpu-data/ from gpu_wheels.sh --data)
-#   translation-gpu  with --translation-gpu only (15-20 min, estimated): the translation gpu preset
+#   translation-gpu  with --translation-runs "softmax:1 sparsemax:1" only: those runs of the translation gpu
+#                    preset (a few minutes each, not measured yet), into reports/translation-gpu/ (or
+#                    $TRANSLATION_OUT) beside its committed records; the new records and the log come back
+#                                                                                    -> translation-gpu/
 #
 # --budget S (default 540: a 10-minute command with a minute to spare) is the deadline for the whole
 # run, packing included.  A step gets min(its cap, the time left less the minimum kept for the steps
@@ -34,7 +37,7 @@
 # unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
 
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     usage
@@ -56,7 +59,7 @@ declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
 BUDGET=
 DRY_RUN=0
 KEEP=0
-TRANSLATION_GPU=0
+TRANSLATION_RUNS=
 SKIP_TESTS=0
 SKIP_BENCH=0
 STEPS=
@@ -78,7 +81,9 @@ while [ $# -gt 0 ]; do
             STEPS=$2; shift ;;
         --dry-run) DRY_RUN=1 ;;
         --keep) KEEP=1 ;;
-        --translation-gpu) TRANSLATION_GPU=1 ;;
+        --translation-runs)
+            [ $# -ge 2 ] || die "--translation-runs needs runs such as 'softmax:1 sparsemax:1'"
+            TRANSLATION_RUNS=${2//,/ }; shift ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-bench) SKIP_BENCH=1 ;;
         --data-dir)
@@ -104,11 +109,15 @@ if [ -n "$STEPS" ]; then
     done
 else
     for s in "${ALL_STEPS[@]}"; do SELECTED[$s]=1; done
-    [ "$TRANSLATION_GPU" -eq 1 ] || unset 'SELECTED[translation-gpu]'
+    [ -n "$TRANSLATION_RUNS" ] || unset 'SELECTED[translation-gpu]'
     if [ "$SKIP_TESTS" -eq 1 ]; then unset 'SELECTED[tests]' 'SELECTED[tests-compile]'; fi
     if [ "$SKIP_BENCH" -eq 1 ]; then
         for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do unset "SELECTED[$b]"; done
     fi
+fi
+
+if [ -n "${SELECTED[translation-gpu]+x}" ] && [ -z "$TRANSLATION_RUNS" ]; then
+    die "the translation-gpu step needs --translation-runs (e.g. 'softmax:1 sparsemax:1')"
 fi
 
 cd "$(dirname "$0")/.."
@@ -388,8 +397,16 @@ if [ -n "${SELECTED[smoke]+x}" ]; then
 fi
 
 if [ -n "${SELECTED[translation-gpu]+x}" ]; then
+    # into the committed folder: the call checks its records against them and estimates the time per run
+    TRANSLATION_OUT=${TRANSLATION_OUT:-$REPO/reports/translation-gpu}
+    touch "$WORK/.translation-start"
+    # shellcheck disable=SC2086  # the runs are words
     step translation-gpu "$PY" -m softargmax reproduce translation --preset gpu --device "$DEVICE" \
-        --out "$WORK/translation-gpu" "${DATA_ARGS[@]}"
+        --out "$TRANSLATION_OUT" --runs $TRANSLATION_RUNS "${DATA_ARGS[@]}"
+    mkdir -p "$WORK/translation-gpu/records"
+    find "$TRANSLATION_OUT/records" -name '*.json' -newer "$WORK/.translation-start" \
+        -exec cp {} "$WORK/translation-gpu/records/" \; 2> /dev/null
+    cp "$TRANSLATION_OUT/log.txt" "$WORK/translation-gpu/" 2> /dev/null
 fi
 
 trap - TERM INT USR1

@@ -64,7 +64,8 @@ def test_bad_arguments_are_refused_by_name(tmp_path):
                           (["--steps", "env,benchmark"], "--steps: unknown step 'benchmark'"),
                           (["--cap", "test=10"], "--cap: unknown step 'test'"),
                           (["--cap", "tests=ten"], "--cap tests: seconds must be a positive whole number"),
-                          (["--frobnicate"], "unknown option: --frobnicate")]:
+                          (["--frobnicate"], "unknown option: --frobnicate"),
+                          (["--steps", "translation-gpu"], "the translation-gpu step needs --translation-runs")]:
         proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), *args], capture_output=True, text=True,
                               timeout=30)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
@@ -139,3 +140,36 @@ def test_cuda_only_tests_use_needs_cuda():
     offenders = [p.name for p in (ROOT / "tests").glob("test_*.py")
                  if re.search(r"skipif\(\s*not torch\.cuda\.is_available\(\)", p.read_text(encoding="utf-8"))]
     assert not offenders, f"use conftest.needs_cuda in {offenders}"
+
+
+def test_translation_runs_bring_back_their_new_records_only(tmp_path):
+    """The translation step trains the runs named, into a folder that already holds a record (an earlier
+    session's), and brings back the records this call wrote and the log; a stand-in for the training writes them."""
+    folder = tmp_path / "translation-gpu"
+    (folder / "records").mkdir(parents=True)
+    (folder / "records" / "softmax-seed1.json").write_text("{}")  # committed earlier
+    time.sleep(1.1)  # find -newer compares modification times
+    python = tmp_path / "python"
+    python.write_text(f'''#!/bin/sh
+case "$*" in
+  *"reproduce translation"*)
+    echo "$@" > "{tmp_path}/args"
+    echo '{{"run": "sparsemax:1"}}' > "{folder}/records/sparsemax-seed1.json"
+    echo "trained" > "{folder}/log.txt"; exit 0 ;;
+esac
+exec "{sys.executable}" "$@"
+''')
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--budget", "60", "--steps", "translation-gpu",
+                           "--translation-runs", "sparsemax:1,entmax15:1"],
+                          capture_output=True, text=True, timeout=90, env=_env(python, TRANSLATION_OUT=str(folder)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _summary(out) == {"translation-gpu": ("ok", "0")}
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--runs") + 1:args.index("--runs") + 3] == ["sparsemax:1", "entmax15:1"]
+    assert args[args.index("--out") + 1] == str(folder) and args[args.index("--preset") + 1] == "gpu"
+    names = _archive_names(out)
+    assert "gpu-all/translation-gpu/records/sparsemax-seed1.json" in names
+    assert "gpu-all/translation-gpu/log.txt" in names
+    assert "gpu-all/translation-gpu/records/softmax-seed1.json" not in names  # not new: it stays home
