@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
 from .._utils.files import atomic_path as _atomic_path
+from .._utils.files import atomic_write as _atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -96,9 +97,15 @@ def atomic_path(path: Union[str, Path]) -> Iterator[Path]:
         the temporary path (a :class:`~pathlib.Path`).
     """
     path = Path(path)
+    with _disk_full_named(path), _atomic_path(path) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _disk_full_named(path: Path) -> Iterator[None]:
+    """A full disk inside the block raises :class:`DiskFullError` naming ``path``; other errors pass."""
     try:
-        with _atomic_path(path) as tmp:
-            yield tmp
+        yield
     except BaseException as e:
         if is_disk_full(e) and not isinstance(e, DiskFullError):
             raise DiskFullError(path, str(e).strip().splitlines()[0] if str(e).strip() else "") from e
@@ -114,13 +121,8 @@ def atomic_write(path: Union[str, Path], data: Union[str, bytes], encoding: str 
         >>> atomic_write(folder / "results.json", '{"bleu": 1.0}').read_text()
         '{"bleu": 1.0}'
     """
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        if isinstance(data, str):
-            tmp.write_text(data, encoding=encoding)
-        else:
-            tmp.write_bytes(data)
-    return path
+    with _disk_full_named(Path(path)):
+        return _atomic_write(path, data, encoding)
 
 
 def atomic_json(path: Union[str, Path], obj: object, **kwargs: Any) -> Path:
