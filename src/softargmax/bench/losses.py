@@ -59,6 +59,30 @@ def _time_losses(fns: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Ten
     return time_thunks({name: runner(fn) for name, fn in fns.items()}, repeats, warmup)
 
 
+def _versus(ours: dict[str, Any], baseline: dict[str, Any], op: str, baseline_name: str,
+            shape: Sequence[int]) -> dict[str, Any]:
+    """The case record of the fused loss ``ours`` against ``baseline`` (each ``{"ms", "peak_mb"}``)."""
+    return {
+        "op": op,
+        "shape": list(shape),
+        "dtype": "float32",
+        "pass": "fwd+bwd",
+        "ms": round(ours["ms"], 2),
+        "baseline": baseline_name,
+        "baseline_ms": round(baseline["ms"], 2),
+        "ratio": round(ours["ms"] / baseline["ms"], 3),
+        "peak_mb": round(ours["peak_mb"], 1),
+        "baseline_peak_mb": round(baseline["peak_mb"], 1),
+        "memory_ratio": round(ours["peak_mb"] / max(baseline["peak_mb"], 1e-9), 3),
+    }
+
+
+def _versus_line(case: dict[str, Any]) -> str:
+    return (f"{case['op']:<30} {str(tuple(case['shape'])):<20} {case['ms']:>9.1f} ms vs {case['baseline_ms']:.1f} ms "
+            f"({case['ratio']:.2f}x); peak +{case['peak_mb']:.0f} MB vs +{case['baseline_peak_mb']:.0f} MB "
+            f"({case['memory_ratio']:.2f})")
+
+
 def fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repeats: int = 3,
                log: Callable[[str], object] = print) -> dict[str, Any]:
     """Fused linear + entmax15 loss vs ``linear`` followed by the loss: time and extra peak memory.
@@ -68,24 +92,10 @@ def fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repeats: in
     """
     N, d, V = shape
     res = {variant: measure("fused", variant, N, d, V, threads, repeats) for variant in ("unfused", "fused")}
-    case = {
-        "op": "linear+entmax15_loss (fused)",
-        "shape": [N, d, V],
-        "dtype": "float32",
-        "pass": "fwd+bwd",
-        "ms": round(res["fused"]["ms"], 2),
-        "baseline": "linear then entmax15_loss (unfused)",
-        "baseline_ms": round(res["unfused"]["ms"], 2),
-        "ratio": round(res["fused"]["ms"] / res["unfused"]["ms"], 3),
-        "peak_mb": round(res["fused"]["peak_mb"], 1),
-        "baseline_peak_mb": round(res["unfused"]["peak_mb"], 1),
-        "memory_ratio": round(res["fused"]["peak_mb"] / max(res["unfused"]["peak_mb"], 1e-9), 3),
-        "target": targets()["fused"]["time"],
-        "memory_target": targets()["fused"]["memory"],
-    }
-    log(f"{case['op']:<30} {str(tuple(shape)):<20} {case['ms']:>9.1f} ms vs {case['baseline_ms']:.1f} ms "
-        f"({case['ratio']:.2f}x, target <= {case['target']:g}x); peak +{case['peak_mb']:.0f} MB vs "
-        f"+{case['baseline_peak_mb']:.0f} MB ({case['memory_ratio']:.2f}, target <= {case['memory_target']:g})")
+    case = {**_versus(res["fused"], res["unfused"], "linear+entmax15_loss (fused)",
+                      "linear then entmax15_loss (unfused)", shape),
+            "target": targets()["fused"]["time"], "memory_target": targets()["fused"]["memory"]}
+    log(f"{_versus_line(case)}; targets <= {case['target']:g}x time, <= {case['memory_target']:g} memory")
     return case
 
 
@@ -106,25 +116,12 @@ def torch_fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repea
     N, d, V = shape
     res = {variant: measure("fused", variant, N, d, V, threads, repeats, "kl")
            for variant in ("torch", "fused", "torch_reference")}
-    case = {
-        "op": "linear+kl_loss (fused)",
-        "shape": [N, d, V],
-        "dtype": "float32",
-        "pass": "fwd+bwd",
-        "ms": round(res["fused"]["ms"], 2),
-        "baseline": "F.linear_cross_entropy (chunked: options=LinearCrossEntropyOptions())",
-        "baseline_ms": round(res["torch"]["ms"], 2),
-        "ratio": round(res["fused"]["ms"] / res["torch"]["ms"], 3),
-        "peak_mb": round(res["fused"]["peak_mb"], 1),
-        "baseline_peak_mb": round(res["torch"]["peak_mb"], 1),
-        "memory_ratio": round(res["fused"]["peak_mb"] / max(res["torch"]["peak_mb"], 1e-9), 3),
-        "torch_reference_ms": round(res["torch_reference"]["ms"], 2),
-        "torch_reference_peak_mb": round(res["torch_reference"]["peak_mb"], 1),
-    }
-    log(f"{case['op']:<30} {str(tuple(shape)):<20} {case['ms']:>9.1f} ms vs {case['baseline_ms']:.1f} ms "
-        f"({case['ratio']:.2f}x F.linear_cross_entropy chunked; {case['torch_reference_ms']:.1f} ms unchunked); "
-        f"peak +{case['peak_mb']:.0f} MB vs +{case['baseline_peak_mb']:.0f} MB "
-        f"(+{case['torch_reference_peak_mb']:.0f} MB unchunked)")
+    case = {**_versus(res["fused"], res["torch"], "linear+kl_loss (fused)",
+                      "F.linear_cross_entropy (chunked: options=LinearCrossEntropyOptions())", shape),
+            "torch_reference_ms": round(res["torch_reference"]["ms"], 2),
+            "torch_reference_peak_mb": round(res["torch_reference"]["peak_mb"], 1)}
+    log(f"{_versus_line(case)} against F.linear_cross_entropy chunked; unchunked {case['torch_reference_ms']:.1f} ms, "
+        f"+{case['torch_reference_peak_mb']:.0f} MB")
     return case
 
 
