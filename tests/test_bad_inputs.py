@@ -107,6 +107,8 @@ TAU = WRONG_TYPES + NON_FINITE + [(torch.tensor(math.nan), RAISE), (torch.tensor
 REDUCTION = [("avg", RAISE), (None, RAISE), (1, RAISE)]
 MAPPING = [("nope", RAISE), (3, RAISE), (None, RAISE), ("", RAISE)]
 IGNORE_INDEX = [(1.5, RAISE), ("x", RAISE), (None, RAISE), (True, RAISE), (torch.tensor(1.5), RAISE)]
+#: the fused loss takes torch.nn.functional.linear_cross_entropy's ignore_index=None (meaning -100)
+FUSED_IGNORE_INDEX = [(v, RAISE) for v, _ in IGNORE_INDEX if v is not None] + [(None, MAY)]
 LABEL_SMOOTHING = [(-0.1, RAISE), (1.5, RAISE), (math.nan, RAISE), (math.inf, RAISE), ("0.1", RAISE), (None, RAISE),
                    (True, RAISE)]
 COUNT = [(0, RAISE), (-1, RAISE), (1.5, RAISE), ("x", RAISE), (True, RAISE), (math.nan, RAISE)]
@@ -231,14 +233,14 @@ SURFACE = {
                        bias=[("abc", RAISE), (c.b.tolist(), RAISE), (torch.ones(c.k + 1, dtype=c.dtype), RAISE),
                              (c.b.long(), RAISE), (c.b.unsqueeze(0), RAISE), (c.b.to(torch.complex128), RAISE)],
                        mapping=MAPPING, chunk_size=COUNT, memory_budget=COUNT, q=bad_q(c)[:-1], temperature=POSITIVE,
-                       reduction=REDUCTION, ignore_index=IGNORE_INDEX, label_smoothing=LABEL_SMOOTHING,
+                       reduction=REDUCTION, ignore_index=FUSED_IGNORE_INDEX, label_smoothing=LABEL_SMOOTHING,
                        class_weight=bad_class_weight(c), softcap=OPTIONAL_POSITIVE,
                        return_stats=[("yes", RAISE), (1, RAISE), (None, RAISE)])),
     "linear_fenchel_young_loss(reduction='none')": (
         sa.linear_fenchel_young_loss,
         lambda c: dict(hidden=c.hidden, weight=c.W, target=c.index, bias=c.b, reduction="none", return_stats=True),
         lambda c: dict(hidden=bad_tensor(c.hidden), target=bad_index_target(c) + bad_prob_target(c),
-                       mapping=MAPPING, temperature=POSITIVE, ignore_index=IGNORE_INDEX,
+                       mapping=MAPPING, temperature=POSITIVE, ignore_index=FUSED_IGNORE_INDEX,
                        class_weight=bad_class_weight(c), softcap=OPTIONAL_POSITIVE)),
     "teacher_target": (
         sa.teacher_target, lambda c: dict(logits=c.x, temperature=2.0, top_k=1),
