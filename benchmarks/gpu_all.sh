@@ -120,13 +120,17 @@ if [ -n "${SELECTED[translation-gpu]+x}" ] && [ -z "$TRANSLATION_RUNS" ]; then
     die "the translation-gpu step needs --translation-runs (e.g. 'softmax:1 sparsemax:1')"
 fi
 
+# paths given relative to the caller's folder stay so after the cd to the repository
+mkdir -p "$OUT" || die "cannot create $OUT"
+OUT=$(cd "$OUT" && pwd)
+if [ ${#DATA_ARGS[@]} -gt 0 ] && [ -d "${DATA_ARGS[1]}" ]; then DATA_ARGS=(--data-dir "$(cd "${DATA_ARGS[1]}" && pwd)"); fi
+if [ -n "${TRANSLATION_OUT:-}" ]; then mkdir -p "$TRANSLATION_OUT" && TRANSLATION_OUT=$(cd "$TRANSLATION_OUT" && pwd); fi
+
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif command -v python3 > /dev/null; then PY=python3
 else PY=python; fi
-mkdir -p "$OUT" || die "cannot create $OUT"
-OUT=$(cd "$OUT" && pwd)
 WORK=$OUT/gpu-all
 ARCHIVE=$OUT/gpu-all.tar.gz
 rm -rf "$WORK" "$ARCHIVE" "$OUT/summary.txt"
@@ -388,6 +392,10 @@ if [ -n "${SELECTED[smoke]+x}" ]; then
         FAILED=1
     else
         names=$(timeout 60 "$PY" -c "from softargmax.experiments import EXPERIMENTS; print(' '.join(EXPERIMENTS))")
+        if [ -z "$names" ]; then  # the experiments did not import: no smoke run, and the run has failed
+            record smoke "failed (no experiments)" - 0 -
+            FAILED=1
+        fi
         for name in $names; do  # in parallel, one or two threads each: the models are tiny
             launch "smoke-$name" smoke env OMP_NUM_THREADS=2 "$PY" -m softargmax reproduce "$name" --preset smoke \
                 --device "$DEVICE" --out "$WORK/smoke/$name" "${DATA_ARGS[@]}" || true
@@ -397,20 +405,21 @@ if [ -n "${SELECTED[smoke]+x}" ]; then
 fi
 
 if [ -n "${SELECTED[translation-gpu]+x}" ]; then
-    # into the committed folder: the call checks its records against them and estimates the time per run
+    # into the committed folder: the call checks its records against them and estimates the time per run;
+    # --resume: a machine reused for a second call still holds the first call's checkpoints (runs/, which git
+    # ignores), and a call without it refuses to touch them (the checkpoints' fingerprints are checked)
     TRANSLATION_OUT=${TRANSLATION_OUT:-$REPO/reports/translation-gpu}
     touch "$WORK/.translation-start"
     # shellcheck disable=SC2086  # the runs are words
     step translation-gpu "$PY" -m softargmax reproduce translation --preset gpu --device "$DEVICE" \
-        --out "$TRANSLATION_OUT" --runs $TRANSLATION_RUNS "${DATA_ARGS[@]}"
+        --out "$TRANSLATION_OUT" --runs $TRANSLATION_RUNS --resume "${DATA_ARGS[@]}"
     mkdir -p "$WORK/translation-gpu/records"
     find "$TRANSLATION_OUT/records" -name '*.json' -newer "$WORK/.translation-start" \
         -exec cp {} "$WORK/translation-gpu/records/" \; 2> /dev/null
     cp "$TRANSLATION_OUT/log.txt" "$WORK/translation-gpu/" 2> /dev/null
 fi
 
-trap - TERM INT USR1
-pack
+pack  # it ignores further signals itself
 echo
 cat "$OUT/summary.txt"
 tar -xzOf "$ARCHIVE" gpu-all/logs/tests.log gpu-all/logs/tests-compile.log 2> /dev/null \

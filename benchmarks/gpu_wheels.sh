@@ -31,7 +31,7 @@ PEERS=${PEERS:-"adasplash==0.2.2 liger-kernel==0.8.5 cut-cross-entropy==25.1.1 e
 PY=${PYTHON:-python3}
 LIMIT_MIB=48
 
-# The GPU machine image's Python packages (distribution names), as its documentation lists them.
+# The GPU machine image's Python packages (distribution names), as its image was seen to hold them.
 DEVICE_HAS="
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
 build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
@@ -60,6 +60,7 @@ xxhash yarl zipp
 NEVER="torch triton"  # always the machine's own (its CUDA build); nvidia-* likewise
 
 mkdir -p "$DIR"
+rm -f "$DIR"/*.whl  # two versions of one package would stop the install on the machine
 download() {  # download REQUIREMENT...
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -72,6 +73,16 @@ while :; do
     # the requirements of every wheel in DIR that neither the machine nor DIR provides
     missing=$(DEVICE_HAS="$DEVICE_HAS $NEVER" "$PY" - "$DIR" << 'EOF'
 import os, re, sys, zipfile
+
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # pip vendors it
+    from pip._vendor.packaging.requirements import Requirement
+
+#: the GPU machine: CPython 3.12 on x86-64 Linux (environment markers are evaluated for it)
+TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+          "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+          "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
 
 def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -87,12 +98,12 @@ for f in wheels:
         for line in z.read(meta).decode("utf-8", "replace").splitlines():
             if not line.startswith("Requires-Dist:"):
                 continue
-            req = line.split(":", 1)[1].strip()
-            if re.search(r"\bextra\s*==", req):
-                continue
-            name = norm(re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req).group(0))
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is not None and not req.marker.evaluate(TARGET):
+                continue  # an extra's requirement, or one for another Python or platform
+            name = norm(req.name)
             if name not in have and not name.startswith("nvidia-"):
-                need.add(name)
+                need.add(f"{req.name}{req.specifier}")  # with its version range
                 print(f"{f}: needs {req}, which the GPU machine does not have", file=sys.stderr)
 print(" ".join(sorted(need)))
 EOF

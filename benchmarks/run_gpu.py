@@ -476,7 +476,8 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
 def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
     """Fused linear + loss (bf16): ours (entmax15, KL) against torch linear + cross_entropy,
     Liger's ``LigerFusedLinearCrossEntropyFunction``, Cut-Cross-Entropy's ``linear_cross_entropy``
-    and ``torch.nn.functional.linear_cross_entropy`` where installed; time, peak extra memory,
+    and ``torch.nn.functional.linear_cross_entropy`` where installed (chunked, ``options=LinearCrossEntropyOptions()``,
+    and its reference path, ``options=None``); time, peak extra memory,
     and each cross-entropy's loss against our fused KL loss.  A comparison that is not available
     (a peer not installed, a torch without ``F.linear_cross_entropy``) is recorded once as
     ``{"op": name, "skipped": why}``."""
@@ -493,7 +494,10 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
             emit(case)
 
     if hasattr(F, "linear_cross_entropy"):
-        runs["torch_linear_cross_entropy"] = lambda h, w, t: F.linear_cross_entropy(h, w, t)
+        # PyTorch's chunked path needs options; options=None is its reference path (the logits materialized)
+        runs["torch_linear_cross_entropy"] = lambda h, w, t: F.linear_cross_entropy(
+            h, w, t, options=torch.nn.LinearCrossEntropyOptions())
+        runs["torch_linear_cross_entropy_reference"] = lambda h, w, t: F.linear_cross_entropy(h, w, t)
     else:
         record({"op": "torch_linear_cross_entropy",
                 "skipped": f"torch.nn.functional.linear_cross_entropy is absent in torch {torch.__version__}"})

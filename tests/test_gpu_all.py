@@ -169,6 +169,7 @@ exec "{sys.executable}" "$@"
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--runs") + 1:args.index("--runs") + 3] == ["sparsemax:1", "entmax15:1"]
     assert args[args.index("--out") + 1] == str(folder) and args[args.index("--preset") + 1] == "gpu"
+    assert "--resume" in args  # a second call on the same machine finds the first one's checkpoints
     names = _archive_names(out)
     assert "gpu-all/translation-gpu/records/sparsemax-seed1.json" in names
     assert "gpu-all/translation-gpu/log.txt" in names

@@ -62,9 +62,13 @@ def test_rows_per_program_and_warps_reach_the_kernel_and_change_nothing(spied, o
     with overridden(rows=RowLaunch(rows_per_program=4, warps=2)):
         tuned = _values_and_grads(OPS[op], x)
     assert seen and all(launch["ROWS"] == 4 and launch["num_warps"] == 2 and launch["BLOCK"] == 64 for launch in seen)
-    # each row is solved on its own: the same bits whatever the rows per program
+    # each row is solved on its own: in the interpreter (which ignores warps) the same bits whatever the rows per
+    # program; on a GPU the warps change how a row's sums are reduced, so rounding may differ
     for a, b in zip(default, tuned):
-        assert torch.equal(a, b)
+        if ON_GPU:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        else:
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("op", list(OPS))

@@ -131,7 +131,10 @@ def linear_fenchel_young_loss(
     differ, kept from earlier releases: the projection may also be given as ``weight`` (the second
     positional argument), so the class weights that ``linear_cross_entropy`` calls ``weight`` are
     ``class_weight`` here (giving both ``weight`` and ``linear_weight`` is a ``TypeError`` that says
-    so), and the features are ``hidden`` (``input`` there).
+    so), and the features are ``hidden`` (``input`` there).  Class weights agree with PyTorch's for
+    class-index targets without label smoothing; otherwise they follow
+    :func:`softargmax.losses.fenchel_young_loss`, which scales each item's loss by
+    :math:`\langle w, y\rangle` (PyTorch weights each class's term of the cross-entropy instead).
 
     Args:
         hidden: ``[..., d]`` features.

@@ -4,8 +4,8 @@ The row kernels (:mod:`softargmax.backends.triton.rows`) and the fused attention
 (:mod:`softargmax.backends.triton.flash_attention`) choose their tiles and warps from tables
 read off sm_90 register reports (no spills), not from timings.  A tuning run replaces those
 choices for the calls inside :func:`overridden` and times them; the results stay the same
-function of the inputs (each row is solved on its own; only the order of float32 sums
-over a streamed row's chunks depends on the chunk length).
+up to float32 rounding (each row is solved on its own; the warps, the tiles and a streamed
+row's chunk length change only the order in which a row's sums are reduced).
 
 * :class:`RowLaunch`: ``rows_per_program`` and ``warps`` of the register kernels (rows of at
   most ``BLOCK_ROWS_MAX`` entries; the tile ``BLOCK`` is the row length rounded up to a power
