@@ -74,3 +74,16 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save({"cases": [1, 2]}, path)
     assert json.loads(path.read_text()) == {"cases": [1]} and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "linear_cross_entropy"),
+                    reason="F.linear_cross_entropy: PyTorch >= 2.13")
+def test_torch_fused_case_compares_with_pytorchs_chunked_loss():
+    from softargmax.bench.losses import torch_fused_case
+
+    lines = []
+    case = torch_fused_case((32, 8, 200), threads=1, repeats=1, log=lines.append)
+    assert case["baseline"].startswith("F.linear_cross_entropy (chunked")
+    assert case["ms"] > 0 and case["baseline_ms"] > 0 and case["torch_reference_ms"] > 0
+    assert case["ratio"] > 0 and case["memory_ratio"] > 0
+    assert lines and "F.linear_cross_entropy chunked" in lines[0]

@@ -13,7 +13,9 @@ row's chunk length change only the order in which a row's sums are reduced).
 * :class:`AttentionLaunch`: ``block_m`` × ``block_n`` tiles (queries × keys) and ``warps``.
 
 A field left ``None`` keeps the table's choice.  Overrides are process-wide (not thread-local):
-a tuning tool, not a training option.
+a tuning tool, not a training option.  The row kernels read them at each launch, so a backward
+run after the ``with`` block uses the settings in force then; the attention kernels keep the
+forward's tiles for their backward.
 """
 
 from __future__ import annotations
