@@ -37,17 +37,23 @@ Presets:
 Run records.  Every finished run (one system, one seed) writes a *run record*,
 ``<out>/records/<system>-seed<n>.json`` (:func:`make_record`, a few hundred kB, written
 atomically): its test BLEU and translations, validation curves, kept step, timings,
-decoding statistics, inference times, device, versions and fingerprint, everything the
-report needs without the model.  Every call then rebuilds ``results.json``, the figures
-and ``report.md`` from *all* the records in ``<out>/records`` (:func:`rebuild`;
-``--render-only`` does that alone, without data or a GPU), so the ``gpu`` preset's 4
-systems × 3 seeds can be trained a few runs per call (``--runs softmax:1 entmax15:2``), by
-several sessions on several machines, into one report.  Records of another setup (preset,
-overrides, resolved settings, data, vocabulary) are refused by name; a rerun of the same
-system and seed replaces its record.  The report lists the runs in (device, date) and
-those the preset still owes (:func:`.nmt.plan.planned_runs`), computes its statistics over the runs
-in, says so, and marks the ordering and the comparison with the paper provisional until
-every run is in; times are compared only between runs on the same device.
+decoding statistics, inference times, device (and its type, with the precision in effect:
+bfloat16 autocast and TF32 apply on CUDA only), versions, the code that ran
+(:func:`._common.code_identity`: a digest of the library's source files, and its git
+revision where there is one) and fingerprint, everything the report needs without the
+model.  Every call then rebuilds ``results.json``, the figures and ``report.md`` from
+*all* the records in ``<out>/records`` (:func:`rebuild`; ``--render-only`` does that
+alone, without data or a GPU), so the ``gpu`` preset's 4 systems × 3 seeds can be trained
+a few runs per call (``--runs softmax:1 entmax15:2``), by several sessions on several
+machines, into one report.  Records of another setup (preset, overrides, resolved
+settings, data, vocabulary) are refused by name; a rerun of the same system and seed
+replaces its record.  Records of other code, another device type or another precision are
+merged, and the report says so above its results: their numbers compare only where those
+differences do not touch what is measured.  The report lists the runs in (device, date,
+code digest) and those the preset still owes (:func:`.nmt.plan.planned_runs`), computes
+its statistics over the runs in, says so, and marks the ordering and the comparison with
+the paper provisional until every run is in; times are compared only between runs on the
+same device.
 
 Under ``torchrun --nproc_per_node N softargmax reproduce translation …`` training is data
 parallel (``DistributedDataParallel``, :mod:`.nmt.distributed`): every global batch is
@@ -84,6 +90,7 @@ from ._common import (
     atomic_json,
     begin,
     check_checkpoint,
+    code_identity,
     data_digest,
     environment,
     fingerprint,
@@ -376,8 +383,10 @@ def run(
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         setup = run_setup(preset, overrides, P, tok, test.tgt)
         earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        autocast = TrainConfig(**P["train_cfg"]).autocast(device)
         common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
-                  "environment": {**_env_with_tf32(environment(t_all, device), tf32), **_versions()}}
+                  "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
+                                  **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
         _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, seed_dirs, setup, common,
                     earlier)
@@ -639,6 +648,12 @@ def render(out: str, log: Log = print) -> Path:
     return Path(out) / "report.md"
 
 
-def _env_with_tf32(env: dict, tf32: bool) -> dict:
-    """:func:`._common.environment` with ``tf32_matmul`` right after ``device`` (the key order of ``results.json``)."""
-    return {"device": env.pop("device"), "tf32_matmul": tf32, **env}
+def _env_with_precision(env: dict, device: str, autocast: Optional[str], tf32: bool) -> dict:
+    """:func:`._common.environment` with the device's type and the precision in effect right after ``device``.
+
+    ``autocast``: the dtype of the Transformer under autocast (``None``: float32,
+    :meth:`.nmt.training.TrainConfig.autocast`); ``tf32``: whether float32 matrix products
+    used TF32.  Both apply on CUDA only, so runs of one setup on a CPU and on a GPU differ here.
+    """
+    return {"device": env.pop("device"), "device_type": torch.device(device).type, "autocast": autocast,
+            "tf32_matmul": tf32, **env}
