@@ -297,14 +297,15 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
     return lines
 
 
-#: what a run derives in its output folder and reuses when run again (``--fresh`` deletes it): the training
-#: checkpoints; an experiment adds its own (a learned tokenizer, caches) in a ``DERIVED`` of its module
+#: what a run derives in its output folder (``--fresh`` deletes it): the training checkpoints; an experiment adds its
+#: own (a learned tokenizer, caches, run records) in a ``DERIVED`` of its module
 DERIVED = ("runs",)
 
 
 def remove_derived(out: Union[str, Path], names: Iterable[str] = DERIVED) -> list[Path]:
-    """Delete what a run derives in ``out`` and would reuse (``--fresh``): the named files and folders, ``log.txt``
-    and the temporary files of killed writers.  Returns the paths removed.
+    """Delete what a run derives in ``out`` (``--fresh``): the named files and folders (an experiment's ``DERIVED``:
+    checkpoints, caches, run records), ``log.txt`` and the temporary files of killed writers.  Returns the paths
+    removed.
 
     ``results.json``, ``report.md`` and the figures stay until the new run replaces them
     (atomically): a fresh run that fails leaves the last complete report.  Hold the

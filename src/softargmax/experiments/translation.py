@@ -175,8 +175,8 @@ PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "b
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
 EXPERIMENT = "translation"
 
-#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
-DERIVED = ("runs", "spm.model", "spm.json")
+#: what a run derives in its output folder (``--fresh`` deletes it): checkpoints, run records and the tokenizer
+DERIVED = ("runs", "records", "spm.model", "spm.json")
 
 
 #: ``load_data``'s ``(folder, train, val, test, dev, tokenizer)``
