@@ -328,9 +328,12 @@ def test_resume_refuses_the_checkpoints_of_another_seed_or_preset(uninterrupted,
     shutil.copytree(uninterrupted[0], out)
     before = (out / "results.json").read_bytes()
     base = ["reproduce", "translation", "--systems", "softmax", "--data-dir", str(SHARED), "--out", str(out)]
+    # each seed has its own folder: seed 0's checkpoints found in seed 1's (copied by hand) are refused
+    runs = out / "runs" / "softmax"
+    shutil.copytree(runs / "seed0", runs / "seed1")
     assert main(base + ["--preset", "smoke", "--seed", "1", "--resume"]) == 2
     err = capsys.readouterr().err
-    assert f"checkpoint {out / 'runs' / 'softmax' / 'checkpoint.pt'} belongs to another run" in err
+    assert f"checkpoint {runs / 'seed1' / 'checkpoint.pt'} belongs to another run" in err
     assert "seed is 0 there and 1 in this run" in err
     assert main(base + ["--preset", "default", "--resume"]) == 2
     assert "preset is 'smoke' there and 'default' in this run" in capsys.readouterr().err

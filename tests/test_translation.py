@@ -155,6 +155,7 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "35.3" in report and "Claims checked" in report
     assert (out / "curves_bleu.png").exists() and (out / "alpha_relu_sums.png").exists()
+    assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()  # one folder per run, one seed or several
     # resume: training is skipped, evaluation redone
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), systems=("softmax",), log=lambda *_: None)
     assert res2["systems"]["softmax"]["steps_done"] == res["systems"]["softmax"]["steps_done"]
@@ -736,3 +737,26 @@ def test_code_identity_digests_the_sources_and_names_the_git_revision_without_ne
     # bfloat16 autocast applies on CUDA only, so a record of a CPU run says float32
     assert TrainConfig(bf16=True).autocast("cuda:0") == "bfloat16" and TrainConfig(bf16=True).autocast("cpu") is None
     assert TrainConfig().autocast("cuda") is None
+
+
+def test_a_run_finds_its_checkpoints_in_one_folder_however_many_runs_a_call_trains(tmp_path):
+    """``runs/<system>/seed<n>`` whether a call trains that run alone or beside others, so a later ``--resume``
+    of some runs finds them: checked through the fingerprint check that every call makes before any work."""
+    from softargmax.experiments import translation
+    from softargmax.experiments._common import CheckpointMismatchError, fingerprint, save_checkpoint
+    from softargmax.experiments.datasets import DataError
+
+    out = tmp_path / "run"
+    foreign = out / "runs" / "softmax" / "seed1" / "checkpoint.pt"
+    save_checkpoint(foreign, {}, fingerprint("translation", "default", "softmax", 1, data=["multi30k"], overrides={}))
+    for runs in (["softmax:0", "softmax:1"], ["softmax:1"]):
+        with pytest.raises(CheckpointMismatchError, match=f"checkpoint {foreign} belongs to another run: preset is "):
+            translation.run(preset="smoke", out=str(out), runs=runs, data_dir=str(tmp_path / "no-data"))
+    # a checkpoint in the layout of earlier versions (one folder per system) is named, not silently ignored
+    foreign.rename(out / "runs" / "softmax" / "checkpoint.pt")
+    lines: list = []
+    with pytest.raises(DataError, match="multi30k"):  # the message comes before the data are read
+        translation.run(preset="smoke", out=str(out), runs=["softmax:1"], data_dir=str(tmp_path / "no-data"),
+                        log=lines.append)
+    assert any(f"{out / 'runs' / 'softmax' / 'checkpoint.pt'} is a checkpoint in the layout of an earlier" in line
+               for line in lines), lines

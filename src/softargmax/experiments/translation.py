@@ -342,8 +342,8 @@ def run(
     one of another setup raises :class:`.._records.RecordMismatchError`, naming the file and
     the differing fields.
 
-    Training resumes from the checkpoints in ``out/runs/<system>[/seed<n>]`` (a folder per
-    seed when the preset names its seeds or several are trained) and writes one at every
+    Training resumes from the checkpoints in ``out/runs/<system>/seed<n>`` (one folder per
+    run, whichever runs a call trains) and writes one at every
     evaluation, every ``checkpoint_every`` steps when given, and at the end
     (:func:`.nmt.training.train_system`).  A resumed run gives the numbers of an
     uninterrupted one.  Every checkpoint there is first checked against its run's
@@ -356,16 +356,21 @@ def run(
     pairs = selected_runs(P, seed, systems, seeds, runs)
     _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEMS, threads, out,
                               prefixes={"f:": "<divergence>"})
-    seed_dirs = "seeds" in P or len({sd for _, sd in pairs}) > 1
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
-        check_checkpoint(_run_dir(out_dir, system, sd, seed_dirs) / "checkpoint.pt", fp)
+        check_checkpoint(_run_dir(out_dir, system, sd) / "checkpoint.pt", fp)
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     ctx = distributed.setup(device)
     device = ctx.device
     if not ctx.main:
         log = lambda *a, **k: None  # noqa: E731
+    for system in dict.fromkeys(s for s, _ in pairs):
+        old = out_dir / "runs" / system.replace(":", "_") / "checkpoint.pt"
+        if old.exists():  # the layout of earlier versions with one seed per call
+            log(f"{old} is a checkpoint in the layout of an earlier softargmax (one folder per system); runs keep "
+                f"theirs in {old.parent}/seed<n> and do not use it: move it (and checkpoint.prev.pt) into the "
+                "folder of its seed to resume from it")
     tf32 = bool(P.get("tf32")) and device.startswith("cuda")
     old_precision = torch.get_float32_matmul_precision()
     if tf32:
@@ -388,8 +393,7 @@ def run(
                   "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
                                   **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
-        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, seed_dirs, setup, common,
-                    earlier)
+        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
         if not ctx.main:
             return {}
         # only rank 0 gets here: it alone writes results.json, the figures and report.md
@@ -401,10 +405,10 @@ def run(
             distributed.teardown()
 
 
-def _run_dir(out_dir: Path, system: str, seed: int, seed_dirs: bool) -> Path:
-    """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with ``seed_dirs``."""
-    run_dir = out_dir / "runs" / system.replace(":", "_")
-    return run_dir / f"seed{seed}" if seed_dirs else run_dir
+def _run_dir(out_dir: Path, system: str, seed: int) -> Path:
+    """Where one training run keeps its checkpoints: ``runs/<system>/seed<n>``, whichever runs a call trains (so a
+    later call that trains some of them finds theirs)."""
+    return out_dir / "runs" / system.replace(":", "_") / f"seed{seed}"
 
 
 def run_setup(preset: str, overrides: Optional[dict], P: dict, tok: Tokenizer, refs: Sequence[str]) -> dict:
@@ -547,7 +551,7 @@ def _estimate(seconds: list, earlier: dict, device: str) -> tuple[Optional[float
 
 
 def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: ModelConfig, data: Data, out_dir: Path,
-                log: Log, prints: dict, checkpoint_every: Optional[int], seed_dirs: bool, setup: dict, common: dict,
+                log: Log, prints: dict, checkpoint_every: Optional[int], setup: dict, common: dict,
                 earlier: dict) -> None:
     """Train and evaluate every run of ``pairs`` and write its run record (on rank 0).
 
@@ -558,6 +562,7 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
     _, train, val, test, dev, tok = data
     device_name = common["environment"]["device"]
     run_seconds: list[float] = []
+    seeded = "seeds" in P or len({sd for _, sd in pairs}) > 1  # the log names each run's seed
     per, source = _estimate(run_seconds, earlier, device_name)
     log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; "
         + (f"estimated {per / 60:.1f} min per run ({source}), {per * len(pairs) / 60:.1f} min in all"
@@ -567,12 +572,12 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
         per, source = _estimate(run_seconds, earlier, device_name)
         eta = (f", estimated {per / 60:.1f} min per run ({source}), ETA {per * (len(pairs) - done) / 60:.1f} min for "
                "the runs left" if per is not None else "")
-        name = f"{system} seed {sd}" if seed_dirs else system
-        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seed_dirs else "") + eta)
+        name = f"{system} seed {sd}" if seeded else system
+        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seeded else "") + eta)
         t_run = time.perf_counter()
         training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
         trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
-                               _run_dir(out_dir, system, sd, seed_dirs), device=ctx.device, log=log, name=name,
+                               _run_dir(out_dir, system, sd), device=ctx.device, log=log, name=name,
                                fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
         if not ctx.main:
             continue
