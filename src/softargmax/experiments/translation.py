@@ -256,10 +256,12 @@ def evaluate_system(trained: dict, tok: Tokenizer, test: Parallel, dev: Parallel
 
 
 def time_inference(trained: dict, tok: Tokenizer, test: Parallel, preset: dict, device: str, repeats: int = 3) -> dict:
-    """Seconds to translate the timing subset, per system and beam size (Fig. 4).
+    """Seconds to translate the timing subset at each beam size, per run in ``trained`` (Fig. 4): the median of ``repeats``.
 
-    All systems are timed interleaved, median of ``repeats``, so that the drifting speed
-    of a shared machine affects them alike.
+    :func:`run` calls it with one run, right after that run's training and evaluation, so
+    each run is timed alone, on the machine it trained on; the beam sizes alternate within
+    each repeat.  Runs timed by different calls (or machines) are compared only when their
+    records name the same device (:mod:`.nmt.results`).
     """
     sub = test.head(preset["timing_sentences"])
     times: dict[str, dict[str, list[float]]] = {s: {str(b): [] for b in preset["beams"]} for s in trained}
