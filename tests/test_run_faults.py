@@ -6,7 +6,8 @@
 * Training resumed from any checkpoint is bit for bit the uninterrupted training (dropout on),
   and a damaged checkpoint falls back to the previous one, or to training from scratch.
 * Checkpoints of another seed or preset are refused by name; ``--fresh`` removes the
-  tokenizer; a second run into a folder in use stops at once, a dead run's lock is taken over.
+  checkpoints, the tokenizer and the run records; a second run into a folder in use stops
+  at once, a dead run's lock is taken over.
 * A full disk (``OSError(ENOSPC)`` injected, or ``torch.save``'s short write) gives one error
   that says "no space left on device" and names the file, and the previous file stays.
 """
@@ -327,9 +328,12 @@ def test_resume_refuses_the_checkpoints_of_another_seed_or_preset(uninterrupted,
     shutil.copytree(uninterrupted[0], out)
     before = (out / "results.json").read_bytes()
     base = ["reproduce", "translation", "--systems", "softmax", "--data-dir", str(SHARED), "--out", str(out)]
+    # each seed has its own folder: seed 0's checkpoints found in seed 1's (copied by hand) are refused
+    runs = out / "runs" / "softmax"
+    shutil.copytree(runs / "seed0", runs / "seed1")
     assert main(base + ["--preset", "smoke", "--seed", "1", "--resume"]) == 2
     err = capsys.readouterr().err
-    assert f"checkpoint {out / 'runs' / 'softmax' / 'checkpoint.pt'} belongs to another run" in err
+    assert f"checkpoint {runs / 'seed1' / 'checkpoint.pt'} belongs to another run" in err
     assert "seed is 0 there and 1 in this run" in err
     assert main(base + ["--preset", "default", "--resume"]) == 2
     assert "preset is 'smoke' there and 'default' in this run" in capsys.readouterr().err
@@ -339,12 +343,13 @@ def test_resume_refuses_the_checkpoints_of_another_seed_or_preset(uninterrupted,
 # --- the output folder ---------------------------------------------------------------------------------------------
 
 @needs_data
-def test_fresh_removes_the_tokenizer_checkpoints_and_log(tmp_path, monkeypatch):
+def test_fresh_removes_the_tokenizer_checkpoints_run_records_and_log(tmp_path, monkeypatch):
+    """``--fresh`` starts over: the report is then built from the new runs alone (the gpu preset's records are in git)."""
     from softargmax.experiments import translation
 
     out = tmp_path / "run"
-    derived = [out / "spm.model", out / "spm.json", out / "runs" / "softmax" / "checkpoint.pt",
-               out / ".results.json.abcd1234.tmp.json"]
+    derived = [out / "spm.model", out / "spm.json", out / "runs" / "softmax" / "seed0" / "checkpoint.pt",
+               out / "records" / "sparsemax-seed0.json", out / ".results.json.abcd1234.tmp.json"]
     for path in [*derived, out / "log.txt"]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("left by an earlier run")

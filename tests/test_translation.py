@@ -155,6 +155,7 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "35.3" in report and "Claims checked" in report
     assert (out / "curves_bleu.png").exists() and (out / "alpha_relu_sums.png").exists()
+    assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()  # one folder per run, one seed or several
     # resume: training is skipped, evaluation redone
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), systems=("softmax",), log=lambda *_: None)
     assert res2["systems"]["softmax"]["steps_done"] == res["systems"]["softmax"]["steps_done"]
@@ -495,10 +496,17 @@ def test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call(split_r
     rec = json.loads((base / "two" / "records" / "alpha_relu-seed2.json").read_text())
     assert rec["fingerprint"]["seed"] == 2 and rec["setup"]["preset"] == "gpu" and len(rec["test_hypotheses"]) == 12
     assert {"device", "torch", "triton", "softargmax"} <= set(rec["environment"])
+    from softargmax.experiments._common import code_identity
+
+    env = rec["environment"]
+    assert env["code"] == code_identity() and env["device_type"] == "cpu" and env["autocast"] is None
+    assert env["tf32_matmul"] is False and two["runs"][0]["precision"] == "float32"
     assert {"bleu", "history", "kept_step", "steps_done", "seconds_per_step", "tokens_per_second", "inference_seconds",
             "empty_string_rate", "zero_fraction", "sum_per_step"} <= set(rec["results"])
     report = (base / "two" / "report.md").read_text()
     assert "All of them are in." in report and "**owed**" not in report and "Provisional" not in report
+    assert f"| softmax | in (D1, {rec['finished'][:10]}, code {env['code']['digest'][:8]}) | " in report
+    assert "The runs in come from" not in report  # one code, one device type and precision: nothing to flag
     words = test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call.__name__[len("test_"):]
     assert f"“{words.replace('_', ' ')}”" in report  # the Reproducibility section names this test
 
@@ -624,8 +632,12 @@ def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path
     for seed in (1, 2):  # softmax's runs on another GPU: 2 runs on each device, softmax's (the first run's) chosen
         path = out / "records" / f"alpha_relu-seed{seed}.json"
         rec = json.loads(path.read_text())
-        rec["environment"]["device"] = "cuda (NVIDIA H200)"
+        rec["environment"].update(device="cuda (NVIDIA H200)", device_type="cuda", autocast="bfloat16", tf32_matmul=True)
         path.write_text(json.dumps(rec))
+    path = out / "records" / "softmax-seed2.json"  # and one run of other code
+    rec = json.loads(path.read_text())
+    rec["environment"]["code"] = {"digest": "0123456789abcdef", "files": 1}
+    path.write_text(json.dumps(rec))
     res = translation.rebuild(out, log=lambda *a: None)
     S, st = res["systems"], res["settings"]
     assert st["device"] == one["settings"]["device"] and st["devices"] == {st["device"]: 2, "cuda (NVIDIA H200)": 2}
@@ -634,6 +646,117 @@ def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path
     assert "seconds_per_step_vs_softmax" not in S["alpha_relu"] and "inference_normalized" not in S["alpha_relu"]
     assert S["alpha_relu"]["bleu"] == one["systems"]["alpha_relu"]["bleu"]  # the other numbers are all there
     report = (out / "report.md").read_text()
-    assert "| 1.5-ReLU | — | — | — | " in report and "- D2: cuda (NVIDIA H200) (2 runs; " in report
+    assert "| 1.5-ReLU | — | — | — | " in report
     assert "Times are compared only between runs on the same device: these are from the 2 runs on " in report
     assert "trains as fast as softmax (at most 1.1× its time per step): not tested (no runs of both" in report
+    # a flag above the results, not a refusal
+    code = json.loads((out / "records" / "softmax-seed1.json").read_text())["environment"]["code"]["digest"][:8]
+    assert (f"\n\nThe runs in come from 2 versions of the library's code ({code}, 01234567) and 2 device types or "
+            "precisions (cpu in float32; cuda in bfloat16 autocast, TF32): their results compare across these only if "
+            "the differences did not touch what they measure.\n\n## Test BLEU") in report
+    assert "- D2: cuda (NVIDIA H200), bfloat16 autocast, TF32 (2 runs; " in report
+    assert "- code 01234567 (1 run)" in report and "in (D1, " in report and ", code 01234567) |" in report
+
+
+def test_the_runs_section_flags_runs_of_other_code_or_precision_within_a_system():
+    from softargmax.experiments.nmt.plan import planned_runs
+    from softargmax.experiments.nmt.report import _runs_section
+
+    def entry(system, seed, code="aaaaaaaa11111111", device_type="cuda", precision="bfloat16 autocast, TF32"):
+        return {"system": system, "seed": seed, "device": f"{device_type} (some device)", "device_type": device_type,
+                "precision": precision, "finished": "2025-01-02T03:04:05Z",
+                "code": code and {"digest": code, "files": 3, "git_revision": "f" * 40, "git_dirty": False}}
+
+    def section(runs):
+        P = {"systems": ("softmax", "alpha_relu"), "seeds": (1, 2)}
+        results = {"plan": planned_runs(P, [(r["system"], r["seed"]) for r in runs]), "settings": {"preset": "gpu"},
+                   "runs": runs}
+        return "\n".join(_runs_section(results))
+
+    same = [entry("softmax", 1), entry("softmax", 2), entry("alpha_relu", 1)]
+    text = section(same)
+    assert "The runs in come from" not in text and "| softmax | in (D1, 2025-01-02, code aaaaaaaa) | in (D1, " in text
+    assert "- code aaaaaaaa: git ffffffffffff (3 runs)" in text
+    # softmax's seeds on a CPU and on a GPU: the same sentence, naming the system
+    mixed = same + [entry("alpha_relu", 2, device_type="cpu", precision="float32")]
+    mixed[1] = entry("softmax", 2, device_type="cpu", precision="float32")
+    assert text != section(mixed)
+    assert section(mixed).endswith(
+        "\n\nThe runs in come from 2 device types or precisions (cuda in bfloat16 autocast, TF32; cpu in float32), "
+        "mixed within the seeds of softmax, 1.5-ReLU: their results compare across these only if the differences did "
+        "not touch what they measure.")
+    # a record written before the code was recorded: no digest in its cell, and counted as other code
+    old = same[:2] + [entry("alpha_relu", 1, code=None)]
+    assert "| 1.5-ReLU | in (D1, 2025-01-02) | " in section(old)
+    assert "2 versions of the library's code (aaaaaaaa, not recorded)" in section(old)
+
+
+def test_code_identity_digests_the_sources_and_names_the_git_revision_without_needing_git(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    from softargmax.experiments import _common
+    from softargmax.experiments._common import code_identity
+    from softargmax.experiments.nmt.training import TrainConfig
+
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "__pycache__").mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.c").write_text("int b;\n")
+    (root / "notes.txt").write_text("not code")
+    (root / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    first = code_identity(root)
+    assert first == {"digest": first["digest"], "files": 2} and len(first["digest"]) == 16  # not in a git checkout
+    (root / "notes.txt").write_text("other text")
+    assert code_identity(root) == first
+    (root / "a.py").write_text("x = 2\n")
+    changed = code_identity(root)["digest"]
+    (root / "sub" / "b.c").rename(root / "sub" / "c.c")  # the same bytes under another name
+    renamed = code_identity(root)["digest"]
+    assert len({first["digest"], changed, renamed}) == 3
+    # the installed package: once per process, a copy each time
+    package = code_identity()
+    package["digest"] = "changed by a caller"
+    assert code_identity()["digest"] != "changed by a caller" and code_identity()["files"] > 50
+    # in a git checkout: the commit, and whether the sources differ from it
+    git = shutil.which("git")
+    if git is not None:
+        run = lambda *a: subprocess.run([git, "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=root,  # noqa: E731
+                                        check=True, capture_output=True, text=True).stdout.strip()
+        run("init", "-q")
+        run("add", "-A")
+        run("commit", "-q", "-m", "sources")
+        clean = code_identity(root)
+        assert clean["git_revision"] == run("rev-parse", "HEAD") and clean["git_dirty"] is False
+        (root / "a.py").write_text("x = 3\n")
+        assert code_identity(root)["git_dirty"] is True
+    # without git: the digest alone, never an error
+    monkeypatch.setattr(_common.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
+    assert code_identity(root) == {"digest": code_identity(root)["digest"], "files": 2}
+    # bfloat16 autocast applies on CUDA only, so a record of a CPU run says float32
+    assert TrainConfig(bf16=True).autocast("cuda:0") == "bfloat16" and TrainConfig(bf16=True).autocast("cpu") is None
+    assert TrainConfig().autocast("cuda") is None
+
+
+def test_a_run_finds_its_checkpoints_in_one_folder_however_many_runs_a_call_trains(tmp_path):
+    """``runs/<system>/seed<n>`` whether a call trains that run alone or beside others, so a later ``--resume``
+    of some runs finds them: checked through the fingerprint check that every call makes before any work."""
+    from softargmax.experiments import translation
+    from softargmax.experiments._common import CheckpointMismatchError, fingerprint, save_checkpoint
+    from softargmax.experiments.datasets import DataError
+
+    out = tmp_path / "run"
+    foreign = out / "runs" / "softmax" / "seed1" / "checkpoint.pt"
+    save_checkpoint(foreign, {}, fingerprint("translation", "default", "softmax", 1, data=["multi30k"], overrides={}))
+    for runs in (["softmax:0", "softmax:1"], ["softmax:1"]):
+        with pytest.raises(CheckpointMismatchError, match=f"checkpoint {foreign} belongs to another run: preset is "):
+            translation.run(preset="smoke", out=str(out), runs=runs, data_dir=str(tmp_path / "no-data"))
+    # a checkpoint in the layout of earlier versions (one folder per system) is named, not silently ignored
+    foreign.rename(out / "runs" / "softmax" / "checkpoint.pt")
+    lines: list = []
+    with pytest.raises(DataError, match="multi30k"):  # the message comes before the data are read
+        translation.run(preset="smoke", out=str(out), runs=["softmax:1"], data_dir=str(tmp_path / "no-data"),
+                        log=lines.append)
+    assert any(f"{out / 'runs' / 'softmax' / 'checkpoint.pt'} is a checkpoint in the layout of an earlier" in line
+               for line in lines), lines

@@ -95,9 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
     fresh.add_argument("--fresh", action="store_true",
-                       help="delete what earlier runs derived in <out> (checkpoints in runs/, the learned tokenizer, "
-                       "caches, log.txt) and train every system from scratch; results.json, report.md and figures are "
-                       "replaced when the run ends")
+                       help="delete what earlier runs derived in <out> (checkpoints in runs/, translation's run records "
+                       "in records/, the learned tokenizer, caches, log.txt) and start over: the report is then built "
+                       "from this call's runs alone; results.json, report.md and figures are replaced when the run ends. "
+                       "To train one translation run again and keep the other records, delete its runs/SYSTEM/seedSEED "
+                       "instead")
     fresh.add_argument("--render-only", action="store_true",
                        help="run nothing: write <out>/report.md again from <out>/results.json, and its figures where "
                        "they come from results.json alone (translation: results.json, the figures and report.md are "

@@ -58,8 +58,9 @@ class CheckpointMismatchError(ValueError):
             what = "it was written by an older softargmax, without a fingerprint"
         else:
             what = "; ".join(f"{k} is {_show(a)} there and {_show(b)} in this run" for k, (a, b) in fields.items())
-        super().__init__(f"checkpoint {self.path} belongs to another run: {what}. Pass --fresh to delete the "
-                         "checkpoints and train from scratch, or run again with the settings they were trained with")
+        super().__init__(f"checkpoint {self.path} belongs to another run: {what}. Delete {self.path.parent} to train "
+                         "that run from scratch (--fresh deletes everything earlier runs derived in the output folder), "
+                         "or run again with the settings they were trained with")
 
 
 def _show(value: object) -> str:

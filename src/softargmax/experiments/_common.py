@@ -2,7 +2,9 @@
 
 :func:`begin` checks the preset and system names, sets the CPU threads and creates the
 output folder; :func:`environment` records the software versions; :func:`finish` writes
-``results.json``, the PNG figures and ``report.md``; :func:`pyplot` gives matplotlib's
+``results.json``, the PNG figures and ``report.md``; :func:`code_identity` names the library's
+code that ran (a digest of its source files, and the git revision where there is one);
+:func:`pyplot` gives matplotlib's
 ``pyplot`` with a file backend, or ``None`` when matplotlib is not installed (then the
 report is written without figures).
 
@@ -33,10 +35,14 @@ experiment (the command line uses it around each run):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 import platform
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from types import ModuleType
@@ -72,7 +78,7 @@ from ._records import RecordError, RecordMismatchError, read_records, record_pat
 #: where an experiment's progress lines go (``print``, or the command line's logger)
 Log = Callable[[str], object]
 
-__all__ = ["Log", "begin", "describe_device", "environment", "finish", "pyplot", "measurements", "seed_spread",
+__all__ = ["Log", "begin", "describe_device", "environment", "code_identity", "finish", "pyplot", "measurements", "seed_spread",
            "relative_span", "reproducibility", "render_existing", "remove_derived", "DERIVED", "INVOCATION_KEYS", "TIMING_KEYS",
            "CheckpointMismatchError", "check_checkpoint", "check_checkpoint_every", "data_digest", "fingerprint", "load_checkpoint",
            "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
@@ -119,6 +125,66 @@ def environment(t_start: float, device: str = "cpu") -> dict:
     return {"device": describe_device(device), "torch": torch.__version__,
             "softargmax": softargmax.__version__, "python": platform.python_version(),
             "total_seconds": time.perf_counter() - t_start}
+
+
+def code_identity(root: Union[str, Path, None] = None) -> dict:
+    """Which code of the library ran: a digest of its source files, and the git revision where there is one.
+
+    The version number (``softargmax.__version__``) stays the same across commits; this
+    names the code itself, so that results produced by different code can be told apart
+    (translation's run records store it).  The digest is the SHA-256 of every ``*.py`` and
+    ``*.c`` file under ``root``, as installed, in the order of their relative paths, each
+    hashed with its path and length.  When ``root`` is tracked in a git checkout and
+    ``git`` can be run, ``git_revision`` is the commit checked out and ``git_dirty`` whether
+    the files under ``root`` differ from it (uncommitted or untracked changes); without git
+    these keys are absent, never an error.  For the installed package (``root=None``) it is
+    computed once per process.
+
+    Args:
+        root: the folder of the sources (default: the ``softargmax`` package's).
+
+    Returns:
+        ``{"digest": first 16 hex digits, "files": number of files}``, plus ``"git_revision"``
+        and ``"git_dirty"`` in a git checkout.
+    """
+    if root is None:
+        return dict(_package_identity())
+    return _identity(Path(root))
+
+
+@functools.lru_cache(maxsize=None)
+def _package_identity() -> dict:
+    import softargmax
+
+    return _identity(Path(softargmax.__file__).resolve().parent)
+
+
+def _identity(root: Path) -> dict:
+    files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*")
+                   if p.suffix in (".py", ".c") and p.is_file())
+    h = hashlib.sha256()
+    for rel, path in files:
+        data = path.read_bytes()
+        h.update(rel.encode("utf-8") + b"\0" + len(data).to_bytes(8, "little"))
+        h.update(data)
+    out: dict = {"digest": h.hexdigest()[:16], "files": len(files)}
+    tracked = _git(root, "ls-files", "--", ".")
+    if tracked:  # None: no git, or not a checkout; "": a checkout that does not track these files
+        revision = _git(root, "rev-parse", "HEAD")
+        status = _git(root, "status", "--porcelain", "--", ".")
+        if revision and status is not None:
+            out.update(git_revision=revision, git_dirty=bool(status))
+    return out
+
+
+def _git(folder: Path, *args: str) -> Optional[str]:
+    """The output of ``git args`` run in ``folder``, stripped; ``None`` when git is missing or fails."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
@@ -231,14 +297,15 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
     return lines
 
 
-#: what a run derives in its output folder and reuses when run again (``--fresh`` deletes it): the training
-#: checkpoints; an experiment adds its own (a learned tokenizer, caches) in a ``DERIVED`` of its module
+#: what a run derives in its output folder (``--fresh`` deletes it): the training checkpoints; an experiment adds its
+#: own (a learned tokenizer, caches, run records) in a ``DERIVED`` of its module
 DERIVED = ("runs",)
 
 
 def remove_derived(out: Union[str, Path], names: Iterable[str] = DERIVED) -> list[Path]:
-    """Delete what a run derives in ``out`` and would reuse (``--fresh``): the named files and folders, ``log.txt``
-    and the temporary files of killed writers.  Returns the paths removed.
+    """Delete what a run derives in ``out`` (``--fresh``): the named files and folders (an experiment's ``DERIVED``:
+    checkpoints, caches, run records), ``log.txt`` and the temporary files of killed writers.  Returns the paths
+    removed.
 
     ``results.json``, ``report.md`` and the figures stay until the new run replaces them
     (atomically): a fresh run that fails leaves the last complete report.  Hold the

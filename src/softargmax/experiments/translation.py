@@ -37,17 +37,23 @@ Presets:
 Run records.  Every finished run (one system, one seed) writes a *run record*,
 ``<out>/records/<system>-seed<n>.json`` (:func:`make_record`, a few hundred kB, written
 atomically): its test BLEU and translations, validation curves, kept step, timings,
-decoding statistics, inference times, device, versions and fingerprint, everything the
-report needs without the model.  Every call then rebuilds ``results.json``, the figures
-and ``report.md`` from *all* the records in ``<out>/records`` (:func:`rebuild`;
-``--render-only`` does that alone, without data or a GPU), so the ``gpu`` preset's 4
-systems × 3 seeds can be trained a few runs per call (``--runs softmax:1 entmax15:2``), by
-several sessions on several machines, into one report.  Records of another setup (preset,
-overrides, resolved settings, data, vocabulary) are refused by name; a rerun of the same
-system and seed replaces its record.  The report lists the runs in (device, date) and
-those the preset still owes (:func:`.nmt.plan.planned_runs`), computes its statistics over the runs
-in, says so, and marks the ordering and the comparison with the paper provisional until
-every run is in; times are compared only between runs on the same device.
+decoding statistics, inference times, device (and its type, with the precision in effect:
+bfloat16 autocast and TF32 apply on CUDA only), versions, the code that ran
+(:func:`._common.code_identity`: a digest of the library's source files, and its git
+revision where there is one) and fingerprint, everything the report needs without the
+model.  Every call then rebuilds ``results.json``, the figures and ``report.md`` from
+*all* the records in ``<out>/records`` (:func:`rebuild`; ``--render-only`` does that
+alone, without data or a GPU), so the ``gpu`` preset's 4 systems × 3 seeds can be trained
+a few runs per call (``--runs softmax:1 entmax15:2``), by several sessions on several
+machines, into one report.  Records of another setup (preset, overrides, resolved
+settings, data, vocabulary) are refused by name; a rerun of the same system and seed
+replaces its record.  Records of other code, another device type or another precision are
+merged, and the report says so above its results: their numbers compare only where those
+differences do not touch what is measured.  The report lists the runs in (device, date,
+code digest) and those the preset still owes (:func:`.nmt.plan.planned_runs`), computes
+its statistics over the runs in, says so, and marks the ordering and the comparison with
+the paper provisional until every run is in; times are compared only between runs on the
+same device.
 
 Under ``torchrun --nproc_per_node N softargmax reproduce translation …`` training is data
 parallel (``DistributedDataParallel``, :mod:`.nmt.distributed`): every global batch is
@@ -84,6 +90,7 @@ from ._common import (
     atomic_json,
     begin,
     check_checkpoint,
+    code_identity,
     data_digest,
     environment,
     fingerprint,
@@ -168,8 +175,8 @@ PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "b
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
 EXPERIMENT = "translation"
 
-#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
-DERIVED = ("runs", "spm.model", "spm.json")
+#: what a run derives in its output folder (``--fresh`` deletes it): checkpoints, run records and the tokenizer
+DERIVED = ("runs", "records", "spm.model", "spm.json")
 
 
 #: ``load_data``'s ``(folder, train, val, test, dev, tokenizer)``
@@ -249,10 +256,12 @@ def evaluate_system(trained: dict, tok: Tokenizer, test: Parallel, dev: Parallel
 
 
 def time_inference(trained: dict, tok: Tokenizer, test: Parallel, preset: dict, device: str, repeats: int = 3) -> dict:
-    """Seconds to translate the timing subset, per system and beam size (Fig. 4).
+    """Seconds to translate the timing subset at each beam size, per run in ``trained`` (Fig. 4): the median of ``repeats``.
 
-    All systems are timed interleaved, median of ``repeats``, so that the drifting speed
-    of a shared machine affects them alike.
+    :func:`run` calls it with one run, right after that run's training and evaluation, so
+    each run is timed alone, on the machine it trained on; the beam sizes alternate within
+    each repeat.  Runs timed by different calls (or machines) are compared only when their
+    records name the same device (:mod:`.nmt.results`).
     """
     sub = test.head(preset["timing_sentences"])
     times: dict[str, dict[str, list[float]]] = {s: {str(b): [] for b in preset["beams"]} for s in trained}
@@ -335,8 +344,8 @@ def run(
     one of another setup raises :class:`.._records.RecordMismatchError`, naming the file and
     the differing fields.
 
-    Training resumes from the checkpoints in ``out/runs/<system>[/seed<n>]`` (a folder per
-    seed when the preset names its seeds or several are trained) and writes one at every
+    Training resumes from the checkpoints in ``out/runs/<system>/seed<n>`` (one folder per
+    run, whichever runs a call trains) and writes one at every
     evaluation, every ``checkpoint_every`` steps when given, and at the end
     (:func:`.nmt.training.train_system`).  A resumed run gives the numbers of an
     uninterrupted one.  Every checkpoint there is first checked against its run's
@@ -349,16 +358,21 @@ def run(
     pairs = selected_runs(P, seed, systems, seeds, runs)
     _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEMS, threads, out,
                               prefixes={"f:": "<divergence>"})
-    seed_dirs = "seeds" in P or len({sd for _, sd in pairs}) > 1
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
-        check_checkpoint(_run_dir(out_dir, system, sd, seed_dirs) / "checkpoint.pt", fp)
+        check_checkpoint(_run_dir(out_dir, system, sd) / "checkpoint.pt", fp)
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     ctx = distributed.setup(device)
     device = ctx.device
     if not ctx.main:
         log = lambda *a, **k: None  # noqa: E731
+    for system in dict.fromkeys(s for s, _ in pairs):
+        old = out_dir / "runs" / system.replace(":", "_") / "checkpoint.pt"
+        if old.exists():  # the layout of earlier versions with one seed per call
+            log(f"{old} is a checkpoint in the layout of an earlier softargmax (one folder per system); runs keep "
+                f"theirs in {old.parent}/seed<n> and do not use it: move it (and checkpoint.prev.pt) into the "
+                "folder of its seed to resume from it")
     tf32 = bool(P.get("tf32")) and device.startswith("cuda")
     old_precision = torch.get_float32_matmul_precision()
     if tf32:
@@ -376,11 +390,12 @@ def run(
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         setup = run_setup(preset, overrides, P, tok, test.tgt)
         earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        autocast = TrainConfig(**P["train_cfg"]).autocast(device)
         common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
-                  "environment": {**_env_with_tf32(environment(t_all, device), tf32), **_versions()}}
+                  "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
+                                  **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
-        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, seed_dirs, setup, common,
-                    earlier)
+        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
         if not ctx.main:
             return {}
         # only rank 0 gets here: it alone writes results.json, the figures and report.md
@@ -392,10 +407,10 @@ def run(
             distributed.teardown()
 
 
-def _run_dir(out_dir: Path, system: str, seed: int, seed_dirs: bool) -> Path:
-    """Where one training run keeps its checkpoints: ``runs/<system>``, or ``runs/<system>/seed<n>`` with ``seed_dirs``."""
-    run_dir = out_dir / "runs" / system.replace(":", "_")
-    return run_dir / f"seed{seed}" if seed_dirs else run_dir
+def _run_dir(out_dir: Path, system: str, seed: int) -> Path:
+    """Where one training run keeps its checkpoints: ``runs/<system>/seed<n>``, whichever runs a call trains (so a
+    later call that trains some of them finds theirs)."""
+    return out_dir / "runs" / system.replace(":", "_") / f"seed{seed}"
 
 
 def run_setup(preset: str, overrides: Optional[dict], P: dict, tok: Tokenizer, refs: Sequence[str]) -> dict:
@@ -538,7 +553,7 @@ def _estimate(seconds: list, earlier: dict, device: str) -> tuple[Optional[float
 
 
 def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: ModelConfig, data: Data, out_dir: Path,
-                log: Log, prints: dict, checkpoint_every: Optional[int], seed_dirs: bool, setup: dict, common: dict,
+                log: Log, prints: dict, checkpoint_every: Optional[int], setup: dict, common: dict,
                 earlier: dict) -> None:
     """Train and evaluate every run of ``pairs`` and write its run record (on rank 0).
 
@@ -549,6 +564,7 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
     _, train, val, test, dev, tok = data
     device_name = common["environment"]["device"]
     run_seconds: list[float] = []
+    seeded = "seeds" in P or len({sd for _, sd in pairs}) > 1  # the log names each run's seed
     per, source = _estimate(run_seconds, earlier, device_name)
     log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; "
         + (f"estimated {per / 60:.1f} min per run ({source}), {per * len(pairs) / 60:.1f} min in all"
@@ -558,12 +574,12 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
         per, source = _estimate(run_seconds, earlier, device_name)
         eta = (f", estimated {per / 60:.1f} min per run ({source}), ETA {per * (len(pairs) - done) / 60:.1f} min for "
                "the runs left" if per is not None else "")
-        name = f"{system} seed {sd}" if seed_dirs else system
-        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seed_dirs else "") + eta)
+        name = f"{system} seed {sd}" if seeded else system
+        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seeded else "") + eta)
         t_run = time.perf_counter()
         training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
         trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
-                               _run_dir(out_dir, system, sd, seed_dirs), device=ctx.device, log=log, name=name,
+                               _run_dir(out_dir, system, sd), device=ctx.device, log=log, name=name,
                                fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
         if not ctx.main:
             continue
@@ -639,6 +655,12 @@ def render(out: str, log: Log = print) -> Path:
     return Path(out) / "report.md"
 
 
-def _env_with_tf32(env: dict, tf32: bool) -> dict:
-    """:func:`._common.environment` with ``tf32_matmul`` right after ``device`` (the key order of ``results.json``)."""
-    return {"device": env.pop("device"), "tf32_matmul": tf32, **env}
+def _env_with_precision(env: dict, device: str, autocast: Optional[str], tf32: bool) -> dict:
+    """:func:`._common.environment` with the device's type and the precision in effect right after ``device``.
+
+    ``autocast``: the dtype of the Transformer under autocast (``None``: float32,
+    :meth:`.nmt.training.TrainConfig.autocast`); ``tf32``: whether float32 matrix products
+    used TF32.  Both apply on CUDA only, so runs of one setup on a CPU and on a GPU differ here.
+    """
+    return {"device": env.pop("device"), "device_type": torch.device(device).type, "autocast": autocast,
+            "tf32_matmul": tf32, **env}

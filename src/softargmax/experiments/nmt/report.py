@@ -8,7 +8,7 @@ discussion, the figures, examples and the reproducibility section.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 from .._common import reproducibility, seed_spread
 from .names import display_name
@@ -357,7 +357,8 @@ def _runs_section(results: dict) -> list:
         cells = []
         for sd in plan["seeds"]:
             r = runs.get((system, sd))
-            cells.append(f"in ({labels[r['device']]}, {str(r.get('finished') or '?')[:10]})" if r else
+            code = f", code {_code(r)}" if r and r.get("code") else ""
+            cells.append(f"in ({labels[r['device']]}, {str(r.get('finished') or '?')[:10]}{code})" if r else
                          "**owed**" if (system, sd) in owed else "—")
         out.append(f"| {display_name(system)} | " + " | ".join(cells) + " |")
     out.append("")
@@ -365,8 +366,54 @@ def _runs_section(results: dict) -> list:
         mine = [r for r in runs.values() if r["device"] == device]
         versions = "; ".join(f"{k} {joined_distinct(r.get(k) for r in mine)}" for k in ("torch", "triton", "softargmax")
                              if any(r.get(k) for r in mine))
-        out.append(f"- {label}: {device} ({len(mine)} run{'s' * (len(mine) > 1)}; {versions})")
+        computed = [r["precision"] for r in mine if r.get("precision")]
+        out.append(f"- {label}: {device}" + (f", {joined_distinct(computed)}" if computed else "")
+                   + f" ({len(mine)} run{'s' * (len(mine) > 1)}; {versions})")
+    for code, mine in _by_code(runs.values()).items():
+        git = mine[0]["code"]
+        where = ("" if "git_revision" not in git else f": git {git['git_revision'][:12]}"
+                 + (" with uncommitted changes" if git.get("git_dirty") else ""))
+        out.append(f"- code {code}{where} ({len(mine)} run{'s' * (len(mine) > 1)})")
+    mixed = _mixed_setups(runs.values())
+    if mixed:
+        out += ["", mixed]
     return out
+
+
+def _code(run: dict) -> str:
+    """A run's code digest, short (8 hex digits)."""
+    return str(run["code"]["digest"])[:8]
+
+
+def _by_code(runs: Iterable[dict]) -> dict:
+    """``{short code digest: [runs]}`` of the runs that recorded their code, in their order."""
+    out: dict = {}
+    for r in runs:
+        if r.get("code"):
+            out.setdefault(_code(r), []).append(r)
+    return out
+
+
+def _mixed_setups(runs: Iterable[dict]) -> str:
+    """One sentence when the runs in come from more than one version of the code, or more than one device type or
+    precision (within a system's seeds too); ``""`` otherwise.  A flag, not a refusal: whether the differences
+    touch what the report measures is for its reader to judge."""
+    runs = list(runs)
+    codes = [c if c else "not recorded" for c in dict.fromkeys(_code(r) if r.get("code") else None for r in runs)]
+    kind = lambda r: f"{r.get('device_type') or '?'} in {r.get('precision') or 'a precision not recorded'}"  # noqa: E731
+    kinds = list(dict.fromkeys(kind(r) for r in runs))
+    parts = []
+    if len(codes) > 1:
+        parts.append(f"{len(codes)} versions of the library's code ({', '.join(codes)})")
+    if len(kinds) > 1:
+        systems = list(dict.fromkeys(r["system"] for r in runs))
+        within = [s for s in systems if len({kind(r) for r in runs if r["system"] == s}) > 1]
+        parts.append(f"{len(kinds)} device types or precisions ({'; '.join(kinds)})"
+                     + (f", mixed within the seeds of {', '.join(display_name(s) for s in within)}" if within else ""))
+    if not parts:
+        return ""
+    return (f"The runs in come from {' and '.join(parts)}: their results compare across these only if the "
+            "differences did not touch what they measure.")
 
 
 def _timing_scope(results: dict) -> str:

@@ -157,13 +157,33 @@ def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
 
 
 def _run_entry(path: Path, rec: dict) -> dict:
-    """One line of ``results["runs"]``: where, when and with what a run in was trained."""
+    """One line of ``results["runs"]``: where, when and with what a run in was trained.
+
+    ``device_type`` and ``precision`` (:func:`precision`) say what the run computed on;
+    ``code`` is the library's code that ran (:func:`.._common.code_identity`; ``None`` in
+    records written before it was recorded).
+    """
     env, res = rec["environment"], rec["results"]
     return {"system": rec["system"], "seed": rec["seed"], "file": f"{path.parent.name}/{path.name}",
-            "device": env["device"], "finished": rec.get("finished"), "processes": env.get("processes", 1),
+            "device": env["device"], "device_type": env.get("device_type") or str(env["device"]).split(" ")[0].split(":")[0],
+            "precision": precision(env), "code": env.get("code"),
+            "finished": rec.get("finished"), "processes": env.get("processes", 1),
             "torch": env.get("torch"), "triton": env.get("triton"), "softargmax": env.get("softargmax"),
             "bleu": res.get("bleu"), "seconds_per_step": res.get("seconds_per_step"),
             "run_seconds": res.get("run_seconds"), "resumed_from_checkpoint": bool(res.get("resumed_from_checkpoint"))}
+
+
+def precision(env: dict) -> Optional[str]:
+    """The precision a run computed in, from its record's ``environment``: ``"float32"``, ``"bfloat16 autocast"``,
+    each with ``", TF32"`` when float32 matrix products used TF32; ``None`` when the record does not say.
+
+    Example:
+        >>> precision({"autocast": "bfloat16", "tf32_matmul": True}), precision({"autocast": None})
+        ('bfloat16 autocast, TF32', 'float32')
+    """
+    if "autocast" not in env:
+        return None
+    return (f"{env['autocast']} autocast" if env["autocast"] else "float32") + (", TF32" if env.get("tf32_matmul") else "")
 
 
 def joined_distinct(values: Iterable[Any]) -> Any:

@@ -73,6 +73,11 @@ class TrainConfig:
         if self.patience is not None and self.select == "last":
             raise ValueError("patience needs select='bleu' or 'loss' (a kept model to compare with)")
 
+    def autocast(self, device: str) -> Optional[str]:
+        """The dtype the Transformer computes in under autocast on ``device``: ``"bfloat16"`` with ``bf16`` on CUDA,
+        else ``None`` (float32; ``bf16`` has no effect on other devices)."""
+        return "bfloat16" if self.bf16 and str(device).startswith("cuda") else None
+
 
 def make_batches(src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]], batch_tokens: int, seed: int,
                  max_len: int) -> tuple[list[Pair], list[list[int]]]:
@@ -226,13 +231,13 @@ def _complete(record: dict, step: int, start_step: int, wall_seconds: float, wor
 
 def _step(net: torch.nn.Module, model: Seq2Seq, layer: OutputLayer, opt: torch.optim.Optimizer,
           sched: torch.optim.lr_scheduler.LambdaLR, cfg: TrainConfig, batch: Batch, rank_tokens: int, ntok: int,
-          world: int, cuda: bool) -> tuple[torch.Tensor, torch.Tensor]:
+          world: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step on this rank's ``batch`` (``(src, tgt_in, tgt_out)``, ``rank_tokens`` target tokens)
     of a global batch of ``ntok`` target tokens; returns ``(the loss to show, this step's contribution to the
     per-token training loss)`` (under ``torchrun``: this rank's loss per token, and its share of the global
     batch's, summed over the ranks later)."""
     src, tgt_in, tgt_out = batch
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and cuda):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.autocast(device) == "bfloat16"):
         logits = net(src, tgt_in)
     if world == 1:
         loss = layer.loss(logits.float(), tgt_out)
@@ -247,7 +252,7 @@ def _step(net: torch.nn.Module, model: Seq2Seq, layer: OutputLayer, opt: torch.o
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
     opt.step()
     sched.step()
-    if cuda:
+    if str(device).startswith("cuda"):
         torch.cuda.synchronize()
     return shown, contribution
 
@@ -347,7 +352,6 @@ def train_system(
     """
     rank, world = distributed.rank_and_world()
     main = rank == 0
-    cuda = str(device).startswith("cuda")
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     model = _build_model(model_cfg, attention, device)
@@ -399,7 +403,7 @@ def train_system(
         ntok = sum(len(pairs[i][1]) + 1 for i in b)  # target tokens of the global batch (with EOS)
         t0 = time.perf_counter()
         shown, contribution = _step(net, model, layer, opt, sched, cfg, tensors(pairs, mine or b[:1], device),
-                                    sum(len(pairs[i][1]) + 1 for i in mine), ntok, world, cuda)
+                                    sum(len(pairs[i][1]) + 1 for i in mine), ntok, world, device)
         pending.append(contribution)
         dt = time.perf_counter() - t0
         step += 1
