@@ -36,9 +36,12 @@ def _positive(text: str) -> int:
 
 def _run_pair(text: str) -> str:
     """A ``--runs`` item: ``SYSTEM:SEED`` (the seed after the last ``:``, so ``f:kl:1`` works)."""
-    system, _, seed = text.rpartition(":")
-    if not system or not seed.lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"must look like SYSTEM:SEED (e.g. softmax:1), got {text!r}")
+    from .experiments.nmt.plan import parse_runs
+
+    try:
+        parse_runs([text])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must look like SYSTEM:SEED (e.g. softmax:1), got {text!r}") from None
     return text
 
 
