@@ -57,18 +57,21 @@ class CheckpointMismatchError(ValueError):
         if "fingerprint" in fields:
             what = "it was written by an older softargmax, without a fingerprint"
         else:
-            what = "; ".join(f"{k} is {_show(a)} there and {_show(b)} in this run" for k, (a, b) in fields.items())
+            what = describe_differences(fields)
         super().__init__(f"checkpoint {self.path} belongs to another run: {what}. Delete {self.path.parent} to train "
                          "that run from scratch (--fresh deletes everything earlier runs derived in the output folder), "
                          "or run again with the settings they were trained with")
 
 
-def _show(value: object) -> str:
-    return "absent" if value is None else repr(value)
+def describe_differences(fields: dict, other: str = "this run") -> str:
+    """``"seed is 1 there and 2 in this run; ..."``: the fields ``{name: (saved, expected)}`` that differ, in words
+    (``None`` reads "absent"); the messages of refused checkpoints and run records."""
+    show = lambda value: "absent" if value is None else repr(value)  # noqa: E731
+    return "; ".join(f"{k} is {show(a)} there and {show(b)} in {other}" for k, (a, b) in fields.items())
 
 
-def _plain(obj: object) -> Any:
-    """``obj`` as JSON would give it back (tuples become lists), so that fingerprints compare as data."""
+def as_json_data(obj: object) -> Any:
+    """``obj`` as JSON would give it back (tuples become lists), so that fingerprints and setups compare as data."""
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
 
 
@@ -111,7 +114,7 @@ def fingerprint(experiment: str, preset: str, system: str, seed: int, data: Iter
     """
     import softargmax
 
-    return _plain({"experiment": experiment, "preset": preset, "system": system, "seed": seed,
+    return as_json_data({"experiment": experiment, "preset": preset, "system": system, "seed": seed,
                    "data": data_digest(data), "softargmax": softargmax.__version__, **extra})
 
 
@@ -125,7 +128,7 @@ def check_checkpoint_every(checkpoint_every: object) -> None:
 def _differences(saved: Any, expected: dict) -> dict:
     if not isinstance(saved, dict):
         return {"fingerprint": (None, "present")}
-    saved, expected = _plain(saved), _plain(expected)
+    saved, expected = as_json_data(saved), as_json_data(expected)
     return {k: (saved.get(k), expected.get(k)) for k in list(expected) + [k for k in saved if k not in expected]
             if saved.get(k) != expected.get(k)}
 
@@ -155,7 +158,7 @@ def save_checkpoint(path: Union[str, Path], state: dict, fingerprint: dict, keep
     path = Path(path)
     files = previous_paths(path, keep)
     with atomic_path(path) as tmp:
-        torch.save({"format": FORMAT, "fingerprint": _plain(fingerprint), "state": state}, tmp)
+        torch.save({"format": FORMAT, "fingerprint": as_json_data(fingerprint), "state": state}, tmp)
         # the new file is complete: shift the older ones (oldest dropped) just before it replaces `path`
         for newer, older in reversed(list(zip(files, files[1:]))):
             if newer.exists():

@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Sequence, Union
 
+from ._checkpoints import as_json_data, describe_differences
 from ._files import atomic_json
 
 #: the layout of a run record (its ``"format"`` field)
@@ -54,14 +55,10 @@ class RecordMismatchError(RecordError):
 
     def __init__(self, path: Union[str, Path], fields: dict, other: str = "this run"):
         self.path, self.fields, self.other = Path(path), fields, other
-        what = "; ".join(f"{k} is {_show(a)} there and {_show(b)} in {other}" for k, (a, b) in fields.items())
+        what = describe_differences(fields, other)
         super().__init__(f"run record {self.path} belongs to another experiment setup: {what}. Records are merged only "
                          "when their experiment, preset, overrides, settings, data and vocabulary agree: move it out of "
                          f"{self.path.parent}, or pass another --out")
-
-
-def _show(value: object) -> str:
-    return "absent" if value is None else repr(value)
 
 
 def record_path(out_dir: Union[str, Path], system: str, seed: int) -> Path:
@@ -152,8 +149,7 @@ def differences(saved: Any, expected: Any, prefix: str = "") -> dict:
         for key in list(expected) + [k for k in saved if k not in expected]:
             out.update(differences(saved.get(key), expected.get(key), f"{prefix}.{key}" if prefix else str(key)))
         return out
-    plain = lambda v: json.loads(json.dumps(v, sort_keys=True, default=str))  # noqa: E731
-    return {} if plain(saved) == plain(expected) else {prefix or "record": (saved, expected)}
+    return {} if as_json_data(saved) == as_json_data(expected) else {prefix or "record": (saved, expected)}
 
 
 def pack(values: Sequence[float], dtype: str) -> dict:
