@@ -7,6 +7,7 @@ normalized by the row solvers) in float64.  The sm_90 compile test builds every 
 variant for an H100/H200 and reports registers, spills and shared memory.
 """
 
+import itertools
 import json
 import math
 import os
@@ -136,15 +137,18 @@ def test_block_sparsity_is_exact(device):
     bucket = torch.nn.functional.one_hot(torch.arange(L) // 8, D).float().to(device)
     q = 0.1 * q + 8 * bucket
     k = 0.1 * k + bucket
-    for causal in (False, True):
-        stats = FA.forward_stats(q, k, v, is_causal=causal, mapping="sparsemax")
+    # the device's own tiles (16x16 in the interpreter, 32x32 or 64x32 on CUDA) and 16x16 tiles everywhere
+    bm, bn, _ = FA.blocks(D, torch.device(device), q.dtype)
+    for (block_m, block_n), causal in itertools.product(dict.fromkeys([(bm, bn), (16, 16)]), (False, True)):
+        stats = FA.forward_stats(q, k, v, is_causal=causal, mapping="sparsemax", block_m=block_m, block_n=block_n)
         _, w = sa.attention(q.double(), k.double(), v.double(), is_causal=causal, mapping="sparsemax",
                             return_weights=True)
-        wp = torch.nn.functional.pad(w, (0, 8, 0, 8))
-        nz = (wp.reshape(B, H, 3, 16, 3, 16) > 0).any(-1).any(-2)
+        nm, nn_ = -(-L // block_m), -(-S // block_n)
+        wp = torch.nn.functional.pad(w, (0, nn_ * block_n - S, 0, nm * block_m - L))
+        nz = (wp.reshape(B, H, nm, block_m, nn_, block_n) > 0).any(-1).any(-2)
         assert stats["kept"] == int(nz.sum()) and stats["block_sparsity"] > 0
         passes = stats["newton_passes"]
-        assert passes.shape == (B, H, 3) and (passes >= 2).all() and (passes < FA.MAX_ITER).all()
+        assert passes.shape == (B, H, nm) and (passes >= 2).all() and (passes < FA.MAX_ITER).all()
         torch.testing.assert_close(stats["psum"], torch.ones(B, H, L, device=device), atol=1e-5, rtol=0)
     keep = torch.ones(B, 1, 1, S, dtype=torch.bool, device=device)
     keep[..., :] = False

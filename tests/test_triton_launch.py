@@ -48,7 +48,7 @@ def spied(triton_device, monkeypatch):
 def _values_and_grads(fn, x):
     x = x.detach().requires_grad_(True)
     p = fn(x)
-    (g,) = torch.autograd.grad(p, x, torch.linspace(-1, 1, x.shape[-1], dtype=x.dtype).expand_as(x))
+    (g,) = torch.autograd.grad(p, x, torch.linspace(-1, 1, x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x))
     return p.detach(), g
 
 
