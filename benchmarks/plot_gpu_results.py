@@ -1,0 +1,180 @@
+"""Tables and a figure from one GPU session's benchmark JSON (the files ``gpu_all.sh`` brings back).
+
+Usage::
+
+    python benchmarks/plot_gpu_results.py benchmarks/results/gpu-h100-2026-11-27 \
+        --png docs/_static/gpu-h100-2026-11-27.png
+
+prints the Markdown tables of the documentation's performance page (row operators and losses as
+ratios to ``torch.softmax`` and ``F.cross_entropy`` timed in the same run, the peers' times with
+their errors beside them, the fused output layer) and draws the ratios as one PNG.  The folder
+holds ``call*/bench/gpu-*.json``; where two calls measured the same section, the later call's
+file is read.  ``tests/test_gpu_results.py`` checks that the page shows what this script renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+OPERATOR_NAMES = {"sparsemax": "sparsemax", "entmax15": "1.5-entmax", "entmax_a1.3": "α = 1.3",
+                  "f_jensen_shannon": "Jensen–Shannon", "f_squared_hellinger": "Hellinger", "alpha_relu": "α-ReLU"}
+LOSS_NAMES = {"sparsemax_loss": "sparsemax", "entmax15_loss": "1.5-entmax", "entmax_loss_a1.3": "α = 1.3"}
+FUSED_NAMES = {"ours_kl": "ours, KL (softmax)", "ours_entmax15": "ours, 1.5-entmax", "torch_linear_ce": "torch linear + CE",
+               "liger_flce": "Liger fused linear CE", "cce": "Cut-Cross-Entropy"}
+
+
+def _shape(shape: list[int]) -> str:
+    return "×".join(str(n) for n in shape)
+
+
+def load_sections(folder: Path) -> dict[str, Any]:
+    """The benchmark sections of a session's folder: ``{"operators": [...], "losses": [...], "peers": {...},
+    "fused": {...}, "environment": {...}}``, each from the latest call that has it."""
+    found: dict[str, Any] = {}
+    for path in sorted(folder.glob("call*/bench/gpu-*.json")):  # call1 before call2: later calls win
+        data = json.loads(path.read_text())
+        found["environment"] = data.get("environment") or found.get("environment")
+        if data.get("cases"):
+            found["operators"] = data["cases"]
+        if data.get("loss_cases"):
+            found["losses"] = data["loss_cases"]
+        if data.get("fused"):
+            found["fused"] = data["fused"]
+        if data.get("peers"):
+            found["peers"] = data["peers"]
+    return found
+
+
+def operator_table(cases: list[dict]) -> str:
+    """Rows: shape and dtype; columns: operators; cells: time ÷ ``torch.softmax``'s (forward + backward)."""
+    ops = [op for op in OPERATOR_NAMES if any(c["op"] == op for c in cases)]
+    keys = list(dict.fromkeys((tuple(c["shape"]), c["dtype"]) for c in cases))
+    lines = ["| shape | dtype | torch.softmax (ms) | " + " | ".join(OPERATOR_NAMES[op] for op in ops) + " |",
+             "|---|---|---|" + "---|" * len(ops)]
+    for shape, dtype in keys:
+        row = {c["op"]: c for c in cases if tuple(c["shape"]) == shape and c["dtype"] == dtype}
+        softmax = next(iter(row.values()))["softmax_ms"]
+        cells = [f"{row[op]['ratio']:.2f}×" if op in row else "–" for op in ops]
+        lines.append(f"| {_shape(list(shape))} | {dtype} | {softmax:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def loss_table(cases: list[dict]) -> str:
+    """Rows: shape and dtype; columns: losses; cells: time ÷ ``F.cross_entropy``'s (forward + backward)."""
+    ops = [op for op in LOSS_NAMES if any(c["op"] == op for c in cases)]
+    keys = list(dict.fromkeys((tuple(c["shape"]), c["dtype"]) for c in cases))
+    lines = ["| shape | dtype | F.cross_entropy (ms) | " + " | ".join(LOSS_NAMES[op] for op in ops) + " |",
+             "|---|---|---|" + "---|" * len(ops)]
+    for shape, dtype in keys:
+        row = {c["op"]: c for c in cases if tuple(c["shape"]) == shape and c["dtype"] == dtype}
+        ce = next(iter(row.values()))["cross_entropy_ms"]
+        cells = [f"{row[op]['ratio']:.2f}×" if op in row else "–" for op in ops]
+        lines.append(f"| {_shape(list(shape))} | {dtype} | {ce:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _peer_cell(case: dict) -> str:
+    if case.get("peer_ms") is None:
+        error = str(case.get("peer_max_abs_error", "")).split(":")[1].strip() if ":" in str(
+            case.get("peer_max_abs_error", "")) else "failed"
+        return f"fails ({error})"
+    return f"{case['peer_ms']:.3f} ms (max error {float(case['peer_max_abs_error']):.1e})"
+
+
+def peer_table(cases: list[dict]) -> str:
+    """Ours and each peer on the same rows, forward + backward, the peer's largest error beside its time."""
+    lines = ["| operator | shape | dtype | ours (ms) | AdaSplash | Liger-Kernel |", "|---|---|---|---|---|---|"]
+    keys = list(dict.fromkeys((c["op"], tuple(c["shape"]), c["dtype"]) for c in cases))
+    for op, shape, dtype in keys:
+        by_peer = {c["peer"]: c for c in cases if (c["op"], tuple(c["shape"]), c["dtype"]) == (op, shape, dtype)}
+        ours = next(iter(by_peer.values()))["ours_ms"]
+        cells = [_peer_cell(by_peer[p]) if p in by_peer else "–" for p in ("adasplash", "liger")]
+        lines.append(f"| {OPERATOR_NAMES.get(op, op)} | {_shape(list(shape))} | {dtype} | {ours:.3f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fused_table(cases: list[dict]) -> str:
+    """The fused output layer against its peers: time and peak extra memory, forward + backward."""
+    shapes = list(dict.fromkeys(tuple(c["shape"]) for c in cases if "shape" in c))
+    lines = ["| tokens × hidden × vocabulary | " + " | ".join(FUSED_NAMES.values()) + " |",
+             "|---|" + "---|" * len(FUSED_NAMES)]
+    for shape in shapes:
+        row = {c["op"]: c for c in cases if tuple(c.get("shape", ())) == shape}
+        cells = [f"{row[op]['ms']:.0f} ms, {row[op]['peak_extra_mb'] / 1024:.2f} GiB" if op in row else "–"
+                 for op in FUSED_NAMES]
+        lines.append(f"| {_shape(list(shape))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_tables(folder: Path) -> str:
+    """The Markdown tables of one session's folder, in the order the performance page shows them."""
+    sections = load_sections(folder)
+    parts = []
+    if "operators" in sections:
+        parts.append(operator_table(sections["operators"]))
+    if "losses" in sections:
+        parts.append(loss_table(sections["losses"]))
+    if "peers" in sections and sections["peers"].get("operators"):
+        parts.append(peer_table(sections["peers"]["operators"]))
+    if "peers" in sections and sections["peers"].get("fused"):
+        parts.append(fused_table(sections["peers"]["fused"]))
+    return "\n\n".join(parts) + "\n"
+
+
+def draw(folder: Path, png: Path) -> None:
+    """Ratios to ``torch.softmax`` (row operators) and ``F.cross_entropy`` (losses), one panel per dtype."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = load_sections(folder)
+    dtypes = ["float32", "bfloat16"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    for ax, dtype in zip(axes, dtypes):
+        labels: list[str] = []
+        series: dict[str, list[float]] = {}
+        ops = list(OPERATOR_NAMES) + list(LOSS_NAMES)
+        shapes = list(dict.fromkeys(tuple(c["shape"]) for c in sections.get("operators", []) if c["dtype"] == dtype))
+        for shape in shapes:
+            labels.append(_shape(list(shape)))
+            for op in ops:
+                cases = sections.get("operators", []) + sections.get("losses", [])
+                match = [c["ratio"] for c in cases if c["op"] == op and tuple(c["shape"]) == shape and c["dtype"] == dtype]
+                series.setdefault(op, []).append(match[0] if match else float("nan"))
+        width = 0.8 / len(ops)
+        for i, op in enumerate(ops):
+            name = OPERATOR_NAMES.get(op) or f"{LOSS_NAMES[op]} loss ÷ CE"
+            xs = [j + (i - len(ops) / 2) * width + width / 2 for j in range(len(labels))]
+            ax.bar(xs, series[op], width, label=name, hatch="//" if op in LOSS_NAMES else None)
+        ax.axhline(1.0, color="black", linewidth=1)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(f"{dtype}: forward + backward, ÷ the PyTorch baseline")
+        ax.set_xlabel("rows × row length")
+    axes[0].set_ylabel("time ÷ torch.softmax (operators) or F.cross_entropy (losses)")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
+    device = (sections.get("environment") or {}).get("device", "GPU")
+    fig.suptitle(f"{device}: time relative to PyTorch's own kernels, same run (lower is better; 1 = as fast)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a session's results folder, holding call*/bench/gpu-*.json")
+    parser.add_argument("--png", type=Path, help="where to draw the figure")
+    args = parser.parse_args()
+    print(render_tables(args.folder))
+    if args.png:
+        draw(args.folder, args.png)
+
+
+if __name__ == "__main__":
+    main()
