@@ -1,0 +1,88 @@
+"""Host cost per call (benchmarks/host_cost.py): kernel launches and host synchronizations, against budgets.
+
+On the CPU the Triton kernels run in Triton's interpreter through the GPU launchers; the counter
+records each launch and each operation that would synchronize a CUDA device (``item()``/``bool()`` of
+a tensor, data-dependent sizes, ``tolist()``, ``cpu()``).  The budgets are today's counts (2026-11-27):
+a change that adds a launch or a synchronization fails here.  Lower them as the paths improve; the
+target for every synchronization below is 0.  On a GPU the same budgets are checked with
+``torch.cuda.set_sync_debug_mode``.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import needs_cuda
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _counting  # noqa: E402
+import host_cost as HC  # noqa: E402
+
+N, H, V, CHUNK = HC.FUSED
+CHUNKS = -(-N // CHUNK)
+
+#: (launches, synchronizations) per call today.  Operators: one kernel, no synchronization.
+#: Losses (forward + backward): the solver's kernel, and 3 synchronizations, target 0:
+#: the class-target range check (``bool(bad.any())``), ``bool(target.keep.all())`` in the gradient's
+#: form, and the masked-row check of the loss value (α-ReLU's loss has no kernel and no masked-row check).
+#: The fused linear loss: 2 per call (the target checks) and 2 per chunk (``keep.all()`` and the masked-row
+#: check: the KL path and the sparse mappings alike); the KL path launches no Triton kernel.
+BUDGETS = {f"{op}.{p}": (1, 0) for op in ("sparsemax", "entmax15", "entmax_a1.3", "jensen_shannon",
+                                           "squared_hellinger", "alpha_relu") for p in ("forward", "backward")}
+BUDGETS.update({"sparsemax_loss": (1, 3), "entmax15_loss": (1, 3), "entmax_loss_a1.3": (1, 3),
+                "jensen_shannon_loss": (1, 3), "alpha_relu_loss": (0, 2),
+                "linear_loss_kl": (0, 2 + 2 * CHUNKS), "linear_loss_entmax15": (CHUNKS, 2 + 2 * CHUNKS)})
+
+
+def test_every_case_has_a_budget():
+    assert set(BUDGETS) == set(HC.cases())
+    assert CHUNKS >= 2  # the fused loss is counted over several chunks
+
+
+def test_the_counter_sees_launches_and_synchronizations():
+    """The counter itself: ``bool``, ``item``, ``tolist``, boolean indexing and ``nonzero`` count, views do not."""
+    x = torch.randn(5, 4)
+    with _counting.counting() as c:
+        bool((x > 0).any())
+        x.sum().item()
+        x[0].tolist()
+        x[x > 0]
+        torch.nonzero(x)
+        x.t().reshape(-1)[:3]
+    assert c.sync_count == 5 and c.launches == {}, dict(c.syncs)
+    assert c.torch_bytes["sum"] == 5 * 4 * 4 + 4
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    from softargmax.backends.triton import rows
+
+    old = rows._cpu_interpret
+    if torch.cuda.is_available() or not _counting.interpreter_ready():
+        pytest.skip("counts the interpreter's launches on the CPU (TRITON_INTERPRET=1, no CUDA)")
+    yield
+    rows.set_cpu_interpret(old)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(BUDGETS))
+def test_launches_and_syncs_within_budget(name, interpreter):
+    r = HC.count(name)
+    launches, syncs = BUDGETS[name]
+    print(f"{name}: {r['launches']} launches {r['kernels']}, {r['syncs']} synchronizations {r['sync_sites']}, "
+          f"{r['torch_ops']} ATen calls")
+    assert r["launches"] <= launches, r["kernels"]
+    assert r["syncs"] <= syncs, r["sync_sites"]
+    if HC.cases()[name][0] in ("forward", "backward") or name == "linear_loss_entmax15":
+        assert r["launches"] >= 1  # the kernel path was taken (else the count says nothing)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(BUDGETS))
+def test_gpu_syncs_within_budget(name):
+    """The same budgets on a GPU, counted by ``torch.cuda.set_sync_debug_mode("warn")``."""
+    syncs = HC.cuda_syncs(name)
+    print(f"{name}: {syncs} synchronizations on CUDA")
+    assert syncs <= BUDGETS[name][1]
