@@ -16,7 +16,12 @@ then records, until it exits,
   ``bool()``, ``int()``, ``float()`` of a tensor), the operators whose output size depends on the
   data (``nonzero``, ``masked_select``, ``unique``, boolean indexing, ...), and ``tolist()``,
   ``numpy()`` and ``cpu()`` called on a tensor; each with the innermost stack frame inside
-  ``softargmax`` that made it.
+  ``softargmax`` that made it.  Everything is a CPU tensor here, so the counter tells the tensors
+  a GPU run would hold on the host apart: those made inside the block from host values only
+  (``torch.zeros(())``, arithmetic on them) and never passed to a kernel.  Reading those is no
+  synchronization (``host_reads``).  The tensors that existed before the block (the inputs), a
+  kernel's arguments and whatever is computed from them are device tensors.  (A tensor allocated
+  for the device but filled by PyTorch from host values only would be taken for a host one.)
 
 The counts are of the accesses issued, as a GPU would issue them (each program's loads count
 once per program, repeated passes over a row count each time); what the caches absorb is not
@@ -60,7 +65,20 @@ class Counts:
     torch_ops: Counter = field(default_factory=Counter)     # operator -> calls (views and allocations included)
     syncs: Counter = field(default_factory=Counter)         # "what @ file:line" -> count
     _names: list = field(default_factory=list)
+    host_reads: Counter = field(default_factory=Counter)    # reads of host-made tensors: no synchronization
     _in_kernel: list = field(default_factory=list)
+    _host: set = field(default_factory=set)                 # storages made on the host inside the block
+
+    def is_host(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` was made inside the block from host values only (a factory such as
+        ``torch.zeros(())``, or arithmetic on such tensors), never written by a kernel: on a GPU it is
+        a CPU tensor (or its reading needs no wait), so reading its value is no synchronization."""
+        return t.untyped_storage().data_ptr() in self._host
+
+    def _mark(self, tensors: list, host: bool) -> None:
+        for t in tensors:
+            if t.device.type != "meta":
+                (self._host.add if host else self._host.discard)(t.untyped_storage().data_ptr())
 
     def name(self, tensor: torch.Tensor, label: str) -> None:
         """Attribute the kernels' accesses inside ``tensor``'s storage to ``label``."""
@@ -117,6 +135,15 @@ _INDEXED = {"gather", "index_select", "index", "take", "take_along_dim", "embedd
             "scatter_reduce_", "index_put_", "index_add_", "index_copy_", "index_fill_", "masked_scatter_"}
 
 
+def _tensors(values: list) -> list:
+    out = []
+    for value in values:
+        for t in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
 def _nbytes(values: Any) -> int:
     total = 0
     for value in values:
@@ -158,9 +185,16 @@ class _TorchCounter(TorchDispatchMode):
             return out
         name = func.overloadpacket.__name__
         self.counts.torch_ops[name] += 1
+        inputs = _tensors(list(args) + list(kwargs.values()))
+        from_host = all(self.counts.is_host(t) for t in inputs)  # a factory (no tensor input) included
         if name in _SYNCING or (name == "index" and any(
                 isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) if i is not None)):
-            self.counts.syncs[f"{name} @ {_where()}"] += 1
+            if inputs and from_host:
+                self.counts.host_reads[f"{name} @ {_where()}"] += 1
+            else:
+                self.counts.syncs[f"{name} @ {_where()}"] += 1
+        # what is made from host tensors only stays on the host; anything touched by a device tensor is on the device
+        self.counts._mark(_tensors([out]) + ([] if from_host else inputs[:1] if name.endswith("_") else []), from_host)
         if name in _FREE or name == "_local_scalar_dense" or getattr(func, "is_view", False):
             return out
         self.counts.torch_bytes[name] += _moved(name, args, kwargs, out)
@@ -196,6 +230,7 @@ def counting() -> Iterator[Counts]:
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         counts.launches[self.fn.__name__] += 1
+        counts._mark(_tensors(list(args) + list(kwargs.values())), False)  # a kernel's arguments live on the device
         kernel.append(self.fn.__name__)
         counts._in_kernel.append(True)
         try:
@@ -211,7 +246,7 @@ def counting() -> Iterator[Counts]:
 
         def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if not counts._in_kernel:
-                counts.syncs[f"{name} @ {_where()}"] += 1
+                (counts.host_reads if counts.is_host(self) else counts.syncs)[f"{name} @ {_where()}"] += 1
             return real(self, *args, **kwargs)
 
         return method
