@@ -63,6 +63,9 @@ class Counts:
     accesses: list = field(default_factory=list)            # (kernel, "load"/"store", first address, bytes, elements)
     torch_bytes: Counter = field(default_factory=Counter)   # operator -> bytes
     torch_ops: Counter = field(default_factory=Counter)     # operator -> calls (views and allocations included)
+    gemm_flops: Counter = field(default_factory=Counter)    # matrix operator -> 2·M·N·K summed
+    allocations: Counter = field(default_factory=Counter)   # operator -> bytes of the new tensors it made
+    allocation_count: Counter = field(default_factory=Counter)  # operator -> new tensors it made
     syncs: Counter = field(default_factory=Counter)         # "what @ file:line" -> count
     _names: list = field(default_factory=list)
     host_reads: Counter = field(default_factory=Counter)    # reads of host-made tensors: no synchronization
@@ -135,6 +138,19 @@ _INDEXED = {"gather", "index_select", "index", "take", "take_along_dim", "embedd
             "scatter_reduce_", "index_put_", "index_add_", "index_copy_", "index_fill_", "masked_scatter_"}
 
 
+#: matrix products and the operand positions of their [M, K] and [K, N] (or batched) factors
+GEMMS = {"mm": (0, 1), "addmm": (1, 2), "addmm_": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "baddbmm_": (1, 2),
+          "addbmm": (1, 2), "addbmm_": (1, 2), "_addmm_activation": (1, 2)}
+
+
+def _gemm_flops(name: str, args: tuple) -> int:
+    """``2 M N K`` (times the batch) of a matrix product."""
+    i, j = GEMMS[name]
+    a, b = args[i], args[j]
+    batch = a.shape[0] if a.dim() == 3 else 1
+    return 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
+
+
 def _tensors(values: list) -> list:
     out = []
     for value in values:
@@ -195,9 +211,16 @@ class _TorchCounter(TorchDispatchMode):
                 self.counts.syncs[f"{name} @ {_where()}"] += 1
         # what is made from host tensors only stays on the host; anything touched by a device tensor is on the device
         self.counts._mark(_tensors([out]) + ([] if from_host else inputs[:1] if name.endswith("_") else []), from_host)
+        seen = {t.untyped_storage().data_ptr() for t in inputs if t.device.type != "meta"}
+        for t in _tensors([out]):  # new storages: allocations (empty, the results of out-of-place operators)
+            if t.device.type != "meta" and t.untyped_storage().data_ptr() not in seen:
+                self.counts.allocations[name] += t.untyped_storage().nbytes()
+                self.counts.allocation_count[name] += 1
         if name in _FREE or name == "_local_scalar_dense" or getattr(func, "is_view", False):
             return out
         self.counts.torch_bytes[name] += _moved(name, args, kwargs, out)
+        if name in GEMMS:
+            self.counts.gemm_flops[name] += _gemm_flops(name, args)
         return out
 
 

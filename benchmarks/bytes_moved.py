@@ -14,7 +14,8 @@ arguments and results (``torch_passes``).
 Shapes: a short-row one (64 × 512: rows held in registers) and a long-row one (rows just above
 ``rows.BLOCK_ROWS_MAX``: the streamed kernels; two rows, small enough for the interpreter).
 The losses (Fenchel–Young, forward + backward with class targets) are counted the same way, beside
-``F.cross_entropy`` counted by the same PyTorch counter.
+``F.cross_entropy`` counted by the same PyTorch counter, and the fused linear loss per token (logits
+rows moved and allocated, GEMM FLOPs per token and class).
 """
 
 from __future__ import annotations
@@ -125,6 +126,40 @@ def loss_bytes(name: str, shape: tuple[int, int], dtype: Any) -> dict:
             "all_passes": round(s["passes"] + s["torch_passes"], 3)}
 
 
+#: tokens, hidden size, vocabulary, tokens per chunk of the fused linear loss (two chunks)
+FUSED = (64, 32, 1000, 32)
+
+
+def fused_bytes(mapping: str, dtype: Any, shape: tuple[int, int, int, int] = FUSED) -> dict:
+    """Forward + backward of ``linear_fenchel_young_loss`` (class targets): bytes per token in units of one
+    logits row (``V`` × the element size), GEMM FLOPs per token and class (the unfused floor is 6: the logits,
+    the hidden gradient and the weight gradient; a CCE-style kernel that recomputes the logits does 8), the
+    bytes of the tensors allocated per token, and the kernels launched."""
+    import torch
+
+    import softargmax as sa
+
+    N, H, V, chunk = shape
+    gen = torch.Generator().manual_seed(0)
+    h = (torch.randn(N, H, generator=gen) / H**0.5).to(dtype).requires_grad_(True)
+    w = (torch.randn(V, H, generator=gen) * 0.1).to(dtype).requires_grad_(True)
+    t = torch.randint(0, V, (N,), generator=gen)
+    with _counting.counting() as c:
+        loss = sa.linear_fenchel_young_loss(h, w, t, mapping=mapping, chunk_size=chunk)
+        torch.autograd.grad(loss, (h, w))
+    row = V * h.element_size()
+    return {"loss": f"linear_{mapping}", "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
+            "launches": dict(c.launches), "kernel_rows_per_token": round(c.kernel_bytes / (N * row), 3),
+            "torch_rows_per_token": round(sum(c.torch_bytes.values()) / (N * row), 3),
+            "rows_per_token": round(c.total_bytes / (N * row), 3),
+            # without the GEMMs' operands (their weight reads scale with hidden / chunk): the element-wise traffic
+            "elementwise_rows_per_token": round((c.total_bytes - sum(c.torch_bytes[g] for g in _counting.GEMMS))
+                                                / (N * row), 3),
+            "gemm_flops_per_token_class": round(sum(c.gemm_flops.values()) / (N * H * V), 3),
+            "allocated_rows_per_token": round(sum(c.allocations.values()) / (N * row), 3),
+            "torch_ops": {k: round(v / (N * row), 3) for k, v in c.torch_bytes.most_common(8)}}
+
+
 def run(dtypes: list[Any], shapes: Optional[list[tuple[int, int]]] = None, with_losses: bool = True,
         log: Callable[[str], None] = print) -> dict:
     shapes = shapes or [SHORT, long_shape()]
@@ -147,6 +182,16 @@ def run(dtypes: list[Any], shapes: Optional[list[tuple[int, int]]] = None, with_
                 out["losses"].append(r)
                 log(f"{name:<20} {r['dtype']:<9} {SHORT[0]}x{SHORT[1]:<9} {r['passes']:>7.2f} {r['torch_passes']:>7.2f} "
                     f"{r['all_passes']:>7.2f}  {r['launches']}")
+        out["fused"] = []
+        log(f"\nfused linear loss {FUSED[0]} tokens x {FUSED[1]} hidden x {FUSED[2]} classes, chunks of {FUSED[3]}: "
+            "logits rows moved and allocated per token, GEMM FLOPs per token-class (floor 6, CCE 8)")
+        for dtype in dtypes:
+            for mapping in ("softmax", "entmax15"):
+                r = fused_bytes(mapping, dtype)
+                out["fused"].append(r)
+                log(f"{r['loss']:<20} {r['dtype']:<9} moved {r['rows_per_token']:>6.2f} rows/token "
+                    f"(element-wise {r['elementwise_rows_per_token']:.2f}, kernels {r['kernel_rows_per_token']:.2f}), allocated {r['allocated_rows_per_token']:.2f}, "
+                    f"GEMM {r['gemm_flops_per_token_class']:.2f}  {r['launches']}")
     return out
 
 

@@ -8,7 +8,8 @@ On the CPU the library's Triton kernels run in Triton's interpreter through the 
 device with the host (``item()``/``bool()`` of a tensor, data-dependent output sizes, ``tolist()``,
 ``cpu()``), with the line of the library that makes it.  PyTorch operators are not launches here;
 their count (``torch_ops``: every ATen call, views and allocations included) stands for the host
-work and the small kernels a GPU would launch for them.
+work and the small kernels a GPU would launch for them; ``allocations`` and ``allocated_bytes`` the
+new tensors the call makes.
 
 On a GPU, :func:`cuda_syncs` counts the same synchronizations with
 ``torch.cuda.set_sync_debug_mode("warn")`` (one warning per synchronizing call).
@@ -96,7 +97,8 @@ def count(name: str, device: Any = "cpu") -> dict:
     with _counting.counting() as c:
         call()
     return {"case": name, "launches": sum(c.launches.values()), "kernels": dict(c.launches),
-            "syncs": c.sync_count, "sync_sites": dict(c.syncs), "torch_ops": sum(c.torch_ops.values())}
+            "syncs": c.sync_count, "sync_sites": dict(c.syncs), "torch_ops": sum(c.torch_ops.values()),
+            "allocations": sum(c.allocation_count.values()), "allocated_bytes": sum(c.allocations.values())}
 
 
 def cuda_syncs(name: str) -> int:
@@ -128,11 +130,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not _counting.interpreter_ready():
             print("host_cost.py: Triton's interpreter is not available", file=sys.stderr)
             return 2
-        print(f"{'case':<28} {'launches':>8} {'syncs':>5} {'aten ops':>8}  where")
+        print(f"{'case':<28} {'launches':>8} {'syncs':>5} {'aten ops':>8} {'allocs':>6} {'bytes':>8}  where")
         for name in cases():
             r = count(name)
             rows.append(r)
-            print(f"{name:<28} {r['launches']:>8} {r['syncs']:>5} {r['torch_ops']:>8}  {r['sync_sites']}")
+            print(f"{name:<28} {r['launches']:>8} {r['syncs']:>5} {r['torch_ops']:>8} {r['allocations']:>6} "
+                  f"{r['allocated_bytes']:>8}  {r['sync_sites']}")
     else:
         for name in cases():
             rows.append({"case": name, "cuda_syncs": cuda_syncs(name)})

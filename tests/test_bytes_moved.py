@@ -90,3 +90,25 @@ def test_loss_bytes_within_budget(name, dtype):
           f"(cross_entropy {ce['all_passes']}); largest: {dict(list(r['torch_ops'].items())[:4])}")
     assert ce["passes"] == 0 and 6 <= ce["all_passes"] <= 9  # the reference: PyTorch's own kernels only
     assert 2 <= r["all_passes"] <= BUDGET_LOSSES[(name, dtype)]
+
+
+#: the fused linear loss (64 tokens, hidden 32, 1000 classes, chunks of 32), forward + backward, today:
+#: logits rows moved per token without the GEMMs' operands, GEMM FLOPs per token and class (the floor is
+#: 6: logits, hidden gradient, weight gradient), logits rows allocated per token (all the new tensors, not the peak).  In bfloat16 the CPU path
+#: also converts the weight-gradient GEMM's operands to float32 (a CUDA run uses a float32-accumulating
+#: bf16 GEMM instead).  Targets: about 2 rows per token moved and allocated (G written once, in the input's
+#: dtype), like Cut-Cross-Entropy.
+BUDGET_FUSED = {("softmax", "float32"): (8.61, 4.08), ("entmax15", "float32"): (5.65, 3.1),
+                ("softmax", "bfloat16"): (26.75, 12.16), ("entmax15", "bfloat16"): (20.83, 10.2)}
+
+
+@pytest.mark.parametrize("mapping,dtype", list(BUDGET_FUSED))
+def test_fused_linear_loss_bytes_and_flops_within_budget(mapping, dtype):
+    r = BM.fused_bytes(mapping, getattr(torch, dtype))
+    moved, allocated = BUDGET_FUSED[(mapping, dtype)]
+    print(f"linear {mapping} {dtype}: {r['elementwise_rows_per_token']} element-wise rows per token "
+          f"({r['rows_per_token']} with the GEMMs), {r['allocated_rows_per_token']} allocated, "
+          f"{r['gemm_flops_per_token_class']} GEMM FLOPs per token-class; {r['launches']}")
+    assert r["gemm_flops_per_token_class"] == 6.0  # 2·N·H·V each: logits, hidden gradient, weight gradient
+    assert 1 <= r["elementwise_rows_per_token"] <= moved
+    assert 1 <= r["allocated_rows_per_token"] <= allocated
