@@ -14,9 +14,15 @@ one line per kernel) the report reads
 * ``barriers``: the ``bar.sync`` / ``bar.arrive`` / ``barrier.*`` instructions in the PTX: a static
   count (a barrier inside a loop counts once), the price of each cross-warp reduction
   (``tl.sum``/``tl.max`` over a tensor spread across warps) and of ``tl.cumsum``;
+* ``widest_ld`` / ``widest_st`` (and ``ld_bytes`` / ``st_bytes``, the instructions by width): the bytes
+  one thread moves per global load / store instruction in the PTX; 16 is a full vector access;
 * ``ctas_per_sm`` and ``occupancy`` (resident warps / 64): the smallest of the four H100 limits
   (:data:`H100`): 65,536 registers (allocated per warp in units of 256), 228 KiB shared memory
   (with 1 KiB reserved per CTA by the driver), 2,048 threads and 32 CTAs per SM; ``limit`` names it.
+
+Each variant is compiled with the specialization Triton applies at launch to the usual shapes:
+pointers 16-byte aligned and the shape integers (``ALIGNED_INTS``) multiples of 16, which lets it
+vectorize the accesses; ``--unaligned`` compiles without (an odd row length).
 
 The compiles go to a temporary Triton cache that is removed afterwards (the repository and
 ``~/.triton`` stay untouched).  The JSON holds the Triton version, the target and the limits.
@@ -265,7 +271,63 @@ def count_barriers(ptx: str) -> int:
     return len(_BARRIER.findall(ptx))
 
 
-def compile_variant(index: int) -> dict:
+_GLOBAL_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z0-9:]+)*)")
+
+
+def access_widths(ptx: str) -> dict:
+    """``{"ld": {bytes: count}, "st": {bytes: count}}``: the global loads and stores of a PTX text by the
+    bytes each thread moves per instruction (``ld.global.v4.b32``: 16); a static count."""
+    out: dict = {"ld": {}, "st": {}}
+    for op, suffix in _GLOBAL_ACCESS.findall(ptx):
+        parts = suffix.split(".")
+        vec = next((int(x[1:]) for x in parts if re.fullmatch(r"v\d+", x)), 1)
+        bits = next((int(x[1:]) for x in reversed(parts) if re.fullmatch(r"[bufs]\d+", x)), 8)
+        width = vec * max(bits, 8) // 8
+        out[op][width] = out[op].get(width, 0) + 1
+    return out
+
+
+#: integer arguments that a launch at the usual shapes specializes as multiples of 16 (row lengths, row
+#: counts, element counts, strides); Triton does this at launch for every int argument divisible by 16
+ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
+
+
+def _attrs(fn: Any, signature: dict, aligned: bool) -> dict:
+    """Triton's launch-time specialization: pointers 16-byte aligned and the shape integers multiples of 16
+    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views)."""
+    if not aligned:
+        return {}
+    # the arguments the kernel exempts (``@triton.jit(do_not_specialize=...)``) are never specialized
+    params = getattr(fn, "params", [])
+    exempt = {p.name for p in params if getattr(p, "do_not_specialize", False)
+              or getattr(p, "do_not_specialize_on_alignment", False)}
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name not in exempt and (
+            signature[name].startswith("*") or (signature[name] == "i32" and ALIGNED_INTS.fullmatch(name)))}
+
+
+def _resource_usage(cubin: bytes) -> str:
+    """``cuobjdump --dump-resource-usage`` of a cubin, rewritten as ptxas's report (the spills: the stack frame)."""
+    import subprocess
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as fh:
+        fh.write(cubin)
+    try:
+        out = subprocess.run([tool, "--dump-resource-usage", fh.name], capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+    finally:
+        os.unlink(fh.name)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", out)
+    if m is None:
+        return out
+    stack = int(m.group(2)) + int(m.group(3))  # no spill counts there: the stack frame stands for them
+    return f"Used {m.group(1)} registers; {stack} bytes stack frame, {stack} bytes spill stores, 0 bytes spill loads"
+
+
+def compile_variant(index: int, aligned: bool = True) -> dict:
     """Compile :func:`variants` ``[index]`` for sm_90 and return its row of the report."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -281,8 +343,9 @@ def compile_variant(index: int) -> dict:
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(log):
-            c = triton.compile(ASTSource(fn=fn, signature=_signature(fn, spec, v.dtype, v.constexprs),
-                                         constexprs=v.constexprs), target=GPUTarget(*TARGET),
+            sig = _signature(fn, spec, v.dtype, v.constexprs)
+            c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=v.constexprs,
+                                         attrs=_attrs(fn, sig, aligned)), target=GPUTarget(*TARGET),
                                options={"num_warps": v.warps})
     except Exception as err:  # a variant that no longer compiles: reported, not raised
         row["error"] = f"{type(err).__name__}: {str(err)[-1500:]}"
@@ -290,14 +353,20 @@ def compile_variant(index: int) -> dict:
     row["seconds"] = round(time.perf_counter() - t0, 2)
     text = log.getvalue()
     regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
+    if regs is None or spills is None:  # a Triton that does not print ptxas's report: read the binary's
+        text = _resource_usage(c.asm["cubin"])
+        regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
     if regs is None or spills is None:
         row["error"] = f"no ptxas report in: {text[-500:]!r}"
         return row
     smem = int(c.metadata.shared)
     ctas, limit = ctas_per_sm(int(regs.group(1)), v.warps, smem)
+    widths = access_widths(c.asm["ptx"])
     row.update(regs=int(regs.group(1)), spill_bytes=int(spills.group(2)) + int(spills.group(3)),
                stack_bytes=int(spills.group(1)), smem=smem, barriers=count_barriers(c.asm["ptx"]),
-               ctas_per_sm=ctas, limit=limit, occupancy=round(ctas * v.warps / H100["warps"], 3))
+               ctas_per_sm=ctas, limit=limit, occupancy=round(ctas * v.warps / H100["warps"], 3),
+               ld_bytes=widths["ld"], st_bytes=widths["st"], widest_ld=max(widths["ld"], default=0),
+               widest_st=max(widths["st"], default=0))
     return row
 
 
@@ -315,7 +384,7 @@ def select(patterns: Optional[list[str]] = None, quick: bool = False) -> list[in
     return out
 
 
-def report(indices: list[int], jobs: int = 1) -> dict:
+def report(indices: list[int], jobs: int = 1, aligned: bool = True) -> dict:
     """Compile the variants ``indices`` (``jobs`` processes) into a fresh temporary Triton cache."""
     import triton
 
@@ -327,28 +396,30 @@ def report(indices: list[int], jobs: int = 1) -> dict:
         os.environ["TRITON_CACHE_DIR"] = cache  # the workers' too
         if jobs > 1 and len(indices) > 1:
             with ProcessPoolExecutor(jobs) as pool:
-                rows = list(pool.map(compile_variant, indices))
+                rows = list(pool.map(functools.partial(compile_variant, aligned=aligned), indices))
         else:
-            rows = [compile_variant(i) for i in indices]
+            rows = [compile_variant(i, aligned) for i in indices]
     finally:
         triton.knobs.cache.dir = old
         shutil.rmtree(cache, ignore_errors=True)
     return {"triton": triton.__version__, "target": {"backend": TARGET[0], "arch": TARGET[1], "warp_size": TARGET[2]},
-            "limits": H100, "seconds": round(time.perf_counter() - t0, 1), "variants": rows,
+            "limits": H100, "specialization": "aligned" if aligned else "none",
+            "seconds": round(time.perf_counter() - t0, 1), "variants": rows,
             "failures": [f"{r['kernel']} {r['variant']}: {r['error']}" for r in rows if "error" in r]}
 
 
 def table(result: dict) -> str:
     lines = [f"Triton {result['triton']}, target sm_{result['target']['arch']} "
-             f"({len(result['variants'])} variants, {result['seconds']} s)",
+             f"({len(result['variants'])} variants, {result['seconds']} s, specialization: {result['specialization']})",
              f"{'kernel':<32} {'variant':<58} {'regs':>4} {'spill':>5} {'smem':>6} {'bars':>4} "
-             f"{'CTA/SM':>6} {'occ':>5}  limit"]
+             f"{'CTA/SM':>6} {'occ':>5} {'ld B':>4} {'st B':>4}  limit"]
     for r in result["variants"]:
         if "error" in r:
             lines.append(f"{r['kernel']:<32} {r['variant']:<58} FAILED: {r['error'][:200]}")
             continue
         lines.append(f"{r['kernel']:<32} {r['variant']:<58} {r['regs']:>4} {r['spill_bytes']:>5} {r['smem']:>6} "
-                     f"{r['barriers']:>4} {r['ctas_per_sm']:>6} {r['occupancy']:>5.0%}  {r['limit']}")
+                     f"{r['barriers']:>4} {r['ctas_per_sm']:>6} {r['occupancy']:>5.0%} {r['widest_ld']:>4} "
+                     f"{r['widest_st']:>4}  {r['limit']}")
     return "\n".join(lines)
 
 
@@ -360,6 +431,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="compiles in parallel")
     ap.add_argument("--json", dest="json_path", help="write the report here")
     ap.add_argument("--list", action="store_true", help="list the variants without compiling")
+    ap.add_argument("--unaligned", action="store_true",
+                    help="no launch-time specialization (odd row lengths, offset views) instead of 16-byte aligned "
+                         "pointers and shape integers that are multiples of 16")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -370,7 +444,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for i in indices:
             print(variants()[i].kernel, variants()[i].label)
         return 0
-    result = report(indices, args.jobs)
+    result = report(indices, args.jobs, aligned=not args.unaligned)
     print(table(result))
     if args.json_path:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_path)), exist_ok=True)
