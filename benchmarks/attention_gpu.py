@@ -5,6 +5,8 @@ Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16):
 
 * ``ms``: median forward+backward time, interleaved with the other implementations;
 * ``peak_mib``: peak CUDA memory of one forward+backward above the inputs;
+* ``first_call_ms``: that first forward+backward, timed on its own (Triton's compilation and
+  autotuning of the case's variants included);
 * ``max_abs_psum_minus_1``: the largest ``|Σ_j p_ij - 1|`` over the rows, measured the same
   way for every implementation: its output with ``v = 1`` (every output entry is then
   ``Σ_j p_ij``), run in float32 when the implementation takes float32 (the bfloat16 output
@@ -23,6 +25,7 @@ recorded with its error and left out of the timing.
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -152,7 +155,9 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None):
             res = {}
             run = _fwd_bwd(fn, q, k, v, do, causal)
             try:
-                res["peak_mib"] = _peak(run, device)
+                t0 = time.perf_counter()
+                res["peak_mib"] = _peak(run, device)  # the first call: compilation and autotuning included
+                res["first_call_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
             except Unsupported as e:
                 case["impls"][name] = {"skipped": str(e)}
                 continue
@@ -196,7 +201,7 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None):
             err = r["max_abs_psum_minus_1"]
             log(f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22} {r['ms']:9.3f} ms "
                 f"({r['ratio_sdpa']}x sdpa)  {peak:>9}  |Σp-1| {'-' if err is None else f'{err:.1e}'}"
-                f" ({r['psum_dtype']})  sparsity {r.get('block_sparsity', '-')}")
+                f" ({r['psum_dtype']})  sparsity {r.get('block_sparsity', '-')}  first call {r['first_call_ms']:.0f} ms")
         if device.type == "cuda":
             del q, k, v, do
             torch.cuda.empty_cache()

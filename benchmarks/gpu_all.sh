@@ -12,6 +12,9 @@
 #   bench-operators, bench-losses, bench-fused, bench-attention, bench-peers
 #                    benchmarks/run_gpu.py --only SECTION, one process each          -> bench/gpu-SECTION.json
 #                    (each JSON is rewritten after every case: a killed section keeps what it finished)
+#   compile-report   benchmarks/compile_report.py --quick: the kernels built for sm_90 with this machine's
+#                    Triton (registers, spills, shared memory, barriers, CTAs per SM; needs no GPU)
+#                                                                                    -> compile-report.json
 #   tests            pytest -m gpu (the tests that run on CUDA), xdist               -> tests/junit-gpu.xml
 #   tests-compile    tests/test_compile.py -m gpu: torch.compile(fullgraph=True), CUDA graphs,
 #                    no host synchronization                                         -> tests/junit-compile.xml
@@ -37,7 +40,7 @@
 # unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     usage
@@ -50,9 +53,9 @@ die() { echo "gpu_all.sh: $*" >&2; exit 2; }
 is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 
 ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers
-           tests tests-compile smoke translation-gpu)
+           compile-report tests tests-compile smoke translation-gpu)
 declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
-                [bench-attention]=100 [bench-peers]=75 [tests]=150 [tests-compile]=90 [smoke]=120
+                [bench-attention]=100 [bench-peers]=75 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
                 [translation-gpu]=100000)
 # the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
 declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
@@ -153,6 +156,7 @@ if [ "$DRY_RUN" -eq 1 ]; then
     TEST_PATHS=(tests/test_triton_rows.py tests/test_flash_attention.py tests/test_devices.py)
     TEST_FILTER=(-k "switch_off_takes_reference_path or uncovered_arguments or learned_alpha_attention_on_cuda")
     COMPILE_FILTER=(-k "gpu_compile_fullgraph")  # skipped without CUDA: the command line is what is checked
+    REPORT_ARGS=(--quick --kernels 'row_kernels.alpha_relu*' --jobs 2)  # a few variants: the plumbing
     export TRITON_INTERPRET=1
 else
     DEVICE=cuda
@@ -166,6 +170,7 @@ else
     TEST_PATHS=(tests)
     TEST_FILTER=()
     COMPILE_FILTER=()
+    REPORT_ARGS=(--quick --jobs 8)
 fi
 if [ -n "${GPU_ALL_WORKERS:-}" ]; then
     [[ "$GPU_ALL_WORKERS" =~ ^[0-9]+$ ]] || die "GPU_ALL_WORKERS must be a whole number of workers, got '$GPU_ALL_WORKERS'"
@@ -242,7 +247,7 @@ finished() {  # finished NAME RC
 
 step() {  # step NAME COMMAND...: one step, in the foreground
     [ -n "${SELECTED[$1]+x}" ] || return 0
-    if [ "$NO_CUDA" -eq 1 ] && [ "$1" != env ] && [ "$1" != wheels ]; then
+    if [ "$NO_CUDA" -eq 1 ] && [ "$1" != env ] && [ "$1" != wheels ] && [ "$1" != compile-report ]; then
         record "$1" "skipped (no CUDA)" - 0 -
         FAILED=1
         return 0
@@ -286,7 +291,7 @@ pack() {
     if [ "$size" -gt "$limit" ]; then
         echo "# still $size bytes: the summary, env, sanity, bench and test results only" >> "$SUMMARY"
         tar -czf "$ARCHIVE" -C "$OUT" gpu-all/summary.txt gpu-all/env.txt gpu-all/sanity.json gpu-all/bench \
-            gpu-all/tests 2> /dev/null
+            gpu-all/tests gpu-all/compile-report.json 2> /dev/null
     fi
     cp "$SUMMARY" "$OUT/summary.txt"
     [ "$KEEP" -eq 1 ] || rm -rf "$WORK"
@@ -375,6 +380,9 @@ for section in operators losses fused attention peers; do
     step "bench-$section" "$PY" benchmarks/run_gpu.py --only "$section" "${BENCH_ARGS[@]}" \
         --json "$WORK/bench/gpu-$section.json"
 done
+
+# the compile report needs no GPU: it runs even where CUDA is missing
+step compile-report "$PY" benchmarks/compile_report.py "${REPORT_ARGS[@]}" --json "$WORK/compile-report.json"
 
 TIMEOUT_ARGS=()
 if timeout 60 "$PY" -c "import pytest_timeout" 2> /dev/null; then TIMEOUT_ARGS=(--timeout 120); fi  # one hung test

@@ -6,7 +6,11 @@
 
 Every case is timed as the median of interleaved calls (``softargmax.bench.time_thunks``)
 against ``torch.softmax`` (operators) or ``F.cross_entropy`` (losses) in the same run, and
-the reference ``entmax`` package where it has the operator.  Bandwidth: the bytes an ideal
+the reference ``entmax`` package where it has the operator.  The first call of each
+implementation in a case is timed on its own before (``first_call_ms``: Triton's compilation
+of a new variant, autotuning, lazy imports and allocations included; a variant compiled by an
+earlier case of the same process is loaded, not rebuilt): a user-facing number beside the
+steady state.  Bandwidth: the bytes an ideal
 kernel moves (forward: read x, write p; backward: read p and the incoming gradient, write
 the gradient) divided by the time, as a fraction of the device's copy bandwidth measured
 in the same run (``y.copy_(x)`` of 1 GiB: read + write).  The attention section
@@ -97,6 +101,19 @@ def copy_bandwidth(device, gib: float = 1.0, repeats: int = 20) -> float:
     return 2 * n * 4 / times[len(times) // 2] / 1e9
 
 
+def first_calls(thunks, device):
+    """Milliseconds of one call of each thunk, synchronized, in order: the first call of each in this
+    process (compilation and autotuning included) when nothing ran it before."""
+    out = {}
+    for name, run in thunks.items():
+        _sync(device)
+        t0 = time.perf_counter()
+        run()
+        _sync(device)
+        out[name] = (time.perf_counter() - t0) * 1e3
+    return out
+
+
 def _fwd_bwd(fn, x, grad):
     def run():
         xx = x.detach().requires_grad_(True)
@@ -120,6 +137,7 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                 thunks[name] = _fwd_bwd(fn, x, grad)
                 for variant, pfn in package.get(name, {}).items():
                     thunks[f"pkg:{name}:{variant}"] = _fwd_bwd(pfn, x, grad)
+            first = first_calls(thunks, device)
             times = time_thunks(thunks, repeats, max(2, repeats // 5), device)
             ideal_bytes = 5 * x.numel() * x.element_size()  # fwd: x, p; bwd: p, v, g
             for name in ops:
@@ -128,6 +146,7 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                 # bw_fraction to 3 significant digits: a tiny (smoke) case does not round to 0
                 case = {"op": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "pass": "fwd+bwd",
                         "ms": round(ms, 4), "softmax_ms": round(times["softmax"], 4),
+                        "first_call_ms": round(first[name], 3), "softmax_first_call_ms": round(first["softmax"], 3),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
                         "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
@@ -137,7 +156,8 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                     emit(case)
                 log(f"{name:>20} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} {ms:9.3f} ms  "
                     f"{case['ratio']:5.2f}x softmax (target {case['target']})  {gbps:7.0f} GB/s "
-                    f"({case['bw_fraction']:.0%} of copy)  pkg {case['entmax_pkg']}")
+                    f"({case['bw_fraction']:.0%} of copy)  first call {case['first_call_ms']:.1f} ms  "
+                    f"pkg {case['entmax_pkg']}")
     return cases
 
 
@@ -159,17 +179,20 @@ def loss_cases(shapes, device, repeats, log=print, emit=None):
                 return run
 
             thunks = {"cross_entropy": runner(F.cross_entropy), **{k: runner(v) for k, v in losses.items()}}
+            first = first_calls(thunks, device)
             times = time_thunks(thunks, repeats, max(2, repeats // 5), device)
             for name in losses:
                 case = {"op": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
                         "pass": "fwd+bwd", "ms": round(times[name], 4),
                         "cross_entropy_ms": round(times["cross_entropy"], 4),
-                        "ratio": round(times[name] / times["cross_entropy"], 3)}
+                        "ratio": round(times[name] / times["cross_entropy"], 3),
+                        "first_call_ms": round(first[name], 3),
+                        "cross_entropy_first_call_ms": round(first["cross_entropy"], 3)}
                 cases.append(case)
                 if emit is not None:
                     emit(case)
                 log(f"{name:>20} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} {case['ms']:9.3f} ms  "
-                    f"{case['ratio']:5.2f}x cross_entropy")
+                    f"{case['ratio']:5.2f}x cross_entropy  first call {case['first_call_ms']:.1f} ms")
     return cases
 
 
@@ -196,17 +219,19 @@ def fused_case(shape, device, repeats, log=print):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        fn()
+        first = first_calls({name: fn}, device)[name]
         peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
         ms = time_thunks({name: fn}, repeats, 1, device)[name]
-        res[name] = {"ms": round(ms, 3), "peak_extra_mb": None if peak is None else round(peak, 1)}
+        res[name] = {"ms": round(ms, 3), "first_call_ms": round(first, 3),
+                     "peak_extra_mb": None if peak is None else round(peak, 1)}
     case = {"op": "linear+entmax15_loss", "shape": list(shape), "dtype": "bfloat16", "pass": "fwd+bwd",
             "fused": res["fused"], "unfused": res["unfused"],
             "time_ratio": round(res["fused"]["ms"] / res["unfused"]["ms"], 3), "time_target": 1.1,
             "memory_ratio": (round(res["fused"]["peak_extra_mb"] / res["unfused"]["peak_extra_mb"], 3)
                              if device.type == "cuda" else None), "memory_target": 0.25}
     log(f"fused linear+entmax15 loss {N}x{H}x{V} bf16: {case['time_ratio']}x time, "
-        f"{case['memory_ratio']}x peak memory (targets 1.1x, 0.25x)")
+        f"{case['memory_ratio']}x peak memory (targets 1.1x, 0.25x); first call {res['fused']['first_call_ms']:.1f} ms "
+        f"(unfused {res['unfused']['first_call_ms']:.1f} ms)")
     return case
 
 
@@ -446,15 +471,18 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
             grad = torch.randn_like(x)
             thunks = {"softmax": _fwd_bwd(lambda t: torch.softmax(t, -1), x, grad)}
             errors = {}
+            first = first_calls(dict(thunks), device)
             for op, fns in peers.items():
                 ours = OPERATORS[op]
                 thunks[op] = _fwd_bwd(ours, x, grad)
+                first.update(first_calls({op: thunks[op]}, device))
                 exact = ours(x.float())
                 for peer, fn in fns.items():
                     try:
-                        errors[(op, peer)] = float((fn(x).float() - exact).abs().max())
                         run = _fwd_bwd(fn, x, grad)
-                        run()  # its backward too: a peer that fails is recorded, not timed
+                        # its first call, backward too (compilation, autotuning): a peer that fails is recorded, not timed
+                        first[f"{peer}:{op}"] = first_calls({peer: run}, device)[peer]
+                        errors[(op, peer)] = float((fn(x).float() - exact).abs().max())
                         thunks[f"{peer}:{op}"] = run
                     except Exception as err:  # a shape or dtype the peer refuses
                         errors[(op, peer)] = f"error: {type(err).__name__}: {str(err)[:200]}"
@@ -464,12 +492,15 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
                 case = {"op": op, "peer": peer, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
                         "pass": "fwd+bwd", "ours_ms": round(times[op], 4), "softmax_ms": round(times["softmax"], 4),
                         "peer_ms": round(times[key], 4) if key in times else None,
+                        "ours_first_call_ms": round(first[op], 3),
+                        "peer_first_call_ms": round(first[key], 3) if key in first else None,
                         "peer_max_abs_error": err}
                 cases.append(case)
                 if emit is not None:
                     emit(case)
                 log(f"{peer:>10} {op:>12} {case['dtype']:>8} {shape[0]:>6}x{shape[1]:<7} ours {case['ours_ms']:8.3f} ms"
-                    f"  peer {case['peer_ms']} ms  softmax {case['softmax_ms']:.3f} ms  peer error {err}")
+                    f"  peer {case['peer_ms']} ms  softmax {case['softmax_ms']:.3f} ms  peer error {err}  first calls: "
+                    f"ours {case['ours_first_call_ms']} ms, peer {case['peer_first_call_ms']} ms")
     return cases
 
 
@@ -531,7 +562,10 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(device)
                     base = torch.cuda.memory_allocated(device)
-                value = float(run().detach())
+                _sync(device)
+                t0 = time.perf_counter()
+                value = float(run().detach())  # the first call: compilation and autotuning included
+                first_ms = (time.perf_counter() - t0) * 1e3
                 peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
                 ms = time_thunks({name: run}, repeats, 1, device)[name]
             except Exception as err:
@@ -543,11 +577,12 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
             if name == "ours_kl":
                 reference = value
             case = {"op": name, "shape": [N, H, V], "dtype": "bfloat16", "pass": "fwd+bwd", "ms": round(ms, 3),
-                    "peak_extra_mb": None if peak is None else round(peak, 1), "loss": value}
+                    "first_call_ms": round(first_ms, 3), "peak_extra_mb": None if peak is None else round(peak, 1), "loss": value}
             if reference is not None and name not in ("ours_entmax15", "ours_kl"):
                 case["loss_error_vs_ours_kl"] = abs(value - reference)  # ours_kl runs second, before any peer
             record(case)
-            log(f"{name:>28} {N}x{H}x{V}: {ms:9.2f} ms  peak extra {case['peak_extra_mb']} MB  loss {value:.6f}")
+            log(f"{name:>28} {N}x{H}x{V}: {ms:9.2f} ms  peak extra {case['peak_extra_mb']} MB  loss {value:.6f}  "
+                f"first call {first_ms:.1f} ms")
     return cases
 
 

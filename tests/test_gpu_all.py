@@ -4,6 +4,7 @@ A step that hangs is simulated with a ``PYTHON`` that sleeps for the commands na
 script runs every Python step through ``$PYTHON``); everything else is the real script.
 """
 
+import json
 import os
 import re
 import signal
@@ -132,6 +133,21 @@ def test_dry_run_of_the_test_steps_selects_the_gpu_tests(tmp_path):
     assert {name for _, name in ran["junit-compile.xml"]} == {"test_gpu_compile_fullgraph"}
     assert "needs CUDA" in (work / "logs" / "tests.log").read_text()  # -rs lists why a test was skipped
     assert '"status": 0' in (work / "sanity.json").read_text()
+
+
+def test_dry_run_compile_report_comes_back_in_the_archive(tmp_path):
+    """The compile report step (no GPU needed: it runs where CUDA is missing too) writes its JSON into the archive."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--steps", "sanity,compile-report"],
+                          capture_output=True, text=True, timeout=240, env=_env(sys.executable))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert _summary(out) == {"sanity": ("ok", "0"), "compile-report": ("ok", "0")}
+    assert "gpu-all/compile-report.json" in _archive_names(out)
+    with tarfile.open(out / "gpu-all.tar.gz") as tar:
+        report = json.load(tar.extractfile("gpu-all/compile-report.json"))
+    assert report["target"]["arch"] == 90 and report["failures"] == []
+    assert {r["kernel"] for r in report["variants"]} == {"row_kernels.alpha_relu_forward", "row_kernels.alpha_relu_backward"}
+    assert all(r["regs"] > 0 and r["ctas_per_sm"] >= 1 for r in report["variants"])
 
 
 def test_cuda_only_tests_use_needs_cuda():

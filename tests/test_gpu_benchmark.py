@@ -28,11 +28,15 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     assert ("entmax_a1.3", "bfloat16", (8, 300)) in ops and ("alpha_relu", "float32", (64, 32)) in ops
     for c in result["cases"]:
         assert c["ratio"] > 0 and 0 < c["bw_fraction"] and c["target"] in (1.0, 1.25, 1.5)
+        assert c["first_call_ms"] > 0 and c["softmax_first_call_ms"] > 0  # the first call, apart from the steady state
+    assert all(c["first_call_ms"] > 0 and c["cross_entropy_first_call_ms"] > 0 for c in result["loss_cases"])
+    assert result["fused"]["fused"]["first_call_ms"] > 0 and result["fused"]["unfused"]["first_call_ms"] > 0
     assert {c["op"] for c in result["loss_cases"]} == {"sparsemax_loss", "entmax15_loss", "entmax_loss_a1.3"}
     assert result["fused"]["time_ratio"] > 0
     (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)
     impls = case["impls"]
     assert {"sdpa", "materialized_entmax15"} <= set(impls) and all(r["ms"] > 0 for r in impls.values())
+    assert all(r["first_call_ms"] > 0 for r in impls.values())
     if "fused_entmax15" in impls:
         for name in ("fused_entmax15", "fused_learned_alpha"):
             assert impls[name]["max_abs_psum_minus_1"] < 1e-5 and impls[name]["psum_solver"] < 1e-5
@@ -98,3 +102,29 @@ def test_the_peer_comparison_records_what_it_could_not_run(monkeypatch):
     assert by_op["liger_flce"]["skipped"].startswith("liger_kernel:") and by_op["cce"]["skipped"].startswith(
         "cut_cross_entropy:")
     assert by_op["ours_entmax15"]["ms"] > 0 and by_op["torch_linear_ce"]["loss_error_vs_ours_kl"] < 1e-2
+    assert by_op["ours_entmax15"]["first_call_ms"] > 0
+
+
+def test_peer_operators_record_first_calls_and_failures(monkeypatch):
+    """A peer's first call (compilation, autotuning) is timed apart from its steady state; a peer that
+    fails is recorded with its error and not timed."""
+    import importlib
+
+    import torch
+
+    import softargmax as sa
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    run_gpu = importlib.import_module("run_gpu")
+
+    def broken(x):
+        raise RuntimeError("unsupported shape")
+
+    monkeypatch.setattr(run_gpu, "peer_operators", lambda: {"sparsemax": {"fake": lambda x: sa.sparsemax(x + 0.0),
+                                                                          "broken": broken}})
+    cases = run_gpu.peer_operator_cases([(4, 50)], [torch.float32], torch.device("cpu"), 1, log=lambda *a: None)
+    by_peer = {c["peer"]: c for c in cases}
+    assert by_peer["fake"]["peer_first_call_ms"] > 0 and by_peer["fake"]["ours_first_call_ms"] > 0
+    assert by_peer["fake"]["peer_ms"] > 0 and by_peer["fake"]["peer_max_abs_error"] < 1e-6
+    assert by_peer["broken"]["peer_ms"] is None and by_peer["broken"]["peer_first_call_ms"] is None
+    assert by_peer["broken"]["peer_max_abs_error"].startswith("error: RuntimeError: unsupported shape")

@@ -1,0 +1,463 @@
+"""Compile report: every Triton kernel variant built for an H100 (sm_90) on this machine, no GPU needed.
+
+    python benchmarks/compile_report.py                       # every variant, table + JSON
+    python benchmarks/compile_report.py --quick               # the representative subset (the test's)
+    python benchmarks/compile_report.py --kernels 'row_kernels.*long*' --json out.json --jobs 2
+
+The Triton wheel for Linux x86-64 ships ``ptxas``: ``triton.compile(ASTSource(fn, signature,
+constexprs), target=GPUTarget("cuda", 90, 32))`` lowers a kernel to PTX and assembles it for
+sm_90a without a device.  For every variant the launchers can choose (the table :data:`KERNELS`,
+one line per kernel) the report reads
+
+* ``regs``, ``spill_bytes`` (spill stores + loads) and ``stack_bytes``: ptxas's own report (``-v``);
+* ``smem``: the shared memory Triton asks for at launch (``metadata.shared``), in bytes;
+* ``barriers``: the ``bar.sync`` / ``bar.arrive`` / ``barrier.*`` instructions in the PTX: a static
+  count (a barrier inside a loop counts once), the price of each cross-warp reduction
+  (``tl.sum``/``tl.max`` over a tensor spread across warps) and of ``tl.cumsum``;
+* ``widest_ld`` / ``widest_st`` (and ``ld_bytes`` / ``st_bytes``, the instructions by width): the bytes
+  one thread moves per global load / store instruction in the PTX; 16 is a full vector access;
+* ``ctas_per_sm`` and ``occupancy`` (resident warps / 64): the smallest of the four H100 limits
+  (:data:`H100`): 65,536 registers (allocated per warp in units of 256), 228 KiB shared memory
+  (with 1 KiB reserved per CTA by the driver), 2,048 threads and 32 CTAs per SM; ``limit`` names it.
+
+Each variant is compiled with the specialization Triton applies at launch to the usual shapes:
+pointers 16-byte aligned and the shape integers (``ALIGNED_INTS``) multiples of 16, which lets it
+vectorize the accesses; ``--unaligned`` compiles without (an odd row length).
+
+The compiles go to a temporary Triton cache that is removed afterwards (the repository and
+``~/.triton`` stay untouched).  The JSON holds the Triton version, the target and the limits.
+A kernel that no longer compiles is listed under ``failures`` and the exit status is 1.
+
+The kernels are imported with ``TRITON_INTERPRET=0`` (the interpreter's kernels cannot be compiled);
+this script sets it before Triton is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import functools
+import io
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+#: the H100 (sm_90) limits per SM that bound the CTAs resident at once
+H100 = {"registers": 65536, "register_unit": 256, "max_registers_per_thread": 255, "shared_bytes": 228 * 1024,
+        "shared_per_cta": 227 * 1024, "reserved_shared_per_cta": 1024, "threads": 2048, "ctas": 32, "warps": 64}
+TARGET = ("cuda", 90, 32)
+DTYPES = ("fp32", "fp16", "bf16")
+TORCH_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled configuration of a kernel: its constexprs, warps and argument types."""
+
+    kernel: str          # "module.function"
+    dtype: str           # the input's element type (fp32, fp16, bf16)
+    constexprs: dict
+    warps: int
+    streaming: bool      # a streaming (long-row / elementwise) kernel: the test refuses any spill there
+    quick: bool          # in the representative subset (--quick, the test)
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.dtype] + [f"{k}={int(v) if isinstance(v, bool) else v}"
+                                        for k, v in self.constexprs.items()] + [f"warps={self.warps}"])
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel and how its variants are enumerated.
+
+    ``configs()`` yields ``(dtype, constexprs, warps, quick)``; ``data`` names the pointer arguments
+    with the input's element type; ``types`` the arguments whose type differs from the default
+    (other upper-case names: ``*fp32`` pointers, but ``i32`` for ``INT_SCALARS``; lower-case: ``i32``
+    scalars, or ``fp32`` for the names in ``FLOAT_SCALARS``).
+    """
+
+    module: str
+    name: str
+    configs: Callable[[], Iterable[tuple[str, dict, int, bool]]]
+    data: tuple[str, ...]
+    types: dict = field(default_factory=dict)
+    streaming: bool = False
+
+
+FLOAT_SCALARS = {"tol", "omega_c", "scale", "a", "tau"}
+#: upper-case names that are integer scalars (row and head counts, lengths), not pointers
+INT_SCALARS = {"R", "H", "HKV", "L", "S"}
+
+
+def _mod(name: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"softargmax.backends.triton.{name}")
+
+
+# -- the variants each launcher can choose ----------------------------------------------------------------
+
+def _row_kinds() -> list[tuple[int, int, str]]:
+    """``(KIND, EXACT, name)`` of the row kernels: α-entmax (general, sparsemax, 1.5-entmax), JS, Hellinger."""
+    K = _mod("row_kernels")
+    power, js, hell = int(K.KIND_POWER.value), int(K.KIND_JS.value), int(K.KIND_HELL.value)
+    return [(power, 0, "entmax"), (power, 1, "sparsemax"), (power, 2, "entmax15"), (js, 0, "js"),
+            (hell, 0, "hellinger")]
+
+
+def _row_tiles() -> list[tuple[int, int, int]]:
+    """Every ``(ROWS, BLOCK, warps)`` that ``rows._tile`` chooses for rows of 1 to ``BLOCK_ROWS_MAX`` entries
+    (the tile depends on the row length rounded up to a power of two only)."""
+    T = _mod("rows")
+    lengths = [1] + [1 << i for i in range(1, T.BLOCK_ROWS_MAX.bit_length())]
+    return sorted({T._tile(k) for k in lengths if k <= T.BLOCK_ROWS_MAX}, key=lambda t: t[1])
+
+
+def _block_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    tiles = _row_tiles()
+    for dt in DTYPES:
+        for kind, exact, _ in _row_kinds():
+            for rows, block, warps in tiles:
+                quick = dt == "bf16" and block in (tiles[0][1], 512, tiles[-1][1]) and (kind, exact) in ((0, 1), (0, 2))
+                yield dt, dict(KIND=kind, EXACT=exact, ROWS=rows, BLOCK=block), warps, quick
+
+
+def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T, K = _mod("rows"), _mod("row_kernels")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, _ in _row_kinds():
+            cap = T.CAP if kind == int(K.KIND_POWER.value) else 1
+            yield dt, dict(KIND=kind, EXACT=exact, BLOCK=block, CAP=cap), warps, True
+
+
+def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, _ in _row_kinds():
+            yield dt, dict(KIND=kind, EXACT=exact, BLOCK=block), warps, True
+
+
+def _relu_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    for dt in DTYPES:
+        for exact in (0, 1, 2):  # 1/(α-1) general, 1 (α = 2), 2 (α = 1.5)
+            yield dt, dict(EXACT=exact, BLOCK=T.ELEMENTWISE_BLOCK), 4, dt == "bf16"  # Triton's default warps
+
+
+HEAD_DIMS = (64, 128)
+
+
+def _attention_configs(alpha_grad: bool) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
+    """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA:
+    causal without a mask for EXACT 0/1/2, and the 1.5-entmax one with a boolean mask, not causal."""
+
+    def configs() -> Iterable[tuple[str, dict, int, bool]]:
+        import torch
+
+        F = _mod("flash_attention")
+        for dt in DTYPES:
+            for D in HEAD_DIMS:
+                bm, bn, warps = F.blocks(D, torch.device("cuda"), getattr(torch, TORCH_DTYPE[dt]))
+                for exact, causal, mask in ((0, True, 0), (1, True, 0), (2, True, 0), (2, False, 2)):
+                    c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0,
+                             BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D)
+                    if alpha_grad:
+                        c["ALPHA_GRAD"] = exact == 0
+                    yield dt, c, warps, dt == "bf16" and exact == 2 and causal
+
+    return configs
+
+
+def _row_dot_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    for dt in DTYPES:
+        for D in HEAD_DIMS:
+            yield dt, dict(BLOCK_R=max(1, 1024 // D), HEAD_DIM=D), 4, dt == "bf16" and D == 64
+
+
+_ATT = {"ITERS": "*i32"}
+
+#: every Triton kernel of the library: add a kernel here (one line) and every proxy reports it
+KERNELS: list[KernelSpec] = [
+    KernelSpec("row_kernels", "solve_block_rows", _block_rows_configs, ("Z", "P"), {"STATUS": "*i8"}),
+    KernelSpec("row_kernels", "jvp_block_rows", _block_rows_configs, ("P", "V", "G")),
+    KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), {"STATUS": "*i8"}, streaming=True),
+    KernelSpec("row_kernels", "jvp_long_rows", _long_jvp_configs, ("P", "V", "G"), streaming=True),
+    KernelSpec("row_kernels", "alpha_relu_forward", _relu_configs, ("X", "Y"), streaming=True),
+    KernelSpec("row_kernels", "alpha_relu_backward", _relu_configs, ("X", "GY", "GX"), streaming=True),
+    KernelSpec("attention_kernels", "attention_fwd", _attention_configs(False), ("Q", "K", "V", "O", "Wv"), _ATT),
+    KernelSpec("attention_kernels", "attention_bwd_dkdv", _attention_configs(False),
+               ("Q", "K", "V", "DO", "DK", "DV"), _ATT),
+    KernelSpec("attention_kernels", "attention_bwd_dq", _attention_configs(True), ("Q", "K", "V", "DO", "DQ"), _ATT),
+    KernelSpec("attention_kernels", "row_dot", _row_dot_configs, ("X", "Y"), _ATT),
+]
+
+
+def _signature(fn: Any, spec: KernelSpec, dtype: str, constexprs: dict) -> dict:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in spec.data:
+            sig[name] = "*" + dtype
+        elif name == "MASK":
+            sig[name] = "*u8" if constexprs.get("HAS_MASK") == 2 else "*fp32"
+        elif name in spec.types:
+            sig[name] = spec.types[name]
+        elif name in INT_SCALARS:
+            sig[name] = "i32"
+        elif name[0].isupper():
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "fp32" if name in FLOAT_SCALARS else "i32"
+    return sig
+
+
+@functools.lru_cache(maxsize=None)
+def variants() -> list[Variant]:
+    """Every variant of every kernel of :data:`KERNELS`, deduplicated, in table order."""
+    out, seen = [], set()
+    for spec in KERNELS:
+        for dtype, consts, warps, quick in spec.configs():
+            v = Variant(f"{spec.module}.{spec.name}", dtype, consts, warps, spec.streaming, quick)
+            key = (v.kernel, v.label)
+            if key not in seen:
+                seen.add(key)
+                out.append(v)
+    return out
+
+
+def _spec(kernel: str) -> KernelSpec:
+    return next(s for s in KERNELS if f"{s.module}.{s.name}" == kernel)
+
+
+# -- occupancy ---------------------------------------------------------------------------------------------
+
+def ctas_per_sm(regs: int, warps: int, smem: int, limits: Optional[dict] = None) -> tuple[int, str]:
+    """CTAs of ``warps`` warps, ``regs`` registers per thread and ``smem`` bytes of shared memory resident
+    on one SM, and the limit that binds (``registers``, ``shared``, ``threads``, ``ctas``); 0 if one CTA
+    does not fit."""
+    lim = limits or H100
+    unit = lim["register_unit"]
+    regs_per_warp = math.ceil(max(regs, 1) * 32 / unit) * unit
+    by = {"registers": (lim["registers"] // regs_per_warp) // warps,
+          "shared": (lim["shared_bytes"] // (smem + lim["reserved_shared_per_cta"])
+                     if smem <= lim["shared_per_cta"] else 0),
+          "threads": lim["threads"] // (32 * warps), "ctas": lim["ctas"]}
+    name = min(by, key=lambda k: by[k])
+    return by[name], name
+
+
+# -- compiling -----------------------------------------------------------------------------------------------
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_BARRIER = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:bar|barrier)(?:\.cta)?\.(?:sync|arrive|red)\b", re.MULTILINE)
+
+
+def count_barriers(ptx: str) -> int:
+    """The barrier instructions (``bar.sync``, ``bar.arrive``, ``bar.red``, ``barrier.*``) in a PTX text."""
+    return len(_BARRIER.findall(ptx))
+
+
+_GLOBAL_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z0-9:]+)*)")
+
+
+def access_widths(ptx: str) -> dict:
+    """``{"ld": {bytes: count}, "st": {bytes: count}}``: the global loads and stores of a PTX text by the
+    bytes each thread moves per instruction (``ld.global.v4.b32``: 16); a static count."""
+    out: dict = {"ld": {}, "st": {}}
+    for op, suffix in _GLOBAL_ACCESS.findall(ptx):
+        parts = suffix.split(".")
+        vec = next((int(x[1:]) for x in parts if re.fullmatch(r"v\d+", x)), 1)
+        bits = next((int(x[1:]) for x in reversed(parts) if re.fullmatch(r"[bufs]\d+", x)), 8)
+        width = vec * max(bits, 8) // 8
+        out[op][width] = out[op].get(width, 0) + 1
+    return out
+
+
+#: integer arguments that a launch at the usual shapes specializes as multiples of 16 (row lengths, row
+#: counts, element counts, strides); Triton does this at launch for every int argument divisible by 16
+ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
+
+
+def _attrs(fn: Any, signature: dict, aligned: bool) -> dict:
+    """Triton's launch-time specialization: pointers 16-byte aligned and the shape integers multiples of 16
+    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views)."""
+    if not aligned:
+        return {}
+    # the arguments the kernel exempts (``@triton.jit(do_not_specialize=...)``) are never specialized
+    params = getattr(fn, "params", [])
+    exempt = {p.name for p in params if getattr(p, "do_not_specialize", False)
+              or getattr(p, "do_not_specialize_on_alignment", False)}
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name not in exempt and (
+            signature[name].startswith("*") or (signature[name] == "i32" and ALIGNED_INTS.fullmatch(name)))}
+
+
+def _resource_usage(cubin: bytes) -> str:
+    """``cuobjdump --dump-resource-usage`` of a cubin, rewritten as ptxas's report (the spills: the stack frame)."""
+    import subprocess
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as fh:
+        fh.write(cubin)
+    try:
+        out = subprocess.run([tool, "--dump-resource-usage", fh.name], capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+    finally:
+        os.unlink(fh.name)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", out)
+    if m is None:
+        return out
+    stack = int(m.group(2)) + int(m.group(3))  # no spill counts there: the stack frame stands for them
+    return f"Used {m.group(1)} registers; {stack} bytes stack frame, {stack} bytes spill stores, 0 bytes spill loads"
+
+
+def compile_variant(index: int, aligned: bool = True) -> dict:
+    """Compile :func:`variants` ``[index]`` for sm_90 and return its row of the report."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    v = variants()[index]
+    spec = _spec(v.kernel)
+    fn = getattr(_mod(spec.module), spec.name)
+    row: dict[str, Any] = {"kernel": v.kernel, "variant": v.label, "dtype": v.dtype, "constexprs": v.constexprs,
+                           "warps": v.warps, "streaming": v.streaming}
+    triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton: captured here
+    log = io.StringIO()
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(log):
+            sig = _signature(fn, spec, v.dtype, v.constexprs)
+            c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=v.constexprs,
+                                         attrs=_attrs(fn, sig, aligned)), target=GPUTarget(*TARGET),
+                               options={"num_warps": v.warps})
+    except Exception as err:  # a variant that no longer compiles: reported, not raised
+        row["error"] = f"{type(err).__name__}: {str(err)[-1500:]}"
+        return row
+    row["seconds"] = round(time.perf_counter() - t0, 2)
+    text = log.getvalue()
+    regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
+    if regs is None or spills is None:  # a Triton that does not print ptxas's report: read the binary's
+        text = _resource_usage(c.asm["cubin"])
+        regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
+    if regs is None or spills is None:
+        row["error"] = f"no ptxas report in: {text[-500:]!r}"
+        return row
+    smem = int(c.metadata.shared)
+    ctas, limit = ctas_per_sm(int(regs.group(1)), v.warps, smem)
+    widths = access_widths(c.asm["ptx"])
+    row.update(regs=int(regs.group(1)), spill_bytes=int(spills.group(2)) + int(spills.group(3)),
+               stack_bytes=int(spills.group(1)), smem=smem, barriers=count_barriers(c.asm["ptx"]),
+               ctas_per_sm=ctas, limit=limit, occupancy=round(ctas * v.warps / H100["warps"], 3),
+               ld_bytes=widths["ld"], st_bytes=widths["st"], widest_ld=max(widths["ld"], default=0),
+               widest_st=max(widths["st"], default=0))
+    return row
+
+
+def select(patterns: Optional[list[str]] = None, quick: bool = False) -> list[int]:
+    """Indices into :func:`variants`: those whose ``kernel`` (or ``kernel variant``) matches a glob of
+    ``patterns`` (all by default), in the representative subset only with ``quick``."""
+    out = []
+    for i, v in enumerate(variants()):
+        if quick and not v.quick:
+            continue
+        if patterns and not any(fnmatch.fnmatch(v.kernel, p) or fnmatch.fnmatch(f"{v.kernel} {v.label}", p)
+                                for p in patterns):
+            continue
+        out.append(i)
+    return out
+
+
+def report(indices: list[int], jobs: int = 1, aligned: bool = True) -> dict:
+    """Compile the variants ``indices`` (``jobs`` processes) into a fresh temporary Triton cache."""
+    import triton
+
+    cache = tempfile.mkdtemp(prefix="softargmax-compile-report-")
+    old = triton.knobs.cache.dir
+    t0 = time.perf_counter()
+    try:
+        triton.knobs.cache.dir = cache
+        os.environ["TRITON_CACHE_DIR"] = cache  # the workers' too
+        if jobs > 1 and len(indices) > 1:
+            with ProcessPoolExecutor(jobs) as pool:
+                rows = list(pool.map(functools.partial(compile_variant, aligned=aligned), indices))
+        else:
+            rows = [compile_variant(i, aligned) for i in indices]
+    finally:
+        triton.knobs.cache.dir = old
+        shutil.rmtree(cache, ignore_errors=True)
+    return {"triton": triton.__version__, "target": {"backend": TARGET[0], "arch": TARGET[1], "warp_size": TARGET[2]},
+            "limits": H100, "specialization": "aligned" if aligned else "none",
+            "seconds": round(time.perf_counter() - t0, 1), "variants": rows,
+            "failures": [f"{r['kernel']} {r['variant']}: {r['error']}" for r in rows if "error" in r]}
+
+
+def table(result: dict) -> str:
+    lines = [f"Triton {result['triton']}, target sm_{result['target']['arch']} "
+             f"({len(result['variants'])} variants, {result['seconds']} s, specialization: {result['specialization']})",
+             f"{'kernel':<32} {'variant':<58} {'regs':>4} {'spill':>5} {'smem':>6} {'bars':>4} "
+             f"{'CTA/SM':>6} {'occ':>5} {'ld B':>4} {'st B':>4}  limit"]
+    for r in result["variants"]:
+        if "error" in r:
+            lines.append(f"{r['kernel']:<32} {r['variant']:<58} FAILED: {r['error'][:200]}")
+            continue
+        lines.append(f"{r['kernel']:<32} {r['variant']:<58} {r['regs']:>4} {r['spill_bytes']:>5} {r['smem']:>6} "
+                     f"{r['barriers']:>4} {r['ctas_per_sm']:>6} {r['occupancy']:>5.0%} {r['widest_ld']:>4} "
+                     f"{r['widest_st']:>4}  {r['limit']}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="the representative subset (the test's)")
+    ap.add_argument("--kernels", nargs="+", metavar="GLOB",
+                    help="kernels to report, as globs on 'module.function' or 'module.function variant'")
+    ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="compiles in parallel")
+    ap.add_argument("--json", dest="json_path", help="write the report here")
+    ap.add_argument("--list", action="store_true", help="list the variants without compiling")
+    ap.add_argument("--unaligned", action="store_true",
+                    help="no launch-time specialization (odd row lengths, offset views) instead of 16-byte aligned "
+                         "pointers and shape integers that are multiples of 16")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    indices = select(args.kernels, args.quick)
+    if not indices:
+        ap.error(f"no variant matches {args.kernels}")
+    if args.list:
+        for i in indices:
+            print(variants()[i].kernel, variants()[i].label)
+        return 0
+    result = report(indices, args.jobs, aligned=not args.unaligned)
+    print(table(result))
+    if args.json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_path)), exist_ok=True)
+        with open(args.json_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json_path}")
+    for line in result["failures"]:
+        print("FAILED", line, file=sys.stderr)
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    os.environ["TRITON_INTERPRET"] = "0"  # before Triton is imported: compilable kernels, not the interpreter's
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    sys.exit(main())

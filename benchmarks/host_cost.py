@@ -1,0 +1,155 @@
+"""Host cost per call: kernel launches and host synchronizations of the operators and losses.
+
+    python benchmarks/host_cost.py                  # on the CPU, in Triton's interpreter (this script sets it)
+    python benchmarks/host_cost.py --json out.json
+
+On the CPU the library's Triton kernels run in Triton's interpreter through the GPU launchers, and
+:mod:`_counting` counts the kernel launches and every operation that would synchronize a CUDA
+device with the host (``item()``/``bool()`` of a tensor, data-dependent output sizes, ``tolist()``,
+``cpu()``), with the line of the library that makes it.  PyTorch operators are not launches here;
+their count (``torch_ops``: every ATen call, views and allocations included) stands for the host
+work and the small kernels a GPU would launch for them; ``allocations`` and ``allocated_bytes`` the
+new tensors the call makes.
+
+On a GPU, :func:`cuda_syncs` counts the same synchronizations with
+``torch.cuda.set_sync_debug_mode("warn")`` (one warning per synchronizing call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from typing import Any, Callable, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _counting  # noqa: E402
+
+SHAPE = (16, 300)
+FUSED = (32, 16, 300, 16)  # tokens, hidden, vocabulary, chunk_size (tokens per chunk: two chunks)
+
+
+def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
+    """``{name: (kind, make)}``: ``make(device)`` prepares the inputs and returns the call to count.
+    Kinds: ``forward``/``backward`` of a row operator, ``loss`` (forward + backward), ``fused``."""
+    import torch
+
+    import softargmax as sa
+
+    def operator(fn: Callable[[Any], Any], backward: bool) -> Callable[[Any], Callable[[], Any]]:
+        def make(device: Any) -> Callable[[], Any]:
+            gen = torch.Generator().manual_seed(0)
+            x = (torch.randn(*SHAPE, generator=gen) * 3).to(device).requires_grad_(True)
+            v = torch.randn(*SHAPE, generator=gen).to(device)
+            if not backward:
+                return lambda: fn(x)
+            y = fn(x)
+            return lambda: torch.autograd.grad(y, x, v, retain_graph=True)
+
+        return make
+
+    def loss(fn: Callable[[Any, Any], Any]) -> Callable[[Any], Callable[[], Any]]:
+        def make(device: Any) -> Callable[[], Any]:
+            gen = torch.Generator().manual_seed(0)
+            x = (torch.randn(*SHAPE, generator=gen) * 3).to(device).requires_grad_(True)
+            t = torch.randint(0, SHAPE[1], (SHAPE[0],), generator=gen).to(device)
+            return lambda: torch.autograd.grad(fn(x, t), x)
+
+        return make
+
+    def fused(mapping: str) -> Callable[[Any], Callable[[], Any]]:
+        def make(device: Any) -> Callable[[], Any]:
+            N, H, V, chunk = FUSED
+            gen = torch.Generator().manual_seed(0)
+            h = (torch.randn(N, H, generator=gen) / H**0.5).to(device).requires_grad_(True)
+            w = (torch.randn(V, H, generator=gen) * 0.1).to(device).requires_grad_(True)
+            t = torch.randint(0, V, (N,), generator=gen).to(device)
+            return lambda: torch.autograd.grad(sa.linear_fenchel_young_loss(h, w, t, mapping=mapping,
+                                                                            chunk_size=chunk), (h, w))
+
+        return make
+
+    ops = {"sparsemax": sa.sparsemax, "entmax15": sa.entmax15, "entmax_a1.3": lambda x: sa.entmax(x, 1.3),
+           "jensen_shannon": lambda x: sa.f_softargmax(x, "jensen_shannon"),
+           "squared_hellinger": lambda x: sa.f_softargmax(x, "squared_hellinger"),
+           "alpha_relu": lambda x: sa.alpha_relu(x, 1.5, 0.5)}
+    out: dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]] = {}
+    for name, fn in ops.items():
+        out[f"{name}.forward"] = ("forward", operator(fn, False))
+        out[f"{name}.backward"] = ("backward", operator(fn, True))
+    for name, lfn in {"sparsemax_loss": sa.sparsemax_loss, "entmax15_loss": sa.entmax15_loss,
+                      "entmax_loss_a1.3": lambda x, t: sa.entmax_loss(x, t, alpha=1.3),
+                      "jensen_shannon_loss": lambda x, t: sa.f_divergence_loss(x, t, "jensen_shannon"),
+                      "alpha_relu_loss": lambda x, t: sa.alpha_relu_loss(x, t, alpha=1.5, tau=0.5)}.items():
+        out[name] = ("loss", loss(lfn))
+    out["linear_loss_kl"] = ("fused", fused("softmax"))
+    out["linear_loss_entmax15"] = ("fused", fused("entmax15"))
+    return out
+
+
+def count(name: str, device: Any = "cpu") -> dict:
+    """Launches and synchronizations of one call of case ``name`` (after a first call: warm)."""
+    _, make = cases()[name]
+    call = make(device)
+    call()  # the first call: lazy imports, kernels compiled
+    with _counting.counting() as c:
+        call()
+    return {"case": name, "launches": sum(c.launches.values()), "kernels": dict(c.launches),
+            "syncs": c.sync_count, "sync_sites": dict(c.syncs), "torch_ops": sum(c.torch_ops.values()),
+            "allocations": sum(c.allocation_count.values()), "allocated_bytes": sum(c.allocations.values())}
+
+
+def cuda_syncs(name: str) -> int:
+    """On a CUDA device: the synchronizations of one warm call of case ``name``, counted by
+    ``torch.cuda.set_sync_debug_mode("warn")``."""
+    import torch
+
+    _, make = cases()[name]
+    call = make("cuda")
+    call()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", dest="json_path")
+    ap.add_argument("--device", default="cpu", help="cpu (the interpreter, counted by mocks) or cuda (sync debug mode)")
+    args = ap.parse_args(argv)
+    rows = []
+    if args.device == "cpu":
+        if not _counting.interpreter_ready():
+            print("host_cost.py: Triton's interpreter is not available", file=sys.stderr)
+            return 2
+        print(f"{'case':<28} {'launches':>8} {'syncs':>5} {'aten ops':>8} {'allocs':>6} {'bytes':>8}  where")
+        for name in cases():
+            r = count(name)
+            rows.append(r)
+            print(f"{name:<28} {r['launches']:>8} {r['syncs']:>5} {r['torch_ops']:>8} {r['allocations']:>6} "
+                  f"{r['allocated_bytes']:>8}  {r['sync_sites']}")
+    else:
+        for name in cases():
+            rows.append({"case": name, "cuda_syncs": cuda_syncs(name)})
+            print(f"{name:<28} {rows[-1]['cuda_syncs']:>5} synchronizations")
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as f:
+            json.dump({"device": args.device, "cases": rows}, f, indent=1)
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if "--device" not in sys.argv or "cpu" in sys.argv:
+        _counting.setup_interpreter()
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    sys.exit(main())

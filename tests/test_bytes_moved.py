@@ -1,0 +1,114 @@
+"""Bytes moved (benchmarks/bytes_moved.py): the global loads and stores of the Triton kernels, counted in
+Triton's interpreter, per element, against budgets.
+
+A pass is one read or one write of the whole input (elements × element size).  Forward + backward of a
+row operator can do with 5 (read x, write p; read p and the incoming gradient, write the gradient).
+The budgets are today's counts (Triton 3.9.0 interpreter, 2026-11-27) plus 0.01 for the per-row
+scalars: a kernel that moves more fails here.  Lower a budget when a kernel improves; the targets
+are 6 passes for long rows (5 where a row fits on chip).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _counting  # noqa: E402
+import bytes_moved as BM  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SHORT = (16, 512)
+
+#: forward + backward passes of each operator today (float32): short rows (registers), long rows (streamed)
+BUDGET_SHORT = {"sparsemax": 5.02, "entmax15": 5.02, "entmax_a1.3": 5.02, "jensen_shannon": 5.02,
+                "squared_hellinger": 5.02, "alpha_relu": 5.0}
+#: long rows: one pass for the maximum and the candidates, one that writes p; the backward reads p and the
+#: gradient twice (a reduction pass, then a write pass); Jensen–Shannon and Hellinger iterate on the whole row
+#: (4 Newton passes on these rows).  Targets: 6.
+BUDGET_LONG = {"sparsemax": 8.01, "entmax15": 8.01, "entmax_a1.3": 8.02, "jensen_shannon": 12.01,
+               "squared_hellinger": 12.01, "alpha_relu": 5.0}
+#: losses, forward + backward with class targets, kernels and PyTorch operators together, in passes of the
+#: input's dtype (today: float32 ~6.2, bfloat16 ~18.3, i.e. ~37 bytes per element; alpha_relu_loss runs
+#: without a kernel).  F.cross_entropy counted the same way: 8.0.  Targets: at most cross-entropy's.
+BUDGET_LOSSES = {("sparsemax_loss", "float32"): 6.17, ("entmax15_loss", "float32"): 6.18,
+                 ("alpha_relu_loss", "float32"): 17.12, ("sparsemax_loss", "bfloat16"): 18.33,
+                 ("entmax15_loss", "bfloat16"): 18.35, ("alpha_relu_loss", "bfloat16"): 40.24}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter():
+    from softargmax.backends.triton import rows
+
+    old = rows._cpu_interpret
+    if not _counting.interpreter_ready():
+        pytest.skip("needs Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, no CUDA)")
+    yield
+    rows.set_cpu_interpret(old)
+
+
+def test_alpha_relu_moves_exactly_one_read_and_one_write():
+    """An element-wise kernel: the count is known in closed form (the counter's own check)."""
+    r = BM.operator_bytes("alpha_relu", (3, 1000), torch.float32)
+    n = 3 * 1000 * 4
+    assert r["forward"]["kernel_bytes"] == 2 * n and r["backward"]["kernel_bytes"] == 3 * n
+    assert r["forward"]["by_tensor"] == {"x": {"load": 1.0, "store": 0.0}, "p": {"load": 0.0, "store": 1.0}}
+    assert r["forward"]["launches"] == {"alpha_relu_forward": 1}
+
+
+@pytest.mark.parametrize("name", list(BUDGET_SHORT))
+@pytest.mark.parametrize("where", ["short", "long"])
+def test_operator_passes_within_budget(name, where):
+    shape = SHORT if where == "short" else BM.long_shape()
+    r = BM.operator_bytes(name, shape, torch.float32)
+    budget = (BUDGET_SHORT if where == "short" else BUDGET_LONG)[name]
+    print(f"{name} {where} {shape}: {r['forward']['passes']} + {r['backward']['passes']} = {r['passes']} passes "
+          f"(budget {budget}, floor {BM.FLOOR_PASSES}); launches {r['forward']['launches']} | {r['backward']['launches']}")
+    assert BM.FLOOR_PASSES <= r["passes"] <= budget
+    fwd, bwd = r["forward"]["by_tensor"], r["backward"]["by_tensor"]
+    assert fwd["p"]["store"] == 1.0 and bwd["dx"]["store"] == 1.0  # each output written once
+    assert fwd["x"]["load"] >= 1.0 and bwd["dp"]["load"] >= 1.0
+    kernels = {"short": "solve_block_rows", "long": "solve_long_rows"}[where] if name != "alpha_relu" else "alpha_relu_forward"
+    assert r["forward"]["launches"] == {kernels: 1}
+    assert r["torch_passes"] < 0.05  # the operators' host path moves nothing of the rows' size
+
+
+def test_half_precision_long_rows_count_in_their_own_bytes():
+    r = BM.operator_bytes("entmax15", BM.long_shape(), torch.bfloat16)
+    assert BM.FLOOR_PASSES <= r["passes"] <= BUDGET_LONG["entmax15"] + 0.01  # the float32 scratch is ~0.002
+    assert r["forward"]["by_tensor"]["p"]["store"] == 1.0
+
+
+@pytest.mark.parametrize("name,dtype", list(BUDGET_LOSSES))
+def test_loss_bytes_within_budget(name, dtype):
+    r = BM.loss_bytes(name, SHORT, getattr(torch, dtype))
+    ce = BM.loss_bytes("cross_entropy", SHORT, getattr(torch, dtype))
+    print(f"{name} {dtype}: kernels {r['passes']} + PyTorch {r['torch_passes']} = {r['all_passes']} passes "
+          f"(cross_entropy {ce['all_passes']}); largest: {dict(list(r['torch_ops'].items())[:4])}")
+    assert ce["passes"] == 0 and 6 <= ce["all_passes"] <= 9  # the reference: PyTorch's own kernels only
+    assert 2 <= r["all_passes"] <= BUDGET_LOSSES[(name, dtype)]
+
+
+#: the fused linear loss (64 tokens, hidden 32, 1000 classes, chunks of 32), forward + backward, today:
+#: logits rows moved per token without the GEMMs' operands, GEMM FLOPs per token and class (the floor is
+#: 6: logits, hidden gradient, weight gradient), logits rows allocated per token (all the new tensors, not the peak).  In bfloat16 the CPU path
+#: also converts the weight-gradient GEMM's operands to float32 (a CUDA run uses a float32-accumulating
+#: bf16 GEMM instead).  Targets: about 2 rows per token moved and allocated (G written once, in the input's
+#: dtype), like Cut-Cross-Entropy.
+BUDGET_FUSED = {("softmax", "float32"): (8.61, 4.08), ("entmax15", "float32"): (5.65, 3.1),
+                ("softmax", "bfloat16"): (26.75, 12.16), ("entmax15", "bfloat16"): (20.83, 10.2)}
+
+
+@pytest.mark.parametrize("mapping,dtype", list(BUDGET_FUSED))
+def test_fused_linear_loss_bytes_and_flops_within_budget(mapping, dtype):
+    r = BM.fused_bytes(mapping, getattr(torch, dtype))
+    moved, allocated = BUDGET_FUSED[(mapping, dtype)]
+    print(f"linear {mapping} {dtype}: {r['elementwise_rows_per_token']} element-wise rows per token "
+          f"({r['rows_per_token']} with the GEMMs), {r['allocated_rows_per_token']} allocated, "
+          f"{r['gemm_flops_per_token_class']} GEMM FLOPs per token-class; {r['launches']}")
+    assert r["gemm_flops_per_token_class"] == 6.0  # 2·N·H·V each: logits, hidden gradient, weight gradient
+    assert 1 <= r["elementwise_rows_per_token"] <= moved
+    assert 1 <= r["allocated_rows_per_token"] <= allocated

@@ -1,0 +1,97 @@
+"""Host cost per call (benchmarks/host_cost.py): kernel launches and host synchronizations, against budgets.
+
+On the CPU the Triton kernels run in Triton's interpreter through the GPU launchers; the counter
+records each launch and each operation that would synchronize a CUDA device (``item()``/``bool()`` of
+a tensor, data-dependent sizes, ``tolist()``, ``cpu()``).  The budgets are today's counts (2026-11-27):
+a change that adds a launch or a synchronization fails here.  Lower them as the paths improve; the
+target for every synchronization below is 0.  On a GPU the same budgets are checked with
+``torch.cuda.set_sync_debug_mode``.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import needs_cuda
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _counting  # noqa: E402
+import host_cost as HC  # noqa: E402
+
+N, H, V, CHUNK = HC.FUSED
+CHUNKS = -(-N // CHUNK)
+
+#: (launches, synchronizations) per call today.  Operators: one kernel, no synchronization.
+#: Losses (forward + backward): the solver's kernel (none for α-ReLU's loss), and 2 synchronizations,
+#: target 0: the class-target range check (``bool(bad.any())``) and ``bool(target.keep.all())`` in the
+#: gradient's form.  The fused linear loss: 2 per call (the range check and the mean's denominator,
+#: ``float(target.keep.sum())``) and per chunk ``keep.all()``, plus, on the KL path, its masked-row check
+#: (``bool(all_masked.any())``): 2 per chunk there, 1 for the sparse mappings; the KL path launches no
+#: Triton kernel.
+BUDGETS = {f"{op}.{p}": (1, 0) for op in ("sparsemax", "entmax15", "entmax_a1.3", "jensen_shannon",
+                                           "squared_hellinger", "alpha_relu") for p in ("forward", "backward")}
+BUDGETS.update({"sparsemax_loss": (1, 2), "entmax15_loss": (1, 2), "entmax_loss_a1.3": (1, 2),
+                "jensen_shannon_loss": (1, 2), "alpha_relu_loss": (0, 2),
+                "linear_loss_kl": (0, 2 + 2 * CHUNKS), "linear_loss_entmax15": (CHUNKS, 2 + CHUNKS)})
+
+
+def test_every_case_has_a_budget():
+    assert set(BUDGETS) == set(HC.cases())
+    assert CHUNKS >= 2  # the fused loss is counted over several chunks
+
+
+def test_the_counter_sees_launches_and_synchronizations():
+    """The counter itself: ``bool``, ``item``, ``tolist``, boolean indexing and ``nonzero`` of a device
+    tensor (the input, and what is computed from it) count, views do not, and neither do the values of
+    tensors made on the host inside the block."""
+    x = torch.randn(5, 4)
+    with _counting.counting() as c:
+        bool((x > 0).any())
+        x.sum().item()
+        x[0].tolist()
+        x[x > 0]
+        torch.nonzero(x)
+        x.t().reshape(-1)[:3]
+        c0 = torch.zeros((), dtype=torch.float64)
+        float(c0 + 1.0)  # a host scalar: no synchronization
+        torch.zeros(3).tolist()
+        y = torch.empty(4)
+        y.copy_(x[0])  # written from the device: a device tensor now
+        float(y[0])
+    assert c.sync_count == 6 and c.launches == {}, dict(c.syncs)
+    assert sum(c.host_reads.values()) == 2, dict(c.host_reads)
+    assert c.torch_bytes["sum"] == 5 * 4 * 4 + 4
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    from softargmax.backends.triton import rows
+
+    old = rows._cpu_interpret
+    if torch.cuda.is_available() or not _counting.interpreter_ready():
+        pytest.skip("counts the interpreter's launches on the CPU (TRITON_INTERPRET=1, no CUDA)")
+    yield
+    rows.set_cpu_interpret(old)
+
+
+@pytest.mark.parametrize("name", list(BUDGETS))
+def test_launches_and_syncs_within_budget(name, interpreter):
+    r = HC.count(name)
+    launches, syncs = BUDGETS[name]
+    print(f"{name}: {r['launches']} launches {r['kernels']}, {r['syncs']} synchronizations {r['sync_sites']}, "
+          f"{r['torch_ops']} ATen calls")
+    assert r["launches"] <= launches, r["kernels"]
+    assert r["syncs"] <= syncs, r["sync_sites"]
+    if HC.cases()[name][0] in ("forward", "backward") or name == "linear_loss_entmax15":
+        assert r["launches"] >= 1  # the kernel path was taken (else the count says nothing)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(BUDGETS))
+def test_gpu_syncs_within_budget(name):
+    """The same budgets on a GPU, counted by ``torch.cuda.set_sync_debug_mode("warn")``."""
+    syncs = HC.cuda_syncs(name)
+    print(f"{name}: {syncs} synchronizations on CUDA")
+    assert syncs <= BUDGETS[name][1]
