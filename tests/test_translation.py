@@ -156,8 +156,13 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     assert "Table 1" in report and "35.3" in report and "Claims checked" in report
     assert (out / "curves_bleu.png").exists() and (out / "alpha_relu_sums.png").exists()
     assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()  # one folder per run, one seed or several
-    # resume: training is skipped, evaluation redone
-    res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), systems=("softmax",), log=lambda *_: None)
+    # the same command again: every run has its record, nothing is trained, the report is rebuilt
+    assert main(["reproduce", "translation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "all the results are complete" in printed and "step 1/" not in printed
+    assert json.loads((out / "results.json").read_text())["systems"]["softmax"]["bleu"] == res["systems"]["softmax"]["bleu"]
+    # --runs trains a run again: training is skipped (its last checkpoint), evaluation redone
+    res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["softmax:0"], log=lambda *_: None)
     assert res2["systems"]["softmax"]["steps_done"] == res["systems"]["softmax"]["steps_done"]
     assert res2["systems"]["softmax"]["bleu"] == pytest.approx(res["systems"]["softmax"]["bleu"])
 

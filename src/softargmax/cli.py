@@ -88,12 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds; lm: a wider, deeper decoder)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
-    r.add_argument("--out", help="output folder (default: reports/<experiment>)")
+    r.add_argument("--out", help="output folder (default: runs/<experiment>, which git ignores; the committed reference "
+                   "reports in reports/<experiment> are never written unless named here)")
     r.add_argument("--device", default="cpu")
     r.add_argument("--seed", type=int, default=0)
     fresh = r.add_mutually_exclusive_group()
     fresh.add_argument("--resume", action="store_true",
-                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm); "
+                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm; "
+                       "also what a run does by default when it finds checkpoints); "
                        "they must come from a run with the same experiment, preset, systems, seed, data and softargmax "
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
@@ -130,7 +132,11 @@ def _main_process() -> bool:
 
 
 def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[str]) -> bool:
-    """Apply ``--resume`` / ``--fresh``; ``False`` (with a message) when checkpoints exist and neither was given."""
+    """Apply ``--resume`` / ``--fresh``: checkpoints found without either are continued from (with a note).
+
+    Returns ``True`` (the run goes on); every checkpoint is checked against its run's fingerprint before it is
+    used, so continuing from one of another run is refused by the experiment, naming what differs.
+    """
     from .experiments._common import remove_derived, remove_temporaries
 
     runs = out / "runs"
@@ -138,11 +144,11 @@ def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[s
     if fresh:
         if _main_process():
             remove_derived(out, derived)
-    elif found and not resume:
-        print(f"error: {runs} holds training checkpoints of an earlier run: pass --resume to continue from them "
-              "or --fresh to delete them and train from scratch", file=sys.stderr)
-        return False
-    elif _main_process():
+        return True
+    if found and not resume and _main_process():
+        print(f"note: continuing from the training checkpoints in {runs} (--fresh deletes them and starts over)",
+              flush=True)
+    if _main_process():
         remove_temporaries(out)  # what writers killed in an earlier run left
     return True
 
@@ -211,7 +217,7 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
     module = importlib.import_module(EXPERIMENTS[args.experiment])
     if args.preset not in module.PRESETS:
         raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-    out = args.out or f"reports/{args.experiment}"
+    out = args.out or f"runs/{args.experiment}"
     try:
         return _run_locked(args, module, Path(out), argv)
     except _errors() as e:  # the message names the file, the field or the other run, and the fix

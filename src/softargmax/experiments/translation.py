@@ -297,7 +297,7 @@ def preset_settings(preset: str, overrides: Optional[dict] = None) -> dict:
 def run(
     preset: str = "default",
     data_dir: Optional[str] = None,
-    out: str = "reports/translation",
+    out: str = "runs/translation",
     device: str = "cpu",
     seed: int = 0,
     systems: Optional[Collection[str]] = None,
@@ -390,12 +390,21 @@ def run(
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         setup = run_setup(preset, overrides, P, tok, test.tgt)
         earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        if runs is None:  # a call again into the same folder: the runs with a record are done
+            done = [p for p in pairs if p in earlier]
+            pairs = [p for p in pairs if p not in earlier]
+            if done:
+                log(f"{len(done)} of the runs asked for already have a run record in {out_dir / 'records'}: "
+                    + ("all the results are complete; the report is rebuilt from them" if not pairs else
+                       f"training the {len(pairs)} left")
+                    + " (--fresh trains them all again; --runs SYSTEM:SEED trains one again)")
         autocast = TrainConfig(**P["train_cfg"]).autocast(device)
         common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
                   "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
                                   **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
-        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
+        if pairs:
+            _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
         if not ctx.main:
             return {}
         # only rank 0 gets here: it alone writes results.json, the figures and report.md
