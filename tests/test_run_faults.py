@@ -46,8 +46,10 @@ from softargmax.experiments._common import (
 )
 
 SRC_DIR = str(Path(softargmax.__file__).resolve().parents[1])
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+from conftest import DATA  # noqa: E402
+
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 
 
 def _env():

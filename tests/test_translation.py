@@ -17,8 +17,10 @@ from softargmax.experiments.nmt.model import ModelConfig, OutputLayer, Seq2Seq
 from softargmax.experiments.nmt.tokenizer import BOS, EOS, PAD, Tokenizer
 from softargmax.experiments.nmt.training import calibrate_tau, make_batches, noam, tensors
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+from conftest import DATA  # noqa: E402
+
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 
 
 @needs_data

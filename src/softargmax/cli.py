@@ -87,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", choices=["smoke", "default", "full", "gpu"], default="default",
                    help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds; lm: a wider, deeper decoder)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
-    r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
+    net = r.add_mutually_exclusive_group()
+    net.add_argument("--offline", action="store_true",
+                     help="never download: use local data only (by default data found in no local folder are "
+                     "downloaded from their public source, with a progress bar, and checked against their SHA-256)")
+    net.add_argument("--download", action="store_true", help="download missing data (the default; kept for scripts)")
     r.add_argument("--out", help="output folder (default: runs/<experiment>, which git ignores; the committed reference "
                    "reports in reports/<experiment> are never written unless named here)")
     r.add_argument("--device", default="cpu")
@@ -236,7 +240,7 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict[str, Any]:
     """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
     kwargs: dict[str, Any] = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
-                  download=args.download, threads=args.threads)
+                  download=not args.offline, threads=args.threads)
     if args.systems:
         kwargs["systems"] = args.systems
     if args.runs and (args.systems or args.seeds):
