@@ -165,3 +165,22 @@ def test_version_prints_softargmax_and_torch_versions():
     r = subprocess.run([sys.executable, "-m", "softargmax", "--version"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"softargmax {version} (torch {torch.__version__})"
+
+
+def test_reproduce_help_states_each_experiments_presets_the_default_and_device_and_seed(capsys):
+    import importlib
+
+    from softargmax.experiments import EXPERIMENTS, PRESET_NAMES
+
+    for name, module in EXPERIMENTS.items():  # the help's table is what the modules accept
+        assert tuple(importlib.import_module(module).PRESETS) == PRESET_NAMES[name], name
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every experiment takes smoke and default" in text and "translation also full, gpu" in text
+    assert "lm also gpu" in text and "(default: default" in text
+    assert "--device DEVICE where the models run" in text and "--seed SEED the random seed" in text
+    # a preset the experiment does not take: one line, error: prefix, argparse's exit status
+    assert main(["reproduce", "tau-table", "--preset", "full", "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: tau-table takes --preset default or smoke, not 'full'\n"

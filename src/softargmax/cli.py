@@ -75,17 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "reproduce", help="run a reproduction experiment and write its report",
         description="Run a reproduction experiment and write results.json, report.md, PNG figures and log.txt into "
-        "--out. Every file is written atomically (a killed run leaves the previous version or the new one, never "
+        "--out (default runs/<experiment>). Data found in no local folder are downloaded (--offline: never). Every file is written atomically (a killed run leaves the previous version or the new one, never "
         "half a file), and log.txt is appended to, each run after a line that says when and how it started. A full "
         "disk stops the run with 'no space left on device' and the file's name. One run at a "
         "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
         "over. Training experiments (translation, adaptive-attention, lm) keep checkpoints in <out>/runs: a run killed "
-        "at any moment continues with --resume and gives the numbers of an uninterrupted run.")
-    from .experiments import EXPERIMENTS
+        "at any moment (Ctrl-C and SIGTERM save a checkpoint first) continues when the same command is run again, and "
+        "gives the numbers of an uninterrupted run. Errors are one line 'error: ...' with exit status 2 (--debug: "
+        "the traceback).")
+    from .experiments import EXPERIMENTS, PRESET_NAMES
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
-    r.add_argument("--preset", choices=["smoke", "default", "full", "gpu"], default="default",
-                   help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds; lm: a wider, deeper decoder)")
+    common = sorted(set.intersection(*(set(p) for p in PRESET_NAMES.values())), key=["smoke", "default"].index)
+    extra = "; ".join(f"{name} also {', '.join(p for p in presets if p not in common)}"
+                      for name, presets in PRESET_NAMES.items() if set(presets) - set(common))
+    r.add_argument("--preset", choices=sorted({p for v in PRESET_NAMES.values() for p in v}, key=["smoke", "default",
+                   "full", "gpu"].index), default="default", metavar="PRESET",
+                   help=f"the run's size (default: default, sized for a CPU with two cores): every experiment takes "
+                   f"{' and '.join(common)} (smoke: seconds, as in the tests); {extra} (translation's gpu: "
+                   "Transformer-base on one GPU, 3 seeds; lm's gpu: a wider, deeper decoder; full: the paper's schedule)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     net = r.add_mutually_exclusive_group()
     net.add_argument("--offline", action="store_true",
@@ -94,8 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--download", action="store_true", help="download missing data (the default; kept for scripts)")
     r.add_argument("--out", help="output folder (default: runs/<experiment>, which git ignores; the committed reference "
                    "reports in reports/<experiment> are never written unless named here)")
-    r.add_argument("--device", default="cpu")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default="cpu",
+                   help="where the models run: cpu (default), cuda, cuda:1, ... (the timings in the report are this "
+                   "device's)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="the random seed of initialization, dropout and data order (default 0); presets with several "
+                   "seeds (translation's gpu) use --seeds or their own")
     fresh = r.add_mutually_exclusive_group()
     fresh.add_argument("--resume", action="store_true",
                        help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm; "
