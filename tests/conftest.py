@@ -267,7 +267,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    global DATA
+    global DATA  # noqa: PLW0603 -- the test modules import it after this hook
     given = config.getoption("--data-dir", default=None)
     if given:
         DATA = Path(given).expanduser().resolve()

@@ -1,13 +1,11 @@
 """The attention reproductions: adaptive-attention (Correia et al., 2019, Multi30k) and nli-attention (Martins & Astudillo, 2016, §4.3, SNLI)."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 import softargmax as sa
-
-from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 

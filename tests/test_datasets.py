@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import datasets
-
-from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 

@@ -1,13 +1,11 @@
 """SFT vs distillation with f-divergence losses (Roulet et al., 2025, §4.2): sampling, scoring and a smoke run."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import distillation as di
-
-from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 

@@ -1,13 +1,11 @@
 """Multi-label benchmarks (Martins & Astudillo, 2016, §4.2): ARFF reader, loading, F1, decision rules, and a smoke run."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import multilabel as ml
-
-from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 needs_mulan = pytest.mark.skipif(not (SHARED / "mulan").exists(), reason="data not present: mulan")

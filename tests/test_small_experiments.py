@@ -1,9 +1,7 @@
 """Smoke runs of the small reproductions: tau-table (Speeding Up Entmax, Table 3) and bisection (the f-divergence paper, Fig. 6)."""
 
-from pathlib import Path
 
 import pytest
-
 from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)

@@ -10,14 +10,14 @@ import torch
 pytest.importorskip("sentencepiece")
 pytest.importorskip("sacrebleu")
 
+from conftest import DATA  # noqa: E402
+
 import softargmax as sa
 from softargmax.experiments.nmt import data
 from softargmax.experiments.nmt.decoding import DecodeStats, beam_search, empty_string_scores, pad_batch
 from softargmax.experiments.nmt.model import ModelConfig, OutputLayer, Seq2Seq
 from softargmax.experiments.nmt.tokenizer import BOS, EOS, PAD, Tokenizer
 from softargmax.experiments.nmt.training import calibrate_tau, make_batches, noam, tensors
-
-from conftest import DATA  # noqa: E402
 
 SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
@@ -158,10 +158,20 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     assert "Table 1" in report and "35.3" in report and "Claims checked" in report
     assert (out / "curves_bleu.png").exists() and (out / "alpha_relu_sums.png").exists()
     assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()  # one folder per run, one seed or several
+    # the trained systems timed interleaved: the speed ratios, their intervals and the inference times come from it
+    speed = res["speed"]
+    assert set(speed["train"]) == set(res["systems"]) and speed["rounds"] == 3 and (out / translation.SPEED_FILE).exists()
+    for name, rec in res["systems"].items():
+        assert rec["seconds_per_step_vs_softmax"] == speed["train"][name]["ratio"]
+        lo, hi = speed["train"][name]["ci"]
+        assert lo <= rec["seconds_per_step_vs_softmax"] <= hi and len(speed["timing"]["train_seconds_per_step"][name]) == 3
+        assert rec["inference_normalized"]["1"] == speed["inference"][name]["1"]["ratio"]
+    assert "timed interleaved" in report and "95% interval" in report
     # the same command again: every run has its record, nothing is trained, the report is rebuilt
     assert main(["reproduce", "translation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "all the results are complete" in printed and "step 1/" not in printed
+    assert "timed already" in printed  # the interleaved timing names the same runs: not timed again
     assert json.loads((out / "results.json").read_text())["systems"]["softmax"]["bleu"] == res["systems"]["softmax"]["bleu"]
     # --runs trains a run again: training is skipped (its last checkpoint), evaluation redone
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["softmax:0"], log=lambda *_: None)

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import os
-import http.client
 import stat
 import sys
 import urllib.error

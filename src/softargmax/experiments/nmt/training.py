@@ -174,8 +174,50 @@ def _progress(label: str, record: dict, cfg: TrainConfig, step: int, timer: Step
 
 
 @contextlib.contextmanager
-def _no_bar() -> Iterator[None]:
-    yield None
+def _bar(main: bool, total: int, label: str, start: int) -> Iterator[Any]:
+    """The progress bar of rank 0 (:func:`.._progress.progress_bar`: on a terminal only); ``None`` elsewhere."""
+    if not main:
+        yield None
+        return
+    with progress_bar(total, label, start) as bar:
+        yield bar
+
+
+def _selected(entry: dict, best_entry: Optional[dict], best_state: Optional[dict], model: Seq2Seq, record: dict,
+              cfg: TrainConfig, label: str, log: Log, best_path: Optional[Path]) -> tuple[Optional[dict], Optional[dict]]:
+    """Model selection at an evaluation: the kept ``(entry, weights)``; ``best.pt`` written when they change
+    (where ``best_path`` is given and every evaluation checkpoints)."""
+    if cfg.select != "last" and _select(entry, best_entry, record, cfg, f"[{label}]", log):
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if best_path is not None and cfg.save_every_eval:
+            _save_best(best_state, entry["step"], best_path)
+        return entry, best_state
+    return best_entry, best_state
+
+
+def _every(step: int, every: Optional[int], also: Optional[int] = None) -> bool:
+    """Whether ``step`` is a multiple of ``every`` (``None``: never) or is ``also``."""
+    if not every:
+        return step == also
+    return step % every == 0 or step == also
+
+
+def _stopped(save: Any, possible: list, needed: bool, what: str, log: Log) -> None:
+    """A Ctrl-C or SIGTERM between two steps: where ``possible`` holds (one process, steps done, not broken into
+    mid-step), save a checkpoint (where the last one is older) and say so."""
+    if not all(possible):
+        return
+    if needed:
+        save()
+    log(f"{what}: checkpoint saved, the run continues from it")
+
+
+def _advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float) -> None:
+    """``step`` is done: into the time left, and onto the bar (where there is one)."""
+    timer.tick(step)
+    if bar is not None:
+        bar.set_postfix_str(f"loss {shown:.3f}, ETA {timer.eta(total)}", refresh=False)
+        bar.update(1)
 
 
 def _restore(state: dict, model: Seq2Seq, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR,
@@ -396,9 +438,23 @@ def train_system(
                                    "data": {"position": epoch_pos, "batches": len(batches)}}, fingerprint)
         saved_step = step
 
+    def evaluate() -> None:
+        """Validation at ``step``, model selection, and the checkpoint of the evaluation."""
+        nonlocal best_entry, best_state
+        gather_losses()
+        entry = _validate(model, layer, tok, val, (vpairs, vbatches), cfg, device, step, record["train_seconds"],
+                          learn_alpha=bool(attention and attention.get("learn_alpha")))
+        record["history"].append(entry)
+        log(f"[{label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, "
+            f"{len(val.head(cfg.val_bleu_sentences))} sentences) {entry['val_bleu']:.2f}")
+        best_entry, best_state = _selected(entry, best_entry, best_state, model, record, cfg, label, log,
+                                           best_path if main else None)
+        if cfg.save_every_eval:
+            save()
+
     t_start = time.perf_counter()
     eta = StepTimer(start_step)  # the time left, from the recent steps
-    with Interrupts() as interrupts, progress_bar(cfg.steps, label, start_step) if main else _no_bar() as bar:
+    with Interrupts() as interrupts, _bar(main, cfg.steps, label, start_step) as bar:
         try:
             while step < cfg.steps and not record.get("stopped_early"):
                 # Ctrl-C / SIGTERM wait for the step (and its evaluation, its checkpoint) to end, so that the
@@ -420,33 +476,16 @@ def train_system(
                     record["train_tokens_this_rank"] = (record.get("train_tokens_this_rank", 0)
                                                         + sum(len(pairs[i][1]) + 1 for i in mine))
                     record["steps_done"] = step
-                    eta.tick(step)
-                    if bar is not None:
-                        bar.set_postfix_str(f"loss {float(shown):.3f}, ETA {eta.eta(cfg.steps)}", refresh=False)
-                        bar.update(1)
-                    if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
+                    _advance(bar, eta, step, cfg.steps, float(shown))
+                    if _every(step, max(1, cfg.eval_every // 4), 1):
                         log(_progress(label, record, cfg, step, eta, float(shown), world))
-                    if step % cfg.eval_every == 0 or step == cfg.steps:
-                        gather_losses()
-                        entry = _validate(model, layer, tok, val, (vpairs, vbatches), cfg, device, step, record["train_seconds"],
-                                          learn_alpha=bool(attention and attention.get("learn_alpha")))
-                        record["history"].append(entry)
-                        log(f"[{label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, "
-                            f"{len(val.head(cfg.val_bleu_sentences))} sentences) {entry['val_bleu']:.2f}")
-                        if cfg.select != "last" and _select(entry, best_entry, record, cfg, f"[{label}]", log):
-                            best_entry = entry
-                            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                            if main and cfg.save_every_eval:
-                                _save_best(best_state, step, best_path)
-                        if cfg.save_every_eval:
-                            save()
-                    if checkpoint_every and step % checkpoint_every == 0 and saved_step != step:
+                    if _every(step, cfg.eval_every, cfg.steps):
+                        evaluate()
+                    if _every(step, checkpoint_every) and saved_step != step:
                         save()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the steps done (one process: a collective needs all)
-            if world == 1 and step > start_step and interrupts.consistent:
-                if saved_step != step:
-                    save()
-                log(f"[{label}] stopped at step {step}: checkpoint saved, the run continues from it")
+            _stopped(save, [world == 1, step > start_step, interrupts.consistent], saved_step != step,
+                     f"[{label}] stopped at step {step}", log)
             raise
     gather_losses()
     if step > start_step and saved_step != step:
