@@ -218,6 +218,8 @@ def render_report(results: dict, figures: list) -> str:
               f"Translating {st['decoding']['timing_sentences']} test sentences, "
               + (f"timed interleaved with the other systems ({speed['inference_rounds']} rounds, each at every beam "
                  f"size; the {speed['quantile']:g} quantile of the rounds), " if speed is not None else
+                 "the median of 3 with all systems interleaved (the results of one call, without run records), "
+                 if plan is None else
                  "each run timed alone right after its training (median of 3; not interleaved), ")
               + "relative to softmax's time at the same beam size. "
               f"Paper: {paper['inference']}.", "",
