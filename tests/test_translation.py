@@ -508,8 +508,11 @@ def test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call(split_r
     assert [(r["system"], r["seed"]) for r in two["runs"]] == [("softmax", 1), ("softmax", 2), ("alpha_relu", 1),
                                                                ("alpha_relu", 2)]
     # one small, self-contained record per run, outside runs/ (which git ignores)
-    records = sorted(p.name for p in (base / "two" / "records").iterdir())
+    records = sorted(p.name for p in (base / "two" / "records").glob("*.json"))
     assert records == ["alpha_relu-seed1.json", "alpha_relu-seed2.json", "softmax-seed1.json", "softmax-seed2.json"]
+    # and the interleaved timing of the first seed's runs beside them (timed again by the call that completed them)
+    assert (base / "two" / "records" / "speed" / "interleaved.json").is_file()
+    assert two["speed"]["seed"] == 1 and sorted(two["speed"]["systems"]) == ["alpha_relu", "softmax"]
     rec = json.loads((base / "two" / "records" / "alpha_relu-seed2.json").read_text())
     assert rec["fingerprint"]["seed"] == 2 and rec["setup"]["preset"] == "gpu" and len(rec["test_hypotheses"]) == 12
     assert {"device", "torch", "triton", "softargmax"} <= set(rec["environment"])
@@ -645,7 +648,9 @@ def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path
 
     base, one, _ = split_runs
     out = tmp_path / "devices"
-    shutil.copytree(base / "one" / "records", out / "records")
+    # the records alone: the interleaved timing (records/speed) times every system on one device by construction;
+    # without it, the times of the runs themselves are compared, and only those on one device
+    shutil.copytree(base / "one" / "records", out / "records", ignore=shutil.ignore_patterns("speed"))
     for seed in (1, 2):  # softmax's runs on another GPU: 2 runs on each device, softmax's (the first run's) chosen
         path = out / "records" / f"alpha_relu-seed{seed}.json"
         rec = json.loads(path.read_text())
