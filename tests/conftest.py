@@ -13,6 +13,7 @@ test and for the test that reruns it with the same seed and expects identical nu
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,6 +250,37 @@ def triton_device(gpu_when_present):
 #: test files whose kernels run in Triton's interpreter without a GPU (most of the suite's time):
 #: marked ``slow`` there, so ``pytest -m "not slow"`` gives a quick local run; CI runs everything
 INTERPRETED_FILES = ("test_triton_rows.py", "test_flash_attention.py")
+
+
+#: the folder holding the experiments' datasets (multi30k, snli, ...): pytest's ``--data-dir``, else
+#: ``$SOFTARGMAX_DATA``, else ``../shared/data`` next to the checkout (set in ``pytest_configure``, before the
+#: test modules are imported); tests whose data are not there are skipped with a reason that starts with
+#: ``DATA_SKIP`` and counted in one line at the end of the run
+DATA = Path(os.environ.get("SOFTARGMAX_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA_SKIP = "data not present"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--data-dir", default=None, metavar="DIR",
+                     help="folder holding the experiments' datasets (multi30k, snli, ...) for the tests that use them "
+                     "(default: $SOFTARGMAX_DATA, else ../shared/data); without them those tests are skipped")
+
+
+def pytest_configure(config):
+    global DATA  # noqa: PLW0603 -- the test modules import it after this hook
+    given = config.getoption("--data-dir", default=None)
+    if given:
+        DATA = Path(given).expanduser().resolve()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line: how many tests were skipped for want of their data, and how to run them."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if DATA_SKIP in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} test{'s' * (len(skipped) > 1)} skipped: {DATA_SKIP} in {DATA} (run them with "
+            "pytest --data-dir DIR or SOFTARGMAX_DATA=DIR, a folder holding multi30k, snli, tinyshakespeare, "
+            "fashion-mnist, mulan, ptb)", yellow=True)
 
 
 def pytest_collection_modifyitems(config, items):

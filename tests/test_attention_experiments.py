@@ -1,16 +1,16 @@
 """The attention reproductions: adaptive-attention (Correia et al., 2019, Multi30k) and nli-attention (Martins & Astudillo, 2016, §4.3, SNLI)."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 import softargmax as sa
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 
 
-@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 def test_adaptive_attention_smoke(smoke_run):
     pytest.importorskip("sentencepiece")
     pytest.importorskip("sacrebleu")
@@ -46,7 +46,7 @@ def test_analysis_masks_padding_and_causality():
     assert sa.analysis.head_density(w, allowed).tolist() == [1.0, 1.0]
 
 
-@pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
+@pytest.mark.skipif(not (SHARED / "snli").exists(), reason="data not present: snli")
 def test_nli_attention_smoke(smoke_run):
     out, res = smoke_run("nli-attention", "--data-dir", str(SHARED))
     S = res["systems"]
@@ -79,14 +79,14 @@ def test_nli_model_ignores_padding_and_rejects_bad_input():
         read_split(SHARED / "snli", "train")
 
 
-@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 def test_adaptive_attention_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     pytest.importorskip("sentencepiece")
     pytest.importorskip("sacrebleu")
     rerun_is_identical("adaptive-attention", "--data-dir", str(SHARED))
 
 
-@pytest.mark.skipif(not (SHARED / "snli").exists(), reason="../shared/data/snli not present")
+@pytest.mark.skipif(not (SHARED / "snli").exists(), reason="data not present: snli")
 def test_nli_attention_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     rerun_is_identical("nli-attention", "--data-dir", str(SHARED))
 

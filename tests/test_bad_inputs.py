@@ -252,7 +252,7 @@ SURFACE = {
     "nn.Entmax15": (module(snn.Entmax15, "x"), lambda c: dict(x=c.x), lambda c: dict(x=bad_tensor(c.x))),
     "nn.Entmax": (module(snn.Entmax, "x"), lambda c: dict(x=c.x, alpha=1.5, learn_alpha=True),
                   lambda c: dict(x=bad_tensor(c.x), dim=bad_dim(len(c.shape)), alpha=ALPHA,
-                                 alpha_min=WRONG_TYPES + NON_FINITE + [(-1.0, RAISE), (1.7, RAISE)],
+                                 alpha_min=WRONG_TYPES + NON_FINITE + [(-1.0, RAISE), (0.0, RAISE), (1.7, RAISE)],
                                  alpha_max=WRONG_TYPES + NON_FINITE + [(1.0, RAISE), (1.2, RAISE)])),
     "nn.AlphaReLU": (module(snn.AlphaReLU, "x"), lambda c: dict(x=c.x, alpha=1.5, tau=0.1),
                      lambda c: dict(x=bad_tensor(c.x), alpha=ALPHA_GT1, tau=TAU + [("nope", RAISE)])),

@@ -117,3 +117,15 @@ def test_low_precision_in_and_out():
         v = sa.f_softplus(s, name)
         assert p.dtype == torch.bfloat16 and v.dtype == torch.bfloat16
         torch.testing.assert_close(p.float(), sa.f_sigmoid(s.float(), name), atol=1e-2, rtol=0)
+
+
+@pytest.mark.parametrize("q", [(1.0, 1.0), (0.3, 0.7), (2.0, 0.5), (0.05, 3.0)])
+@pytest.mark.parametrize("s", [-1e6, -3e5, -1e4, 2e5, 1e6])
+def test_jensen_shannon_softplus_keeps_float32_precision_at_large_scores(s, q):
+    """The closed form at |s| ~ 1e6 (temperature 0.5) agrees with the float64 f_softmax of (0, s) to float32's
+    precision: the threshold is no longer the sum of two large opposite terms (it lost 1e-3 relative at s = -1e6)."""
+    got = sa.f_softplus(torch.tensor([s]), "jensen_shannon", q=q, temperature=0.5)
+    ref = sa.f_softmax(torch.tensor([[0.0, s]], dtype=torch.float64), "jensen_shannon",
+                       q=torch.tensor(q, dtype=torch.float64), temperature=0.5)
+    assert got.dtype == torch.float32
+    assert float(got) == pytest.approx(float(ref), rel=2e-6)

@@ -2,15 +2,15 @@
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 from softargmax.cli import main
 from softargmax.experiments import classification as cl
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 
 
 def test_idx_reader_roundtrip_and_errors(tmp_path):
@@ -26,7 +26,7 @@ def test_idx_reader_roundtrip_and_errors(tmp_path):
         cl.read_idx(path)
 
 
-@pytest.mark.skipif(not (SHARED / "fashion-mnist").exists(), reason="../shared/data/fashion-mnist not present")
+@pytest.mark.skipif(not (SHARED / "fashion-mnist").exists(), reason="data not present: fashion-mnist")
 def test_fashion_mnist_and_classification_smoke(tmp_path):
     data = cl.load(SHARED / "fashion-mnist")
     x, y = data["train"]

@@ -70,14 +70,15 @@ def test_huggingface_integration_names_the_missing_extra():
     assert "MissingExtraError" in proc.stderr and 'pip install "softargmax[hf]"' in proc.stderr
 
 
-def test_checkpoints_need_an_explicit_resume_or_fresh(tmp_path, capsys):
+def test_checkpoints_found_are_continued_from_unless_fresh(tmp_path, capsys):
     out = tmp_path / "bisection"
     ckpt = out / "runs" / "softmax" / "checkpoint.pt"
     ckpt.parent.mkdir(parents=True)
     ckpt.write_bytes(b"")
     args = ["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]
-    assert main(args) == 2
-    assert "--resume" in capsys.readouterr().err and ckpt.exists()
+    # the same command twice works: the second call continues (a note says so), no --resume needed
+    assert main(args) == 0
+    assert "continuing from the training checkpoints" in capsys.readouterr().out and ckpt.exists()
     assert main(args + ["--resume"]) == 0 and ckpt.exists()
     # every run writes its own log next to the report
     log = (out / "log.txt").read_text()
@@ -85,6 +86,20 @@ def test_checkpoints_need_an_explicit_resume_or_fresh(tmp_path, capsys):
     assert main(args + ["--fresh"]) == 0 and not (out / "runs").exists()
     with pytest.raises(SystemExit):
         main(args + ["--resume", "--fresh"])
+
+
+def test_the_default_output_folder_is_ignored_by_git_and_not_the_committed_report(tmp_path, monkeypatch):
+    """A user's run never writes into the committed reports: ``--out`` defaults to runs/<experiment>, which
+    .gitignore lists."""
+    from softargmax.cli import build_parser
+
+    root = Path(__file__).resolve().parents[1]
+    args = build_parser().parse_args(["reproduce", "bisection", "--preset", "smoke"])
+    assert args.out is None
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "bisection", "--preset", "smoke"]) == 0
+    assert (tmp_path / "runs" / "bisection" / "report.md").is_file() and not (tmp_path / "reports").exists()
+    assert "/runs/" in (root / ".gitignore").read_text().split()
 
 
 def test_render_only_rewrites_the_report_from_results_json_without_running(tmp_path, capsys):
@@ -150,3 +165,22 @@ def test_version_prints_softargmax_and_torch_versions():
     r = subprocess.run([sys.executable, "-m", "softargmax", "--version"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"softargmax {version} (torch {torch.__version__})"
+
+
+def test_reproduce_help_states_each_experiments_presets_the_default_and_device_and_seed(capsys):
+    import importlib
+
+    from softargmax.experiments import EXPERIMENTS, PRESET_NAMES
+
+    for name, module in EXPERIMENTS.items():  # the help's table is what the modules accept
+        assert tuple(importlib.import_module(module).PRESETS) == PRESET_NAMES[name], name
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every experiment takes smoke and default" in text and "translation also full, gpu" in text
+    assert "lm also gpu" in text and "(default: default" in text
+    assert "--device DEVICE where the models run" in text and "--seed SEED the random seed" in text
+    # a preset the experiment does not take: one line, error: prefix, argparse's exit status
+    assert main(["reproduce", "tau-table", "--preset", "full", "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: tau-table takes --preset default or smoke, not 'full'\n"

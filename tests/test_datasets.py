@@ -2,6 +2,7 @@
 the verification of the folder used (damaged, truncated, missing files; the stamp; the CLI's error)."""
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -9,39 +10,47 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import datasets
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 
 
 @pytest.mark.parametrize("name", sorted(datasets.DATASETS))
 def test_shared_copy_is_found_and_matches_its_checksums(name):
     if not (SHARED / name).exists():
-        pytest.skip(f"../shared/data/{name} not present")
+        pytest.skip(f"data not present: {name}")
     folder = datasets.find(name, str(SHARED))
     assert folder == SHARED / name
     assert datasets.find(name, str(SHARED / name)) == SHARED / name  # the folder itself works too
     datasets.verify(name, folder)
 
 
+class _Response(io.BytesIO):
+    """What ``urllib.request.urlopen`` returns, for the bytes a fake server sends."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.headers = {"Content-Length": str(len(data))}
+
+
+def _serve(monkeypatch, source):
+    """The network replaced: ``source(url)`` gives the bytes of ``url`` (or raises, as a network that is down)."""
+    monkeypatch.setattr(datasets.urllib.request, "urlopen", lambda url, timeout=None: _Response(source(url)))
+
+
 @pytest.mark.parametrize("name", ["snli", "tinyshakespeare", "multi30k"])
 def test_download_is_checksum_verified(name, tmp_path, monkeypatch):
     if not (SHARED / name).exists():
-        pytest.skip(f"../shared/data/{name} not present")
+        pytest.skip(f"data not present: {name}")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the stamps of tmp folders stay in tmp
 
-    def fake_retrieve(url, dest):
-        shutil.copy(SHARED / name / url.rsplit("/", 1)[1], dest)
-
-    monkeypatch.setattr(datasets.urllib.request, "urlretrieve", fake_retrieve)
+    _serve(monkeypatch, lambda url: (SHARED / name / url.rsplit("/", 1)[1]).read_bytes())
     got = datasets.download(name, tmp_path / "cache", log=lambda *_: None)
     assert all((got / n).exists() for n in datasets.DATASETS[name].sha256)
 
-    def corrupt(url, dest):
-        Path(dest).write_text("not the data\n", encoding="utf-8")
-
-    monkeypatch.setattr(datasets.urllib.request, "urlretrieve", corrupt)
+    _serve(monkeypatch, lambda url: b"not the data\n")
     with pytest.raises(RuntimeError, match="checksum mismatch"):
         datasets.download(name, tmp_path / "other", log=lambda *_: None)
     assert not list((tmp_path / "other").glob("*.part"))
@@ -65,7 +74,7 @@ def test_missing_data_and_unknown_names_give_clear_errors(tmp_path, monkeypatch)
 
 def _needs(*names):
     missing = [n for n in names if not (SHARED / n).exists()]
-    return pytest.mark.skipif(bool(missing), reason=f"../shared/data/{missing} not present")
+    return pytest.mark.skipif(bool(missing), reason=f"data not present: {missing}")
 
 
 @pytest.fixture
@@ -99,7 +108,7 @@ def _digest(path):  # independent of datasets.sha256
                                          ("mulan", "emotions-train.arff")])
 def test_a_changed_byte_stops_the_run_naming_the_file_and_both_digests(name, fname, isolated):
     if not (SHARED / name).exists():
-        pytest.skip(f"../shared/data/{name} not present")
+        pytest.skip(f"data not present: {name}")
     folder = _copy(name, isolated / "mine" / name)
     _flip(folder / fname)
     with pytest.raises(datasets.DataError) as err:
@@ -121,7 +130,7 @@ def test_a_truncated_file_is_named_with_its_size(isolated):
     msg = str(err.value)
     assert f"{folder / 'train.en.gz'}: expected SHA-256 {_digest(SHARED / 'multi30k' / 'train.en.gz')}" in msg
     assert f"got {_digest(folder / 'train.en.gz')} (truncated: 1000 of {full} bytes)" in msg
-    assert "--download" in msg
+    assert "neither --data-dir nor SOFTARGMAX_DATA to download it" in msg
 
 
 @_needs("multi30k")
@@ -156,17 +165,12 @@ def test_a_damaged_cache_is_caught_and_downloaded_again(isolated, monkeypatch):
     cached = _copy("tinyshakespeare", datasets.cache_dir("tinyshakespeare"))
     assert datasets.find("tinyshakespeare") == cached
     (cached / "input.txt").write_bytes((SHARED / "tinyshakespeare" / "input.txt").read_bytes()[:-1])
-    with pytest.raises(datasets.DataError, match="rerun with --download") as err:
+    with pytest.raises(datasets.DataError, match="rerun without --offline") as err:
         datasets.find("tinyshakespeare")
     assert str(cached / "input.txt") in str(err.value) and "truncated" in str(err.value)
 
     fetched = []
-
-    def fake_retrieve(url, dest):
-        fetched.append(url)
-        shutil.copy(SHARED / "tinyshakespeare" / url.rsplit("/", 1)[1], dest)
-
-    monkeypatch.setattr(datasets.urllib.request, "urlretrieve", fake_retrieve)
+    _serve(monkeypatch, lambda url: fetched.append(url) or (SHARED / "tinyshakespeare" / url.rsplit("/", 1)[1]).read_bytes())
     assert datasets.find("tinyshakespeare", download_missing=True, log=lambda *_: None) == cached
     assert len(fetched) == 1 and _digest(cached / "input.txt") == _digest(SHARED / "tinyshakespeare" / "input.txt")
 
@@ -226,3 +230,57 @@ def test_cli_reports_damaged_data_in_one_line_and_exits_2(isolated):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: multi30k data in ")
     assert str(folder / "train.en.gz") in lines[0] and _digest(folder / "train.en.gz") in lines[0]
+
+
+def _down(url):
+    raise datasets.urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+
+def test_no_network_gives_one_error_and_leaves_nothing_in_the_cache(isolated, monkeypatch, capsys):
+    from softargmax.cli import main
+
+    _serve(monkeypatch, _down)
+    with pytest.raises(datasets.DataError, match=r"could not download https://.*Temporary failure in name resolution"):
+        datasets.find("multi30k", download_missing=True, log=lambda *_: None)
+    assert not (isolated / "cache").exists()  # no empty cache folder left behind
+    # the command line downloads by default: no network is one error line, exit status 2, no traceback
+    out = isolated / "out"
+    assert main(["reproduce", "tau-table", "--preset", "smoke", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: could not download https://"), err
+    assert "--data-dir" in err and "Traceback" not in err and not (isolated / "cache").exists()
+    # --offline never downloads: the error says how to get the data
+    assert main(["reproduce", "tau-table", "--preset", "smoke", "--out", str(out), "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "multi30k not found" in err and "without --offline" in err
+
+
+@_needs("multi30k")
+def test_the_command_line_downloads_missing_data_by_default_with_a_message(isolated, monkeypatch, capsys):
+    from softargmax.cli import main
+
+    fetched = []
+    _serve(monkeypatch, lambda url: fetched.append(url) or (SHARED / "multi30k" / url.rsplit("/", 1)[1]).read_bytes())
+    assert main(["reproduce", "tau-table", "--preset", "smoke", "--out", str(isolated / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "downloading multi30k (6 files" in printed and "SHA-256" in printed
+    assert len(fetched) == len(datasets.DATASETS["multi30k"].sha256)
+    assert datasets.find("multi30k") == datasets.cache_dir("multi30k")  # verified, from the cache
+    # a second run finds the cache and fetches nothing
+    assert main(["reproduce", "tau-table", "--preset", "smoke", "--out", str(isolated / "out")]) == 0
+    assert len(fetched) == len(datasets.DATASETS["multi30k"].sha256) and "downloading" not in capsys.readouterr().out
+
+
+def test_a_failed_download_keeps_no_part_file_and_no_new_folder(isolated, monkeypatch):
+    calls = []
+
+    def flaky(url):  # the first file arrives, the second fails
+        calls.append(url)
+        if len(calls) > 1:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return b"x"
+
+    _serve(monkeypatch, flaky)
+    with pytest.raises(datasets.DataError):  # the first file's checksum fails before the network does
+        datasets.download("tinyshakespeare", isolated / "new" / "cache", log=lambda *_: None)
+    assert not (isolated / "new").exists()

@@ -1,13 +1,13 @@
 """SFT vs distillation with f-divergence losses (Roulet et al., 2025, §4.2): sampling, scoring and a smoke run."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import distillation as di
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 
 
 def test_sampling_respects_the_support_and_scoring_is_cross_entropy():
@@ -30,7 +30,7 @@ def test_sampling_respects_the_support_and_scoring_is_cross_entropy():
     assert di.known_word_share(["xx the king yy"], {"the", "king"}) == 1.0
 
 
-@pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="../shared/data/tinyshakespeare not present")
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="data not present: tinyshakespeare")
 def test_distillation_smoke(smoke_run):
     out, res = smoke_run("distillation", "--data-dir", str(SHARED))
     assert set(res["students"]) == {f"{m}:{n}" for m in ("sft", "distillation") for n in di.LOSSES}
@@ -41,6 +41,6 @@ def test_distillation_smoke(smoke_run):
     assert (out / "report.md").exists() and (out / "fig3_fig4.png").exists()
 
 
-@pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="../shared/data/tinyshakespeare not present")
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="data not present: tinyshakespeare")
 def test_distillation_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     rerun_is_identical("distillation", "--data-dir", str(SHARED))

@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 import softargmax as sa
 from softargmax.experiments.pretraining import metrics
 from softargmax.experiments.pretraining.model import Decoder, DecoderConfig, apply_rotary, rotary_tables
 from softargmax.experiments.pretraining.reference_measure import linear_loss_with_learned_q, reference_measure_gradient
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_ptb = pytest.mark.skipif(not (SHARED / "ptb").exists(), reason="../shared/data/ptb not present")
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_ptb = pytest.mark.skipif(not (SHARED / "ptb").exists(), reason="data not present: ptb")
 SMOKE = ("--data-dir", str(SHARED), "--threads", "1")
 
 

@@ -1,14 +1,14 @@
 """Multi-label benchmarks (Martins & Astudillo, 2016, §4.2): ARFF reader, loading, F1, decision rules, and a smoke run."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA  # noqa: E402
 
 from softargmax.experiments import multilabel as ml
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_mulan = pytest.mark.skipif(not (SHARED / "mulan").exists(), reason="../shared/data/mulan not present")
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_mulan = pytest.mark.skipif(not (SHARED / "mulan").exists(), reason="data not present: mulan")
 
 
 def test_arff_reader_dense_sparse_nominal_and_missing(tmp_path):

@@ -88,3 +88,16 @@ def test_learnable_q():
     assert m.log_q.grad is not None and torch.isfinite(m.log_q.grad).all()
     with pytest.raises(ValueError, match="learn_q=True needs"):
         snn.FSoftargmax("kl", learn_q=True)
+
+
+def test_a_learnable_alpha_range_must_stay_above_zero_even_when_the_sigmoid_saturates():
+    """α = alpha_min is reached when the sigmoid rounds to 0, so alpha_min = 0 would give α = 0, which α-entmax
+    refuses: the constructor refuses it, naming the argument."""
+    with pytest.raises(ValueError, match="alpha_min, alpha_max must satisfy 0 < alpha_min"):
+        sa.nn.Entmax(alpha=0.5, alpha_min=0.0, learn_alpha=True)
+    m = sa.nn.Entmax(alpha=0.5, alpha_min=0.25, learn_alpha=True)
+    with torch.no_grad():
+        m.alpha_logit.fill_(-200.0)  # sigmoid(-200) = 0 in float32: α = alpha_min exactly
+    assert float(m.alpha) == 0.25
+    p = m(torch.randn(3, 6))
+    assert torch.isfinite(p).all() and torch.allclose(p.sum(-1), torch.ones(3))

@@ -46,8 +46,10 @@ from softargmax.experiments._common import (
 )
 
 SRC_DIR = str(Path(softargmax.__file__).resolve().parents[1])
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+from conftest import DATA  # noqa: E402
+
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 
 
 def _env():
@@ -505,8 +507,8 @@ def test_checkpoint_every_is_checked_and_refused_where_no_checkpoints_are_kept(c
     with pytest.raises(SystemExit):
         main(["reproduce", "translation", "--checkpoint-every", "0"])
     assert "positive number of steps" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--checkpoint-every is not supported"):
-        main(["reproduce", "bisection", "--preset", "smoke", "--checkpoint-every", "5", "--out", "/nonexistent/x"])
+    assert main(["reproduce", "bisection", "--preset", "smoke", "--checkpoint-every", "5", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: bisection: --checkpoint-every is not supported")
 
 
 def test_the_report_names_the_test_of_resumed_runs():
@@ -516,3 +518,51 @@ def test_the_report_names_the_test_of_resumed_runs():
     name = test_a_smoke_translation_run_killed_at_random_moments_and_resumed_until_it_finishes_equals_an_uninterrupted_run
     words = name.__name__[len("test_"):].replace("_", " ")
     assert f"“{words}”" in report.RESUME_TEST
+
+
+# --- Ctrl-C and SIGTERM: a checkpoint, the lock released, one line that says how to continue -----------------------
+
+@needs_data
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_continues(sig, code, said, tmp_path):
+    out = tmp_path / "run"
+    # no --checkpoint-every: the checkpoint is the one the signal makes the run save
+    command = [sys.executable, *SMOKE[:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
+    proc = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    for line in proc.stdout:
+        if re.search(r"\[softmax\] step 1/", line):
+            proc.send_signal(sig)
+            break
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    lines = stderr.strip().splitlines()
+    assert 1 <= len(lines) <= 3 and "Traceback" not in stderr, stderr
+    assert said in lines[-1] and "run the same command again to continue" in lines[-1]
+    assert "stopped at step" in stdout and "checkpoint saved" in stdout, stdout
+    assert not (out / ".softargmax.lock").exists()  # the lock is released
+    log = (out / "log.txt").read_text()
+    assert said in log.splitlines()[-1] and "error: KeyboardInterrupt" not in log
+    steps = int(re.search(r"stopped at step (\d+)", stdout).group(1))
+    assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()
+    # the same command again continues from the checkpoint and finishes
+    again = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed at step {steps}" in again.stdout and "continuing from the training checkpoints" in again.stdout
+
+
+def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out, why in ((a_file, "a file of that name exists"), (a_file / "below", "a part of the path is a file")):
+        assert main(["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: cannot write the output folder {out}: {why}"), err
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert main(["reproduce", "bisection", "--preset", "smoke", "--out", str(locked / "x")]) == 2
+        assert "permission denied" in capsys.readouterr().err
+    # --debug shows the traceback
+    with pytest.raises(FileExistsError):
+        main(["reproduce", "bisection", "--preset", "smoke", "--out", str(a_file), "--debug"])

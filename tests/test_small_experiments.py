@@ -1,10 +1,10 @@
 """Smoke runs of the small reproductions: tau-table (Speeding Up Entmax, Table 3) and bisection (the f-divergence paper, Fig. 6)."""
 
-from pathlib import Path
 
 import pytest
+from conftest import DATA  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 
 
 def test_bisection_smoke(smoke_run):
@@ -17,7 +17,7 @@ def test_bisection_smoke(smoke_run):
     assert "Ran on cpu (" in (out / "report.md").read_text()
 
 
-@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 def test_tau_table_smoke(smoke_run):
     pytest.importorskip("sentencepiece")
     out, res = smoke_run("tau-table", "--data-dir", str(SHARED))
@@ -35,7 +35,7 @@ def test_bisection_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     rerun_is_identical("bisection")
 
 
-@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 def test_tau_table_rerun_with_the_same_seed_is_identical(rerun_is_identical):
     pytest.importorskip("sentencepiece")
     rerun_is_identical("tau-table", "--data-dir", str(SHARED))

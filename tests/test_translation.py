@@ -10,6 +10,8 @@ import torch
 pytest.importorskip("sentencepiece")
 pytest.importorskip("sacrebleu")
 
+from conftest import DATA  # noqa: E402
+
 import softargmax as sa
 from softargmax.experiments.nmt import data
 from softargmax.experiments.nmt.decoding import DecodeStats, beam_search, empty_string_scores, pad_batch
@@ -17,8 +19,8 @@ from softargmax.experiments.nmt.model import ModelConfig, OutputLayer, Seq2Seq
 from softargmax.experiments.nmt.tokenizer import BOS, EOS, PAD, Tokenizer
 from softargmax.experiments.nmt.training import calibrate_tau, make_batches, noam, tensors
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
+needs_data = pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 
 
 @needs_data
@@ -156,8 +158,23 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     assert "Table 1" in report and "35.3" in report and "Claims checked" in report
     assert (out / "curves_bleu.png").exists() and (out / "alpha_relu_sums.png").exists()
     assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()  # one folder per run, one seed or several
-    # resume: training is skipped, evaluation redone
-    res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), systems=("softmax",), log=lambda *_: None)
+    # the trained systems timed interleaved: the speed ratios, their intervals and the inference times come from it
+    speed = res["speed"]
+    assert set(speed["train"]) == set(res["systems"]) and speed["rounds"] == 3 and (out / translation.SPEED_FILE).exists()
+    for name, rec in res["systems"].items():
+        assert rec["seconds_per_step_vs_softmax"] == speed["train"][name]["ratio"]
+        lo, hi = speed["train"][name]["ci"]
+        assert lo <= rec["seconds_per_step_vs_softmax"] <= hi and len(speed["timing"]["train_seconds_per_step"][name]) == 3
+        assert rec["inference_normalized"]["1"] == speed["inference"][name]["1"]["ratio"]
+    assert "timed interleaved" in report and "95% interval" in report
+    # the same command again: every run has its record, nothing is trained, the report is rebuilt
+    assert main(["reproduce", "translation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "all the results are complete" in printed and "step 1/" not in printed
+    assert "timed already" in printed  # the interleaved timing names the same runs: not timed again
+    assert json.loads((out / "results.json").read_text())["systems"]["softmax"]["bleu"] == res["systems"]["softmax"]["bleu"]
+    # --runs trains a run again: training is skipped (its last checkpoint), evaluation redone
+    res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["softmax:0"], log=lambda *_: None)
     assert res2["systems"]["softmax"]["steps_done"] == res["systems"]["softmax"]["steps_done"]
     assert res2["systems"]["softmax"]["bleu"] == pytest.approx(res["systems"]["softmax"]["bleu"])
 
@@ -491,8 +508,11 @@ def test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call(split_r
     assert [(r["system"], r["seed"]) for r in two["runs"]] == [("softmax", 1), ("softmax", 2), ("alpha_relu", 1),
                                                                ("alpha_relu", 2)]
     # one small, self-contained record per run, outside runs/ (which git ignores)
-    records = sorted(p.name for p in (base / "two" / "records").iterdir())
+    records = sorted(p.name for p in (base / "two" / "records").glob("*.json"))
     assert records == ["alpha_relu-seed1.json", "alpha_relu-seed2.json", "softmax-seed1.json", "softmax-seed2.json"]
+    # and the interleaved timing of the first seed's runs beside them (timed again by the call that completed them)
+    assert (base / "two" / "records" / "speed" / "interleaved.json").is_file()
+    assert two["speed"]["seed"] == 1 and sorted(two["speed"]["systems"]) == ["alpha_relu", "softmax"]
     rec = json.loads((base / "two" / "records" / "alpha_relu-seed2.json").read_text())
     assert rec["fingerprint"]["seed"] == 2 and rec["setup"]["preset"] == "gpu" and len(rec["test_hypotheses"]) == 12
     assert {"device", "torch", "triton", "softargmax"} <= set(rec["environment"])
@@ -612,10 +632,10 @@ def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys)
     with pytest.raises(SystemExit):
         main(["reproduce", "translation", "--runs", "softmax"])
     assert "SYSTEM:SEED" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--runs names the runs itself"):
-        main(["reproduce", "translation", "--runs", "softmax:1", "--seeds", "2", "--out", "/nonexistent/x"])
-    with pytest.raises(SystemExit, match="--runs is not supported"):
-        main(["reproduce", "lm", "--preset", "smoke", "--runs", "kl:1", "--out", "/nonexistent/x"])
+    assert main(["reproduce", "translation", "--runs", "softmax:1", "--seeds", "2", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: translation: --runs names the runs itself")
+    assert main(["reproduce", "lm", "--preset", "smoke", "--runs", "kl:1", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: lm: --runs is not supported")
     sums = [float(torch.tensor(v, dtype=torch.float32)) for v in (1.0, 0.999999, 1.2345678, 0.0)]
     assert unpack(pack(sums, "float32")) == sums and unpack(pack([0, 9999, 3], "int32")) == [0, 9999, 3]
 
@@ -628,7 +648,9 @@ def test_times_are_compared_only_between_runs_on_one_device(split_runs, tmp_path
 
     base, one, _ = split_runs
     out = tmp_path / "devices"
-    shutil.copytree(base / "one" / "records", out / "records")
+    # the records alone: the interleaved timing (records/speed) times every system on one device by construction;
+    # without it, the times of the runs themselves are compared, and only those on one device
+    shutil.copytree(base / "one" / "records", out / "records", ignore=shutil.ignore_patterns("speed"))
     for seed in (1, 2):  # softmax's runs on another GPU: 2 runs on each device, softmax's (the first run's) chosen
         path = out / "records" / f"alpha_relu-seed{seed}.json"
         rec = json.loads(path.read_text())

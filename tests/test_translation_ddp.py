@@ -29,7 +29,9 @@ pytest.importorskip("sacrebleu")
 import softargmax
 
 SRC_DIR = str(Path(softargmax.__file__).resolve().parents[1])
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from conftest import DATA  # noqa: E402
+
+SHARED = DATA  # --data-dir, $SOFTARGMAX_DATA or ../shared/data (conftest.py)
 RTOL = 1e-5
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available")
@@ -132,7 +134,7 @@ def test_two_processes_follow_the_single_process_loss_curve(runs):
             assert a["tau"] == b["tau"] == ref["tau"]
 
 
-@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="../shared/data/multi30k not present")
+@pytest.mark.skipif(not (SHARED / "multi30k").exists(), reason="data not present: multi30k")
 def test_reproduce_translation_under_torchrun(tmp_path):
     out = tmp_path / "ddp-smoke"
     _torchrun(["-m", "softargmax", "reproduce", "translation", "--preset", "smoke", "--systems", "alpha_relu",

@@ -75,25 +75,43 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "reproduce", help="run a reproduction experiment and write its report",
         description="Run a reproduction experiment and write results.json, report.md, PNG figures and log.txt into "
-        "--out. Every file is written atomically (a killed run leaves the previous version or the new one, never "
+        "--out (default runs/<experiment>). Data found in no local folder are downloaded (--offline: never). Every file is written atomically (a killed run leaves the previous version or the new one, never "
         "half a file), and log.txt is appended to, each run after a line that says when and how it started. A full "
         "disk stops the run with 'no space left on device' and the file's name. One run at a "
         "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
         "over. Training experiments (translation, adaptive-attention, lm) keep checkpoints in <out>/runs: a run killed "
-        "at any moment continues with --resume and gives the numbers of an uninterrupted run.")
-    from .experiments import EXPERIMENTS
+        "at any moment (Ctrl-C and SIGTERM save a checkpoint first) continues when the same command is run again, and "
+        "gives the numbers of an uninterrupted run. Errors are one line 'error: ...' with exit status 2 (--debug: "
+        "the traceback).")
+    from .experiments import EXPERIMENTS, PRESET_NAMES
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
-    r.add_argument("--preset", choices=["smoke", "default", "full", "gpu"], default="default",
-                   help="size (gpu: translation at Transformer-base size on one GPU, 3 seeds; lm: a wider, deeper decoder)")
+    common = sorted(set.intersection(*(set(p) for p in PRESET_NAMES.values())), key=["smoke", "default"].index)
+    extra = "; ".join(f"{name} also {', '.join(p for p in presets if p not in common)}"
+                      for name, presets in PRESET_NAMES.items() if set(presets) - set(common))
+    r.add_argument("--preset", choices=sorted({p for v in PRESET_NAMES.values() for p in v}, key=["smoke", "default",
+                   "full", "gpu"].index), default="default", metavar="PRESET",
+                   help=f"the run's size (default: default, sized for a CPU with two cores): every experiment takes "
+                   f"{' and '.join(common)} (smoke: seconds, as in the tests); {extra} (translation's gpu: "
+                   "Transformer-base on one GPU, 3 seeds; lm's gpu: a wider, deeper decoder; full: the paper's schedule)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
-    r.add_argument("--download", action="store_true", help="download missing data from its public source (checksummed)")
-    r.add_argument("--out", help="output folder (default: reports/<experiment>)")
-    r.add_argument("--device", default="cpu")
-    r.add_argument("--seed", type=int, default=0)
+    net = r.add_mutually_exclusive_group()
+    net.add_argument("--offline", action="store_true",
+                     help="never download: use local data only (by default data found in no local folder are "
+                     "downloaded from their public source, with a progress bar, and checked against their SHA-256)")
+    net.add_argument("--download", action="store_true", help="download missing data (the default; kept for scripts)")
+    r.add_argument("--out", help="output folder (default: runs/<experiment>, which git ignores; the committed reference "
+                   "reports in reports/<experiment> are never written unless named here)")
+    r.add_argument("--device", default="cpu",
+                   help="where the models run: cpu (default), cuda, cuda:1, ... (the timings in the report are this "
+                   "device's)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="the random seed of initialization, dropout and data order (default 0); presets with several "
+                   "seeds (translation's gpu) use --seeds or their own")
     fresh = r.add_mutually_exclusive_group()
     fresh.add_argument("--resume", action="store_true",
-                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm); "
+                       help="continue from the training checkpoints in <out>/runs (translation, adaptive-attention, lm; "
+                       "also what a run does by default when it finds checkpoints); "
                        "they must come from a run with the same experiment, preset, systems, seed, data and softargmax "
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
@@ -115,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and the report is rebuilt "
                    "from every record there, listing the runs the preset still owes")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error (by default an error is one line: what failed and the fix)")
     r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
                    help="training experiments (translation, adaptive-attention, lm): also write a checkpoint every "
                    "STEPS training steps (default: at every evaluation and at the end); the last two are kept")
@@ -130,7 +150,11 @@ def _main_process() -> bool:
 
 
 def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[str]) -> bool:
-    """Apply ``--resume`` / ``--fresh``; ``False`` (with a message) when checkpoints exist and neither was given."""
+    """Apply ``--resume`` / ``--fresh``: checkpoints found without either are continued from (with a note).
+
+    Returns ``True`` (the run goes on); every checkpoint is checked against its run's fingerprint before it is
+    used, so continuing from one of another run is refused by the experiment, naming what differs.
+    """
     from .experiments._common import remove_derived, remove_temporaries
 
     runs = out / "runs"
@@ -138,11 +162,11 @@ def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[s
     if fresh:
         if _main_process():
             remove_derived(out, derived)
-    elif found and not resume:
-        print(f"error: {runs} holds training checkpoints of an earlier run: pass --resume to continue from them "
-              "or --fresh to delete them and train from scratch", file=sys.stderr)
-        return False
-    elif _main_process():
+        return True
+    if found and not resume and _main_process():
+        print(f"note: continuing from the training checkpoints in {runs} (--fresh deletes them and starts over)",
+              flush=True)
+    if _main_process():
         remove_temporaries(out)  # what writers killed in an earlier run left
     return True
 
@@ -193,12 +217,54 @@ def _errors() -> tuple[type[Exception], ...]:
     from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError
     from .experiments.datasets import DataError
 
-    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError)
+    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError, UsageError)
+
+
+class UsageError(ValueError):
+    """An option the experiment does not take: ``error: ...`` and exit status 2, as argparse reports a bad option."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is (like Ctrl-C's ``KeyboardInterrupt``), so that the run saves a
+    checkpoint where it can, releases its lock and says how to continue."""
+
+    signal_number = 15
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    """How to continue an interrupted run: the same command again (checkpoints are continued from)."""
+    return ("run the same command again to continue from its checkpoints" if args.experiment in _CHECKPOINTED
+            else "run the same command again to start it over")
+
+
+#: the experiments that keep training checkpoints (an interrupted run continues from them)
+_CHECKPOINTED = ("translation", "adaptive-attention", "lm")
+
+
+def _output_error(e: OSError, out: str) -> Optional[str]:
+    """The one-line message of an output folder that cannot be written (``None``: another error)."""
+    what = {PermissionError: "permission denied", NotADirectoryError: "a part of the path is a file, not a folder",
+            FileExistsError: "a file of that name exists", IsADirectoryError: "a folder is in the way"}
+    for kind, why in what.items():
+        if isinstance(e, kind):
+            name = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
+            return f"cannot write the output folder {out}: {why}{name}. Fix: pass --out a folder you can write"
+    return None
 
 
 def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """``softargmax reproduce``: run an experiment (or render its report again); the exit status."""
+    """``softargmax reproduce``: run an experiment (or render its report again); the exit status.
+
+    Every failure a user can meet is one line ``error: ...`` on stderr with exit status 2 (no traceback unless
+    ``--debug``); Ctrl-C and SIGTERM end the run with a checkpoint where training was under way, the lock released
+    and one line that says how to continue (exit status 130 and 143, as a shell reports a signal).
+    """
     import importlib
+    import signal
 
     from ._utils.extras import MissingExtraError, require
     from .experiments import EXPERIMENTS
@@ -210,38 +276,67 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 2
     module = importlib.import_module(EXPERIMENTS[args.experiment])
     if args.preset not in module.PRESETS:
-        raise SystemExit(f"{args.experiment}: preset must be one of {sorted(module.PRESETS)}")
-    out = args.out or f"reports/{args.experiment}"
+        print(f"error: {args.experiment} takes --preset {' or '.join(sorted(module.PRESETS))}, not {args.preset!r}",
+              file=sys.stderr)
+        return 2
+    out = args.out or f"runs/{args.experiment}"
+    previous = None
+    if _main_process() and _in_main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _run_locked(args, module, Path(out), argv)
+    except KeyboardInterrupt as e:
+        if args.debug:
+            raise
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        print(f"\n{args.experiment}: {how}; {_resume_hint(args)} (--fresh starts over)", file=sys.stderr)
+        return 128 + (Terminated.signal_number if isinstance(e, Terminated) else 2)
     except _errors() as e:  # the message names the file, the field or the other run, and the fix
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # a full disk where no file name is known to the writer
+    except OSError as e:  # a full disk where no file name is known to the writer; an unwritable --out
         from .experiments._common import is_disk_full
 
-        if not is_disk_full(e):
+        if args.debug:
             raise
-        print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} ({e}); "
-              f"free space on the disk of {out} and run again with --resume", file=sys.stderr)
+        if is_disk_full(e):
+            print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} "
+                  f"({e.strerror or e}); free space on the disk of {out} and {_resume_hint(args)}", file=sys.stderr)
+            return 2
+        message = _output_error(e, out)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _in_main_thread() -> bool:
+    """Whether this is the main thread (only it may install signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict[str, Any]:
     """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
     kwargs: dict[str, Any] = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
-                  download=args.download, threads=args.threads)
+                  download=not args.offline, threads=args.threads)
     if args.systems:
         kwargs["systems"] = args.systems
     if args.runs and (args.systems or args.seeds):
-        raise SystemExit(f"{args.experiment}: --runs names the runs itself; give it without --systems and --seeds")
+        raise UsageError(f"{args.experiment}: --runs names the runs itself; give it without --systems and --seeds")
     why = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)"}
     for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every), ("runs", args.runs)):
         if value is None:
             continue
         if option not in inspect.signature(module.run).parameters:
             flag = "--" + option.replace("_", "-")
-            raise SystemExit(f"{args.experiment}: {flag} is not supported{why[option]}")
+            raise UsageError(f"{args.experiment}: {flag} is not supported{why[option]}")
         kwargs[option] = value
     return kwargs
 
@@ -269,13 +364,21 @@ def _run_locked(args: argparse.Namespace, module: ModuleType, out: Path, argv: S
         except BaseException as e:  # the log says how the run ended (the terminal gets it from main)
             if log_file is not None:
                 with contextlib.suppress(OSError):
-                    log_file.write(f"error: {type(e).__name__}: {e}\n")
+                    log_file.write(f"{_ending(e)}\n")
             raise
         finally:
             if log_file is not None:
                 with contextlib.suppress(OSError):
                     log_file.close()
     return 0
+
+
+def _ending(e: BaseException) -> str:
+    """The log's last line for a run that ended with ``e``."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(e, KeyboardInterrupt):
+        return f"== {when}: {'terminated (SIGTERM)' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'}"
+    return f"== {when}: error: {type(e).__name__}: {e}".rstrip(": ")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

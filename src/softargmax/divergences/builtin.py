@@ -320,7 +320,10 @@ def _jensen_shannon_binary_tau(s: Tensor, q0: Tensor, q1: Tensor) -> Tensor:
     t = s / 2
     a0, a1, c = 1 + q0, 1 + q1, 1 + q0 + q1
     G = torch.logaddexp(-t + torch.log(a0), t + torch.log(a1))
-    return t + G + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
+    # t + G as log(a0 + a1 e^{2t}): the sum t + G of two large terms of opposite signs (s -> -inf) would
+    # round to the unit in the last place of |t| (0.06 at |s| = 1e6 in float32)
+    tG = torch.logaddexp(torch.log(a0), s + torch.log(a1))
+    return tG + torch.log1p(torch.sqrt(torch.clamp(1 - 4 * c * torch.exp(-2 * G), min=0))) - 2 * math.log(2)
 
 
 def _jensen_shannon_binary_low_probability(u: Tensor, q0: Tensor, q1: Tensor) -> Tensor:

@@ -12,3 +12,9 @@ EXPERIMENTS = {
     "distillation": "softargmax.experiments.distillation",
     "lm": "softargmax.experiments.lm",
 }
+
+#: the presets each experiment accepts (its module's ``PRESETS``; a test checks that they agree), for the command
+#: line's help without importing every experiment
+PRESET_NAMES: dict[str, tuple[str, ...]] = {name: ("smoke", "default") for name in EXPERIMENTS}
+PRESET_NAMES["translation"] = ("smoke", "default", "full", "gpu")
+PRESET_NAMES["lm"] = ("smoke", "default", "gpu")

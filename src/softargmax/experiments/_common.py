@@ -219,8 +219,8 @@ def pyplot() -> Optional[ModuleType]:
 #: and when a run finished (the date in its run record)
 INVOCATION_KEYS = frozenset({"steps_this_run", "resumed_from_checkpoint", "finished"})
 
-#: keys of timings whose names do not say "second": times relative to each other
-TIMING_KEYS = frozenset({"inference_normalized"})
+#: keys of timings whose names do not say "second": times relative to each other, the interleaved timing
+TIMING_KEYS = frozenset({"inference_normalized", "speed"})
 
 
 def measurements(results: dict) -> dict:

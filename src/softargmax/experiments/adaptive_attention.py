@@ -166,7 +166,7 @@ def time_training_steps(models: dict, tok: Tokenizer, train: Parallel, train_cfg
 def run(
     preset: str = "default",
     data_dir: Optional[str] = None,
-    out: str = "reports/adaptive-attention",
+    out: str = "runs/adaptive-attention",
     device: str = "cpu",
     seed: int = 0,
     systems: Collection[str] = tuple(SYSTEMS),

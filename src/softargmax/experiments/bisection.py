@@ -59,7 +59,7 @@ def bisection_trace(div: Divergence, z: torch.Tensor,
     return taus, width0, (lo, hi)
 
 
-def run(preset: str = "default", out: str = "reports/bisection", seed: int = 0, log: Log = print,
+def run(preset: str = "default", out: str = "runs/bisection", seed: int = 0, log: Log = print,
         **_unused: object) -> dict:
     P, out_dir, t_start = begin(preset, PRESETS, (), (), None, out)
     g = torch.Generator().manual_seed(seed)

@@ -117,7 +117,7 @@ def _summary(runs: list) -> dict:
             "seconds_per_run": statistics.fmean(r["train_seconds"] for r in runs)}
 
 
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/classification", seed: int = 0,
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/classification", seed: int = 0,
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Table 2 (every loss) and Fig. 5 (the α sweep), all seeds; writes results, report and figures."""

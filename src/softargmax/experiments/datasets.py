@@ -12,9 +12,11 @@ Lookup order for the folder of dataset ``name``:
    working directory, then the cache ``$XDG_CACHE_HOME/softargmax/<name>`` (default
    ``~/.cache``).  The first of these that holds any file of the dataset is used and must be
    intact: a damaged default folder is an error too, never skipped silently.
-3. With ``download_missing=True`` (``--download``) and a public byte-identical copy, a missing
-   or damaged cache is filled from the dataset's source; every downloaded file is checked
-   against its SHA-256 sum before it replaces anything in the cache.
+3. With ``download_missing=True`` (what ``softargmax reproduce`` does unless ``--offline`` is
+   given) and a public byte-identical copy, a missing or damaged cache is filled from the
+   dataset's source, with a progress bar on a terminal; every downloaded file is checked
+   against its SHA-256 sum before it replaces anything in the cache, and a failed download
+   (no network: one :class:`DataError` saying so) leaves nothing behind in the cache.
 
 Verification.  The folder chosen is checked file by file against ``DATASETS`` before any file is
 read: a missing file, a truncated one (its size is below the table's) or one whose SHA-256
@@ -38,13 +40,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import stat
+import sys
+import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from ._files import atomic_json
 
@@ -278,41 +284,92 @@ def verify(name: str, folder: Path, fix: Optional[str] = None, files: Optional[I
         raise DataError(f"{name} data in {folder} failed verification: {'; '.join(problems)}. Fix: {fix}.")
 
 
+#: seconds a download waits for the server before it gives up (a network that is down fails at once)
+TIMEOUT = 60
+
+
+def progress_bar(total: Optional[int], desc: str, unit: str = "B") -> Any:
+    """A ``tqdm`` progress bar on stderr (bytes scaled to kB/MB), or ``None`` when tqdm is not installed or
+    stderr is not a terminal (logs and pipes get the log lines alone)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    if not sys.stderr.isatty():
+        return None
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", unit_divisor=1024 if unit == "B" else 1000,
+                leave=False, file=sys.stderr, dynamic_ncols=True)
+
+
+def _fetch(url: str, dest: Path, label: str) -> None:
+    """Copy ``url`` into ``dest`` in chunks, with a progress bar on a terminal; network failures raise
+    :class:`DataError` in one sentence (what failed, why, the fix)."""
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as response, open(dest, "wb") as f:
+            length = response.headers.get("Content-Length") if getattr(response, "headers", None) else None
+            bar = progress_bar(int(length) if length and str(length).isdigit() else None, label)
+            try:
+                for chunk in iter(lambda: response.read(1 << 16), b""):
+                    f.write(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+            finally:
+                if bar is not None:
+                    bar.close()
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
+        reason = getattr(e, "reason", None) or e
+        raise DataError(f"could not download {url} ({reason}). Fix: check the network connection and run again, "
+                        "or place the files in a folder and pass --data-dir") from e
+
+
 def download(name: str, target_dir: Optional[Path] = None, log: Callable[[str], object] = print) -> Path:
     """Download dataset ``name`` into ``target_dir`` (default: its cache); return ``target_dir``.
 
-    Only files that are missing or fail :func:`check` are fetched; each download lands in a
-    ``.part`` file that replaces the old file only once its SHA-256 matches, otherwise it is
-    deleted and :class:`DataError` ("checksum mismatch", with both digests) is raised.
+    Only files that are missing or fail :func:`check` are fetched, with a progress bar on a
+    terminal; each download lands in a ``.part`` file that replaces the old file only once its
+    SHA-256 matches, otherwise it is deleted and :class:`DataError` ("checksum mismatch", with
+    both digests) is raised.  A failed download (no network, a server error, Ctrl-C) leaves
+    nothing behind: no ``.part`` file, and no folder that this call created.
     """
     ds = _get(name)
     if ds.url is None:
         raise DataError(f"{name}: no byte-identical public copy to download; place the files "
                         f"({ds.what}) in a folder and pass --data-dir")
     target_dir = Path(target_dir or cache_dir(name))
+    created = [p for p in [target_dir, *target_dir.parents] if not p.exists()]  # removed again if left empty
     target_dir.mkdir(parents=True, exist_ok=True)
-    for fname, problem in check(name, target_dir).items():
-        if problem is None:
-            continue
-        digest, path = ds.sha256[fname], target_dir / fname
-        url = ds.url.format(name=fname)
-        if path.exists():
-            log(f"{problem}: downloading it again")
-        log(f"downloading {url}")
-        tmp = path.with_name(path.name + ".part")
-        try:
-            urllib.request.urlretrieve(url, tmp)
-            got = sha256(tmp)
-        except BaseException:
-            with contextlib.suppress(OSError):
+    try:
+        todo = [f for f, problem in check(name, target_dir).items() if problem is not None]
+        if todo:
+            size = sum(ds.size.get(f, 0) for f in todo)
+            host = urllib.parse.urlparse(ds.url).netloc
+            log(f"downloading {name} ({len(todo)} file{'s' * (len(todo) > 1)}"
+                + (f", {size / 1e6:.1f} MB" if size else "") + f") from {host} into {target_dir}; "
+                "every file is checked against its SHA-256 (--offline never downloads)")
+        for fname in todo:
+            digest, path = ds.sha256[fname], target_dir / fname
+            url = ds.url.format(name=fname)
+            if path.exists():
+                log(f"{path} fails its checksum: downloading it again")
+            tmp = path.with_name(path.name + ".part")
+            try:
+                _fetch(url, tmp, fname)
+                got = sha256(tmp)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+            if got != digest:
                 tmp.unlink()
-            raise
-        if got != digest:
-            tmp.unlink()
-            raise DataError(f"checksum mismatch for {url}: expected SHA-256 {digest}, got {got}; nothing was "
-                            f"replaced in {target_dir}. Fix: try again later, or place the files ({ds.what}) in "
-                            f"a folder and pass --data-dir")
-        os.replace(tmp, path)
+                raise DataError(f"checksum mismatch for {url}: expected SHA-256 {digest}, got {got}; nothing was "
+                                f"replaced in {target_dir}. Fix: try again later, or place the files ({ds.what}) in "
+                                f"a folder and pass --data-dir")
+            os.replace(tmp, path)
+    except BaseException:
+        for folder in created:  # the deepest first; only folders this call made and left empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     verify(name, target_dir)  # records the stamp (hashes only the new files)
     return target_dir
 
@@ -329,7 +386,8 @@ def find(name: str, data_dir: Optional[str] = None, download_missing: bool = Fal
         name: a key of ``DATASETS``.
         data_dir: the dataset's folder or a folder containing it; ``None``: ``$SOFTARGMAX_DATA``,
             else the default folders and the cache.
-        download_missing: fetch a missing or damaged cache from the public source (``--download``).
+        download_missing: fetch a missing or damaged cache from the public source (the command
+            line's default; ``--offline`` turns it off).
         log: called with one line per download.
 
     Raises:
@@ -337,7 +395,7 @@ def find(name: str, data_dir: Optional[str] = None, download_missing: bool = Fal
         DataNotFoundError: no folder holds the dataset (a ``FileNotFoundError`` too).
     """
     ds = _get(name)
-    how = "or allow the download (--download)" if ds.url else "(this dataset has no download; see its source)"
+    how = ("or run without --offline to download it" if ds.url else "(this dataset has no download; see its source)")
     given, origin = (data_dir, "--data-dir") if data_dir else (os.environ.get("SOFTARGMAX_DATA"), "SOFTARGMAX_DATA")
     if given:
         base = Path(given).expanduser()
@@ -349,7 +407,7 @@ def find(name: str, data_dir: Optional[str] = None, download_missing: bool = Fal
                                     f"other folder is tried): {fix} with {ds.what}")
         fix = f"copy the files again from their source ({ds.what}) into {folder}"
         if ds.url:
-            fix += f", or run with --download and neither --data-dir nor SOFTARGMAX_DATA to use {cache_dir(name)}"
+            fix += f", or run with neither --data-dir nor SOFTARGMAX_DATA to download it into {cache_dir(name)}"
         verify(name, folder, fix)
         return folder
     for default in ("../shared/data", "data"):
@@ -361,7 +419,7 @@ def find(name: str, data_dir: Optional[str] = None, download_missing: bool = Fal
     if _holds_any(ds, cached):
         if download_missing and ds.url:
             return download(name, cached, log=log)  # keeps the intact files, fetches the others
-        verify(name, cached, ("rerun with --download to fetch the bad files again, or " if ds.url else "")
+        verify(name, cached, ("rerun without --offline to fetch the bad files again, or " if ds.url else "")
                + f"delete them (or {cached}) and pass --data-dir with an intact copy")
         return cached
     if download_missing and ds.url is not None:

@@ -145,7 +145,7 @@ def known_word_share(texts: list[str], vocabulary: set) -> float:
     return sum(w.strip(".,;:!?'\"-").lower() in vocabulary for w in words) / max(len(words), 1)
 
 
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/distillation", seed: int = 0,
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/distillation", seed: int = 0,
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Teacher, SFT and distilled students per loss, the Fig. 4 decoding comparison; results, report, figures."""

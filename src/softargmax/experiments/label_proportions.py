@@ -121,7 +121,7 @@ def cross_validate(x: torch.Tensor, q: torch.Tensor, loss: dict, lambdas: Sequen
     return best_lam
 
 
-def run(preset: str = "default", out: str = "reports/label-proportions", seed: int = 0,
+def run(preset: str = "default", out: str = "runs/label-proportions", seed: int = 0,
         systems: Collection[str] = tuple(LOSSES), threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""

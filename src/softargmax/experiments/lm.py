@@ -147,7 +147,7 @@ def _fingerprint(preset: str, spec: RunSpec) -> dict:
     return fingerprint(EXPERIMENT, preset, _key(spec), spec.seed, data=["ptb"])
 
 
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/lm", seed: int = 0,
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/lm", seed: int = 0,
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.

@@ -237,7 +237,7 @@ def tune_and_test(system: str, Xtr: torch.Tensor, Ytr: torch.Tensor, Xte: torch.
     return out
 
 
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/multilabel", seed: int = 0,
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/multilabel", seed: int = 0,
         systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every dataset × system; writes ``results.json``, ``report.md`` and a figure into ``out``."""

@@ -236,7 +236,7 @@ def examples(models: dict, test: Pairs, test_ids: Pairs, count: int) -> list:
     return out
 
 
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/nli-attention",
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/nli-attention",
         seed: int = 0, systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Train every system for every seed; write ``results.json``, ``report.md`` and a figure into ``out``."""

@@ -39,7 +39,7 @@ PAPER = {10000: {"p_star": 0.0184, "tau_model": 0.33, "tau_formula": 0.33},
 
 
 @torch.no_grad()
-def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/tau-table", seed: int = 0,
+def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/tau-table", seed: int = 0,
         download: bool = False, log: Log = print, **_: object) -> dict:
     P, out_dir, t_start = begin(preset, PRESETS, (), (), None, out)
     folder = nmt_data.find(data_dir, download_missing=download, log=log)

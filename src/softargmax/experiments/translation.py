@@ -55,6 +55,15 @@ its statistics over the runs in, says so, and marks the ordering and the compari
 the paper provisional until every run is in; times are compared only between runs on the
 same device.
 
+Speed.  After training, the finished runs of one seed are timed *interleaved*
+(:func:`time_speed`, :mod:`.nmt.speed`): in short alternating rounds every system runs a few
+training steps on the same batches and translates the same sentences at every beam size, so a
+load on the machine that comes and goes falls on all of them alike.  The report's speed ratios
+are a low quantile of the rounds with a bootstrap interval, and a speed claim is decided only
+where the interval excludes its limit; the training curves against time use this interleaved
+time per step.  The timing is kept in ``<out>/records/speed/interleaved.json`` and redone when
+a run it timed is trained again.
+
 Under ``torchrun --nproc_per_node N softargmax reproduce translation …`` training is data
 parallel (``DistributedDataParallel``, :mod:`.nmt.distributed`): every global batch is
 split over the N processes, so the optimizer sees the same batches as one process; rank
@@ -92,9 +101,11 @@ from ._common import (
     check_checkpoint,
     code_identity,
     data_digest,
+    describe_device,
     environment,
     fingerprint,
     finish,
+    load_checkpoint,
     read_records,
     record_path,
     render_existing,
@@ -112,7 +123,7 @@ from .nmt.plan import parse_runs, planned_runs, selected_runs
 from .nmt.report import RESUME_TEST, render_report
 from .nmt.results import results_from_records
 from .nmt.tokenizer import EOS, Tokenizer
-from .nmt.training import TrainConfig, train_system
+from .nmt.training import TrainConfig, make_batches, tensors, train_system
 from .nmt.verdicts import (
     BLEU_MARGIN,
     LEVEL,
@@ -128,6 +139,7 @@ __all__ = [
     # the experiment: its presets, its runs and their records, the report rebuilt from them
     "PRESETS", "PRESET_KEYS", "EXPERIMENT", "DERIVED", "Data", "load_data", "evaluate_system", "time_inference",
     "preset_settings", "run", "run_setup", "check_records", "RECORD_ABOUT", "make_record", "rebuild", "render",
+    "time_speed", "SPEED_FILE", "SPEED_ROUNDS",
     # re-exported from .nmt, where they are defined: the command line (--render-only), the other experiments and
     # the tests use them as translation.X
     "SYSTEMS", "parse_runs", "selected_runs", "planned_runs", "results_from_records", "write_figures",
@@ -297,7 +309,7 @@ def preset_settings(preset: str, overrides: Optional[dict] = None) -> dict:
 def run(
     preset: str = "default",
     data_dir: Optional[str] = None,
-    out: str = "reports/translation",
+    out: str = "runs/translation",
     device: str = "cpu",
     seed: int = 0,
     systems: Optional[Collection[str]] = None,
@@ -390,21 +402,118 @@ def run(
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         setup = run_setup(preset, overrides, P, tok, test.tgt)
         earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        if runs is None:  # a call again into the same folder: the runs with a record are done
+            done = [p for p in pairs if p in earlier]
+            pairs = [p for p in pairs if p not in earlier]
+            if done:
+                log(f"{len(done)} of the runs asked for already have a run record in {out_dir / 'records'}: "
+                    + ("all the results are complete; the report is rebuilt from them" if not pairs else
+                       f"training the {len(pairs)} left")
+                    + " (--fresh trains them all again; --runs SYSTEM:SEED trains one again)")
         autocast = TrainConfig(**P["train_cfg"]).autocast(device)
         common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
                   "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
                                   **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
-        _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
+        if pairs:
+            _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
         if not ctx.main:
             return {}
-        # only rank 0 gets here: it alone writes results.json, the figures and report.md
+        # only rank 0 gets here: it alone times the systems interleaved and writes results.json, the figures, report.md
+        time_speed(out_dir, preset, overrides, P, model_cfg, data, setup, ctx.device, log)
         return rebuild(out_dir, log, setup=setup, t_start=t_all)
     finally:
         if tf32:
             torch.set_float32_matmul_precision(old_precision)
         if owns_group:
             distributed.teardown()
+
+
+#: the interleaved timing per preset (:mod:`.nmt.speed`): rounds of training steps, steps per round, rounds of
+#: translation at every beam size
+SPEED_ROUNDS = {"smoke": dict(rounds=3, steps=1, inference_rounds=1),
+                "default": dict(rounds=10, steps=3, inference_rounds=3)}
+#: where the interleaved timing is kept: beside the run records (not read as one), so that the report rebuilt from the
+#: records alone (``--render-only``, records copied from other machines) keeps it, and ``--fresh`` deletes it
+SPEED_FILE = Path("records") / "speed" / "interleaved.json"
+
+
+def _kept_model(out_dir: Path, system: str, seed: int, fp: dict, P: dict, model_cfg: ModelConfig, device: str,
+                log: Log) -> Optional[tuple]:
+    """``(model, layer)`` of a finished run, from its checkpoints (the kept model: ``best.pt`` under model
+    selection, else the last checkpoint's); ``None`` when the run has no checkpoint here."""
+    from .nmt.model import OutputLayer, Seq2Seq
+
+    run_dir = _run_dir(out_dir, system, seed)
+    state = load_checkpoint(run_dir / "checkpoint.pt", fp, map_location=device, log=log, set_aside=False,
+                            label=f"[{system}] ")
+    if state is None:
+        return None
+    model = Seq2Seq(model_cfg).to(device)
+    weights = state["model"]
+    if TrainConfig(**P["train_cfg"]).select != "last" and (run_dir / "best.pt").exists():
+        weights = torch.load(run_dir / "best.pt", map_location=device, weights_only=True)["model"]
+    model.load_state_dict(weights)
+    model.eval()
+    layer = OutputLayer(system, label_smoothing=P["train_cfg"].get("label_smoothing", 0.0))
+    layer.tau = state["record"].get("tau", 0.0)
+    return model, layer
+
+
+def time_speed(out_dir: Path, preset: str, overrides: Optional[dict], P: dict, model_cfg: ModelConfig, data: Data,
+               setup: dict, device: str, log: Log = print) -> Optional[dict]:
+    """Time the finished runs of one seed interleaved (:func:`.nmt.speed.time_interleaved`) into
+    ``out/records/speed/interleaved.json`` (:data:`SPEED_FILE`).
+
+    The seed is the first, in the order of the plan, with at least two systems that have a
+    run record and a checkpoint here.  The file names the runs it timed (each record's
+    ``finished``): it is kept while they stay the same, and timed again when one was trained
+    again.  Returns what was written (or kept); ``None`` when no seed has two such runs.
+    """
+    from .nmt import speed
+
+    _, train, _, test, _, tok = data
+    records = check_records(out_dir, setup)
+    seeds = list(dict.fromkeys(sd for _, sd in records))
+    chosen = None
+    for sd in seeds:
+        runs = {s: rec["finished"] for (s, seed_), (_, rec) in records.items()
+                if seed_ == sd and (_run_dir(out_dir, s, sd) / "checkpoint.pt").exists()}
+        if len(runs) >= 2:
+            chosen = sd, runs
+            break
+    if chosen is None:
+        return None
+    sd, runs = chosen
+    device_name = describe_device(device)
+    path = out_dir / SPEED_FILE
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = None
+    about = {"setup": setup, "seed": sd, "runs": runs, "device": device_name}
+    if isinstance(kept, dict) and all(kept.get(k) == v for k, v in about.items()):
+        log(f"the speed of these runs was timed already ({path})")
+        return kept
+    systems = {}
+    for s in runs:
+        fp = fingerprint(EXPERIMENT, preset, s, sd, data=["multi30k"], overrides=overrides or {})
+        got = _kept_model(out_dir, s, sd, fp, P, model_cfg, device, log)
+        if got is not None:
+            systems[s] = got
+    cfg = TrainConfig(seed=sd, **P["train_cfg"])
+    sub = train.head(2000)
+    pairs, batches = make_batches(tok.encode(sub.src), tok.encode(sub.tgt), cfg.batch_tokens, sd, cfg.max_len)
+    rounds = SPEED_ROUNDS.get(preset, dict(rounds=10, steps=3, inference_rounds=3))
+    timing_sub = test.head(P["timing_sentences"])
+    timing = speed.time_interleaved(
+        systems, [tensors(pairs, b, device) for b in batches[: rounds["steps"]]],
+        lambda model, layer, beam: translate(model, layer, tok, timing_sub.src, beam=beam, device=device),
+        P["beams"], device=device, log=log, **rounds)
+    result = {**about, "format": 1, "timing": timing,
+              "about": "the finished runs of one seed timed interleaved (softargmax.experiments.nmt.speed)"}
+    atomic_json(path, result)
+    return result
 
 
 def _run_dir(out_dir: Path, system: str, seed: int) -> Path:
@@ -629,7 +738,11 @@ def rebuild(out: Union[str, Path], log: Log = print, setup: Optional[dict] = Non
     found = check_records(out_dir, setup)
     if not found:
         raise FileNotFoundError(f"out: no run records in {out_dir / 'records'} to build a report from")
-    results, stats = results_from_records(found, log)
+    try:
+        speed = json.loads((out_dir / SPEED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        speed = None
+    results, stats = results_from_records(found, log, speed)
     results["settings"]["total_seconds"] = time.perf_counter() - t0
     return finish(results, out_dir, lambda res, folder: write_figures(res, stats, folder), render_report, log)
 

@@ -166,8 +166,9 @@ class Entmax(nn.Module):
         learn_alpha: make α a parameter; the initial α must then lie strictly inside
             ``(alpha_min, alpha_max)``. Default: ``False``.
         dim: the normalized dimension. Default: ``-1``.
-        alpha_min: the lower end of a learnable α's range (any :math:`0 \le \alpha_{\min} <
-            \alpha_{\max}`: α below 1 gives dense outputs). Default: ``1.0``.
+        alpha_min: the lower end of a learnable α's range (any :math:`0 < \alpha_{\min} <
+            \alpha_{\max}`: α below 1 gives dense outputs; the sigmoid can round to 0, so α can
+            reach :math:`\alpha_{\min}` itself, which must be a valid α). Default: ``1.0``.
         alpha_max: the upper end of a learnable α's range. Default: ``2.0``.
         device: where α (parameter or buffer) is created, as for ``torch.nn`` layers.
             Default: ``None`` (a tensor α's own device).
@@ -218,8 +219,9 @@ class Entmax(nn.Module):
         self.learn_alpha = bool(learn_alpha)
         if self.learn_alpha:
             alpha_min, alpha_max = check_real(alpha_min, "alpha_min"), check_real(alpha_max, "alpha_max")
-            if not 0.0 <= alpha_min < alpha_max:
-                raise ValueError(f"alpha_min, alpha_max must satisfy 0 <= alpha_min < alpha_max < inf, got {alpha_min}, {alpha_max}")
+            if not 0.0 < alpha_min < alpha_max:  # α = alpha_min is reached when the sigmoid underflows: it must be valid
+                raise ValueError(f"alpha_min, alpha_max must satisfy 0 < alpha_min < alpha_max < inf (α-entmax needs "
+                                 f"α > 0), got {alpha_min}, {alpha_max}")
             a = initial_value(alpha)
             if values_checkable(a) and bool(((a <= alpha_min) | (a >= alpha_max)).any()):
                 raise ValueError(f"learnable alpha={alpha} must start strictly inside (alpha_min, alpha_max) = "

@@ -22,12 +22,17 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
 
     # BLEU is one scale for every system: one axis against steps, one against time
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    # the time axis: steps × the interleaved time per step where the systems were timed interleaved (a busy
+    # machine's wall clock during one run's training would shift that run's curve), else each run's own clock
+    interleaved = all("interleaved_seconds_per_step" in rec for rec in systems.values())
     for s, rec in systems.items():
         h = rec["history"]
         axes[0].plot([e["step"] for e in h], [e["val_bleu"] for e in h], marker="o", label=display_name(s))
-        axes[1].plot([e["train_seconds"] / 60 for e in h], [e["val_bleu"] for e in h], marker="o", label=display_name(s))
+        minutes = ([e["step"] * rec["interleaved_seconds_per_step"] / 60 for e in h] if interleaved else
+                   [e["train_seconds"] / 60 for e in h])
+        axes[1].plot(minutes, [e["val_bleu"] for e in h], marker="o", label=display_name(s))
     axes[0].set_xlabel("training step")
-    axes[1].set_xlabel("training time (min)")
+    axes[1].set_xlabel("steps × interleaved time per step (min)" if interleaved else "training time (min)")
     for a in axes:
         a.set_ylabel("val BLEU (greedy)")
         a.grid(alpha=0.3)
@@ -58,17 +63,26 @@ def write_figures(results: dict, stats: dict, out_dir: Path) -> list:
     if results["settings"]["training"].get("select", "last") != "last" or len(results["settings"].get("seeds", [])) > 1:
         files.append(_selection_figure(plt, results, out_dir))
 
-    # the paper's Fig. 4 compares the systems at each beam size: time relative to softmax,
-    # with the band of run-to-run variation of these timings (not a difference between systems)
+    # the paper's Fig. 4 compares the systems at each beam size: time relative to softmax (as in the tables);
+    # with interleaved timings, bars give the 95% bootstrap intervals, else a band of assumed run-to-run noise
     if "inference_seconds" in systems.get("softmax", {}):  # (absent when softmax has no run on the timing device)
         base = systems["softmax"]["inference_seconds"]
+        speed = results.get("speed")
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
         bs = sorted(base, key=int)
-        ax.axhspan(1 - NOISE, 1 + NOISE, color="0.85", label=f"±{NOISE:.0%}: timing noise")
+        if speed is None:
+            ax.axhspan(1 - NOISE, 1 + NOISE, color="0.85", label=f"±{NOISE:.0%}: timing noise")
         for s, rec in systems.items():
             if "inference_seconds" not in rec:
                 continue
-            ax.plot([int(b) for b in bs], [rec["inference_seconds"][b] / base[b] for b in bs], marker="o", label=display_name(s))
+            ys = [rec["inference_seconds"][b] / base[b] for b in bs]
+            if speed is not None and s in speed["inference"]:
+                ci = [speed["inference"][s][b]["ci"] for b in bs]
+                ax.errorbar([int(b) for b in bs], ys, yerr=[[max(0.0, y - c[0]) for y, c in zip(ys, ci)],
+                                                            [max(0.0, c[1] - y) for y, c in zip(ys, ci)]],
+                            marker="o", capsize=3, label=display_name(s))
+            else:
+                ax.plot([int(b) for b in bs], ys, marker="o", label=display_name(s))
         ax.set_xscale("log", base=2); ax.set_xticks([int(b) for b in bs], bs); ax.minorticks_off()
         ax.set_xlabel("beam size"); ax.set_ylabel("inference time / softmax's")
         ax.set_title("Inference time vs beam size (cf. the paper, Fig. 4)", fontsize=10); ax.grid(alpha=0.3)

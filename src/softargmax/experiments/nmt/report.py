@@ -150,17 +150,41 @@ def render_report(results: dict, figures: list) -> str:
         lines += ["", f"**Provisional:** {_in_and_owed(plan)}; this comparison with the paper may change when the "
                   "owed runs are in."]
     lines += _seed_sections(results)
-    lines += ["", "## Training speed (Table 5)", "",
-              "Seconds per training step and target tokens per second (forward, loss, backward, optimizer; "
-              "evaluation excluded), and the time relative to softmax, beside the paper's ratios of total training hours."
-              + ("" if plan is None else " " + _timing_scope(results)), "",
-              "| output layer | s/step | tokens/s | ours vs softmax | paper IWSLT | paper WMT En→De | paper WMT En→Ru |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    speed = results.get("speed")
     ph = paper["training_hours"]
-    for s, rec in S.items():
-        ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
-        lines.append(f"| {display_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | {_pm(rec, 'tokens_per_second', nd=0)} | "
-                     f"{_times(rec.get('seconds_per_step_vs_softmax'))} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
+    if speed is not None:
+        lines += ["", "## Training speed (Table 5)", "",
+                  f"Seconds per training step (forward, loss, backward, optimizer) with the systems timed interleaved "
+                  f"after training: {speed['rounds']} rounds, each running {speed['steps']} steps of every system on "
+                  f"the same batches (the order rotating), on {speed['device']}; a system's time is the "
+                  f"{speed['quantile']:g} quantile of its rounds (the rounds least disturbed by other jobs on the "
+                  "machine), its ratio to softmax comes with a 95% bootstrap interval over the rounds, and process CPU "
+                  "time stands beside wall time. Tokens per second are each run's own, over its whole training."
+                  + ("" if plan is None else f" {_timing_scope(results)}") + " The paper's columns are its ratios "
+                  "of total training hours.", "",
+                  "| output layer | s/step (interleaved) | CPU s/step | ours vs softmax [95% interval] | tokens/s in "
+                  "training | paper IWSLT | paper WMT En→De | paper WMT En→Ru |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s, rec in S.items():
+            ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
+            tr = speed["train"].get(s)
+            ours = "–" if tr is None else f"{tr['ratio']:.2f}× [{tr['ci'][0]:.2f}–{tr['ci'][1]:.2f}]"
+            lines.append(f"| {display_name(s)} | {_fmt(speed['seconds_per_step'].get(s), 3)} | "
+                         f"{_fmt(speed['cpu_seconds_per_step'].get(s), 3)} | {ours} | "
+                         f"{_pm(rec, 'tokens_per_second', nd=0)} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
+    else:
+        lines += ["", "## Training speed (Table 5)", "",
+                  "Seconds per training step and target tokens per second (forward, loss, backward, optimizer; "
+                  "evaluation excluded), each run timed alone during its own training (not interleaved, so the "
+                  "machine's load may differ between systems), and the time relative to softmax, beside the paper's "
+                  "ratios of total training hours." + ("" if plan is None else " " + _timing_scope(results)), "",
+                  "| output layer | s/step | tokens/s | ours vs softmax | paper IWSLT | paper WMT En→De | paper WMT En→Ru |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for s, rec in S.items():
+            ratios = [ph[s][k] / ph["softmax"][k] if s in ph else None for k in ("IWSLT", "WMT En→De", "WMT En→Ru")]
+            lines.append(f"| {display_name(s)} | {_pm(rec, 'seconds_per_step', nd=3)} | "
+                         f"{_pm(rec, 'tokens_per_second', nd=0)} | {_times(rec.get('seconds_per_step_vs_softmax'))} | "
+                         + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
     lines += ["", "## Empty translations (Table 2)", "",
               f"Share of dev sentences ({st['data']['dev_sentences_for_empty_rate']}) whose empty translation scores higher "
               "than the beam hypothesis (`log p(EOS | BOS)` vs the hypothesis' summed log-scores).", "",
@@ -184,22 +208,28 @@ def render_report(results: dict, figures: list) -> str:
                   + (f" (mean ± std over the {len(a['seeds'])} seeds' initializations and first batches)"
                      if len(a.get("seeds") or seeds) > 1 else "")
                   + "; data-free "
-                  f"estimate `tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
+                  f"estimate `alpha_relu_tau.gaussian(V={st['vocabulary']['size']}, std=linear_logit_std({st['model']['d_model']}, "
                   f"{st['vocabulary']['size']}))`: **{a['tau_formula']:.4f}** (model / formula = {a['tau'] / a['tau_formula']:.3f}). "
                   f"Paper (d_model {', '.join(sorted({str(r['d_model']) for r in paper['tau_table3']}))}): "
                   + ", ".join(f"V={r['vocab']:,}: model {r['tau_model']}, formula {r['tau_formula']}" for r in paper["tau_table3"])
-                  + ". `softargmax.tau.gaussian` reproduces the paper's formula column to its two decimals (tests/test_tau.py)."]
+                  + ". `softargmax.alpha_relu_tau.gaussian` reproduces the paper's formula column to its two decimals (a test of "
+                  "the library checks it)."]
     lines += ["", "## Inference time vs beam size (Fig. 4)", "",
-              f"Translating {st['decoding']['timing_sentences']} test sentences "
-              + ("(median of 3, all systems interleaved), " if plan is None else
-                 "(median of 3, each run timed right after its training, on the device of the timings above; a "
-                 "system's first seed on it), ")
-              + "normalized by the fastest measurement. "
+              f"Translating {st['decoding']['timing_sentences']} test sentences, "
+              + (f"timed interleaved with the other systems ({speed['inference_rounds']} rounds, each at every beam "
+                 f"size; the {speed['quantile']:g} quantile of the rounds), " if speed is not None else
+                 "the median of 3 with all systems interleaved (the results of one call, without run records), "
+                 if plan is None else
+                 "each run timed alone right after its training (median of 3; not interleaved), ")
+              + "relative to softmax's time at the same beam size. "
               f"Paper: {paper['inference']}.", "",
               "| output layer | " + " | ".join(f"beam {b}" for b in st["decoding"]["beams_timed"]) + " |",
               "| --- |" + " --- |" * len(st["decoding"]["beams_timed"])]
+    base = S.get("softmax", {}).get("inference_seconds") or {}
     for s, rec in S.items():
-        norm = rec.get("inference_normalized", {})
+        # relative to softmax at the same beam size (results.json of earlier versions stored ratios to the fastest)
+        times = rec.get("inference_seconds") or {}
+        norm = {b: v / base[b] for b, v in times.items() if base.get(b)}
         lines.append(f"| {display_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
     lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
     lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
@@ -208,11 +238,11 @@ def render_report(results: dict, figures: list) -> str:
     if "alpha_relu" in S:
         for ex in S["alpha_relu"]["examples"][:3]:
             lines += [f"- src: {ex['src']}", f"  - ref: {ex['ref']}", f"  - hyp: {ex['hyp']}"]
-    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(S, st, split=plan is not None))
+    lines += reproducibility(st, resume_test=RESUME_TEST, **_variation(S, st, split=plan is not None, speed=speed))
     return "\n".join(lines) + "\n"
 
 
-def _variation(S: dict, st: dict, split: bool = False) -> dict:
+def _variation(S: dict, st: dict, split: bool = False, speed: Optional[dict] = None) -> dict:
     """What this run measured of its own variation, for :func:`.._common.reproducibility`.
 
     Reruns: the test of killed and resumed runs (``RESUME_TEST``) runs a `smoke` run of two
@@ -226,7 +256,7 @@ def _variation(S: dict, st: dict, split: bool = False) -> dict:
     this = ("the other output layers were not repeated" if st.get("preset") == "smoke" else
             f"this `{st.get('preset')}` run was not repeated")
     out = {"rerun": ("a `smoke` run of softmax and 1.5-ReLU repeated with the same seed gives identical numbers, "
-                     f"timings aside (the test in the last line runs it twice); {this}."
+                     f"timings aside (the test of killed and resumed runs, below, runs it twice); {this}."
                      + (f" {SPLIT_TEST}" if split else ""))}
     spread = {s: r for s, r in S.items() if "bleu_std" in r}
     counts = sorted({len(r.get("seeds") or seeds) for r in spread.values()})
@@ -245,6 +275,15 @@ def _variation(S: dict, st: dict, split: bool = False) -> dict:
             "the variation of the time per step within a run was not measured (fewer than two evaluations); ")
     if len(seeds) > 1:
         text += "the ± of s/step and tokens/s is their spread over the seeds' runs; "
+    if speed is not None:
+        tr = {s: e for s, e in speed["train"].items() if s != speed["reference"]}
+        out["timings"] = text + (
+            f"the speed ratios come from {speed['rounds']} rounds of interleaved timing, over which the per-round "
+            "ratio to softmax ranged " + ", ".join(f"{e['round_ratios'][0]:.2f}–{e['round_ratios'][1]:.2f}× "
+                                                   f"({display_name(s)})" for s, e in tr.items())
+            + " (the 95% bootstrap intervals in the tables account for it); how much the timings vary between "
+            "invocations was not measured.")
+        return out
     if split:
         out["timings"] = text + ("how much the timings vary between invocations was not measured; the inference "
                                  "times of the systems were measured each in its own run, right after its training, "
@@ -465,15 +504,20 @@ def _discussion(results: dict) -> list:
               "the standard deviations over seeds show the training noise.")
     lo, hi = paper_sorting_ratios(paper)
     var = [v for v in (step_time_variation(rec) for rec in S.values()) if v is not None]
+    timed = results.get("speed")
     speed = ("- **Speed.** In the paper, sparsemax and 1.5-entmax, computed by sorting, took "
              f"{lo:.2f}–{hi:.2f}× the training time of softmax (Table 5); here both use this library's pruned Newton "
              f"solvers, so the remaining overhead is the solver on a {st['vocabulary']['size']}-word vocabulary. "
-             f"Per-step times come from {st['device']}"
-             + ("" if st["device"].startswith("cpu") else
-                ", with a synchronization at the end of every step (evaluation excluded)")
-             + (f"; within a run the time per step varied by up to {100 * max(var):.1f}% between evaluations, and the "
-                "speed claims above count a ratio only beyond that variation." if var else
-                "; their variation within a run was not measured, so the speed claims above are not shown."))
+             + (f"The speed claims rest on the systems timed interleaved on {timed['device']} after training "
+                f"({timed['rounds']} rounds; seed {timed['seed']}), so that a load on the machine that comes and goes "
+                "falls on every system alike; a claim is decided only where the bootstrap interval of the ratio "
+                "excludes its limit. The time axis of the training curves is steps × this interleaved time per "
+                "step, not the wall clock of each run."
+                if timed is not None else
+                f"Per-step times come from {st['device']}, each run timed alone during its training"
+                + (f" (within a run the time per step varied by up to {100 * max(var):.1f}% between evaluations)"
+                   if var else "")
+                + "; the systems were not timed interleaved, so the speed claims above are not shown."))
     out = [
         scale,
         speed,
@@ -509,8 +553,9 @@ def _claims(results: dict) -> list:
     out += [f"Rules: a BLEU comparison \"A beats B\" holds only when A's BLEU is higher and the paired bootstrap gives "
            f"p < {thr:.4f} ({m}); it does not hold when B's is higher "
            f"with such a p, and is not shown otherwise. \"As well as\" holds when the 95% interval of the difference "
-           f"lies above −{BLEU_MARGIN} BLEU. A speed ratio counts only beyond the measured variation of the time per "
-           "step.", ""]
+           f"lies above −{BLEU_MARGIN} BLEU. A speed claim holds or does not hold only when the 95% bootstrap interval "
+           "of the ratio, over rounds of interleaved timing, lies wholly on one side of its limit; otherwise it is "
+           "not shown (noisy).", ""]
     if {"alpha_relu", "entmax15"} <= set(S):
         out.append(f"- 1.5-ReLU translates as well as 1.5-entmax (BLEU at most {BLEU_MARGIN} lower): "
                    f"{as_good_verdict(sig, 'alpha_relu', 'entmax15')}.")
@@ -519,12 +564,12 @@ def _claims(results: dict) -> list:
             out.append(f"- 1.5-ReLU beats {display_name(other)}: {beats_verdict(sig, 'alpha_relu', other)}.")
     if {"alpha_relu", "softmax"} <= set(S):
         out.append(f"- 1.5-ReLU trains as fast as softmax (at most {SPEED_MARGIN}× its time per step): "
-                   f"{speed_verdict(S, 'alpha_relu', SPEED_MARGIN)}.")
+                   f"{speed_verdict(S, 'alpha_relu', SPEED_MARGIN, results.get('speed'))}.")
     lo, _ = paper_sorting_ratios(paper)
     for s in ("entmax15", "sparsemax"):
         if {s, "softmax"} <= set(S):
             out.append(f"- {display_name(s)} with this library's solvers trains faster, relative to softmax, than the paper's "
-                       f"sorting ({lo:.2f}× at least): {speed_verdict(S, s, lo)}.")
+                       f"sorting ({lo:.2f}× at least): {speed_verdict(S, s, lo, results.get('speed'))}.")
     if "softmax" in S and len(S) > 1:
         out.append(f"- Sparse outputs avoid the empty-string problem (no sparse output layer prefers the empty "
                    f"translation on any of the {st['data']['dev_sentences_for_empty_rate']} dev sentences): "

@@ -104,12 +104,37 @@ def significance(hyps: dict, refs: list, n_samples: int = 1000) -> list:
     return out
 
 
-def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
+def speed_results(speed: Optional[dict], records: dict) -> Optional[dict]:
+    """``results["speed"]`` from the interleaved timing (``records/speed/interleaved.json``, :func:`..translation.time_speed`), or
+    ``None`` when there is none or it timed other runs than the records in (a run trained again since).
+
+    Returns ``{"seed", "device", "systems", "rounds", "steps", "inference_rounds", **summarize(timing), "timing"}``
+    (:func:`.speed.summarize`: the low quantile of every system's per-round times and the ratios to softmax
+    with their bootstrap intervals).
+    """
+    from .speed import summarize
+
+    if not isinstance(speed, dict) or "timing" not in speed:
+        return None
+    runs = speed.get("runs") or {}
+    for system, finished in runs.items():
+        rec = records.get((system, speed.get("seed")))
+        if rec is None or rec.get("finished") != finished or rec.get("setup") != speed.get("setup"):
+            return None
+    t = speed["timing"]
+    return {"seed": speed["seed"], "device": speed["device"], "systems": list(runs), "rounds": t["rounds"],
+            "steps": t["steps"], "inference_rounds": t["inference_rounds"], **summarize(t), "timing": t}
+
+
+def results_from_records(found: dict, log: Log = print, speed: Optional[dict] = None) -> tuple[dict, dict]:
     """``results.json``'s content and the decoding statistics of the figures, from checked run records.
 
     Args:
         found: :func:`..translation.check_records`'s ``{(system, seed): (path, record)}``, all of one setup.
         log: where progress lines go.
+        speed: the content of ``records/speed/interleaved.json`` (the runs of one seed timed interleaved), if any:
+            it becomes ``results["speed"]`` (:func:`speed_results`) and gives the speed
+            ratios, the inference times and the time axis of the training curves.
 
     Returns:
         ``(results, {system: DecodeStats of its first seed})``.  ``results`` has the layout
@@ -142,9 +167,12 @@ def results_from_records(found: dict, log: Log = print) -> tuple[dict, dict]:
         S[system] = _aggregate(per_seed, timed)
         steps = records[system, next(iter(per_seed))]["decoding_steps"]
         stats[system] = DecodeStats(zeros=unpack(steps["zeros"]), sums=unpack(steps["sums"]), vocab=steps["vocab"])
-    _relative_timings(S)
+    interleaved = speed_results(speed, records)
+    _relative_timings(S, interleaved)
     results: dict[str, Any] = {"settings": _merged_settings(records, order, plan, devices, timing_device),
                                "systems": S, "paper": PAPER}
+    if interleaved is not None:
+        results["speed"] = interleaved
     if len(hyps) > 1:
         log("paired bootstrap resampling of test BLEU ...")
         refs = records[order[0]]["test_references"]
@@ -215,15 +243,27 @@ def _merged_settings(records: dict, order: list, plan: dict, devices: dict, timi
     }
 
 
-def _relative_timings(S: dict) -> None:
-    """Step times relative to softmax's and inference times relative to the fastest, into ``S``: only between
-    systems timed on the same device (those whose records :func:`_aggregate` kept timings of)."""
+def _relative_timings(S: dict, speed: Optional[dict] = None) -> None:
+    """Times relative to softmax's, into ``S``: from the interleaved timing (``speed``, :func:`speed_results`)
+    when there is one, else from each run's own training (only between systems timed on the same device, those
+    whose records :func:`_aggregate` kept timings of).  Inference times are relative to softmax's at the same
+    beam size, like the step times: one normalization throughout."""
+    if speed is not None:
+        for s, rec in S.items():
+            if s in speed["train"]:
+                rec["seconds_per_step_vs_softmax"] = speed["train"][s]["ratio"]
+                rec["seconds_per_step_vs_softmax_ci"] = speed["train"][s]["ci"]
+                rec["interleaved_seconds_per_step"] = speed["seconds_per_step"][s]
+                rec["inference_seconds"] = speed["inference_seconds"][s]
+                rec["inference_normalized"] = {b: e["ratio"] for b, e in speed["inference"][s].items()}
+            else:
+                rec.pop("inference_seconds", None)
+        return
     soft = S.get("softmax", {}).get("seconds_per_step")
     for rec in S.values():
         if soft and "seconds_per_step" in rec:
             rec["seconds_per_step_vs_softmax"] = rec["seconds_per_step"] / soft
-    timed = [rec for rec in S.values() if rec.get("inference_seconds")]
-    if timed:
-        fastest = min(v for rec in timed for v in rec["inference_seconds"].values())
-        for rec in timed:
-            rec["inference_normalized"] = {b: v / fastest for b, v in rec["inference_seconds"].items()}
+    base = S.get("softmax", {}).get("inference_seconds")
+    for rec in S.values():
+        if base and rec.get("inference_seconds"):
+            rec["inference_normalized"] = {b: v / base[b] for b, v in rec["inference_seconds"].items() if b in base}

@@ -16,11 +16,12 @@ broadcast, so all ranks stop together.  Only rank 0 writes checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -35,6 +36,7 @@ from .._common import (
     save_checkpoint,
     set_rng_state,
 )
+from .._progress import Interrupts, StepTimer, progress_bar
 from . import distributed
 from .data import Parallel
 from .decoding import pad_batch, translate
@@ -163,18 +165,59 @@ def _optimizer(model: Seq2Seq, model_cfg: ModelConfig,
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
 
 
-def _progress(label: str, record: dict, cfg: TrainConfig, step: int, start_step: int, t_start: float,
-              shown: float, world: int) -> str:
-    """The progress line: the step's loss, the throughput and the time left."""
-    # time left: this run's wall clock per step so far (training and the evaluations done, so it
-    # improves as steps are measured); the first step, which pays for warm-up, shows none
-    steps_now = step - start_step
-    eta = ""
-    if steps_now > 1:
-        per = (time.perf_counter() - t_start) / steps_now
-        eta = f", ETA {per * (cfg.steps - step) / 60:.1f} min"
+def _progress(label: str, record: dict, cfg: TrainConfig, step: int, timer: StepTimer, shown: float, world: int) -> str:
+    """The progress line: the step's loss, the throughput and the time left at the pace of the recent steps."""
+    left = timer.seconds_left(cfg.steps)  # none before two steps were timed (the first pays for warm-up)
+    eta = "" if left is None else f", ETA {timer.eta(cfg.steps)}"
     return (f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
             f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
+
+
+@contextlib.contextmanager
+def _bar(main: bool, total: int, label: str, start: int) -> Iterator[Any]:
+    """The progress bar of rank 0 (:func:`.._progress.progress_bar`: on a terminal only); ``None`` elsewhere."""
+    if not main:
+        yield None
+        return
+    with progress_bar(total, label, start) as bar:
+        yield bar
+
+
+def _selected(entry: dict, best_entry: Optional[dict], best_state: Optional[dict], model: Seq2Seq, record: dict,
+              cfg: TrainConfig, label: str, log: Log, best_path: Optional[Path]) -> tuple[Optional[dict], Optional[dict]]:
+    """Model selection at an evaluation: the kept ``(entry, weights)``; ``best.pt`` written when they change
+    (where ``best_path`` is given and every evaluation checkpoints)."""
+    if cfg.select != "last" and _select(entry, best_entry, record, cfg, f"[{label}]", log):
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if best_path is not None and cfg.save_every_eval:
+            _save_best(best_state, entry["step"], best_path)
+        return entry, best_state
+    return best_entry, best_state
+
+
+def _every(step: int, every: Optional[int], also: Optional[int] = None) -> bool:
+    """Whether ``step`` is a multiple of ``every`` (``None``: never) or is ``also``."""
+    if not every:
+        return step == also
+    return step % every == 0 or step == also
+
+
+def _stopped(save: Any, possible: list, needed: bool, what: str, log: Log) -> None:
+    """A Ctrl-C or SIGTERM between two steps: where ``possible`` holds (one process, steps done, not broken into
+    mid-step), save a checkpoint (where the last one is older) and say so."""
+    if not all(possible):
+        return
+    if needed:
+        save()
+    log(f"{what}: checkpoint saved, the run continues from it")
+
+
+def _advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float) -> None:
+    """``step`` is done: into the time left, and onto the bar (where there is one)."""
+    timer.tick(step)
+    if bar is not None:
+        bar.set_postfix_str(f"loss {shown:.3f}, ETA {timer.eta(total)}", refresh=False)
+        bar.update(1)
 
 
 def _restore(state: dict, model: Seq2Seq, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR,
@@ -395,40 +438,55 @@ def train_system(
                                    "data": {"position": epoch_pos, "batches": len(batches)}}, fingerprint)
         saved_step = step
 
-    t_start = time.perf_counter()
-    while step < cfg.steps and not record.get("stopped_early"):
-        b = batches[epoch_pos]
-        epoch_pos = (epoch_pos + 1) % len(batches)
-        mine = distributed.shard(b, rank, world)
-        ntok = sum(len(pairs[i][1]) + 1 for i in b)  # target tokens of the global batch (with EOS)
-        t0 = time.perf_counter()
-        shown, contribution = _step(net, model, layer, opt, sched, cfg, tensors(pairs, mine or b[:1], device),
-                                    sum(len(pairs[i][1]) + 1 for i in mine), ntok, world, device)
-        pending.append(contribution)
-        dt = time.perf_counter() - t0
-        step += 1
-        record["train_seconds"] += dt
-        record["train_tokens"] += ntok
-        record["train_tokens_this_rank"] = record.get("train_tokens_this_rank", 0) + sum(len(pairs[i][1]) + 1 for i in mine)
-        record["steps_done"] = step
-        if step % max(1, cfg.eval_every // 4) == 0 or step == 1:
-            log(_progress(label, record, cfg, step, start_step, t_start, float(shown), world))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            gather_losses()
-            entry = _validate(model, layer, tok, val, (vpairs, vbatches), cfg, device, step, record["train_seconds"],
-                              learn_alpha=bool(attention and attention.get("learn_alpha")))
-            record["history"].append(entry)
-            log(f"[{label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, "
-                f"{len(val.head(cfg.val_bleu_sentences))} sentences) {entry['val_bleu']:.2f}")
-            if cfg.select != "last" and _select(entry, best_entry, record, cfg, f"[{label}]", log):
-                best_entry = entry
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                if main and cfg.save_every_eval:
-                    _save_best(best_state, step, best_path)
-            if cfg.save_every_eval:
-                save()
-        if checkpoint_every and step % checkpoint_every == 0 and saved_step != step:
+    def evaluate() -> None:
+        """Validation at ``step``, model selection, and the checkpoint of the evaluation."""
+        nonlocal best_entry, best_state
+        gather_losses()
+        entry = _validate(model, layer, tok, val, (vpairs, vbatches), cfg, device, step, record["train_seconds"],
+                          learn_alpha=bool(attention and attention.get("learn_alpha")))
+        record["history"].append(entry)
+        log(f"[{label}] step {step}: val loss {entry['val_loss']:.3f}, val BLEU (greedy, "
+            f"{len(val.head(cfg.val_bleu_sentences))} sentences) {entry['val_bleu']:.2f}")
+        best_entry, best_state = _selected(entry, best_entry, best_state, model, record, cfg, label, log,
+                                           best_path if main else None)
+        if cfg.save_every_eval:
             save()
+
+    t_start = time.perf_counter()
+    eta = StepTimer(start_step)  # the time left, from the recent steps
+    with Interrupts() as interrupts, _bar(main, cfg.steps, label, start_step) as bar:
+        try:
+            while step < cfg.steps and not record.get("stopped_early"):
+                # Ctrl-C / SIGTERM wait for the step (and its evaluation, its checkpoint) to end, so that the
+                # checkpoint saved then is the state of the uninterrupted run at that step; a second one does not wait
+                with interrupts.held():
+                    b = batches[epoch_pos]
+                    mine = distributed.shard(b, rank, world)
+                    ntok = sum(len(pairs[i][1]) + 1 for i in b)  # target tokens of the global batch (with EOS)
+                    t0 = time.perf_counter()
+                    shown, contribution = _step(net, model, layer, opt, sched, cfg,
+                                                tensors(pairs, mine or b[:1], device),
+                                                sum(len(pairs[i][1]) + 1 for i in mine), ntok, world, device)
+                    epoch_pos = (epoch_pos + 1) % len(batches)
+                    pending.append(contribution)
+                    dt = time.perf_counter() - t0
+                    step += 1
+                    record["train_seconds"] += dt
+                    record["train_tokens"] += ntok
+                    record["train_tokens_this_rank"] = (record.get("train_tokens_this_rank", 0)
+                                                        + sum(len(pairs[i][1]) + 1 for i in mine))
+                    record["steps_done"] = step
+                    _advance(bar, eta, step, cfg.steps, float(shown))
+                    if _every(step, max(1, cfg.eval_every // 4), 1):
+                        log(_progress(label, record, cfg, step, eta, float(shown), world))
+                    if _every(step, cfg.eval_every, cfg.steps):
+                        evaluate()
+                    if _every(step, checkpoint_every) and saved_step != step:
+                        save()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the steps done (one process: a collective needs all)
+            _stopped(save, [world == 1, step > start_step, interrupts.consistent], saved_step != step,
+                     f"[{label}] stopped at step {step}", log)
+            raise
     gather_losses()
     if step > start_step and saved_step != step:
         save()  # the last step is always saved: a resumed finished run only evaluates

@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 from .._common import relative_span
 from .names import display_name
 from .results import mean_std
+from .speed import ratio_verdict
 
 #: significance level of the BLEU claims before the Bonferroni correction
 LEVEL = 0.05
@@ -111,23 +112,24 @@ def _speed_variation(S: dict, *systems: str) -> Optional[float]:
     return None if len(known) < len(var) else max(known)
 
 
-def speed_verdict(S: dict, system: str, limit: float) -> str:
+def speed_verdict(S: dict, system: str, limit: float, speed: Optional[dict] = None) -> str:
     """The verdict on "``system`` takes at most ``limit`` × softmax's time per step".
 
-    Rule: with ``r`` the ratio of times per step and ``v`` the larger step-time variation of
-    the two systems (:func:`step_time_variation`), the claim ``r ≤ limit`` ``"holds"`` when
-    ``r·(1 + v) ≤ limit``, ``"does not hold"`` when ``r / (1 + v) > limit``, and is
-    ``"not shown"`` in between or when ``v`` was not measured.
+    Rule: from the systems' training steps timed interleaved (``speed``, ``results["speed"]``:
+    :mod:`.speed`), the claim ``ratio ≤ limit`` ``"holds"`` when the 95% bootstrap interval of
+    the ratio lies at or below ``limit``, ``"does not hold"`` when it lies above, and is
+    ``"not shown (noisy)"`` otherwise (:func:`.speed.ratio_verdict`).  Without interleaved
+    timings (each run timed alone, under whatever load the machine had then) the claim is
+    not shown.
     """
+    if speed is not None and system in speed.get("train", {}):
+        return ratio_verdict(speed["train"][system], limit)
     if "seconds_per_step_vs_softmax" not in S[system]:
         return "not tested (no runs of both systems on the device whose times are compared)"
-    r = S[system]["seconds_per_step_vs_softmax"]
     v = _speed_variation(S, system, "softmax")
-    if v is None:
-        return f"not shown ({r:.2f}×; the variation of the time per step was not measured)"
-    hi, lo = r * (1 + v), r / (1 + v)
-    verdict = "holds" if hi <= limit else "does not hold" if lo > limit else "not shown"
-    return f"{verdict} ({r:.2f}×; with the step-time variation of {100 * v:.1f}%: {lo:.2f}–{hi:.2f}×)"
+    return (f"not shown ({S[system]['seconds_per_step_vs_softmax']:.2f}×, each run timed alone during its own training, "
+            "not interleaved, so the machine's load may differ between them"
+            + (f"; the time per step varied by {100 * v:.1f}% within a run" if v is not None else "") + ")")
 
 
 def paper_sorting_ratios(paper: dict) -> tuple:
