@@ -346,3 +346,74 @@ def test_kernels_compile_for_sm90():
         print(f"{r['kernel']:>20} {r['variant']} warps={r['warps']} regs={r['registers']} "
               f"stack(spills)={r['stack_bytes']}B shared={r['shared_bytes']}B")
         assert r["registers"] <= 255 and r["shared_bytes"] <= 227 * 1024
+
+
+# -- compiled variants -------------------------------------------------------------------------
+
+_KERNELS = ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq", "row_dot")
+
+
+def _binder(kernel, plain=False):
+    """Triton's own specialization of a launch's arguments (the key of its compiled-kernel
+    cache, less the device): the function the JIT builds from the kernel's signature.
+    ``plain``: as if the kernel had no ``do_not_specialize`` list."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    fn = getattr(kernel, "fn", kernel)
+    kwargs = {} if plain else dict(getattr(kernel, "kwargs", None) or
+                                   dict(do_not_specialize=kernel.do_not_specialize,
+                                        do_not_specialize_on_alignment=kernel.do_not_specialize_on_alignment))
+    jit = JITFunction(fn, **{k: v for k, v in kwargs.items() if k.startswith("do_not_specialize")})
+    return create_function_from_signature(jit.signature, jit.params, BaseBackend)
+
+
+class _Recorder:
+    """Stands in for a kernel: records the specialization key of every launch (and launches
+    it on CUDA, where the real cache is counted too)."""
+
+    def __init__(self, kernel, launch):
+        self.kernel, self.launch = kernel, launch
+        self.keys = {False: set(), True: set()}
+        self.binders = {plain: _binder(kernel, plain) for plain in (False, True)}
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            for plain, binder in self.binders.items():
+                _, spec, options = binder(*args, **kwargs)
+                self.keys[plain].add((tuple(spec), tuple(sorted(options.items()))))
+            if self.launch:
+                return self.kernel[grid](*args, **kwargs)
+        return run
+
+
+def test_one_compilation_per_configuration_over_lengths_and_batches(device, monkeypatch):
+    """Five sequence lengths (1 included: Triton makes a constant of an integer equal to 1),
+    two batch sizes, one and two heads, with and without a padding mask: every kernel is
+    specialized (compiled) once per configuration (mapping, causal, mask kind, head dim,
+    dtype), where Triton's default specialization would compile several.  In the interpreter
+    the kernels are not run (the key is what counts); on CUDA they run and the compiled-kernel
+    cache is counted as well."""
+    K = FA._module()
+    on_cuda = device == "cuda"
+    recorders = {name: _Recorder(getattr(K, name), on_cuda) for name in _KERNELS}
+    for name, rec in recorders.items():
+        monkeypatch.setattr(K, name, rec)
+    cached = {}
+    if on_cuda:
+        dev = torch.cuda.current_device()
+        cached = {name: len(rec.kernel.device_caches[dev][0]) for name, rec in recorders.items()}
+    for masked in (False, True):
+        for rec in recorders.values():
+            rec.keys = {False: set(), True: set()}
+        for L, B, H in itertools.product((1, 7, 16, 33, 100), (1, 3), (1, 2)):
+            q, k, v, go = _inputs(B, H, H, L, L, 16, device, seed=L)
+            kw = dict(attn_mask=torch.arange(L, device=device) < max(1, L - 3)) if masked else dict(is_causal=True)
+            qq, kk, vv = (t.requires_grad_() for t in (q, k, v))
+            FA.flash_attention(qq, kk, vv, mapping="entmax15", **kw).backward(go)
+        for name, rec in recorders.items():
+            assert len(rec.keys[False]) == 1, (name, masked, rec.keys[False])
+            assert len(rec.keys[True]) > 1, name  # the default specialization would compile more
+    if on_cuda:
+        for name, rec in recorders.items():
+            assert len(rec.kernel.device_caches[dev][0]) - cached[name] <= 2, name  # one per mask setting

@@ -69,6 +69,13 @@ import triton.language as tl
 
 from .row_kernels import KIND_POWER, newton_step
 
+#: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
+#: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
+#: sequence length, head count and mask layout.  The strides of ``q``, ``k``, ``v`` and ``dO``
+#: stay specialized (their divisibility by 16 gives 16-byte loads): with a unit last stride and
+#: a head dim that is a power of two >= 16 they are multiples of 16 whatever the lengths.
+_RUNTIME = ("H", "HKV", "L", "S", "max_iter", "stride_mb", "stride_mh", "stride_mm", "stride_mn")
+
 
 @triton.jit
 def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
@@ -142,7 +149,7 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
     return tl.where(valid, z, float("-inf"))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME)
 def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS,
                   H, HKV, L, S, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
@@ -243,7 +250,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     tl.store(ITERS + bh.to(tl.int64) * tl.num_programs(0) + pid_m, it)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME)
 def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
                        H, HKV, L, S, scale,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
@@ -306,7 +313,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME)
 def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
                      H, HKV, L, S, scale,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
@@ -367,7 +374,7 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
         tl.store(PLG + row, plg, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("R", "H", "L"))
 def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl,
             BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
     """``OUT[r] = Σ_d X[r, d] Y[r, d]`` in float32 for the ``R = B·H·L`` rows of a strided

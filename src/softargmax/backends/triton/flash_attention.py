@@ -245,7 +245,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     dev = q.device
     o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty_like(o)
-    rows = torch.empty(5, B * H * L, dtype=torch.float32, device=dev)  # m, t, Σs, Σp, Σ p log p
+    rows = _row_buffers(5, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p
     bmax = torch.zeros(B * H, nq, nk, dtype=torch.float32, device=dev)
     iters = torch.empty(B * H, nq, dtype=torch.int32, device=dev)
     mask, ms, has_mask = _mask_args(mask4, q)
@@ -258,6 +258,15 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
         BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, num_warps=warps)
     return o, w, rows, bmax, iters
+
+
+def _row_buffers(n: int, length: int, device: torch.device) -> Tensor:
+    """``[n, length]`` float32 rows whose starts are 128-byte aligned whatever ``length``: the
+    kernels are specialized on the 16-byte alignment of their pointers, and ``rows[i]`` of a
+    plain ``[n, length]`` buffer is aligned or not depending on the sequence length (one more
+    compilation per length class)."""
+    padded = -(-max(length, 1) // 32) * 32
+    return torch.empty(n, padded, dtype=torch.float32, device=device)[:, :length]
 
 
 def _kernel_a(q: Tensor, alpha_h: Optional[Tensor], a: float) -> Tensor:
