@@ -357,7 +357,8 @@ def main(argv=None) -> int:
         "fused": lambda: record.setter("fused")(fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device,
                                                            max(3, repeats // 5))),
         "attention": lambda: attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
-                                                           smoke=args.smoke, emit=record.adder("attention")),
+                                                           smoke=args.smoke, emit=record.adder("attention"),
+                                                           save=record.save),
         "peers": lambda: run_peers(args, device, repeats, emit_operators=record.adder("peers", "operators"),
                                    emit_fused=record.adder("peers", "fused")),
     }
