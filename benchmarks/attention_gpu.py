@@ -71,8 +71,8 @@ SMOKE_SHAPES = [(True, 16, 32)]
 SMOKE_BH = (1, 1)
 ALPHA = 1.5
 #: seconds per implementation and case (first call, compilation, steady state) and for the peers
-IMPL_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_IMPL_LIMIT_S", 30))
-PEER_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_PEER_LIMIT_S", 120))
+IMPL_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_IMPL_LIMIT_S", "30"))
+PEER_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_PEER_LIMIT_S", "120"))
 #: the peers: run after every other implementation of every case
 PEERS = ("adasplash2_a1.5", "adasplash1_a1.5")
 _RESOLUTION = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -23}
@@ -329,6 +329,44 @@ def _log_line(case, name, r, log):
         f"|Σp-1| {'-' if err is None else f'{err:.1e}'} ({r.get('psum_dtype')})  sparsity {r.get('block_sparsity', '-')}")
 
 
+class _Runner:
+    """Runs one implementation on one case and records it (the state shared across cases)."""
+
+    def __init__(self, device, repeats, warmup, save, log, alpha_h, tuning, clock):
+        self.device, self.repeats, self.warmup, self.clock = device, repeats, warmup, clock
+        self.save, self.log, self.alpha_h, self.tuning = save, log, alpha_h, tuning
+        self.given_up = {}  # (name, causal, D) -> why (a timeout or out of memory)
+
+    def run(self, case, name, fn, tensors, limit, peer=False):
+        causal, D = case["causal"], case["shape"][3]
+        q, k, v, do = tensors
+        if (name, causal, D) in self.given_up:
+            res = {"skipped": f"{self.given_up[(name, causal, D)]} at a shorter length"}
+        else:
+            try:
+                res = measure(name, fn, q, k, v, do, causal, self.device, self.repeats, self.warmup, limit, self.clock)
+            except Unsupported as e:
+                res = {"skipped": str(e)}
+            if "timed_out" in res or "OutOfMemory" in res.get("error", ""):
+                self.given_up[(name, causal, D)] = "timed out" if "timed_out" in res else "out of memory"
+            if name.startswith("fused") and "ms" in res:
+                res.update(_fused_stats(name, q, k, v, causal, self.alpha_h))
+            base = case["impls"].get("sdpa", {}).get("ms")
+            if "ms" in res and base:
+                res["ratio_sdpa"] = round(res["ms"] / base, 3)
+        case["impls"][name] = res
+        ours = case["impls"].get("fused_entmax15", {}).get("ms")
+        for other in PEERS:
+            if ours and case["impls"].get(other, {}).get("ms"):
+                case["fused_vs_" + other.split("_")[0]] = round(ours / case["impls"][other]["ms"], 3)
+        if peer and self.tuning is not None:  # AdaSplash's autotuning pinned after its call, and recorded
+            if "ms" in res:
+                self.tuning.tuned()
+            case["adasplash_tuning"] = self.tuning.record()
+        self.save()
+        _log_line(case, name, res, self.log)
+
+
 def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=None, impls=None, peers=None,
                     shapes=None, batch_heads=None, limits=(None, None), tuning=None, clock=time.perf_counter):
     """Run every case (module docstring); ``emit(case)`` is called once per case when it starts
@@ -339,75 +377,41 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=Non
     default_impls, default_peers, alpha_h = _implementations(device, heads, fused_ok)
     impls = default_impls if impls is None else impls
     peers = default_peers if peers is None else peers
-    limit = limits[0] or IMPL_LIMIT_S
-    peer_limit = limits[1] or PEER_LIMIT_S
     if tuning is None and peers:
         tuning = AdaSplashTuning(os.environ.get("SOFTARGMAX_BENCH_ADASPLASH_TUNING", "once"))
-    shapes = shapes if shapes is not None else (SMOKE_SHAPES if smoke else SHAPES)
-    warmup = 0 if smoke else max(2, repeats // 5)
-    save = save or (lambda: None)
-    cases, given_up = [], {}  # given_up[(name, causal, D)] = why (a timeout or out of memory)
+    runner = _Runner(device, repeats, 0 if smoke else max(2, repeats // 5), save or (lambda: None), log, alpha_h,
+                     tuning, clock)
 
-    def inputs(causal, D, L):
+    def inputs(D, L):
         gen = torch.Generator().manual_seed(0)
         return [torch.randn(b, heads, L, D, generator=gen).to(device, torch.bfloat16) for _ in range(4)]
 
-    def run_one(case, name, fn, tensors, lim, after=None):
-        causal, D = case["causal"], case["shape"][3]
-        q, k, v, do = tensors
-        if (name, causal, D) in given_up:
-            case["impls"][name] = {"skipped": f"{given_up[(name, causal, D)]} at a shorter length"}
-        else:
-            try:
-                res = measure(name, fn, q, k, v, do, causal, device, repeats, warmup, lim, clock)
-            except Unsupported as e:
-                res = {"skipped": str(e)}
-            if "timed_out" in res or "OutOfMemory" in res.get("error", ""):
-                given_up[(name, causal, D)] = "timed out" if "timed_out" in res else "out of memory"
-            if name.startswith("fused") and "ms" in res:
-                res.update(_fused_stats(name, q, k, v, causal, alpha_h))
-            base = case["impls"].get("sdpa", {}).get("ms")
-            if "ms" in res and base:
-                res["ratio_sdpa"] = round(res["ms"] / base, 3)
-            case["impls"][name] = res
-        ours = case["impls"].get("fused_entmax15", {}).get("ms")
-        for peer in PEERS:
-            if ours and case["impls"].get(peer, {}).get("ms"):
-                case["fused_vs_" + peer.split("_")[0]] = round(ours / case["impls"][peer]["ms"], 3)
-        if after is not None:
-            after(case, case["impls"][name])
-        save()
-        _log_line(case, name, case["impls"][name], log)
-
-    for causal, D, L in shapes:
+    cases = []
+    for causal, D, L in shapes if shapes is not None else (SMOKE_SHAPES if smoke else SHAPES):
         case = {"op": "attention", "causal": causal, "shape": [b, heads, L, D], "dtype": "bfloat16",
                 "pass": "fwd+bwd", "impls": {}}
         cases.append(case)
         if emit is not None:
             emit(case)
-        tensors = inputs(causal, D, L)
+        tensors = inputs(D, L)
         for name, fn in impls.items():
-            run_one(case, name, fn, tensors, limit)
+            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
         del tensors
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    def pin(case, res):  # after a peer's call: AdaSplash's autotuning pinned, and what was pinned recorded
-        if tuning is not None:
-            if "ms" in res:
-                tuning.tuned()
-            case["adasplash_tuning"] = tuning.record()
-
-    if peers:  # the peers last, over every case again
-        group = None
-        for case in cases:
-            causal, (_, _, L, D) = case["causal"], case["shape"]
-            if tuning is not None and (causal, D) != group:
-                tuning.new_group()
-                group = (causal, D)
-            tensors = inputs(causal, D, L)
-            for name, fn in peers.items():
-                run_one(case, name, fn, tensors, peer_limit, after=pin)
-            del tensors
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        _free(device)
+    group = None
+    for case in cases if peers else []:  # the peers last, over every case again
+        causal, (_, _, L, D) = case["causal"], case["shape"]
+        if tuning is not None and (causal, D) != group:
+            tuning.new_group()
+            group = (causal, D)
+        tensors = inputs(D, L)
+        for name, fn in peers.items():
+            runner.run(case, name, fn, tensors, limits[1] or PEER_LIMIT_S, peer=True)
+        del tensors
+        _free(device)
     return cases
+
+
+def _free(device):
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
