@@ -166,3 +166,24 @@ def test_packed_batches_compile_once(device, monkeypatch):
         FA.flash_attention(qq, kk, vv, mapping="entmax15", is_causal=True, packed=packed).backward(go)
     for name, rec in recorders.items():
         assert len(rec.keys[False]) == 1, (name, rec.keys[False])
+
+
+def test_huggingface_packed_batch():
+    """Transformers' flash-attention keywords of a packed batch (one row of several sequences):
+    each sequence attends to itself only, causally, as each sequence alone would."""
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from softargmax.integrations.huggingface import attention_function
+
+    lq = [4, 9, 1]
+    q, k, v, _ = _packed(lq, lq, 2, 2, 16, "cpu", seed=5)
+    module = SimpleNamespace(num_key_value_groups=1, is_causal=True, training=False,
+                             config=SimpleNamespace(output_attentions=False))
+    cu = _offsets(lq, "cpu")
+    to_hf = lambda t: t.transpose(0, 1)[None]  # noqa: E731  [1, heads, total, head_dim]
+    out, w = attention_function("entmax15")(module, to_hf(q), to_hf(k), to_hf(v), None, scaling=0.25,
+                                            cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
+    assert w is None and out.shape == (1, 14, 2, 16)
+    want = _each_sequence(q, k, v, torch.zeros_like(q), lq, lq, mapping="entmax15", is_causal=True)[0]
+    torch.testing.assert_close(out[0].double(), want, atol=1e-5, rtol=1e-4)
