@@ -19,12 +19,16 @@ Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16) and 
   the key tiles that the blocks of query rows took;
 * ``timed_out`` / ``error`` / ``skipped``: what stopped an implementation.
 
+**Shapes**: ``SHAPES`` (causal D = 64 up to L = 32768, causal D = 128 up to 16384, non-causal
+D = 64), or ``QUICK_SHAPES`` with ``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``.
+
 **Order and time limits.**  Every case runs SDPA, our kernels and the materialized path
 first; the peers (AdaSplash) run afterwards, over every case again, so a slow peer never costs
 our numbers.  Each implementation of each case has a time limit (``IMPL_LIMIT_S``, for the
-peers ``PEER_LIMIT_S``, autotuning included; environment ``SOFTARGMAX_BENCH_IMPL_LIMIT_S`` and
-``SOFTARGMAX_BENCH_PEER_LIMIT_S``): no timed call starts after it, and a watchdog (``SIGALRM``)
-interrupts whatever still runs at twice the limit (a first call, compilation or autotuning:
+peers ``PEER_LIMIT_S``; environment ``SOFTARGMAX_BENCH_IMPL_LIMIT_S`` and
+``SOFTARGMAX_BENCH_PEER_LIMIT_S``): no timed call starts once it has passed since the first
+call (compilation, autotuning) ended, and a watchdog (``SIGALRM``) interrupts whatever still
+runs at twice the limit from the start (a first call, compilation or autotuning:
 recorded as ``timed_out``).  An implementation that timed out or ran out of memory is skipped for the longer
 lengths of the same head dim and masking.  The JSON is rewritten (atomically) after every
 implementation of every case, so a run that is killed keeps everything it measured.
@@ -67,6 +71,10 @@ B, H = 2, 16
 SHAPES = ([(True, 64, n) for n in (1024, 4096, 8192, 16384, 32768)]
           + [(True, 128, n) for n in (1024, 4096, 8192, 16384)]
           + [(False, 64, n) for n in (1024, 4096, 8192, 16384, 32768)])
+#: a shorter list for a GPU call with a few minutes (``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``;
+#: benchmarks/gpu_all.sh sets it unless told otherwise)
+QUICK_SHAPES = [(True, 64, 1024), (True, 64, 4096), (True, 64, 16384), (True, 128, 1024), (True, 128, 8192),
+                (False, 64, 4096)]
 SMOKE_SHAPES = [(True, 16, 32)]
 SMOKE_BH = (1, 1)
 ALPHA = 1.5
@@ -76,6 +84,13 @@ PEER_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_PEER_LIMIT_S", "120"))
 #: the peers: run after every other implementation of every case
 PEERS = ("adasplash2_a1.5", "adasplash1_a1.5")
 _RESOLUTION = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -23}
+
+
+def chosen_shapes(smoke=False):
+    """The cases of this run: the smoke, quick (``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``) or full list."""
+    if smoke:
+        return SMOKE_SHAPES
+    return QUICK_SHAPES if os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick" else SHAPES
 
 
 class Unsupported(Exception):
@@ -262,8 +277,9 @@ def _peak(run, device):
 def measure(name, fn, q, k, v, do, causal, device, repeats, warmup, limit, clock=time.perf_counter):
     """One implementation on one case: the record described in the module docstring (raises
     :class:`Unsupported` for a case the implementation does not cover).  No timed call starts
-    after ``limit`` seconds; the watchdog stops whatever still runs at ``2 · limit`` (a first
-    call that compiles or autotunes for that long is recorded as ``timed_out``)."""
+    ``limit`` seconds after the first call ended; the watchdog stops whatever still runs at
+    ``2 · limit`` from the start (a first call that compiles or autotunes for that long is
+    recorded as ``timed_out``; timed calls already made are kept)."""
     res = {}
     run = _fwd_bwd(fn, q, k, v, do, causal)
     start = clock()
@@ -274,13 +290,14 @@ def measure(name, fn, q, k, v, do, causal, device, repeats, warmup, limit, clock
             t0 = clock()
             run()
             _sync(device)
-            res["first_call_s"] = round(clock() - t0, 3)
+            first_end = clock()
+            res["first_call_s"] = round(first_end - t0, 3)
             res["peak_mib"] = _peak(run, device)
             res["max_abs_psum_minus_1"] = _psum_error(fn, q, k, causal)
             res["psum_dtype"] = str(q.dtype).replace("torch.", "")
             res["psum_resolution"] = _RESOLUTION.get(q.dtype)
             for i in range(warmup + repeats):
-                if clock() - start > limit:
+                if clock() - first_end > limit:  # the compilation is not charged to the steady state
                     res["stopped"] = f"time limit ({limit:g} s) after {len(times)} timed calls"
                     break
                 _sync(device)
@@ -360,7 +377,7 @@ class _Runner:
             if ours and case["impls"].get(other, {}).get("ms"):
                 case["fused_vs_" + other.split("_")[0]] = round(ours / case["impls"][other]["ms"], 3)
         if peer and self.tuning is not None:  # AdaSplash's autotuning pinned after its call, and recorded
-            if "ms" in res:
+            if "first_call_s" in res:
                 self.tuning.tuned()
             case["adasplash_tuning"] = self.tuning.record()
         self.save()
@@ -387,7 +404,7 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=Non
         return [torch.randn(b, heads, L, D, generator=gen).to(device, torch.bfloat16) for _ in range(4)]
 
     cases = []
-    for causal, D, L in shapes if shapes is not None else (SMOKE_SHAPES if smoke else SHAPES):
+    for causal, D, L in shapes if shapes is not None else chosen_shapes(smoke):
         case = {"op": "attention", "causal": causal, "shape": [b, heads, L, D], "dtype": "bfloat16",
                 "pass": "fwd+bwd", "impls": {}}
         cases.append(case)

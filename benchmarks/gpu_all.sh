@@ -177,6 +177,8 @@ export PYTHONUNBUFFERED=1 MPLBACKEND=agg
 # which run after ours over every case, their autotuning included); the JSON keeps what finished
 export SOFTARGMAX_BENCH_IMPL_LIMIT_S=${SOFTARGMAX_BENCH_IMPL_LIMIT_S:-15}
 export SOFTARGMAX_BENCH_PEER_LIMIT_S=${SOFTARGMAX_BENCH_PEER_LIMIT_S:-45}
+# and its shorter list of shapes (6 cases up to L = 16384; "full": 14 cases up to 32768)
+export SOFTARGMAX_BENCH_ATTENTION_SHAPES=${SOFTARGMAX_BENCH_ATTENTION_SHAPES:-quick}
 export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
 # the datasets carried along by benchmarks/gpu_wheels.sh --data, unless a folder was named
 if [ ${#DATA_ARGS[@]} -eq 0 ] && [ -z "${SOFTARGMAX_DATA:-}" ] && [ -d "$REPO/.gpu-data" ]; then

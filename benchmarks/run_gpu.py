@@ -298,7 +298,8 @@ def _section_config(args, only) -> dict:
         cfg["fused_dtype"] = "bfloat16"
     if "attention" in only:
         cfg["attention"] = {"batch_heads": attention_gpu.SMOKE_BH if smoke else (attention_gpu.B, attention_gpu.H),
-                            "causal_headdim_length": attention_gpu.SMOKE_SHAPES if smoke else attention_gpu.SHAPES,
+                            "causal_headdim_length": attention_gpu.chosen_shapes(smoke),
+                            "limits_s": [attention_gpu.IMPL_LIMIT_S, attention_gpu.PEER_LIMIT_S],
                             "dtype": "bfloat16"}
     if "peers" in only:
         cfg["peer_shapes"] = SMOKE_PEER_SHAPES if smoke else PEER_SHAPES

@@ -146,3 +146,11 @@ def test_adasplash_tuning_is_pinned_once_per_head_dim():
     assert single.tuners["tau"].configs == ["config0"]
     with pytest.raises(ValueError, match="SOFTARGMAX_BENCH_ADASPLASH_TUNING"):
         AG.AdaSplashTuning("fast", {})
+
+
+def test_the_quick_list_of_shapes(monkeypatch):
+    monkeypatch.setenv("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "quick")
+    assert AG.chosen_shapes() == AG.QUICK_SHAPES and AG.chosen_shapes(smoke=True) == AG.SMOKE_SHAPES
+    assert {D for _, D, _ in AG.QUICK_SHAPES} == {64, 128} and {c for c, _, _ in AG.QUICK_SHAPES} == {True, False}
+    monkeypatch.delenv("SOFTARGMAX_BENCH_ATTENTION_SHAPES")
+    assert AG.chosen_shapes() == AG.SHAPES
