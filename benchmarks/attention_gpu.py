@@ -1,30 +1,63 @@
 """The attention section of ``run_gpu.py``: fused α-entmax attention against SDPA, the
 materialized path and AdaSplash (when installed), forward+backward.
 
-Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16):
+Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16) and implementation:
 
-* ``ms``: median forward+backward time, interleaved with the other implementations;
-* ``peak_mib``: peak CUDA memory of one forward+backward above the inputs;
-* ``first_call_ms``: that first forward+backward, timed on its own (Triton's compilation and
-  autotuning of the case's variants included);
+* ``first_call_s``: the first forward+backward, compilation and autotuning included (Triton's
+  on-disk cache can make it short on a machine that compiled before);
+* ``ms``: median forward+backward time in the steady state (``repeats`` calls after a warm-up);
+  ``ms_calls`` says how many were timed (fewer when the time limit came first);
+* ``peak_mib``: peak CUDA memory of one steady-state forward+backward above the inputs;
 * ``max_abs_psum_minus_1``: the largest ``|Σ_j p_ij - 1|`` over the rows, measured the same
-  way for every implementation: its output with ``v = 1`` (every output entry is then
-  ``Σ_j p_ij``), run in float32 when the implementation takes float32 (the bfloat16 output
-  cannot resolve 1e-3 near 1), else in the case's dtype (``psum_dtype`` says which); for the
-  fused kernels also ``psum_solver``: the threshold solver's own row sums (float32);
+  way for every implementation, in the case's dtype (``psum_dtype``): its output with ``v = 1``
+  (every output entry is then ``Σ_j p_ij``).  The weights entering the tensor-core product
+  and the output are rounded to that dtype, so this resolves ``|Σp - 1|`` only to a few of its
+  ``ε`` (``psum_resolution``: the spacing of the dtype at 1, 2⁻⁷ for bfloat16); for the fused
+  kernels ``psum_solver`` is the threshold solver's own float32 row sum;
 * ``block_sparsity``: for the fused kernels, the fraction of score tiles inside the causal
   band skipped by the output pass; ``newton_passes_mean``/``_max``: the Newton passes over
-  the key tiles that the blocks of query rows took.
+  the key tiles that the blocks of query rows took;
+* ``timed_out`` / ``error`` / ``skipped``: what stopped an implementation.
+
+**Shapes**: ``SHAPES`` (causal D = 64 up to L = 32768, causal D = 128 up to 16384, non-causal
+D = 64), or ``QUICK_SHAPES`` with ``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``.
+
+**Order and time limits.**  Every case runs SDPA, our kernels and the materialized path
+first; the peers (AdaSplash) run afterwards, over every case again, so a slow peer never costs
+our numbers.  Each implementation of each case has a time limit (``IMPL_LIMIT_S``, for the
+peers ``PEER_LIMIT_S``; environment ``SOFTARGMAX_BENCH_IMPL_LIMIT_S`` and
+``SOFTARGMAX_BENCH_PEER_LIMIT_S``): no timed call starts once it has passed since the first
+call (compilation, autotuning) ended, and a watchdog (``SIGALRM``) interrupts whatever still
+runs at twice the limit from the start (a first call, compilation or autotuning:
+recorded as ``timed_out``).  An implementation that timed out or ran out of memory is skipped for the longer
+lengths of the same head dim and masking.  The JSON is rewritten (atomically) after every
+implementation of every case, so a run that is killed keeps everything it measured.
+
+**AdaSplash's autotuning** (``triton.autotune`` over 30 tile configurations for its threshold
+kernel and 6 for each of five others, keyed on the sequence length: by default it retunes, and
+recompiles, at every new length) is pinned by ``SOFTARGMAX_BENCH_ADASPLASH_TUNING``:
+
+* ``once`` (default): it tunes at the first (shortest) length of each head dim and masking, as it would;
+  then each of its autotuners is restricted to the configuration it chose
+  (``Autotuner.configs = [winner]``), so the longer lengths reuse it without tuning (they
+  still compile, since AdaSplash specializes on the length); the tuning time is its
+  ``first_call_s`` at that length;
+* ``full``: its own autotuning at every length (the package's default behaviour);
+* ``single``: the first configuration of each list, never tuned (quick, possibly slow kernels).
+
+The pinned configurations are recorded in ``"adasplash_tuning"``.
 
 AdaSplash (Gonçalves, Treviso & Martins, *AdaSplash: Adaptive Sparse Flash Attention*,
-ICML 2025, code: deep-spin/adasplash) is an optional comparison: imported when present,
-never a dependency.  An implementation that fails (out of memory, unsupported case) is
-recorded with its error and left out of the timing.
+ICML 2025, https://arxiv.org/abs/2502.12082) is an optional comparison: imported when
+present, never a dependency.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 
 import torch
@@ -32,20 +65,121 @@ import torch.nn.functional as F
 
 import softargmax as sa
 from softargmax.backends.triton import flash_attention as FA
-from softargmax.bench import time_thunks
 
 B, H = 2, 16
 #: (is_causal, head dim, length)
 SHAPES = ([(True, 64, n) for n in (1024, 4096, 8192, 16384, 32768)]
           + [(True, 128, n) for n in (1024, 4096, 8192, 16384)]
           + [(False, 64, n) for n in (1024, 4096, 8192, 16384, 32768)])
+#: a shorter list for a GPU call with a few minutes (``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``;
+#: benchmarks/gpu_all.sh sets it unless told otherwise)
+QUICK_SHAPES = [(True, 64, 1024), (True, 64, 4096), (True, 64, 16384), (True, 128, 1024), (True, 128, 8192),
+                (False, 64, 4096)]
 SMOKE_SHAPES = [(True, 16, 32)]
 SMOKE_BH = (1, 1)
 ALPHA = 1.5
+#: seconds per implementation and case (first call, compilation, steady state) and for the peers
+IMPL_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_IMPL_LIMIT_S", "30"))
+PEER_LIMIT_S = float(os.environ.get("SOFTARGMAX_BENCH_PEER_LIMIT_S", "120"))
+#: the peers: run after every other implementation of every case
+PEERS = ("adasplash2_a1.5", "adasplash1_a1.5")
+_RESOLUTION = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -23}
+
+
+def chosen_shapes(smoke=False):
+    """The cases of this run: the smoke, quick (``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``) or full list."""
+    if smoke:
+        return SMOKE_SHAPES
+    return QUICK_SHAPES if os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick" else SHAPES
 
 
 class Unsupported(Exception):
     """An implementation does not cover a case (recorded as ``"skipped"``, not as an error)."""
+
+
+class TimedOut(Exception):
+    """Raised by the watchdog when an implementation runs past its time limit."""
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float):
+    """Raise :class:`TimedOut` in the main thread after ``seconds`` (``SIGALRM``: it interrupts
+    Python code, such as compilation or autotuning loops, not a single CUDA call; elsewhere
+    than in the main thread of a POSIX process the deadline is only checked between calls)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds <= 0:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise TimedOut(f"over the {seconds:g} s limit")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# -- AdaSplash --------------------------------------------------------------------------------
+
+def _adasplash_autotuners():
+    """``{name: Autotuner}`` of the installed AdaSplash's kernels (empty without the package)."""
+    import importlib
+
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except Exception:
+        return {}
+    found = {}
+    for mod_name in ("adasplash.adasplash_v2", "adasplash.adasplash_block_mask", "adasplash.adasplash_no_block_mask"):
+        try:
+            mod = importlib.import_module(mod_name)
+        except Exception:
+            continue
+        for name, obj in vars(mod).items():
+            if isinstance(obj, Autotuner):
+                found[f"{mod_name}.{name}"] = obj
+    return found
+
+
+class AdaSplashTuning:
+    """Pins AdaSplash's autotuning (module docstring): ``policy`` ``once``, ``full`` or ``single``."""
+
+    def __init__(self, policy: str, tuners=None):
+        if policy not in ("once", "full", "single"):
+            raise ValueError(f"SOFTARGMAX_BENCH_ADASPLASH_TUNING must be once, full or single, got {policy!r}")
+        self.policy = policy
+        self.tuners = _adasplash_autotuners() if tuners is None else tuners
+        self.original = {name: list(t.configs) for name, t in self.tuners.items()}
+        self.pinned: dict[str, list[str]] = {}
+        if policy == "single":
+            for name, t in self.tuners.items():
+                t.configs = self.original[name][:1]
+                self.pinned[name] = [str(c) for c in t.configs]
+
+    def new_group(self):
+        """A new head dim or masking: ``once`` tunes again (the original lists are restored)."""
+        if self.policy == "once":
+            for name, t in self.tuners.items():
+                t.configs = list(self.original[name])
+                t.cache.clear()
+
+    def tuned(self):
+        """After a call that tuned: ``once`` restricts each autotuner to the configuration it chose."""
+        if self.policy != "once":
+            return
+        for name, t in self.tuners.items():
+            winners = list(dict.fromkeys(t.cache.values()))
+            if winners and len(t.configs) > 1:
+                t.configs = winners[:1]
+                self.pinned[name] = [str(c) for c in t.configs]
+
+    def record(self):
+        return {"policy": self.policy, "autotuners": len(self.tuners),
+                "configurations": {n: len(c) for n, c in self.original.items()}, "pinned": dict(self.pinned)}
 
 
 def _adasplash():
@@ -83,7 +217,10 @@ def _adasplash():
     return impls
 
 
+# -- implementations ----------------------------------------------------------------------------
+
 def _implementations(device, heads, fused_ok):
+    """``(ours, peers, alpha_h)``: ``{name: fn(q, k, v, causal)}`` run first, then the peers."""
     alpha_h = torch.linspace(1.2, 1.8, heads, device=device)
 
     def materialized(q, k, v, causal):
@@ -100,9 +237,8 @@ def _implementations(device, heads, fused_ok):
         impls["fused_learned_alpha"] = lambda q, k, v, causal: FA.flash_attention(
             q, k, v, is_causal=causal, mapping="entmax", alpha=alpha_h.detach().requires_grad_())
     impls["materialized_entmax15"] = materialized
-    if device.type == "cuda":
-        impls.update(_adasplash())
-    return impls, alpha_h
+    peers = _adasplash() if device.type == "cuda" else {}
+    return impls, peers, alpha_h
 
 
 def _fwd_bwd(fn, q, k, v, do, causal):
@@ -113,17 +249,16 @@ def _fwd_bwd(fn, q, k, v, do, causal):
     return run
 
 
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _psum_error(fn, q, k, causal):
-    """``(max |Σp - 1| over the non-empty rows, dtype used)`` from the output with ``v = 1``."""
-    for dtype in (torch.float32, q.dtype):
-        try:
-            qq, kk = q.to(dtype), k.to(dtype)
-            with torch.no_grad():
-                out = fn(qq, kk, torch.ones_like(kk), causal)
-            return float((out.float() - 1).abs().max()), str(dtype).replace("torch.", "")
-        except Exception:
-            continue
-    return None, None
+    """``max |Σp - 1|`` over the rows from the output with ``v = 1``, in the inputs' dtype."""
+    with torch.no_grad():
+        out = fn(q, k, torch.ones_like(k), causal)
+    return float((out.float() - 1).abs().max())
 
 
 def _peak(run, device):
@@ -139,70 +274,161 @@ def _peak(run, device):
     return (torch.cuda.max_memory_allocated(device) - base) / 2**20
 
 
-def attention_cases(device, repeats, smoke=False, log=print, emit=None):
-    cases = []
-    b, heads = SMOKE_BH if smoke else (B, H)
+def measure(name, fn, q, k, v, do, causal, device, repeats, warmup, limit, clock=time.perf_counter):
+    """One implementation on one case: the record described in the module docstring (raises
+    :class:`Unsupported` for a case the implementation does not cover).  No timed call starts
+    ``limit`` seconds after the first call ended; the watchdog stops whatever still runs at
+    ``2 · limit`` from the start (a first call that compiles or autotunes for that long is
+    recorded as ``timed_out``; timed calls already made are kept)."""
+    res = {}
+    run = _fwd_bwd(fn, q, k, v, do, causal)
+    start = clock()
+    times = []
+    try:
+        with watchdog(2 * limit):
+            _sync(device)
+            t0 = clock()
+            run()
+            _sync(device)
+            first_end = clock()
+            res["first_call_s"] = round(first_end - t0, 3)
+            res["peak_mib"] = _peak(run, device)
+            res["max_abs_psum_minus_1"] = _psum_error(fn, q, k, causal)
+            res["psum_dtype"] = str(q.dtype).replace("torch.", "")
+            res["psum_resolution"] = _RESOLUTION.get(q.dtype)
+            for i in range(warmup + repeats):
+                if clock() - first_end > limit:  # the compilation is not charged to the steady state
+                    res["stopped"] = f"time limit ({limit:g} s) after {len(times)} timed calls"
+                    break
+                _sync(device)
+                t0 = clock()
+                run()
+                _sync(device)
+                if i >= warmup:
+                    times.append(clock() - t0)
+    except Unsupported:
+        raise
+    except TimedOut as e:
+        if times:
+            res["stopped"] = f"watchdog ({2 * limit:g} s) after {len(times)} timed calls"
+        else:
+            res["timed_out"] = f"{e} ({round(clock() - start, 1)} s)"
+    except Exception as e:  # out of memory, an unsupported case: recorded, not timed
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    if times:
+        res["ms"] = round(sorted(times)[len(times) // 2] * 1e3, 4)
+        res["ms_calls"] = len(times)
+    if device.type == "cuda" and ("error" in res or "timed_out" in res):
+        torch.cuda.empty_cache()
+    return res
+
+
+def _fused_stats(name, q, k, v, causal, alpha_h):
+    kw = dict(mapping="entmax15") if name == "fused_entmax15" else dict(mapping="entmax", alpha=alpha_h)
+    st = FA.forward_stats(q, k, v, is_causal=causal, **kw)
+    nonempty = st["psum"] > 0
+    passes = st["newton_passes"].float()
+    return {"psum_solver": float((st["psum"][nonempty] - 1).abs().max()),
+            "block_sparsity": round(st["block_sparsity"], 4),
+            "newton_passes_mean": round(float(passes.mean()), 2), "newton_passes_max": int(passes.max())}
+
+
+def _log_line(case, name, r, log):
+    causal, (_, _, L, D) = case["causal"], case["shape"]
+    head = f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22}"
+    if "ms" not in r:
+        why = r.get("error") or r.get("timed_out") or r.get("skipped") or r.get("stopped")
+        log(f"{head}  {why}")
+        return
+    peak = "-" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f} MiB"
+    err = r.get("max_abs_psum_minus_1")
+    log(f"{head} {r['ms']:9.3f} ms ({r.get('ratio_sdpa')}x sdpa) first {r['first_call_s']:.1f} s  {peak:>9}  "
+        f"|Σp-1| {'-' if err is None else f'{err:.1e}'} ({r.get('psum_dtype')})  sparsity {r.get('block_sparsity', '-')}")
+
+
+class _Runner:
+    """Runs one implementation on one case and records it (the state shared across cases)."""
+
+    def __init__(self, device, repeats, warmup, save, log, alpha_h, tuning, clock):
+        self.device, self.repeats, self.warmup, self.clock = device, repeats, warmup, clock
+        self.save, self.log, self.alpha_h, self.tuning = save, log, alpha_h, tuning
+        self.given_up = {}  # (name, causal, D) -> why (a timeout or out of memory)
+
+    def run(self, case, name, fn, tensors, limit, peer=False):
+        causal, D = case["causal"], case["shape"][3]
+        q, k, v, do = tensors
+        if (name, causal, D) in self.given_up:
+            res = {"skipped": f"{self.given_up[(name, causal, D)]} at a shorter length"}
+        else:
+            try:
+                res = measure(name, fn, q, k, v, do, causal, self.device, self.repeats, self.warmup, limit, self.clock)
+            except Unsupported as e:
+                res = {"skipped": str(e)}
+            if "timed_out" in res or "OutOfMemory" in res.get("error", ""):
+                self.given_up[(name, causal, D)] = "timed out" if "timed_out" in res else "out of memory"
+            if name.startswith("fused") and "ms" in res:
+                res.update(_fused_stats(name, q, k, v, causal, self.alpha_h))
+            base = case["impls"].get("sdpa", {}).get("ms")
+            if "ms" in res and base:
+                res["ratio_sdpa"] = round(res["ms"] / base, 3)
+        case["impls"][name] = res
+        ours = case["impls"].get("fused_entmax15", {}).get("ms")
+        for other in PEERS:
+            if ours and case["impls"].get(other, {}).get("ms"):
+                case["fused_vs_" + other.split("_")[0]] = round(ours / case["impls"][other]["ms"], 3)
+        if peer and self.tuning is not None:  # AdaSplash's autotuning pinned after its call, and recorded
+            if "first_call_s" in res:
+                self.tuning.tuned()
+            case["adasplash_tuning"] = self.tuning.record()
+        self.save()
+        _log_line(case, name, res, self.log)
+
+
+def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=None, impls=None, peers=None,
+                    shapes=None, batch_heads=None, limits=(None, None), tuning=None, clock=time.perf_counter):
+    """Run every case (module docstring); ``emit(case)`` is called once per case when it starts
+    (the case dict is then filled in place) and ``save()`` after every implementation.
+    ``impls``/``peers``/``shapes``/``batch_heads``/``limits``/``tuning`` replace the defaults (tests)."""
+    b, heads = batch_heads or (SMOKE_BH if smoke else (B, H))
     fused_ok = FA.available() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
-    impls, alpha_h = _implementations(device, heads, fused_ok)
-    for causal, D, L in (SMOKE_SHAPES if smoke else SHAPES):
+    default_impls, default_peers, alpha_h = _implementations(device, heads, fused_ok)
+    impls = default_impls if impls is None else impls
+    peers = default_peers if peers is None else peers
+    if tuning is None and peers:
+        tuning = AdaSplashTuning(os.environ.get("SOFTARGMAX_BENCH_ADASPLASH_TUNING", "once"))
+    runner = _Runner(device, repeats, 0 if smoke else max(2, repeats // 5), save or (lambda: None), log, alpha_h,
+                     tuning, clock)
+
+    def inputs(D, L):
         gen = torch.Generator().manual_seed(0)
-        dtype = torch.bfloat16
-        q, k, v, do = ((torch.randn(b, heads, L, D, generator=gen)).to(device, dtype) for _ in range(4))
+        return [torch.randn(b, heads, L, D, generator=gen).to(device, torch.bfloat16) for _ in range(4)]
+
+    cases = []
+    for causal, D, L in shapes if shapes is not None else chosen_shapes(smoke):
         case = {"op": "attention", "causal": causal, "shape": [b, heads, L, D], "dtype": "bfloat16",
                 "pass": "fwd+bwd", "impls": {}}
-        runs = {}
-        for name, fn in impls.items():
-            res = {}
-            run = _fwd_bwd(fn, q, k, v, do, causal)
-            try:
-                t0 = time.perf_counter()
-                res["peak_mib"] = _peak(run, device)  # the first call: compilation and autotuning included
-                res["first_call_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-            except Unsupported as e:
-                case["impls"][name] = {"skipped": str(e)}
-                continue
-            except Exception as e:  # out of memory, an unsupported case: recorded, not timed
-                res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                case["impls"][name] = res
-                continue
-            res["max_abs_psum_minus_1"], res["psum_dtype"] = _psum_error(fn, q, k, causal)
-            if name == "sdpa":
-                res["block_sparsity"] = 0.0
-            if name.startswith("fused"):
-                kw = dict(mapping="entmax15") if name == "fused_entmax15" else dict(mapping="entmax", alpha=alpha_h)
-                st = FA.forward_stats(q, k, v, is_causal=causal, **kw)
-                nonempty = st["psum"] > 0
-                res["psum_solver"] = float((st["psum"][nonempty] - 1).abs().max())
-                res["block_sparsity"] = round(st["block_sparsity"], 4)
-                passes = st["newton_passes"].float()
-                res["newton_passes_mean"] = round(float(passes.mean()), 2)
-                res["newton_passes_max"] = int(passes.max())
-            runs[name] = run
-            case["impls"][name] = res
-        times = time_thunks(runs, repeats, 0 if smoke else max(2, repeats // 5), device) if runs else {}
-        base = times.get("sdpa")
-        for name, ms in times.items():
-            case["impls"][name]["ms"] = round(ms, 4)
-            case["impls"][name]["ratio_sdpa"] = round(ms / base, 3) if base else None
-        for name in ("adasplash2_a1.5", "adasplash1_a1.5"):
-            if name in times and "fused_entmax15" in times:
-                case["fused_vs_" + name.split("_")[0]] = round(times["fused_entmax15"] / times[name], 3)
         cases.append(case)
         if emit is not None:
             emit(case)
-        for name, r in case["impls"].items():
-            if "error" in r or "skipped" in r:
-                log(f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22}  "
-                    f"{r.get('error') or 'skipped: ' + r['skipped']}")
-                continue
-            peak = "-" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f} MiB"
-            err = r["max_abs_psum_minus_1"]
-            log(f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22} {r['ms']:9.3f} ms "
-                f"({r['ratio_sdpa']}x sdpa)  {peak:>9}  |Σp-1| {'-' if err is None else f'{err:.1e}'}"
-                f" ({r['psum_dtype']})  sparsity {r.get('block_sparsity', '-')}  first call {r['first_call_ms']:.0f} ms")
-        if device.type == "cuda":
-            del q, k, v, do
-            torch.cuda.empty_cache()
+        tensors = inputs(D, L)
+        for name, fn in impls.items():
+            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
+        del tensors
+        _free(device)
+    group = None
+    for case in cases if peers else []:  # the peers last, over every case again
+        causal, (_, _, L, D) = case["causal"], case["shape"]
+        if tuning is not None and (causal, D) != group:
+            tuning.new_group()
+            group = (causal, D)
+        tensors = inputs(D, L)
+        for name, fn in peers.items():
+            runner.run(case, name, fn, tensors, limits[1] or PEER_LIMIT_S, peer=True)
+        del tensors
+        _free(device)
     return cases
+
+
+def _free(device):
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

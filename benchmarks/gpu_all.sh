@@ -55,7 +55,7 @@ is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers
            compile-report tests tests-compile smoke translation-gpu)
 declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
-                [bench-attention]=100 [bench-peers]=75 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
+                [bench-attention]=150 [bench-peers]=75 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
                 [translation-gpu]=100000)
 # the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
 declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
@@ -178,6 +178,12 @@ if [ -n "${GPU_ALL_WORKERS:-}" ]; then
     XDIST_COMPILE=$GPU_ALL_WORKERS
 fi
 export PYTHONUNBUFFERED=1 MPLBACKEND=agg
+# bench-attention: each implementation of each case stops after this many seconds (the peers,
+# which run after ours over every case, their autotuning included); the JSON keeps what finished
+export SOFTARGMAX_BENCH_IMPL_LIMIT_S=${SOFTARGMAX_BENCH_IMPL_LIMIT_S:-15}
+export SOFTARGMAX_BENCH_PEER_LIMIT_S=${SOFTARGMAX_BENCH_PEER_LIMIT_S:-45}
+# and its shorter list of shapes (6 cases up to L = 16384; "full": 14 cases up to 32768)
+export SOFTARGMAX_BENCH_ATTENTION_SHAPES=${SOFTARGMAX_BENCH_ATTENTION_SHAPES:-quick}
 export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
 # the datasets carried along by benchmarks/gpu_wheels.sh --data, unless a folder was named
 if [ ${#DATA_ARGS[@]} -eq 0 ] && [ -z "${SOFTARGMAX_DATA:-}" ] && [ -d "$REPO/.gpu-data" ]; then

@@ -323,7 +323,8 @@ def _section_config(args, only) -> dict:
         cfg["fused_dtype"] = "bfloat16"
     if "attention" in only:
         cfg["attention"] = {"batch_heads": attention_gpu.SMOKE_BH if smoke else (attention_gpu.B, attention_gpu.H),
-                            "causal_headdim_length": attention_gpu.SMOKE_SHAPES if smoke else attention_gpu.SHAPES,
+                            "causal_headdim_length": attention_gpu.chosen_shapes(smoke),
+                            "limits_s": [attention_gpu.IMPL_LIMIT_S, attention_gpu.PEER_LIMIT_S],
                             "dtype": "bfloat16"}
     if "peers" in only:
         cfg["peer_shapes"] = SMOKE_PEER_SHAPES if smoke else PEER_SHAPES
@@ -382,7 +383,8 @@ def main(argv=None) -> int:
         "fused": lambda: record.setter("fused")(fused_case(SMOKE_FUSED if args.smoke else FUSED_SHAPE, device,
                                                            max(3, repeats // 5))),
         "attention": lambda: attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
-                                                           smoke=args.smoke, emit=record.adder("attention")),
+                                                           smoke=args.smoke, emit=record.adder("attention"),
+                                                           save=record.save),
         "peers": lambda: run_peers(args, device, repeats, emit_operators=record.adder("peers", "operators"),
                                    emit_fused=record.adder("peers", "fused")),
     }

@@ -282,7 +282,9 @@ def signature(fn, consts, dt):
             sig[name] = "*" + dt
         elif name == "MASK":
             sig[name] = "*u8" if consts.get("HAS_MASK") == 2 else "*fp32"
-        elif name.isupper() and name not in ("H", "HKV", "L", "S"):
+        elif name in ("CU_Q", "CU_K", "ITERS"):
+            sig[name] = "*i32"
+        elif name.isupper() and name not in ("H", "HKV", "L", "S", "NQB", "NKB"):
             sig[name] = "*fp32"
         else:
             sig[name] = "fp32" if name in ("scale", "tol") else "i32"
@@ -290,27 +292,34 @@ def signature(fn, consts, dt):
 
 
 variants = []
-# every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, HEAD_DIM, ALPHA_GRAD, the tiles)
-for dt, D, causal, mask, exact in [("bf16", 64, True, 0, 2), ("bf16", 128, False, 1, 0),
-                                   ("fp16", 64, False, 2, 1), ("fp32", 64, True, 0, 0)]:
-    variants.append((dt, D, causal, mask, exact))
+# every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, VARLEN, HEAD_DIM, ALPHA_GRAD, the tiles)
+for dt, D, causal, mask, exact, varlen in [("bf16", 64, True, 0, 2, False), ("bf16", 128, False, 1, 0, False),
+                                           ("fp16", 64, False, 2, 1, False), ("fp32", 64, True, 0, 0, False),
+                                           ("bf16", 128, True, 0, 2, True)]:
+    variants.append((dt, D, causal, mask, exact, varlen))
 jobs = []
-for dt, D, causal, mask, exact in variants:
-    BM, BN, warps = F.blocks(D, torch.device("cuda"), getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dt]))
-    c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, BLOCK_M=BM, BLOCK_N=BN,
-             HEAD_DIM=D)
-    for fn, cc in ((K.attention_fwd, c), (K.attention_bwd_dkdv, c), (K.attention_bwd_dq, dict(c, ALPHA_GRAD=exact == 0))):
-        jobs.append((fn, signature(fn, cc, dt), cc, warps, (dt, D, causal, mask, exact)))
+for var in variants:
+    dt, D, causal, mask, exact, varlen = var
+    dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dt])
+    BM, BN, warps = F.blocks(D, torch.device("cuda"), dtype, masked=mask != 0)
+    bwarps = F.backward_warps(D, torch.device("cuda"), dtype)
+    c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen, BLOCK_M=BM,
+             BLOCK_N=BN, HEAD_DIM=D)
+    for fn, cc, w in ((K.attention_fwd, c, warps), (K.attention_bwd_dkdv, c, bwarps),
+                      (K.attention_bwd_dq, dict(c, ALPHA_GRAD=exact == 0), bwarps)):
+        jobs.append((fn, signature(fn, cc, dt), cc, w, var))
 for dt, D in (("bf16", 64), ("bf16", 128)):
     c = dict(BLOCK_R=1024 // D, HEAD_DIM=D)
-    jobs.append((K.row_dot, {"X": "*" + dt, "Y": "*" + dt, "OUT": "*fp32", "R": "i32", "H": "i32", "L": "i32",
-                             "stride_xb": "i32", "stride_xh": "i32", "stride_xl": "i32", "BLOCK_R": "constexpr",
-                             "HEAD_DIM": "constexpr"}, c, 4, (dt, D)))
+    sig = {"X": "*" + dt, "Y": "*" + dt, "OUT": "*fp32", "R": "i32", "H": "i32", "L": "i32", "BLOCK_R": "constexpr",
+           "HEAD_DIM": "constexpr"}
+    sig.update({f"stride_{t}{d}": "i32" for t in "xy" for d in "bhl"})
+    jobs.append((K.row_dot, sig, c, 4, (dt, D)))
 
 
 def build(i):
     fn, sig, consts, warps, var = jobs[i]
-    c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target, options={"num_warps": warps})
+    c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
+                       options={"num_warps": warps, "num_stages": F.NUM_STAGES})
     assert c.asm.get("cubin"), fn.__name__
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as fh:
         fh.write(c.asm["cubin"])
@@ -332,7 +341,7 @@ if __name__ == "__main__":
 
 def test_kernels_compile_for_sm90():
     """Every kernel compiles to an sm_90 binary with every value of each compile-time switch
-    (EXACT 0/1/2, causal, mask, head dims 64 and 128, bfloat16/float16/float32, α gradient); registers, spills and shared
+    (EXACT 0/1/2, causal, mask, packed sequences, head dims 64 and 128, bfloat16/float16/float32, α gradient); registers, spills and shared
     memory of each binary (``cuobjdump --dump-resource-usage``; stack bytes are spills) are
     printed (``-s``): the tile choice of :func:`softargmax.backends.triton.flash_attention.blocks` rests on them."""
     if not FA.available():
@@ -341,8 +350,86 @@ def test_kernels_compile_for_sm90():
     proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(report) == 3 * 4 + 2
+    assert len(report) == 3 * 5 + 2
     for r in report:
         print(f"{r['kernel']:>20} {r['variant']} warps={r['warps']} regs={r['registers']} "
               f"stack(spills)={r['stack_bytes']}B shared={r['shared_bytes']}B")
         assert r["registers"] <= 255 and r["shared_bytes"] <= 227 * 1024
+
+
+# -- compiled variants -------------------------------------------------------------------------
+
+_KERNELS = ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq", "row_dot")
+
+
+def _binder(kernel, plain=False):
+    """Triton's own specialization of a launch's arguments (the key of its compiled-kernel
+    cache, less the device): the function the JIT builds from the kernel's signature.
+    ``plain``: as if the kernel had no ``do_not_specialize`` list."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    fn = getattr(kernel, "fn", kernel)
+    kwargs = {} if plain else dict(getattr(kernel, "kwargs", None) or
+                                   dict(do_not_specialize=kernel.do_not_specialize,
+                                        do_not_specialize_on_alignment=kernel.do_not_specialize_on_alignment))
+    jit = JITFunction(fn, **{k: v for k, v in kwargs.items() if k.startswith("do_not_specialize")})
+    return create_function_from_signature(jit.signature, jit.params, BaseBackend)
+
+
+class _Recorder:
+    """Stands in for a kernel: records the specialization key of every launch (and launches
+    it on CUDA, where the real cache is counted too)."""
+
+    def __init__(self, kernel, launch):
+        self.kernel, self.launch = kernel, launch
+        self.keys = {False: set(), True: set()}
+        try:
+            self.binders = {plain: _binder(kernel, plain) for plain in (False, True)}
+        except Exception:  # another Triton's internals (the GPU machine's): the real cache is counted there
+            if not launch:
+                raise
+            self.binders = None
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            for plain, binder in (self.binders or {}).items():
+                _, spec, options = binder(*args, **kwargs)
+                self.keys[plain].add((tuple(spec), tuple(sorted(options.items()))))
+            if self.launch:
+                return self.kernel[grid](*args, **kwargs)
+        return run
+
+
+def test_one_compilation_per_configuration_over_lengths_and_batches(device, monkeypatch):
+    """Five sequence lengths (1 included: Triton makes a constant of an integer equal to 1),
+    two batch sizes, one and two heads, with and without a padding mask: every kernel is
+    specialized (compiled) once per configuration (mapping, causal, mask kind, head dim,
+    dtype), where Triton's default specialization would compile several.  In the interpreter
+    the kernels are not run (the key is what counts); on CUDA they run and the compiled-kernel
+    cache is counted as well."""
+    K = FA._module()
+    on_cuda = device == "cuda"
+    recorders = {name: _Recorder(getattr(K, name), on_cuda) for name in _KERNELS}
+    for name, rec in recorders.items():
+        monkeypatch.setattr(K, name, rec)
+    cached = {}
+    if on_cuda:
+        dev = torch.cuda.current_device()
+        cached = {name: len(rec.kernel.device_caches[dev][0]) for name, rec in recorders.items()}
+    for masked in (False, True):
+        for rec in recorders.values():
+            rec.keys = {False: set(), True: set()}
+        for L, B, H in itertools.product((1, 7, 16, 33, 100), (1, 3), (1, 2)):
+            q, k, v, go = _inputs(B, H, H, L, L, 16, device, seed=L)
+            kw = dict(attn_mask=torch.arange(L, device=device) < max(1, L - 3)) if masked else dict(is_causal=True)
+            qq, kk, vv = (t.requires_grad_() for t in (q, k, v))
+            FA.flash_attention(qq, kk, vv, mapping="entmax15", **kw).backward(go)
+        for name, rec in recorders.items():
+            if rec.binders is None:
+                continue
+            assert len(rec.keys[False]) == 1, (name, masked, rec.keys[False])
+            assert len(rec.keys[True]) > 1, name  # the default specialization would compile more
+    if on_cuda:
+        for name, rec in recorders.items():
+            assert len(rec.kernel.device_caches[dev][0]) - cached[name] <= 2, name  # one per mask setting

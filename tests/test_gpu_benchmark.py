@@ -36,10 +36,12 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)
     impls = case["impls"]
     assert {"sdpa", "materialized_entmax15"} <= set(impls) and all(r["ms"] > 0 for r in impls.values())
-    assert all(r["first_call_ms"] > 0 for r in impls.values())
+    assert all(r["first_call_s"] > 0 and r["psum_dtype"] == "bfloat16" for r in impls.values())
     if "fused_entmax15" in impls:
         for name in ("fused_entmax15", "fused_learned_alpha"):
-            assert impls[name]["max_abs_psum_minus_1"] < 1e-5 and impls[name]["psum_solver"] < 1e-5
+            # Σp read off the bfloat16 output (within its rounding and that of p), and the solver's own float32 sum
+            assert impls[name]["max_abs_psum_minus_1"] <= 2 * impls[name]["psum_resolution"]
+            assert impls[name]["psum_solver"] < 1e-5
             assert 0 <= impls[name]["block_sparsity"] < 1
 
 

@@ -50,7 +50,11 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
     Returns:
         ``forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)``,
         returning the output ``[batch, length, heads, head_dim]`` and the weights (or ``None`` when
-        Transformers does not ask for them).
+        Transformers does not ask for them).  A packed batch (one row of several sequences, with
+        the flash-attention keywords ``cu_seq_lens_q``/``cu_seq_lens_k`` and ``max_length_q``/
+        ``max_length_k`` of ``DataCollatorWithFlattening``) attends within each sequence (causal
+        unless the module says otherwise), through ``softargmax.attention``'s ``cu_seqlens_q``;
+        its weights are not returned.
 
     Shape:
         - query: :math:`(B, H, L, D)`; key, value: :math:`(B, H_{kv}, S, D)`.
@@ -81,6 +85,13 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         want = kwargs.get("output_attentions")
         if want is None:
             want = getattr(getattr(module, "config", None), "output_attentions", True)
+        packed = _packed_kwargs(query, kwargs)
+        if packed is not None:  # a packed batch (DataCollatorWithFlattening): each sequence on its own
+            q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [total, heads, head_dim]
+            out = attention(q, k, v, is_causal=kwargs.get("is_causal", getattr(module, "is_causal", True)),
+                            scale=scaling, dropout_p=dropout if module.training else 0.0, mapping=mapping,
+                            alpha=alpha, enable_gqa=groups > 1, **packed)
+            return out.unsqueeze(0), None
         is_causal = False
         mask = attention_mask
         if mask is not None:
@@ -97,6 +108,19 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
 
     forward.__name__ = f"softargmax_{mapping}_attention"
     return forward
+
+
+def _packed_kwargs(query: Tensor, kwargs: dict) -> Optional[dict]:
+    """The packed-batch arguments of :func:`softargmax.attention` from Transformers' flash-attention
+    keywords (``cu_seq_lens_q``, ``cu_seq_lens_k``, ``max_length_q``, ``max_length_k``, passed by
+    ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), or ``None``: a batch of one
+    row holding several sequences, the attention mask then unused."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is None or cu_k is None or query.shape[0] != 1:
+        return None
+    max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+    return dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=None if max_q is None else int(max_q),
+                max_seqlen_k=None if max_k is None else int(max_k))
 
 
 def register(name: Optional[str] = None, mapping: Optional[str] = None, alpha: Union[float, Tensor, None] = None) -> None:

@@ -103,6 +103,11 @@ def attention(
     alpha: Union[float, Tensor, None] = None,
     return_weights: bool = False,
     enable_gqa: bool = False,
+    *,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
 ) -> Union[Tensor, Any]:  # or (output, weights): Tensor | Any as softargmax.losses' LossOutput
     r"""Sparse attention: ``scaled_dot_product_attention`` with sparsemax, entmax or any f-softargmax.
 
@@ -133,9 +138,24 @@ def attention(
         return_weights: also return the ``[..., L, S]`` attention weights. Default: ``False``.
         enable_gqa: allow fewer key/value heads (dimension -3) than query heads, each shared by
             consecutive query heads (grouped-query attention). Default: ``False``.
+        cu_seqlens_q: a *packed* batch of variable-length sequences, as FlashAttention's varlen
+            API: ``query`` is ``[total_q, H, E]``, the rows of all sequences one after the other, and
+            sequence :math:`b` is rows ``cu_seqlens_q[b]`` to ``cu_seqlens_q[b+1] - 1``; a 1-D
+            int32/int64 tensor of :math:`B + 1` offsets from 0 to ``total_q`` on query's device.
+            Each sequence attends to its own keys only (``is_causal``: top-left aligned within it,
+            as above); ``attn_mask`` and ``return_weights`` are not allowed. Default: ``None``.
+        cu_seqlens_k: the keys' offsets (``key``/``value`` ``[total_k, Hkv, E]``), needed with
+            ``cu_seqlens_q``. Default: ``None``.
+        max_seqlen_q: the longest query sequence (at least it: it sizes the launch grid). With
+            both maxima given the offsets are trusted, as in FlashAttention, and no host
+            synchronization happens; without them they are read back once and checked
+            (increasing from 0 to the total). Default: ``None``.
+        max_seqlen_k: the longest key sequence. Default: ``None``.
 
     Returns:
-        the output ``[..., L, Ev]``, and with ``return_weights`` the pair ``(output, weights)``.
+        the output ``[..., L, Ev]``, and with ``return_weights`` the pair ``(output, weights)``;
+        for a packed batch ``[total_q, H, Ev]``, sequence :math:`b`'s rows being
+        ``attention(q_b, k_b, v_b)`` of its own queries and keys.
 
     Shape:
         - query: :math:`(*, L, E)`; key: :math:`(*, S, E)`; value: :math:`(*, S, E_v)`; the batch
@@ -164,15 +184,33 @@ def attention(
         >>> sa.attention(q, k, v, mapping="entmax", alpha=alpha).shape
         torch.Size([2, 4, 5, 8])
 
+        A packed batch of two sequences of 3 and 5 tokens (4 heads of 8 features):
+
+        >>> cu = torch.tensor([0, 3, 8])
+        >>> qp, kp, vp = torch.randn(8, 4, 8), torch.randn(8, 4, 8), torch.randn(8, 4, 8)
+        >>> out = sa.attention(qp, kp, vp, is_causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        >>> out.shape
+        torch.Size([8, 4, 8])
+        >>> second = sa.attention(qp[3:].transpose(0, 1), kp[3:].transpose(0, 1), vp[3:].transpose(0, 1),
+        ...                       is_causal=True)
+        >>> torch.allclose(out[3:], second.transpose(0, 1), atol=1e-6)
+        True
+
     References:
         Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
         EMNLP 2019, https://arxiv.org/abs/1909.00015
 
         André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
         Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+
+        Tri Dao, *FlashAttention-2: Faster Attention with Better Parallelism and Work
+        Partitioning*, ICLR 2024, https://arxiv.org/abs/2307.08691 (the packed variable-length layout)
     """
     _check_tensors(query, key, value)
     dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        return _packed_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha,
+                                 return_weights, enable_gqa, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     gqa, key_batch = _grouping(query, key, value, enable_gqa)
     _check_mask(attn_mask, query, key_batch, key.shape[-2])
     fused = None if gqa is None else _flash_attention.maybe_attention(
@@ -187,6 +225,88 @@ def attention(
         weights = F.dropout(weights, dropout_p)
     out = weights @ value
     return (out, weights) if return_weights else out
+
+
+def _offsets(cu: object, name: str, query: Tensor) -> Tensor:
+    """A packed batch's offsets checked for type, shape and device (their values: :func:`_lengths`)."""
+    if not isinstance(cu, Tensor):
+        raise TypeError(f"{name} must be a tensor of sequence offsets, got {type(cu).__name__}")
+    if cu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be an int32 or int64 tensor, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must be 1-D with at least 2 offsets (0 and the total), got shape {tuple(cu.shape)}")
+    if cu.device != query.device:
+        raise ValueError(f"{name} must be on query's device, got {cu.device} and {query.device}")
+    return cu
+
+
+def _lengths(cu: Tensor, name: str, total: int, rows: str) -> list[int]:
+    """The sequence lengths of offsets ``cu`` (read back: one host synchronization), checked."""
+    offs = cu.tolist()
+    if offs[0] != 0 or offs[-1] != total or any(b < a for a, b in zip(offs, offs[1:])):
+        raise ValueError(f"{name} must increase from 0 to {rows} ({total}), got {offs if len(offs) <= 12 else '...'}")
+    return [b - a for a, b in zip(offs, offs[1:])]
+
+
+def _max_length(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def _packed_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
+                      is_causal: bool, scale: float, mapping: str, alpha: Union[float, Tensor, None],
+                      return_weights: bool, enable_gqa: bool, cu_seqlens_q: Optional[Tensor],
+                      cu_seqlens_k: Optional[Tensor], max_seqlen_q: Optional[int],
+                      max_seqlen_k: Optional[int]) -> Tensor:
+    """:func:`attention` of a packed batch (its ``cu_seqlens_q`` argument)."""
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise ValueError("a packed batch needs both cu_seqlens_q and cu_seqlens_k")
+    if attn_mask is not None:
+        raise ValueError("attn_mask cannot be combined with cu_seqlens_q/cu_seqlens_k: each sequence attends to "
+                         "its own keys (use is_causal, or pad the batch and pass a mask)")
+    if return_weights:
+        raise ValueError("return_weights is not available for a packed batch (cu_seqlens_q): the sequences' "
+                         "weights have different shapes")
+    if not (query.dim() == key.dim() == value.dim() == 3):
+        raise ValueError("with cu_seqlens_q, query, key and value must be packed [total, heads, features], got "
+                         f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}")
+    H, Hkv = query.shape[1], key.shape[1]
+    if value.shape[1] != Hkv or Hkv == 0 or H % Hkv or (Hkv != H and not enable_gqa):
+        raise ValueError(f"the key/value heads ({Hkv}, {value.shape[1]}) must equal the query heads ({H}), or "
+                         "divide them with enable_gqa=True")
+    cu_q = _offsets(cu_seqlens_q, "cu_seqlens_q", query)
+    cu_k = _offsets(cu_seqlens_k, "cu_seqlens_k", query)
+    if cu_q.numel() != cu_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must hold as many offsets (one per sequence + 1), got "
+                         f"{cu_q.numel()} and {cu_k.numel()}")
+    lengths = None
+    if max_seqlen_q is None or max_seqlen_k is None:
+        lengths = (_lengths(cu_q, "cu_seqlens_q", query.shape[0], "query's rows"),
+                   _lengths(cu_k, "cu_seqlens_k", key.shape[0], "key's rows"))
+        max_seqlen_q, max_seqlen_k = max(lengths[0]), max(lengths[1])
+    max_q = _max_length(max_seqlen_q, "max_seqlen_q")
+    max_k = _max_length(max_seqlen_k, "max_seqlen_k")
+    packed = _flash_attention.Packed(cu_q.to(torch.int32), cu_k.to(torch.int32), max_q, max_k)
+    fused = _flash_attention.maybe_attention(query, key, value, None, dropout_p, is_causal, scale, mapping, alpha,
+                                             False, packed)
+    if fused is not None:
+        return fused
+    if lengths is None:
+        lengths = (_lengths(cu_q, "cu_seqlens_q", query.shape[0], "query's rows"),
+                   _lengths(cu_k, "cu_seqlens_k", key.shape[0], "key's rows"))
+    outs, q0, k0 = [], 0, 0
+    for Lb, Sb in zip(*lengths):  # the reference: one sequence at a time
+        q, k, v = (t.transpose(0, 1) for t in (query[q0:q0 + Lb], key[k0:k0 + Sb], value[k0:k0 + Sb]))
+        if Lb > 0:
+            if Sb == 0:  # no key: zero rows, as for fully masked rows
+                outs.append(query.new_zeros(Lb, H, value.shape[-1]))
+            else:
+                out = attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, mapping=mapping,
+                                alpha=alpha, enable_gqa=enable_gqa)
+                outs.append(out.transpose(0, 1))
+        q0, k0 = q0 + Lb, k0 + Sb
+    return torch.cat(outs, 0) if outs else query.new_zeros(0, H, value.shape[-1])
 
 
 def _check_tensors(query: Tensor, key: Tensor, value: Tensor) -> None:

@@ -15,7 +15,9 @@ arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` f
 ``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
 ``k`` in every pass and never stored):
 
-1. a pass over the key blocks for the row maxima ``m``;
+1. a pass over the key blocks for the row maxima ``m``, storing per tile the bound
+   ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) in ``BMAX``:
+   a tile where it is ``≤ 0`` is skipped from the first Newton pass on;
 2. Newton passes from ``t = -1`` (below the root), each accumulating ``Σp``, ``Σs`` (and
    for 1.5-entmax the support size and smallest ``u``) per row over the key blocks; the
    step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
@@ -29,7 +31,13 @@ arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` f
    iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
    ``t``: it is skipped in the later Newton passes, the output pass and the backward;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
-   of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and ``Σ p log p``.
+   of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (a learned α only,
+   ``EXACT = 0``) ``Σ p log p``.
+
+**Packed sequences** (``VARLEN``): sequence ``b`` is query rows ``CU_Q[b] : CU_Q[b+1]`` and
+key rows ``CU_K[b] : CU_K[b+1]`` of ``[1, H, total, D]`` views; each program reads its
+sequence's offsets and does nothing past its end.  Lengths, head counts and mask strides are
+run-time values (``do_not_specialize``): one compilation per configuration.
 
 **Backward**: with ``g_j = dO·v_j`` the JVP of α-entmax is ``dz_j = s_j (g_j - c)``,
 ``c = Σ_j s_j g_j / Σ_j s_j = dO·W`` (one dot per row, like FlashAttention-2's
@@ -68,6 +76,13 @@ import triton
 import triton.language as tl
 
 from .row_kernels import KIND_POWER, newton_step
+
+#: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
+#: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
+#: sequence length, head count and mask layout.  The strides of ``q``, ``k``, ``v`` and ``dO``
+#: stay specialized (their divisibility by 16 gives 16-byte loads): with a unit last stride and
+#: a head dim that is a power of two >= 16 they are multiples of 16 whatever the lengths.
+_RUNTIME = ("H", "HKV", "L", "S", "NQB", "NKB", "max_iter", "stride_mb", "stride_mh", "stride_mm", "stride_mn")
 
 
 @triton.jit
@@ -143,43 +158,73 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
 
 
 @triton.jit
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS,
-                  H, HKV, L, S, scale, tol, max_iter,
+def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
+    """``(start, length)`` of sequence ``b``: from the cumulative lengths ``CU`` of a packed
+    batch (``VARLEN``), else ``(0, n_dense)``."""
+    if VARLEN:
+        start = tl.load(CU + b)
+        n = tl.load(CU + b + 1) - start
+    else:
+        start = b * 0
+        n = n_dense + b * 0
+    return start, n
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS, CU_Q, CU_K,
+                  H, HKV, L, S, NQB, NKB, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
-                  stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
+                  stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
+                  stride_mb, stride_mh, stride_mm, stride_mn,
                   EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """One (batch·head, query block): threshold, output, and the rows the backward needs."""
+                  VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One (batch·head, query block): threshold, output, and the rows the backward needs.
+
+    Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
+    sequence ``b`` the rows ``CU_Q[b] : CU_Q[b+1]`` (keys ``CU_K[b] : CU_K[b+1]``); the batch
+    strides are unused.  ``NQB``/``NKB``: query/key blocks per row of ``BMAX``.  The per-row
+    outputs (``Wv`` and the row statistics) are indexed ``(b·H + h)·L + i`` (dense) or
+    ``h·L + CU_Q[b] + i`` (packed); ``O`` by its strides."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // (H // HKV)
+    q0, Lb = _sequence(CU_Q, b, L, VARLEN)
+    k0, Sb = _sequence(CU_K, b, S, VARLEN)
+    if VARLEN:
+        q_base = q0.to(tl.int64) * stride_ql + h * stride_qh
+        k_base = k0.to(tl.int64) * stride_kn + hk * stride_kh
+        v_base = k0.to(tl.int64) * stride_vn + hk * stride_vh
+    else:
+        q_base = b.to(tl.int64) * stride_qb + h * stride_qh
+        k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+        v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_nb = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    rmask = offs_m < L
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_m[:, None] * stride_ql + offs_d[None, :],
-                mask=rmask[:, None], other=0.0)
-    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
-    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    rmask = offs_m < Lb
+    q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
     mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
     a = tl.load(A + h).to(tl.float32)
     if CAUSAL:
-        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
+        hi = tl.minimum(Sb, (pid_m + 1) * BLOCK_M)
     else:
-        hi = S
+        hi = Sb
+    hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)  # a query block past this sequence's end: no work
     n_blocks = tl.cdiv(hi, BLOCK_N)
-    nk_all = tl.cdiv(S, BLOCK_N)
-    bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
-    # -- pass 1: row maxima; every tile starts "unknown" (+inf) ------------------------------
+    bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
+    # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
+    # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
-        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                         stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
         m = tl.maximum(m, tl.max(z, 1))
-        tl.store(BMAX + bmax_base + nb, float("inf"))
+        gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
+        tl.store(BMAX + bmax_base + nb, a * gap + 1.0)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
     # -- Newton passes until every row of the block is solved ---------------------------------
@@ -195,7 +240,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
         for nb in range(n_blocks):
             if tl.load(BMAX + bmax_base + nb) > 0:
                 offs_n = nb * BLOCK_N + offs_nb
-                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                                 stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
                 p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
                 Ssum += tl.sum(p, 1)
@@ -218,59 +263,78 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     for nb in range(n_blocks):
         if tl.load(BMAX + bmax_base + nb) > 0:
             offs_n = nb * BLOCK_N + offs_nb
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                             stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
             p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
             umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
             tl.store(BMAX + bmax_base + nb, umax)
-            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < S,
+            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
                         other=0.0)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             Ssum += tl.sum(p, 1)
             Sp += tl.sum(s, 1)
-            plogp += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)), 0.0), 1)
+            if EXACT == 0:  # Σ p log p: the α gradient's only (a log per score and registers saved otherwise)
+                plogp += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)), 0.0), 1)
     w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
-    row = bh.to(tl.int64) * L + offs_m
-    out = row[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(O + out, acc.to(O.dtype.element_ty), mask=rmask[:, None])
-    tl.store(Wv + out, w.to(Wv.dtype.element_ty), mask=rmask[:, None])
+    # the output offsets, computed here rather than kept live through the passes (registers)
+    if VARLEN:
+        y_base = q0.to(tl.int64) * stride_yl + h * stride_yh
+        row = h.to(tl.int64) * L + q0 + offs_m
+    else:
+        y_base = b.to(tl.int64) * stride_yb + h * stride_yh
+        row = bh.to(tl.int64) * L + offs_m
+    tl.store(O + y_base + offs_m[:, None] * stride_yl + offs_d[None, :], acc.to(O.dtype.element_ty),
+             mask=rmask[:, None])
+    tl.store(Wv + row[:, None] * HEAD_DIM + offs_d[None, :], w.to(Wv.dtype.element_ty), mask=rmask[:, None])
     tl.store(MROW + row, tl.where(empty, float("-inf"), m), mask=rmask)
     tl.store(TROW + row, t, mask=rmask)
     tl.store(SSUM + row, Sp, mask=rmask)
     tl.store(PSUM + row, Ssum, mask=rmask)
     tl.store(PLOGP + row, plogp, mask=rmask)
-    tl.store(ITERS + bh.to(tl.int64) * tl.num_programs(0) + pid_m, it)
+    tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
 
 
-@triton.jit
-def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
-                       H, HKV, L, S, scale,
+@triton.jit(do_not_specialize=_RUNTIME)
+def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_Q, CU_K,
+                       H, HKV, L, S, NQB, NKB, scale,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                        stride_mb, stride_mh, stride_mm, stride_mn,
                        EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group."""
+                       VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group,
+    written at rows ``(b·HKV + hk)·S + j`` (dense) or ``hk·S + CU_K[b] + j`` (packed)."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // HKV
     hk = bhk % HKV
     group = H // HKV
+    q0, Lb = _sequence(CU_Q, b, L, VARLEN)
+    k0, Sb = _sequence(CU_K, b, S, VARLEN)
+    if VARLEN:
+        k_base = k0.to(tl.int64) * stride_kn + hk * stride_kh
+        v_base = k0.to(tl.int64) * stride_vn + hk * stride_vh
+        q_b = q0.to(tl.int64) * stride_ql
+        o_b = q0.to(tl.int64) * stride_ol
+        krow0 = hk.to(tl.int64) * S + k0
+    else:
+        k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+        v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+        q_b = b.to(tl.int64) * stride_qb
+        o_b = b.to(tl.int64) * stride_ob
+        krow0 = bhk.to(tl.int64) * S
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_mb = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    nmask = offs_n < S
-    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
-    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    nmask = offs_n < Sb
     k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
     v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=nmask[:, None], other=0.0)
     kt = tl.trans(k)
     vt = tl.trans(v)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    nq = tl.cdiv(L, BLOCK_M)
-    nk_all = tl.cdiv(S, BLOCK_N)
+    nq = tl.where(pid_n * BLOCK_N < Sb, tl.cdiv(Lb, BLOCK_M), 0)  # a key block past the sequence: no work
     if CAUSAL:
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
@@ -279,79 +343,94 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX,
         h = hk * group + g
         bh = b * H + h
         a = tl.load(A + h).to(tl.float32)
-        q_base = b.to(tl.int64) * stride_qb + h * stride_qh
-        o_base = b.to(tl.int64) * stride_ob + h * stride_oh
+        q_base = q_b + h * stride_qh
+        o_base = o_b + h * stride_oh
+        if VARLEN:
+            row0 = h.to(tl.int64) * L + q0
+        else:
+            row0 = bh.to(tl.int64) * L
         mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
         for mb in range(lo, nq):
-            if tl.load(BMAX + (bh.to(tl.int64) * nq + mb) * nk_all + pid_n) > 0:
+            if tl.load(BMAX + (bh.to(tl.int64) * NQB + mb) * NKB + pid_n) > 0:
                 offs_m = mb * BLOCK_M + offs_mb
-                rmask = offs_m < L
+                rmask = offs_m < Lb
                 q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
                 do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
                              other=0.0)
-                row = bh.to(tl.int64) * L + offs_m
+                row = row0 + offs_m
                 m = tl.load(MROW + row, mask=rmask, other=0.0)
                 m = tl.where(m == float("-inf"), 0.0, m)
                 t = tl.load(TROW + row, mask=rmask, other=0.0)
                 c = tl.load(CROW + row, mask=rmask, other=0.0)
                 z = _mm(q, kt, DOT) * scale
                 dp = _mm(do, vt, DOT)
-                z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+                z = _masked(z, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
                 p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
                 dz = s * (dp - c[:, None])
                 dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
                 dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
-    out = (bhk.to(tl.int64) * S + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
+    out = (krow0 + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
 
 
-@triton.jit
-def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
-                     H, HKV, L, S, scale,
+@triton.jit(do_not_specialize=_RUNTIME)
+def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q, CU_K,
+                     H, HKV, L, S, NQB, NKB, scale,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                      stride_mb, stride_mh, stride_mm, stride_mn,
                      EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                     ALPHA_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     VARLEN: tl.constexpr, ALPHA_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      HEAD_DIM: tl.constexpr):
-    """One (batch·head, query block): ``dQ`` and, with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
+    """One (batch·head, query block): ``dQ`` (at the rows of the forward's per-row outputs) and,
+    with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // (H // HKV)
+    q0, Lb = _sequence(CU_Q, b, L, VARLEN)
+    k0, Sb = _sequence(CU_K, b, S, VARLEN)
+    if VARLEN:
+        q_base = q0.to(tl.int64) * stride_ql + h * stride_qh
+        o_base = q0.to(tl.int64) * stride_ol + h * stride_oh
+        k_base = k0.to(tl.int64) * stride_kn + hk * stride_kh
+        v_base = k0.to(tl.int64) * stride_vn + hk * stride_vh
+        row0 = h.to(tl.int64) * L + q0
+    else:
+        q_base = b.to(tl.int64) * stride_qb + h * stride_qh
+        o_base = b.to(tl.int64) * stride_ob + h * stride_oh
+        k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
+        v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+        row0 = bh.to(tl.int64) * L
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_nb = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    rmask = offs_m < L
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_m[:, None] * stride_ql + offs_d[None, :],
-                mask=rmask[:, None], other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * stride_ob + h * stride_oh + offs_m[:, None] * stride_ol + offs_d[None, :],
-                 mask=rmask[:, None], other=0.0)
-    k_base = b.to(tl.int64) * stride_kb + hk * stride_kh
-    v_base = b.to(tl.int64) * stride_vb + hk * stride_vh
+    rmask = offs_m < Lb
+    q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+    do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None], other=0.0)
     mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
     a = tl.load(A + h).to(tl.float32)
-    row = bh.to(tl.int64) * L + offs_m
+    row = row0 + offs_m
     m = tl.load(MROW + row, mask=rmask, other=0.0)
     m = tl.where(m == float("-inf"), 0.0, m)
     t = tl.load(TROW + row, mask=rmask, other=0.0)
     c = tl.load(CROW + row, mask=rmask, other=0.0)
     if CAUSAL:
-        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
+        hi = tl.minimum(Sb, (pid_m + 1) * BLOCK_M)
     else:
-        hi = S
+        hi = Sb
+    hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)
     n_blocks = tl.cdiv(hi, BLOCK_N)
-    nk_all = tl.cdiv(S, BLOCK_N)
-    bmax_base = (bh.to(tl.int64) * tl.num_programs(0) + pid_m) * nk_all
+    bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
     for nb in range(n_blocks):
         if tl.load(BMAX + bmax_base + nb) > 0:
             offs_n = nb * BLOCK_N + offs_nb
-            nmask = offs_n < S
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale, MASK, mask_base,
+            nmask = offs_n < Sb
+            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                             stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
             vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
@@ -367,11 +446,11 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX,
         tl.store(PLG + row, plg, mask=rmask)
 
 
-@triton.jit
-def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl,
+@triton.jit(do_not_specialize=("R", "H", "L"))
+def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl, stride_yb, stride_yh, stride_yl,
             BLOCK_R: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """``OUT[r] = Σ_d X[r, d] Y[r, d]`` in float32 for the ``R = B·H·L`` rows of a strided
-    ``X`` ``[B, H, L, D]`` and a contiguous ``Y`` (the backward's ``c = dO·W`` and ``dO·O``)."""
+    """``OUT[r] = Σ_d X[r, d] Y[r, d]`` in float32 for the ``R = B·H·L`` rows ``r = (b·H + h)·L + i``
+    of two strided ``[B, H, L, D]`` tensors (the backward's ``c = dO·W`` and ``dO·O``)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.arange(0, HEAD_DIM)
     rmask = rows < R
@@ -380,6 +459,7 @@ def row_dot(X, Y, OUT, R, H, L, stride_xb, stride_xh, stride_xl,
     h = (r64 // L) % H
     i = r64 % L
     xo = b * stride_xb + h * stride_xh + i * stride_xl
+    yo = b * stride_yb + h * stride_yh + i * stride_yl
     x = tl.load(X + xo[:, None] + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
-    y = tl.load(Y + r64[:, None] * HEAD_DIM + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    y = tl.load(Y + yo[:, None] + offs_d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
     tl.store(OUT + rows, tl.sum(x * y, 1), mask=rmask)

@@ -14,6 +14,9 @@ style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the 
 * ``is_causal`` (top-left aligned, as SDPA), or ``attn_mask`` boolean or additive float,
   broadcastable to ``[B, H, L, S]``, without ``requires_grad``, read in place by the kernels
   (broadcast dimensions as stride 0, booleans as bytes: never expanded nor converted); ``scale``;
+* packed variable-length batches (:class:`Packed`: ``query [total_q, H, D]``,
+  ``key``/``value`` ``[total_k, Hkv, D]`` and the offsets of each sequence, FlashAttention's
+  varlen layout), causal or not, without ``attn_mask``;
 * ``dropout_p = 0`` and ``return_weights=False`` (dropout and the weights need the
   materialized path);
 * CUDA tensors (CPU tensors under Triton's interpreter when
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -38,7 +41,7 @@ from ..._utils.extras import LazyModule
 from ..switch import Switch
 from .launch import current_attention, merged
 
-__all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available"]
+__all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled", "available", "Packed"]
 
 #: Newton passes per query block at most (the row solver's safeguard)
 MAX_ITER = 100
@@ -68,26 +71,68 @@ def set_enabled(flag: bool) -> bool:
     return _switch.set(flag)
 
 
-def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int]:
-    """``(BLOCK_M, BLOCK_N, num_warps)``.  On a GPU, half inputs: 64×32 tiles with 8 warps
-    up to ``D = 64``, 32×32 at ``D = 128``; float32 inputs: 32×32.  Chosen from the sm_90
-    register reports of the compile test (no spills, or a few dozen bytes; 64×64 tiles
-    spilled hundreds; float32 at ``D = 128`` still spills ~0.5 KiB); GPU timings are owed.
-    Under the interpreter 16×16 (small test sizes still span several tiles).  A tuning run
-    replaces them (:func:`softargmax.backends.triton.launch.overridden`)."""
+def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16,
+           masked: bool = False) -> tuple[int, int, int]:
+    """``(BLOCK_M, BLOCK_N, num_warps)`` of the forward kernel (the backward kernels use the same
+    tiles, whose kept/skipped map they read, with :func:`backward_warps`).  On a GPU, half
+    inputs: 64×32 tiles and 4 warps (one warpgroup: a 64-row tile is one ``wgmma`` row block)
+    up to ``D = 64``, 8 warps with an ``attn_mask`` (``masked``: 4 warps spill 370–420 bytes
+    there, 8 warps none at 221 registers); 64×16 tiles and 8 warps at ``D = 128``; 2 pipeline stages
+    (:data:`NUM_STAGES`); float32 inputs: 32×32 with 8 warps.  Chosen from sm_90a compile
+    reports (registers, spills, shared memory; Triton 3.9, ``ptxas`` of its wheel), to keep
+    every kernel free of spills with the most query rows in flight per multiprocessor:
+
+    * ``D = 64``: forward 227 registers (255 with a learned α), ``dK, dV`` 206, ``dQ`` 189, no
+      spills, 2 programs per multiprocessor (128 query rows in flight; the former 64×32 with 8
+      warps: 206 registers, 1 program, 64 rows);
+    * ``D = 128``: forward 208 registers with 8 warps (1 program, 64 rows; 4 warps: 255 and
+      96 bytes of spills), ``dK, dV`` 158 and ``dQ`` 190 with 4 warps (2–3 programs; 8 warps
+      spill 144–200 bytes); the former 32×32 with 8 warps kept 32 rows in flight.
+
+    GPU timings are owed.  Under the interpreter 16×16 (small test sizes still span several
+    tiles).  A tuning run replaces them (:func:`softargmax.backends.triton.launch.overridden`;
+    its ``warps`` then apply to the backward too)."""
     if device.type != "cuda":
         chosen = (16, 16, 4)
     elif dtype == torch.float32:
         chosen = (32, 32, 8)
     else:
-        chosen = (64, 32, 8) if head_dim <= 64 else (32, 32, 8)
+        chosen = (64, 32, 8 if masked else 4) if head_dim <= 64 else (64, 16, 8)
     return merged(current_attention(), chosen)
+
+
+def backward_warps(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Warps per program of the backward kernels (see :func:`blocks`): 4 for half inputs on a
+    GPU, else the forward's."""
+    override = current_attention().warps
+    if override is not None:
+        return override
+    if device.type == "cuda" and dtype != torch.float32:
+        return 4
+    return blocks(head_dim, device, dtype)[2]
+
+
+#: software-pipelining depth of the attention kernels on a GPU (the compile reports' setting)
+NUM_STAGES = 2
 
 
 # -- coverage --------------------------------------------------------------------------------
 
-#: what :func:`_prepare` returns for a covered call: ``(q, k, v, mask4, a, alpha_h, squeeze)``
-_Prepared = tuple[Tensor, Tensor, Tensor, Optional[Tensor], float, Optional[Tensor], bool]
+class Packed(NamedTuple):
+    """A packed batch of variable-length sequences: sequence ``b`` is rows ``cu_q[b]:cu_q[b+1]`` of
+    the queries and ``cu_k[b]:cu_k[b+1]`` of the keys (int32, on the device), at most ``max_q``
+    queries and ``max_k`` keys long."""
+
+    cu_q: Tensor
+    cu_k: Tensor
+    max_q: int
+    max_k: int
+
+
+#: what :func:`_prepare` returns for a covered call: ``(q, k, v, mask4, a, alpha_h, layout, packed)``
+#: with ``q, k, v`` 4-D (``[1, H, total, D]`` views of a packed batch) and ``layout`` ``"4d"``,
+#: ``"3d"`` (squeezed) or ``"packed"``
+_Prepared = tuple[Tensor, Tensor, Tensor, Optional[Tensor], float, Optional[Tensor], str, Optional[Packed]]
 
 
 def _exponent(mapping: str, alpha: object) -> Optional[tuple[float, Optional[Tensor]]]:
@@ -140,7 +185,7 @@ def _usable_device(t: Tensor) -> bool:
 
 
 def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool, mapping: str,
-             alpha: object) -> Optional[_Prepared]:
+             alpha: object, packed: Optional[Packed] = None) -> Optional[_Prepared]:
     """The 4-D inputs and the settings of a covered call, or ``None``."""
     ex = _exponent(mapping, alpha)
     if ex is None:
@@ -148,10 +193,16 @@ def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
     a, alpha_t = ex
     if not (query.dtype in _DTYPES and key.dtype == query.dtype and value.dtype == query.dtype):
         return None
-    if not (query.dim() == key.dim() == value.dim() and query.dim() in (3, 4)):
-        return None
-    squeeze = query.dim() == 3
-    q, k, v = (t.unsqueeze(0) if squeeze else t for t in (query, key, value))
+    if packed is not None:
+        if attn_mask is not None or not (query.dim() == key.dim() == value.dim() == 3):
+            return None
+        layout = "packed"
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))  # [1, heads, total, D]
+    else:
+        if not (query.dim() == key.dim() == value.dim() and query.dim() in (3, 4)):
+            return None
+        layout = "3d" if query.dim() == 3 else "4d"
+        q, k, v = (t.unsqueeze(0) if layout == "3d" else t for t in (query, key, value))
     B, H, L, D = q.shape
     Bk, Hkv, S, Dk = k.shape
     if not (Bk == B and v.shape[:3] == k.shape[:3] and v.shape[3] == D and Dk == D):
@@ -174,16 +225,16 @@ def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
         if not bool(((ad >= ALPHA_MIN) & (ad <= 2.0)).all()):  # one small synchronization
             return None
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return q, k, v, mask4, a, alpha_h, squeeze
+    return q, k, v, mask4, a, alpha_h, layout, packed
 
 
 def maybe_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
                     is_causal: bool, scale: float, mapping: str, alpha: object,
-                    return_weights: bool) -> Optional[Tensor]:
+                    return_weights: bool, packed: Optional[Packed] = None) -> Optional[Tensor]:
     """The fused output when the kernels cover the call (module docstring), else ``None``."""
     if return_weights or dropout_p > 0 or not _usable_device(query):
         return None
-    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         return None
     return _apply(prep, is_causal, scale)
@@ -192,27 +243,39 @@ def maybe_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Option
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
                     is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
                     alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
-                    block_n: Optional[int] = None) -> Tensor:
+                    block_n: Optional[int] = None, packed: Optional[Packed] = None) -> Tensor:
     """The fused path explicitly, whatever the device (CPU tensors need ``TRITON_INTERPRET=1``);
-    raises ``ValueError`` where it does not cover the call."""
+    raises ``ValueError`` where it does not cover the call.  ``packed``: a packed batch
+    (``query [total_q, H, D]``, ``key``/``value`` ``[total_k, Hkv, D]``; checked by
+    :func:`softargmax.attention`, trusted here)."""
     if not available():
         raise RuntimeError("flash_attention needs Triton")
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal cannot both be set")
-    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         raise ValueError("flash_attention: the fused kernels do not cover these arguments (see the module docstring)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     return _apply(prep, is_causal, scale, block_m, block_n)
 
 
+def _config(prep: _Prepared, block_m: Optional[int], block_n: Optional[int]) -> tuple[int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, forward warps, backward warps)``."""
+    q = prep[0]
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype, masked=prep[3] is not None)
+    return (block_m or bm, block_n or bn, warps, backward_warps(q.shape[-1], q.device, q.dtype))
+
+
 def _apply(prep: _Prepared, is_causal: bool, scale: float, block_m: Optional[int] = None,
            block_n: Optional[int] = None) -> Tensor:
-    q, k, v, mask4, a, alpha_h, squeeze = prep
-    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
-    cfg = (block_m or bm, block_n or bn, warps)
-    out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, bool(is_causal), float(scale), cfg)
-    return out.squeeze(0) if squeeze else out
+    q, k, v, mask4, a, alpha_h, layout, packed = prep
+    out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, bool(is_causal), float(scale),
+                                     _config(prep, block_m, block_n), packed)
+    if layout == "3d":
+        return out.squeeze(0)
+    if layout == "packed":
+        return out.squeeze(0).transpose(0, 1)  # [total_q, H, D], contiguous
+    return out
 
 
 def _exact(a: float, per_head: bool) -> int:
@@ -234,30 +297,65 @@ def _mask_args(mask4: Optional[Tensor], like: Tensor) -> tuple[Tensor, tuple[int
     return mask4, tuple(mask4.stride()), 2 if mask4.dtype == torch.uint8 else 1
 
 
+def _grid(q: Tensor, k: Tensor, cfg: tuple[int, ...], packed: Optional[Packed]) -> tuple[int, int, int]:
+    """``(sequences, query blocks, key blocks)`` of the launch grids and the tile map."""
+    B, L, S = q.shape[0], q.shape[2], k.shape[2]
+    if packed is not None:
+        B, L, S = packed.cu_q.numel() - 1, max(packed.max_q, 1), max(packed.max_k, 1)
+    return B, -(-L // cfg[0]), -(-S // cfg[1])
+
+
+def _offsets(packed: Optional[Packed], device: torch.device) -> tuple[Tensor, Tensor]:
+    """The kernels' ``CU_Q``, ``CU_K``: a packed batch's offsets, else an unused int32 placeholder."""
+    if packed is not None:
+        return packed.cu_q, packed.cu_k
+    none = torch.empty(1, dtype=torch.int32, device=device)
+    return none, none
+
+
+def _launch_options(q: Tensor, warps: int) -> dict:
+    return dict(num_warps=warps, num_stages=NUM_STAGES) if q.device.type == "cuda" else dict(num_warps=warps)
+
+
 def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
-             scale: float, cfg: tuple[int, int, int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Launch the forward kernel; returns the output and the saved rows."""
+             scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Launch the forward kernel; returns the output (4-D, a view of a ``[total, H, D]`` tensor for
+    a packed batch) and the saved rows."""
     K = _module()
     B, H, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    BM, BN, warps = cfg
-    nq, nk = -(-L // BM), -(-S // BN)
+    BM, BN, warps, _ = cfg
+    nb, nq, nk = _grid(q, k, cfg, packed)
     dev = q.device
-    o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
-    w = torch.empty_like(o)
-    rows = torch.empty(5, B * H * L, dtype=torch.float32, device=dev)  # m, t, Σs, Σp, Σ p log p
-    bmax = torch.zeros(B * H, nq, nk, dtype=torch.float32, device=dev)
-    iters = torch.empty(B * H, nq, dtype=torch.int32, device=dev)
+    if packed is not None:
+        o = torch.empty(L, H, D, dtype=q.dtype, device=dev).transpose(0, 1).unsqueeze(0)
+    else:
+        o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
+    w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
+    rows = _row_buffers(5, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p
+    bmax = torch.zeros(nb * H, nq, nk, dtype=torch.float32, device=dev)
+    iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
+    cu_q, cu_k = _offsets(packed, q.device)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
-    K.attention_fwd[(nq, B * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters,
-        H, Hkv, L, S, scale, tol, MAX_ITER,
+    K.attention_fwd[(nq, nb * H)](
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters, cu_q, cu_k,
+        H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), *ms,
-        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
-        BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, num_warps=warps)
+        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
+        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
+        BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
     return o, w, rows, bmax, iters
+
+
+def _row_buffers(n: int, length: int, device: torch.device) -> Tensor:
+    """``[n, length]`` float32 rows whose starts are 128-byte aligned whatever ``length``: the
+    kernels are specialized on the 16-byte alignment of their pointers, and ``rows[i]`` of a
+    plain ``[n, length]`` buffer is aligned or not depending on the sequence length (one more
+    compilation per length class)."""
+    padded = -(-max(length, 1) // 32) * 32
+    return torch.empty(n, padded, dtype=torch.float32, device=device)[:, :length]
 
 
 def _kernel_a(q: Tensor, alpha_h: Optional[Tensor], a: float) -> Tensor:
@@ -268,13 +366,14 @@ def _kernel_a(q: Tensor, alpha_h: Optional[Tensor], a: float) -> Tensor:
 
 
 def _row_dot(x: Tensor, y: Tensor) -> Tensor:
-    """``Σ_d x·y`` per row of ``[B, H, L, D]`` tensors (``y`` contiguous), float32 ``[B·H·L]``,
-    without float32 copies of the operands."""
+    """``Σ_d x·y`` per row ``(b·H + h)·L + i`` of two strided ``[B, H, L, D]`` tensors, float32
+    ``[B·H·L]``, without float32 copies of the operands."""
     B, H, L, D = x.shape
     out = torch.empty(B * H * L, dtype=torch.float32, device=x.device)
     block = max(1, 1024 // D)  # 1024 elements per program (no spills for sm_90)
     _module().row_dot[(-(-out.numel() // block),)](x, y, out, out.numel(), H, L, x.stride(0), x.stride(1),
-                                                    x.stride(2), BLOCK_R=block, HEAD_DIM=D)
+                                                    x.stride(2), y.stride(0), y.stride(1), y.stride(2),
+                                                    BLOCK_R=block, HEAD_DIM=D)
     return out
 
 
@@ -283,12 +382,13 @@ class FlashEntmaxAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha_h: Optional[Tensor], a: float,
-                mask4: Optional[Tensor], causal: bool, scale: float, cfg: tuple[int, int, int]) -> Tensor:
+                mask4: Optional[Tensor], causal: bool, scale: float, cfg: tuple[int, int, int, int],
+                packed: Optional[Packed] = None) -> Tensor:
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
-        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg)
+        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed)
         ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
-        ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact = mask4, causal, scale, cfg, exact
+        ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact, ctx.packed = mask4, causal, scale, cfg, exact, packed
         ctx.alpha_h = alpha_h is not None
         ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
         return o
@@ -300,24 +400,26 @@ class FlashEntmaxAttention(torch.autograd.Function):
         K = _module()
         B, H, L, D = q.shape
         Hkv, S = k.shape[1], k.shape[2]
-        BM, BN, warps = ctx.cfg
-        nq, nk = -(-L // BM), -(-S // BN)
+        BM, BN, _, warps = ctx.cfg
+        packed = ctx.packed
+        nb, nq, nk = _grid(q, k, ctx.cfg, packed)
         do = do if do.stride(-1) == 1 else do.contiguous()
         c = _row_dot(do, w)  # Σ_j s_j g_j / Σs = dO·W per row
         mask, ms, has_mask = _mask_args(ctx.mask4, q)
         alpha_grad = ctx.alpha_h and ctx.needs_input_grad[3]
-        dq = torch.empty(B, H, L, D, dtype=q.dtype, device=q.device)
+        dq = torch.empty(B, H, L, D, dtype=q.dtype, device=q.device)  # per-row layouts
         dk = torch.empty(B, Hkv, S, D, dtype=k.dtype, device=q.device)
         dv = torch.empty(B, Hkv, S, D, dtype=v.dtype, device=q.device)
         plg = torch.empty(B * H * L, dtype=torch.float32, device=q.device) if alpha_grad else rows[0]
+        cu_q, cu_k = _offsets(packed, q.device)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2), *ms)
-        consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q), BLOCK_M=BM, BLOCK_N=BN,
-                      HEAD_DIM=D, num_warps=warps)
-        K.attention_bwd_dkdv[(nk, B * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax,
-                                            H, Hkv, L, S, ctx.scale, *strides, **consts)
-        K.attention_bwd_dq[(nq, B * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, bmax,
-                                        H, Hkv, L, S, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
+        consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
+                      VARLEN=packed is not None, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
+        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax, cu_q, cu_k,
+                                             H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
+        K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, bmax, cu_q, cu_k,
+                                         H, Hkv, L, S, nq, nk, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
         dalpha = None
         if alpha_grad:
             # ⟨g, ∂p/∂α⟩ = (⟨g,p⟩ - c)/a² - (⟨g, p log p⟩ + H(p) c)/a per row, H(p) = -Σ p log p
@@ -327,34 +429,43 @@ class FlashEntmaxAttention(torch.autograd.Function):
             ent = -rows[4].double().view(B, H, L)
             per_row = (gp - cc) / (a * a) - (plg.double().view(B, H, L) + ent * cc) / a
             dalpha = per_row.sum((0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None
 
 
 @torch.no_grad()
 def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
                   is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
                   alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
-                  block_n: Optional[int] = None) -> dict:
-    """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``,
-    0 for empty rows), ``tiles`` and ``kept`` (the score tiles inside the causal band and those
-    the output pass used), ``block_sparsity = 1 - kept / tiles``, and ``newton_passes``
-    (``[B, H, query blocks]``: the Newton passes each block of query rows took)."""
-    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha)
+                  block_n: Optional[int] = None, packed: Optional[Packed] = None) -> dict:
+    """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``, or
+    ``[1, H, total]`` for a packed batch; 0 for empty rows), ``tiles`` and ``kept`` (the score
+    tiles inside the causal band and those the output pass used), ``block_sparsity = 1 - kept /
+    tiles``, and ``newton_passes`` (``[B, H, query blocks]``: the Newton passes each block of
+    query rows took; blocks past a packed sequence's end count 0)."""
+    prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         raise ValueError("forward_stats: the fused kernels do not cover these arguments")
-    q, k, v, mask4, a, alpha_h, _ = prep
+    q, k, v, mask4, a, alpha_h, _, _ = prep
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype)
-    cfg = (block_m or bm, block_n or bn, warps)
+    cfg = _config(prep, block_m, block_n)
     A = _kernel_a(q, alpha_h, a)
-    _, _, rows, bmax, iters = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg)
+    _, _, rows, bmax, iters = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg,
+                                       packed)
     B, H, L, _ = q.shape
-    S = k.shape[2]
     BM, BN = cfg[0], cfg[1]
-    qi = torch.arange(bmax.shape[1], device=q.device)[:, None]
-    kj = torch.arange(bmax.shape[2], device=q.device)[None, :]
-    band = (kj * BN < torch.clamp((qi + 1) * BM, max=S)) if is_causal else torch.ones_like(qi * kj, dtype=torch.bool)
-    tiles = int(band.sum()) * B * H
+    nb, nq, nk = _grid(q, k, cfg, packed)
+    if packed is None:
+        lengths = [(L, k.shape[2])] * B
+    else:
+        cq, ck = packed.cu_q.tolist(), packed.cu_k.tolist()
+        lengths = [(cq[i + 1] - cq[i], ck[i + 1] - ck[i]) for i in range(nb)]
+    qi = torch.arange(nq, device=q.device)[:, None]
+    kj = torch.arange(nk, device=q.device)[None, :]
+    band = torch.stack([(qi * BM < Lb) & (kj * BN < (torch.clamp((qi + 1) * BM, max=Sb) if is_causal else Sb))
+                        for Lb, Sb in lengths])  # [sequences, nq, nk]
+    band = band.repeat_interleave(H, 0)
+    tiles = int(band.sum())
     kept = int(((bmax > 0) & band).sum())
+    passes = torch.where(band.any(-1), iters, torch.zeros_like(iters))
     return {"psum": rows[3].view(B, H, L), "tiles": tiles, "kept": kept,
-            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": iters.view(B, H, -1)}
+            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": passes.view(nb, H, -1)}
