@@ -28,7 +28,7 @@ class SyncCount(TorchFunctionMode):
         super().__init__()
         self.names = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: PLW3201 (TorchFunctionMode's hook)
         name = getattr(func, "__name__", "")
         first = args[0] if args else None
         constant = isinstance(first, torch.Tensor) and first.dim() == 0 and first.dtype == F64

@@ -21,11 +21,11 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from ..backends import softmax_loss_gradient, solves_half_rows
-from ..backends.triton.rows import usable_device
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows
+from ..backends import softmax_loss_gradient, solves_half_rows
 from ..backends.solution import sum_f_minus_f0
+from ..backends.triton.rows import usable_device
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve

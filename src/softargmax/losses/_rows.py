@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from .._utils.rows import Rows
-from ..backends.solution import Solution
 from ..backends import loss_gradient
+from ..backends.solution import Solution
 from ..divergences import Divergence
 from ._targets import Target
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -251,6 +251,15 @@ def mean_denominator(target: Target, reduction: str) -> float:
         return 1.0
     denom = float(target.keep.sum()) if target.item_weight is None else float(target.item_weight.sum())
     return math.nan if denom == 0 else denom
+
+
+def mean_denominator_tensor(target: Target, reduction: str, dtype: torch.dtype) -> Union[float, Tensor]:
+    """:func:`mean_denominator` left on the device (a 0-d tensor for ``"mean"``, NaN where zero), so
+    that no value is read on the host; ``1.0`` for the other reductions."""
+    if reduction != "mean":
+        return 1.0
+    denom = (target.keep.sum() if target.item_weight is None else target.item_weight.sum()).to(dtype)
+    return torch.where(denom == 0, torch.full_like(denom, math.nan), denom)
 
 
 def rows_of(target: Target, start: int, end: int) -> Target:

@@ -56,7 +56,7 @@ def _args(rows: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: 
     dummy = rows  # a pointer the kernel never reads (its constexpr branch is off)
     idx = index if index is not None else dummy
     y = dense if dense is not None else dummy
-    sc = scale.to(torch.float32) if scale is not None else dummy
+    sc = scale.to(torch.float32).contiguous() if scale is not None else dummy  # (an expanded scalar: made [R])
     return idx, y, keep.view(torch.uint8) if keep.dtype == torch.bool else keep, sc, y.stride(0) if dense is not None else 0
 
 
