@@ -240,3 +240,26 @@ def test_no_host_sync_on_the_pytorch_path(mapping, monkeypatch):
         sa.fenchel_young_loss(xx, t, mapping).backward()
         sa.fenchel_young_loss(xx, t, mapping, label_smoothing=0.1).backward()
     assert c.names == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mapping", ["entmax15", "sparsemax", "softmax"])
+def test_gpu_losses_without_synchronization(mapping, monkeypatch):
+    """On CUDA, forward + backward of the loss and of the fused loss (bfloat16) under
+    ``torch.cuda.set_sync_debug_mode("error")``, with the target checks off (as under capture)."""
+    from softargmax.losses import _targets
+
+    monkeypatch.setattr(_targets, "values_checkable", lambda t: False)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(64, 40000, device="cuda", generator=g).bfloat16().requires_grad_()
+    t = torch.randint(0, 40000, (64,), device="cuda", generator=g)
+    h = torch.randn(256, 64, device="cuda", generator=g).bfloat16().requires_grad_()
+    W = torch.randn(40000, 64, device="cuda", generator=g).bfloat16().requires_grad_()
+    th = torch.randint(0, 40000, (256,), device="cuda", generator=g)
+    for _ in range(2):  # the first call compiles
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            sa.fenchel_young_loss(x, t, mapping).backward()
+            sa.linear_fenchel_young_loss(h, W, th, mapping=mapping, chunk_size=64).backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

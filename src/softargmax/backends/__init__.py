@@ -25,7 +25,7 @@ from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
 
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
-           "loss_gradient", "softmax_loss_gradient", "solves_half_rows"]
+           "loss_gradient", "softmax_loss_gradient", "solves_half_rows", "kernel_device"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -105,6 +105,11 @@ def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Te
 
 
 # -- the Fenchel–Young loss epilogue (the GPU loss kernels; None: the PyTorch path) -------------
+
+def kernel_device(t: Tensor) -> bool:
+    """Whether ``t`` lives where the GPU kernels run (CUDA, or the CPU under Triton's interpreter in the tests)."""
+    return _triton_rows.usable_device(t)
+
 
 def solves_half_rows(z: Tensor, div: Divergence) -> bool:
     """Whether half-precision rows ``z`` ``[R, k]`` are solved as they are (``p`` in their dtype and the

@@ -16,7 +16,7 @@ from torch.autograd.function import once_differentiable
 from .._utils.checks import check_dim, check_positive_number, check_tensor, compute_dtype
 from .._utils.rows import Rows
 from .._utils.tracing import use_custom_ops
-from ..backends.triton.rows import usable_device
+from ..backends import kernel_device
 from ..divergences import Divergence
 from ._options import LossOptions, LossOutput
 from ._row_losses import resolve_loss
@@ -64,7 +64,7 @@ def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss,
     values are float32.  Otherwise the rows are computed in the compute dtype (float32 for half
     inputs), as the PyTorch and CPU solvers need.  The target is parsed in the compute dtype either way.
     """
-    native = x.dtype != compute_dtype(x.dtype) and usable_device(x)
+    native = x.dtype != compute_dtype(x.dtype) and kernel_device(x)
     rows = Rows(x, dim, dtype=x.dtype) if native else Rows(x, dim)
     layout = _in_compute_dtype(rows)
     tgt = parse_target(target, x, layout, multilabel=options.multilabel, ignore_index=options.ignore_index,

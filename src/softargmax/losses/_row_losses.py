@@ -23,9 +23,8 @@ from torch import Tensor
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows
-from ..backends import softmax_loss_gradient, solves_half_rows
+from ..backends import kernel_device, softmax_loss_gradient, solves_half_rows
 from ..backends.solution import sum_f_minus_f0
-from ..backends.triton.rows import usable_device
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve
@@ -103,7 +102,7 @@ class FenchelYoungRowLoss(RowLoss):
         if self.beta != 1.0 or self.q is not None:
             return False
         if self.divergence.hints.softmax:
-            return not prediction and usable_device(rows)
+            return not prediction and kernel_device(rows)
         return solves_half_rows(rows, self.divergence)
 
     def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],

@@ -76,7 +76,7 @@ from torch import Tensor
 
 from .._utils.checks import check_positive_number, compute_dtype
 from .._utils.rows import MetaRows
-from ..backends.triton.rows import usable_device
+from ..backends import kernel_device
 from ..divergences import Divergence
 from ._linear_chunks import (
     LinearFY,
@@ -266,7 +266,7 @@ def linear_fenchel_young_loss(
     loss = loss.bind(q, temperature, logits_meta, rows)
     # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it
     native = (reduction != "none" and not return_stats and hidden.dtype != compute_dtype(hidden.dtype)
-              and usable_device(hidden) and N > 0 and loss.solves_in_dtype(hidden.new_empty(1, V)))
+              and kernel_device(hidden) and N > 0 and loss.solves_in_dtype(hidden.new_empty(1, V)))
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
         in_place = isinstance(loss, FenchelYoungRowLoss) and loss.divergence.hints.softmax
