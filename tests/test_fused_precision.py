@@ -126,3 +126,18 @@ def test_default_chunks_hold_more_tokens_in_bfloat16():
     assert ct(V, torch.bfloat16, budget, native=True, in_place=True) == budget // (2 * V) == 4096
     assert ct(V, torch.bfloat16, budget, native=True) == budget // (4 * V) == 2048
     assert ct(V, torch.bfloat16, budget) == budget // (16 * V) == 512
+
+
+def test_fused_mean_with_every_token_ignored_is_nan_with_zero_gradients():
+    """As ``F.cross_entropy``: the mean over no token is NaN (0/0, the denominator kept on the device)
+    and the gradients are 0."""
+    g = torch.Generator().manual_seed(6)
+    h = torch.randn(5, 4, dtype=F64, generator=g).requires_grad_()
+    W = torch.randn(7, 4, dtype=F64, generator=g).requires_grad_()
+    t = torch.full((5,), -100)
+    for mapping in ("softmax", "entmax15"):
+        loss = sa.linear_fenchel_young_loss(h, W, t, mapping=mapping, chunk_size=2)
+        assert torch.isnan(loss)
+        assert all((gr == 0).all() for gr in torch.autograd.grad(loss, (h, W)))
+    ce = torch.nn.functional.cross_entropy(h @ W.T, t)
+    assert torch.isnan(ce) and all((gr == 0).all() for gr in torch.autograd.grad(ce, (h, W)))

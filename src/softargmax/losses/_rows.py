@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from .._utils.checks import compute_dtype
 from .._utils.rows import Rows
 from ..backends import loss_gradient
 from ..backends.solution import Solution
@@ -143,14 +144,15 @@ def kept_rows(loss: Tensor, target: Target) -> Tensor:
     return torch.where(target.keep, loss, torch.zeros_like(loss))
 
 
-def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
-    """``p - y`` with ``y`` the target's rows (class indices: those of ``target.owned`` only, where
-    given), zero in ignored rows; with ``inplace`` written over ``p``.
+def p_minus_y(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None) -> Tensor:
+    """``(p - y) · scale`` with ``y`` the target's rows (class indices: those of ``target.owned`` only,
+    where given; ``scale``: ``[R]`` row multipliers or ``None`` for 1), zero in ignored rows; with
+    ``inplace`` written over ``p``.
 
     ``G`` has ``p``'s dtype (the input's on the half-precision GPU path: a float32 target is
     subtracted in float32 and rounded once).  No device synchronization: the ignored rows are
-    zeroed by one in-place pass unless the target is known to keep every row
-    (``target.all_kept``), never after reading ``keep``.
+    zeroed by one in-place pass, after the scaling (so a NaN scale leaves them 0), unless the
+    target is known to keep every row (``target.all_kept``), never after reading ``keep``.
     """
     if target.dense is not None:
         G = p.sub_(target.dense) if inplace else torch.sub(p, target.dense).to(p.dtype)
@@ -160,6 +162,8 @@ def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
         if G.shape[1]:
             minus = -torch.ones_like(G[:, :1]) if target.owned is None else -target.owned.to(G.dtype).unsqueeze(1)
             G.scatter_add_(1, target.index.unsqueeze(1), minus)
+    if scale is not None:
+        G = G.mul_(scale.to(compute_dtype(G.dtype)).unsqueeze(1))
     if not target.all_kept:
         G = G.masked_fill_(~target.keep.unsqueeze(1), 0.0)
     return G
@@ -167,11 +171,9 @@ def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
 
 def scaled_gradient(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None) -> Tensor:
     """``(p - y) · scale`` per row, zero in ignored rows (``scale``: ``[R]`` or ``None`` for 1); with
-    ``inplace`` written over ``p``.  One pass of the GPU loss kernel where it runs (:func:`p_minus_y`,
-    then the scaling, elsewhere)."""
+    ``inplace`` written over ``p``.  One pass of the GPU loss kernel where it runs, else :func:`p_minus_y`."""
     if target.owned is None:
         G = loss_gradient(p, target.index, target.dense, target.keep, scale, out=p if inplace else None)
         if G is not None:
             return G
-    G = p_minus_y(p, target, inplace)
-    return G if scale is None else G.mul_(scale.to(G.dtype if G.dtype == torch.float64 else torch.float32).unsqueeze(1))
+    return p_minus_y(p, target, inplace, scale)
