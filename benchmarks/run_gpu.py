@@ -29,6 +29,7 @@ dtypes and repeats.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.metadata
 import os
 import platform
@@ -196,6 +197,28 @@ def loss_cases(shapes, device, repeats, log=print, emit=None):
     return cases
 
 
+def peak_extra_mb(run, device):
+    """``(peak extra MiB, baseline MiB)`` of one warm call of ``run`` on CUDA (``(None, None)`` elsewhere).
+
+    Every implementation is measured from the same baseline: what is allocated once the garbage of
+    the previous runs is collected (a reference cycle freed in the middle of the next
+    implementation's run would hide part of its peak) and the cache emptied, that is the inputs
+    alone; the peak includes everything the call allocates, the gradients of the inputs among it
+    (``run`` makes the leaves, so their ``.grad`` buffers are allocated and freed inside the call).
+    """
+    if device.type != "cuda":
+        run()
+        return None, None
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    run()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - base) / 2**20, base / 2**20
+
+
 def fused_case(shape, device, repeats, log=print):
     """Fused linear + 1.5-entmax loss against ``linear`` followed by the loss (bfloat16)."""
     N, H, V = shape
@@ -215,12 +238,8 @@ def fused_case(shape, device, repeats, log=print):
 
     res = {}
     for name, fn in (("unfused", unfused), ("fused", fused)):
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
-            base = torch.cuda.memory_allocated(device)
-        first = first_calls({name: fn}, device)[name]
-        peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
+        first = first_calls({name: fn}, device)[name]  # the first call: compilation and autotuning
+        peak, _ = peak_extra_mb(fn, device)  # a warm call, from the same baseline for every implementation
         ms = time_thunks({name: fn}, repeats, 1, device)[name]
         res[name] = {"ms": round(ms, 3), "first_call_ms": round(first, 3),
                      "peak_extra_mb": None if peak is None else round(peak, 1)}
@@ -544,6 +563,9 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
         from cut_cross_entropy import linear_cross_entropy
 
         runs["cce"] = lambda h, w, t: linear_cross_entropy(h, w, t)
+        # CCE's default filter skips the gradient tiles whose entries are all below bf16 eps/32: on these
+        # inputs most of the softmax part of the gradient.  filter_eps=None computes the whole gradient
+        runs["cce_no_filter"] = lambda h, w, t: linear_cross_entropy(h, w, t, filter_eps=None)
     except Exception as err:
         record({"op": "cce", "skipped": f"cut_cross_entropy: {type(err).__name__}: {str(err)[:200]}"})
     for N, H, V in shapes:
@@ -560,15 +582,11 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
                 return loss
 
             try:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(device)
-                    base = torch.cuda.memory_allocated(device)
                 _sync(device)
                 t0 = time.perf_counter()
                 value = float(run().detach())  # the first call: compilation and autotuning included
                 first_ms = (time.perf_counter() - t0) * 1e3
-                peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
+                peak, baseline = peak_extra_mb(run, device)  # a warm call, from the same baseline for every one
                 ms = time_thunks({name: run}, repeats, 1, device)[name]
             except Exception as err:
                 record({"op": name, "shape": [N, H, V], "error": f"{type(err).__name__}: {str(err)[:200]}"})
@@ -579,7 +597,8 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
             if name == "ours_kl":
                 reference = value
             case = {"op": name, "shape": [N, H, V], "dtype": "bfloat16", "pass": "fwd+bwd", "ms": round(ms, 3),
-                    "first_call_ms": round(first_ms, 3), "peak_extra_mb": None if peak is None else round(peak, 1), "loss": value}
+                    "first_call_ms": round(first_ms, 3), "peak_extra_mb": None if peak is None else round(peak, 1),
+                    "baseline_mb": None if baseline is None else round(baseline, 1), "loss": value}
             if reference is not None and name not in ("ours_entmax15", "ours_kl"):
                 case["loss_error_vs_ours_kl"] = abs(value - reference)  # ours_kl runs second, before any peer
             record(case)

@@ -21,9 +21,11 @@ from torch import Tensor
 from ..divergences import Divergence
 from .cpu import rows as _cpu_rows
 from .solution import Solution
+from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
 
-__all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward"]
+__all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
+           "loss_gradient", "softmax_loss_gradient", "solves_half_rows", "kernel_device"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -100,3 +102,31 @@ def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
 def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Tensor:
     """The gradient paired with a :func:`alpha_relu_forward` that returned a tensor."""
     return _triton_rows.alpha_relu_backward(x, grad, alpha, tau)
+
+
+# -- the Fenchel–Young loss epilogue (the GPU loss kernels; None: the PyTorch path) -------------
+
+def kernel_device(t: Tensor) -> bool:
+    """Whether ``t`` lives where the GPU kernels run (CUDA, or the CPU under Triton's interpreter in the tests)."""
+    return _triton_rows.usable_device(t)
+
+
+def solves_half_rows(z: Tensor, div: Divergence) -> bool:
+    """Whether half-precision rows ``z`` ``[R, k]`` are solved as they are (``p`` in their dtype and the
+    float32 row sums of the loss value): the Triton kernels cover them; every other solver needs float32."""
+    return select(z, div, candidates_only=True) is _triton_rows
+
+
+def loss_gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
+                  scale: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Optional[Tensor]:
+    """``(p - y) · scale`` per row, 0 in rows not kept, in one pass where the GPU loss kernels run
+    (:func:`softargmax.backends.triton.losses.gradient`), else ``None``."""
+    return _triton_losses.gradient(p, index, dense, keep, scale, out)
+
+
+def softmax_loss_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
+                          scale: Optional[Tensor] = None,
+                          out: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+    """``(G, log Σ e^z, ⟨y, z⟩)`` of the softmax loss in one kernel where the GPU loss kernels run
+    (:func:`softargmax.backends.triton.losses.softmax_gradient`), else ``None``."""
+    return _triton_losses.softmax_gradient(z, index, dense, keep, scale, out)

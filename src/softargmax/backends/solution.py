@@ -166,18 +166,21 @@ class Solution:
 
     # -- the Fenchel–Young loss value ----------------------------------------------------
 
-    def inner(self, theta: Tensor, beta: float = 1.0, use_row_sums: bool = True) -> Tensor:
+    def inner(self, theta: Tensor, beta: float = 1.0, use_row_sums: bool = True,
+              dtype: Optional[torch.dtype] = None) -> Tensor:
         r""":math:`\langle \theta, p\rangle` per row ``[R]``, for :math:`\theta = \beta z` the unscaled scores of these rows (``[R, k]``).
 
         Entries with ``p_j = 0`` add nothing (``0 · (-inf)`` does not become NaN).  With
         ``use_row_sums=False`` the backend's :math:`\langle z, p\rangle` is not used (for a ``z`` that is not
-        ``θ / β``, e.g. shifted by the row maximum).
+        ``θ / β``, e.g. shifted by the row maximum).  ``dtype``: of the result (default ``theta``'s;
+        float32 for half-precision rows keeps the row sum unrounded).
         """
+        dtype = dtype or theta.dtype
         if self.zp is not None and use_row_sums:  # the backend's row sums, from the pass that wrote p
-            return (beta * self.zp).to(theta.dtype)
+            return (beta * self.zp).to(dtype)
         pc = self.p
         th_c = self.gather(theta)
-        return torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1)
+        return torch.where(pc > 0, th_c * pc, torch.zeros_like(pc)).sum(-1, dtype=dtype)
 
     def f_sum(self, div: Divergence, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
         r""":math:`\sum_{p_j > 0} q_j [f(p_j/q_j) - f(0)]` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""

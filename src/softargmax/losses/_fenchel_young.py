@@ -6,15 +6,17 @@ loss of :mod:`softargmax.losses.distributed` uses it for DTensors whose classes 
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Union
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._utils.checks import check_dim, check_positive_number, check_tensor
+from .._utils.checks import check_dim, check_positive_number, check_tensor, compute_dtype
 from .._utils.rows import Rows
 from .._utils.tracing import use_custom_ops
+from ..backends import kernel_device
 from ..divergences import Divergence
 from ._options import LossOptions, LossOutput
 from ._row_losses import resolve_loss
@@ -54,21 +56,42 @@ def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOp
 
 def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss,
             options: LossOptions) -> tuple[Rows, Target, RowsCompute]:
-    """``(rows, parsed target, compute)``; ``compute(theta)`` gives ``(loss, p, p - y)`` per row."""
-    rows = Rows(x, dim)
-    tgt = parse_target(target, x, rows, multilabel=options.multilabel, ignore_index=options.ignore_index,
+    """``(rows, parsed target, compute)``; ``compute(theta, inplace=False)`` gives ``(loss, p, p - y)``
+    per row (with ``inplace``, ``p - y`` is written over ``p``).
+
+    Half-precision scores that the GPU kernels solve as they are (:meth:`RowLoss.solves_in_dtype`)
+    stay in their dtype: ``p`` and ``p - y`` are then half-precision tensors and only the per-row
+    values are float32.  Otherwise the rows are computed in the compute dtype (float32 for half
+    inputs), as the PyTorch and CPU solvers need.  The target is parsed in the compute dtype either way.
+    """
+    native = x.dtype != compute_dtype(x.dtype) and kernel_device(x)
+    rows = Rows(x, dim, dtype=x.dtype) if native else Rows(x, dim)
+    layout = _in_compute_dtype(rows)
+    tgt = parse_target(target, x, layout, multilabel=options.multilabel, ignore_index=options.ignore_index,
                        label_smoothing=options.label_smoothing, weight=options.weight)
-    bound = loss.bind(options.q, options.temperature, x, rows)
-    return rows, tgt, lambda theta: bound.rows(theta, tgt)
+    bound = loss.bind(options.q, options.temperature, x, layout)
+    if native and not (rows.R and rows.k and bound.solves_in_dtype(rows.flat, options.return_prediction)):
+        rows = Rows(x, dim)  # the PyTorch path: float32 rows
+    return rows, tgt, lambda theta, inplace=False: bound.rows(theta, tgt, inplace=inplace)
+
+
+def _in_compute_dtype(rows: Rows) -> Rows:
+    """``rows``'s layout with the compute dtype (for the target and the class parameters; ``flat`` unchanged)."""
+    cdt = compute_dtype(rows.in_dtype)
+    if rows.dtype == cdt:
+        return rows
+    layout = copy.copy(rows)
+    layout.dtype = cdt
+    return layout
 
 
 def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt: Target, compute: RowsCompute, reduction: str,
                 return_prediction: bool) -> LossOutput:
-    """The reduced loss (and the prediction) from ``compute(theta) -> (loss, p, p - y)`` per row.
+    """The reduced loss (and the prediction) from ``compute(theta, inplace) -> (loss, p, p - y)`` per row.
 
-    The backward is ``p - y`` saved by the forward (:class:`SavedGradientLoss`); an empty batch
-    gives what ``F.cross_entropy`` gives (0 for sum, NaN for mean, an empty tensor for none),
-    with a graph.
+    The backward is ``p - y`` saved by the forward (:class:`SavedGradientLoss`), written over ``p``
+    unless the prediction is returned; an empty batch gives what ``F.cross_entropy`` gives (0 for
+    sum, NaN for mean, an empty tensor for none), with a graph.
     """
     if rows.R == 0 or rows.k == 0:
         per_row = x.sum(dim) * 0
@@ -77,7 +100,7 @@ def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt: Target, compute: RowsCompu
     kept: dict[str, Tensor] = {}
 
     def compute_and_keep(theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        loss, p, G = compute(theta)
+        loss, p, G = compute(theta, inplace=not return_prediction)
         kept["p"] = p
         return loss, p, G
 
@@ -91,8 +114,21 @@ def reduce_rows(x: Tensor, dim: int, rows: Rows, tgt: Target, compute: RowsCompu
     return loss, rows.restore(kept["p"].detach())
 
 
+def _keeps_graph() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph=True``): then saved tensors must not be
+    overwritten.  ``True`` where torch cannot tell."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
+
+
 class SavedGradientLoss(torch.autograd.Function):
-    """Per-row loss values with the saved gradient ``G = p - y``: backward is ``G · grad``."""
+    """Per-row loss values with the saved gradient ``G = p - y``: backward is ``G · grad``.
+
+    ``G`` is the forward's own buffer (in the solver's dtype: the input's on the half-precision GPU
+    path), never a tensor the caller holds, so the backward scales it in place and hands it on
+    (one pass, no allocation) unless the graph is kept for another backward (``retain_graph=True``),
+    where it multiplies out of place.
+    """
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, compute: RowsCompute, rows: Rows) -> Tensor:
@@ -105,5 +141,6 @@ class SavedGradientLoss(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad_rows: Tensor) -> tuple[Tensor, None, None]:
         (G,) = ctx.saved_tensors
-        g = G * grad_rows.to(G.dtype).unsqueeze(1)
+        scale = grad_rows.to(compute_dtype(G.dtype)).unsqueeze(1)  # float32 for half G: one rounding
+        g = torch.mul(G, scale, out=torch.empty_like(G)) if _keeps_graph() else G.mul_(scale)
         return ctx.rows.restore(g), None, None

@@ -56,7 +56,10 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
         scale = scale / denom
     if w is not None:
         scale = scale * w
-    grad = rows.restore(G * scale.to(G.dtype).unsqueeze(1), G.dtype)  # in the compute dtype, as eager's G
+    # in the compute dtype, as the fake says (eager's G is in the input's dtype where the GPU kernels solve
+    # half-precision rows as they are: the product with the float32 scale is float32 then)
+    cdt = compute_dtype(x.dtype)
+    grad = rows.restore(G * scale.to(cdt).unsqueeze(1), cdt)
     return loss.clone() if loss is per_row else loss, grad.contiguous()
 
 

@@ -8,7 +8,7 @@ one-process and the vocabulary-parallel losses.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -18,30 +18,47 @@ from .._utils.checks import check_tensor, compute_dtype
 from ._rows import RowsCompute
 from ._targets import Target, rows_of
 
-#: default bytes for one chunk's buffers (logits, their float32 copy, prediction/gradient, half copy)
-DEFAULT_MEMORY_BUDGET = 2**30
+#: default bytes for one chunk's ``[tokens, V]`` buffers (:func:`chunk_tokens`): 384 MiB, 768 tokens of
+#: bfloat16 logits and prediction at V = 131072 (1536 for the softmax loss, whose gradient overwrites the
+#: logits); with the 1 GiB bfloat16 weight gradient, about 1.5 GiB at d = 4096
+DEFAULT_MEMORY_BUDGET = 3 * 2**27
 
 
 def chunk_tokens(V: int, dtype: torch.dtype, memory_budget: int, softcap: bool = False, chunk_target: bool = False,
-                 extra_buffers: int = 0) -> int:
+                 extra_buffers: int = 0, native: bool = False, in_place: bool = False) -> int:
     """Tokens per chunk so that one chunk's ``[tokens, V]`` buffers fit in ``memory_budget`` bytes
-    (``chunk_target``: plus the chunk's dense target, built from a teacher's top-k; ``extra_buffers``: plus
-    that many compute-dtype buffers, e.g. the prediction kept beside its gradient)."""
+    (``chunk_target``: plus the chunk's dense float32 target, built from a teacher's top-k;
+    ``extra_buffers``: plus that many compute-dtype buffers, e.g. the prediction kept beside its gradient).
+
+    ``native``: the chunk is computed in the input's dtype (half precision on the GPU kernels'
+    route): the logits and the prediction, which becomes the gradient in place, are the only
+    buffers, ``2 × 2`` bytes per class in bfloat16 (``in_place``: the softmax loss's kernel writes
+    the gradient over the logits, ``2`` bytes); otherwise the logits, their float32 copy, the
+    prediction/gradient and its half copy for the GEMMs (``2 + 4 + 4 + 4 + 2`` in bfloat16).
+    """
     size = torch.empty((), dtype=dtype).element_size()
-    half = dtype != compute_dtype(dtype)
     cdt_size = torch.empty((), dtype=compute_dtype(dtype)).element_size()
-    # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
-    # + the solver's output before the gradient overwrites it + softcap's tanh
-    per_token = V * (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
-                     + (cdt_size if softcap else 0) + (cdt_size if chunk_target else 0) + extra_buffers * cdt_size)
+    if native:
+        # logits + prediction/gradient (unless written over the logits) + softcap's capped copy
+        per_class = size * (1 + (0 if in_place else 1) + (1 if softcap else 0))
+    else:
+        half = dtype != compute_dtype(dtype)
+        # logits (input dtype) + compute-dtype copy (half only) + prediction/gradient + its half copy
+        # + the solver's output before the gradient overwrites it + softcap's tanh
+        per_class = (size + (cdt_size if half else 0) + 2 * cdt_size + (size if half else 0)
+                     + (cdt_size if softcap else 0))
+    per_token = V * (per_class + (4 if chunk_target else 0) + extra_buffers * cdt_size)
     return max(1, memory_budget // per_token)
 
 
 def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
-    """``gw += Gmᵀ h`` with ``gw`` float32 and ``Gm``, ``h`` in the input dtype.
+    """``gw += Gmᵀ h`` with ``Gm``, ``h`` in the input dtype and ``gw`` in the input dtype or float32.
 
-    Half inputs on CUDA: one tensor-core GEMM that accumulates in float32 and adds into ``gw``
-    (``out_dtype``); elsewhere the operands are converted to ``gw``'s dtype.
+    ``gw`` in the input dtype (the one-process fused loss): one GEMM that reads and writes ``gw``
+    in that dtype, accumulating in float32 inside the GEMM (tensor cores on a GPU), as Liger-Kernel
+    does.  ``gw`` float32 with half operands (the per-token loss's backward): on CUDA one
+    tensor-core GEMM that adds into ``gw`` in float32 (``out_dtype``); elsewhere the operands are
+    converted to float32.
     """
     if Gm.dtype == gw.dtype:
         gw.addmm_(Gm.T, h)
@@ -63,68 +80,103 @@ def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
 _OUT_DTYPE: list[Optional[bool]] = [None]
 
 
+def keeps_graph() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph=True``): then the buffers an
+    autograd function saved must not be overwritten.  ``True`` where torch cannot tell."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
+
+
 class LinearFY(torch.autograd.Function):
+    """The reduced fused loss: every chunk's gradients computed in the forward, scaled in the backward.
+
+    ``mode``: ``None`` for a ``compute(logits, part) -> (loss, p, G)`` that knows no row scale (the
+    vocabulary-parallel loss: ``G`` is scaled here); ``"compute"`` or ``"native"`` for
+    :meth:`~softargmax.losses._rows.RowLoss.rows`, which folds the row scale into ``G`` and may
+    write it over the logits; ``"native"`` keeps the chunk in the input's dtype (half precision on
+    the GPU kernels' route), ``"compute"`` converts it to the compute dtype first.
+
+    The weight's gradient is accumulated in the weight's dtype (:func:`accumulate_weight_grad`):
+    for bfloat16 each chunk's GEMM accumulates in float32 and rounds the running sum once, so
+    ``n`` chunks add at most ``n`` roundings (about 2.5 units of bfloat16 at 32 chunks, measured); the
+    bias's in float32.  The backward scales the three gradients in place by the incoming scalar
+    and hands them on (unless the graph is kept for another backward).
+    """
+
     @staticmethod
     def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute, tgt: Target,
-                denom: float, chunk: int, softcap: Optional[float]) -> Tensor:
+                denom: Union[float, Tensor], chunk: int, softcap: Optional[float],
+                mode: Optional[str] = None) -> Tensor:
         N, d = hidden2d.shape
         V = weight.shape[0]
-        cdt = compute_dtype(hidden2d.dtype)
+        dt = hidden2d.dtype
+        cdt = compute_dtype(dt)
         need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
         gh = torch.empty_like(hidden2d) if need_h else None
-        gw = torch.zeros(V, d, dtype=cdt, device=weight.device) if need_w else None
+        # the weight's gradient in its own dtype for the one-process loss (no float32 [V, d] buffer, no final copy)
+        gw = torch.zeros(V, d, dtype=weight.dtype if mode is not None else cdt, device=weight.device) if need_w else None
         gb = torch.zeros(V, dtype=cdt, device=weight.device) if need_b else None
         total = torch.zeros((), dtype=cdt, device=hidden2d.device)
+        inv = 1.0 / denom
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             h = hidden2d[start:end]
             logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
             part = rows_of(tgt, start, end)
-            z = logits.to(cdt)
+            z = logits if mode == "native" else logits.to(cdt)
             del logits
+            t = None
             if softcap is not None:
                 t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
                 z = t * softcap
-            loss, _, G = compute(z, part)
-            del z
             w = part.item_weight
+            if mode is None:
+                loss, _, G = compute(z, part)
+                G = G.mul_(inv if w is None else (w * inv).unsqueeze(1))
+            else:
+                n = end - start
+                scale = (w * inv) if w is not None else \
+                    (inv.expand(n) if isinstance(inv, Tensor) else torch.full((n,), inv, dtype=cdt, device=z.device))
+                loss, _, G = compute(z, part, inplace=True, scale=scale.to(cdt), overwrite=True)
+            del z
             total = total + (loss if w is None else loss * w).sum()
-            scale = (1.0 / denom) if w is None else (w / denom).unsqueeze(1)
-            G = G.mul_(scale)
-            backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
-                           None if gh is None else gh[start:end], gw, gb)
-            del G
-            if softcap is not None:
-                del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
+            backprop_chunk(G, t, dt, weight, h, None if gh is None else gh[start:end], gw, gb)
+            del G, t  # the chunk's buffers are freed before the next chunk's are made
         ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None or bias is None else gb.to(bias.dtype))
-        return total / denom
+        return total * inv
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
-        gh, gw, gb = ctx.grads
-        scale = grad_out.to(torch.float32)
-        out = []
-        for g in (gh, gw, gb):
-            out.append(None if g is None else g * scale.to(g.dtype))
-        return out[0], out[1], out[2], None, None, None, None, None
+        grads = ctx.grads
+        in_place = not keeps_graph()
+        if in_place:
+            ctx.grads = None  # the buffers are handed on: autograd then takes them without a copy
+        out: list[Optional[Tensor]] = []
+        for g in grads:
+            if g is None:
+                out.append(None)
+            else:
+                s = grad_out.to(compute_dtype(g.dtype))
+                out.append(g.mul_(s) if in_place else torch.mul(g, s, out=torch.empty_like(g)))
+        return out[0], out[1], out[2], None, None, None, None, None, None
 
 
 def backprop_chunk(G: Tensor, tanh: Optional[Tensor], dtype: torch.dtype, weight: Tensor, h: Tensor,
                    gh: Optional[Tensor], gw: Optional[Tensor], gb: Optional[Tensor]) -> None:
-    """One chunk's gradient ``G = ∂loss/∂logits`` ``[n, V]`` (scaled, float32 or float64) taken back
-    through the output layer: through the soft-cap first when ``tanh`` (``tanh(x/c)`` of the chunk,
-    overwritten) is given, then ``gh = G W`` written into ``gh`` ``[n, d]``, ``gw += Gᵀ h`` and
-    ``gb += Σ G`` (each skipped when ``None``).  ``G`` is overwritten."""
+    """One chunk's gradient ``G = ∂loss/∂logits`` ``[n, V]`` (scaled; in the input dtype or the
+    compute dtype) taken back through the output layer: through the soft-cap first when ``tanh``
+    (``tanh(x/c)`` of the chunk, overwritten) is given, then ``gh = G W`` written into ``gh``
+    ``[n, d]``, ``gw += Gᵀ h`` and ``gb += Σ G`` (each skipped when ``None``).  ``G`` is overwritten."""
     if tanh is not None:
         G.mul_(tanh.mul_(tanh).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
-    Gm = G.to(dtype)
+    Gm = G if G.dtype == dtype else G.to(dtype)
     if gh is not None:
         torch.mm(Gm, weight, out=gh)
     if gw is not None:
         accumulate_weight_grad(gw, Gm, h)
     if gb is not None:
-        gb.add_(G.sum(0))
+        gb.add_(G.sum(0, dtype=gb.dtype))
 
 
 def projection_arguments(weight: Optional[Tensor], linear_weight: Optional[Tensor], bias: Optional[Tensor],

@@ -15,11 +15,12 @@ forward, detached (no gradient).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
 
+from .._utils.checks import compute_dtype
 from ._rows import RowsCompute
 from ._targets import Target
 
@@ -77,7 +78,7 @@ class StatsSink:
 
     def add(self, p: Tensor) -> None:
         """Record the rows of ``p`` (``[R, V]``)."""
-        self.entropy.append(-torch.special.xlogy(p, p).sum(-1))
+        self.entropy.append(-torch.special.xlogy(p, p).sum(-1, dtype=compute_dtype(p.dtype)))
         self.support.append((p > 0).sum(-1))
 
     def result(self, batch_shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> PredictionStats:
@@ -91,8 +92,9 @@ class StatsSink:
         """``compute(theta, part)`` of the fused loss, with the prediction recorded before it is overwritten by
         the gradient (the row function is called with ``inplace=False``)."""
 
-        def compute_and_record(theta: Tensor, part: Target) -> tuple[Tensor, Tensor, Tensor]:
-            loss, p, G = compute(theta, part, inplace=False)
+        def compute_and_record(theta: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
+                               overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+            loss, p, G = compute(theta, part, inplace=False, scale=scale)
             self.add(p)
             return loss, p, G
 

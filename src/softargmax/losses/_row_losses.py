@@ -21,14 +21,14 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau
+from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows
-from .._utils.tracing import values_checkable
+from ..backends import kernel_device, softmax_loss_gradient, solves_half_rows
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve
-from ._rows import RowLoss, SplitSolve, SplitValues
+from ._rows import RowLoss, SplitSolve, SplitValues, kept_rows
 from ._targets import Target
 
 __all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "MAPPINGS"]
@@ -78,18 +78,55 @@ class FenchelYoungRowLoss(RowLoss):
             z = theta
         if div.hints.softmax:
             return self._softmax_values(z, target)
-        # on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates
+        # on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates; half-precision
+        # rows (the GPU kernels, :meth:`solves_in_place_dtype`) give p in their dtype and float32 row sums
         sol = solve(z, div, self.q, candidates_only=True)
         p = sol.dense_p()
+        vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
         # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
-        theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0)
+        theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0, dtype=vdt)
         q = None if self.q is None else self.q.expand(theta.shape)
         f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
         if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-            D = _omega_y(div, target, q, f0, theta.dtype) - sol.f_sum(div, self.q, f0, theta.dtype)
+            D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
             D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
-        return theta_p - theta_y(theta, target) + beta * D, p, sol.bad_rows
+        return theta_p - theta_y(theta, target, vdt) + beta * D, p, sol.bad_rows
+
+    def solves_in_dtype(self, rows: Tensor, prediction: bool = False) -> bool:
+        """Whether half-precision rows ``rows`` ``[R, k]`` are computed as they are, with no float32
+        copy: the GPU kernels write ``p`` (or, for the softmax loss without ``prediction``, the
+        gradient) in their dtype and the float32 row sums that give the value.  ``β = 1`` and
+        ``q = 1`` only (a temperature or a reference measure would round the scores in half
+        precision first)."""
+        if self.beta != 1.0 or self.q is not None:
+            return False
+        if self.divergence.hints.softmax:
+            return not prediction and kernel_device(rows)
+        return solves_half_rows(rows, self.divergence)
+
+    def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
+                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """The softmax loss by one GPU kernel (:func:`softargmax.backends.softmax_loss_gradient`):
+        ``G = (softmax(θ) - y) · scale`` over ``θ`` with ``overwrite`` (else a new tensor), and the
+        value ``log Σ e^θ - ⟨y, θ⟩ + Σ y log y`` from its float32 row sums.  ``p`` is not formed, so
+        only where the caller keeps no prediction (``inplace``), with ``β = 1`` and ``q = 1``."""
+        if not (inplace and self.divergence.hints.softmax and self.beta == 1.0 and self.q is None
+                and target.owned is None):
+            return None
+        out = softmax_loss_gradient(theta, target.index, target.dense, target.keep, scale,
+                                    out=theta if overwrite else None)
+        if out is None:
+            return None
+        G, lse, zy = out
+        if target.dense is None:
+            loss = lse - zy
+        else:
+            y = target.dense
+            loss = lse * y.sum(-1) - zy + torch.special.xlogy(y, y).sum(-1)
+        # an all-masked row: log p = -inf everywhere, so the loss is +inf (as log_softmax's form gives)
+        loss = torch.where(lse == -math.inf, torch.full_like(loss, math.inf), loss)
+        return kept_rows(loss, target), G, G
 
     def _softmax_values(self, z: Tensor, target: Target) -> tuple[Tensor, Tensor, None]:
         """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""
@@ -98,13 +135,13 @@ class FenchelYoungRowLoss(RowLoss):
         else:  # shift first: z + log q would round log q away at large scores
             m = z.amax(-1, keepdim=True)
             zz = (z - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) + torch.log(self.q)
-        all_masked = zz.amax(-1, keepdim=True) == -math.inf
-        masked = not values_checkable(zz) or bool(all_masked.any())  # unknown: take the masked-safe form
-        if masked:
-            zz = torch.where(all_masked, torch.zeros_like(zz), zz)
-        logp = torch.log_softmax(zz, -1)
-        if masked:
-            logp = torch.where(all_masked, torch.full_like(logp, -math.inf), logp)
+        # log-softmax as zz - logsumexp, with the logsumexp of an all-masked row (-inf) replaced by 0:
+        # such a row gets log p = -inf and p = 0 (log_softmax would give NaN), and no row is tested
+        # on the host (no device synchronization)
+        # (+inf scores make the row NaN, as log_softmax does)
+        lse = torch.logsumexp(zz, -1, keepdim=True)
+        lse = torch.where(lse == math.inf, torch.full_like(lse, math.nan), lse)
+        logp = zz - torch.where(lse == -math.inf, torch.zeros_like(lse), lse)
         if target.dense is None:
             assert target.index is not None  # a target holds class indices or distributions
             loss = self.beta * -logp.gather(1, target.index.unsqueeze(1)).squeeze(1)

@@ -31,13 +31,14 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from .._utils.checks import compute_dtype
 from .._utils.rows import Rows
-from .._utils.tracing import values_checkable
+from ..backends import loss_gradient
 from ..backends.solution import Solution
 from ..divergences import Divergence
 from ._targets import Target
 
-__all__ = ["RowLoss", "p_minus_y", "kept_rows"]
+__all__ = ["RowLoss", "p_minus_y", "scaled_gradient", "kept_rows"]
 
 #: ``compute(theta, ...) -> (loss [R], p [R, k], p - y [R, k])``: a loss's rows as the loss paths call them
 RowsCompute = Callable[..., tuple[Tensor, Tensor, Tensor]]
@@ -73,14 +74,36 @@ class RowLoss(abc.ABC):
     def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         """``(loss [R], p [R, k], bad rows [R, 1] or None)`` of rows ``theta`` ``[R, k]``."""
 
-    def rows(self, theta: Tensor, target: Target, inplace: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """``(loss [R], p [R, k], G = p - y [R, k])``; ignored rows have loss 0 and ``G = 0``.
-        With ``inplace`` ``G`` is written over ``p`` (the returned ``p`` is then ``G``)."""
+    def solves_in_dtype(self, rows: Tensor, prediction: bool = False) -> bool:
+        """Whether half-precision rows ``rows`` ``[R, k]`` are computed in their own dtype (no float32
+        copy; the per-row values in float32); ``prediction``: the caller also needs ``p``.
+        Default: ``False`` (the rows are converted first)."""
+        return False
+
+    def rows(self, theta: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None,
+             overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """``(loss [R], p [R, k], G = (p - y) · scale [R, k])``; ignored rows have loss 0 and ``G = 0``.
+
+        ``inplace``: ``G`` is written over ``p`` (the returned ``p`` is then ``G``); ``scale``: ``[R]``
+        row multipliers of ``G`` (the fused loss's item weights over its denominator; default 1);
+        ``overwrite``: ``theta`` is the caller's own buffer, which ``G`` may overwrite (the fused
+        loss's logits; the returned ``p`` is then ``G`` too).  ``G`` is written by one pass of the
+        GPU loss kernels where they run (:mod:`softargmax.backends.triton.losses`), with no device
+        synchronization on any device.
+        """
+        fast = self.fused_rows(theta, target, inplace, scale, overwrite)
+        if fast is not None:
+            return fast
         loss, p, bad = self.values(theta, target)
-        G = p_minus_y(p, target, inplace)
+        G = scaled_gradient(p, target, inplace, scale)
         if bad is not None:
             loss = loss.masked_fill(bad.squeeze(1), math.nan)
         return kept_rows(loss, target), p, G
+
+    def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
+                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """:meth:`rows` by a kernel that needs no ``p`` of :meth:`values` (the softmax loss), or ``None``."""
+        return None
 
     # -- the classes split over processes (softargmax.losses.distributed) --------------------
     def split_values(self, theta: Tensor, target: Target, solve: SplitSolve) -> SplitValues:
@@ -121,17 +144,36 @@ def kept_rows(loss: Tensor, target: Target) -> Tensor:
     return torch.where(target.keep, loss, torch.zeros_like(loss))
 
 
-def p_minus_y(p: Tensor, target: Target, inplace: bool = False) -> Tensor:
-    """``p - y`` with ``y`` the target's rows (class indices: those of ``target.owned`` only, where
-    given), zero in ignored rows; with ``inplace`` written over ``p``."""
+def p_minus_y(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None) -> Tensor:
+    """``(p - y) · scale`` with ``y`` the target's rows (class indices: those of ``target.owned`` only,
+    where given; ``scale``: ``[R]`` row multipliers or ``None`` for 1), zero in ignored rows; with
+    ``inplace`` written over ``p``.
+
+    ``G`` has ``p``'s dtype (the input's on the half-precision GPU path: a float32 target is
+    subtracted in float32 and rounded once).  No device synchronization: the ignored rows are
+    zeroed by one in-place pass, after the scaling (so a NaN scale leaves them 0), unless the
+    target is known to keep every row (``target.all_kept``), never after reading ``keep``.
+    """
     if target.dense is not None:
-        G = p.sub_(target.dense) if inplace else p - target.dense
+        G = p.sub_(target.dense) if inplace else torch.sub(p, target.dense).to(p.dtype)
     else:
         G = p if inplace else p.clone()
         assert target.index is not None  # a target holds class indices or distributions
         if G.shape[1]:
             minus = -torch.ones_like(G[:, :1]) if target.owned is None else -target.owned.to(G.dtype).unsqueeze(1)
             G.scatter_add_(1, target.index.unsqueeze(1), minus)
-    if not values_checkable(G) or not bool(target.keep.all()):
-        G = G.masked_fill(~target.keep.unsqueeze(1), 0.0)
+    if scale is not None:
+        G = G.mul_(scale.to(compute_dtype(G.dtype)).unsqueeze(1))
+    if not target.all_kept:
+        G = G.masked_fill_(~target.keep.unsqueeze(1), 0.0)
     return G
+
+
+def scaled_gradient(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None) -> Tensor:
+    """``(p - y) · scale`` per row, zero in ignored rows (``scale``: ``[R]`` or ``None`` for 1); with
+    ``inplace`` written over ``p``.  One pass of the GPU loss kernel where it runs, else :func:`p_minus_y`."""
+    if target.owned is None:
+        G = loss_gradient(p, target.index, target.dense, target.keep, scale, out=p if inplace else None)
+        if G is not None:
+            return G
+    return p_minus_y(p, target, inplace, scale)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -57,6 +57,9 @@ class Target:
     #: with the classes split over processes: ``[R]``, whether this process holds the row's class
     #: (``index`` is then its column here); ``None``: every class is here
     owned: Optional[Tensor] = None
+    #: ``keep`` is known to be all true without reading it (distributions, label sets, a teacher's
+    #: top-k): the loss paths then skip the masking pass of the ignored rows, with no device sync
+    all_kept: bool = False
 
     def as_dense(self, k: int, dtype: torch.dtype) -> Tensor:
         """The target as rows ``[R, k]`` (class indices one-hot in the kept, owned rows)."""
@@ -167,7 +170,7 @@ def parse_target(
         else:
             assert dense is not None  # probability rows or label sets
             item_weight = dense @ weight
-    return Target(index=index, dense=dense, keep=keep, item_weight=item_weight)
+    return Target(index=index, dense=dense, keep=keep, item_weight=item_weight, all_kept=index is None)
 
 
 def _class_weight(weight: object, k: int, dtype: torch.dtype, weight_name: str) -> Tensor:
@@ -250,6 +253,15 @@ def mean_denominator(target: Target, reduction: str) -> float:
     return math.nan if denom == 0 else denom
 
 
+def mean_denominator_tensor(target: Target, reduction: str, dtype: torch.dtype) -> Union[float, Tensor]:
+    """:func:`mean_denominator` left on the device (a 0-d tensor for ``"mean"``, NaN where zero), so
+    that no value is read on the host; ``1.0`` for the other reductions."""
+    if reduction != "mean":
+        return 1.0
+    denom = (target.keep.sum() if target.item_weight is None else target.item_weight.sum()).to(dtype)
+    return torch.where(denom == 0, torch.full_like(denom, math.nan), denom)
+
+
 def rows_of(target: Target, start: int, end: int) -> Target:
     """The rows ``start:end`` of a parsed target; a top-k target becomes dense for these rows only."""
     cut = lambda t: None if t is None else t[start:end]  # noqa: E731
@@ -259,7 +271,7 @@ def rows_of(target: Target, start: int, end: int) -> Target:
         rest = target.rest[start:end]
         dense = rest.unsqueeze(1).expand(end - start, target.classes).clone()
         dense.scatter_(1, target.topk_index[start:end], target.topk_value[start:end])
-    return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight))
+    return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight), all_kept=target.all_kept)
 
 
 def top_k_target(values: Tensor, indices: Tensor, batch: tuple[int, ...], classes: int, dtype: torch.dtype) -> Target:
@@ -294,7 +306,7 @@ def top_k_target(values: Tensor, indices: Tensor, batch: tuple[int, ...], classe
                              f"sums range over [{float(s.min()):.6g}, {float(s.max()):.6g}]")
     rest = (1 - v.sum(-1)).clamp(min=0) / (classes - k) if k < classes else v.new_zeros(v.shape[0])
     keep = torch.ones(v.shape[0], dtype=torch.bool, device=v.device)
-    return Target(None, None, keep, None, topk_index=idx, topk_value=v, rest=rest, classes=classes)
+    return Target(None, None, keep, None, topk_index=idx, topk_value=v, rest=rest, classes=classes, all_kept=True)
 
 
 def check_reduction(reduction: object) -> None:

@@ -1,0 +1,101 @@
+r"""Triton kernels of the Fenchel–Young loss epilogue (imported only by
+:mod:`softargmax.backends.triton.losses`).
+
+Both write the gradient of the loss with respect to the scores, ``G = (p - y) · s_i`` per row
+``i`` (``s_i`` a row scale: the item weight over the mean's denominator in the fused loss, 1
+elsewhere; 0 in ignored rows, whatever the scores hold), in the scores' dtype, in one pass over
+memory, computing in float32:
+
+* :func:`gradient_rows`: ``p`` from a solver (the row kernels), ``G`` written over it (or
+  elsewhere): one read of ``p`` (and of a dense target), one write;
+* :func:`softmax_gradient_rows`: the softmax of the scores itself (the ``"kl"`` loss): one
+  program per row, an online pass for the maximum and the sum of exponentials, then a pass
+  that writes ``G`` (over the scores, in the fused loss) and the row sums the loss value needs,
+  :math:`\log\sum_j e^{z_j}` and :math:`\langle y, z\rangle`.
+
+The target is a class index per row (``y`` one-hot) or dense float32 rows.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_scale(KEEP, SCALE, row, HAS_SCALE: tl.constexpr):
+    """``s_i``: 0 in ignored rows, else the row's scale (1 without one)."""
+    keep = tl.load(KEEP + row) != 0
+    if HAS_SCALE:
+        s = tl.load(SCALE + row).to(tl.float32)
+    else:
+        s = 1.0
+    return keep, s
+
+
+@triton.jit
+def gradient_rows(P, G, IDX, Y, KEEP, SCALE, k, stride_p, stride_g, stride_y,
+                  HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    """``G = (p - y) · s_i`` (0 in rows not kept) for one ``BLOCK`` of one row; ``G`` may be ``P``."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < k
+    p = tl.load(P + row * stride_p + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_DENSE:
+        y = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)
+    else:
+        idx = tl.load(IDX + row).to(tl.int64)
+        y = tl.where(cols == idx, 1.0, 0.0)
+    keep, s = _row_scale(KEEP, SCALE, row, HAS_SCALE)
+    g = tl.where(keep, (p - y) * s, 0.0)
+    tl.store(G + row * stride_g + cols, g.to(G.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, LSE, ZY, k, stride_z, stride_g, stride_y,
+                          HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    """One row: ``LSE = log Σ e^z`` (``-inf`` for an all-masked row, NaN with a NaN or ``+inf``),
+    ``ZY = ⟨y, z⟩`` over ``y > 0`` (class index: ``z_y``), ``G = (softmax(z) - y) · s_i``; ``G`` may be ``Z``."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    zrow = Z + row * stride_z
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, k, BLOCK):
+        cols = start + offs
+        z = tl.load(zrow + cols, mask=cols < k, other=float("-inf")).to(tl.float32)
+        # a NaN score makes its lane's maximum NaN for good (tl.maximum may drop NaN)
+        m_new = tl.where((z == z) & (m == m), tl.maximum(m, z), float("nan"))
+        # lanes whose maximum is still -inf hold 0 (exp(-inf - -inf) would be NaN)
+        live = m_new > float("-inf")
+        m_safe = tl.where(live, m_new, 0.0)
+        acc = tl.where(live, acc * tl.exp(m - m_safe) + tl.exp(z - m_safe), 0.0)
+        m = m_new
+    nan_lanes = tl.sum(tl.where(m != m, 1, 0), 0)
+    mx = tl.where(nan_lanes > 0, float("nan"), tl.max(m, 0))
+    mx_safe = tl.where(mx == float("-inf"), 0.0, mx)  # (NaN stays NaN)
+    total = tl.sum(tl.where(m == float("-inf"), 0.0, acc * tl.exp(m - mx_safe)), 0)
+    total = tl.where(mx == float("inf"), float("nan"), total)  # +inf scores: NaN, as log_softmax gives
+    lse = mx_safe + tl.log(total)  # -inf for an all-masked row (log 0)
+    shift = tl.where(lse == float("-inf"), 0.0, lse)  # all-masked: p = e^{-inf} = 0; NaN stays NaN
+    keep, s = _row_scale(KEEP, SCALE, row, HAS_SCALE)
+    if HAS_DENSE:
+        zy = tl.zeros([BLOCK], tl.float32)
+    else:
+        idx = tl.load(IDX + row).to(tl.int64)
+        zy_idx = tl.load(zrow + idx).to(tl.float32)  # read before G may overwrite it
+    for start in range(0, k, BLOCK):
+        cols = start + offs
+        mask = cols < k
+        z = tl.load(zrow + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        p = tl.exp(z - shift)
+        if HAS_DENSE:
+            y = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)
+            zy += tl.where(y > 0, y * z, 0.0)
+        else:
+            y = tl.where(cols == idx, 1.0, 0.0)
+        g = tl.where(keep, (p - y) * s, 0.0)
+        tl.store(G + row * stride_g + cols, g.to(G.dtype.element_ty), mask=mask)
+    tl.store(LSE + row, lse)
+    if HAS_DENSE:
+        tl.store(ZY + row, tl.sum(zy, 0))
+    else:
+        tl.store(ZY + row, zy_idx)

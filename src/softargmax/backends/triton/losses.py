@@ -1,0 +1,94 @@
+r"""The launchers of the Fenchel–Young loss epilogue kernels (:mod:`softargmax.backends.triton.loss_kernels`).
+
+Where the row kernels run (CUDA, or CPU tensors under Triton's interpreter:
+:func:`softargmax.backends.triton.rows.set_cpu_interpret`), the losses write their gradient
+``G = (p - y) · s_i`` in one pass, in the scores' dtype, with no device synchronization:
+
+* :func:`gradient`: from a solver's ``p`` (the sparse and f-divergence mappings);
+* :func:`softmax_gradient`: the ``"kl"`` loss (softmax) from the scores, with the row sums
+  ``log Σ e^z`` and ``⟨y, z⟩`` of its value.
+
+Each returns ``None`` where the kernels do not apply (the caller takes the PyTorch path).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..._utils.extras import LazyModule
+from .rows import usable_device
+
+__all__ = ["covers", "gradient", "softmax_gradient", "BLOCK", "SOFTMAX_BLOCK"]
+
+#: columns per program of :func:`gradient` (an elementwise pass)
+BLOCK = 1024
+#: columns per step of the streamed softmax kernel (one program per row)
+SOFTMAX_BLOCK = 1024
+
+
+def _load() -> ModuleType:
+    from . import loss_kernels
+
+    return loss_kernels
+
+
+_module = LazyModule(_load)
+
+
+def covers(rows: Tensor, target_index: Optional[Tensor], target_dense: Optional[Tensor]) -> bool:
+    """Whether the kernels take rows ``[R, k]`` (row-contiguous, float32/float16/bfloat16, where the
+    kernels run) with a target of ``[R]`` class indices or dense ``[R, k]`` rows."""
+    if rows.dim() != 2 or rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    if rows.shape[0] == 0 or rows.shape[1] == 0 or rows.stride(1) != 1 or not usable_device(rows) or not _module():
+        return False
+    if target_dense is not None:
+        return target_dense.dim() == 2 and target_dense.stride(1) == 1 and target_dense.shape == rows.shape
+    return target_index is not None
+
+
+def _args(rows: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
+          scale: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+    dummy = rows  # a pointer the kernel never reads (its constexpr branch is off)
+    idx = index if index is not None else dummy
+    y = dense if dense is not None else dummy
+    sc = scale.to(torch.float32).contiguous() if scale is not None else dummy  # (an expanded scalar: made [R])
+    return idx, y, keep.view(torch.uint8) if keep.dtype == torch.bool else keep, sc, y.stride(0) if dense is not None else 0
+
+
+def gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
+             scale: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Optional[Tensor]:
+    """``G = (p - y) · scale`` per row (0 where ``keep`` is false) in ``p``'s dtype, into ``out``
+    (``p`` itself for in place; default a new tensor), or ``None`` where not covered."""
+    if not covers(p, index, dense):
+        return None
+    R, k = p.shape
+    G = torch.empty_like(p) if out is None else out
+    idx, y, keep8, sc, sy = _args(p, index, dense, keep, scale)
+    grid = (R, -(-k // BLOCK))
+    _module().gradient_rows[grid](p, G, idx, y, keep8, sc, k, p.stride(0), G.stride(0), sy,
+                                  HAS_DENSE=dense is not None, HAS_SCALE=scale is not None, BLOCK=BLOCK)
+    return G
+
+
+def softmax_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
+                     scale: Optional[Tensor] = None,
+                     out: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+    """``(G, lse, zy)``: ``G = (softmax(z) - y) · scale`` per row (0 where ``keep`` is false) in
+    ``z``'s dtype into ``out`` (``z`` itself for in place; default a new tensor), ``lse = log Σ_j e^{z_j}``
+    and ``zy = ⟨y, z⟩`` over ``y > 0`` (float32 ``[R]``); or ``None`` where not covered."""
+    if not covers(z, index, dense):
+        return None
+    R, k = z.shape
+    G = torch.empty_like(z) if out is None else out
+    lse = torch.empty(R, dtype=torch.float32, device=z.device)
+    zy = torch.empty(R, dtype=torch.float32, device=z.device)
+    idx, y, keep8, sc, sy = _args(z, index, dense, keep, scale)
+    _module().softmax_gradient_rows[(R,)](z, G, idx, y, keep8, sc, lse, zy, k, z.stride(0), G.stride(0), sy,
+                                          HAS_DENSE=dense is not None, HAS_SCALE=scale is not None,
+                                          BLOCK=SOFTMAX_BLOCK, num_warps=8)
+    return G, lse, zy
