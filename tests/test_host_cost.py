@@ -24,17 +24,18 @@ N, H, V, CHUNK = HC.FUSED
 CHUNKS = -(-N // CHUNK)
 
 #: (launches, synchronizations) per call today.  Operators: one kernel, no synchronization.
-#: Losses (forward + backward): the solver's kernel (none for α-ReLU's loss), and 2 synchronizations,
-#: target 0: the class-target range check (``bool(bad.any())``) and ``bool(target.keep.all())`` in the
-#: gradient's form.  The fused linear loss: 2 per call (the range check and the mean's denominator,
-#: ``float(target.keep.sum())``) and per chunk ``keep.all()``, plus, on the KL path, its masked-row check
-#: (``bool(all_masked.any())``): 2 per chunk there, 1 for the sparse mappings; the KL path launches no
-#: Triton kernel.
+#: Losses (forward + backward): the solver's kernel (none for α-ReLU's loss) and the loss kernel that
+#: writes the gradient ``G = (p - y) s`` in the input's dtype; 1 synchronization, target 0: the
+#: class-target range check (``bool(bad.any())``), kept because it raises the ValueError on bad labels.
+#: The fused linear loss: per chunk the solver and the gradient kernel (the softmax gradient kernel
+#: alone on the KL path), and the same single range check per call.  Before the losses wrote G in the
+#: input dtype (2026-11-27, morning) the losses made 2 synchronizations and the fused loss 2 per call plus
+#: 1 or 2 per chunk.
 BUDGETS = {f"{op}.{p}": (1, 0) for op in ("sparsemax", "entmax15", "entmax_a1.3", "jensen_shannon",
                                            "squared_hellinger", "alpha_relu") for p in ("forward", "backward")}
-BUDGETS.update({"sparsemax_loss": (1, 2), "entmax15_loss": (1, 2), "entmax_loss_a1.3": (1, 2),
-                "jensen_shannon_loss": (1, 2), "alpha_relu_loss": (0, 2),
-                "linear_loss_kl": (0, 2 + 2 * CHUNKS), "linear_loss_entmax15": (CHUNKS, 2 + CHUNKS)})
+BUDGETS.update({"sparsemax_loss": (2, 1), "entmax15_loss": (2, 1), "entmax_loss_a1.3": (2, 1),
+                "jensen_shannon_loss": (2, 1), "alpha_relu_loss": (1, 1),
+                "linear_loss_kl": (CHUNKS, 1), "linear_loss_entmax15": (2 * CHUNKS, 1)})
 
 
 def test_every_case_has_a_budget():
@@ -84,7 +85,7 @@ def test_launches_and_syncs_within_budget(name, interpreter):
           f"{r['torch_ops']} ATen calls")
     assert r["launches"] <= launches, r["kernels"]
     assert r["syncs"] <= syncs, r["sync_sites"]
-    if HC.cases()[name][0] in ("forward", "backward") or name == "linear_loss_entmax15":
+    if HC.cases()[name][0] in ("forward", "backward") or name.startswith("linear_loss"):
         assert r["launches"] >= 1  # the kernel path was taken (else the count says nothing)
 
 
