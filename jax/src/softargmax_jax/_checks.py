@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-import jax
 import jax.numpy as jnp
+import numpy as np
+
+import jax
 
 Array = jax.Array
 
@@ -15,6 +17,14 @@ Array = jax.Array
 def is_concrete(x: Any) -> bool:
     """Whether the values of ``x`` can be read now (not a tracer under ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)
+
+
+def concrete(x: Any) -> Optional[np.ndarray]:
+    """The values of ``x`` as a NumPy array (float32 for half precision), or ``None`` where they are traced."""
+    if not is_concrete(x):
+        return None
+    v = np.asarray(x)
+    return v.astype(np.float32) if v.dtype.kind == "f" and v.dtype.itemsize < 4 else v
 
 
 def check_array(x: Any, name: str = "x") -> Array:
@@ -54,7 +64,8 @@ def check_positive(value: Any, name: str) -> Any:
     value = jnp.asarray(value)
     if not jnp.issubdtype(value.dtype, jnp.floating):
         raise TypeError(f"{name} must be a number or a floating array, got {value.dtype}")
-    if is_concrete(value) and not bool(jnp.all((value > 0) & jnp.isfinite(value))):
+    v = concrete(value)
+    if v is not None and not bool(np.all((v > 0) & np.isfinite(v))):
         raise ValueError(f"{name} must be finite and > 0 everywhere")
     return value
 
@@ -70,6 +81,7 @@ def check_q(q: Optional[Any], x: Array, name: str = "q") -> Optional[Array]:
         raise ValueError(f"{name} of shape {q.shape} is not broadcastable to x of shape {x.shape}") from None
     if len(q.shape) > x.ndim:
         raise ValueError(f"{name} of shape {q.shape} has more dimensions than x {x.shape}")
-    if is_concrete(q) and not bool(jnp.all((q > 0) & jnp.isfinite(q))):
+    v = concrete(q)
+    if v is not None and not bool(np.all((v > 0) & np.isfinite(v))):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
     return q

@@ -35,8 +35,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional, Union
 
-import jax
 import jax.numpy as jnp
+
+import jax
 from jax import lax
 
 from .divergences import AlphaDivergence, ChiSquare, Divergence

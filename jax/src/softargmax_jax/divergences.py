@@ -37,10 +37,11 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Any, Optional, Union
+
+import jax.numpy as jnp
 
 import jax
-import jax.numpy as jnp
 
 Array = jax.Array
 
@@ -65,6 +66,8 @@ class Divergence:
 
     name = "custom"
     f_prime_zero = -math.inf
+    #: :math:`f(0)` as a float (``inf`` where :math:`f(0) = +\infty`); ``None``: evaluated from :meth:`f`
+    f_zero: Optional[float] = None
     newton_power: float = 0.0
     monotone = False
 
@@ -102,6 +105,7 @@ class KL(Divergence):
     r"""Kullback–Leibler, :math:`f(u) = u \log u`, :math:`g(v) = e^{v - 1}`: softmax."""
 
     name = "kl"
+    f_zero = 0.0
     newton_power = 0.0
     monotone = True
 
@@ -123,6 +127,7 @@ class ReverseKL(Divergence):
     r"""Reverse KL, :math:`f(u) = -\log u`, :math:`g(v) = -1/v` (:math:`v < 0`)."""
 
     name = "reverse_kl"
+    f_zero = math.inf
     newton_power = -1.0
     monotone = True
 
@@ -183,6 +188,7 @@ class Jeffrey(Divergence):
     r"""Jeffrey, :math:`f(u) = (u - 1) \log u`, :math:`g(v) = 1/W(e^{1 - v})`."""
 
     name = "jeffrey"
+    f_zero = math.inf
     newton_power = 0.0
     monotone = False
 
@@ -205,6 +211,7 @@ class JensenShannon(Divergence):
     r"""Jensen–Shannon, :math:`g(v) = 1/(2 e^{-v} - 1)` (:math:`v < \log 2`)."""
 
     name = "jensen_shannon"
+    f_zero = math.log(2.0)
     newton_power = 0.0
     monotone = True
 
@@ -226,6 +233,7 @@ class SquaredHellinger(Divergence):
     r"""Squared Hellinger, :math:`f(u) = (\sqrt u - 1)^2`, :math:`g(v) = 1/(1 - v)^2` (:math:`v < 1`)."""
 
     name = "squared_hellinger"
+    f_zero = 1.0
     newton_power = -0.5
     monotone = True
 
@@ -248,6 +256,7 @@ class ChiSquare(Divergence):
     r"""Chi-square, :math:`f(u) = (u^2 - 1)/2`, :math:`g(v) = [v]_+`: sparsemax."""
 
     name = "chi_square"
+    f_zero = -0.5
     f_prime_zero = 0.0
     newton_power = 1.0
     monotone = True
@@ -270,6 +279,7 @@ class ReverseChiSquare(Divergence):
     r"""Reverse chi-square, :math:`f(u) = (1/u - 1)/2`, :math:`g(v) = (-2v)^{-1/2}` (:math:`v < 0`)."""
 
     name = "reverse_chi_square"
+    f_zero = math.inf
     newton_power = -2.0
     monotone = True
 
@@ -324,6 +334,10 @@ class AlphaDivergence(Divergence):
     @property
     def monotone(self) -> bool:  # type: ignore[override]
         return self.a <= 1.0
+
+    @property
+    def f_zero(self) -> float:  # type: ignore[override]
+        return 1.0 / self.alpha
 
     def near_one(self) -> bool:
         return self.a != 0.0 and abs(self.a) < self.NEAR_ONE

@@ -20,10 +20,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Union
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ._checks import check_array, compute_dtype, is_concrete
+import jax
+
+from ._checks import check_array, compute_dtype, concrete
 from .divergences import Divergence
 from .losses import LossSpec, resolve_loss, row_values
 
@@ -130,7 +132,8 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
     if not jnp.issubdtype(labels.dtype, jnp.integer) or labels.shape != hidden.shape[:1]:
         raise ValueError(f"labels must be integer class indices of shape ({hidden.shape[0]},), got "
                          f"{labels.shape} {labels.dtype}")
-    if is_concrete(labels) and labels.size and not bool(jnp.all((labels >= 0) & (labels < weight.shape[1]))):
+    v = concrete(labels)
+    if v is not None and v.size and not bool(np.all((v >= 0) & (v < weight.shape[1]))):
         raise ValueError(f"labels: class indices must be in [0, {weight.shape[1]})")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")

@@ -43,10 +43,12 @@ import functools
 import math
 from typing import Any, NamedTuple, Optional, Union
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, is_concrete
+import jax
+
+from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, concrete
 from ._solver import solve
 from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 
@@ -156,8 +158,10 @@ def row_values(spec: LossSpec, theta: Array, y: Array, q: Optional[Array],
     sol = solve(z, div, q, axis_name=axis_name,
                 k=None if axis_name is None else theta.shape[-1] * jax.lax.axis_size(axis_name))
     p = sol.p
-    with jax.ensure_compile_time_eval():
-        f0 = float(div.f(jnp.zeros((), jnp.float32)))
+    f0 = div.f_zero
+    if f0 is None:  # a user's generator: f(0) evaluated once, in float64 where enabled
+        with jax.ensure_compile_time_eval():
+            f0 = float(div.f(jnp.zeros((), theta.dtype)))
     qb = None if q is None else jnp.broadcast_to(q, theta.shape)
     if math.isfinite(f0):
         D = _sum_f_minus_f0(div, y, qb, f0, axis_name) - _sum_f_minus_f0(div, p, qb, f0, axis_name)
@@ -209,17 +213,19 @@ def check_labels(labels: Any, logits: Array, axis: int) -> Array:
         if labels.shape != rows:
             raise ValueError(f"labels: integer labels must have the logits' shape without axis={axis}, "
                              f"{rows}, got {labels.shape}")
-        if is_concrete(labels) and labels.size and not bool(jnp.all((labels >= 0) & (labels < k))):
+        v = concrete(labels)
+        if v is not None and v.size and not bool(np.all((v >= 0) & (v < k))):
             raise ValueError(f"labels: class indices must be in [0, {k}), got values from {int(labels.min())} "
                              f"to {int(labels.max())}")
     elif jnp.issubdtype(labels.dtype, jnp.floating):
         if labels.shape != logits.shape:
             raise ValueError(f"labels: probability labels must have the logits' shape {logits.shape}, "
                              f"got {labels.shape}")
-        if is_concrete(labels) and labels.size:
-            y = jnp.moveaxis(labels, axis, -1)
-            tol = max(1e-5 if jnp.finfo(y.dtype).bits <= 32 else 1e-10, 4 * k * float(jnp.finfo(y.dtype).eps))
-            if not bool(jnp.all(y >= 0)) or not bool(jnp.all(jnp.abs(jnp.sum(y, -1) - 1) <= tol)):
+        v = concrete(labels)
+        if v is not None and v.size:
+            y = np.moveaxis(v, axis, -1)
+            tol = max(1e-5 if y.dtype.itemsize <= 4 else 1e-10, 4 * k * float(np.finfo(y.dtype).eps))
+            if not bool(np.all(y >= 0)) or not bool(np.all(np.abs(np.sum(y, -1) - 1) <= tol)):
                 raise ValueError("labels: probability labels must be non-negative and sum to 1 along axis "
                                  "(integer labels are class indices)")
     else:

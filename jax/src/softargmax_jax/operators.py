@@ -41,11 +41,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional, Sequence, Union
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, is_concrete
+import jax
+
+from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, concrete
 from ._solver import RowAlpha, solve
 from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 
@@ -353,7 +355,8 @@ def _check_alpha_array(alpha: Any, x: Array, axis: int) -> Array:
         jnp.broadcast_shapes(alpha.shape, tuple(shape))
     except ValueError:
         raise ValueError(f"alpha of shape {alpha.shape} is not broadcastable to x's rows {tuple(shape)}") from None
-    if is_concrete(alpha) and not bool(jnp.all((alpha > 0) & jnp.isfinite(alpha))):
+    v = concrete(alpha)
+    if v is not None and not bool(np.all((v > 0) & np.isfinite(v))):
         raise ValueError("alpha must be finite and > 0 everywhere")
     return jnp.broadcast_to(alpha, tuple(shape))
 
@@ -638,7 +641,8 @@ def alpha_relu(x: Array, alpha: float = 1.5, tau: Union[Number, Array] = 0.0) ->
         jnp.broadcast_shapes(tau_a.shape, x.shape)
     except ValueError:
         raise ValueError(f"tau of shape {tau_a.shape} is not broadcastable to x of shape {x.shape}") from None
-    if is_concrete(tau_a) and not bool(jnp.all(jnp.isfinite(tau_a))):
+    v = concrete(tau_a)
+    if v is not None and not bool(np.all(np.isfinite(v))):
         raise ValueError("tau must be finite")
     return _alpha_relu_jit(float(alpha), x, tau_a)
 

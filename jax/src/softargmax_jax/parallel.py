@@ -21,8 +21,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Union
 
-import jax
 import jax.numpy as jnp
+
+import jax
 
 from ._checks import check_array, compute_dtype
 from .divergences import Divergence
@@ -69,7 +70,7 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         axis_name: the mapped axis the classes are split over.
         temperature: :math:`\beta > 0`. Default: ``1.0``.
-        label_smoothing: ε in :math:`[0, 1]` (uniform over all :math:`V` classes). Default: ``0.0``.
+        label_smoothing: ε in :math:`[0, 1]` (uniform over the classes that are not masked). Default: ``0.0``.
         **params: the mapping's parameters.
 
     Returns:
@@ -102,6 +103,8 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
     offset = jax.lax.axis_index(axis_name) * k
     local = labels - offset
     y = jax.nn.one_hot(local, k, dtype=theta.dtype)  # zero where the class is on another device
-    if label_smoothing:
-        y = (1 - label_smoothing) * y + label_smoothing / (k * jax.lax.axis_size(axis_name))
+    if label_smoothing:  # uniform over the classes that are not masked, on every device
+        allowed = (theta > -jnp.inf).astype(theta.dtype)
+        n = jax.lax.psum(jnp.sum(allowed, -1, keepdims=True), axis_name)
+        y = (1 - label_smoothing) * y + label_smoothing * allowed / jnp.where(n > 0, n, 1.0)
     return _parallel_rows(spec, axis_name, theta, y).astype(logits.dtype)
