@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-
-import jax
 
 Array = jax.Array
 

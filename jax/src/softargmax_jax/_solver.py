@@ -35,9 +35,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional, Union
 
-import jax.numpy as jnp
-
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from .divergences import AlphaDivergence, ChiSquare, Divergence

@@ -20,10 +20,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Union
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-
-import jax
 
 from ._checks import check_array, compute_dtype, concrete
 from .divergences import Divergence
@@ -112,7 +111,7 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
         the losses ``[N]``, in ``hidden``'s dtype.
 
     Examples:
-        >>> import jax, jax.numpy as jnp, softargmax_jax as sj
+        >>> import numpy as np, jax, jax.numpy as jnp, softargmax_jax as sj
         >>> h = jax.random.normal(jax.random.key(0), (5, 4))
         >>> w = jax.random.normal(jax.random.key(1), (4, 7))
         >>> labels = jnp.array([0, 1, 2, 3, 6])

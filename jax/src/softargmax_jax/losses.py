@@ -43,10 +43,9 @@ import functools
 import math
 from typing import Any, NamedTuple, Optional, Union
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-
-import jax
 
 from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, concrete
 from ._solver import solve
@@ -279,16 +278,16 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
         the losses, ``logits``' shape without ``axis``, in ``logits``' dtype.
 
     Examples:
-        >>> import jax, jax.numpy as jnp, optax, softargmax_jax as sj
+        >>> import numpy as np, jax, jax.numpy as jnp, optax, softargmax_jax as sj
         >>> logits = jnp.array([[1.0, 0.8, -1.0], [0.0, 0.0, 3.0]])
-        >>> sj.fenchel_young_loss(logits, jnp.array([0, 2]), "sparsemax").round(4)
-        Array([0.16, 0.  ], dtype=float32)
+        >>> print(np.round(np.asarray(sj.fenchel_young_loss(logits, jnp.array([0, 2]), "sparsemax")), 4))
+        [0.16 0.  ]
         >>> bool(jnp.allclose(sj.fenchel_young_loss(logits, jnp.array([0, 2]), "softmax"),
         ...                   optax.softmax_cross_entropy_with_integer_labels(logits, jnp.array([0, 2]))))
         True
-        >>> jax.grad(lambda t: sj.sparsemax_loss(t, jnp.array([0, 2])).sum())(logits).round(4)
-        Array([[-0.4,  0.4,  0. ],
-               [ 0. ,  0. ,  0. ]], dtype=float32)
+        >>> print(np.round(np.asarray(jax.grad(lambda t: sj.sparsemax_loss(t, jnp.array([0, 2])).sum())(logits)), 4))
+        [[-0.4  0.4  0. ]
+         [ 0.   0.   0. ]]
 
     References:
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
@@ -344,12 +343,12 @@ def sparsemax_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:
         the losses, ``logits``' shape without ``axis``.
 
     Examples:
-        >>> import jax.numpy as jnp, optax, softargmax_jax as sj
+        >>> import numpy as np, jax.numpy as jnp, optax, softargmax_jax as sj
         >>> logits, labels = jnp.array([[1.0, 0.8, -1.0]]), jnp.array([0])
-        >>> sj.sparsemax_loss(logits, labels).round(4)
-        Array([0.16], dtype=float32)
-        >>> optax.losses.sparsemax_loss(logits, labels).round(4)
-        Array([0.16], dtype=float32)
+        >>> print(np.round(np.asarray(sj.sparsemax_loss(logits, labels)), 4))
+        [0.16]
+        >>> print(np.round(np.asarray(optax.losses.multiclass_sparsemax_loss(logits, labels)), 4))
+        [0.16]
 
     References:
         André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of Attention
@@ -372,9 +371,9 @@ def entmax15_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:
         the losses, ``logits``' shape without ``axis``.
 
     Examples:
-        >>> import jax.numpy as jnp, softargmax_jax as sj
-        >>> sj.entmax15_loss(jnp.array([[1.0, 0.8, -1.0]]), jnp.array([1])).round(4)
-        Array([0.2938], dtype=float32)
+        >>> import numpy as np, jax.numpy as jnp, softargmax_jax as sj
+        >>> print(np.round(np.asarray(sj.entmax15_loss(jnp.array([[1.0, 0.8, -1.0]]), jnp.array([1]))), 4))
+        [0.4976]
 
     References:
         Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*, ACL 2019,
@@ -398,7 +397,7 @@ def entmax_loss(logits: Array, labels: Array, alpha: float = 1.5, **kwargs: Any)
         the losses, ``logits``' shape without ``axis``.
 
     Examples:
-        >>> import jax.numpy as jnp, softargmax_jax as sj
+        >>> import numpy as np, jax.numpy as jnp, softargmax_jax as sj
         >>> logits, labels = jnp.array([[1.0, 0.8, -1.0]]), jnp.array([1])
         >>> bool(jnp.allclose(sj.entmax_loss(logits, labels, alpha=2.0), sj.sparsemax_loss(logits, labels)))
         True
@@ -427,9 +426,9 @@ def alpha_relu_loss(logits: Array, labels: Array, alpha: float = 1.5, tau: float
         the losses, ``logits``' shape without ``axis``.
 
     Examples:
-        >>> import jax.numpy as jnp, softargmax_jax as sj
-        >>> sj.alpha_relu_loss(jnp.array([[1.0, 0.8, -1.0]]), jnp.array([0]), alpha=1.5, tau=0.5).round(4)
-        Array([1.1672], dtype=float32)
+        >>> import numpy as np, jax.numpy as jnp, softargmax_jax as sj
+        >>> print(np.round(np.asarray(sj.alpha_relu_loss(jnp.array([[1.0, 0.8, -1.0]]), jnp.array([0]), alpha=1.5, tau=0.5)), 4))
+        [1.3333]
 
     References:
         Maxat Tezekbayev, Vassilina Nikoulina, Matthias Gallé and Zhenisbek Assylbekov, *Speeding Up Entmax*,
@@ -459,10 +458,10 @@ def f_divergence_loss(logits: Array, labels: Array, divergence: Union[str, Diver
         the losses, ``logits``' shape without ``axis``.
 
     Examples:
-        >>> import jax.numpy as jnp, softargmax_jax as sj
+        >>> import numpy as np, jax.numpy as jnp, softargmax_jax as sj
         >>> y = jnp.array([[0.5, 0.3, 0.2]])
-        >>> sj.f_divergence_loss(jnp.array([[1.0, 0.8, -1.0]]), y, "jensen_shannon").round(4)
-        Array([0.0846], dtype=float32)
+        >>> print(np.round(np.asarray(sj.f_divergence_loss(jnp.array([[1.0, 0.8, -1.0]]), y, "jensen_shannon")), 4))
+        [0.129]
 
     References:
         Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss Functions

@@ -21,9 +21,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Union
 
-import jax.numpy as jnp
-
 import jax
+import jax.numpy as jnp
 
 from ._checks import check_array, compute_dtype
 from .divergences import Divergence
