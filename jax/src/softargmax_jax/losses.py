@@ -54,7 +54,7 @@ from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 Array = jax.Array
 
 __all__ = ["fenchel_young_loss", "sparsemax_loss", "entmax15_loss", "entmax_loss", "alpha_relu_loss",
-           "f_divergence_loss", "LossSpec", "resolve_loss", "MAPPINGS"]
+           "f_divergence_loss"]
 
 #: mapping names besides the divergence names
 MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax", "alpha_relu")

@@ -76,12 +76,17 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         the losses, ``logits``' shape without the last axis (the same on every device).
 
     Examples:
-        A sketch (the test suite runs it on four CPU devices)::
+        On the devices there are (the test suite runs it on four CPU devices):
 
-            mesh = jax.make_mesh((4,), ("vocab",))
-            loss = jax.shard_map(
-                lambda t, y: sj.vocab_parallel_fenchel_young_loss(t, y, "entmax15", axis_name="vocab"),
-                mesh=mesh, in_specs=(P(None, "vocab"), P()), out_specs=P())(logits, labels)
+        >>> import jax, jax.numpy as jnp, softargmax_jax as sj
+        >>> from jax.sharding import AxisType, PartitionSpec as P
+        >>> mesh = jax.make_mesh((jax.device_count(),), ("vocab",), axis_types=(AxisType.Auto,))
+        >>> logits, labels = jnp.array([[1.0, 0.8, -1.0, 0.2]]), jnp.array([0])
+        >>> loss = jax.shard_map(
+        ...     lambda t, y: sj.vocab_parallel_fenchel_young_loss(t, y, "sparsemax", axis_name="vocab"),
+        ...     mesh=mesh, in_specs=(P(None, "vocab"), P()), out_specs=P())
+        >>> bool(jnp.allclose(loss(logits, labels), sj.sparsemax_loss(logits, labels)))
+        True
 
     References:
         Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan Catanzaro,
