@@ -173,6 +173,22 @@ def test_alpha_relu_matches_pytorch_with_array_tau(x64):
         assert_close(gtj, gtt, 1e-12)
 
 
+def test_long_rows_start_from_their_block_maxima_and_match_pytorch(x64):
+    """Rows of at least 1024 entries start Newton's method from the threshold of their blocks' maxima."""
+    x = np.random.default_rng(16).normal(size=(4, 2050)) * 2
+    x[1] = 0.5  # flat
+    x[2, ::3] = -np.inf
+    x[3, :2049] = -np.inf  # one entry left
+    v = np.random.default_rng(17).normal(size=x.shape)
+    for fj, ft in [(sj.sparsemax, sa.sparsemax), (sj.entmax15, sa.entmax15),
+                   (lambda t: sj.entmax(t, 1.3), lambda t: sa.entmax(t, 1.3)),
+                   (lambda t: sj.f_softargmax(t, "jensen_shannon"), lambda t: sa.f_softargmax(t, "jensen_shannon"))]:
+        pj, (gj,) = vjp_jax(fj, jnp.asarray(x), v=v)
+        pt, (gt,) = vjp_torch(ft, x, v=v)
+        assert_close(pj, pt, 1e-12)
+        assert_close(gj, gt, 1e-12)
+
+
 # -- finite differences, jvp = vjp, jit and vmap -------------------------------------------------------------
 
 

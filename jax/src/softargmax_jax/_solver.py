@@ -206,6 +206,30 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
     return lax.while_loop(cond, body, state)[1]
 
 
+#: rows at least this long start the iteration from the threshold of their block maxima
+PRESOLVE_MIN_LENGTH = 1024
+#: entries per block of that pre-solve
+PRESOLVE_BLOCK = 32
+
+
+def _presolved_start(div: Divergence, c: Array, lo: Array, hi: Array, k: int, max_iter: int,
+                     axis_name: Optional[str]) -> Array:
+    """A higher start for Newton's method on long rows: the threshold of the rows' block maxima.
+
+    The block maxima are a subset of the entries, so their sum :math:`S_{sub}(\tau) \le S(\tau)` and their
+    root is at most the full root; Newton's method from below on a convex transform (a ``monotone``
+    generator) stays below it.  The start is that root less a few ulps, still a lower bound, and on
+    rows whose support is a few dozen entries (most are block maxima) the main iteration then needs
+    one or two passes over the row instead of five or more."""
+    n = c.shape[-1]
+    pad = (-n) % PRESOLVE_BLOCK
+    cp = jnp.pad(c, [(0, 0)] * (c.ndim - 1) + [(0, pad)], constant_values=-jnp.inf) if pad else c
+    bmax = jnp.max(cp.reshape(cp.shape[:-1] + (-1, PRESOLVE_BLOCK)), -1)
+    sub = _newton(div, bmax, None, lo, hi, k, max_iter, axis_name)
+    eps = float(jnp.finfo(c.dtype).eps)
+    return jnp.maximum(lo, sub - 4 * eps * (1 + jnp.abs(sub)))
+
+
 def _steep(c: Array, q: Optional[Array], a: Union[float, Array], k: int, max_iter: int,
            axis_name: Optional[str]) -> tuple[Array, Array, Array]:
     """α-entmax with α > 2 (``a = α - 1 > 1``) in the entmax variable ``t``: ``(τ_f, p, s)``."""
@@ -303,6 +327,8 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         tau, g, gp = _solve_row_alpha(div, c, q, k, max_iter, axis_name)
     else:
         lo, hi = _bounds(div, c, q, k, axis_name)
+        if q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
+            lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
         tau = _newton(div, c, q, lo, hi, k, max_iter, axis_name)
         closed = _finish_closed_form(div, c, q, tau, axis_name)
         if closed is not None:

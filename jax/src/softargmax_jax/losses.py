@@ -365,7 +365,8 @@ def entmax15_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:
         \ell(x, y) = \langle x, p - y\rangle + H^T_{1.5}(p) - H^T_{1.5}(y), \qquad p = \operatorname{entmax}_{1.5}(x).
 
     Args:
-        logits, labels, **kwargs: as in :func:`sparsemax_loss`.
+        logits, labels: as in :func:`sparsemax_loss`.
+        **kwargs: as in :func:`sparsemax_loss`.
 
     Returns:
         the losses, ``logits``' shape without ``axis``.
@@ -390,7 +391,8 @@ def entmax_loss(logits: Array, labels: Array, alpha: float = 1.5, **kwargs: Any)
         \ell(x, y) = \langle x, p - y\rangle + H^T_\alpha(p) - H^T_\alpha(y), \qquad p = \operatorname{entmax}_\alpha(x).
 
     Args:
-        logits, labels, **kwargs: as in :func:`sparsemax_loss`.
+        logits, labels: as in :func:`sparsemax_loss`.
+        **kwargs: as in :func:`sparsemax_loss`.
         alpha: a number > 0. Default: ``1.5``.
 
     Returns:
@@ -418,7 +420,8 @@ def alpha_relu_loss(logits: Array, labels: Array, alpha: float = 1.5, tau: float
         \qquad p = [(\alpha - 1)\theta - \tau]_+^{1/(\alpha-1)}, \qquad \nabla_\theta\ell = p - y.
 
     Args:
-        logits, labels, **kwargs: as in :func:`sparsemax_loss`.
+        logits, labels: as in :func:`sparsemax_loss`.
+        **kwargs: as in :func:`sparsemax_loss`.
         alpha: a number > 1. Default: ``1.5``.
         tau: the threshold (entmax parametrization), a finite number. Default: ``0.0``.
 

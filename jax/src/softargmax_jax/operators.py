@@ -531,7 +531,8 @@ def f_softmax(x: Array, divergence: Union[str, Divergence] = "kl", q: Optional[A
 
     Args:
         x: scores, any shape.
-        divergence, q, temperature, axis, **params: as in :func:`f_softargmax`.
+        divergence, q, temperature, axis: as in :func:`f_softargmax`.
+        **params: as in :func:`f_softargmax`.
 
     Returns:
         the values, ``x``'s shape without ``axis``, in ``x``'s dtype.
@@ -767,7 +768,8 @@ def f_softplus(s: Array, divergence: Union[str, Divergence] = "kl", q: Sequence[
     removes the positive class and gives :math:`-\beta q_0 f(1/q_0)`.
 
     Args:
-        s, divergence, q, temperature, **params: as in :func:`f_sigmoid`.
+        s, divergence, q, temperature: as in :func:`f_sigmoid`.
+        **params: as in :func:`f_sigmoid`.
 
     Returns:
         the values, ``s``'s shape and dtype.
