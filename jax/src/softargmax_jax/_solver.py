@@ -214,7 +214,7 @@ PRESOLVE_BLOCK = 32
 
 def _presolved_start(div: Divergence, c: Array, lo: Array, hi: Array, k: int, max_iter: int,
                      axis_name: Optional[str]) -> Array:
-    """A higher start for Newton's method on long rows: the threshold of the rows' block maxima.
+    r"""A higher start for Newton's method on long rows: the threshold of the rows' block maxima.
 
     The block maxima are a subset of the entries, so their sum :math:`S_{sub}(\tau) \le S(\tau)` and their
     root is at most the full root; Newton's method from below on a convex transform (a ``monotone``
