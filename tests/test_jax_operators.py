@@ -302,3 +302,49 @@ def test_import_does_not_import_torch():
            "assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_user_divergence_temperature_gradient_and_alpha_one(x64):
+    """A user's generator works like the built-in one; the gradients in an array temperature and in a per-row
+    α exactly 1 match central differences."""
+    from softargmax_jax.divergences import Divergence
+
+    class Pearson(Divergence):
+        f_prime_zero, newton_power, monotone = 0.0, 1.0, True
+
+        def f(self, u):
+            return (u * u - 1) / 2
+
+        def f_prime(self, u):
+            return u
+
+        def conj(self, v):
+            return (v * v + 1) / 2
+
+        def g_and_gp(self, v):
+            g = jnp.maximum(v, 0)
+            return g, jnp.sign(g)
+
+    x = jnp.asarray(rows())
+    assert_close(sj.f_softargmax(x, Pearson()), sj.sparsemax(x), 1e-15)
+    assert_close(sj.fenchel_young_loss(x, jnp.arange(5), Pearson()), sj.sparsemax_loss(x, jnp.arange(5)), 1e-15)
+    h = 1e-6
+    f = lambda t: sj.f_softargmax(x, "jensen_shannon", temperature=t)[0, 0]
+    assert float(jax.grad(f)(jnp.float64(0.7))) == pytest.approx(float(f(0.7 + h) - f(0.7 - h)) / (2 * h), rel=1e-7)
+    w = jnp.arange(7.0)
+    g = lambda a: (sj.entmax(x, a) * w).sum()
+    a = jnp.ones((5, 1))
+    fd = [(float(g(a.at[i, 0].add(h))) - float(g(a.at[i, 0].add(-h)))) / (2 * h) for i in range(5)]
+    assert_close(jax.grad(g)(a)[:, 0], fd, 1e-7)
+
+
+def test_the_jax_distribution_depends_on_jax_and_numpy_only():
+    import tomllib
+
+    root = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    with open(f"{root}/jax/pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["name"] == "softargmax-jax"
+    assert sorted(d.split(">")[0].split("=")[0] for d in project["dependencies"]) == ["jax", "numpy"]
+    extras = " ".join(" ".join(v) for v in project.get("optional-dependencies", {}).values())
+    assert "torch" not in extras and "cuda" not in extras

@@ -239,7 +239,11 @@ def _scaled_rows(x: Array, temperature: Any) -> Array:
     if temperature is None:
         return x
     m = jax.lax.stop_gradient(jnp.max(x, -1, keepdims=True))
-    return (x - jnp.where(jnp.isfinite(m), m, 0.0)) / temperature
+    # masked (-inf) entries stay -inf and are not divided: their derivative in an array temperature is 0,
+    # not 0 * inf
+    fin = jnp.isfinite(x)
+    shifted = jnp.where(fin, x - jnp.where(jnp.isfinite(m), m, 0.0), 0.0)
+    return jnp.where(fin, shifted / temperature, x)
 
 
 def _unit(temperature: Any) -> Any:
@@ -565,7 +569,7 @@ def _f_softmax_jit(x: Array, div: Divergence, q: Optional[Array], temperature: A
     xt = jnp.moveaxis(x, axis, -1).astype(dtype)
     m = jax.lax.stop_gradient(jnp.max(xt, -1, keepdims=True))
     m = jnp.where(jnp.isfinite(m), m, 0.0)
-    z = (xt - m) / temperature
+    z = _scaled_rows(xt, temperature)
     qt = jnp.ones((1,) * (xt.ndim - 1) + (1,), dtype) if q is None else \
         jnp.moveaxis(jnp.broadcast_to(q, x.shape), axis, -1).astype(dtype)
     value = temperature * _fsoftmax(div, z, jnp.broadcast_to(qt, z.shape)) + m[..., 0]
