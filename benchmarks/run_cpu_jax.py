@@ -1,0 +1,124 @@
+"""CPU benchmark of softargmax_jax under jax.jit: sparsemax and 1.5-entmax against jax.nn.softmax (forward and
+forward + backward), and the sparsemax loss against optax's multiclass_sparsemax_loss, in one run.
+
+    PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py [--rows 64] [--sizes 1024 32768] [--repeats 7]
+        [--json benchmarks/results/cpu-jax.json]
+
+Prints a table (median milliseconds per call, wall clock and process CPU time, and each operator's ratio
+to softmax or optax) and writes a
+JSON record with the device, the versions, the sizes and every timing.  Timings are of compiled calls (the
+first call, which compiles, is not counted), each the median of ``--repeats`` runs of a loop sized to last
+about 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import softargmax_jax as sj
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def timed(fn, *args, repeats: int) -> tuple[float, float]:
+    """The median wall-clock and process-CPU seconds of one call of the compiled ``fn(*args)``.
+
+    The CPU time (all of XLA's threads) is the fairer comparison on a machine shared with other work,
+    where the wall clock also counts the time the process waited for a core."""
+    jax.block_until_ready(fn(*args))  # compile
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    once = max(time.perf_counter() - start, 1e-6)
+    n = max(1, int(0.2 / once))
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        wall.append((time.perf_counter() - start) / n)
+        cpu.append((time.process_time() - start_cpu) / n)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def forward_backward(op):
+    """``x -> grad of <op(x), v>``: one forward and one backward pass."""
+    return jax.jit(jax.grad(lambda x, v: jnp.vdot(op(x), v)))
+
+
+def cases(rows: int, k: int):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(rows, k)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(rows, k)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, k, size=rows))
+    softmax = lambda t: jax.nn.softmax(t, axis=-1)
+    ops = {"softmax (jax.nn)": softmax, "sparsemax": sj.sparsemax, "entmax15": sj.entmax15}
+    out = []
+    for name, op in ops.items():
+        out.append((f"{name} forward", "softmax (jax.nn) forward", jax.jit(op), (x,)))
+        out.append((f"{name} forward+backward", "softmax (jax.nn) forward+backward", forward_backward(op), (x, v)))
+    import optax
+
+    for name, loss in [("optax multiclass_sparsemax_loss", optax.losses.multiclass_sparsemax_loss),
+                       ("sparsemax_loss", sj.sparsemax_loss),
+                       ("entmax15_loss", sj.entmax15_loss)]:
+        fwd = jax.jit(lambda t, y, loss=loss: loss(t, y).sum())
+        both = jax.jit(jax.value_and_grad(lambda t, y, loss=loss: loss(t, y).sum()))
+        out.append((f"{name} forward", "optax multiclass_sparsemax_loss forward", fwd, (x, labels)))
+        out.append((f"{name} forward+backward", "optax multiclass_sparsemax_loss forward+backward", both,
+                    (x, labels)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 32768])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", default=os.path.join(RESULTS, "cpu-jax.json"))
+    args = parser.parse_args()
+
+    records = []
+    for k in args.sizes:
+        times = {}
+        for name, baseline, fn, fargs in cases(args.rows, k):
+            wall, cpu = timed(fn, *fargs, repeats=args.repeats)
+            times[name] = (wall, cpu)
+            records.append({"k": k, "rows": args.rows, "case": name, "baseline": baseline,
+                            "seconds": wall, "cpu_seconds": cpu})
+        for r in records:
+            if r["k"] == k:
+                r["ratio_to_baseline"] = r["seconds"] / times[r["baseline"]][0]
+                r["cpu_ratio_to_baseline"] = r["cpu_seconds"] / times[r["baseline"]][1]
+    print(f"{'k':>6} {'case':48} {'wall ms':>9} {'ratio':>7} {'cpu ms':>9} {'ratio':>7}"
+          "  (ratios: to the baseline named in the JSON, softmax or optax)")
+    for r in records:
+        print(f"{r['k']:>6} {r['case']:48} {1e3 * r['seconds']:9.3f} {r['ratio_to_baseline']:7.2f} "
+              f"{1e3 * r['cpu_seconds']:9.3f} {r['cpu_ratio_to_baseline']:7.2f}")
+    import optax
+
+    info = {
+        "device": str(jax.devices()[0]), "platform": platform.platform(), "processor": platform.processor(),
+        "cpu_count": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
+        "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None, "optax": optax.__version__,
+        "numpy": np.__version__, "softargmax_jax": sj.__version__, "dtype": "float32", "rows": args.rows,
+        "sizes": args.sizes, "repeats": args.repeats, "load_average": os.getloadavg(),
+        "timing": "median seconds per compiled call (jax.jit): wall clock and process CPU time (all threads)",
+    }
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"info": info, "results": records}, f, indent=1)
+        print("wrote", args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+r"""The Fenchel–Young loss with the classes split over devices: for ``jax.shard_map`` over a vocabulary axis.
+
+Each device holds a contiguous slice of every row's classes (``logits`` ``[..., V / D]``).  The
+threshold search reduces its row maxima with ``lax.pmax`` and its Newton sums
+:math:`(S, S')` with ``lax.psum`` over the named axis, so every device takes the same steps and
+finds the same :math:`\tau`; the loss terms are summed the same way.  The derivative of the loss with
+respect to a device's logits is its slice of :math:`p - y`.  This is the communication of the PyTorch
+package's vocabulary-parallel loss (two scalars per row per Newton step).
+
+References:
+
+* Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan Catanzaro,
+  *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism*, 2019,
+  https://arxiv.org/abs/1909.08053
+* Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*, JMLR 2020,
+  https://arxiv.org/abs/1901.02324
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Union
+
+import jax
+import jax.numpy as jnp
+
+from ._checks import check_array, compute_dtype
+from .divergences import Divergence
+from .losses import LossSpec, resolve_loss, row_values
+
+Array = jax.Array
+
+__all__ = ["vocab_parallel_fenchel_young_loss"]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _parallel_rows(spec: LossSpec, axis_name: str, theta: Array, y: Array) -> Array:
+    return row_values(spec, theta, y, None, axis_name)[0]
+
+
+@_parallel_rows.defjvp
+def _parallel_rows_jvp(spec: LossSpec, axis_name: str, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    theta, y = primals
+    dtheta = tangents[0]
+    loss, p = row_values(spec, theta, y, None, axis_name)
+    grad = p - y
+    local = jnp.sum(jnp.where(grad != 0, grad * dtheta, 0.0), -1)
+    return loss, jax.lax.psum(local, axis_name)
+
+
+def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Divergence] = "entmax15",
+                                      *, axis_name: str, temperature: float = 1.0, label_smoothing: float = 0.0,
+                                      **params: Any) -> Array:
+    r"""The per-example Fenchel–Young loss of rows whose classes are split over the devices of ``axis_name``.
+
+    Call it inside ``jax.shard_map`` with the logits sharded along their last axis over ``axis_name``
+    (each device a contiguous slice, device :math:`r` holding classes :math:`[r V_r, (r + 1) V_r)`) and
+    the labels replicated over it.  The value equals ``fenchel_young_loss(full_logits, labels, mapping)``
+    on every device, and its derivative with respect to each device's slice is that slice of :math:`p - y`.
+
+    .. math::
+
+        \ell(\theta, y) = \langle \theta, p - y\rangle + \Omega(y) - \Omega(p), \qquad
+        \sum_j = \operatorname{psum}_{\text{devices}} \sum_{j \in \text{slice}} .
+
+    Args:
+        logits: this device's slice ``[..., V_r]``.
+        labels: global integer class indices, ``logits``' shape without the last axis.
+        mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
+        axis_name: the mapped axis the classes are split over.
+        temperature: :math:`\beta > 0`. Default: ``1.0``.
+        label_smoothing: ε in :math:`[0, 1]` (uniform over the classes that are not masked). Default: ``0.0``.
+        **params: the mapping's parameters.
+
+    Returns:
+        the losses, ``logits``' shape without the last axis (the same on every device).
+
+    Examples:
+        On the devices there are (the test suite runs it on four CPU devices):
+
+        >>> import jax, jax.numpy as jnp, softargmax_jax as sj
+        >>> from jax.sharding import AxisType, PartitionSpec as P
+        >>> mesh = jax.make_mesh((jax.device_count(),), ("vocab",), axis_types=(AxisType.Auto,))
+        >>> logits, labels = jnp.array([[1.0, 0.8, -1.0, 0.2]]), jnp.array([0])
+        >>> loss = jax.shard_map(
+        ...     lambda t, y: sj.vocab_parallel_fenchel_young_loss(t, y, "sparsemax", axis_name="vocab"),
+        ...     mesh=mesh, in_specs=(P(None, "vocab"), P()), out_specs=P())
+        >>> bool(jnp.allclose(loss(logits, labels), sj.sparsemax_loss(logits, labels)))
+        True
+
+    References:
+        Mohammad Shoeybi, Mostofa Patwary, Raul Puri, Patrick LeGresley, Jared Casper and Bryan Catanzaro,
+        *Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism*, 2019,
+        https://arxiv.org/abs/1909.08053
+    """
+    logits = check_array(logits, "logits")
+    labels = jnp.asarray(labels)
+    if not jnp.issubdtype(labels.dtype, jnp.integer) or labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels must be integer class indices of the logits' shape without the last axis "
+                         f"{logits.shape[:-1]}, got {labels.shape} {labels.dtype}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    spec = resolve_loss(mapping, temperature, **params)
+    theta = logits.astype(compute_dtype(logits.dtype))
+    k = theta.shape[-1]
+    offset = jax.lax.axis_index(axis_name) * k
+    local = labels - offset
+    y = jax.nn.one_hot(local, k, dtype=theta.dtype)  # zero where the class is on another device
+    if label_smoothing:  # uniform over the classes that are not masked, on every device
+        allowed = (theta > -jnp.inf).astype(theta.dtype)
+        n = jax.lax.psum(jnp.sum(allowed, -1, keepdims=True), axis_name)
+        y = (1 - label_smoothing) * y + label_smoothing * allowed / jnp.where(n > 0, n, 1.0)
+    return _parallel_rows(spec, axis_name, theta, y).astype(logits.dtype)

@@ -1,0 +1,350 @@
+"""softargmax_jax's operators against the PyTorch package on the same inputs (values and gradients, float64 to
+1e-12 and float32 to 1e-6), against finite differences, and at the edges (masked rows, NaN, large offsets,
+α near 1 and large α, half precision); under jit and vmap; and its argument errors."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+import softargmax_jax as sj  # noqa: E402
+import torch  # noqa: E402
+
+import softargmax as sa  # noqa: E402
+
+DIVERGENCES = [
+    ("kl", {}),
+    ("reverse_kl", {}),
+    ("jeffrey", {}),
+    ("jensen_shannon", {}),
+    ("squared_hellinger", {}),
+    ("chi_square", {}),
+    ("reverse_chi_square", {}),
+    ("alpha", {"alpha": 1.5}),
+    ("alpha", {"alpha": 1.1}),
+    ("alpha", {"alpha": 2.5}),
+    ("alpha", {"alpha": 0.5}),
+]
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def rows(seed=0, shape=(5, 7), dtype=np.float64):
+    """Random rows with a tie, a flat row and a masked entry: the cases a solver can get wrong."""
+    x = np.random.default_rng(seed).normal(size=shape) * 1.5
+    x[1, :2] = x[1, 2]  # a tie
+    x[2] = 0.25  # flat
+    x[3, 4] = -np.inf  # masked
+    return x.astype(dtype)
+
+
+def to_torch(a):
+    return torch.tensor(np.asarray(a), requires_grad=True)
+
+
+def vjp_jax(f, *args, v):
+    out, back = jax.vjp(f, *args)
+    return out, back(jnp.asarray(v))
+
+
+def vjp_torch(f, *args, v):
+    ts = [to_torch(a) for a in args]
+    out = f(*ts)
+    grads = torch.autograd.grad(out, ts, torch.tensor(v))
+    return out.detach().numpy(), [g.numpy() for g in grads]
+
+
+def assert_close(a, b, tol):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert np.array_equal(np.isnan(a), np.isnan(b)), (a, b)
+    fin = ~np.isnan(a) & (a != b)  # equal entries (infinities included) need no difference
+    err = np.max(np.abs(a[fin] - b[fin])) if fin.any() else 0.0
+    assert err <= tol, f"max |diff| = {err:.3g} > {tol:g}"
+
+
+# -- against PyTorch, float64 and float32 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-6)])
+def test_sparsemax_entmax15_match_pytorch(x64, dtype, tol):
+    x = rows(dtype=dtype)
+    v = np.random.default_rng(1).normal(size=x.shape).astype(dtype)
+    for fj, ft in [(sj.sparsemax, sa.sparsemax), (sj.entmax15, sa.entmax15)]:
+        pj, (gj,) = vjp_jax(fj, jnp.asarray(x), v=v)
+        pt, (gt,) = vjp_torch(ft, x, v=v)
+        assert pj.dtype == dtype
+        assert_close(pj, pt, tol)
+        assert_close(gj, gt, tol)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 1.0 + 1e-6, 1.3, 2.0, 2.5, 4.0])
+def test_entmax_float_alpha_matches_pytorch(x64, alpha):
+    x = rows()
+    v = np.random.default_rng(2).normal(size=x.shape)
+    pj, (gj,) = vjp_jax(lambda t: sj.entmax(t, alpha), jnp.asarray(x), v=v)
+    pt, (gt,) = vjp_torch(lambda t: sa.entmax(t, alpha), x, v=v)
+    assert_close(pj, pt, 1e-12)
+    assert_close(gj, gt, 1e-12)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-6)])
+def test_entmax_per_row_alpha_and_its_gradient_match_pytorch(x64, dtype, tol):
+    x = rows(dtype=dtype)
+    alpha = np.array([[1.5], [1.0 + 1e-4], [2.0], [3.0], [0.7]], dtype=dtype)
+    v = np.random.default_rng(3).normal(size=x.shape).astype(dtype)
+    pj, (gxj, gaj) = vjp_jax(sj.entmax, jnp.asarray(x), jnp.asarray(alpha), v=v)
+    pt, (gxt, gat) = vjp_torch(sa.entmax, x, alpha, v=v)
+    assert_close(pj, pt, tol)
+    assert_close(gxj, gxt, tol)
+    # the α-gradient is computed in float64 by PyTorch whatever the input; in float32 here
+    assert_close(gaj, gat, tol if dtype == np.float64 else 1e-5)
+
+
+@pytest.mark.parametrize("name,params", DIVERGENCES)
+def test_f_softargmax_with_q_and_temperature_matches_pytorch(x64, name, params):
+    x = rows()
+    q = np.random.default_rng(4).uniform(0.5, 2.0, size=x.shape[-1:])
+    v = np.random.default_rng(5).normal(size=x.shape)
+    fj = lambda t, qq: sj.f_softargmax(t, name, q=qq, temperature=0.7, **params)
+    ft = lambda t, qq: sa.f_softargmax(t, name, q=qq, temperature=0.7, **params)
+    pj, (gxj, gqj) = vjp_jax(fj, jnp.asarray(x), jnp.asarray(q), v=v)
+    pt, (gxt, gqt) = vjp_torch(ft, x, q, v=v)
+    assert_close(pj, pt, 1e-12)
+    assert_close(gxj, gxt, 1e-12)
+    assert_close(gqj, gqt, 1e-11)
+    # float32 against PyTorch's float32
+    p32 = sj.f_softargmax(jnp.asarray(x, jnp.float32), name, q=jnp.asarray(q, jnp.float32), temperature=0.7,
+                          **params)
+    assert p32.dtype == jnp.float32
+    assert_close(p32, sa.f_softargmax(torch.tensor(x, dtype=torch.float32), name,
+                                      q=torch.tensor(q, dtype=torch.float32), temperature=0.7, **params), 1e-6)
+
+
+@pytest.mark.parametrize("name,params", DIVERGENCES)
+def test_f_softmax_value_and_gradients_match_pytorch(x64, name, params):
+    x = rows()
+    q = np.random.default_rng(6).uniform(0.5, 2.0, size=x.shape[-1:])
+    v = np.random.default_rng(7).normal(size=x.shape[:-1])
+    pj, (gxj, gqj) = vjp_jax(lambda t, qq: sj.f_softmax(t, name, q=qq, temperature=1.3, **params),
+                             jnp.asarray(x), jnp.asarray(q), v=v)
+    pt, (gxt, gqt) = vjp_torch(lambda t, qq: sa.f_softmax(t, name, q=qq, temperature=1.3, **params), x, q, v=v)
+    assert_close(pj, pt, 1e-12)
+    assert_close(gxj, gxt, 1e-12)
+    assert_close(gqj, gqt, 1e-11)
+
+
+@pytest.mark.parametrize("name,params", [("kl", {}), ("chi_square", {}), ("reverse_kl", {}), ("jensen_shannon", {}),
+                                         ("squared_hellinger", {}), ("alpha", {"alpha": 1.5})])
+def test_f_sigmoid_f_softplus_match_pytorch(x64, name, params):
+    h = 1e-6
+    s = np.array([-30.0, -2.0, -0.3, 0.4, 3.0, 25.0, np.inf, -np.inf, 0.0, h, -h])
+    q = (0.7, 1.6)
+    v = np.ones_like(s)  # elementwise functions: the vector-Jacobian product is the derivative
+    for fj, ft in [(sj.f_sigmoid, sa.f_sigmoid), (sj.f_softplus, sa.f_softplus)]:
+        pj, (gj,) = vjp_jax(lambda t: fj(t, name, q=q, temperature=0.8, **params), jnp.asarray(s), v=v)
+        pt, (gt,) = vjp_torch(lambda t: ft(t, name, q=q, temperature=0.8, **params), s, v=v)
+        assert_close(pj, pt, 1e-12)
+        # s = 0 exactly: PyTorch's f_sigmoid takes the derivative of |s| there as 0 (its gradient is 0 at
+        # s = 0); the derivative there is checked against a central difference instead
+        assert_close(np.asarray(gj)[:8], gt[:8], 1e-12)
+        pj = np.asarray(pj)
+        assert float(gj[8]) == pytest.approx((pj[9] - pj[10]) / (2 * h), rel=1e-6, abs=1e-9)
+
+
+def test_alpha_relu_matches_pytorch_with_array_tau(x64):
+    x = rows()
+    x[3, 4] = -2.0
+    tau = np.random.default_rng(9).normal(size=(5, 1)) * 0.3
+    v = np.random.default_rng(10).normal(size=x.shape)
+    for alpha in (1.5, 2.0, 3.0, 1.2):
+        pj, (gxj, gtj) = vjp_jax(lambda t, u: sj.alpha_relu(t, alpha, u), jnp.asarray(x), jnp.asarray(tau), v=v)
+        pt, (gxt, gtt) = vjp_torch(lambda t, u: sa.alpha_relu(t, alpha, u), x, tau, v=v)
+        assert_close(pj, pt, 1e-12)
+        assert_close(gxj, gxt, 1e-12)
+        assert_close(gtj, gtt, 1e-12)
+
+
+def test_long_rows_start_from_their_block_maxima_and_match_pytorch(x64):
+    """Rows of at least 1024 entries start Newton's method from the threshold of their blocks' maxima."""
+    x = np.random.default_rng(16).normal(size=(4, 2050)) * 2
+    x[1] = 0.5  # flat
+    x[2, ::3] = -np.inf
+    x[3, :2049] = -np.inf  # one entry left
+    v = np.random.default_rng(17).normal(size=x.shape)
+    for fj, ft in [(sj.sparsemax, sa.sparsemax), (sj.entmax15, sa.entmax15),
+                   (lambda t: sj.entmax(t, 1.3), lambda t: sa.entmax(t, 1.3)),
+                   (lambda t: sj.f_softargmax(t, "jensen_shannon"), lambda t: sa.f_softargmax(t, "jensen_shannon"))]:
+        pj, (gj,) = vjp_jax(fj, jnp.asarray(x), v=v)
+        pt, (gt,) = vjp_torch(ft, x, v=v)
+        assert_close(pj, pt, 1e-12)
+        assert_close(gj, gt, 1e-12)
+
+
+# -- finite differences, jvp = vjp, jit and vmap -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: sj.f_softargmax(x, "jeffrey", temperature=0.5, q=jnp.abs(x[0]) + 0.5),
+    lambda x: sj.entmax(x[:, :3], jnp.abs(x[:, 3:4]) + 1.2),
+])
+def test_gradients_against_finite_differences(x64, fn):
+    from jax.test_util import check_grads
+
+    x = jnp.asarray(np.random.default_rng(11).normal(size=(3, 6)))
+    check_grads(fn, (x,), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+def test_jit_vmap_and_axis(x64):
+    x = jnp.asarray(np.random.default_rng(12).normal(size=(4, 3, 6)))
+    f = jax.jit(lambda t: sj.entmax(t, 1.7, axis=1))
+    ref = np.moveaxis(np.asarray(sj.entmax(jnp.moveaxis(x, 1, -1), 1.7)), -1, 1)
+    assert_close(f(x), ref, 1e-14)
+    assert_close(jax.vmap(lambda t: sj.entmax(t, 1.7, axis=0))(x), ref, 1e-14)
+    g = jax.jit(jax.grad(lambda t: sj.sparsemax(t)[..., 0].sum()))(x)
+    assert_close(g, jax.grad(lambda t: sj.sparsemax(t)[..., 0].sum())(x), 1e-14)
+
+
+# -- properties ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,params", DIVERGENCES)
+def test_properties_sum_shift_argmax(x64, name, params):
+    x = jnp.asarray(np.random.default_rng(13).normal(size=(6, 9)) * 2)
+    p = sj.f_softargmax(x, name, **params)
+    assert_close(p.sum(-1), np.ones(6), 1e-13)
+    assert bool(jnp.all(p >= 0))
+    assert_close(sj.f_softargmax(x + 1e4, name, **params), p, 1e-10)
+    assert np.array_equal(np.argmax(p, -1), np.argmax(x, -1))
+
+
+# -- edges -------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [sj.sparsemax, sj.entmax15, lambda t: sj.entmax(t, 1.25),
+                                lambda t: sj.entmax(t, 3.0), lambda t: sj.f_softargmax(t, "jensen_shannon"),
+                                lambda t: sj.f_softargmax(t, "kl", q=jnp.array([1.0, 2.0, 1.0, 1.0]))])
+def test_masked_rows_nan_rows_and_gradients(fn):
+    x = jnp.array([[1.0, -jnp.inf, 0.5, 0.2], [-jnp.inf] * 4, [0.3, jnp.nan, 0.1, 0.0], [2.0, 1.0, 0.0, -1.0]])
+    p = fn(x)
+    assert bool(jnp.all(p[0, 1] == 0)) and bool(jnp.all(p[1] == 0))
+    assert bool(jnp.all(jnp.isnan(p[2]))) and not bool(jnp.any(jnp.isnan(p[jnp.array([0, 1, 3])])))
+    g = jax.grad(lambda t: (fn(t)[jnp.array([0, 1, 3])] * jnp.arange(4.0)).sum())(x)
+    assert not bool(jnp.any(jnp.isnan(g[jnp.array([0, 1, 3])])))
+    assert bool(jnp.all(g[1] == 0)) and float(g[0, 1]) == 0.0
+
+
+def test_f_softmax_of_masked_row_is_minus_inf():
+    v = sj.f_softmax(jnp.array([[-jnp.inf, -jnp.inf], [0.0, -jnp.inf]]), "chi_square")
+    assert float(v[0]) == -math.inf and float(v[1]) == 0.0  # one class left: max_p <p, x> - f(1) = 0
+
+
+def test_large_offsets_alpha_near_one_and_large_alpha(x64):
+    x = jnp.asarray(np.random.default_rng(14).normal(size=(3, 50)))
+    assert_close(sj.entmax15(x + 1e6), sj.entmax15(x), 1e-9)
+    assert_close(sj.entmax(x, 1.0 + 1e-7), jax.nn.softmax(x), 1e-6)
+    x32 = x.astype(jnp.float32)
+    assert_close(sj.entmax(x32, 1.0 + 1e-6), jax.nn.softmax(x32), 1e-5)
+    # flat rows at large α: every entry 1/k exactly to rounding (the entmax variable)
+    flat = jnp.zeros((2, 100))
+    for alpha in (4.0, 16.0):
+        assert_close(sj.entmax(flat, alpha), np.full((2, 100), 0.01), 1e-15)
+        assert_close(sj.entmax(flat, jnp.full((2, 1), alpha)), np.full((2, 100), 0.01), 1e-15)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_computed_in_float32(dtype):
+    x = jnp.asarray(np.random.default_rng(15).normal(size=(3, 8)), dtype)
+    for fn in (sj.sparsemax, sj.entmax15, lambda t: sj.f_softargmax(t, "reverse_kl")):
+        p = fn(x)
+        assert p.dtype == dtype
+        ref = fn(x.astype(jnp.float32))
+        assert_close(p, ref.astype(dtype), 0.0)
+
+
+# -- errors -----------------------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_errors():
+    x = jnp.ones((2, 3))
+    with pytest.raises(ValueError, match="axis=2"):
+        sj.sparsemax(x, axis=2)
+    with pytest.raises(TypeError, match="floating"):
+        sj.sparsemax(jnp.ones((2, 3), jnp.int32))
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
+        sj.entmax(x, 0.0)
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        sj.entmax(x, jnp.array([[1.5], [-1.0]]))
+    with pytest.raises(ValueError, match="size 1 along axis"):
+        sj.entmax(x, jnp.ones((2, 3)))
+    with pytest.raises(ValueError, match="strictly positive"):
+        sj.f_softargmax(x, "kl", q=jnp.array([1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="not broadcastable"):
+        sj.f_softargmax(x, "kl", q=jnp.ones(4))
+    with pytest.raises(ValueError, match="unknown name"):
+        sj.f_softargmax(x, "nope")
+    with pytest.raises(ValueError, match="temperature"):
+        sj.f_softargmax(x, "kl", temperature=0.0)
+    with pytest.raises(ValueError, match="alpha must be > 1"):
+        sj.alpha_relu(x, 1.0)
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, softargmax_jax, jax.numpy as jnp; softargmax_jax.entmax15(jnp.ones(3)); " \
+           "assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_user_divergence_temperature_gradient_and_alpha_one(x64):
+    """A user's generator works like the built-in one; the gradients in an array temperature and in a per-row
+    α exactly 1 match central differences."""
+    from softargmax_jax.divergences import Divergence
+
+    class Pearson(Divergence):
+        f_prime_zero, newton_power, monotone = 0.0, 1.0, True
+
+        def f(self, u):
+            return (u * u - 1) / 2
+
+        def f_prime(self, u):
+            return u
+
+        def conj(self, v):
+            return (v * v + 1) / 2
+
+        def g_and_gp(self, v):
+            g = jnp.maximum(v, 0)
+            return g, jnp.sign(g)
+
+    x = jnp.asarray(rows())
+    assert_close(sj.f_softargmax(x, Pearson()), sj.sparsemax(x), 1e-15)
+    assert_close(sj.fenchel_young_loss(x, jnp.arange(5), Pearson()), sj.sparsemax_loss(x, jnp.arange(5)), 1e-15)
+    h = 1e-6
+    f = lambda t: sj.f_softargmax(x, "jensen_shannon", temperature=t)[0, 0]
+    assert float(jax.grad(f)(jnp.float64(0.7))) == pytest.approx(float(f(0.7 + h) - f(0.7 - h)) / (2 * h), rel=1e-7)
+    w = jnp.arange(7.0)
+    g = lambda a: (sj.entmax(x, a) * w).sum()
+    a = jnp.ones((5, 1))
+    fd = [(float(g(a.at[i, 0].add(h))) - float(g(a.at[i, 0].add(-h)))) / (2 * h) for i in range(5)]
+    assert_close(jax.grad(g)(a)[:, 0], fd, 1e-7)
+
+
+def test_the_jax_distribution_depends_on_jax_and_numpy_only():
+    import tomllib
+
+    root = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    with open(f"{root}/jax/pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["name"] == "softargmax-jax"
+    assert sorted(d.split(">")[0].split("=")[0] for d in project["dependencies"]) == ["jax", "numpy"]
+    extras = " ".join(" ".join(v) for v in project.get("optional-dependencies", {}).values())
+    assert "torch" not in extras and "cuda" not in extras
