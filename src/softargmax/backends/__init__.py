@@ -81,7 +81,7 @@ def probabilities(z: Tensor, div: Divergence) -> Optional[Tensor]:
         return None
     if backend is _cpu_rows:
         return _cpu_rows.probabilities(z, div)
-    sol = backend.solve(z, div)
+    sol = backend.solve(z, div, row_sums=False)
     assert sol is not None  # select() said that this backend covers the call
     return sol.dense_p()
 

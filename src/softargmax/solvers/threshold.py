@@ -275,7 +275,7 @@ def solve(
     if prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
         backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)
         if backend is not None:
-            return backend.solve(z, divergence)
+            return backend.solve(z, divergence, row_sums=candidates_only)  # the loss values' row sums
     rows = _candidates(z, divergence, q, prune)
     eps = torch.finfo(z.dtype).eps
     # at rounding level: a looser tolerance left float32 rows 2.7e-6 from Σ p = 1 (reverse KL,

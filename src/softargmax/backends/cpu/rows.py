@@ -235,8 +235,11 @@ def probabilities(z: Tensor, div: Divergence) -> Tensor:
     return p
 
 
-def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
-    """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
+def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
+    """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
+
+    ``row_sums`` is accepted for the backends' common signature and not used: the C solver
+    leaves ``zp`` and ``omega`` to :class:`~softargmax.backends.solution.Solution`."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
     return solve_with(_run, z, div, converts_tau=True)

@@ -22,19 +22,35 @@ Kinds (all with ``q = 1``), in the solver's own variable ``t``:
 Stopping: the iterates increase monotonically in exact arithmetic; in float32 a step may go
 back by rounding, so a row stops when its residual ``|S - 1|`` is below ``tol``, stops
 decreasing (checked from the third evaluation), the step vanishes, or after ``max_iter``.
+The streamed kernel's full-row steps of the dense kinds also stop once the residual is at
+most :data:`DENSE_ACCEPT`, taking that last step unconfirmed (its error is of the residual's
+square): one read of the row less.
 
-Row layouts: :func:`solve_block_rows` holds ``ROWS × BLOCK`` scores in registers (rows up
-to ``BLOCK`` long, several short rows per program) and reads them once;
-:func:`solve_long_rows` is one program per row and streams the row in ``BLOCK`` chunks:
-one pass for the maximum and the candidates (written to a per-row scratch of ``CAP``
-slots; a row with more candidates iterates on the full row instead), the Newton passes
-on the candidates, and one pass that writes ``p``.  The backward kernels recompute
-``s`` from ``p`` (``s = p^{1-a}``, ``p + p²``, ``2 p^{3/2}``), so the forward writes only ``p``.
+Row layouts:
 
-The solver kernels also write two row sums for the Fenchel–Young loss values, from the
-pass that writes ``p``: ``⟨z, p⟩`` and the raw regularizer sum of :func:`_omega_terms`.
+* :func:`solve_block_rows` holds a ``[CH, ROWS, LINE]`` tile in registers (``ROWS`` rows of at
+  most ``CH·LINE`` scores, ``LINE`` = 32 lanes of 16 bytes) and reads it once.  The warps lie
+  along the rows: a row of at most ``32 · 16`` scores is one warp's, so its sums are warp
+  shuffles (no shared memory, no barrier); only the loop's "any row left?" test crosses warps.
+  Longer rows are split over the warps of one program (``SPLIT``).  Each Newton step reduces
+  ``(Σp, Σs)`` as one tuple, one exchange per axis rather than one per sum.
+* :func:`solve_long_rows` is one program per row streamed in ``BLOCK`` chunks with per-lane
+  (vector) accumulators, reduced once per pass, so no barrier inside a pass.  Pass 1 keeps,
+  per lane, its ``SLOTS`` largest scores in registers (no prefix sum, no scratch memory); the
+  Newton steps run on those registers, exactly for the power kind when no lane overflowed,
+  otherwise as a lower bound from which the full-row Newton passes continue; the last pass
+  writes ``p``.  Forward: 2 reads and 1 write of the row (power kind), plus one read per
+  full-row Newton step (the dense kinds, overflowing rows).
 
-Status per row: 0 solved, 1 all ``-inf`` (``p = 0``), 2 NaN or ``+inf`` (``p = NaN``).
+The backward kernels recompute ``s`` from ``p`` (``s = p^{1-a}``, ``p + p²``, ``2 p^{3/2}``),
+so the forward writes only ``p``; the streamed one reads ``v`` only where ``s ≠ 0`` for the
+power kind.  Gradients are written in the input's dtype; nothing float32 goes through memory.
+
+Per row the solvers write ``τ_f`` (the f-divergence parametrization) and ``Σ s`` into one
+``[R, 2]`` buffer and a boolean "bad row" (NaN or ``+inf``: ``p = NaN``; an all ``-inf`` row
+gives ``p = 0``); with ``SUMS`` also the two row sums of the Fenchel–Young loss values, from
+the pass that writes ``p``: ``⟨z, p⟩`` and the raw regularizer sum of :func:`_omega_terms`
+times ``omega_scale``.  One launch per call, no host synchronization.
 """
 
 import triton
@@ -44,6 +60,10 @@ KIND_POWER = tl.constexpr(0)
 KIND_JS = tl.constexpr(1)
 KIND_HELL = tl.constexpr(2)
 
+
+#: the streamed dense kinds take a full-row Newton step without confirming it from this
+#: residual ``|S - 1|`` on (the step's error is of its square, below float32 rounding)
+DENSE_ACCEPT = tl.constexpr(1e-4)
 
 #: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
 #: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
@@ -176,196 +196,378 @@ def newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexp
 
 
 @triton.jit
-def _row_tile(R, k, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """This program's rows, their mask, the ``[ROWS, BLOCK]`` mask and offsets into a ``[R, k]`` matrix."""
+def _sums2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _sums4(a0, b0, c0, d0, a1, b1, c1, d1):
+    return a0 + a1, b0 + b1, c0 + c1, tl.minimum(d0, d1)
+
+
+@triton.jit
+def _newton_sums(p, s, EXACT: tl.constexpr, FIRST: tl.constexpr, SECOND: tl.constexpr):
+    """``(Σp, Σs, n, umin)`` over the axes ``FIRST`` then ``SECOND`` (``SECOND < 0``: one axis) as one
+    tuple reduction per axis (one exchange between warps, not one per sum); ``n`` and ``umin``
+    (the support's size and smallest ``u``) only for 1.5-entmax, else ``Σp``."""
+    if EXACT == 2:
+        pos = s > 0
+        S, Sp, n, umin = tl.reduce((p, s, tl.where(pos, 1.0, 0.0), tl.where(pos, s, float("inf"))), FIRST, _sums4)
+        if SECOND >= 0:
+            S, Sp, n, umin = tl.reduce((S, Sp, n, umin), SECOND, _sums4)
+    else:
+        S, Sp = tl.reduce((p, s), FIRST, _sums2)
+        if SECOND >= 0:
+            S, Sp = tl.reduce((S, Sp), SECOND, _sums2)
+        n = S
+        umin = S
+    return S, Sp, n, umin
+
+
+@triton.jit
+def _row_tile(R, k, ROWS: tl.constexpr, CH: tl.constexpr, LINE: tl.constexpr):
+    """This program's ``ROWS`` rows, their mask, and the mask and offsets of its ``[CH, ROWS, LINE]``
+    tile of a ``[R, k]`` matrix (entry ``(c, r, j)`` is column ``c·LINE + j`` of row ``r``): the
+    warps are laid along the rows, so the row sums stay inside a warp (no shared memory, no
+    barrier) unless one row needs several warps (``ROWS = 1``)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK)
+    col = tl.arange(0, CH)[:, None, None] * LINE + tl.arange(0, LINE)[None, None, :]
     rmask = rows < R
-    mask = rmask[:, None] & (cols[None, :] < k)
-    offs = rows.to(tl.int64)[:, None] * k + cols[None, :]
+    mask = rmask[None, :, None] & (col < k)
+    offs = rows.to(tl.int64)[None, :, None] * k + col
     return rows, rmask, mask, offs
 
 
 @triton.jit
-def solve_block_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, R, k, a_stride, tol, max_iter, omega_c,
-                     KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Rows of at most ``BLOCK`` scores, ``ROWS`` of them per program, held in registers."""
-    rows, rmask, mask, offs = _row_tile(R, k, ROWS, BLOCK)
+def _row_a(ALPHA, rows, rmask, a_value, PER_ROW: tl.constexpr):
+    """``a = α - 1`` per row: read from ``ALPHA`` (``PER_ROW``) or the scalar ``a_value``."""
+    if PER_ROW:
+        a = tl.load(ALPHA + rows, mask=rmask, other=2.0).to(tl.float32) - 1.0
+    else:
+        a = tl.zeros(rows.shape, tl.float32) + a_value
+    return a
+
+
+@triton.jit
+def _tau_f(t, m, a, tau_c, KIND: tl.constexpr):
+    """The threshold in the f-divergence parametrization: ``(t_y + c)/a`` with ``t_y = t + a m`` the
+    threshold of ``y = a z`` (power kind; ``c = tau_c``, and ``t`` held as ``t + 1`` near α = 1
+    gives ``t_y + 1`` without cancellation), ``t + m`` otherwise."""
+    if KIND == KIND_POWER:
+        tau = (t + (tau_c - _near_offset(a)) + a * m) / a
+    else:
+        tau = t + m
+    return tau
+
+
+@triton.jit
+def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
+                     KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
+                     ROWS: tl.constexpr, CH: tl.constexpr, LINE: tl.constexpr, SPLIT: tl.constexpr):
+    """Rows of at most ``CH·LINE`` scores, ``ROWS`` of them per program, held in registers and read once.
+
+    Writes ``p``, ``AUX[r] = (τ_f, Σs)``, ``BAD[r]`` (NaN or ``+inf`` in the row) and, with
+    ``SUMS``, ``SUMS_OUT[0, r] = ⟨z, p⟩`` and ``SUMS_OUT[1, r] = omega_scale · Σ`` of
+    :func:`_omega_terms`.  ``a = α - 1`` is ``a_value``, or ``ALPHA[r] - 1`` with ``PER_ROW``."""
+    rows, rmask, mask, offs = _row_tile(R, k, ROWS, CH, LINE)
+    # the reduction axes, the in-thread one first: CH then LINE (one warp per row), or LINE then CH (SPLIT)
+    FIRST: tl.constexpr = 2 * SPLIT
+    SECOND: tl.constexpr = 1 - SPLIT
     x = tl.load(Z + offs, mask=mask, other=float("-inf")).to(tl.float32)
-    a = tl.load(A + rows * a_stride, mask=rmask, other=1.0).to(tl.float32)
-    bad = tl.max(((x != x) | (x == float("inf"))).to(tl.int32), 1) > 0
-    m = tl.max(tl.where(x == x, x, float("-inf")), 1)
+    a = _row_a(ALPHA, rows, rmask, a_value, PER_ROW)
+    # one reduction for the maximum and the bad rows: NaN counts as +inf
+    m = tl.max(tl.max(tl.where(x == x, x, float("inf")), FIRST), SECOND)
+    bad = m == float("inf")
     empty = bad | (m == float("-inf"))
-    x = tl.where(empty[:, None], float("-inf"), x)
+    x = tl.where(empty[None, :, None], float("-inf"), x)
     m = tl.where(empty, 0.0, m)
     if KIND == KIND_POWER:
-        t = tl.full([ROWS], -1.0, tl.float32) + _near_offset(a)
+        t = _near_offset(a) - 1.0
     else:
         t = tl.zeros([ROWS], tl.float32)
     go = rmask & (empty == 0)
     last = tl.full([ROWS], float("inf"), tl.float32)
+    Sp = tl.zeros([ROWS], tl.float32)
     it = 0
-    while tl.sum(go.to(tl.int32), 0) > 0:
-        p, s = _evaluate(x, m[:, None], t[:, None], a[:, None], KIND, EXACT)
-        S = tl.sum(p, 1)
-        Sp = tl.sum(s, 1)
-        n = S  # the support's size and smallest u: only 1.5-entmax's quadratic step uses them
-        umin = S
-        if EXACT == 2:
-            n = tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
-            umin = tl.min(tl.where(s > 0, s, float("inf")), 1)
+    while tl.max(go.to(tl.int32), 0) > 0:
+        p, s = _evaluate(x, m[None, :, None], t[None, :, None], a[None, :, None], KIND, EXACT)
+        S, Sp, n, umin = _newton_sums(p, s, EXACT, FIRST, SECOND)
         tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1
-    p, s = _evaluate(x, m[:, None], t[:, None], a[:, None], KIND, EXACT)
-    zp = tl.sum(tl.where(p > 0, x * p, 0.0), 1)
-    omega = tl.sum(_omega_terms(x, m[:, None], t[:, None], a[:, None], p, omega_c, KIND), 1)
-    tl.store(ZP + rows, tl.where(bad, float("nan"), zp), mask=rmask)
-    tl.store(OMEGA + rows, tl.where(bad, float("nan"), omega), mask=rmask)
-    p = tl.where(bad[:, None], float("nan"), p)
+    # a row's last evaluation was at its final t (t changes only while the row goes on): Sp is Σ s there
+    p, _ = _evaluate(x, m[None, :, None], t[None, :, None], a[None, :, None], KIND, EXACT)
+    if SUMS:
+        zp, omega = tl.reduce((tl.where(p > 0, x * p, 0.0),
+                               _omega_terms(x, m[None, :, None], t[None, :, None], a[None, :, None], p, omega_c, KIND)),
+                              FIRST, _sums2)
+        zp, omega = tl.reduce((zp, omega), SECOND, _sums2)
+        tl.store(SUMS_OUT + rows, tl.where(bad, float("nan"), zp), mask=rmask)
+        tl.store(SUMS_OUT + R + rows, tl.where(bad, float("nan"), omega * omega_scale), mask=rmask)
+    p = tl.where(bad[None, :, None], float("nan"), p)
     tl.store(P + offs, p.to(P.dtype.element_ty), mask=mask)
-    if KIND == KIND_POWER:
-        tau = (t - _near_offset(a)) + a * m
-    else:
-        tau = t + m
-    tau = tl.where(bad, float("nan"), tau)
-    tl.store(T + rows, tau.to(T.dtype.element_ty), mask=rmask)
-    tl.store(SSUM + rows, tl.sum(s, 1).to(SSUM.dtype.element_ty), mask=rmask)
-    status = tl.where(bad, 2, tl.where(empty, 1, 0))
-    tl.store(STATUS + rows, status.to(tl.int8), mask=rmask)
+    tau = tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND))
+    tl.store(AUX + 2 * rows, tau, mask=rmask)
+    tl.store(AUX + 2 * rows + 1, Sp, mask=rmask)
+    tl.store(BAD + rows, bad, mask=rmask)
 
 
 @triton.jit
-def solve_long_rows(Z, P, T, SSUM, STATUS, ZP, OMEGA, A, SCRATCH, k, a_stride, tol, max_iter, omega_c,
-                    KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr):
-    """One row per program, streamed in ``BLOCK`` chunks (see the module docstring)."""
-    row = tl.program_id(0).to(tl.int64)
+def _insert(x, c0, c1, c2, c3, SLOTS: tl.constexpr):
+    """Insert ``x`` into every lane's descending list ``c0 >= c1 >= c2 >= c3`` (the first ``SLOTS``
+    of them are used): a lane keeps the ``SLOTS`` largest scores it has seen, in registers."""
+    if SLOTS >= 4:
+        c3 = tl.maximum(c3, tl.minimum(c2, x))
+    if SLOTS >= 3:
+        c2 = tl.maximum(c2, tl.minimum(c1, x))
+    if SLOTS >= 2:
+        c1 = tl.maximum(c1, tl.minimum(c0, x))
+    c0 = tl.maximum(c0, x)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _slot_sums(c0, c1, c2, c3, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, SLOTS: tl.constexpr):
+    """:func:`_newton_sums` over the lanes' kept scores (``-inf`` in unused slots adds nothing)."""
+    p, s = _evaluate(c0, m, t, a, KIND, EXACT)
+    if EXACT == 2:
+        n = tl.where(s > 0, 1.0, 0.0)
+        umin = tl.where(s > 0, s, float("inf"))
+    if SLOTS >= 2:
+        p1, s1 = _evaluate(c1, m, t, a, KIND, EXACT)
+        p += p1
+        s += s1
+        if EXACT == 2:
+            n += tl.where(s1 > 0, 1.0, 0.0)
+            umin = tl.minimum(umin, tl.where(s1 > 0, s1, float("inf")))
+    if SLOTS >= 3:
+        p2, s2 = _evaluate(c2, m, t, a, KIND, EXACT)
+        p += p2
+        s += s2
+        if EXACT == 2:
+            n += tl.where(s2 > 0, 1.0, 0.0)
+            umin = tl.minimum(umin, tl.where(s2 > 0, s2, float("inf")))
+    if SLOTS >= 4:
+        p3, s3 = _evaluate(c3, m, t, a, KIND, EXACT)
+        p += p3
+        s += s3
+        if EXACT == 2:
+            n += tl.where(s3 > 0, 1.0, 0.0)
+            umin = tl.minimum(umin, tl.where(s3 > 0, s3, float("inf")))
+    if EXACT == 2:
+        S, Sp, n, umin = tl.reduce((p, s, n, umin), 0, _sums4)
+    else:
+        S, Sp = tl.reduce((p, s), 0, _sums2)
+        n = S
+        umin = S
+    return S, Sp, n, umin
+
+
+@triton.jit
+def _last_slot(c0, c1, c2, c3, SLOTS: tl.constexpr):
+    """Every lane's smallest kept score: all it dropped is at most this."""
+    if SLOTS == 1:
+        low = c0
+    elif SLOTS == 2:
+        low = c1
+    elif SLOTS == 3:
+        low = c2
+    else:
+        low = c3
+    return low
+
+
+@triton.jit
+def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`_newton_sums` over a full streamed row: per-lane accumulators, one reduction at the end."""
     cols = tl.arange(0, BLOCK)
-    zrow = Z + row * k
-    crow = SCRATCH + row * CAP
-    a = tl.load(A + row * a_stride).to(tl.float32)
-    # -- pass 1: maximum, NaN/+inf, candidates above the running maximum's bound ---------
-    m = float("-inf")
-    nbad = 0
-    n = 0
+    acc_p = tl.zeros([BLOCK], tl.float32)
+    acc_s = tl.zeros([BLOCK], tl.float32)
+    acc_n = tl.zeros([BLOCK], tl.float32)
+    acc_u = tl.full([BLOCK], float("inf"), tl.float32)
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        nbad += tl.sum(((x != x) | (x == float("inf"))).to(tl.int32), 0)
-        m = tl.maximum(m, tl.max(tl.where(x == x, x, float("-inf")), 0))
-        if KIND == KIND_POWER:
-            # m only grows, so this keeps a superset of the final candidates z > m - 1/a
-            keep = a * (x - m) > -1.0
-            slot = n + tl.cumsum(keep.to(tl.int32), 0) - 1
-            tl.store(crow + slot, x, mask=keep & (slot < CAP))
-            n += tl.sum(keep.to(tl.int32), 0)
-    bad = nbad > 0
+        p, s = _evaluate(x, m, t, a, KIND, EXACT)
+        acc_p += p
+        acc_s += s
+        if EXACT == 2:
+            acc_n += tl.where(s > 0, 1.0, 0.0)
+            acc_u = tl.minimum(acc_u, tl.where(s > 0, s, float("inf")))
+    if EXACT == 2:
+        S, Sp, n, umin = tl.reduce((acc_p, acc_s, acc_n, acc_u), 0, _sums4)
+    else:
+        S, Sp = tl.reduce((acc_p, acc_s), 0, _sums2)
+        n = S
+        umin = S
+    return S, Sp, n, umin
+
+
+@triton.jit
+def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
+                    KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
+                    BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+    """One row per program, streamed in ``BLOCK`` chunks with per-lane accumulators (one
+    reduction per pass, no barrier inside a pass); outputs as :func:`solve_block_rows`.
+
+    Pass 1 reads the row once: every lane keeps its ``SLOTS`` largest scores in registers (NaN
+    counts as ``+inf``), which gives the maximum ``m`` and the candidates.  Newton then runs on
+    those registers.  For the power kind only ``z > m - 1/a`` can be in the support (the
+    iterates start at ``t = -1`` and increase), so when no lane dropped such a score (its
+    smallest kept score is at most ``m - 1/a``) the registers hold every candidate and the
+    threshold is exact without another read.  Otherwise (a lane overflowed, or a dense kind,
+    where every entry counts) the registers' root is a lower bound of the row's (the sum over
+    a subset is smaller), and Newton goes on over the full row from there.  The last pass
+    reads the row and writes ``p``."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    zrow = Z + row.to(tl.int64) * k
+    prow = P + row.to(tl.int64) * k
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    # -- pass 1: every lane's largest scores ------------------------------------------------
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    for j0 in range(0, k, BLOCK):
+        idx = j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
+    m = tl.max(c0, 0)
+    bad = m == float("inf")
     empty = bad | (m == float("-inf"))
     m = tl.where(empty, 0.0, m)
     if KIND == KIND_POWER:
-        # iterate on the scratch (n <= CAP candidates) or, after an overflow, on the whole row
-        n_scratch = tl.where(n <= CAP, n, 0)
-        n_row = tl.where(n <= CAP, 0, k)
-        length = n_scratch + n_row
+        low = _last_slot(c0, c1, c2, c3, SLOTS)
+        full = tl.max(tl.where(a * (low - m) > -1.0, 1, 0), 0) > 0  # a lane may have dropped a candidate
         t = -1.0 + _near_offset(a)
     else:
-        length = k
+        full = True
         t = 0.0
-    # -- Newton on the candidates (or the whole row) ------------------------------------------
+    # -- Newton on the registers --------------------------------------------------------------
     go = empty == 0
     last = float("inf")
+    Sp = 0.0
     it = 0
     while go:
-        S = 0.0
-        Sp = 0.0
-        cnt = 0.0
-        umin = float("inf")
-        for j0 in range(0, length, BLOCK):
-            idx = j0 + cols
-            inb = idx < length
-            if KIND == KIND_POWER:
-                xs = tl.load(crow + idx, mask=idx < n_scratch, other=float("-inf"))
-                xz = tl.load(zrow + idx, mask=idx < n_row, other=float("-inf")).to(tl.float32)
-                x = tl.maximum(xs, xz)
-            else:
-                x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
-            p, s = _evaluate(x, m, t, a, KIND, EXACT)
-            S += tl.sum(p, 0)
-            Sp += tl.sum(s, 0)
-            if EXACT == 2:
-                cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 0)
-                umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 0))
-        tn, stop, last = newton_step(t, S, Sp, cnt, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
         go = stop == 0
         t = tl.where(go, tn, t)
         it += 1
-    # -- pass 3: write p ----------------------------------------------------------------------
-    Sp = 0.0
-    zp = 0.0
-    omega = 0.0
+    # -- Newton over the full row, from the registers' root (a lower bound) ------------------
+    go = (empty == 0) & full
+    last = float("inf")
+    it = 2  # the stopping tests apply from the first full evaluation
+    while go:
+        S, Sp, n, umin = _row_sums(zrow, k, m, t, a, KIND, EXACT, BLOCK)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        go = stop == 0
+        t = tl.where(go, tn, t)
+        if KIND != KIND_POWER:
+            # the dense kinds' transformed S is smooth with bounded curvature: from a residual of
+            # DENSE_ACCEPT the step leaves an error of its square (below the tolerance), so take
+            # the step without another pass to confirm it (the write pass recomputes Σ s there)
+            go = go & (tl.abs(S - 1.0) > DENSE_ACCEPT)
+        it += 1
+    # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
+    if SUMS:
+        acc_zp = tl.zeros([BLOCK], tl.float32)
+        acc_om = tl.zeros([BLOCK], tl.float32)
+    if KIND != KIND_POWER:
+        acc_s = tl.zeros([BLOCK], tl.float32)
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         inb = idx < k
         x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
         x = tl.where(empty, float("-inf"), x)
         p, s = _evaluate(x, m, t, a, KIND, EXACT)
-        Sp += tl.sum(s, 0)
-        zp += tl.sum(tl.where(p > 0, x * p, 0.0), 0)
-        omega += tl.sum(_omega_terms(x, m, t, a, p, omega_c, KIND), 0)
+        if KIND != KIND_POWER:
+            acc_s += s
+        if SUMS:
+            acc_zp += tl.where(p > 0, x * p, 0.0)
+            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
         p = tl.where(bad, float("nan"), p)
-        tl.store(P + row * k + idx, p.to(P.dtype.element_ty), mask=inb)
-    if KIND == KIND_POWER:
-        tau = (t - _near_offset(a)) + a * m
-    else:
-        tau = t + m
-    tl.store(T + row, tl.where(bad, float("nan"), tau).to(T.dtype.element_ty))
-    tl.store(SSUM + row, Sp.to(SSUM.dtype.element_ty))  # type: ignore[attr-defined]  # a Triton scalar after the loop
-    tl.store(ZP + row, tl.where(bad, float("nan"), zp))
-    tl.store(OMEGA + row, tl.where(bad, float("nan"), omega))
-    tl.store(STATUS + row, tl.where(bad, 2, tl.where(empty, 1, 0)).to(tl.int8))
+        tl.store(prow + idx, p.to(P.dtype.element_ty), mask=inb)
+    if KIND != KIND_POWER:
+        Sp = tl.sum(acc_s, 0)
+    if SUMS:
+        zp, omega = tl.reduce((acc_zp, acc_om), 0, _sums2)
+        tl.store(SUMS_OUT + row, tl.where(bad, float("nan"), zp))
+        tl.store(SUMS_OUT + R + row, tl.where(bad, float("nan"), omega * omega_scale))
+    tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))
+    tl.store(AUX + 2 * row + 1, Sp)
+    tl.store(BAD + row, bad)
 
 
 @triton.jit
-def jvp_block_rows(P, V, G, A, R, k, a_stride, scale,
-                   KIND: tl.constexpr, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """``g = scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for rows of at most ``BLOCK`` entries."""
-    rows, rmask, mask, offs = _row_tile(R, k, ROWS, BLOCK)
+def _jvp_terms(p, v, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+    """``(s, s ⊙ v)`` with ``s`` from ``p``; ``0 · inf`` does not become NaN, NaN ``p`` gives NaN."""
+    s = _s_from_p(p, a, KIND, EXACT)
+    sv = tl.where(s != 0, s * v, tl.where(s == s, 0.0, s))
+    return s, sv
+
+
+@triton.jit
+def jvp_block_rows(P, V, G, ALPHA, R, k, a_value, scale, KIND: tl.constexpr, EXACT: tl.constexpr,
+                   PER_ROW: tl.constexpr, ROWS: tl.constexpr, CH: tl.constexpr, LINE: tl.constexpr,
+                   SPLIT: tl.constexpr):
+    """``g = scale · s ⊙ (v - ⟨s, v⟩/Σs)`` for rows of at most ``CH·LINE`` entries (tiles of :func:`solve_block_rows`)."""
+    rows, rmask, mask, offs = _row_tile(R, k, ROWS, CH, LINE)
+    # the reduction axes, the in-thread one first: CH then LINE (one warp per row), or LINE then CH (SPLIT)
+    FIRST: tl.constexpr = 2 * SPLIT
+    SECOND: tl.constexpr = 1 - SPLIT
     p = tl.load(P + offs, mask=mask, other=0.0).to(tl.float32)
     v = tl.load(V + offs, mask=mask, other=0.0).to(tl.float32)
-    a = tl.load(A + rows * a_stride, mask=rmask, other=1.0).to(tl.float32)
-    s = _s_from_p(p, a[:, None], KIND, EXACT)
-    sv = tl.where(s != 0, s * v, tl.where(s == s, 0.0, s))  # 0 · inf must not become NaN
-    ssum = tl.sum(s, 1)
-    c = tl.sum(sv, 1) / tl.where(ssum > 0, ssum, 1.0)
-    g = tl.where(s != 0, s * (v - c[:, None]), sv) * scale
+    a = _row_a(ALPHA, rows, rmask, a_value, PER_ROW)
+    s, sv = _jvp_terms(p, v, a[None, :, None], KIND, EXACT)
+    ssum, svsum = tl.reduce((s, sv), FIRST, _sums2)
+    ssum, svsum = tl.reduce((ssum, svsum), SECOND, _sums2)
+    c = svsum / tl.where(ssum > 0, ssum, 1.0)
+    g = tl.where(s != 0, s * (v - c[None, :, None]), sv) * scale
     tl.store(G + offs, g.to(G.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def jvp_long_rows(P, V, G, A, k, a_stride, scale, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
-    """:func:`jvp_block_rows` for one long row per program: a reduction pass, then a write pass."""
+def jvp_long_rows(P, V, G, ALPHA, k, a_value, scale, KIND: tl.constexpr, EXACT: tl.constexpr,
+                  PER_ROW: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`jvp_block_rows` for one long row per program: a pass for ``⟨s, v⟩`` and ``Σs``
+    (per-lane accumulators, one reduction), then a pass that writes ``g``.  For the power kind
+    ``v`` is read only where ``s ≠ 0`` (the support: masked lanes fetch nothing)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    a = tl.load(A + row * a_stride).to(tl.float32)
-    acc_sv = 0.0
-    acc_s = 0.0
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    acc_s = tl.zeros([BLOCK], tl.float32)
+    acc_sv = tl.zeros([BLOCK], tl.float32)
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         inb = idx < k
         p = tl.load(P + row * k + idx, mask=inb, other=0.0).to(tl.float32)
+        if KIND == KIND_POWER:
+            inb = inb & (p != 0)
         v = tl.load(V + row * k + idx, mask=inb, other=0.0).to(tl.float32)
-        s = _s_from_p(p, a, KIND, EXACT)
-        acc_sv += tl.sum(tl.where(s != 0, s * v, tl.where(s == s, 0.0, s)), 0)
-        acc_s += tl.sum(s, 0)
-    c = acc_sv / tl.where(acc_s > 0, acc_s, 1.0)
+        s, sv = _jvp_terms(p, v, a, KIND, EXACT)
+        acc_s += s
+        acc_sv += sv
+    ssum, svsum = tl.reduce((acc_s, acc_sv), 0, _sums2)
+    c = svsum / tl.where(ssum > 0, ssum, 1.0)
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         inb = idx < k
         p = tl.load(P + row * k + idx, mask=inb, other=0.0).to(tl.float32)
-        v = tl.load(V + row * k + idx, mask=inb, other=0.0).to(tl.float32)
-        s = _s_from_p(p, a, KIND, EXACT)
-        g = tl.where(s != 0, s * (v - c), tl.where(s == s, 0.0, s)) * scale
+        vmask = inb
+        if KIND == KIND_POWER:
+            vmask = inb & (p != 0)
+        v = tl.load(V + row * k + idx, mask=vmask, other=0.0).to(tl.float32)
+        s, sv = _jvp_terms(p, v, a, KIND, EXACT)
+        g = tl.where(s != 0, s * (v - c), sv) * scale
         tl.store(G + row * k + idx, g.to(G.dtype.element_ty), mask=inb)
 
 

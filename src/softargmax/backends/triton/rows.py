@@ -12,15 +12,19 @@ Design (the CPU row solver's, mapped to the GPU):
 * the iteration is in float32 for every input type (float16/bfloat16 are read and
   written as they are; ``τ`` and ``Σ s`` stay float32); float64 inputs stay on the PyTorch path;
 * rows of at most :data:`BLOCK_ROWS_MAX` entries are held in registers and read once
-  (several short rows per program, so attention-shaped inputs fill the GPU); longer rows
-  are streamed: one pass for the maximum and the candidates (at most :data:`CAP` per row
-  are kept; a row with more iterates on the whole row), the Newton passes on the
-  candidates, and one pass that writes ``p``;
-* the forward writes only ``p`` (plus per-row ``τ``, ``Σ s``, a status, and the row sums
-  ``⟨z, p⟩`` and ``Σ_j f(p_j) - f(0)`` that make the Fenchel–Young loss values free); the backward
-  kernel recomputes ``s`` from ``p``, so :attr:`Solution.s` is ``None`` and
-  :attr:`Solution.jvp_kernel` computes the gradient.  ``Solution.iterations`` is ``-1`` (counting
-  would cost a device synchronization).
+  (one warp per row up to 512 entries, several rows per program, so attention-shaped
+  inputs fill the GPU); longer rows are streamed: one pass for the maximum and the
+  candidates (each lane keeps its :data:`LONG_SLOTS` largest scores in registers), the
+  Newton steps on those registers (plus full-row passes where they are not enough: the
+  dense kinds, or a lane that overflowed), and one pass that writes ``p``;
+* one kernel launch per call and no host synchronization: the kernel writes ``p``, ``τ``
+  (already in the f-divergence parametrization), ``Σ s`` and the bad rows (NaN or ``+inf``)
+  itself, and reads α as a kernel argument (or one α per row from a tensor); the row sums
+  ``⟨z, p⟩`` and ``Σ_j f(p_j) - f(0)`` that make the Fenchel–Young loss values free are
+  computed only when asked (``solve(..., row_sums=True)``, what the losses use); the
+  backward kernel recomputes ``s`` from ``p``, so :attr:`Solution.s` is ``None`` and
+  :attr:`Solution.jvp_kernel` computes the gradient, in the input's dtype.
+  ``Solution.iterations`` is ``-1`` (counting would cost a device synchronization).
 
 **Testing on a CPU.**  With ``TRITON_INTERPRET=1`` set before Triton is imported, the
 kernels run in Triton's interpreter on CPU tensors; :func:`set_cpu_interpret` routes CPU
@@ -29,7 +33,6 @@ tensors here (the test suite does this at small sizes).
 
 from __future__ import annotations
 
-import functools
 import os
 from types import ModuleType
 from typing import Optional
@@ -39,7 +42,7 @@ from torch import Tensor
 
 from ..._utils.extras import LazyModule
 from ...divergences import Divergence
-from ..kinds import KIND_POWER, alpha_rows_covered, kind_of, solve_alpha_rows_with, solve_with
+from ..kinds import KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
 from .launch import current_rows
@@ -50,13 +53,18 @@ __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alph
 #: rows up to this length are held in registers (one read of the scores)
 BLOCK_ROWS_MAX = 16384
 #: chunk length of the streamed (long-row) kernels
-LONG_BLOCK = 4096
-#: candidate slots per long row; a row with more iterates on the whole row
-CAP = 4096
+LONG_BLOCK = 1024
+#: warps per program of the streamed kernels
+LONG_WARPS = 8
+#: scores each lane of the streamed solver keeps in registers (1 to 4): ``LONG_SLOTS · LONG_BLOCK``
+#: candidates per row; a row where a lane would need more iterates on the full row from there
+LONG_SLOTS = 4
 #: most Newton steps per row
 MAX_ITER = 100
 #: elements per program of the elementwise (α-ReLU) kernels
 ELEMENTWISE_BLOCK = 1024
+#: scores per thread of the register kernels (one warp holds ``32 ·`` this many of a row)
+PER_THREAD = 16
 
 _switch = Switch("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
@@ -125,106 +133,129 @@ def covers_alpha_relu(x: Tensor, alpha: float) -> bool:
             and 0.0 < alpha - 1.0 <= 1.0)
 
 
-def _tile(k: int) -> tuple[int, int, int]:
-    """``(ROWS, BLOCK, num_warps)`` of the register kernels for rows of length ``k``.
+def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, int, int, bool]:
+    """``(ROWS, CH, LINE, num_warps, SPLIT)`` of the register kernels for rows of length ``k``.
 
-    About 8 scores per thread (16 at ``BLOCK = 16384``); several rows per program up to
-    ``BLOCK = 1024``.  Chosen from ptxas register reports for sm_90 (no spills, or a few
-    bytes for the shortest rows), not from timings; a tuning run replaces ``ROWS`` and the
-    warps (:func:`softargmax.backends.triton.launch.overridden`).
+    The row, rounded up to a power of two ``BLOCK``, is a ``[CH, LINE]`` tile with ``LINE`` 32
+    lanes of 16 bytes; a warp holds ``32 ·`` :data:`PER_THREAD` scores.  Rows up to that size
+    get one warp each (their sums never leave the warp) and a program holds 4 warps' worth of
+    rows; longer rows are split over ``BLOCK / (32 · PER_THREAD)`` warps (``SPLIT``, one row per
+    program).  ``heavy`` (the general power kind, a log2 and two exp2 per score): half as many
+    scores per thread.  Chosen from ptxas register reports for sm_90, not from timings; a tuning run
+    replaces ``ROWS`` and the warps (:func:`softargmax.backends.triton.launch.overridden`).
     """
     block = max(16, 1 << (k - 1).bit_length())
-    if block <= 128:
-        rows, warps = 1024 // block, 4
-    elif block <= 1024:
-        rows, warps = 2048 // block, 8
-    else:
-        rows, warps = 1, min(32, block // 256)
+    line = min(block, 512 // elem_bytes)
+    per_warp = 32 * (PER_THREAD // 2 if heavy else PER_THREAD)
     override = current_rows()
-    return override.rows_per_program or rows, block, override.warps or warps
+    if block <= per_warp:
+        rows, warps = 4 * (per_warp // block), 4
+        rows = override.rows_per_program or rows
+        warps = override.warps or warps
+        warps = min(warps, rows)  # one warp per row at most: warps beyond the rows would split them
+        return rows, block // line, line, warps, False
+    warps = override.warps or min(32, block // per_warp)
+    return 1, block // line, line, warps, True
 
 
 def _long_launch() -> tuple[int, int]:
-    """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and 16 warps, or a tuning run's."""
+    """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and :data:`LONG_WARPS`, or a tuning run's."""
     override = current_rows()
-    return override.long_block or LONG_BLOCK, override.long_warps or 16
+    return override.long_block or LONG_BLOCK, override.long_warps or LONG_WARPS
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, omega_c: float = 0.0, exact: int = 0) -> Solution:
-    """``exact``: 1 sparsemax, 2 1.5-entmax (closed-form steps), 0 general (the caller knows α as a float)."""
+def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value: float, tau_c: float,
+         omega_c: float, omega_scale: float, sums: bool) -> Solution:
+    """One kernel launch: ``p``, ``τ_f``, ``Σ s``, the bad rows and (``sums``) the loss row sums.
+
+    ``alpha_rows``: one float32 α per row (``[R]``, contiguous), else ``a = a_value`` for every
+    row; ``tau_c``: the offset of :func:`_tau_f` (the power kind's ``power_offset``);
+    ``exact``: 1 sparsemax, 2 1.5-entmax (closed-form steps), 0 general.  Allocates the
+    outputs only (``τ`` and ``Σ s`` share one ``[R, 2]`` buffer)."""
     K = _module()
     R, k = z.shape
-    a = a.to(device=z.device, dtype=torch.float32)
     p = torch.empty_like(z)
-    tau = torch.empty(R, 1, dtype=torch.float32, device=z.device)
-    ssum = torch.empty(R, 1, dtype=torch.float32, device=z.device)
-    status = torch.empty(R, dtype=torch.int8, device=z.device)
-    zp = torch.empty(R, dtype=torch.float32, device=z.device)
-    omega = torch.empty(R, dtype=torch.float32, device=z.device)
+    aux = torch.empty(R, 2, dtype=torch.float32, device=z.device)
+    bad = torch.empty(R, 1, dtype=torch.bool, device=z.device)
+    row_sums = torch.empty(2, R, dtype=torch.float32, device=z.device) if sums else aux
+    per_row = alpha_rows is not None
+    alpha = alpha_rows if alpha_rows is not None else aux  # not read without PER_ROW
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
-    if k <= BLOCK_ROWS_MAX:
-        rows, block, warps = _tile(k)
-        K.solve_block_rows[(_cdiv(R, rows),)](z, p, tau, ssum, status, zp, omega, a, R, k, a_stride, tol, MAX_ITER,
-                                              omega_c,
-                                                    KIND=kind, EXACT=exact, ROWS=rows, BLOCK=block,
-                                                    num_warps=warps)
+    # the general power kind (log2/exp2 per score) needs more registers: 8 scores per thread, so
+    # its register rows end at 8192 (32 warps)
+    heavy = kind == KIND_POWER and exact == 0
+    limit = BLOCK_ROWS_MAX // 2 if heavy else BLOCK_ROWS_MAX
+    if k <= limit:
+        rows, ch, line, warps, split = _tile(k, z.element_size(), heavy)
+        K.solve_block_rows[(_cdiv(R, rows),)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER,
+                                              omega_c, omega_scale, KIND=kind, EXACT=exact, PER_ROW=per_row,
+                                              SUMS=sums, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
     else:
-        cap = CAP if kind == KIND_POWER else 1
-        scratch = torch.empty(R, cap, dtype=torch.float32, device=z.device)
         block, warps = _long_launch()
-        K.solve_long_rows[(R,)](z, p, tau, ssum, status, zp, omega, a, scratch, k, a_stride, tol, MAX_ITER, omega_c,
-                                KIND=kind, EXACT=exact, BLOCK=block, CAP=cap, num_warps=warps)
-    bad = (status == 2).unsqueeze(1)  # always a tensor: testing it for "none" would synchronize
+        K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
+                                omega_scale, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, BLOCK=block,
+                                SLOTS=LONG_SLOTS, num_warps=warps)
 
     def jvp(v: Tensor, scale: float) -> Tensor:
-        return _jvp(p, v, kind, exact, a, a_stride, scale)
+        return _jvp(p, v, kind, exact, alpha_rows, a_value, scale)
 
-    return Solution(tau=tau, p=p, s=None, s_sum=ssum, block_index=None, k=k, bad_rows=bad, iterations=-1,
-                    jvp_kernel=jvp, zp=zp, omega=omega, backend="triton", nan_written=True)
+    return Solution(tau=aux[:, :1], p=p, s=None, s_sum=aux[:, 1:], block_index=None, k=k, bad_rows=bad,
+                    iterations=-1, jvp_kernel=jvp, zp=row_sums[0] if sums else None,
+                    omega=row_sums[1] if sums else None, backend="triton", nan_written=True)
 
 
-def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, a: Tensor, a_stride: int, scale: float) -> Tensor:
-    """``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` with ``s`` recomputed from ``p``."""
+def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value: float,
+         scale: float) -> Tensor:
+    """``scale · s ⊙ (v - ⟨s, v⟩/Σs)`` with ``s`` recomputed from ``p``, in ``p``'s dtype (one launch)."""
     K = _module()
     R, k = p.shape
     v = v.contiguous()
     g = torch.empty_like(p)
+    per_row = alpha_rows is not None
+    alpha = alpha_rows if alpha_rows is not None else p
     if k <= BLOCK_ROWS_MAX:
-        rows, block, warps = _tile(k)
-        K.jvp_block_rows[(_cdiv(R, rows),)](p, v, g, a, R, k, a_stride, scale, KIND=kind, EXACT=exact,
-                                                  ROWS=rows, BLOCK=block, num_warps=warps)
+        rows, ch, line, warps, split = _tile(k, p.element_size())
+        K.jvp_block_rows[(_cdiv(R, rows),)](p, v, g, alpha, R, k, a_value, scale, KIND=kind, EXACT=exact,
+                                            PER_ROW=per_row, ROWS=rows, CH=ch, LINE=line, SPLIT=split,
+                                            num_warps=warps)
     else:
         block, warps = _long_launch()
-        K.jvp_long_rows[(R,)](p, v, g, a, k, a_stride, scale, KIND=kind, EXACT=exact, BLOCK=block,
-                              num_warps=warps)
+        K.jvp_long_rows[(R,)](p, v, g, alpha, k, a_value, scale, KIND=kind, EXACT=exact, PER_ROW=per_row,
+                              BLOCK=block, num_warps=warps)
     return g
 
 
-def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
-    """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered."""
+def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
+    """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
+
+    One kernel launch and no host synchronization; ``tau`` is already in the f-divergence
+    parametrization.  ``row_sums``: also compute ``zp`` and ``omega`` (the Fenchel–Young loss
+    values' row sums); the operators, which never use them, pass ``False`` and get ``None``.
+    """
     kind, a = kind_of(div)
     if kind is None or not _usable(z):
         return None
     if kind != KIND_POWER:
-        return solve_with(_run, z, div, a_dtype=torch.float32, device=z.device)
+        return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums)
     assert a is not None  # the power kind carries its exponent a = α - 1
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
-    sol = solve_with(functools.partial(_run, omega_c=c, exact=_relu_exact(a)), z, div, a_dtype=torch.float32,
-                     device=z.device)
-    assert sol is not None and sol.omega is not None  # covered, and the kernels write the row sums
-    sol.omega = sol.omega / (2.0 if chi else (a + 1.0) * a)
-    return sol
+    scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
+    return _run(z, kind, _relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
     """α-entmax with one α per row (``alpha2d`` ``[R, 1]``), or ``None`` if some α is outside (1, 2]
-    (``checked``: :func:`covers_alpha_rows` already said yes)."""
+    (``checked``: :func:`covers_alpha_rows` already said yes).  The kernel reads α itself
+    (float32: no conversion for a float32 ``alpha2d``)."""
     if not _usable(z):
         return None
-    return solve_alpha_rows_with(_run, z, alpha2d, a_dtype=torch.float32, checked=checked)
+    if not checked and not alpha_rows_covered(z, alpha2d, torch.float32):
+        return None
+    alpha = alpha2d.detach().reshape(-1).to(device=z.device, dtype=torch.float32).contiguous()
+    return _run(z, KIND_POWER, 0, alpha, 1.0, 1.0, 0.0, 1.0, True)
 
 
 def _relu_exact(a: float) -> int:
