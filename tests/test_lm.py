@@ -324,3 +324,32 @@ def test_claims_with_a_loss_that_did_not_converge_are_excluded():
     res["runs"]["kl-seed0"]["accuracy_curve"][-1][1] = 30.2
     assert _claim(res, "α = 1.5 as good as KL", ("alpha1.5", "kl"), "holds (numbers)") == \
         "- α = 1.5 as good as KL: **holds (numbers)**."
+
+
+@needs_ptb
+def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path, capsys):
+    """``--runs`` trains part of the preset; every call writes run records and rebuilds the report from all of them,
+    listing the runs still owed; two calls that train the plan between them give the numbers of one call."""
+    from softargmax.cli import main
+    _, whole = smoke_run("lm", *SMOKE)
+    out = tmp_path / "merged"
+    first = ["kl:0", "chi_square:0", "alpha1.5:0"]
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *first, "--out", str(out)]) == 0
+    part = json.loads((out / "results.json").read_text())
+    assert part["settings"]["runs_in"] == first and "kl:1" in part["settings"]["owed"]
+    assert "**Runs owed.**" in (out / "report.md").read_text()
+    capsys.readouterr()
+    # another setup's records are refused before any training
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--seed", "5", "--runs", "kl:5", "--out", str(out),
+                 "--resume"]) != 0
+    assert "seed is 0 there and 5 in this run" in capsys.readouterr().err
+    assert not (out / "runs" / "kl-seed5").exists()
+    rest = [f"{k}:{sd}" for k, sd in (r.rsplit(":", 1) for r in part["settings"]["owed"])]
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume"]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["settings"]["owed"] == [] and merged["settings"]["this_call"] == [
+        f"{k}-seed{sd}" for k, sd in (r.rsplit(":", 1) for r in rest)]
+    for r in (merged, whole):
+        r["settings"].pop("this_call")
+    assert _repeatable(merged) == _repeatable(whole)
+    assert "**Runs owed.**" not in (out / "report.md").read_text()

@@ -49,11 +49,14 @@ import numpy as np
 import torch
 
 from . import datasets
+from ._checkpoints import as_json_data
 from ._common import (
     Log,
     begin,
     check_checkpoint,
     check_checkpoint_every,
+    code_identity,
+    describe_device,
     environment,
     fingerprint,
     finish,
@@ -65,6 +68,9 @@ from ._common import (
     save_figure,
     seed_spread,
 )
+from ._records import FOLDER, check_records, pack, record_path, unpack, write_record
+from ._records import FORMAT as RECORD_FORMAT
+from .nmt.plan import parse_runs
 from .pretraining import data as ptb
 from .pretraining.evaluation import generate, per_sentence, score_tokens, summarize, time_training_steps
 from .pretraining.metrics import (
@@ -202,33 +208,46 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, log: Log) -> tup
 
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "reports/lm", seed: int = 0,
         systems: Optional[Collection[str]] = None, download: bool = False, threads: Optional[int] = None,
-        device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None) -> dict:
+        device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None,
+        runs: Optional[Collection[Any]] = None) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.
 
     Training resumes from the checkpoints in ``out/runs/<run>`` (:func:`.pretraining.training.train_run`),
     which are written every ``curve_every`` steps of the preset, every ``checkpoint_every`` steps
     when given, and at the end; a resumed experiment gives the numbers of an uninterrupted one.
     Before anything is trained, every checkpoint there is checked against its run's fingerprint
-    (experiment, preset, loss, seed, data, library version): one of another run raises
+    (experiment, preset, loss, seed, data, tokenizer, library version): one of another run raises
     :class:`._common.CheckpointMismatchError`, which names the differing fields.
+
+    Every run of the call writes a run record, ``out/records/<loss>-seed<n>.json`` (``<loss>+q`` with a
+    learned q; :mod:`._records`): its numbers, its test sentences' correct predictions (for the
+    paired bootstrap), its samples and its step time.  The results are rebuilt from *all* the
+    records there, so calls that train different runs (``runs``, e.g. ``["kl:0", "alpha1.5+q:1"]``)
+    into one folder, on one machine or several, merge into one report, which lists the runs the
+    preset still owes.  A record of another setup (preset, data, tokenizer, library version) is
+    refused before any training (:class:`._records.RecordMismatchError`).
     """
     check_checkpoint_every(checkpoint_every)
     if systems is None:
         systems = PRESETS[preset]["systems"] if preset in PRESETS else tuple(LOSSES)
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
-    specs = run_specs(P, systems, seed)
+    planned = run_specs(P, systems, seed)
+    specs = planned if runs is None else select_runs(planned, runs)
     runs_dir = out_dir / "runs"
     if str(device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     folder, vocab, streams, tok_digest = load_data(P, data_dir, download, log)
     prints = {spec.name: _fingerprint(preset, spec, tok_digest) for spec in specs}
-    for spec in specs:  # refuse another run's checkpoints before any training
+    setup = _setup(preset, seed, tok_digest)
+    check_records(out_dir, setup)  # refuse records of another setup before any training
+    for spec in specs:  # and another run's checkpoints
         check_checkpoint(runs_dir / spec.name / "checkpoint.pt", prints[spec.name])
     train_ids = streams["train"].ids[: P["train_tokens"]]
     held = {s: streams[s].head(P["eval_tokens"]) for s in ("valid", "test")}
     log(f"Penn Treebank from {folder}: {len(train_ids):,} training tokens, {held['valid'].ids.numel():,} validation, "
         f"{held['test'].ids.numel():,} test; vocabulary {len(vocab):,}"
-        + (f" (BPE pieces learned on the training split, tokenizer {tok_digest})" if tok_digest else " (words)"))
+        + (f" (BPE pieces learned on the training split, tokenizer {tok_digest})" if tok_digest else " (words)")
+        + f"; this call trains {len(specs)} of the preset's {len(planned)} runs")
     cfg = DecoderConfig(vocab=len(vocab), **P["model"])
     S = TrainSettings(**P["train"])
     trained: dict[str, tuple[Decoder, Optional[torch.Tensor]]] = {}
@@ -241,37 +260,124 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "rep
         trained[spec.name], records[spec.name] = (model, log_q), rec
         scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], prints[spec.name], log)
 
-    results: dict[str, Any] = {"runs": {}, "losses": {}, "paper": PAPER}
     unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
-    for spec in specs:
-        results["runs"][spec.name] = _run_result(spec, records[spec.name], scores[spec.name], trained[spec.name][1],
-                                                 len(vocab), unigram)
-    for key in dict.fromkeys(_key(s) for s in specs):
-        results["losses"][key] = _aggregate([results["runs"][s.name] for s in specs if _key(s) == key])
-    results["significance"] = _significance(specs, scores, held, P["bootstrap"])
+    first_seeds = {_key(s): s.seed for s in reversed(planned)}  # the seed of each loss whose samples are shown
     log("sampling ...")
-    results["decoding"] = _decoding(specs, trained, held["valid"], vocab, P, seed)
+    decoding = _decoding([s for s in specs if first_seeds[_key(s)] == s.seed], trained, held["valid"], vocab, P, seed)
     log("timing training steps, interleaved ...")
-    results["step_time"] = _step_times(specs, trained, train_ids, cfg, S, P, seed, device)
+    timing = _step_times(specs, trained, train_ids, cfg, S, P, seed, device)
+    n_sent = int(held["test"].sentence.max()) + 1
+    for spec in specs:
+        correct, tokens = per_sentence(scores[spec.name]["test"], n_sent)
+        key = _key(spec)
+        t = timing["systems"].get(key) if timing["timed"].get(key) == spec.name else None
+        kl = timing["systems"].get("kl")
+        write_record(record_path(out_dir, key, spec.seed), {
+            "format": RECORD_FORMAT, "fingerprint": prints[spec.name], "setup": setup, "system": key,
+            "seed": spec.seed, "run": _run_result(spec, records[spec.name], scores[spec.name], trained[spec.name][1],
+                                                  len(vocab), unigram),
+            "resumed_at": records[spec.name]["resumed_at"],
+            "test_sentences": {"correct": pack([int(c) for c in correct], "int32"),
+                               "tokens": pack([int(n) for n in tokens], "int32")},
+            "decoding": ({"human": decoding["human"], "prompts": decoding["prompts"], "model": decoding["models"][spec.loss]}
+                         if not spec.learned_q and spec.loss in decoding["models"] else None),
+            "step_time": None if t is None else {
+                "rounds": timing["rounds"], "batches": timing["batches"], "seconds": t["seconds"],
+                "kl_seconds": None if kl is None else kl["seconds"]},
+            "device": describe_device(device), "code": code_identity()})
     log("peak memory of the fused and the unfused loss, each in a fresh process ...")
-    results["memory"] = _memory(P, cfg, S, threads)
-    results["settings"] = {
+    memory = _memory(P, cfg, S, threads)
+    settings = {
         "preset": preset, "seeds": [seed + s for s in P["seeds"]], "folder": str(folder),
         "tokenizer": None if tok_digest is None else {"kind": "BPE (sentencepiece), learned on the training split",
                                                       "digest": tok_digest},
         "plateau": {"points": PLATEAU_POINTS, "share": PLATEAU_SHARE},
         "train_tokens": int(len(train_ids)), "valid_tokens": int(held["valid"].ids.numel()),
         "test_tokens": int(held["test"].ids.numel()), "vocab": len(vocab), "model": asdict(cfg),
-        "parameters": sum(p.numel() for p in next(iter(trained.values()))[0].parameters()), "train": asdict(S),
+        "parameters": sum(p.numel() for p in Decoder(cfg).parameters()), "train": asdict(S),
         "tokens_per_step": S.batch * cfg.context, "other_seeds": [seed + s for s in P.get("other_seeds", P["seeds"][:1])],
         "learned_q_seeds": [seed + s for s in P["learned_q_seeds"]],
         "samples": P["samples"], "prompt": P["prompt"], "sample_len": P["sample_len"],
         "optimizer": "AdamW β=(0.9, 0.95), weight decay 0.1 on matrices, warm-up then cosine to 10%, clip 1",
         "resumed_from_checkpoint": [n for n, r in records.items() if r["resumed_at"]],
+        "this_call": [s.name for s in specs],
         **environment(t_all, device),
     }
-    results["plateau"] = plateau(results)
+    results = results_from_records(check_records(out_dir, setup), planned, settings, memory, P["bootstrap"])
     return finish(results, out_dir, write_figures, render_report, log)
+
+
+#: what a call derives in its output folder (``--fresh`` deletes it): checkpoints and run records
+DERIVED = ("runs", FOLDER)
+
+
+def select_runs(planned: list[RunSpec], runs: Collection[Any]) -> list[RunSpec]:
+    """The runs of ``planned`` named by ``runs`` (``"loss:seed"`` strings, ``+q`` for a learned q, or pairs; parsed by
+    :func:`.nmt.plan.parse_runs`), in the order of the plan; ``ValueError`` names one the preset does not plan.
+
+    Example:
+        >>> P = PRESETS["gpu"]
+        >>> [s.name for s in select_runs(run_specs(P, P["systems"], 0), ["alpha1.5+q:2", "kl:0"])]
+        ['kl-seed0', 'alpha1.5+q-seed2']
+    """
+    wanted = parse_runs(runs)
+    by = {(_key(s), s.seed): s for s in planned}
+    unknown = [f"{k}:{sd}" for k, sd in wanted if (k, sd) not in by]
+    if unknown:
+        raise ValueError(f"runs: {unknown} not in the preset's plan ({', '.join(f'{k}:{sd}' for k, sd in by)})")
+    if len(set(wanted)) != len(wanted):
+        raise ValueError(f"runs: each loss:seed once, got {[f'{k}:{sd}' for k, sd in wanted]}")
+    return [s for s in planned if (_key(s), s.seed) in set(wanted)]
+
+
+def _setup(preset: str, seed: int, tokenizer: Optional[str]) -> dict:
+    """What every run record merged into one report shares: experiment, preset and its settings, the base seed, the
+    data's checksums, the tokenizer and the library version."""
+    fp = fingerprint(EXPERIMENT, preset, "", seed, data=["ptb"])
+    return {"experiment": EXPERIMENT, "preset": preset, "settings": as_json_data(PRESETS[preset]), "seed": seed,
+            "data": fp["data"], "tokenizer": tokenizer, "softargmax": fp["softargmax"]}
+
+
+def results_from_records(found: dict, planned: list[RunSpec], settings: dict, memory: dict, bootstrap: int) -> dict:
+    """The content of ``results.json`` from the checked run records ``found`` (:func:`._records.check_records`): the
+    runs in the order of the plan, then the others; aggregates, the paired bootstrap, samples, step times; the runs
+    the plan still owes are listed in ``settings["owed"]``."""
+    order = {(_key(s), s.seed): i for i, s in enumerate(planned)}
+    recs = [rec for _, (_, rec) in sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))]
+    results: dict[str, Any] = {"runs": {}, "losses": {}, "paper": PAPER}
+    for rec in recs:
+        results["runs"][f"{rec['system']}-seed{rec['seed']}"] = rec["run"]
+    for key in dict.fromkeys(rec["system"] for rec in recs):
+        results["losses"][key] = _aggregate([rec["run"] for rec in recs if rec["system"] == key])
+    sentences = {(rec["system"], rec["seed"]): (np.array(unpack(rec["test_sentences"]["correct"]), dtype=np.float64),
+                                               np.array(unpack(rec["test_sentences"]["tokens"]), dtype=np.float64))
+                 for rec in recs}
+    results["significance"] = _significance(sentences, bootstrap)
+    dec = [rec["decoding"] for rec in recs if rec.get("decoding")]
+    results["decoding"] = {"human": dec[0]["human"] if dec else {}, "prompts": dec[0]["prompts"] if dec else [],
+                           "models": {d["model"]["run"].split("-seed")[0]: d["model"] for d in dec}}
+    systems: dict[str, Any] = {}
+    for rec in recs:
+        t = rec.get("step_time")
+        if t is None or rec["system"] in systems:
+            continue
+        med = statistics.median(t["seconds"])
+        kl = statistics.median(t["kl_seconds"]) if t.get("kl_seconds") else None
+        systems[rec["system"]] = {"seconds": t["seconds"], "median_seconds": med,
+                                  "seconds_relative_to_kl": med / kl if kl else None,
+                                  "seconds_spread": relative_span(t["seconds"]) if len(t["seconds"]) > 1 else 0.0}
+    first = next((rec["step_time"] for rec in recs if rec.get("step_time")), None)
+    results["step_time"] = {"rounds": first["rounds"] if first else 0, "batches": first["batches"] if first else 0,
+                            "systems": systems}
+    results["memory"] = memory
+    have = set(found)
+    settings = {**settings, "runs_in": [f"{k}:{sd}" for k, sd in sorted(have, key=lambda r: order.get(r, len(order)))],
+                "owed": [f"{_key(s)}:{s.seed}" for s in planned if (_key(s), s.seed) not in have],
+                "devices": sorted({rec["device"] for rec in recs}),
+                "resumed_from_checkpoint": [f"{rec['system']}-seed{rec['seed']}" for rec in recs if rec.get("resumed_at")]}
+    results["settings"] = settings
+    results["plateau"] = plateau(results)
+    return results
 
 
 # ---------------------------------------------------------------------------------------------- measuring
@@ -334,31 +440,29 @@ def _aggregate(runs: list) -> dict:
     return out
 
 
-def _pairs(specs: list) -> list:
-    """The comparisons the report tests: the Table 3 ordering, the other losses against KL, learned q against q = 1."""
-    keys = list(dict.fromkeys(_key(s) for s in specs))
+def _pairs(keys: list) -> list:
+    """The comparisons the report tests among the loss keys ``keys``: the Table 3 ordering, the other losses against
+    KL, learned q against q = 1."""
     pairs = [(a, b) for a, b in (("alpha1.5", "kl"), ("kl", "chi_square"), ("alpha1.5", "chi_square")) if {a, b} <= set(keys)]
     pairs += [(n, "kl") for n in ("jensen_shannon", "reverse_chi_square") if {n, "kl"} <= set(keys)]
     pairs += [(f"{n}+q", n) for n in LEARNED_Q if {f"{n}+q", n} <= set(keys)]
     return pairs
 
 
-def _significance(specs: list, scores: dict, held: dict, n_samples: int) -> dict:
-    """Paired bootstrap over the seeds both systems share and the test sentences, for every pair of :func:`_pairs`."""
-    n_sent = int(held["test"].sentence.max()) + 1
-    by_key: dict[str, dict[int, str]] = {}
-    for s in specs:
-        by_key.setdefault(_key(s), {})[s.seed] = s.name
+def _significance(sentences: dict, n_samples: int) -> dict:
+    """Paired bootstrap over the seeds both systems share and the test sentences, for every pair of :func:`_pairs`;
+    ``sentences``: ``{(loss key, seed): (correct predictions per test sentence, predictions per sentence)}``."""
+    by_key: dict[str, dict[int, tuple]] = {}
+    for (key, sd), v in sentences.items():
+        by_key.setdefault(key, {})[sd] = v
     tests = []
-    for a, b in _pairs(specs):
+    for a, b in _pairs(list(by_key)):
         shared = sorted(set(by_key[a]) & set(by_key[b]))
         if not shared:
             continue
-        ca, cb = [], []
-        for sd in shared:
-            ca.append(per_sentence(scores[by_key[a][sd]]["test"], n_sent)[0])
-            cb.append(per_sentence(scores[by_key[b][sd]]["test"], n_sent)[0])
-        tokens = per_sentence(scores[by_key[a][shared[0]]]["test"], n_sent)[1]
+        ca = [by_key[a][sd][0] for sd in shared]
+        cb = [by_key[b][sd][0] for sd in shared]
+        tokens = by_key[a][shared[0]][1]
         keep = tokens > 0
         r = paired_bootstrap_accuracy(np.array(ca)[:, keep], np.array(cb)[:, keep], tokens[keep], n_samples=n_samples,
                                       keep_draws=True)
@@ -406,13 +510,14 @@ def _decoding(specs: list, trained: dict, stream: ptb.Stream, vocab: Vocabulary,
 
 def _step_times(specs: list[RunSpec], trained: dict, train_ids: torch.Tensor, cfg: DecoderConfig, S: TrainSettings,
                 P: dict, seed: int, device: str) -> dict:
-    """Interleaved medians of a training step (forward, loss, backward) of the first seed of every loss and learned q."""
+    """Interleaved medians of a training step (forward, loss, backward) of the first run of every loss and learned q
+    among ``specs``; ``"timed"`` names the run timed for each."""
     entries: dict[str, tuple[Decoder, Optional[torch.Tensor], str]] = {}
-    seen: set[str] = set()
+    timed: dict[str, str] = {}
     for s in specs:
-        if _key(s) in seen:
+        if _key(s) in timed:
             continue
-        seen.add(_key(s))
+        timed[_key(s)] = s.name
         model, log_q = trained[s.name]
         entries[_key(s)] = (model, log_q, s.mapping)
     batches = [tuple(t.to(device) for t in ptb.train_batch(train_ids, cfg.context, S.batch, seed + 99, i))
@@ -422,7 +527,7 @@ def _step_times(specs: list[RunSpec], trained: dict, train_ids: torch.Tensor, cf
     for t in times.values():
         t["seconds_relative_to_kl"] = t["median_seconds"] / kl if kl else None
         t["seconds_spread"] = relative_span(t["seconds"]) if len(t["seconds"]) > 1 else 0.0
-    return {"rounds": P["timing_rounds"], "batches": P["timing_batches"], "systems": times}
+    return {"rounds": P["timing_rounds"], "batches": P["timing_batches"], "systems": times, "timed": timed}
 
 
 def _memory(P: dict, cfg: DecoderConfig, S: TrainSettings, threads: Optional[int]) -> dict:
@@ -696,14 +801,21 @@ def render_report(results: dict, figures: list) -> str:
         "# Language-model pretraining with f-divergence losses (Roulet et al. 2025, §4.2, Table 3)", "",
         f"Preset `{st['preset']}`, seeds {st['seeds']} (Table 3's losses; the others seed {st['other_seeds']}, learned q "
         f"seed {st['learned_q_seeds']}), {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
-        f"{st['total_seconds'] / 60:.1f} min.", "",
+        f"{st['total_seconds'] / 60:.1f} min"
+        + (f" (this call; it trained {len(st['this_call'])} of the {len(st['runs_in'])} runs in the report, the "
+           f"others came from the run records of earlier calls)" if "this_call" in st and
+           len(st["this_call"]) < len(st["runs_in"]) else "") + ".", "",
+        *([f"**Runs owed.** The preset plans {len(st['runs_in']) + len(st['owed'])} runs; {len(st['owed'])} have no "
+           f"record yet: {', '.join(st['owed'])}. Train them into this folder with `--runs` (e.g. "
+           f"`--runs {' '.join(st['owed'][:2])}`) and the report is rebuilt from every record.", ""]
+          if st.get("owed") else []),
         *([] if "plateau" in st else [
             "**An earlier preset.** This run is of the `default` preset as it was before the presets were brought into "
             "a converged regime (word-level vocabulary, 250 steps); the plateau criterion below shows that its models "
             "were still learning, so no claim of the paper is tested here. It is kept for comparison; "
             "`softargmax reproduce lm` now runs the converged preset.", ""]),
-        f"**Stand-in.** The paper pretrains a 1.2B-parameter NanoDO model on 250B tokens of C4. Here: Penn Treebank "
-        f"(Mikolov's version) "
+        "**Stand-in.** The paper pretrains a 1.2B-parameter NanoDO model on 250B tokens of C4. Here: Penn Treebank "
+        "(Mikolov's version) "
         + (f"in subword tokens, a BPE vocabulary of {st['vocab']:,} pieces learned with sentencepiece on the training "
            f"split alone, as the paper's C4 models also predict subword tokens " if st.get("tokenizer") else
            f"at the word level (vocabulary {st['vocab']:,}) ")
@@ -923,9 +1035,10 @@ def _cost_text(results: dict) -> list:
            "| loss | ms / step (interleaved median) | relative to KL | spread of the repeats | ms / step in training "
            "(median over steps, mean over seeds) |", "| --- | --- | --- | --- | --- |"]
     for k, t in T["systems"].items():
-        out.append(f"| {_label(k)} | {1000 * t['median_seconds']:.0f} | {t['seconds_relative_to_kl']:.2f}× | "
+        rel = "—" if t["seconds_relative_to_kl"] is None else f"{t['seconds_relative_to_kl']:.2f}×"
+        out.append(f"| {_label(k)} | {1000 * t['median_seconds']:.0f} | {rel} | "
                    f"{100 * t['seconds_spread']:.0f}% | {1000 * L[k]['step_seconds_median']['mean']:.0f} |")
-    if "alpha1.5" in T["systems"]:
+    if T["systems"].get("alpha1.5", {}).get("seconds_relative_to_kl") is not None:
         r = T["systems"]["alpha1.5"]["seconds_relative_to_kl"]
         out += ["", f"- Fig. 7's claim, α = 1.5 costs about as much as KL: a step with α = 1.5 takes {r:.2f}× KL's "
                 f"({'within' if r <= 1.1 else 'more than'} 10%: the claim {'holds' if r <= 1.1 else 'does not hold'} "
