@@ -50,9 +50,9 @@ def output_layer(tokens: int, d: int, vocab: int, scale: float, chunk: int, roun
     return _interleaved(cases, call, rounds)
 
 
-def whole_step(preset: str, vocab: int, rounds: int) -> dict:
+def whole_step(preset: str, vocab: int, rounds: int, model: dict) -> dict:
     P = lm.PRESETS[preset]
-    cfg = DecoderConfig(vocab=vocab, **P["model"])
+    cfg = DecoderConfig(vocab=vocab, **model)
     S = TrainSettings(**P["train"])
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, vocab, (S.batch, cfg.context), generator=gen)
@@ -94,20 +94,24 @@ def main() -> None:
     ap.add_argument("--scales", type=float, nargs="+", default=[0.5, 1.0, 3.0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--d", type=int, default=None, help="another model width (MLP 4d, heads d/32, at least 2)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     P = lm.PRESETS[a.preset]
     vocab = a.vocab or P.get("vocab") or 10000
     tokens = P["train"]["batch"] * P["model"]["context"]
-    out = {"preset": a.preset, "tokens": tokens, "d": P["model"]["d"], "vocab": vocab, "threads": a.threads,
+    model = dict(P["model"])
+    if a.d:
+        model.update(d=a.d, ff=4 * a.d, heads=max(2, a.d // 32))
+    out = {"preset": a.preset, "tokens": tokens, "d": model["d"], "model": model, "vocab": vocab, "threads": a.threads,
            "clock": "process CPU time, minimum over interleaved rounds", "rounds": a.rounds, "output_layer": {}}
     for s in a.scales:
-        r = output_layer(tokens, P["model"]["d"], vocab, s, P["train"]["chunk"], a.rounds)
+        r = output_layer(tokens, model["d"], vocab, s, P["train"]["chunk"], a.rounds)
         out["output_layer"][str(s)] = r
-        print(f"output layer + loss, {tokens} x {P['model']['d']} x {vocab}, logit scale {s}: " + ", ".join(
+        print(f"output layer + loss, {tokens} x {model['d']} x {vocab}, logit scale {s}: " + ", ".join(
             f"{c} {1000 * v['min_seconds']:.1f} ms ({v['relative_to_kl']:.2f}x KL)" for c, v in r.items()))
-    r = whole_step(a.preset, vocab, a.rounds)
+    r = whole_step(a.preset, vocab, a.rounds, model)
     out["whole_step"] = r
     print("whole training step: " + ", ".join(f"{c} {1000 * v['min_seconds']:.1f} ms ({v['relative_to_kl']:.2f}x KL)"
                                               for c, v in r.items()))
