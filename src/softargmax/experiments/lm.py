@@ -701,7 +701,7 @@ def _curves_figure(plt: Any, results: dict, out_dir: Path) -> str:
         ax.plot([s * tps for s in steps], mean, marker="o", markersize=3, color=C.get(k, "grey"),
                 linestyle="--" if k.endswith("+q") else "-",
                 label=f"{_label(k)} ({len(curves)} seed{'s' if len(curves) > 1 else ''}; {P[k]['rise']:+.2f} "
-                      f"in the last {100 * PLATEAU_SHARE:.0f}%: {verdict})")
+                      f"from step {P[k]['from_step']:,}: {verdict})")
     steps_all = st["train"]["steps"]
     ax.axvspan((1 - PLATEAU_SHARE) * steps_all * tps, steps_all * tps, color="grey", alpha=0.12, linewidth=0)
     ax.set_xlabel(f"training tokens seen (shaded: the last {100 * PLATEAU_SHARE:.0f}% of the steps, where a converged "
