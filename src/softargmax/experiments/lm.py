@@ -379,7 +379,7 @@ def results_from_records(found: dict, planned: list[RunSpec], settings: dict, me
             continue
         med = statistics.median(t["seconds"])
         kl = statistics.median(t["kl_seconds"]) if t.get("kl_seconds") else None
-        systems[rec["system"]] = {"seconds": t["seconds"], "median_seconds": med,
+        systems[rec["system"]] = {"seconds": t["seconds"], "median_seconds": med, "kl_median_seconds": kl,
                                   "seconds_relative_to_kl": med / kl if kl else None,
                                   "seconds_spread": relative_span(t["seconds"]) if len(t["seconds"]) > 1 else 0.0}
     first = next((rec["step_time"] for rec in recs if rec.get("step_time")), None)
@@ -1047,12 +1047,16 @@ def _cost_text(results: dict) -> list:
     out = [f"Time of a training step's forward, fused loss and backward, on the trained model of each loss's first seed "
            f"(its support sizes), measured round-robin: {T['rounds']} rounds of {T['batches']} batch(es), median. The "
            "paper's Fig. 7 times a ResNet18 followed by the operator, where the operator is a small part of the work; "
-           f"here the output layer over a {M['vocab']:,}-word vocabulary is a large part of the step.", "",
-           "| loss | ms / step (interleaved median) | relative to KL | spread of the repeats | ms / step in training "
-           "(median over steps, mean over seeds) |", "| --- | --- | --- | --- | --- |"]
+           f"here the output layer over a {M['vocab']:,}-{'piece' if results['settings'].get('tokenizer') else 'word'} "
+           "vocabulary is a large part of the step. Each loss is compared with KL's model timed in the same call, "
+           "interleaved with it (runs merged from several calls were timed in their own call).", "",
+           "| loss | ms / step (interleaved median) | KL in the same call (ms) | relative to KL | spread of the repeats "
+           "| ms / step in training (median over steps, mean over seeds) |", "| --- | --- | --- | --- | --- | --- |"]
     for k, t in T["systems"].items():
         rel = "—" if t["seconds_relative_to_kl"] is None else f"{t['seconds_relative_to_kl']:.2f}×"
-        out.append(f"| {_label(k)} | {1000 * t['median_seconds']:.0f} | {rel} | "
+        kl_s = t["kl_median_seconds"] if "kl_median_seconds" in t else T["systems"].get("kl", {}).get("median_seconds")
+        kl_ms = "—" if kl_s is None else f"{1000 * kl_s:.0f}"  # results of one call (older runs): its KL row
+        out.append(f"| {_label(k)} | {1000 * t['median_seconds']:.0f} | {kl_ms} | {rel} | "
                    f"{100 * t['seconds_spread']:.0f}% | {1000 * L[k]['step_seconds_median']['mean']:.0f} |")
     if T["systems"].get("alpha1.5", {}).get("seconds_relative_to_kl") is not None:
         r = T["systems"]["alpha1.5"]["seconds_relative_to_kl"]
