@@ -120,7 +120,7 @@ PLATEAU_SHARE = 0.2
 #: decoder and context, 3,000 steps (2 passes over the training set), the learning rate decayed by 80% of the steps and
 #: held for the last 20% (where the plateau is measured, so that the final decay's gain is not taken for learning), and
 #: the losses of Table 3 alone (the others in `full`).  A KL pilot of exactly these settings (one seed, 2026-11-28)
-#: still rose +0.45 points over its last 20% (38.88% -> 39.33%), one of 4,500 steps +0.33 (40.02% -> 40.35%): the
+#: still rose +0.45 points over its last 20% (38.88% -> 39.33%), one of 4,500 steps +0.32 (40.02% -> 40.35%): the
 #: report's own verdict decides; more steps are the lever left, at the cost of the 40 minutes
 _CPU_MODEL = dict(d=128, heads=4, layers=2, ff=512, context=64)
 _CPU_TRAIN = dict(steps=3000, batch=16, lr=3e-3, warmup=150, chunk=1024, curve_every=150, curve_tokens=16384,
