@@ -2,7 +2,8 @@
 # Everything that needs a GPU, in one command that ends by a deadline, with every output in one archive:
 #
 #   bash benchmarks/gpu_all.sh OUT [--budget SECONDS] [--steps LIST] [--cap STEP=SECONDS]... [--dry-run]
-#                                  [--keep] [--translation-runs RUNS] [--data-dir DIR] [--skip-tests] [--skip-bench]
+#                                  [--keep] [--translation-runs RUNS] [--lm-runs RUNS] [--data-dir DIR] [--skip-tests]
+#                                  [--skip-bench]
 #
 # Steps, in order of value, each under `timeout` with at most the time left (OUT/gpu-all/logs/STEP.log):
 #   wheels           .whl/*.whl (the peers, from benchmarks/gpu_wheels.sh) into /tmp/site, on PYTHONPATH after src
@@ -24,6 +25,11 @@
 #                    preset (a few minutes each, not measured yet), into reports/translation-gpu/ (or
 #                    $TRANSLATION_OUT) beside its committed records; the new records and the log come back
 #                                                                                    -> translation-gpu/
+#   lm-gpu           with --lm-runs all (every run of the lm gpu preset: Table 3's losses and the learned q, 3 seeds
+#                    each, sized for about 8 minutes, not measured yet) or --lm-runs "kl:0 alpha1.5+q:1" (those
+#                    runs): into reports/lm-gpu/ (or $LM_OUT), with --resume, beside its committed records; the
+#                    new records, results.json, report.md, figures and the log come back (dry run: the smoke
+#                    preset)                                                         -> lm-gpu/
 #
 # --budget S (default 540: a 10-minute command with a minute to spare) is the deadline for the whole
 # run, packing included.  A step gets min(its cap, the time left less the minimum kept for the steps
@@ -40,7 +46,7 @@
 # unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; }
 
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     usage
@@ -53,16 +59,17 @@ die() { echo "gpu_all.sh: $*" >&2; exit 2; }
 is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 
 ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers
-           compile-report tests tests-compile smoke translation-gpu)
+           compile-report tests tests-compile smoke translation-gpu lm-gpu)
 declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
                 [bench-attention]=150 [bench-peers]=75 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
-                [translation-gpu]=100000)
+                [translation-gpu]=100000 [lm-gpu]=100000)
 # the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
 declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
 BUDGET=
 DRY_RUN=0
 KEEP=0
 TRANSLATION_RUNS=
+LM_RUNS=
 SKIP_TESTS=0
 SKIP_BENCH=0
 STEPS=
@@ -87,6 +94,9 @@ while [ $# -gt 0 ]; do
         --translation-runs)
             [ $# -ge 2 ] || die "--translation-runs needs runs such as 'softmax:1 sparsemax:1'"
             TRANSLATION_RUNS=${2//,/ }; shift ;;
+        --lm-runs)
+            [ $# -ge 2 ] || die "--lm-runs needs 'all' or runs such as 'kl:0 alpha1.5+q:1'"
+            LM_RUNS=${2//,/ }; shift ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-bench) SKIP_BENCH=1 ;;
         --data-dir)
@@ -113,6 +123,7 @@ if [ -n "$STEPS" ]; then
 else
     for s in "${ALL_STEPS[@]}"; do SELECTED[$s]=1; done
     [ -n "$TRANSLATION_RUNS" ] || unset 'SELECTED[translation-gpu]'
+    [ -n "$LM_RUNS" ] || unset 'SELECTED[lm-gpu]'
     if [ "$SKIP_TESTS" -eq 1 ]; then unset 'SELECTED[tests]' 'SELECTED[tests-compile]'; fi
     if [ "$SKIP_BENCH" -eq 1 ]; then
         for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do unset "SELECTED[$b]"; done
@@ -123,11 +134,16 @@ if [ -n "${SELECTED[translation-gpu]+x}" ] && [ -z "$TRANSLATION_RUNS" ]; then
     die "the translation-gpu step needs --translation-runs (e.g. 'softmax:1 sparsemax:1')"
 fi
 
+if [ -n "${SELECTED[lm-gpu]+x}" ] && [ -z "$LM_RUNS" ]; then
+    die "the lm-gpu step needs --lm-runs (all, or runs such as 'kl:0 alpha1.5+q:1')"
+fi
+
 # paths given relative to the caller's folder stay so after the cd to the repository
 mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
 if [ ${#DATA_ARGS[@]} -gt 0 ] && [ -d "${DATA_ARGS[1]}" ]; then DATA_ARGS=(--data-dir "$(cd "${DATA_ARGS[1]}" && pwd)"); fi
 if [ -n "${TRANSLATION_OUT:-}" ]; then mkdir -p "$TRANSLATION_OUT" && TRANSLATION_OUT=$(cd "$TRANSLATION_OUT" && pwd); fi
+if [ -n "${LM_OUT:-}" ]; then mkdir -p "$LM_OUT" && LM_OUT=$(cd "$LM_OUT" && pwd); fi
 
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -431,6 +447,21 @@ if [ -n "${SELECTED[translation-gpu]+x}" ]; then
     find "$TRANSLATION_OUT/records" -name '*.json' -newer "$WORK/.translation-start" \
         -exec cp {} "$WORK/translation-gpu/records/" \; 2> /dev/null
     cp "$TRANSLATION_OUT/log.txt" "$WORK/translation-gpu/" 2> /dev/null
+fi
+
+if [ -n "${SELECTED[lm-gpu]+x}" ]; then
+    # like the translation runs: into the committed folder (its records are checked and merged), with --resume
+    LM_OUT=${LM_OUT:-$REPO/reports/lm-gpu}
+    if [ "$DRY_RUN" -eq 1 ]; then LM_PRESET=smoke; else LM_PRESET=gpu; fi
+    if [ "$LM_RUNS" = all ]; then LM_SELECT=(); else read -r -a LM_SELECT <<< "--runs $LM_RUNS"; fi
+    mkdir -p "$LM_OUT"
+    touch "$WORK/.lm-start"
+    step lm-gpu "$PY" -m softargmax reproduce lm --preset "$LM_PRESET" --device "$DEVICE" --out "$LM_OUT" \
+        "${LM_SELECT[@]}" --resume "${DATA_ARGS[@]}"
+    mkdir -p "$WORK/lm-gpu/records"
+    find "$LM_OUT/records" -name '*.json' -newer "$WORK/.lm-start" -exec cp {} "$WORK/lm-gpu/records/" \; 2> /dev/null
+    find "$LM_OUT" -maxdepth 1 \( -name '*.json' -o -name '*.md' -o -name '*.png' -o -name 'log.txt' \) \
+        -newer "$WORK/.lm-start" -exec cp {} "$WORK/lm-gpu/" \; 2> /dev/null
 fi
 
 pack  # it ignores further signals itself

@@ -178,7 +178,7 @@ def test_reproduce_help_states_each_experiments_presets_the_default_and_device_a
         main(["reproduce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "every experiment takes smoke and default" in text and "translation also full, gpu" in text
-    assert "lm also gpu" in text and "(default: default" in text
+    assert "lm also full, gpu" in text and "(default: default" in text
     assert "--device DEVICE where the models run" in text and "--seed SEED the random seed" in text
     # a preset the experiment does not take: one line, error: prefix, argparse's exit status
     assert main(["reproduce", "tau-table", "--preset", "full", "--out", "/nonexistent/x"]) == 2

@@ -190,3 +190,43 @@ exec "{sys.executable}" "$@"
     assert "gpu-all/translation-gpu/records/sparsemax-seed1.json" in names
     assert "gpu-all/translation-gpu/log.txt" in names
     assert "gpu-all/translation-gpu/records/softmax-seed1.json" not in names  # not new: it stays home
+
+
+def test_lm_runs_train_into_the_lm_folder_and_bring_back_what_they_wrote(tmp_path):
+    """The lm-gpu step trains the runs named (or all of them) into a folder that holds earlier records, with
+    --resume, and brings back the records, results and report this call wrote; a stand-in for the training writes
+    them. Without --lm-runs the step is refused by name."""
+    folder = tmp_path / "lm-gpu"
+    (folder / "records").mkdir(parents=True)
+    (folder / "records" / "kl-seed0.json").write_text("{}")  # committed earlier
+    time.sleep(1.1)  # find -newer compares modification times
+    python = tmp_path / "python"
+    python.write_text(f'''#!/bin/sh
+case "$*" in
+  *"reproduce lm"*)
+    echo "$@" >> "{tmp_path}/args"
+    echo '{{"run": "alpha1.5+q:1"}}' > "{folder}/records/alpha1.5+q-seed1.json"
+    echo "# report" > "{folder}/report.md"; echo "{{}}" > "{folder}/results.json"
+    echo "trained" > "{folder}/log.txt"; exit 0 ;;
+esac
+exec "{sys.executable}" "$@"
+''')
+    python.chmod(0o755)
+    for runs, selected in (("kl:1,alpha1.5+q:1", ["--runs", "kl:1", "alpha1.5+q:1"]), ("all", [])):
+        out = tmp_path / f"out-{runs.replace(':', '_').replace(',', '_')}"
+        proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--budget", "60", "--lm-runs", runs,
+                               "--steps", "lm-gpu"],
+                              capture_output=True, text=True, timeout=90, env=_env(python, LM_OUT=str(folder)))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert _summary(out) == {"lm-gpu": ("ok", "0")}
+        args = (tmp_path / "args").read_text().splitlines()[-1].split()
+        assert args[args.index("--out") + 1] == str(folder) and args[args.index("--preset") + 1] == "smoke"  # dry run
+        assert "--resume" in args and args[args.index("--device") + 1] == "cpu"
+        assert [a for a in args if a == "--runs" or ":" in a] == selected
+        names = _archive_names(out)
+        for f in ("records/alpha1.5+q-seed1.json", "report.md", "results.json", "log.txt"):
+            assert f"gpu-all/lm-gpu/{f}" in names
+        assert "gpu-all/lm-gpu/records/kl-seed0.json" not in names  # not new: it stays home
+    refused = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "x"), "--dry-run", "--steps", "lm-gpu"],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "the lm-gpu step needs --lm-runs" in refused.stderr

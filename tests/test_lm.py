@@ -178,7 +178,8 @@ def test_lm_smoke(smoke_run, tmp_path):
     out, res = smoke_run("lm", *SMOKE)
     assert set(res["losses"]) == set(lm.LOSSES) | {f"{n}+q" for n in lm.LEARNED_Q}
     V = res["settings"]["vocab"]
-    assert V == 10000
+    assert V == lm.PRESETS["smoke"]["vocab"] and res["settings"]["tokenizer"]["digest"]  # BPE pieces of the training split
+    assert set(res["plateau"]) == set(res["losses"])
     for name, r in res["runs"].items():
         for split in ("valid", "test"):
             assert 0 <= r[split]["accuracy"] <= 100, name
@@ -251,12 +252,13 @@ def test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterr
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
     ckpt = out / "runs" / KILLED_RUN / "checkpoint.pt"
-    fp = fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 1, data=["ptb"])
+    tok = first["settings"]["tokenizer"]["digest"]
+    fp = fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 1, data=["ptb"], tokenizer=tok)
     state = load_checkpoint(ckpt, fp)
     assert 4 <= state["record"]["steps_done"] < 8  # killed in the middle of the run's 8 steps
     assert state["rng"]["torch"].dtype == torch.uint8  # every random-number state is kept
     with pytest.raises(CheckpointMismatchError, match="seed is 1 there and 2"):
-        load_checkpoint(ckpt, fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 2, data=["ptb"]))
+        load_checkpoint(ckpt, fingerprint(lm.EXPERIMENT, "smoke", "alpha1.5", 2, data=["ptb"], tokenizer=tok))
     resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     again = json.loads((out / "results.json").read_text())
@@ -288,3 +290,67 @@ def test_large_numbers_in_the_lm_report_are_readable():
     assert _pm({"mean": 0.494, "std": 0.005}, 1, 100) == "49.4 ± 0.5"
     assert _num(float("inf")) == "inf" and _num(999_999.0, 1) == "999,999.0" and _num(1e6, 1) == "1.0e+06"
     assert _pm({"mean": None, "std": None}) == "—"
+
+
+def _curves_results(curves: dict, steps: int = 100) -> dict:
+    runs = {f"{k}-seed{i}": {"loss": k, "learned_q": False, "accuracy_curve": c}
+            for k, cs in curves.items() for i, c in enumerate(cs)}
+    return {"runs": runs, "settings": {"train": {"steps": steps}}}
+
+
+def test_the_plateau_verdict_is_the_rise_over_the_last_fifth_of_the_steps():
+    """Rise of the mean curve between the last point at or before 80% of the steps and the last point, against 0.3."""
+    from softargmax.experiments.lm import PLATEAU_POINTS, plateau
+
+    flat = [[1, 5.0], [40, 30.0], [80, 31.0], [90, 31.1], [100, 31.2]]  # +0.2 over the last 20%
+    rising = [[1, 5.0], [40, 30.0], [80, 31.0], [100, 31.5]]  # +0.5
+    v = plateau(_curves_results({"kl": [flat, rising], "chi_square": [flat, flat]}))
+    assert v["chi_square"]["converged"] and v["chi_square"]["rise"] == pytest.approx(0.2)
+    assert v["chi_square"]["from_step"] == 80 and v["chi_square"]["to_step"] == 100
+    assert v["kl"]["rise"] == pytest.approx(0.35) and v["kl"]["runs"] == pytest.approx([0.2, 0.5])
+    assert not v["kl"]["converged"]  # the mean over seeds rises by 0.35 >= 0.3
+    # a curve with no point between 80% and the end is measured from its last point before 80%
+    sparse = plateau(_curves_results({"kl": [[[1, 5.0], [60, 30.0], [100, 30.0 + PLATEAU_POINTS]]]}))
+    assert sparse["kl"]["from_step"] == 60 and not sparse["kl"]["converged"]
+    # a curve that stops before the last step has not shown a plateau
+    assert not plateau(_curves_results({"kl": [[[1, 5.0], [80, 30.0], [90, 30.0]]]}))["kl"]["converged"]
+
+
+def test_claims_with_a_loss_that_did_not_converge_are_excluded():
+    from softargmax.experiments.lm import _claim
+
+    res = _curves_results({"kl": [[[80, 30.0], [100, 31.0]]], "alpha1.5": [[[80, 30.0], [100, 30.1]]]})
+    line = _claim(res, "α = 1.5 as good as KL", ("alpha1.5", "kl"), "holds (numbers)")
+    assert "*excluded: KL still rose +1.00 points" in line and "the run says holds" in line
+    res["runs"]["kl-seed0"]["accuracy_curve"][-1][1] = 30.2
+    assert _claim(res, "α = 1.5 as good as KL", ("alpha1.5", "kl"), "holds (numbers)") == \
+        "- α = 1.5 as good as KL: **holds (numbers)**."
+
+
+@needs_ptb
+def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path, capsys):
+    """``--runs`` trains part of the preset; every call writes run records and rebuilds the report from all of them,
+    listing the runs still owed; two calls that train the plan between them give the numbers of one call."""
+    from softargmax.cli import main
+    _, whole = smoke_run("lm", *SMOKE)
+    out = tmp_path / "merged"
+    first = ["kl:0", "chi_square:0", "alpha1.5:0"]
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *first, "--out", str(out)]) == 0
+    part = json.loads((out / "results.json").read_text())
+    assert part["settings"]["runs_in"] == first and "kl:1" in part["settings"]["owed"]
+    assert "**Runs owed.**" in (out / "report.md").read_text()
+    capsys.readouterr()
+    # another setup's records are refused before any training
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--seed", "5", "--runs", "kl:5", "--out", str(out),
+                 "--resume"]) != 0
+    assert "seed is 0 there and 5 in this run" in capsys.readouterr().err
+    assert not (out / "runs" / "kl-seed5").exists()
+    rest = [f"{k}:{sd}" for k, sd in (r.rsplit(":", 1) for r in part["settings"]["owed"])]
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume"]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["settings"]["owed"] == [] and merged["settings"]["this_call"] == [
+        f"{k}-seed{sd}" for k, sd in (r.rsplit(":", 1) for r in rest)]
+    for r in (merged, whole):
+        r["settings"].pop("this_call")
+    assert _repeatable(merged) == _repeatable(whole)
+    assert "**Runs owed.**" not in (out / "report.md").read_text()

@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "full", "gpu"].index), default="default", metavar="PRESET",
                    help=f"the run's size (default: default, sized for a CPU with two cores): every experiment takes "
                    f"{' and '.join(common)} (smoke: seconds, as in the tests); {extra} (translation's gpu: "
-                   "Transformer-base on one GPU, 3 seeds; lm's gpu: a wider, deeper decoder; full: the paper's schedule)")
+                   "Transformer-base on one GPU, 3 seeds; translation's full: the paper's schedule; lm's gpu: a wider, "
+                   "deeper decoder with learned q; lm's full: the default with every loss and learned q)")
     r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     net = r.add_mutually_exclusive_group()
     net.add_argument("--offline", action="store_true",
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
     fresh.add_argument("--fresh", action="store_true",
-                       help="delete what earlier runs derived in <out> (checkpoints in runs/, translation's run records "
+                       help="delete what earlier runs derived in <out> (checkpoints in runs/, translation's and lm's run records "
                        "in records/, the learned tokenizer, caches, log.txt) and start over: the report is then built "
                        "from this call's runs alone; results.json, report.md and figures are replaced when the run ends. "
                        "To train one translation run again and keep the other records, delete its runs/SYSTEM/seedSEED "
@@ -129,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--runs", type=_run_pair, nargs="+", metavar="SYSTEM:SEED",
-                   help="translation: train these runs only (e.g. softmax:1 entmax15:2), instead of --systems x "
-                   "--seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and the report is rebuilt "
-                   "from every record there, listing the runs the preset still owes")
+                   help="translation, lm: train these runs only (e.g. softmax:1 entmax15:2; lm: kl:0 alpha1.5+q:1), "
+                   "instead of --systems x --seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and "
+                   "the report is rebuilt from every record there, listing the runs the preset still owes")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (by default an error is one line: what failed and the fix)")
@@ -139,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training experiments (translation, adaptive-attention, lm): also write a checkpoint every "
                    "STEPS training steps (default: at every evaluation and at the end); the last two are kept")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
-                   "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive; lm: losses, default kl "
-                   "chi_square alpha1.5 jensen_shannon reverse_chi_square)")
+                   "sparsemax entmax15 alpha_relu; adaptive-attention: softmax entmax15 adaptive; lm: losses, default "
+                   "the preset's: kl chi_square alpha1.5, and jensen_shannon reverse_chi_square in full and smoke)")
     return parser
 
 

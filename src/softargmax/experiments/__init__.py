@@ -17,4 +17,4 @@ EXPERIMENTS = {
 #: line's help without importing every experiment
 PRESET_NAMES: dict[str, tuple[str, ...]] = {name: ("smoke", "default") for name in EXPERIMENTS}
 PRESET_NAMES["translation"] = ("smoke", "default", "full", "gpu")
-PRESET_NAMES["lm"] = ("smoke", "default", "gpu")
+PRESET_NAMES["lm"] = ("smoke", "default", "full", "gpu")

@@ -11,6 +11,7 @@ into one report.
   (system, seed), so a rerun of the same pair replaces the older record.
 * :func:`write_record` writes it atomically (:func:`._files.atomic_json`); :func:`read_records`
   reads every record of a folder and refuses files that are not records.
+* :func:`check_records` reads them all and refuses one of another setup (or two of one run);
 * :func:`differences` lists the fields in which two records' setups differ, by dotted path;
   :class:`RecordMismatchError` (a :class:`RecordError`) carries them in its message ("preset is 'smoke' there and
   'gpu' in this run").
@@ -26,7 +27,7 @@ import json
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from ._checkpoints import as_json_data, describe_differences
 from ._files import atomic_json
@@ -150,6 +151,43 @@ def differences(saved: Any, expected: Any, prefix: str = "") -> dict:
             out.update(differences(saved.get(key), expected.get(key), f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {} if as_json_data(saved) == as_json_data(expected) else {prefix or "record": (saved, expected)}
+
+
+def check_records(out_dir: Union[str, Path], setup: Optional[dict] = None) -> dict:
+    """The run records of ``out_dir``, checked: ``{(system, seed): (path, record)}``.
+
+    Args:
+        out_dir: the output folder.
+        setup: what every record's ``setup`` must equal (the experiment's setup of this run);
+            default: the first record's.
+
+    Returns:
+        the records by run.
+
+    Raises:
+        RecordMismatchError: a record of another setup (the message names the file and
+            the differing fields).
+        RecordError: two records of the same run, or a file in ``records/`` that is not a
+            record.
+    """
+    found: dict[tuple[str, int], tuple[Path, dict]] = {}
+    other, expected = "this run", setup
+    for path, rec in read_records(out_dir):
+        if expected is None:
+            other, expected = str(path), rec.get("setup")
+        if not isinstance(rec.get("setup"), dict):
+            raise RecordMismatchError(path, {"setup": (None, "present")}, other)
+        diff = differences(rec["setup"], expected)
+        if diff:
+            shown = dict(list(diff.items())[:6])
+            if len(diff) > len(shown):
+                shown[f"and {len(diff) - len(shown)} more fields, e.g. {list(diff)[len(shown)]}"] = ("…", "…")
+            raise RecordMismatchError(path, shown, other)
+        key = (str(rec["system"]), int(rec["seed"]))
+        if key in found:
+            raise RecordError(f"run records {found[key][0]} and {path} are both of {key[0]} seed {key[1]}: keep one")
+        found[key] = (path, rec)
+    return found
 
 
 def pack(values: Sequence[float], dtype: str) -> dict:

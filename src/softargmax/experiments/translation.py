@@ -94,8 +94,6 @@ import torch
 
 from ._common import (
     Log,
-    RecordError,
-    RecordMismatchError,
     atomic_json,
     begin,
     check_checkpoint,
@@ -112,7 +110,7 @@ from ._common import (
     write_record,
 )
 from ._records import FORMAT as RECORD_FORMAT
-from ._records import differences, pack
+from ._records import check_records, pack
 from .nmt import data as nmt_data
 from .nmt import distributed
 from .nmt.data import Parallel
@@ -543,43 +541,6 @@ def run_setup(preset: str, overrides: Optional[dict], P: dict, tok: Tokenizer, r
         "settings": P, "vocabulary": {"size": len(tok), "digest": tok.digest()},
         "test_references": hashlib.sha256("\n".join(refs).encode("utf-8")).hexdigest()[:16],
     }, sort_keys=True))
-
-
-def check_records(out_dir: Path, setup: Optional[dict] = None) -> dict:
-    """The run records of ``out_dir``, checked: ``{(system, seed): (path, record)}``.
-
-    Args:
-        out_dir: the output folder.
-        setup: what every record's ``setup`` must equal (:func:`run_setup` of this run);
-            default: the first record's.
-
-    Returns:
-        the records by run.
-
-    Raises:
-        RecordMismatchError: a record of another setup (the message names the file and
-            the differing fields).
-        RecordError: two records of the same run, or a file in ``records/`` that is not a
-            record.
-    """
-    found: dict[tuple[str, int], tuple[Path, dict]] = {}
-    other, expected = "this run", setup
-    for path, rec in read_records(out_dir):
-        if expected is None:
-            other, expected = str(path), rec.get("setup")
-        if not isinstance(rec.get("setup"), dict):
-            raise RecordMismatchError(path, {"setup": (None, "present")}, other)
-        diff = differences(rec["setup"], expected)
-        if diff:
-            shown = dict(list(diff.items())[:6])
-            if len(diff) > len(shown):
-                shown[f"and {len(diff) - len(shown)} more fields, e.g. {list(diff)[len(shown)]}"] = ("…", "…")
-            raise RecordMismatchError(path, shown, other)
-        key = (str(rec["system"]), int(rec["seed"]))
-        if key in found:
-            raise RecordError(f"run records {found[key][0]} and {path} are both of {key[0]} seed {key[1]}: keep one")
-        found[key] = (path, rec)
-    return found
 
 
 def _settings_block(P: dict, model_cfg: ModelConfig, folder: Path, train: Parallel, val: Parallel, test: Parallel,

@@ -5,6 +5,11 @@ Each line of ``ptb.{train,valid,test}.txt.gz`` is a sentence; its words are foll
 word-level language-model setup (10,000 types including ``<unk>`` and ``<eos>``).  Every
 token keeps the index of its sentence, so that evaluations can be resampled by sentence.
 
+With a subword vocabulary (:func:`subword_streams`) a BPE model (sentencepiece) is learned on
+the training split's sentences alone, and every split is encoded with it, each sentence
+followed by the tokenizer's end-of-sentence id; the streams keep the sentence index of every
+token in the same way.
+
 Training batches are ``batch`` windows of ``context + 1`` tokens at random offsets; the
 offsets of step ``s`` come from a generator seeded with ``(seed, s)`` alone, so a run resumed
 at step ``s`` sees exactly the batches an uninterrupted run would, with no generator state to
@@ -18,10 +23,13 @@ import gzip
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from ..nmt.tokenizer import Tokenizer
 
 EOS = "<eos>"
 SPLITS = {"train": "ptb.train.txt.gz", "valid": "ptb.valid.txt.gz", "test": "ptb.test.txt.gz"}
@@ -66,6 +74,33 @@ def encode(lines: list[list[str]], index: dict) -> Stream:
         ids.append(eos)
         sentence.extend([j] * (len(line) + 1))
     return Stream(torch.tensor(ids, dtype=torch.long), torch.tensor(sentence, dtype=torch.long))
+
+
+def subword_streams(lines: dict[str, list[list[str]]], vocab_size: int) -> tuple["Tokenizer", dict[str, Stream]]:
+    """A BPE tokenizer of ``vocab_size`` pieces learned on ``lines["train"]`` and the stream of every split.
+
+    Args:
+        lines: ``{split: sentences as lists of words}`` (:func:`read_lines`).
+        vocab_size: the number of pieces (PAD, UNK, BOS and EOS included).
+
+    Returns:
+        ``(tokenizer, {split: Stream})``: each sentence's pieces, then the EOS id. BPE training
+        is deterministic: the same lines give the same tokenizer (its ``digest()``).
+    """
+    from ..nmt.tokenizer import EOS as SUB_EOS
+    from ..nmt.tokenizer import Tokenizer
+
+    tok = Tokenizer.train((" ".join(line) for line in lines["train"]), vocab_size)
+    streams = {}
+    for split, sentences in lines.items():
+        ids: list[int] = []
+        sentence: list[int] = []
+        for j, pieces in enumerate(tok.encode(" ".join(line) for line in sentences)):
+            ids.extend(pieces)
+            ids.append(SUB_EOS)
+            sentence.extend([j] * (len(pieces) + 1))
+        streams[split] = Stream(torch.tensor(ids, dtype=torch.long), torch.tensor(sentence, dtype=torch.long))
+    return tok, streams
 
 
 def train_batch(ids: Tensor, context: int, batch: int, seed: int, step: int) -> tuple[Tensor, Tensor]:
