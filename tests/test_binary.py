@@ -41,6 +41,20 @@ def test_softplus_derivative_is_sigmoid_and_gradcheck(name):
     assert torch.autograd.gradcheck(lambda a, b, c: sa.f_sigmoid(a, name, q=(b, c)), (s2, q0, q1), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", CLOSED + ["squared_hellinger"])
+@pytest.mark.parametrize("q", [(1.0, 1.0), (0.3, 1.7)])
+def test_sigmoid_derivative_at_zero_is_the_central_difference(name, q):
+    """At exactly s = 0 the f-sigmoid's derivative is that of its two sides (the smaller-probability
+    trick once took the derivative of |s|, 0 there): compared with a central difference in float64."""
+    s = torch.zeros(1, dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(sa.f_sigmoid(s, name, q=q).sum(), s)
+    h = 1e-6
+    plus, minus = (sa.f_sigmoid(torch.tensor([v], dtype=F64), name, q=q) for v in (h, -h))
+    fd = (plus - minus) / (2 * h)
+    assert float(fd) > 0.05
+    torch.testing.assert_close(g, fd, atol=1e-7, rtol=1e-6)
+
+
 @pytest.mark.parametrize("name", CLOSED)
 def test_builtin_generators_declare_their_closed_forms(name):
     """The comparison above is only meaningful if the closed forms run: each built-in

@@ -161,7 +161,7 @@ def _sigmoid(s: Tensor, divergence: Union[str, Divergence], q: object, temperatu
     # The smaller of the two probabilities is computed (there it has full relative
     # precision), the larger one is 1 minus it: sigmoid(s; q0, q1) = 1 - sigmoid(-s; q1, q0).
     flip = t > 0
-    u = -t.abs()
+    u = torch.where(flip, -t, t)  # -|t| with derivative -sign(t), and +1 at t = 0 (abs' derivative there is 0)
     r0, r1 = torch.where(flip, q1, q0), torch.where(flip, q0, q1)
     closed = div.hints.binary_low_probability
     low = None if closed is None else closed(u, r0, r1)
