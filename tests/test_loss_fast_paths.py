@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest import needs_cuda
 from torch.overrides import TorchFunctionMode
 
 import softargmax as sa
@@ -242,7 +243,7 @@ def test_no_host_sync_on_the_pytorch_path(mapping, monkeypatch):
     assert c.names == []
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_cuda
 @pytest.mark.parametrize("mapping", ["entmax15", "sparsemax", "softmax"])
 def test_gpu_losses_without_synchronization(mapping, monkeypatch):
     """On CUDA, forward + backward of the loss and of the fused loss (bfloat16) under

@@ -109,13 +109,15 @@ def test_attention_tiles_and_warps_reach_the_kernels(monkeypatch):
     default = FA.flash_attention(q, k, v, mapping="entmax15", is_causal=True)
     seen = []
     real = FA.FlashEntmaxAttention.apply
-    monkeypatch.setattr(FA.FlashEntmaxAttention, "apply", lambda *a: seen.append(a[-1]) or real(*a))
+    # the launch configuration (BLOCK_M, BLOCK_N, forward warps, backward warps) is the argument before the
+    # packed-sequence offsets
+    monkeypatch.setattr(FA.FlashEntmaxAttention, "apply", lambda *a: seen.append(a[-2]) or real(*a))
     with overridden(attention=AttentionLaunch(block_m=32, block_n=16, warps=2)):
         assert FA.blocks(16, q.device, q.dtype) == (32, 16, 2)
         tuned = FA.flash_attention(q, k, v, mapping="entmax15", is_causal=True)
         # an argument of the call still wins over the override
         FA.flash_attention(q, k, v, mapping="entmax15", is_causal=True, block_m=16)
-    assert seen == [(32, 16, 2), (16, 16, 2)]
+    assert seen == [(32, 16, 2, 2), (16, 16, 2, 2)]  # the override's warps apply to the backward too
     torch.testing.assert_close(tuned, default, rtol=1e-5, atol=1e-6)
 
 
