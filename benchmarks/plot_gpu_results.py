@@ -48,32 +48,28 @@ def load_sections(folder: Path) -> dict[str, Any]:
     return found
 
 
-def operator_table(cases: list[dict]) -> str:
-    """Rows: shape and dtype; columns: operators; cells: time ÷ ``torch.softmax``'s (forward + backward)."""
-    ops = [op for op in OPERATOR_NAMES if any(c["op"] == op for c in cases)]
+def _ratio_table(cases: list[dict], names: dict[str, str], baseline: str, baseline_key: str) -> str:
+    """Rows: shape and dtype; columns: the ``names`` present; cells: time ÷ the baseline's, timed in the same run."""
+    ops = [op for op in names if any(c["op"] == op for c in cases)]
     keys = list(dict.fromkeys((tuple(c["shape"]), c["dtype"]) for c in cases))
-    lines = ["| shape | dtype | torch.softmax (ms) | " + " | ".join(OPERATOR_NAMES[op] for op in ops) + " |",
+    lines = [f"| shape | dtype | {baseline} (ms) | " + " | ".join(names[op] for op in ops) + " |",
              "|---|---|---|" + "---|" * len(ops)]
     for shape, dtype in keys:
         row = {c["op"]: c for c in cases if tuple(c["shape"]) == shape and c["dtype"] == dtype}
-        softmax = next(iter(row.values()))["softmax_ms"]
+        base = next(iter(row.values()))[baseline_key]
         cells = [f"{row[op]['ratio']:.2f}×" if op in row else "–" for op in ops]
-        lines.append(f"| {_shape(list(shape))} | {dtype} | {softmax:.3f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_shape(list(shape))} | {dtype} | {base:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def operator_table(cases: list[dict]) -> str:
+    """Row operators: forward + backward time ÷ ``torch.softmax``'s on the same rows."""
+    return _ratio_table(cases, OPERATOR_NAMES, "torch.softmax", "softmax_ms")
 
 
 def loss_table(cases: list[dict]) -> str:
-    """Rows: shape and dtype; columns: losses; cells: time ÷ ``F.cross_entropy``'s (forward + backward)."""
-    ops = [op for op in LOSS_NAMES if any(c["op"] == op for c in cases)]
-    keys = list(dict.fromkeys((tuple(c["shape"]), c["dtype"]) for c in cases))
-    lines = ["| shape | dtype | F.cross_entropy (ms) | " + " | ".join(LOSS_NAMES[op] for op in ops) + " |",
-             "|---|---|---|" + "---|" * len(ops)]
-    for shape, dtype in keys:
-        row = {c["op"]: c for c in cases if tuple(c["shape"]) == shape and c["dtype"] == dtype}
-        ce = next(iter(row.values()))["cross_entropy_ms"]
-        cells = [f"{row[op]['ratio']:.2f}×" if op in row else "–" for op in ops]
-        lines.append(f"| {_shape(list(shape))} | {dtype} | {ce:.3f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Losses: forward + backward time ÷ ``F.cross_entropy``'s on the same rows."""
+    return _ratio_table(cases, LOSS_NAMES, "F.cross_entropy", "cross_entropy_ms")
 
 
 def _peer_cell(case: dict) -> str:
