@@ -92,11 +92,13 @@ class KernelSpec:
     data: tuple[str, ...]
     types: dict = field(default_factory=dict)
     streaming: bool = False
+    #: the launcher's ``num_stages`` where it sets one (else Triton's default)
+    stages: Optional[Callable[[], int]] = None
 
 
-FLOAT_SCALARS = {"tol", "omega_c", "scale", "a", "tau"}
+FLOAT_SCALARS = {"tol", "omega_c", "omega_scale", "scale", "a", "a_value", "tau", "tau_c"}
 #: upper-case names that are integer scalars (row and head counts, lengths), not pointers
-INT_SCALARS = {"R", "H", "HKV", "L", "S"}
+INT_SCALARS = {"R", "H", "HKV", "L", "S", "NQB", "NKB"}
 
 
 def _mod(name: str) -> Any:
@@ -115,38 +117,85 @@ def _row_kinds() -> list[tuple[int, int, str]]:
             (hell, 0, "hellinger")]
 
 
-def _row_tiles() -> list[tuple[int, int, int]]:
-    """Every ``(ROWS, BLOCK, warps)`` that ``rows._tile`` chooses for rows of 1 to ``BLOCK_ROWS_MAX`` entries
-    (the tile depends on the row length rounded up to a power of two only)."""
+def _solve_modes() -> list[tuple[int, int, bool, bool]]:
+    """``(KIND, EXACT, PER_ROW, SUMS)`` of the solver launches (``rows._run``): every kind without the loss
+    row sums (the operators, ``solve(..., row_sums=False)``) and with them (the losses), and α-entmax with
+    one α per row (``solve_alpha_rows``: the general kind, with the sums)."""
+    power = int(_mod("row_kernels").KIND_POWER.value)
+    return [(kind, exact, False, sums) for kind, exact, _ in _row_kinds() for sums in (False, True)] + [
+        (power, 0, True, True)]
+
+
+def _jvp_modes() -> list[tuple[int, int, bool]]:
+    """``(KIND, EXACT, PER_ROW)`` of the backward launches (``rows._jvp``): those of :func:`_solve_modes`."""
+    return sorted({(kind, exact, per_row) for kind, exact, per_row, _ in _solve_modes()},
+                  key=lambda m: (m[2], m[0], m[1]))
+
+
+def _heavy(kind: int, exact: int) -> bool:
+    """The general power kind (a log2 and two exp2 per score): ``rows._run`` gives it half the register rows."""
+    return kind == int(_mod("row_kernels").KIND_POWER.value) and exact == 0
+
+
+ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def _row_tiles(elem_bytes: int = 4, heavy: bool = False) -> list[tuple[int, int, int, int, bool]]:
+    """Every ``(ROWS, CH, LINE, warps, SPLIT)`` that ``rows._tile`` chooses for rows of 1 to ``BLOCK_ROWS_MAX``
+    entries (``heavy``: to half that, the solver's limit for the general power kind), shortest first (the
+    tile depends on the row length rounded up to a power of two only)."""
     T = _mod("rows")
-    lengths = [1] + [1 << i for i in range(1, T.BLOCK_ROWS_MAX.bit_length())]
-    return sorted({T._tile(k) for k in lengths if k <= T.BLOCK_ROWS_MAX}, key=lambda t: t[1])
+    limit = T.BLOCK_ROWS_MAX // 2 if heavy else T.BLOCK_ROWS_MAX
+    lengths = [1] + [1 << i for i in range(1, limit.bit_length())]
+    return sorted({T._tile(k, elem_bytes, heavy) for k in lengths if k <= limit}, key=lambda t: t[1] * t[2])
+
+
+def _tile_constexprs(tile: tuple[int, int, int, int, bool]) -> dict:
+    rows, ch, line, _, split = tile
+    return dict(ROWS=rows, CH=ch, LINE=line, SPLIT=split)
+
+
+#: the modes of the register kernels in the quick subset (bfloat16, the shortest and longest tile): the
+#: general power kind with one α per row and the sums (the most registers), sparsemax as the operators run it
+_QUICK_SOLVE = ((0, 0, True, True), (0, 1, False, False))
+_QUICK_JVP = ((0, 0, True), (0, 2, False))
 
 
 def _block_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
-    tiles = _row_tiles()
     for dt in DTYPES:
-        for kind, exact, _ in _row_kinds():
-            for rows, block, warps in tiles:
-                quick = dt == "bf16" and block in (tiles[0][1], 512, tiles[-1][1]) and (kind, exact) in ((0, 1), (0, 2))
-                yield dt, dict(KIND=kind, EXACT=exact, ROWS=rows, BLOCK=block), warps, quick
+        for kind, exact, per_row, sums in _solve_modes():
+            tiles = _row_tiles(ELEM_BYTES[dt], _heavy(kind, exact))
+            for tile in tiles:
+                quick = dt == "bf16" and tile in (tiles[0], tiles[-1]) and (kind, exact, per_row, sums) in _QUICK_SOLVE
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, **_tile_constexprs(tile)),
+                       tile[3], quick)
 
 
+def _jvp_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    for dt in DTYPES:
+        for kind, exact, per_row in _jvp_modes():
+            tiles = _row_tiles(ELEM_BYTES[dt])  # the backward holds p and v: the same tile for every kind
+            for tile in tiles:
+                quick = dt == "bf16" and tile in (tiles[0], tiles[-1]) and (kind, exact, per_row) in _QUICK_JVP
+                yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, **_tile_constexprs(tile)), tile[3], quick
+
+
+#: the streamed kernels' quick subset: bfloat16, every mode (the spills the test refuses are there)
 def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
-    T, K = _mod("rows"), _mod("row_kernels")
+    T = _mod("rows")
     block, warps = T._long_launch()
     for dt in DTYPES:
-        for kind, exact, _ in _row_kinds():
-            cap = T.CAP if kind == int(K.KIND_POWER.value) else 1
-            yield dt, dict(KIND=kind, EXACT=exact, BLOCK=block, CAP=cap), warps, True
+        for kind, exact, per_row, sums in _solve_modes():
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, BLOCK=block, SLOTS=T.LONG_SLOTS),
+                   warps, dt == "bf16")
 
 
 def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     block, warps = T._long_launch()
     for dt in DTYPES:
-        for kind, exact, _ in _row_kinds():
-            yield dt, dict(KIND=kind, EXACT=exact, BLOCK=block), warps, True
+        for kind, exact, per_row in _jvp_modes():
+            yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16"
 
 
 def _relu_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -159,25 +208,36 @@ def _relu_configs() -> Iterable[tuple[str, dict, int, bool]]:
 HEAD_DIMS = (64, 128)
 
 
-def _attention_configs(alpha_grad: bool) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
-    """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA:
-    causal without a mask for EXACT 0/1/2, and the 1.5-entmax one with a boolean mask, not causal."""
+def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
+    """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA (the
+    backward's warps: ``flash_attention.backward_warps``): causal without a mask for EXACT 0/1/2, the 1.5-entmax
+    one on a packed variable-length batch (``VARLEN``), and with a boolean mask, not causal (the forward's
+    warps: ``blocks(..., masked=True)``)."""
 
     def configs() -> Iterable[tuple[str, dict, int, bool]]:
         import torch
 
         F = _mod("flash_attention")
+        cuda = torch.device("cuda")
         for dt in DTYPES:
+            dtype = getattr(torch, TORCH_DTYPE[dt])
             for D in HEAD_DIMS:
-                bm, bn, warps = F.blocks(D, torch.device("cuda"), getattr(torch, TORCH_DTYPE[dt]))
-                for exact, causal, mask in ((0, True, 0), (1, True, 0), (2, True, 0), (2, False, 2)):
-                    c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0,
+                for exact, causal, mask, varlen in ((0, True, 0, False), (1, True, 0, False), (2, True, 0, False),
+                                                    (2, True, 0, True), (2, False, 2, False)):
+                    bm, bn, warps = F.blocks(D, cuda, dtype, masked=mask != 0)
+                    if kernel != "attention_fwd":
+                        warps = F.backward_warps(D, cuda, dtype)
+                    c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen,
                              BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D)
-                    if alpha_grad:
+                    if kernel == "attention_bwd_dq":
                         c["ALPHA_GRAD"] = exact == 0
-                    yield dt, c, warps, dt == "bf16" and exact == 2 and causal
+                    yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen
 
     return configs
+
+
+def _attention_stages() -> int:
+    return int(_mod("flash_attention").NUM_STAGES)
 
 
 def _row_dot_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -186,20 +246,45 @@ def _row_dot_configs() -> Iterable[tuple[str, dict, int, bool]]:
             yield dt, dict(BLOCK_R=max(1, 1024 // D), HEAD_DIM=D), 4, dt == "bf16" and D == 64
 
 
-_ATT = {"ITERS": "*i32"}
+def _loss_configs(name: str) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
+    """The loss epilogue kernels (``losses.gradient`` / ``losses.softmax_gradient``): a class index or a dense
+    target, with or without a row scale, at the launchers' ``BLOCK`` and warps (the softmax one: 8)."""
+
+    def configs() -> Iterable[tuple[str, dict, int, bool]]:
+        L = _mod("losses")
+        block, warps = (L.SOFTMAX_BLOCK, 8) if name == "softmax_gradient_rows" else (L.BLOCK, 4)  # 4: Triton's default
+        for dt in DTYPES:
+            for dense in (False, True):
+                for scale in (False, True):
+                    yield dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, BLOCK=block), warps, dt == "bf16" and scale
+
+    return configs
+
+
+#: the attention kernels' iteration counts and packed batches' offsets
+_ATT = {"ITERS": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
+#: the row kernels' outputs besides p: the bad rows, a bool tensor
+_ROWS = {"BAD": "*u1"}
+#: the loss kernels' target (int64 class indices or float32 rows) and the kept rows (bool viewed as uint8)
+_LOSS = {"IDX": "*i64", "Y": "*fp32", "KEEP": "*u8"}
 
 #: every Triton kernel of the library: add a kernel here (one line) and every proxy reports it
 KERNELS: list[KernelSpec] = [
-    KernelSpec("row_kernels", "solve_block_rows", _block_rows_configs, ("Z", "P"), {"STATUS": "*i8"}),
-    KernelSpec("row_kernels", "jvp_block_rows", _block_rows_configs, ("P", "V", "G")),
-    KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), {"STATUS": "*i8"}, streaming=True),
+    KernelSpec("row_kernels", "solve_block_rows", _block_rows_configs, ("Z", "P"), _ROWS),
+    KernelSpec("row_kernels", "jvp_block_rows", _jvp_rows_configs, ("P", "V", "G")),
+    KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), _ROWS, streaming=True),
     KernelSpec("row_kernels", "jvp_long_rows", _long_jvp_configs, ("P", "V", "G"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_forward", _relu_configs, ("X", "Y"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_backward", _relu_configs, ("X", "GY", "GX"), streaming=True),
-    KernelSpec("attention_kernels", "attention_fwd", _attention_configs(False), ("Q", "K", "V", "O", "Wv"), _ATT),
-    KernelSpec("attention_kernels", "attention_bwd_dkdv", _attention_configs(False),
-               ("Q", "K", "V", "DO", "DK", "DV"), _ATT),
-    KernelSpec("attention_kernels", "attention_bwd_dq", _attention_configs(True), ("Q", "K", "V", "DO", "DQ"), _ATT),
+    KernelSpec("loss_kernels", "gradient_rows", _loss_configs("gradient_rows"), ("P", "G"), _LOSS, streaming=True),
+    KernelSpec("loss_kernels", "softmax_gradient_rows", _loss_configs("softmax_gradient_rows"), ("Z", "G"), _LOSS,
+               streaming=True),
+    KernelSpec("attention_kernels", "attention_fwd", _attention_configs("attention_fwd"), ("Q", "K", "V", "O", "Wv"), _ATT,
+               stages=_attention_stages),
+    KernelSpec("attention_kernels", "attention_bwd_dkdv", _attention_configs("attention_bwd_dkdv"),
+               ("Q", "K", "V", "DO", "DK", "DV"), _ATT, stages=_attention_stages),
+    KernelSpec("attention_kernels", "attention_bwd_dq", _attention_configs("attention_bwd_dq"), ("Q", "K", "V", "DO", "DQ"), _ATT,
+               stages=_attention_stages),
     KernelSpec("attention_kernels", "row_dot", _row_dot_configs, ("X", "Y"), _ATT),
 ]
 
@@ -346,7 +431,7 @@ def compile_variant(index: int, aligned: bool = True) -> dict:
             sig = _signature(fn, spec, v.dtype, v.constexprs)
             c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=v.constexprs,
                                          attrs=_attrs(fn, sig, aligned)), target=GPUTarget(*TARGET),
-                               options={"num_warps": v.warps})
+                               options=dict(num_warps=v.warps, **({"num_stages": spec.stages()} if spec.stages else {})))
     except Exception as err:  # a variant that no longer compiles: reported, not raised
         row["error"] = f"{type(err).__name__}: {str(err)[-1500:]}"
         return row
