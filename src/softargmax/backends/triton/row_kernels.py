@@ -328,33 +328,29 @@ def _insert(x, c0, c1, c2, c3, SLOTS: tl.constexpr):
 
 
 @triton.jit
+def _add_slot(c, p, s, n, umin, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+    """Add one slot of kept scores ``c`` to the running ``(Σp, Σs, support size, smallest s > 0)`` (the last two
+    for 1.5-entmax's closed-form step only)."""
+    pc, sc = _evaluate(c, m, t, a, KIND, EXACT)
+    p += pc
+    s += sc
+    if EXACT == 2:
+        n += tl.where(sc > 0, 1.0, 0.0)
+        umin = tl.minimum(umin, tl.where(sc > 0, sc, float("inf")))
+    return p, s, n, umin
+
+
+@triton.jit
 def _slot_sums(c0, c1, c2, c3, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, SLOTS: tl.constexpr):
     """:func:`_newton_sums` over the lanes' kept scores (``-inf`` in unused slots adds nothing)."""
-    p, s = _evaluate(c0, m, t, a, KIND, EXACT)
-    if EXACT == 2:
-        n = tl.where(s > 0, 1.0, 0.0)
-        umin = tl.where(s > 0, s, float("inf"))
+    zero = tl.zeros_like(c0)
+    p, s, n, umin = _add_slot(c0, zero, zero, zero, zero + float("inf"), m, t, a, KIND, EXACT)
     if SLOTS >= 2:
-        p1, s1 = _evaluate(c1, m, t, a, KIND, EXACT)
-        p += p1
-        s += s1
-        if EXACT == 2:
-            n += tl.where(s1 > 0, 1.0, 0.0)
-            umin = tl.minimum(umin, tl.where(s1 > 0, s1, float("inf")))
+        p, s, n, umin = _add_slot(c1, p, s, n, umin, m, t, a, KIND, EXACT)
     if SLOTS >= 3:
-        p2, s2 = _evaluate(c2, m, t, a, KIND, EXACT)
-        p += p2
-        s += s2
-        if EXACT == 2:
-            n += tl.where(s2 > 0, 1.0, 0.0)
-            umin = tl.minimum(umin, tl.where(s2 > 0, s2, float("inf")))
+        p, s, n, umin = _add_slot(c2, p, s, n, umin, m, t, a, KIND, EXACT)
     if SLOTS >= 4:
-        p3, s3 = _evaluate(c3, m, t, a, KIND, EXACT)
-        p += p3
-        s += s3
-        if EXACT == 2:
-            n += tl.where(s3 > 0, 1.0, 0.0)
-            umin = tl.minimum(umin, tl.where(s3 > 0, s3, float("inf")))
+        p, s, n, umin = _add_slot(c3, p, s, n, umin, m, t, a, KIND, EXACT)
     if EXACT == 2:
         S, Sp, n, umin = tl.reduce((p, s, n, umin), 0, _sums4)
     else:
