@@ -230,6 +230,37 @@ def _presolved_start(div: Divergence, c: Array, lo: Array, hi: Array, k: int, ma
     return jnp.maximum(lo, sub - 4 * eps * (1 + jnp.abs(sub)))
 
 
+def _michelot(c: Array, tau: Array, max_iter: int, axis_name: Optional[str]) -> tuple[Array, Array]:
+    r"""Sparsemax's threshold by Michelot's iteration from a lower bound ``tau``: ``(τ, |S|)``, ``[..., 1]``.
+
+    Each pass takes the support :math:`A = \{j : c_j > \tau\}` and its closed form
+    :math:`\tau' = \tau + (\sum_{j \in A} (c_j - \tau) - 1)/\lvert A\rvert = (\sum_{j \in A} c_j - 1)/\lvert A\rvert`, which
+    is Newton's step on :math:`S(\tau) = 1`.  From below the supports shrink and :math:`\tau` increases to the
+    root; a pass whose support is no smaller than the previous one has found it, and its closed form is the
+    answer (exact to rounding, as the sort-based formula).  Both sums of a pass are reductions of the one
+    array :math:`[c - \tau]_+`, and the support's size is the Jacobian's denominator."""
+
+    def sums(t: Array) -> tuple[Array, Array]:
+        r = jnp.maximum(c - t, 0)
+        return _rowsum(r, axis_name), _rowsum(jnp.sign(r), axis_name)
+
+    def cond(state: tuple) -> Array:
+        return (state[0] < max_iter) & ~jnp.all(state[3])
+
+    def body(state: tuple) -> tuple:
+        it, t, count, done = state
+        S, Q = sums(t)
+        # Q = 0 only for a start above the maximum (not from a lower bound): keep t
+        new = jnp.where(Q > 0, t + (S - 1) / jnp.where(Q > 0, Q, 1.0), t)
+        stop = (Q >= count) | jnp.isnan(new)
+        return it + 1, jnp.where(done, t, new), jnp.where(done, count, Q), done | stop
+
+    inf = jnp.full(tau.shape, jnp.inf, c.dtype)
+    state = (jnp.int32(0), tau, inf, jnp.zeros(tau.shape, bool))
+    _, t, count, _ = lax.while_loop(cond, body, state)
+    return t, count
+
+
 def _steep(c: Array, q: Optional[Array], a: Union[float, Array], k: int, max_iter: int,
            axis_name: Optional[str]) -> tuple[Array, Array, Array]:
     """α-entmax with α > 2 (``a = α - 1 > 1``) in the entmax variable ``t``: ``(τ_f, p, s)``."""
@@ -278,6 +309,15 @@ def _steep(c: Array, q: Optional[Array], a: Union[float, Array], k: int, max_ite
     return (t + 1) / a, g / S, gp
 
 
+def _sparsemax_offset(div: Divergence) -> Optional[float]:
+    """``τ_f - τ`` for the generators that are sparsemax (``τ`` the threshold of ``[c - τ]_+``), else ``None``."""
+    if isinstance(div, ChiSquare):
+        return 0.0
+    if isinstance(div, AlphaDivergence) and div.a == 1.0:
+        return 1.0
+    return None
+
+
 def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Array,
                         axis_name: Optional[str]) -> Optional[Array]:
     """The exact ``τ`` of sparsemax and 1.5-entmax on the support found by Newton's method, or ``None``."""
@@ -321,10 +361,23 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
     c, finite, bad, shift = shift_rows(z, axis_name)
     if q is not None:
         q = q.astype(c.dtype)
+    s_known: Optional[Array] = None
     if isinstance(div, AlphaDivergence) and div.a > 1.0:
         tau, g, gp = _steep(c, q, div.a, k, max_iter, axis_name)
     elif isinstance(div, RowAlpha):
         tau, g, gp = _solve_row_alpha(div, c, q, k, max_iter, axis_name)
+    elif q is None and _sparsemax_offset(div) is not None:
+        # sparsemax (the chi-square, or α = 2 where τ_f = τ + 1): Michelot's iteration, exact, and the
+        # support's size for the Jacobian without another pass
+        off = _sparsemax_offset(div)
+        lo, hi = _bounds(ChiSquare(), c, None, k, axis_name)
+        if c.shape[-1] >= PRESOLVE_MIN_LENGTH:
+            lo = _presolved_start(ChiSquare(), c, lo, hi, k, max_iter, axis_name)
+        tau_chi, count = _michelot(c, lo, max_iter, axis_name)
+        tau = tau_chi + off
+        g = jnp.maximum(c - tau_chi, 0)
+        gp = jnp.sign(g)
+        s_known = count
     else:
         lo, hi = _bounds(div, c, q, k, axis_name)
         if q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
@@ -339,7 +392,10 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
     nan = jnp.asarray(jnp.nan, c.dtype)
     p = jnp.where(finite, g, jnp.where(bad, nan, 0.0))
     s = jnp.where(finite, gp, jnp.where(bad, nan, 0.0))
-    s_sum = _rowsum(s, axis_name)
+    if s_known is None:
+        s_sum = _rowsum(s, axis_name)
+    else:
+        s_sum = jnp.where(finite, s_known, jnp.where(bad, nan, 0.0))
     return Solution(tau + shift, p, s, s_sum, finite, bad, c, shift)
 
 
