@@ -242,6 +242,16 @@ def test_masked_rows_nan_rows_and_gradients(fn):
     assert bool(jnp.all(g[1] == 0)) and float(g[0, 1]) == 0.0
 
 
+@pytest.mark.parametrize("fn", [sj.sparsemax, sj.entmax15, lambda t: sj.entmax(t, 1.25),
+                                lambda t: sj.f_softargmax(t, "jensen_shannon")])
+def test_nan_propagates_on_long_rows(fn):
+    """A NaN anywhere in a long row (where XLA's CPU maximum can skip it) makes the row NaN, and only it."""
+    x = np.random.default_rng(21).normal(size=(4, 4100)).astype(np.float32)
+    x[0, 0], x[1, 3], x[2, -1] = np.nan, np.nan, np.nan
+    p = np.asarray(fn(jnp.asarray(x)))
+    assert np.isnan(p[:3]).all() and not np.isnan(p[3]).any()
+
+
 def test_f_softmax_of_masked_row_is_minus_inf():
     v = sj.f_softmax(jnp.array([[-jnp.inf, -jnp.inf], [0.0, -jnp.inf]]), "chi_square")
     assert float(v[0]) == -math.inf and float(v[1]) == 0.0  # one class left: max_p <p, x> - f(1) = 0

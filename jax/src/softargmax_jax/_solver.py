@@ -146,8 +146,10 @@ def shift_rows(z: Array, axis_name: Optional[str] = None) -> tuple[Array, Array,
     """``(rows shifted to maximum 0, finite, bad, shift)``: rows whose maximum is not finite are
     replaced by zeros (solved harmlessly, zeroed or set to NaN afterwards)."""
     m = _pmax(jnp.max(z, -1, keepdims=True), axis_name)
-    finite = jnp.isfinite(m)
-    bad = jnp.isnan(m) | (m == jnp.inf)
+    # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN; a sum cannot
+    nan_row = jnp.isnan(_rowsum(z, axis_name))
+    finite = jnp.isfinite(m) & ~nan_row
+    bad = jnp.isnan(m) | (m == jnp.inf) | nan_row
     shift = jnp.where(finite, m, 0.0).astype(z.dtype)
     c = jnp.where(finite, z - shift, 0.0)
     return c, finite, bad, shift
@@ -259,6 +261,54 @@ def _michelot(c: Array, tau: Array, max_iter: int, axis_name: Optional[str]) -> 
     state = (jnp.int32(0), tau, inf, jnp.zeros(tau.shape, bool))
     _, t, count, _ = lax.while_loop(cond, body, state)
     return t, count
+
+
+#: 1.5-entmax's passes that jump to the closed form on the current support before Newton's steps take over
+CLOSED_FORM_PASSES = 4
+
+
+def _entmax15(c: Array, tau: Array, k: int, max_iter: int, axis_name: Optional[str]) -> tuple[Array, Array]:
+    r"""1.5-entmax's threshold from a lower bound ``tau``: ``(τ, Σ_j s_j)``, ``[..., 1]``.
+
+    In the entmax variables :math:`y = c/2`, :math:`t = \tau/2 - 1`, :math:`p = [y - t]_+^2` and the Jacobian
+    weights are :math:`s = [y - t]_+`.  Each pass reduces :math:`r = [y - t]_+` to :math:`S_1 = \sum r`,
+    :math:`S_2 = \sum r^2` and :math:`Q = \lvert\{r > 0\}\rvert`.  Newton's method on :math:`\sqrt{S_2} = 1` (a
+    convex decreasing function of :math:`t`, so the iterates increase to the root) runs until
+    :math:`\lvert S_2 - 1\rvert` is at rounding level (the first passes jump to the closed form on their
+    support instead: on the true support it is the root, and the next pass usually ends); the last pass's
+    sums then give the closed form on its support, the smaller root of :math:`\sum_{r > 0} (r - \delta)^2 = 1`,
+    :math:`\delta = (S_2 - 1)/(S_1 + \sqrt{S_1^2 - Q (S_2 - 1)})` (centred at the current :math:`t`, so without
+    the cancellation of the uncentred moments), and :math:`\sum s = S_1 - Q\delta`."""
+    tol = _tolerance(c.dtype, k)
+    y = 0.5 * c
+
+    def cond(state: tuple) -> Array:
+        return (state[0] < max_iter) & ~jnp.all(state[2])
+
+    def body(state: tuple) -> tuple:
+        it, t, done, s_sum = state
+        r = jnp.maximum(y - t, 0)
+        S1 = _rowsum(r, axis_name)
+        S2 = _rowsum(r * r, axis_name)
+        Q = _rowsum(jnp.sign(r), axis_name)
+        resid = S2 - 1
+        finish = (jnp.abs(resid) <= tol) | (it + 1 >= max_iter)
+        root = jnp.sqrt(S2)
+        newton = (root - 1) * root / S1
+        delta = resid / (S1 + jnp.sqrt(jnp.maximum(S1 * S1 - Q * resid, 0.0)))
+        # the closed form on this pass's support is the next iterate while the support settles (from below
+        # it lands at or above the root, from above below it); Newton's steps after CLOSED_FORM_PASSES
+        # passes (or where the support has no root) converge from either side
+        jump = finish | ((it < CLOSED_FORM_PASSES) & (S1 * S1 >= Q * resid))
+        t_new = jnp.where(jump, t + delta, t + newton)
+        stop = finish | jnp.isnan(resid)
+        return (it + 1, jnp.where(done, t, t_new), done | stop,
+                jnp.where(done, s_sum, S1 - Q * delta))
+
+    t0 = 0.5 * tau - 1
+    state = (jnp.int32(0), t0, jnp.zeros(t0.shape, bool), jnp.zeros(t0.shape, c.dtype))
+    _, t, _, s_sum = lax.while_loop(cond, body, state)
+    return 2 * (t + 1), s_sum
 
 
 def _steep(c: Array, q: Optional[Array], a: Union[float, Array], k: int, max_iter: int,
@@ -378,6 +428,12 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         g = jnp.maximum(c - tau_chi, 0)
         gp = jnp.sign(g)
         s_known = count
+    elif q is None and isinstance(div, AlphaDivergence) and div.a == 0.5:
+        lo, hi = _bounds(div, c, None, k, axis_name)
+        if c.shape[-1] >= PRESOLVE_MIN_LENGTH:
+            lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
+        tau, s_known = _entmax15(c, lo, k, max_iter, axis_name)
+        g, gp = div.g_and_gp(c - tau)
     else:
         lo, hi = _bounds(div, c, q, k, axis_name)
         if q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
