@@ -280,17 +280,17 @@ def _entmax15(c: Array, tau: Array, k: int, max_iter: int, axis_name: Optional[s
     :math:`\delta = (S_2 - 1)/(S_1 + \sqrt{S_1^2 - Q (S_2 - 1)})` (centred at the current :math:`t`, so without
     the cancellation of the uncentred moments), and :math:`\sum s = S_1 - Q\delta`."""
     tol = _tolerance(c.dtype, k)
-    y = 0.5 * c
 
     def cond(state: tuple) -> Array:
         return (state[0] < max_iter) & ~jnp.all(state[2])
 
     def body(state: tuple) -> tuple:
         it, t, done, s_sum = state
-        r = jnp.maximum(y - t, 0)
-        S1 = _rowsum(r, axis_name)
-        S2 = _rowsum(r * r, axis_name)
-        Q = _rowsum(jnp.sign(r), axis_name)
+        # 2r = [c - 2t]_+ exactly (scaling by 2 is exact): no array y = c/2 for XLA to keep beside c
+        r2 = jnp.maximum(c - 2 * t, 0)
+        S1 = 0.5 * _rowsum(r2, axis_name)
+        S2 = 0.25 * _rowsum(r2 * r2, axis_name)
+        Q = _rowsum(jnp.sign(r2), axis_name)
         resid = S2 - 1
         finish = (jnp.abs(resid) <= tol) | (it + 1 >= max_iter)
         root = jnp.sqrt(S2)
