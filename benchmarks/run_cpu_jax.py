@@ -1,14 +1,16 @@
 """CPU benchmark of softargmax_jax under jax.jit: sparsemax and 1.5-entmax against jax.nn.softmax (forward and
 forward + backward), and the sparsemax loss against optax's multiclass_sparsemax_loss, in one run.
 
-    PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py [--rows 64] [--sizes 1024 32768] [--repeats 7]
+    PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py [--rows 64] [--sizes 1024 32768] [--rounds 9]
         [--json benchmarks/results/cpu-jax.json]
 
-Prints a table (median milliseconds per call, wall clock and process CPU time, and each operator's ratio
-to softmax or optax) and writes a
-JSON record with the device, the versions, the sizes and every timing.  Timings are of compiled calls (the
-first call, which compiles, is not counted), each the median of ``--repeats`` runs of a loop sized to last
-about 0.2 s.
+Prints a table (milliseconds per call, wall clock and process CPU time, and each case's ratio to softmax or
+optax) and writes a JSON record with the device, the versions, the sizes, the load average before and after,
+and every timing.  Timings are of compiled calls (the first call, which compiles, is not counted).  The cases
+of one size are interleaved: each round times every case once (a loop sized to last about 0.1 s), so a change
+in the machine's load reaches all of them alike; the ratios are of the minimum process CPU time over the
+rounds (the fairest figure on a shared machine: the least disturbed round, and no time spent waiting for a
+core), and the medians are recorded beside them.
 """
 
 from __future__ import annotations
@@ -28,25 +30,28 @@ import softargmax_jax as sj
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-def timed(fn, *args, repeats: int) -> tuple[float, float]:
-    """The median wall-clock and process-CPU seconds of one call of the compiled ``fn(*args)``.
+def timed_rounds(fns: dict, rounds: int) -> dict:
+    """``{name: (wall seconds, cpu seconds)}`` lists, one entry per round, of one call of each compiled
+    ``fn(*args)`` in ``fns`` (``name -> (fn, args)``), the cases interleaved within every round.
 
     The CPU time (all of XLA's threads) is the fairer comparison on a machine shared with other work,
     where the wall clock also counts the time the process waited for a core."""
-    jax.block_until_ready(fn(*args))  # compile
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    once = max(time.perf_counter() - start, 1e-6)
-    n = max(1, int(0.2 / once))
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(n):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        wall.append((time.perf_counter() - start) / n)
-        cpu.append((time.process_time() - start_cpu) / n)
-    return statistics.median(wall), statistics.median(cpu)
+    loops = {}
+    for name, (fn, args) in fns.items():
+        jax.block_until_ready(fn(*args))  # compile
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        loops[name] = max(1, int(0.1 / max(time.perf_counter() - start, 1e-6)))
+    out: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, (fn, args) in fns.items():
+            n = loops[name]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for _ in range(n):
+                res = fn(*args)
+            jax.block_until_ready(res)
+            out[name].append(((time.perf_counter() - start) / n, (time.process_time() - start_cpu) / n))
+    return out
 
 
 def forward_backward(op):
@@ -82,22 +87,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 32768])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", default=os.path.join(RESULTS, "cpu-jax.json"))
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     records = []
     for k in args.sizes:
-        times = {}
-        for name, baseline, fn, fargs in cases(args.rows, k):
-            wall, cpu = timed(fn, *fargs, repeats=args.repeats)
-            times[name] = (wall, cpu)
-            records.append({"k": k, "rows": args.rows, "case": name, "baseline": baseline,
-                            "seconds": wall, "cpu_seconds": cpu})
-        for r in records:
-            if r["k"] == k:
-                r["ratio_to_baseline"] = r["seconds"] / times[r["baseline"]][0]
-                r["cpu_ratio_to_baseline"] = r["cpu_seconds"] / times[r["baseline"]][1]
+        cs = cases(args.rows, k)
+        runs = timed_rounds({name: (fn, fargs) for name, _, fn, fargs in cs}, args.rounds)
+        best = {name: (min(w for w, _ in r), min(c for _, c in r)) for name, r in runs.items()}
+        for name, baseline, _, _ in cs:
+            r = runs[name]
+            records.append({
+                "k": k, "rows": args.rows, "case": name, "baseline": baseline,
+                "seconds": best[name][0], "cpu_seconds": best[name][1],
+                "median_seconds": statistics.median(w for w, _ in r),
+                "median_cpu_seconds": statistics.median(c for _, c in r),
+                "ratio_to_baseline": best[name][0] / best[baseline][0],
+                "cpu_ratio_to_baseline": best[name][1] / best[baseline][1],
+                "median_cpu_ratio_to_baseline": statistics.median(c for _, c in r)
+                / statistics.median(c for _, c in runs[baseline]),
+            })
     print(f"{'k':>6} {'case':48} {'wall ms':>9} {'ratio':>7} {'cpu ms':>9} {'ratio':>7}"
           "  (ratios: to the baseline named in the JSON, softmax or optax)")
     for r in records:
@@ -110,8 +121,10 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
         "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None, "optax": optax.__version__,
         "numpy": np.__version__, "softargmax_jax": sj.__version__, "dtype": "float32", "rows": args.rows,
-        "sizes": args.sizes, "repeats": args.repeats, "load_average": os.getloadavg(),
-        "timing": "median seconds per compiled call (jax.jit): wall clock and process CPU time (all threads)",
+        "sizes": args.sizes, "rounds": args.rounds, "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "timing": "minimum over interleaved rounds of the seconds per compiled call (jax.jit): wall clock and "
+                  "process CPU time (all threads); ratios of those minima, medians recorded beside them",
     }
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
