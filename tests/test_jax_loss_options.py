@@ -150,3 +150,66 @@ def test_bad_options():
         sj.sparsemax_loss(x, jnp.array([[0, 0, 0], [1, 0, 0]]), multilabel=True)
     with pytest.raises(ValueError, match="multilabel"):
         sj.sparsemax_loss(x, jnp.array([0, 1]), multilabel=True)
+
+
+BINARY = [("kl", {}), ("chi_square", {}), ("jensen_shannon", {}), ("alpha", {"alpha": 1.5}),
+          ("reverse_kl", {})]
+
+
+@pytest.mark.parametrize("name,params", BINARY)
+def test_binary_f_divergence_loss_matches_pytorch(x64, name, params):
+    rng = np.random.default_rng(5)
+    s = rng.normal(size=(4, 5)) * 2.5
+    hard = (rng.uniform(size=s.shape) < 0.5).astype(np.float64)
+    soft = rng.uniform(0.05, 0.95, size=s.shape)
+    w = rng.uniform(0.1, 2.0, size=(5,))
+    q0, q1 = rng.uniform(0.5, 2.0, size=(5,)), 0.7
+    for y in ([soft] if name == "reverse_kl" else [hard, soft]):  # reverse KL: +inf for 0/1 targets
+        for kw in ({}, {"temperature": 0.6, "weight": w, "q": (q0, q1)}):
+            jkw = {k: (jnp.asarray(v[0]), v[1]) if k == "q" else (jnp.asarray(v) if k == "weight" else v)
+                   for k, v in kw.items()}
+            tkw = {k: (torch.tensor(v[0]), v[1]) if k == "q" else (torch.tensor(v) if k == "weight" else v)
+                   for k, v in kw.items()}
+            vj, gj = loss_and_grad_jax(lambda t: sj.binary_f_divergence_loss(t, jnp.asarray(y), name, **jkw,
+                                                                             **params), s)
+            vt, gt = loss_and_grad_torch(lambda t: sa.binary_f_divergence_loss(t, torch.tensor(y), name,
+                                                                               reduction="none", **tkw, **params), s)
+            assert np.all(np.isfinite(vj)) and np.all(vj >= -1e-12)
+            assert_close(vj, vt, 1e-12)
+            assert_close(gj, gt, 1e-12)
+    # the gradient is f_sigmoid(s) - y (times the weight), against finite differences too
+    y = soft
+    f = jax.jit(lambda t: jnp.sum(sj.binary_f_divergence_loss(t, jnp.asarray(y), name, **params)))
+    g = np.asarray(jax.grad(f)(jnp.asarray(s)))
+    assert_close(g, np.asarray(sj.f_sigmoid(jnp.asarray(s), name, **params)) - y, 1e-12)
+    eps = 1e-6
+    fd = np.array([(float(f(jnp.asarray(s + eps * e))) - float(f(jnp.asarray(s - eps * e)))) / (2 * eps)
+                   for e in np.eye(s.size).reshape(s.size, *s.shape)]).reshape(s.shape)
+    assert_close(g, fd, 1e-6)
+
+
+def test_binary_f_divergence_loss_float32_vmap_and_errors():
+    import optax
+
+    rng = np.random.default_rng(6)
+    s = (rng.normal(size=(3, 4)) * 2).astype(np.float32)
+    y = (rng.uniform(size=s.shape) < 0.5).astype(np.float32)
+    vj, gj = loss_and_grad_jax(lambda t: sj.binary_f_divergence_loss(t, jnp.asarray(y), "jensen_shannon"), s)
+    vt, gt = loss_and_grad_torch(lambda t: sa.binary_f_divergence_loss(t, torch.tensor(y), "jensen_shannon",
+                                                                       reduction="none"), s)
+    assert vj.dtype == np.float32
+    assert_close(vj, vt, 1e-6)
+    assert_close(gj, gt, 1e-6)
+    kl = sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y))
+    assert_close(np.asarray(kl), np.asarray(optax.sigmoid_binary_cross_entropy(jnp.asarray(s), jnp.asarray(y))), 1e-6)
+    rows = jax.vmap(lambda a, b: sj.binary_f_divergence_loss(a, b, "chi_square"))(jnp.asarray(s), jnp.asarray(y))
+    assert_close(np.asarray(rows), np.asarray(sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y),
+                                                                          "chi_square")), 1e-7)
+    with pytest.raises(ValueError, match="labels"):
+        sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y) * 2)
+    with pytest.raises(ValueError, match="labels"):
+        sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y[0]))
+    with pytest.raises(ValueError, match="weight"):
+        sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y), weight=jnp.ones(3))
+    with pytest.raises(ValueError, match="temperature"):
+        sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y), temperature=0.0)

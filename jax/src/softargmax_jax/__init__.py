@@ -7,7 +7,7 @@ derivatives (never through the solver's iterations).  It depends on ``jax`` and 
 Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or one per row, with its
 α-gradient), :func:`alpha_relu`, :func:`f_softargmax` and :func:`f_softmax` for every divergence of
 :mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`.  Losses (per example, as
-optax's): :func:`fenchel_young_loss` and its named forms, the chunked
+optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, the chunked
 :func:`linear_fenchel_young_loss`, and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
 for ``shard_map``.
 """
@@ -17,6 +17,7 @@ from .divergences import Divergence, get_divergence
 from .linear import linear_fenchel_young_loss
 from .losses import (
     alpha_relu_loss,
+    binary_f_divergence_loss,
     entmax15_loss,
     entmax_loss,
     f_divergence_loss,
@@ -56,6 +57,7 @@ __all__ = [
     "entmax_loss",
     "alpha_relu_loss",
     "f_divergence_loss",
+    "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
     "vocab_parallel_fenchel_young_loss",
     "Divergence",
