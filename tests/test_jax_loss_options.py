@@ -3,6 +3,11 @@
 gradients, in float64 (1e-12) and float32 (1e-6); the soft-capped loss's gradient against central
 finite differences; under ``jit`` and ``vmap``; masked (``-inf``) classes never NaN; bad options raise."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -213,3 +218,76 @@ def test_binary_f_divergence_loss_float32_vmap_and_errors():
         sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y), weight=jnp.ones(3))
     with pytest.raises(ValueError, match="temperature"):
         sj.binary_f_divergence_loss(jnp.asarray(s), jnp.asarray(y), temperature=0.0)
+
+
+@pytest.mark.parametrize("name,params", [("entmax15", {}), ("jensen_shannon", {}), ("softmax", {})])
+def test_linear_loss_with_q_ignore_index_class_weight_softcap(x64, name, params):
+    rng = np.random.default_rng(7)
+    h, w = rng.normal(size=(11, 5)), rng.normal(size=(5, 9)) * 0.8
+    labels = rng.integers(0, 9, size=11)
+    labels[[2, 7]] = -100
+    cw = rng.uniform(0.2, 2.0, size=9)
+    q = rng.uniform(0.5, 2.0, size=9) if name == "jensen_shannon" else None
+    kw = dict(temperature=0.8, label_smoothing=0.1, softcap=2.5, **params)
+    jq = None if q is None else jnp.asarray(q)
+
+    def chunked(hh, ww):
+        return sj.linear_fenchel_young_loss(hh, ww, jnp.asarray(labels), name, chunk_size=4, q=jq,
+                                            class_weight=jnp.asarray(cw), **kw)
+
+    def full(hh, ww):
+        return sj.fenchel_young_loss(hh @ ww, jnp.asarray(labels), name, q=jq, weight=jnp.asarray(cw), **kw)
+
+    ct = jnp.asarray(rng.normal(size=11))
+    (a, ga), (b, gb) = (jax.vjp(f, jnp.asarray(h), jnp.asarray(w)) for f in (chunked, full))
+    assert_close(np.asarray(a), np.asarray(b), 1e-12)
+    for x, y in zip(ga(ct), gb(ct)):
+        assert_close(np.asarray(x), np.asarray(y), 1e-12)
+    assert np.all(np.asarray(a)[[2, 7]] == 0)
+    # and the PyTorch core's fused loss (weight [V, d] there), per example
+    tkw = dict(kw, q=None if q is None else torch.tensor(q))
+    t = sa.linear_fenchel_young_loss(torch.tensor(h), torch.tensor(w.T), torch.tensor(labels), mapping=name,
+                                     class_weight=torch.tensor(cw), reduction="none", **tkw)
+    assert_close(np.asarray(a), t.numpy(), 1e-12)
+    with pytest.raises(ValueError, match="class_weight"):
+        sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.asarray(labels), class_weight=jnp.ones(3))
+    with pytest.raises(ValueError, match="q"):
+        sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.asarray(labels), "kl", q=jnp.ones(3))
+
+
+SHARD_MAP_OPTIONS = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import PartitionSpec as P
+    jax.config.update("jax_enable_x64", True)
+    import softargmax_jax as sj
+    assert jax.device_count() == 4, jax.devices()
+    mesh = jax.make_mesh((4,), ("vocab",), axis_types=(jax.sharding.AxisType.Auto,))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(6, 24)) * 2)
+    labels = rng.integers(0, 24, size=6)
+    labels[3] = -100
+    labels = jnp.asarray(labels)
+    q = jnp.asarray(rng.uniform(0.5, 2.0, size=24))
+    w = jnp.asarray(rng.uniform(0.2, 2.0, size=24))
+    for name, kw in [("jensen_shannon", {"q": q}), ("kl", {"q": q}), ("entmax15", {"softcap": 2.0})]:
+        def sharded(t):
+            return jax.shard_map(lambda tt, yy, qq, ww: sj.vocab_parallel_fenchel_young_loss(
+                tt, yy, name, axis_name="vocab", weight=ww, temperature=0.8, **dict(kw, q=qq)),
+                mesh=mesh, in_specs=(P(None, "vocab"), P(), P("vocab"), P()), out_specs=P())(
+                t, labels, kw.get("q", jnp.ones(24)), w)
+        full = lambda t: sj.fenchel_young_loss(t, labels, name, weight=w, temperature=0.8, **kw)
+        err = float(jnp.max(jnp.abs(jax.jit(sharded)(x) - full(x))))
+        assert err < 1e-12, (name, err)
+        g = jax.jit(jax.grad(lambda t: sharded(t).sum()))(x)
+        gref = jax.grad(lambda t: full(t).sum())(x)
+        gerr = float(jnp.max(jnp.abs(g - gref)))
+        assert gerr < 1e-12 and bool(jnp.all(g[3] == 0)), (name, gerr)
+    print("ok")
+""")
+
+
+def test_vocab_parallel_loss_options_under_shard_map_on_four_cpu_devices():
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"))
+    out = subprocess.run([sys.executable, "-c", SHARD_MAP_OPTIONS], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
