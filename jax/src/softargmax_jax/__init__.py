@@ -6,7 +6,7 @@ derivatives (never through the solver's iterations).  It depends on ``jax`` and 
 
 Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or one per row, with its
 α-gradient), :func:`alpha_relu`, :func:`f_softargmax` and :func:`f_softmax` for every divergence of
-:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`; sparse :func:`attention` and :func:`attention_weights`.  Losses (per example, as
+:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`, :func:`budget_sparsemax`; sparse :func:`attention` and :func:`attention_weights`.  Losses (per example, as
 optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, the chunked
 :func:`linear_fenchel_young_loss`, and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
 for ``shard_map``.
@@ -14,6 +14,7 @@ for ``shard_map``.
 
 from . import divergences
 from .attention import attention, attention_weights
+from .budget import budget_sparsemax
 from .divergences import Divergence, get_divergence
 from .linear import linear_fenchel_young_loss
 from .losses import (
@@ -52,6 +53,7 @@ __all__ = [
     "f_sigmoid",
     "f_softplus",
     "safe_softmax",
+    "budget_sparsemax",
     "attention",
     "attention_weights",
     "fenchel_young_loss",
