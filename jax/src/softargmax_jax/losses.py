@@ -18,9 +18,12 @@ forward's prediction (a ``jax.custom_jvp``), never through the solver.
 
 Labels are integer class indices (``logits``' shape without ``axis``) or probability vectors
 (``logits``' shape, non-negative, summing to one; checked where not traced); they are constants (no
-derivative flows to them).  ``where`` (a boolean array broadcastable to ``logits``, as in
-``optax.softmax_cross_entropy``) and ``-inf`` logits mask classes: they get probability 0 and
-gradient 0; a label with mass on a masked class has loss ``+inf``.  ``label_smoothing`` ε mixes the
+derivative flows to them); with ``multilabel=True`` they are 0/1 label sets, the target being the
+uniform distribution over the active labels.  Integer labels equal to ``ignore_index`` (``-100``) give the
+loss 0 and no gradient; class weights ``weight`` scale each example's loss by ``weight[c]`` (or
+:math:`\langle w, y\rangle`); ``softcap`` c replaces the logits by :math:`c \tanh(\theta/c)` first.
+``where`` (a boolean array broadcastable to ``logits``, as in ``optax.softmax_cross_entropy``) and
+``-inf`` logits mask classes: they get probability 0 and gradient 0; a label with mass on a masked class has loss ``+inf``.  ``label_smoothing`` ε mixes the
 target with the uniform distribution over the classes that are not masked.  Generators with
 :math:`f(0) = +\infty` (reverse KL, Jeffrey, reverse chi-square) give ``+inf`` for targets with a zero
 entry (their gradient :math:`p - y` is still finite).
