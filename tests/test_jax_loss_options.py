@@ -157,7 +157,7 @@ def test_bad_options():
         sj.sparsemax_loss(x, jnp.array([0, 1]), multilabel=True)
 
 
-BINARY = [("kl", {}), ("chi_square", {}), ("jensen_shannon", {}), ("alpha", {"alpha": 1.5}),
+BINARY = [("kl", {}), ("chi_square", {}), ("jensen_shannon", {}),
           ("reverse_kl", {})]
 
 
