@@ -6,17 +6,21 @@ derivatives (never through the solver's iterations).  It depends on ``jax`` and 
 
 Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or one per row, with its
 α-gradient), :func:`alpha_relu`, :func:`f_softargmax` and :func:`f_softmax` for every divergence of
-:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`.  Losses (per example, as
-optax's): :func:`fenchel_young_loss` and its named forms, the chunked
+:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`, :func:`budget_sparsemax`; sparse :func:`attention` and :func:`attention_weights`; entmax sampling, :func:`sample`
+(:mod:`softargmax_jax.sampling`).  Losses (per example, as
+optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, the chunked
 :func:`linear_fenchel_young_loss`, and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
 for ``shard_map``.
 """
 
-from . import divergences
+from . import divergences, sampling
+from .attention import attention, attention_weights
+from .budget import budget_sparsemax
 from .divergences import Divergence, get_divergence
 from .linear import linear_fenchel_young_loss
 from .losses import (
     alpha_relu_loss,
+    binary_f_divergence_loss,
     entmax15_loss,
     entmax_loss,
     f_divergence_loss,
@@ -36,6 +40,7 @@ from .operators import (
     sparsemax,
 )
 from .parallel import vocab_parallel_fenchel_young_loss
+from .sampling import sample
 
 __version__ = "0.1.0"
 
@@ -50,12 +55,18 @@ __all__ = [
     "f_sigmoid",
     "f_softplus",
     "safe_softmax",
+    "budget_sparsemax",
+    "sample",
+    "sampling",
+    "attention",
+    "attention_weights",
     "fenchel_young_loss",
     "sparsemax_loss",
     "entmax15_loss",
     "entmax_loss",
     "alpha_relu_loss",
     "f_divergence_loss",
+    "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
     "vocab_parallel_fenchel_young_loss",
     "Divergence",

@@ -18,15 +18,15 @@ References:
 from __future__ import annotations
 
 import functools
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_array, compute_dtype, concrete
+from ._checks import check_array, check_q, compute_dtype, concrete
 from .divergences import Divergence
-from .losses import LossSpec, resolve_loss, row_values
+from .losses import LossSpec, check_class_weight, check_softcap, resolve_loss, row_values
 
 Array = jax.Array
 
@@ -38,47 +38,65 @@ def _chunk_targets(labels: Array, k: int, dtype: Any, smoothing: float) -> Array
     return (1 - smoothing) * y + smoothing / k if smoothing else y
 
 
-def _chunked(h: Array, labels: Array, chunk: int) -> tuple[Array, Array, int]:
+def _chunked(h: Array, labels: Array, iw: Array, chunk: int) -> tuple[Array, Array, Array, int]:
     n = h.shape[0]
     pad = (-n) % chunk
     hp = jnp.pad(h, ((0, pad), (0, 0)))
     lp = jnp.pad(labels, (0, pad))
-    return hp.reshape(-1, chunk, h.shape[1]), lp.reshape(-1, chunk), n
+    wp = jnp.pad(iw, (0, pad))
+    return hp.reshape(-1, chunk, h.shape[1]), lp.reshape(-1, chunk), wp.reshape(-1, chunk), n
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _linear_loss(spec: LossSpec, chunk: int, smoothing: float, h: Array, w: Array, labels: Array) -> Array:
-    hc, lc, n = _chunked(h, labels, chunk)
-
-    def one(args: tuple[Array, Array]) -> Array:
-        hh, ll = args
-        theta = hh @ w
-        return row_values(spec, theta, _chunk_targets(ll, w.shape[1], theta.dtype, smoothing), None)[0]
-
-    return jax.lax.map(one, (hc, lc)).reshape(-1)[:n]
+def _chunk_logits(hh: Array, w: Array, softcap: Optional[float]) -> tuple[Array, Optional[Array]]:
+    """A chunk's logits (soft-capped), and ``tanh(z/c)`` for the backward with ``softcap``."""
+    z = hh @ w
+    if softcap is None:
+        return z, None
+    t = jnp.tanh(z / softcap)
+    return softcap * t, t
 
 
-def _linear_loss_fwd(spec: LossSpec, chunk: int, smoothing: float, h: Array, w: Array,
-                     labels: Array) -> tuple[Array, tuple[Array, Array, Array]]:
-    return _linear_loss(spec, chunk, smoothing, h, w, labels), (h, w, labels)
+def _chunk_q(q: Optional[Array], theta: Array) -> Optional[Array]:
+    return None if q is None else jnp.broadcast_to(q, theta.shape)
 
 
-def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, res: tuple[Array, Array, Array],
-                     g: Array) -> tuple[Array, Array, None]:
-    h, w, labels = res
-    hc, lc, n = _chunked(h, labels, chunk)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _linear_loss(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], h: Array, w: Array,
+                 labels: Array, iw: Array, q: Optional[Array]) -> Array:
+    hc, lc, wc, n = _chunked(h, labels, iw, chunk)
+
+    def one(args: tuple[Array, Array, Array]) -> Array:
+        hh, ll, ww = args
+        theta, _ = _chunk_logits(hh, w, softcap)
+        loss = row_values(spec, theta, _chunk_targets(ll, w.shape[1], theta.dtype, smoothing), _chunk_q(q, theta))[0]
+        return jnp.where(ww != 0, loss * ww, 0.0)
+
+    return jax.lax.map(one, (hc, lc, wc)).reshape(-1)[:n]
+
+
+def _linear_loss_fwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], h: Array, w: Array,
+                     labels: Array, iw: Array, q: Optional[Array]) -> tuple[Array, tuple]:
+    return _linear_loss(spec, chunk, smoothing, softcap, h, w, labels, iw, q), (h, w, labels, iw, q)
+
+
+def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], res: tuple,
+                     g: Array) -> tuple:
+    h, w, labels, iw, q = res
+    hc, lc, wc, n = _chunked(h, labels, iw, chunk)
     gc = jnp.pad(g, (0, (-n) % chunk)).reshape(-1, chunk)
 
-    def step(dw: Array, args: tuple[Array, Array, Array]) -> tuple[Array, Array]:
-        hh, ll, gg = args
-        theta = hh @ w
+    def step(dw: Array, args: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
+        hh, ll, ww, gg = args
+        theta, t = _chunk_logits(hh, w, softcap)
         y = _chunk_targets(ll, w.shape[1], theta.dtype, smoothing)
-        _, p = row_values(spec, theta, y, None)
-        d = (p - y) * gg[:, None]
+        _, p = row_values(spec, theta, y, _chunk_q(q, theta))
+        d = jnp.where((ww != 0)[:, None], (p - y) * (gg * ww)[:, None], 0.0)
+        if t is not None:
+            d = d * (1 - t * t)
         return dw + hh.T @ d, d @ w.T
 
-    dw, dh = jax.lax.scan(step, jnp.zeros_like(w), (hc, lc, gc))
-    return dh.reshape(-1, h.shape[1])[:n], dw, None
+    dw, dh = jax.lax.scan(step, jnp.zeros_like(w), (hc, lc, wc, gc))
+    return dh.reshape(-1, h.shape[1])[:n], dw, None, None, None
 
 
 _linear_loss.defvjp(_linear_loss_fwd, _linear_loss_bwd)
@@ -86,7 +104,9 @@ _linear_loss.defvjp(_linear_loss_fwd, _linear_loss_bwd)
 
 def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
                               mapping: Union[str, Divergence] = "entmax15", *, chunk_size: int = 1024,
-                              temperature: float = 1.0, label_smoothing: float = 0.0, **params: Any) -> Array:
+                              q: Optional[Array] = None, temperature: float = 1.0, label_smoothing: float = 0.0,
+                              ignore_index: Optional[int] = -100, class_weight: Optional[Array] = None,
+                              softcap: Optional[float] = None, **params: Any) -> Array:
     r"""The Fenchel–Young loss of the logits ``hidden @ weight``, per example, without the full logits.
 
     .. math::
@@ -95,16 +115,22 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
         \nabla_W \textstyle\sum_i \ell_i = \sum_i h_i^\top (p_i - y_i),
 
     computed ``chunk_size`` rows at a time (module docstring); equal to
-    ``fenchel_young_loss(hidden @ weight, labels, mapping)``.
+    ``fenchel_young_loss(hidden @ weight, labels, mapping, q=q, weight=class_weight, ...)``.
 
     Args:
         hidden: ``[N, d]`` floating.
         weight: ``[d, V]``, the output projection (a Flax ``Dense`` kernel's layout).
-        labels: ``[N]`` integer class indices in ``[0, V)``.
+        labels: ``[N]`` integer class indices in ``[0, V)`` (or ``ignore_index``).
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         chunk_size: rows per chunk (a positive int). Default: ``1024``.
+        q: the reference measure of f-divergence losses: ``[V]``, positive (a constant). Default: ``None``.
         temperature: :math:`\beta > 0`. Default: ``1.0``.
         label_smoothing: ε in :math:`[0, 1]` (uniform over the ``V`` classes). Default: ``0.0``.
+        ignore_index: labels equal to it give the loss 0 and no gradient; ``None`` ignores none.
+            Default: ``-100``.
+        class_weight: ``None`` or ``[V]`` class weights, finite and non-negative: example :math:`i`'s loss
+            is multiplied by ``class_weight[labels[i]]`` (a constant). Default: ``None``.
+        softcap: ``None`` or :math:`c > 0`: the logits are :math:`c \tanh(hW/c)`. Default: ``None``.
         **params: the mapping's parameters.
 
     Returns:
@@ -131,16 +157,38 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
     if not jnp.issubdtype(labels.dtype, jnp.integer) or labels.shape != hidden.shape[:1]:
         raise ValueError(f"labels must be integer class indices of shape ({hidden.shape[0]},), got "
                          f"{labels.shape} {labels.dtype}")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    V = weight.shape[1]
     v = concrete(labels)
-    if v is not None and v.size and not bool(np.all((v >= 0) & (v < weight.shape[1]))):
-        raise ValueError(f"labels: class indices must be in [0, {weight.shape[1]})")
+    if v is not None and v.size:
+        kept = v if ignore_index is None else v[v != ignore_index]
+        if kept.size and not bool(np.all((kept >= 0) & (kept < V))):
+            raise ValueError(f"labels: class indices must be in [0, {V}) (ignore_index={ignore_index})")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     spec = resolve_loss(mapping, temperature, **params)
+    softcap = check_softcap(softcap)
+    try:
+        cw = check_class_weight(class_weight, V)
+    except ValueError as e:
+        raise ValueError(f"class_{e}") from None
     dtype = compute_dtype(hidden.dtype)
+    if q is not None:
+        if spec.relu is not None:
+            raise ValueError("q: the alpha_relu loss takes no reference measure")
+        q = jnp.asarray(q)
+        if q.shape != (V,):
+            raise ValueError(f"q must have shape ({V},) (one weight per class), got {q.shape}")
+        q = check_q(q, jnp.zeros((1, V), dtype))
+        q = jax.lax.stop_gradient(q).astype(dtype)
+    keep = jnp.ones(labels.shape, bool) if ignore_index is None else labels != ignore_index
+    safe = jnp.where(keep, labels, 0)
+    iw = keep.astype(dtype) if cw is None else jnp.where(keep, jax.lax.stop_gradient(cw).astype(dtype)[safe], 0.0)
     chunk = min(chunk_size, max(hidden.shape[0], 1))
-    out = _linear_loss(spec, chunk, float(label_smoothing), hidden.astype(dtype), weight.astype(dtype), labels)
+    out = _linear_loss(spec, chunk, float(label_smoothing), softcap, hidden.astype(dtype), weight.astype(dtype), safe,
+                       iw, q)
     return out.astype(hidden.dtype)

@@ -18,9 +18,12 @@ forward's prediction (a ``jax.custom_jvp``), never through the solver.
 
 Labels are integer class indices (``logits``' shape without ``axis``) or probability vectors
 (``logits``' shape, non-negative, summing to one; checked where not traced); they are constants (no
-derivative flows to them).  ``where`` (a boolean array broadcastable to ``logits``, as in
-``optax.softmax_cross_entropy``) and ``-inf`` logits mask classes: they get probability 0 and
-gradient 0; a label with mass on a masked class has loss ``+inf``.  ``label_smoothing`` ε mixes the
+derivative flows to them); with ``multilabel=True`` they are 0/1 label sets, the target being the
+uniform distribution over the active labels.  Integer labels equal to ``ignore_index`` (``-100``) give the
+loss 0 and no gradient; class weights ``weight`` scale each example's loss by ``weight[c]`` (or
+:math:`\langle w, y\rangle`); ``softcap`` c replaces the logits by :math:`c \tanh(\theta/c)` first.
+``where`` (a boolean array broadcastable to ``logits``, as in ``optax.softmax_cross_entropy``) and
+``-inf`` logits mask classes: they get probability 0 and gradient 0; a label with mass on a masked class has loss ``+inf``.  ``label_smoothing`` ε mixes the
 target with the uniform distribution over the classes that are not masked.  Generators with
 :math:`f(0) = +\infty` (reverse KL, Jeffrey, reverse chi-square) give ``+inf`` for targets with a zero
 entry (their gradient :math:`p - y` is still finite).
@@ -54,7 +57,7 @@ from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 Array = jax.Array
 
 __all__ = ["fenchel_young_loss", "sparsemax_loss", "entmax15_loss", "entmax_loss", "alpha_relu_loss",
-           "f_divergence_loss"]
+           "f_divergence_loss", "binary_f_divergence_loss"]
 
 #: mapping names besides the divergence names
 MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax", "alpha_relu")
@@ -202,20 +205,39 @@ def _loss_rows_jvp(spec: LossSpec, primals: tuple, tangents: tuple) -> tuple[Arr
 # -- targets ----------------------------------------------------------------------------------------------------
 
 
-def check_labels(labels: Any, logits: Array, axis: int) -> Array:
-    """The labels checked against the logits: integer indices in range, or probability vectors on the
-    simplex (their values are checked where they are not traced)."""
+def check_labels(labels: Any, logits: Array, axis: int, ignore_index: Optional[int] = None,
+                 multilabel: bool = False) -> Array:
+    """The labels checked against the logits: integer indices in range (or ``ignore_index``), probability
+    vectors on the simplex, or 0/1 label sets with ``multilabel`` (their values are checked where they are
+    not traced)."""
     labels = jnp.asarray(labels)
     k = logits.shape[axis]
     rows = tuple(n for i, n in enumerate(logits.shape) if i != axis)
+    if multilabel:
+        if labels.shape != logits.shape:
+            raise ValueError(f"labels: with multilabel=True they must have the logits' shape {logits.shape}, "
+                             f"got {labels.shape}")
+        if not (labels.dtype == jnp.bool_ or jnp.issubdtype(labels.dtype, jnp.integer)
+                or jnp.issubdtype(labels.dtype, jnp.floating)):
+            raise TypeError(f"labels: a multi-hot label set must be boolean, integer or floating, got {labels.dtype}")
+        v = concrete(labels)
+        if v is not None and v.size:
+            if not bool(np.all((v == 0) | (v == 1))):
+                raise ValueError("labels: a multi-hot label set must contain only 0 and 1")
+            if not bool(np.all(np.sum(np.moveaxis(v, axis, -1) != 0, -1) > 0)):
+                raise ValueError("labels: every multi-hot row needs at least one active label (found a row "
+                                 "with none)")
+        return labels
     if jnp.issubdtype(labels.dtype, jnp.integer):
         if labels.shape != rows:
             raise ValueError(f"labels: integer labels must have the logits' shape without axis={axis}, "
                              f"{rows}, got {labels.shape}")
         v = concrete(labels)
-        if v is not None and v.size and not bool(np.all((v >= 0) & (v < k))):
-            raise ValueError(f"labels: class indices must be in [0, {k}), got values from {int(labels.min())} "
-                             f"to {int(labels.max())}")
+        if v is not None and v.size:
+            kept = v if ignore_index is None else v[v != ignore_index]
+            if kept.size and not bool(np.all((kept >= 0) & (kept < k))):
+                raise ValueError(f"labels: class indices must be in [0, {k}) (ignore_index={ignore_index}), got "
+                                 f"values from {int(kept.min())} to {int(kept.max())}")
     elif jnp.issubdtype(labels.dtype, jnp.floating):
         if labels.shape != logits.shape:
             raise ValueError(f"labels: probability labels must have the logits' shape {logits.shape}, "
@@ -232,11 +254,44 @@ def check_labels(labels: Any, logits: Array, axis: int) -> Array:
     return labels
 
 
-def dense_targets(labels: Array, theta: Array, axis: int, label_smoothing: float) -> Array:
+def check_class_weight(weight: Any, k: int) -> Optional[Array]:
+    """Class weights ``[k]``, floating, finite and non-negative (values checked where not traced)."""
+    if weight is None:
+        return None
+    w = jnp.asarray(weight)
+    if not jnp.issubdtype(w.dtype, jnp.floating) or w.shape != (k,):
+        raise ValueError(f"weight must be a floating array of shape ({k},) (one weight per class), got "
+                         f"{w.shape} {w.dtype}")
+    v = concrete(w)
+    if v is not None and not bool(np.all(np.isfinite(v) & (v >= 0))):
+        raise ValueError("weight must be finite and non-negative")
+    return w
+
+
+def check_softcap(softcap: Any) -> Optional[float]:
+    """``softcap``: ``None`` or a number > 0."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf:
+        raise ValueError(f"softcap must be None or a finite number > 0, got {softcap!r}")
+    return float(softcap)
+
+
+def apply_softcap(theta: Array, softcap: Optional[float]) -> Array:
+    r""":math:`c \tanh(\theta / c)`, with ``-inf`` (masked) entries kept ``-inf``."""
+    if softcap is None:
+        return theta
+    return jnp.where(theta == -jnp.inf, -jnp.inf, softcap * jnp.tanh(theta / softcap))
+
+
+def dense_targets(labels: Array, theta: Array, axis: int, label_smoothing: float, multilabel: bool = False) -> Array:
     """The (checked) labels as probability rows ``[..., k]`` (``theta``: the rows, last axis; masked
     entries ``-inf``), smoothed over the classes that are not masked."""
     k = theta.shape[-1]
-    if jnp.issubdtype(labels.dtype, jnp.integer):
+    if multilabel:
+        t = (jnp.moveaxis(jax.lax.stop_gradient(labels), axis, -1) != 0).astype(theta.dtype)
+        y = t / jnp.maximum(jnp.sum(t, -1, keepdims=True), 1)
+    elif jnp.issubdtype(labels.dtype, jnp.integer):
         y = jax.nn.one_hot(labels, k, dtype=theta.dtype)
     else:
         y = jax.lax.stop_gradient(jnp.moveaxis(labels, axis, -1)).astype(theta.dtype)
@@ -249,7 +304,9 @@ def dense_targets(labels: Array, theta: Array, axis: int, label_smoothing: float
 
 def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Divergence] = "entmax15", *,
                        axis: int = -1, q: Optional[Array] = None, temperature: float = 1.0,
-                       label_smoothing: float = 0.0, where: Optional[Array] = None, **params: Any) -> Array:
+                       label_smoothing: float = 0.0, where: Optional[Array] = None, ignore_index: Optional[int] = -100,
+                       weight: Optional[Array] = None, multilabel: bool = False, softcap: Optional[float] = None,
+                       **params: Any) -> Array:
     r"""The Fenchel–Young loss of a mapping, per example: sparse cross-entropies.
 
     .. math::
@@ -272,6 +329,16 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
         label_smoothing: ε in :math:`[0, 1]`. Default: ``0.0``.
         where: ``None`` or a boolean array broadcastable to ``logits``: ``False`` masks a class.
             Default: ``None``.
+        ignore_index: integer labels equal to it give the loss 0 and no gradient (as
+            ``torch.nn.functional.cross_entropy``'s); ``None`` ignores none. Default: ``-100``.
+        weight: ``None`` or class weights ``[k]``, finite and non-negative: each example's loss is
+            multiplied by ``weight[c]`` for a class index ``c`` (smoothed or not) and by
+            :math:`\langle w, y\rangle` for a probability or multi-hot label. Default: ``None``.
+        multilabel: the labels are 0/1 label sets of ``logits``' shape (boolean, integer or floating), each
+            with at least one active label; the target is the uniform distribution over the active labels
+            (Martins & Astudillo, 2016, §3.4). Default: ``False``.
+        softcap: ``None`` or :math:`c > 0`: the logits are soft-capped to :math:`c\tanh(\theta/c)` first
+            (Gemma 2's logit soft-capping; ``-inf`` entries stay masked). Default: ``None``.
         **params: the mapping's parameters.
 
     Returns:
@@ -310,21 +377,41 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
             jnp.broadcast_shapes(where.shape, logits.shape)
         except ValueError:
             raise ValueError(f"where of shape {where.shape} is not broadcastable to logits {logits.shape}") from None
-    labels = check_labels(labels, logits, axis)
-    return _loss_jit(spec, logits, labels, q, where, axis, float(label_smoothing))
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    if not isinstance(multilabel, bool):
+        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+    softcap = check_softcap(softcap)
+    weight = check_class_weight(weight, logits.shape[axis])
+    labels = check_labels(labels, logits, axis, ignore_index, multilabel)
+    return _loss_jit(spec, logits, labels, q, where, weight, axis, float(label_smoothing), ignore_index, multilabel,
+                     softcap)
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "axis", "label_smoothing"))
-def _loss_jit(spec: LossSpec, logits: Array, labels: Array, q: Optional[Array], where: Optional[Array], axis: int,
-              label_smoothing: float) -> Array:
+@functools.partial(jax.jit, static_argnames=("spec", "axis", "label_smoothing", "ignore_index", "multilabel",
+                                             "softcap"))
+def _loss_jit(spec: LossSpec, logits: Array, labels: Array, q: Optional[Array], where: Optional[Array],
+              weight: Optional[Array], axis: int, label_smoothing: float, ignore_index: Optional[int] = None,
+              multilabel: bool = False, softcap: Optional[float] = None) -> Array:
     dtype = compute_dtype(logits.dtype)
-    theta = logits.astype(dtype)
+    theta = apply_softcap(logits.astype(dtype), softcap)
     if where is not None:
         theta = jnp.where(where, theta, -jnp.inf)
     theta = jnp.moveaxis(theta, axis, -1)
-    y = dense_targets(labels, theta, axis, label_smoothing)
+    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
+    keep = None
+    if hard and ignore_index is not None:
+        keep = labels != ignore_index
+        labels = jnp.where(keep, labels, 0)
+    y = dense_targets(labels, theta, axis, label_smoothing, multilabel)
     qt = None if q is None else jnp.moveaxis(jnp.broadcast_to(q, logits.shape), axis, -1).astype(dtype)
-    return _loss_rows(spec, theta, y, qt).astype(logits.dtype)
+    loss = _loss_rows(spec, theta, y, qt)
+    if weight is not None:
+        w = weight.astype(dtype)
+        loss = loss * (w[labels] if hard else jnp.sum(jnp.where(y > 0, y * w, 0.0), -1))
+    if keep is not None:
+        loss = jnp.where(keep, loss, 0.0)
+    return loss.astype(logits.dtype)
 
 
 def sparsemax_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:
@@ -337,7 +424,8 @@ def sparsemax_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:
 
     Args:
         logits, labels: as in :func:`fenchel_young_loss`.
-        **kwargs: ``axis``, ``label_smoothing``, ``where``, as in :func:`fenchel_young_loss`.
+        **kwargs: ``axis``, ``label_smoothing``, ``where``, ``ignore_index``, ``weight``, ``multilabel``,
+            ``softcap``, as in :func:`fenchel_young_loss`.
 
     Returns:
         the losses, ``logits``' shape without ``axis``.
@@ -455,7 +543,8 @@ def f_divergence_loss(logits: Array, labels: Array, divergence: Union[str, Diver
         logits, labels: as in :func:`fenchel_young_loss`.
         divergence: a divergence name or object. Default: ``"kl"``.
         q, temperature: as in :func:`fenchel_young_loss`.
-        **kwargs: ``axis``, ``label_smoothing``, ``where`` and the divergence's ``alpha=``.
+        **kwargs: ``axis``, ``label_smoothing``, ``where``, ``ignore_index``, ``weight``, ``multilabel``,
+            ``softcap`` and the divergence's ``alpha=``.
 
     Returns:
         the losses, ``logits``' shape without ``axis``.
@@ -471,3 +560,95 @@ def f_divergence_loss(logits: Array, labels: Array, divergence: Union[str, Diver
         and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
     """
     return fenchel_young_loss(logits, labels, divergence, q=q, temperature=temperature, **kwargs)
+
+
+def binary_f_divergence_loss(s: Array, labels: Array, divergence: Union[str, Divergence] = "kl", *,
+                             q: Any = (1.0, 1.0), temperature: float = 1.0, weight: Optional[Array] = None,
+                             **params: Any) -> Array:
+    r"""The binary Fenchel–Young loss of the f-sigmoid, elementwise: a binary cross-entropy for any f-divergence.
+
+    .. math::
+
+        \ell(s, y) = \operatorname{f\_softplus}(s) + \beta \big[q_0 f((1-y)/q_0) + q_1 f(y/q_1)\big] - s y,
+        \qquad \nabla_s \ell = \operatorname{f\_sigmoid}(s) - y,
+
+    for :math:`y \in [0, 1]` (the probability of the positive class), zero iff
+    :math:`\operatorname{f\_sigmoid}(s) = y` (Roulet et al., 2025, §3.4).  ``"kl"`` is
+    ``optax.sigmoid_binary_cross_entropy`` (minus the target's entropy for soft targets);
+    ``"chi_square"`` with :math:`q = (1, 1)` is the modified Huber loss (Martins & Astudillo, 2016, §3.3).
+    For one-vs-all multi-label classification pass the 0/1 label matrix.  The derivative comes from
+    :func:`~softargmax_jax.f_softplus`'s closed form; ``labels``, ``q`` and the temperature are constants.
+
+    Args:
+        s: scores of the positive class, any shape.
+        labels: probabilities of the positive class in :math:`[0, 1]`, of ``s``'s shape (checked where
+            not traced).
+        divergence: a name or a :class:`~softargmax_jax.divergences.Divergence`. Default: ``"kl"``.
+        q: the pair :math:`(q_0, q_1)` of positive prior weights (numbers or arrays broadcastable to
+            ``s``), as in :func:`~softargmax_jax.f_sigmoid`. Default: ``(1.0, 1.0)``.
+        temperature: :math:`\beta > 0`, a number. Default: ``1.0``.
+        weight: ``None`` or finite weights broadcastable to ``s``, multiplying each element. Default: ``None``.
+        **params: the divergence's parameters (``alpha=`` for ``"alpha"``).
+
+    Returns:
+        the losses, ``s``'s shape, in ``s``'s dtype (no reduction, as optax's losses).
+
+    Examples:
+        >>> import numpy as np, jax.numpy as jnp, optax, softargmax_jax as sj
+        >>> s, y = jnp.array([-2.0, 0.0, 0.5, 3.0]), jnp.array([0.0, 1.0, 1.0, 1.0])
+        >>> bool(jnp.allclose(sj.binary_f_divergence_loss(s, y), optax.sigmoid_binary_cross_entropy(s, y)))
+        True
+        >>> print(np.round(np.asarray(sj.binary_f_divergence_loss(s, y, "chi_square")), 4))  # modified Huber
+        [0.     0.25   0.0625 0.    ]
+
+    References:
+        Vincent Roulet, Tianlin Liu, Nino Vieillard, Michael E. Sander and Mathieu Blondel, *Loss
+        Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
+
+        André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
+        Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
+    """
+    from .operators import _q_pair
+
+    s = check_array(s, "s")
+    labels = jnp.asarray(labels)
+    if labels.shape != s.shape:
+        raise ValueError(f"labels must have the shape of s {s.shape}, got {labels.shape}")
+    if not (jnp.issubdtype(labels.dtype, jnp.floating) or jnp.issubdtype(labels.dtype, jnp.integer)
+            or labels.dtype == jnp.bool_):
+        raise TypeError(f"labels must be real probabilities in [0, 1], got {labels.dtype}")
+    v = concrete(labels)
+    if v is not None and v.size and not bool(np.all((v >= 0) & (v <= 1))):
+        raise ValueError("labels: binary targets must lie in [0, 1]")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number > 0 for the losses, got {type(temperature).__name__}")
+    beta = float(check_positive(temperature, "temperature"))
+    div = get_divergence(divergence, **params)
+    dtype = compute_dtype(s.dtype)
+    if weight is not None:
+        weight = jnp.asarray(weight)
+        try:
+            jnp.broadcast_shapes(weight.shape, s.shape)
+        except ValueError:
+            raise ValueError(f"weight of shape {weight.shape} is not broadcastable to s {s.shape}") from None
+        wv = concrete(weight)
+        if wv is not None and not bool(np.all(np.isfinite(wv))):
+            raise ValueError("weight must be finite")
+    qq = _q_pair(q, s.astype(dtype))
+    return _binary_loss_jit(div, beta, s, labels, qq, weight)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _binary_loss_jit(div: Divergence, beta: float, s: Array, labels: Array, qq: Optional[tuple[Array, Array]],
+                     weight: Optional[Array]) -> Array:
+    from .operators import f_softplus
+
+    dtype = compute_dtype(s.dtype)
+    q0, q1 = (1.0, 1.0) if qq is None else (jax.lax.stop_gradient(qq[0]), jax.lax.stop_gradient(qq[1]))
+    y = jax.lax.stop_gradient(labels).astype(dtype)
+    omega_y = q0 * div.f((1 - y) / q0) + q1 * div.f(y / q1)
+    sp = f_softplus(s, div, q=(1.0, 1.0) if qq is None else (q0, q1), temperature=beta).astype(dtype)
+    loss = sp + beta * omega_y - s.astype(dtype) * y
+    if weight is not None:
+        loss = loss * weight.astype(dtype)
+    return loss.astype(s.dtype)

@@ -19,14 +19,14 @@ References:
 from __future__ import annotations
 
 import functools
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
-from ._checks import check_array, compute_dtype
+from ._checks import check_array, check_q, compute_dtype
 from .divergences import Divergence
-from .losses import LossSpec, resolve_loss, row_values
+from .losses import LossSpec, apply_softcap, check_class_weight, check_softcap, resolve_loss, row_values
 
 Array = jax.Array
 
@@ -34,22 +34,24 @@ __all__ = ["vocab_parallel_fenchel_young_loss"]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _parallel_rows(spec: LossSpec, axis_name: str, theta: Array, y: Array) -> Array:
-    return row_values(spec, theta, y, None, axis_name)[0]
+def _parallel_rows(spec: LossSpec, axis_name: str, theta: Array, y: Array, q: Optional[Array]) -> Array:
+    return row_values(spec, theta, y, q, axis_name)[0]
 
 
 @_parallel_rows.defjvp
 def _parallel_rows_jvp(spec: LossSpec, axis_name: str, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    theta, y = primals
+    theta, y, q = primals
     dtheta = tangents[0]
-    loss, p = row_values(spec, theta, y, None, axis_name)
+    loss, p = row_values(spec, theta, y, q, axis_name)
     grad = p - y
     local = jnp.sum(jnp.where(grad != 0, grad * dtheta, 0.0), -1)
     return loss, jax.lax.psum(local, axis_name)
 
 
 def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Divergence] = "entmax15",
-                                      *, axis_name: str, temperature: float = 1.0, label_smoothing: float = 0.0,
+                                      *, axis_name: str, q: Optional[Array] = None, temperature: float = 1.0,
+                                      label_smoothing: float = 0.0, ignore_index: Optional[int] = -100,
+                                      weight: Optional[Array] = None, softcap: Optional[float] = None,
                                       **params: Any) -> Array:
     r"""The per-example Fenchel–Young loss of rows whose classes are split over the devices of ``axis_name``.
 
@@ -68,8 +70,16 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         labels: global integer class indices, ``logits``' shape without the last axis.
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         axis_name: the mapped axis the classes are split over.
+        q: this device's slice of the reference measure, positive, broadcastable to ``logits`` (a
+            constant). Default: ``None``.
         temperature: :math:`\beta > 0`. Default: ``1.0``.
         label_smoothing: ε in :math:`[0, 1]` (uniform over the classes that are not masked). Default: ``0.0``.
+        ignore_index: labels equal to it give the loss 0 and no gradient; ``None`` ignores none.
+            Default: ``-100``.
+        weight: ``None`` or the *global* class weights ``[V]`` (replicated over ``axis_name``): each
+            example's loss is multiplied by ``weight[label]``. Default: ``None``.
+        softcap: ``None`` or :math:`c > 0`: the logits are :math:`c \tanh(\theta/c)` (``-inf`` stays).
+            Default: ``None``.
         **params: the mapping's parameters.
 
     Returns:
@@ -101,9 +111,21 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
     spec = resolve_loss(mapping, temperature, **params)
-    theta = logits.astype(compute_dtype(logits.dtype))
+    softcap = check_softcap(softcap)
+    q = check_q(q, logits)
+    if q is not None and spec.relu is not None:
+        raise ValueError("q: the alpha_relu loss takes no reference measure")
+    theta = apply_softcap(logits.astype(compute_dtype(logits.dtype)), softcap)
     k = theta.shape[-1]
+    if weight is not None:
+        weight = check_class_weight(weight, k * jax.lax.axis_size(axis_name))
+    keep = None
+    if ignore_index is not None:
+        keep = labels != ignore_index
+        labels = jnp.where(keep, labels, 0)
     offset = jax.lax.axis_index(axis_name) * k
     local = labels - offset
     y = jax.nn.one_hot(local, k, dtype=theta.dtype)  # zero where the class is on another device
@@ -111,4 +133,10 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         allowed = (theta > -jnp.inf).astype(theta.dtype)
         n = jax.lax.psum(jnp.sum(allowed, -1, keepdims=True), axis_name)
         y = (1 - label_smoothing) * y + label_smoothing * allowed / jnp.where(n > 0, n, 1.0)
-    return _parallel_rows(spec, axis_name, theta, y).astype(logits.dtype)
+    qt = None if q is None else jax.lax.stop_gradient(jnp.broadcast_to(q, theta.shape).astype(theta.dtype))
+    loss = _parallel_rows(spec, axis_name, theta, y, qt)
+    if weight is not None:
+        loss = loss * jax.lax.stop_gradient(weight).astype(theta.dtype)[labels]
+    if keep is not None:
+        loss = jnp.where(keep, loss, 0.0)
+    return loss.astype(logits.dtype)
