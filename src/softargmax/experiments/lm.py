@@ -1066,12 +1066,12 @@ def _cost_text(results: dict) -> list:
     if "cpu" in str(results["settings"]["device"]).split(" (")[0]:
         out += ["", "Where a difference comes from, on the CPU: the dense losses' values (KL, and the Jensen–Shannon "
                 "and reverse χ² f-softargmax) cost a few passes over each chunk of logits; the sparse ones (χ², "
-                "α = 1.5) solve for the threshold τ of every row with the pruned PyTorch solver, whose cost grows with "
-                "the number of candidate entries it keeps, so with flat logits (a model early in training, or one whose "
-                "loss keeps many entries in the support) a step costs more. The C row solver is not used for the "
-                "loss: it writes dense rows, and measured on the output layer alone it was slower than the pruned "
-                "solver for the loss at every logit scale tried (`benchmarks/run_cpu_lm_step.py` times the output "
-                "layer and loss against `F.cross_entropy` and the whole step, in process CPU time). A learned q "
+                "α = 1.5) solve for the threshold τ of every row with the C row solver, which starts from the root "
+                "on the row's block maxima (so that flat logits, a model early in training, keep few candidate "
+                "entries), takes 1.5-entmax's exact quadratic step once the support is found, and computes the "
+                "loss value's row sums in the pass that writes the prediction (`benchmarks/run_cpu_lm_step.py` "
+                "times the output layer and loss against `F.cross_entropy` and the whole step, in process CPU "
+                "time, at several logit scales). A learned q "
                 "(q ≠ 1) takes the general solver and a second chunked pass over the logits for q's gradient."]
     out += ["", f"Peak memory: the growth of the resident set during one forward and backward of the output layer and "
             f"its loss ({M['tokens']:,} tokens — one training batch — d = {M['d']}, V = {M['vocab']:,}), each case in a "
