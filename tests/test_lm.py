@@ -348,11 +348,17 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
     assert "seed is 0 there and 5 in this run" in capsys.readouterr().err
     assert not (out / "runs" / "kl-seed5").exists()
     rest = [f"{k}:{sd}" for k, sd in (r.rsplit(":", 1) for r in part["settings"]["owed"])]
-    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume"]) == 0
+    # the rest trained two at a time, each in its own process with one thread: the same numbers
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume",
+                 "--jobs", "2"]) == 0
     merged = json.loads((out / "results.json").read_text())
     assert merged["settings"]["owed"] == [] and merged["settings"]["this_call"] == [
         f"{k}-seed{sd}" for k, sd in (r.rsplit(":", 1) for r in rest)]
+    assert merged["settings"]["training_processes"] == 2 and whole["settings"]["training_processes"] == 1
+    log = (out / "log.txt").read_text()
+    assert "each in its own process with one torch thread" in log and f"[{rest[0].replace(':', '-seed')}] step" in log
     for r in (merged, whole):
         r["settings"].pop("this_call")
+        r["settings"].pop("training_processes")
     assert _repeatable(merged) == _repeatable(whole)
     assert "**Runs owed.**" not in (out / "report.md").read_text()

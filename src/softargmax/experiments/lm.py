@@ -223,7 +223,7 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, log: Log) -> tup
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/lm", seed: int = 0,
         systems: Optional[Collection[str]] = None, download: bool = False, threads: Optional[int] = None,
         device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None,
-        runs: Optional[Collection[Any]] = None) -> dict:
+        runs: Optional[Collection[Any]] = None, jobs: int = 1) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.
 
     Training resumes from the checkpoints in ``out/runs/<run>`` (:func:`.pretraining.training.train_run`),
@@ -240,8 +240,18 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     into one folder, on one machine or several, merge into one report, which lists the runs the
     preset still owes.  A record of another setup (preset, data, tokenizer, library version) is
     refused before any training (:class:`._records.RecordMismatchError`).
+
+    ``jobs`` > 1 (CPU only): the runs are trained ``jobs`` at a time, each in its own process with one
+    torch thread, which writes its checkpoints and evaluation scores; this process then loads them
+    and goes on as after a resumed experiment (sampling, timing and memory with ``threads``).  For a
+    small model, two processes of one thread each train faster on two cores than one process of two.
+    Each run's log lines are written when it finishes.
     """
     check_checkpoint_every(checkpoint_every)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    if jobs > 1 and not str(device).startswith("cpu"):
+        raise ValueError(f"jobs: training runs in several processes is for the CPU, got device {device!r}")
     if systems is None:
         systems = PRESETS[preset]["systems"] if preset in PRESETS else tuple(LOSSES)
     P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
@@ -267,6 +277,10 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     trained: dict[str, tuple[Decoder, Optional[torch.Tensor]]] = {}
     records: dict[str, dict] = {}
     scores: dict[str, dict] = {}
+    if jobs > 1 and len(specs) > 1:
+        work = [(spec, cfg, S, train_ids, held, runs_dir / spec.name, prints[spec.name], device, P["eval_rows"],
+                 checkpoint_every) for spec in specs]
+        _train_in_processes(work, jobs, log)
     for spec in specs:
         rdir = runs_dir / spec.name
         model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, prints[spec.name], device, log,
@@ -316,6 +330,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
                      + (f" reached at {100 * (1 - S.hold):.0f}% of the steps and held there" if S.hold else "")
                      + ", clip 1",
         "resumed_from_checkpoint": [n for n, r in records.items() if r["resumed_at"]],
+        "training_processes": jobs if jobs > 1 and len(specs) > 1 else 1,
         "this_call": [s.name for s in specs],
         **environment(t_all, device),
     }
@@ -412,6 +427,30 @@ def _scores(spec: RunSpec, model: Decoder, log_q: Optional[torch.Tensor], held: 
     log(f"[{spec.name}] validation accuracy {100 * out['valid']['correct'].mean():.2f}%, "
         f"test {100 * out['test']['correct'].mean():.2f}%")
     return out
+
+
+def _train_and_score(item: tuple) -> list:
+    """One run trained (or resumed) and scored in a worker process with one torch thread; its log lines."""
+    spec, cfg, S, train_ids, held, rdir, fp, device, rows, checkpoint_every = item
+    torch.set_num_threads(1)
+    lines: list = []
+    model, log_q, _ = train_run(spec, cfg, S, train_ids, held["valid"], rdir, fp, device, lines.append,
+                                checkpoint_every=checkpoint_every)
+    _scores(spec, model, log_q, held, rdir, rows, fp, lines.append)
+    return lines
+
+
+def _train_in_processes(work: list, jobs: int, log: Log) -> None:
+    """:func:`_train_and_score` of every item, ``jobs`` processes at a time (spawned: no state shared with this
+    one); each run's log lines are logged here when it finishes, in the order the runs finish."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    log(f"training {len(work)} runs {min(jobs, len(work))} at a time, each in its own process with one torch thread")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in as_completed([pool.submit(_train_and_score, item) for item in work]):
+            for line in done.result():
+                log(line)
 
 
 def _run_result(spec: RunSpec, rec: dict, sc: dict, log_q: Optional[torch.Tensor], vocab: int,
