@@ -362,3 +362,18 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
         r["settings"].pop("training_processes")
     assert _repeatable(merged) == _repeatable(whole)
     assert "**Runs owed.**" not in (out / "report.md").read_text()
+
+
+def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
+    """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (a tenth of the peak)
+    over the whole last share of the steps on which the plateau is measured, so that the rise is not the decay's."""
+    from softargmax.experiments import lm
+    from softargmax.experiments.pretraining.training import lr_factor
+
+    P = lm.PRESETS["default"]
+    assert tuple(P["systems"]) == lm.TABLE3 and len(P["seeds"]) == 3 and not P["learned_q_seeds"]
+    S = P["train"]
+    first = math.floor((1 - lm.PLATEAU_SHARE) * S["steps"])
+    factors = {round(lr_factor(s, S["warmup"], S["steps"], S["hold"]), 12) for s in range(first, S["steps"] + 1)}
+    assert factors == {0.1}
+    assert S["steps"] % S["curve_every"] == 0 and first % S["curve_every"] == 0  # a curve point starts the window
