@@ -377,3 +377,20 @@ def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
     factors = {round(lr_factor(s, S["warmup"], S["steps"], S["hold"]), 12) for s in range(first, S["steps"] + 1)}
     assert factors == {0.1}
     assert S["steps"] % S["curve_every"] == 0 and first % S["curve_every"] == 0  # a curve point starts the window
+
+
+def test_jobs_is_checked_and_refused_where_runs_are_not_trained_in_processes(capsys, tmp_path):
+    from softargmax.cli import main
+    from softargmax.experiments import lm
+
+    with pytest.raises(SystemExit):
+        main(["reproduce", "lm", "--jobs", "0"])
+    assert "positive" in capsys.readouterr().err
+    assert main(["reproduce", "bisection", "--preset", "smoke", "--jobs", "2", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: bisection: --jobs is not supported")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="jobs must be a positive integer"):
+            lm.run("smoke", out=str(tmp_path / "x"), jobs=bad)
+    with pytest.raises(ValueError, match=r"jobs: .* for the CPU"):
+        lm.run("smoke", out=str(tmp_path / "x"), jobs=2, device="cuda")
+    assert not (tmp_path / "x").exists()
