@@ -365,7 +365,7 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
 
 
 def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
-    """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (a tenth of the peak)
+    """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (2% of the peak)
     over the whole last share of the steps on which the plateau is measured, so that the rise is not the decay's."""
     from softargmax.experiments import lm
     from softargmax.experiments.pretraining.training import lr_factor
@@ -374,8 +374,8 @@ def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
     assert tuple(P["systems"]) == lm.TABLE3 and len(P["seeds"]) == 3 and not P["learned_q_seeds"]
     S = P["train"]
     first = math.floor((1 - lm.PLATEAU_SHARE) * S["steps"])
-    factors = {round(lr_factor(s, S["warmup"], S["steps"], S["hold"]), 12) for s in range(first, S["steps"] + 1)}
-    assert factors == {0.1}
+    factors = {round(lr_factor(s, S["warmup"], S["steps"], S["hold"], S["final"]), 12) for s in range(first, S["steps"] + 1)}
+    assert factors == {S["final"]} == {0.02}
     assert S["steps"] % S["curve_every"] == 0 and first % S["curve_every"] == 0  # a curve point starts the window
 
 
