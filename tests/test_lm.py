@@ -348,11 +348,49 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
     assert "seed is 0 there and 5 in this run" in capsys.readouterr().err
     assert not (out / "runs" / "kl-seed5").exists()
     rest = [f"{k}:{sd}" for k, sd in (r.rsplit(":", 1) for r in part["settings"]["owed"])]
-    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume"]) == 0
+    # the rest trained two at a time, each in its own process with one thread: the same numbers
+    assert main(["reproduce", "lm", "--preset", "smoke", *SMOKE, "--runs", *rest, "--out", str(out), "--resume",
+                 "--jobs", "2"]) == 0
     merged = json.loads((out / "results.json").read_text())
     assert merged["settings"]["owed"] == [] and merged["settings"]["this_call"] == [
         f"{k}-seed{sd}" for k, sd in (r.rsplit(":", 1) for r in rest)]
+    assert merged["settings"]["training_processes"] == 2 and whole["settings"]["training_processes"] == 1
+    log = (out / "log.txt").read_text()
+    assert "each in its own process with one torch thread" in log and f"[{rest[0].replace(':', '-seed')}] step" in log
     for r in (merged, whole):
         r["settings"].pop("this_call")
+        r["settings"].pop("training_processes")
     assert _repeatable(merged) == _repeatable(whole)
     assert "**Runs owed.**" not in (out / "report.md").read_text()
+
+
+def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
+    """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (2% of the peak)
+    over the whole last share of the steps on which the plateau is measured, so that the rise is not the decay's."""
+    from softargmax.experiments import lm
+    from softargmax.experiments.pretraining.training import lr_factor
+
+    P = lm.PRESETS["default"]
+    assert tuple(P["systems"]) == lm.TABLE3 and len(P["seeds"]) == 3 and not P["learned_q_seeds"]
+    S = P["train"]
+    first = math.floor((1 - lm.PLATEAU_SHARE) * S["steps"])
+    factors = {round(lr_factor(s, S["warmup"], S["steps"], S["hold"], S["final"]), 12) for s in range(first, S["steps"] + 1)}
+    assert factors == {S["final"]} == {0.02}
+    assert S["steps"] % S["curve_every"] == 0 and first % S["curve_every"] == 0  # a curve point starts the window
+
+
+def test_jobs_is_checked_and_refused_where_runs_are_not_trained_in_processes(capsys, tmp_path):
+    from softargmax.cli import main
+    from softargmax.experiments import lm
+
+    with pytest.raises(SystemExit):
+        main(["reproduce", "lm", "--jobs", "0"])
+    assert "positive" in capsys.readouterr().err
+    assert main(["reproduce", "bisection", "--preset", "smoke", "--jobs", "2", "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: bisection: --jobs is not supported")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="jobs must be a positive integer"):
+            lm.run("smoke", out=str(tmp_path / "x"), jobs=bad)
+    with pytest.raises(ValueError, match=r"jobs: .* for the CPU"):
+        lm.run("smoke", out=str(tmp_path / "x"), jobs=2, device="cuda")
+    assert not (tmp_path / "x").exists()

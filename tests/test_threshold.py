@@ -182,6 +182,13 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z, alpha_relu=1.5) is None  # α-ReLU has GPU kernels only
     assert threshold.solve(z, covered).backend == "cpu"
     assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
+    # the loss values: the C solver computes their row sums for α-entmax, not for the dense kinds
+    assert _kernels.select(z, covered, candidates_only=True, row_sums=True) is cpu
+    assert _kernels.select(z, get_divergence("chi_square"), candidates_only=True, row_sums=True) is cpu
+    assert _kernels.select(z, get_divergence("jensen_shannon"), candidates_only=True, row_sums=True) is None
+    assert _kernels.select(z, covered, q=torch.ones(1, 64), candidates_only=True, row_sums=True) is None
+    sol = threshold.solve(z, covered, candidates_only=True, row_sums=True)
+    assert sol.backend == "cpu" and sol.zp is not None and sol.omega is not None
     # τ itself (f_softmax's value): the fused τ = (t + 1)/(α - 1) cancels near α = 1
     near_one = get_divergence("alpha", alpha=1.1)
     assert not near_one.hints.fused_tau_exact and covered.hints.fused_tau_exact

@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "instead of --systems x --seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and "
                    "the report is rebuilt from every record there, listing the runs the preset still owes")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--jobs", type=_positive, default=None,
+                   help="lm: train this many runs at once, each in its own process with one torch thread (default: "
+                   "one after another in this process, with --threads); sampling, timing and memory then run here")
     r.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (by default an error is one line: what failed and the fix)")
     r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
@@ -331,8 +334,10 @@ def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict
         kwargs["systems"] = args.systems
     if args.runs and (args.systems or args.seeds):
         raise UsageError(f"{args.experiment}: --runs names the runs itself; give it without --systems and --seeds")
-    why = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)"}
-    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every), ("runs", args.runs)):
+    why = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)",
+           "jobs": ""}
+    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every), ("runs", args.runs),
+                          ("jobs", args.jobs)):
         if value is None:
             continue
         if option not in inspect.signature(module.run).parameters:

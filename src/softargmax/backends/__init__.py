@@ -30,7 +30,7 @@ __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_f
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
            alpha_rows: Optional[Tensor] = None, alpha_relu: Optional[float] = None,
-           candidates_only: bool = False, exact_tau: bool = False) -> Optional[ModuleType]:
+           candidates_only: bool = False, exact_tau: bool = False, row_sums: bool = False) -> Optional[ModuleType]:
     """The backend module whose kernels cover this call, or ``None`` (the PyTorch path).
 
     Exactly one of ``div`` (a normalized mapping with ``q``), ``alpha_rows`` (α-entmax
@@ -38,7 +38,10 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
     ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
     loss values, normmax's normalization); on CPU the pruned PyTorch solution is cheaper for
-    those than the C solver's dense rows, so no fast path is taken there.  ``exact_tau``:
+    those than the C solver's dense rows, so no fast path is taken there, unless ``row_sums``: the
+    caller needs ``p`` and the loss values' row sums alone (:meth:`~softargmax.backends.solution.Solution.inner`,
+    :meth:`~softargmax.backends.solution.Solution.f_sum`), which the C solver computes in the pass
+    that writes ``p`` for α-entmax (:func:`softargmax.backends.cpu.rows.omega_constants`).  ``exact_tau``:
     the caller uses ``τ`` itself (the value of :func:`~softargmax.f_softmax`); a generator
     whose ``τ`` the fused solvers convert with cancellation (``div.hints.fused_tau_exact`` false:
     α near 1) then takes the PyTorch path.
@@ -54,7 +57,8 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     gpu = _triton_rows.usable_device(x)
     if alpha_relu is not None:
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
-    if not gpu and candidates_only:
+    if not gpu and candidates_only and not (row_sums and div is not None
+                                            and _cpu_rows.omega_constants(div) is not None):
         return None
     if exact_tau and div is not None and not div.hints.fused_tau_exact:
         return None

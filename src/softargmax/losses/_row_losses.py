@@ -78,9 +78,10 @@ class FenchelYoungRowLoss(RowLoss):
             z = theta
         if div.hints.softmax:
             return self._softmax_values(z, target)
-        # on CPU the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates; half-precision
+        # on CPU the C solver's row sums (α-entmax) or the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost
+        # only the candidates; half-precision
         # rows (the GPU kernels, :meth:`solves_in_place_dtype`) give p in their dtype and float32 row sums
-        sol = solve(z, div, self.q, candidates_only=True)
+        sol = solve(z, div, self.q, candidates_only=True, row_sums=True)
         p = sol.dense_p()
         vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
         # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β

@@ -207,6 +207,7 @@ def solve(
     trace: Optional[list[Tensor]] = None,
     candidates_only: bool = False,
     exact_tau: bool = False,
+    row_sums: bool = False,
 ) -> Solution:
     r"""The threshold :math:`\tau` of every row of ``z``, and the mapping's values on the candidates.
 
@@ -236,6 +237,10 @@ def solve(
         exact_tau: the caller uses :math:`\tau` itself (the value of :func:`~softargmax.f_softmax`),
             so a fast path runs only where its :math:`\tau` is as accurate as this solver's.
             Default: ``False``.
+        row_sums: the caller needs ``p`` and the Fenchel–Young loss values' row sums
+            (:meth:`~softargmax.backends.solution.Solution.inner` and
+            :meth:`~softargmax.backends.solution.Solution.f_sum`) alone; on CPU the C solver then
+            takes α-entmax (it computes them in the pass that writes ``p``). Default: ``False``.
 
     Returns:
         a :class:`~softargmax.backends.solution.Solution`: ``tau`` (f-divergence parametrization),
@@ -273,9 +278,10 @@ def solve(
         https://doi.org/10.1007/BF00938486
     """
     if prune and trace is None and max_iter == MAX_ITER:  # the fast paths use the default options
-        backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau)
+        backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau,
+                                  row_sums=row_sums)
         if backend is not None:
-            return backend.solve(z, divergence, row_sums=candidates_only)  # the loss values' row sums
+            return backend.solve(z, divergence, row_sums=candidates_only or row_sums)  # the loss values' row sums
     rows = _candidates(z, divergence, q, prune)
     eps = torch.finfo(z.dtype).eps
     # at rounding level: a looser tolerance left float32 rows 2.7e-6 from Σ p = 1 (reverse KL,

@@ -52,16 +52,62 @@ static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
    short list would otherwise fall into the scalar remainder loop) */
 #define PAD 8
 
-/* Newton/Michelot on the candidates d[0..n) (shifted: the largest is 0, all > -1).
+/* Newton/Michelot on the candidates d[0..n) (shifted: the largest is 0, all > t_start), from t_start,
+ * a lower bound of the root (-1, or the root of a subset of the row's entries).
  * Returns t; *n becomes the support size, d/idx its entries.  For a not in {1, 1/2},
  * w_out[0..n) holds g' = (d - t)^{1/a - 1} at the returned t (every exit follows a pass). */
 static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, double a, double tol,
-                            int *iters) {
+                            int *iters, double t_start) {
     const double ex = 1.0 / a - 1.0;
     long n = *n_io;
-    double t = -1.0, last = INFINITY;
+    double t = t_start, last = INFINITY;
     int it = 0;
     for (;;) {
+        if (a == 0.5) { /* compaction and the quadratic's sums in one pass over the candidates */
+            /* four partial sums: one chain of dependent additions would wait on each add's latency */
+            double s1v[4] = {0, 0, 0, 0}, s2v[4] = {0, 0, 0, 0}, dminv[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+            long w = 0, i = 0;
+            for (; i + 4 <= n; i += 4) {
+                for (int l = 0; l < 4; l++) {
+                    const double v = d[i + l];
+                    const int32_t j = idx[i + l];
+                    const int keep = v > t;
+                    const double vk = keep ? v : 0.0;
+                    d[w] = v; idx[w] = j; w += keep;
+                    s1v[l] += vk;
+                    s2v[l] += vk * vk;
+                    dminv[l] = keep && v < dminv[l] ? v : dminv[l];
+                }
+            }
+            for (; i < n; i++) {
+                const double v = d[i];
+                const int32_t j = idx[i];
+                const int keep = v > t;
+                const double vk = keep ? v : 0.0;
+                d[w] = v; idx[w] = j; w += keep;
+                s1v[0] += vk;
+                s2v[0] += vk * vk;
+                dminv[0] = keep && v < dminv[0] ? v : dminv[0];
+            }
+            const double s1 = (s1v[0] + s1v[1]) + (s1v[2] + s1v[3]);
+            const double s2 = (s2v[0] + s2v[1]) + (s2v[2] + s2v[3]);
+            const double dmin = fmin(fmin(dminv[0], dminv[1]), fmin(dminv[2], dminv[3]));
+            n = w;
+            const double mean = s1 / (double)n;
+            const double disc = mean * mean - (s2 - 1.0) / (double)n;
+            const double tc = mean - sqrt(disc > 0 ? disc : 0.0);
+            if (disc >= 0 && tc >= t && tc < dmin) { t = tc; it++; break; }
+            const double P = s1 - (double)n * t;
+            const double S = s2 - 2.0 * t * s1 + (double)n * t * t;
+            const double resid = fabs(S - 1.0);
+            if (resid <= tol || (it > 1 && resid >= last)) break;
+            last = resid;
+            const double tn = t + (S - sqrt(S)) / P;
+            if (!(tn > t) || it >= MAX_ITER) break;
+            t = tn;
+            it++;
+            continue;
+        }
         long w = 0;
         for (long i = 0; i < n; i++) { /* branch-free compaction */
             const double v = d[i];
@@ -80,21 +126,7 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
             if (!(tn > t) && it > 0) break;
         } else {
             double S = 0, P = 0;
-            if (a == 0.5) {
-                double s1 = 0, s2 = 0, dmin = INFINITY;
-#pragma omp simd reduction(+ : s1, s2) reduction(min : dmin)
-                for (long i = 0; i < n; i++) {
-                    s1 += d[i];
-                    s2 += d[i] * d[i];
-                    dmin = d[i] < dmin ? d[i] : dmin;
-                }
-                const double mean = s1 / (double)n;
-                const double disc = mean * mean - (s2 - 1.0) / (double)n;
-                const double tc = mean - sqrt(disc > 0 ? disc : 0.0);
-                if (disc >= 0 && tc >= t && tc < dmin) { t = tc; it++; break; }
-                P = s1 - (double)n * t;
-                S = s2 - 2.0 * t * s1 + (double)n * t * t;
-            } else {
+            {
                 const long np = (n + PAD - 1) / PAD * PAD;
                 for (long i = n; i < np; i++) d[i] = -INFINITY;
 #pragma omp simd reduction(+ : S, P)
@@ -176,7 +208,8 @@ static T row_max_##SUFFIX(const T *z, long k, int *bad) {                       
 }                                                                                                \
                                                                                                  \
 static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, T *ssum,       \
-                              double *d, double *w, int32_t *idx, int *iters) {                  \
+                              double *d, double *w, int32_t *idx, int *iters, double *sums,     \
+                              double oc, double osc) {                                           \
     int bad;                                                                                     \
     const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
     memset(p, 0, (size_t)k * sizeof(T));                                                         \
@@ -184,10 +217,34 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
     *iters = 0;                                                                                  \
     if (bad) {                                                                                   \
         for (long j = 0; j < k; j++) p[j] = (T)NAN;                                              \
+        if (sums) { sums[0] = NAN; sums[1] = NAN; }                                              \
         *tau = (T)NAN; *ssum = 0; return 2;                                                      \
     }                                                                                            \
+    if (sums) { sums[0] = 0; sums[1] = 0; }                                                      \
     if (m == -INFINITY) { *tau = (T)(-1.0); *ssum = 0; return 1; }                               \
-    /* candidates d_j = a (z_j - m) > -1, found block by block (a block whose maximum fails   \
+    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
+    /* the start: the root on the block maxima alone (a subset's root is below the row's: S is a  \
+       sum of non-negative terms), less a rounding margin, when the row has enough blocks; only  \
+       entries above it are candidates (flat rows: a tenth of the row instead of most of it) */  \
+    double t0 = -1.0;                                                                            \
+    const long nblocks = (k + BLOCK - 1) / BLOCK;                                                \
+    if (nblocks >= 8) {                                                                          \
+        long nb = 0;                                                                             \
+        for (long j0 = 0; j0 < k; j0 += BLOCK) {                                                 \
+            const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                     \
+            T bm = -INFINITY;                                                                    \
+            _Pragma("omp simd reduction(max : bm)")                                              \
+            for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                           \
+            const double v = a * ((double)bm - m);                                               \
+            d[nb] = v; idx[nb] = 0; nb += v > -1.0;                                              \
+        }                                                                                        \
+        int it0 = 0;                                                                             \
+        if (nb > 1) {                                                                            \
+            t0 = iterate_power(d, w, idx, &nb, a, tol, &it0, -1.0);                              \
+            t0 = fmax(-1.0, t0 - 64 * DBL_EPSILON);                                              \
+        }                                                                                        \
+    }                                                                                            \
+    /* candidates d_j = a (z_j - m) > t0, found block by block (a block whose maximum fails      \
        the test is skipped: the map is monotone) */                                              \
     long n = 0;                                                                                  \
     for (long j0 = 0; j0 < k; j0 += BLOCK) {                                                     \
@@ -195,14 +252,13 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
         T bm = -INFINITY;                                                                        \
         _Pragma("omp simd reduction(max : bm)")                                                  \
         for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                               \
-        if (!(a * ((double)bm - m) > -1.0)) continue;                                            \
-        for (long j = j0; j < j1; j++) {                                                         \
+        if (!(a * ((double)bm - m) > t0)) continue;                                              \
+        for (long j = j0; j < j1; j++) { /* branch-free: n <= j, so d[n] is in the buffer */     \
             const double v = a * ((double)z[j] - m);                                             \
-            if (v > -1.0) { d[n] = v; idx[n] = (int32_t)j; n++; }                                \
+            d[n] = v; idx[n] = (int32_t)j; n += v > t0;                                          \
         }                                                                                        \
     }                                                                                            \
-    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
-    const double t = iterate_power(d, w, idx, &n, a, tol, iters);                                \
+    const double t = iterate_power(d, w, idx, &n, a, tol, iters, t0);                            \
     double sum_s = 0;                                                                            \
     if (a == 1.0 || a == 0.5) {                                                                  \
         for (long i = 0; i < n; i++) {                                                           \
@@ -213,6 +269,15 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
         for (long i = 0; i < n; i++) {                                                           \
             p[idx[i]] = (T)(w[i] * (d[i] - t)); s[idx[i]] = (T)w[i]; sum_s += w[i];              \
         }                                                                                        \
+    }                                                                                            \
+    if (sums) { /* <z, p> and osc * sum_j p_j (p_j^a - oc) over the support (p^a = d - t), from p as written */ \
+        double zp = 0, om = 0;                                                                   \
+        for (long i = 0; i < n; i++) {                                                           \
+            const double pi = (double)p[idx[i]];                                                 \
+            zp += (double)z[idx[i]] * pi;                                                        \
+            om += pi * (d[i] - t - oc);                                                          \
+        }                                                                                        \
+        sums[0] = zp; sums[1] = osc * om;                                                        \
     }                                                                                            \
     *tau = (T)(t + a * m);                                                                       \
     *ssum = (T)sum_s;                                                                            \
@@ -264,23 +329,26 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
    *bad |= 1 if one of them has status 2. */                                                     \
 static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, const double *a, \
                                 long a_stride, T *p, T *s, T *tau, T *ssum, int8_t *status,     \
-                                int convert, double offset, double *buf, int32_t *idx, T *srow, \
-                                int *bad) {                                                      \
+                                int convert, double offset, double *sums, double oc, double osc, \
+                                double *buf, int32_t *idx, T *srow, int *bad) {                   \
     int most = 0, any_bad = 0;                                                                   \
     for (long r = r0; r < r1; r++) {                                                             \
         int it = 0;                                                                              \
         T tau_r, ssum_r;                                                                         \
+        double row_sums[2];                                                                      \
         const T *zr = z + r * k;                                                                 \
         T *pr = p + r * k, *sr = s ? s + r * k : srow;                                           \
         const double ar = a[r * a_stride];                                                       \
         const int st = kind == KIND_POWER                                                        \
-            ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it) \
+            ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it, \
+                                 sums ? row_sums : NULL, oc, osc)                                \
             : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, &it);                \
         /* tau_f = (tau + c) / a computed in T, as PyTorch computes it on a T tensor */           \
         if (convert && kind == KIND_POWER) tau_r = (T)(tau_r + (T)offset) / (T)ar;                \
         if (tau) tau[r] = tau_r;                                                                 \
         if (ssum) ssum[r] = ssum_r;                                                              \
         if (status) status[r] = (int8_t)st;                                                      \
+        if (sums && kind == KIND_POWER) { sums[2 * r] = row_sums[0]; sums[2 * r + 1] = row_sums[1]; } \
         any_bad |= st == 2;                                                                      \
         most = it > most ? it : most;                                                            \
     }                                                                                            \
@@ -292,10 +360,12 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
    KIND_POWER, write tau_f = (t + offset)/a (in T) instead of t.  s, tau, ssum and status may  \
    be NULL (not written: a caller that needs p alone).  Returns 2 * (the most Newton steps    \
    any row took) + (1 if some row has status 2), or -1 (no memory); status[r] as described at \
-   the top.  One thread solves without entering an OpenMP parallel region. */                 \
+   the top.  sums (KIND_POWER, or NULL): [R, 2], per row <z, p> and osc * sum_j p_j (p_j^a - oc)  \
+   over the support, in double (the Fenchel-Young loss values' row sums; the other kinds leave  \
+   it unwritten).  One thread solves without entering an OpenMP parallel region. */           \
 int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, long a_stride,    \
                       T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads, int convert,  \
-                      double offset) {                                                           \
+                      double offset, double *sums, double oc, double osc) {                      \
     int most = 0, failed = 0, bad = 0;                                                           \
     const size_t srow_size = s ? 0 : (size_t)k * sizeof(T);                                      \
     if (nthreads <= 1) {                                                                         \
@@ -303,7 +373,7 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
         int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
         if (!buf || !idx) failed = 1;                                                            \
         else most = solve_range_##SUFFIX(z, 0, R, k, kind, a, a_stride, p, s, tau, ssum, status, \
-                                         convert, offset, buf, idx, (T *)(buf + 2 * (k + PAD)), &bad); \
+                                         convert, offset, sums, oc, osc, buf, idx, (T *)(buf + 2 * (k + PAD)), &bad); \
         free(buf);                                                                               \
         free(idx);                                                                               \
         return failed ? -1 : 2 * most + bad;                                                     \
@@ -319,7 +389,7 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
         for (long r = 0; r < R; r++) {                                                           \
             if (!ok) continue;                                                                   \
             const int it = solve_range_##SUFFIX(z, r, r + 1, k, kind, a, a_stride, p, s, tau,    \
-                                                ssum, status, convert, offset, buf, idx,         \
+                                                ssum, status, convert, offset, sums, oc, osc, buf, idx,         \
                                                 (T *)(buf + 2 * (k + PAD)), &bad);               \
             most = it > most ? it : most;                                                        \
         }                                                                                        \

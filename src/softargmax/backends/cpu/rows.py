@@ -32,6 +32,7 @@ the OpenMP runtime PyTorch has already loaded.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -47,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ...divergences import Divergence
-from ..kinds import alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
+from ..kinds import KIND_POWER, alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
 from ..switch import Switch
 
@@ -131,7 +132,8 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
                            ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double]
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
+                           ctypes.c_void_p, ctypes.c_double, ctypes.c_double]
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -190,9 +192,12 @@ def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
 
 
 def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional[Tensor], tau: Optional[Tensor],
-          ssum: Optional[Tensor], status: Optional[Tensor], offset: Optional[float]) -> int:
+          ssum: Optional[Tensor], status: Optional[Tensor], offset: Optional[float],
+          sums: Optional[Tensor] = None, omega: tuple[float, float] = (0.0, 1.0)) -> int:
     """One call of the C solver on the rows of ``z``, writing ``p`` (and ``s``, ``tau``, ``ssum``, ``status``
     unless ``None``); with an ``offset`` (the power kind) ``τ_f = (t + offset)/a`` in ``z``'s dtype.
+    ``sums`` (the power kind, float64 ``[R, 2]``, or ``None``): per row ``⟨z, p⟩`` and
+    ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support.
     Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
     threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
@@ -202,26 +207,32 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
     ret: int = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(),
              None if s is None else s.data_ptr(), None if tau is None else tau.data_ptr(),
              None if ssum is None else ssum.data_ptr(), None if status is None else status.data_ptr(),
-             threads, offset is not None, 0.0 if offset is None else offset)
+             threads, offset is not None, 0.0 if offset is None else offset,
+             None if sums is None else sums.data_ptr(), omega[0], omega[1])
     if ret < 0:
         raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
     return ret
 
 
-def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float] = None) -> Solution:
+def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float] = None,
+         omega: Optional[tuple[float, float]] = None) -> Solution:
     """Solve the rows of ``z`` (:func:`~softargmax.backends.kinds.solve_with`'s ``run``).  With an
-    ``offset`` (the power kind) the C code writes ``τ_f = (t + offset)/a`` in ``z``'s dtype."""
+    ``offset`` (the power kind) the C code writes ``τ_f = (t + offset)/a`` in ``z``'s dtype.  With
+    ``omega`` (the power kind) it also writes the loss values' row sums, ``zp`` and ``omega``
+    (:func:`omega_constants`)."""
     R = z.shape[0]
+    sums = torch.empty(R, 2, dtype=torch.float64) if omega is not None and kind == KIND_POWER else None
     p = torch.empty_like(z)
     s = torch.empty_like(z)
     tau = torch.empty(R, 1, dtype=z.dtype)
     ssum = torch.empty(R, 1, dtype=z.dtype)
     status = torch.empty(R, dtype=torch.int8)
-    ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset)
+    ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset, sums, omega or (0.0, 1.0))
     # the low bit: some row has NaN or +inf (status 2), so no reduction over status is needed
     bad = (status == 2).unsqueeze(1) if ret & 1 else None
     return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=z.shape[1], bad_rows=bad,
-                    iterations=ret >> 1, backend="cpu", nan_written=True)  # the C code writes NaN into p in bad rows
+                    iterations=ret >> 1, backend="cpu", nan_written=True,  # the C code writes NaN into p in bad rows
+                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1])
 
 
 def probabilities(z: Tensor, div: Divergence) -> Tensor:
@@ -235,14 +246,33 @@ def probabilities(z: Tensor, div: Divergence) -> Tensor:
     return p
 
 
+def omega_constants(div: Divergence) -> Optional[tuple[float, float]]:
+    r"""``(c, scale)`` with :math:`\sum_j [f(p_j) - f(0)] = \mathrm{scale} \cdot \sum_j p_j (p_j^a - c)` over the
+    support, for the power kind (``None`` for the others): :math:`p_j^a = y_j - t` is the solver's own base,
+    so the sum costs one pass over the support.  The α-divergence, :math:`f(u) = (u^\alpha - 1 - \alpha(u - 1))
+    / (\alpha(\alpha - 1))`: :math:`f(p) - f(0) = (p^\alpha - \alpha p)/(\alpha(\alpha - 1))`, so ``c = α`` and
+    ``scale = 1/(α(α - 1))``; χ² (:math:`f(p) - f(0) = p^2/2`, ``a = 1``): ``c = 0`` and ``scale = 1/2``
+    (the constants of the GPU kernels)."""
+    kind, a = kind_of(div)
+    if kind != KIND_POWER or a is None:
+        return None
+    if div.hints.power_offset == 0.0:  # g(v) = [v]_+ (chi-square)
+        return 0.0, 0.5
+    return a + 1.0, 1.0 / ((a + 1.0) * a)
+
+
 def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
 
-    ``row_sums`` is accepted for the backends' common signature and not used: the C solver
-    leaves ``zp`` and ``omega`` to :class:`~softargmax.backends.solution.Solution`."""
+    ``row_sums``: for the power kind (α-entmax), also the Fenchel–Young loss values' row sums
+    ``zp`` and ``omega``, from the pass that writes ``p`` (the dense kinds leave them to
+    :class:`~softargmax.backends.solution.Solution`, which computes them from ``p``)."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
-    return solve_with(_run, z, div, converts_tau=True)
+    omega = omega_constants(div) if row_sums else None
+    if omega is None:
+        return solve_with(_run, z, div, converts_tau=True)
+    return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:

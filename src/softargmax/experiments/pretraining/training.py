@@ -7,8 +7,8 @@ a learned reference measure, :math:`q = \exp(s)` for a parameter :math:`s \in \m
 :mod:`.reference_measure`.
 
 AdamW (:math:`\beta = (0.9, 0.95)`, weight decay on the matrices only), a linear warm-up then a cosine
-decay to a tenth of the peak learning rate (reached at the end, or, with ``hold`` > 0, after the
-first ``1 - hold`` of the steps and held there for the rest), gradients clipped at norm 1.  Runs with the same
+decay to a share ``final`` of the peak learning rate (a tenth unless set; reached at the end, or, with
+``hold`` > 0, after the first ``1 - hold`` of the steps and held there for the rest), gradients clipped at norm 1.  Runs with the same
 seed share their initialization and the order of their batches (:func:`.data.train_batch`),
 whatever their loss.
 
@@ -67,25 +67,30 @@ class TrainSettings:
     curve_every: int = 100
     curve_tokens: int = 8192
     hold: float = 0.0
+    final: float = 0.1
 
 
-def lr_factor(step: int, warmup: int, steps: int, hold: float = 0.0) -> float:
-    """Linear warm-up over ``warmup`` steps, then a cosine decay from 1 to 0.1, reached at step
-    ``(1 - hold) · steps`` and held from there to ``steps``.
+def lr_factor(step: int, warmup: int, steps: int, hold: float = 0.0, final: float = 0.1) -> float:
+    """Linear warm-up over ``warmup`` steps, then a cosine decay from 1 to ``final`` (a share of the peak),
+    reached at step ``(1 - hold) · steps`` and held from there to ``steps``.
 
     Example:
         >>> [round(lr_factor(s, 10, 100), 3) for s in (0, 9, 10, 55, 100)]
         [0.1, 1.0, 1.0, 0.55, 0.1]
         >>> [round(lr_factor(s, 10, 100, hold=0.2), 3) for s in (45, 80, 90, 100)]
         [0.55, 0.1, 0.1, 0.1]
+        >>> [round(lr_factor(s, 10, 100, hold=0.2, final=0.02), 3) for s in (45, 80, 100)]
+        [0.51, 0.02, 0.02]
     """
     if not 0.0 <= hold < 1.0:
         raise ValueError(f"hold must be in [0, 1), got {hold!r}")
+    if not 0.0 < final <= 1.0:
+        raise ValueError(f"final must be in (0, 1], got {final!r}")
     if step < warmup:
         return (step + 1) / warmup
     end = steps - round(hold * steps)
     t = (step - warmup) / max(1, end - warmup)
-    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(t, 1.0)))
+    return final + (1 - final) / 2 * (1 + math.cos(math.pi * min(t, 1.0)))
 
 
 def reference_measure(log_q: Optional[Tensor]) -> Optional[Tensor]:
@@ -182,7 +187,7 @@ def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Te
     model = Decoder(cfg).to(device)
     log_q = nn.Parameter(torch.zeros(cfg.vocab, device=device)) if spec.learned_q else None
     opt = _optimizer(model, log_q, S)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, S.warmup, S.steps, S.hold))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, S.warmup, S.steps, S.hold, S.final))
     record: dict[str, Any] = {"run": spec.name, "loss": spec.loss, "mapping": spec.mapping, "seed": spec.seed,
               "learned_q": spec.learned_q, "steps_done": 0, "train_seconds": 0.0, "step_seconds": [],
               "loss_curve": [], "accuracy_curve": [], "resumed_at": []}
