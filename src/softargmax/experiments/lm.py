@@ -133,6 +133,10 @@ _CPU_MODEL = dict(d=128, heads=4, layers=2, ff=512, context=64)
 _CPU_TRAIN = dict(steps=6000, batch=16, lr=5e-3, warmup=300, chunk=1024, curve_every=300, curve_tokens=16384,
                   hold=_CPU_HOLD, final=0.02)
 
+#: runs trained at once on the CPU when ``jobs`` is not given (:func:`run`): the presets sized for two cores
+#: (not a preset setting, so that it is not part of the records' setup: a run trained either way merges)
+CPU_JOBS = {"default": 2, "full": 2}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(vocab=512, train_tokens=20_000, eval_tokens=800, systems=tuple(LOSSES),
                   model=dict(d=32, heads=2, layers=1, ff=64, context=16),
@@ -227,10 +231,20 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, log: Log) -> tup
     return folder, Vocabulary(tokenizer=tok), streams, tok.digest()
 
 
+def default_jobs(preset: str, device: str) -> int:
+    """Runs trained at once when ``jobs`` is not given: :data:`CPU_JOBS` of ``preset`` on the CPU, else 1.
+
+    Example:
+        >>> default_jobs("default", "cpu"), default_jobs("default", "cuda"), default_jobs("smoke", "cpu")
+        (2, 1, 1)
+    """
+    return CPU_JOBS.get(preset, 1) if str(device).startswith("cpu") else 1
+
+
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/lm", seed: int = 0,
         systems: Optional[Collection[str]] = None, download: bool = False, threads: Optional[int] = None,
         device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None,
-        runs: Optional[Collection[Any]] = None, jobs: int = 1) -> dict:
+        runs: Optional[Collection[Any]] = None, jobs: Optional[int] = None) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.
 
     Training resumes from the checkpoints in ``out/runs/<run>`` (:func:`.pretraining.training.train_run`),
@@ -252,9 +266,12 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     torch thread, which writes its checkpoints and evaluation scores; this process then loads them
     and goes on as after a resumed experiment (sampling, timing and memory with ``threads``).  For a
     small model, two processes of one thread each train faster on two cores than one process of two.
-    Each run's log lines are written when it finishes.
+    Each run's log lines are written when it finishes.  Default (``None``): :data:`CPU_JOBS` of the preset on
+    the CPU (2 for ``default`` and ``full``, sized for two cores), else 1.
     """
     check_checkpoint_every(checkpoint_every)
+    if jobs is None:
+        jobs = default_jobs(preset, device)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     if jobs > 1 and not str(device).startswith("cpu"):
