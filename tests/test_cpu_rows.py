@@ -159,6 +159,18 @@ def test_missing_compiler_falls_back_with_a_warning(tmp_path):
     assert "fused CPU row solver is unavailable" in proc.stderr
 
 
+def test_library_is_built_from_the_source_seen_at_import(tmp_path, monkeypatch):
+    """The build is lazy: a process whose ``rows.c`` changed on disk after import (an editable install updated
+    during a long run) must still build the code its ctypes signatures were written for, not the new file."""
+    changed = tmp_path / "rows.c"
+    changed.write_text("this is not C\n")
+    monkeypatch.setattr(_cpu_rows, "SOURCE", changed)
+    monkeypatch.setenv("SOFTARGMAX_CACHE_DIR", str(tmp_path / "cache"))
+    built = _cpu_rows._build()
+    assert built.exists() and built.parent == tmp_path / "cache"
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # the temporary source and library are gone
+
+
 def test_environment_switch_disables_the_fused_path():
     proc = _run_python("from softargmax.backends.cpu import rows as _cpu_rows; print(_cpu_rows.enabled())", SOFTARGMAX_CPU_KERNELS="0")
     assert proc.returncode == 0, proc.stderr

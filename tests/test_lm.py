@@ -393,4 +393,7 @@ def test_jobs_is_checked_and_refused_where_runs_are_not_trained_in_processes(cap
             lm.run("smoke", out=str(tmp_path / "x"), jobs=bad)
     with pytest.raises(ValueError, match=r"jobs: .* for the CPU"):
         lm.run("smoke", out=str(tmp_path / "x"), jobs=2, device="cuda")
+    # without --jobs: the presets sized for two cores train two runs at once on the CPU, one elsewhere
+    assert [lm.default_jobs(p, d) for p, d in [("default", "cpu"), ("full", "cpu"), ("default", "cuda:0"),
+                                               ("smoke", "cpu"), ("gpu", "cpu")]] == [2, 2, 1, 1, 1]
     assert not (tmp_path / "x").exists()

@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--jobs", type=_positive, default=None,
                    help="lm: train this many runs at once, each in its own process with one torch thread (default: "
-                   "one after another in this process, with --threads); sampling, timing and memory then run here")
+                   "the preset's on the CPU: 2 for default and full, sized for two cores; 1 (one after another in "
+                   "this process, with --threads) for the others and on a GPU); sampling, timing and memory run here")
     r.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (by default an error is one line: what failed and the fix)")
     r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",

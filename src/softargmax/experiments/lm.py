@@ -133,6 +133,10 @@ _CPU_MODEL = dict(d=128, heads=4, layers=2, ff=512, context=64)
 _CPU_TRAIN = dict(steps=6000, batch=16, lr=5e-3, warmup=300, chunk=1024, curve_every=300, curve_tokens=16384,
                   hold=_CPU_HOLD, final=0.02)
 
+#: runs trained at once on the CPU when ``jobs`` is not given (:func:`run`): the presets sized for two cores
+#: (not a preset setting, so that it is not part of the records' setup: a run trained either way merges)
+CPU_JOBS = {"default": 2, "full": 2}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(vocab=512, train_tokens=20_000, eval_tokens=800, systems=tuple(LOSSES),
                   model=dict(d=32, heads=2, layers=1, ff=64, context=16),
@@ -227,10 +231,20 @@ def load_data(P: dict, data_dir: Optional[str], download: bool, log: Log) -> tup
     return folder, Vocabulary(tokenizer=tok), streams, tok.digest()
 
 
+def default_jobs(preset: str, device: str) -> int:
+    """Runs trained at once when ``jobs`` is not given: :data:`CPU_JOBS` of ``preset`` on the CPU, else 1.
+
+    Example:
+        >>> default_jobs("default", "cpu"), default_jobs("default", "cuda"), default_jobs("smoke", "cpu")
+        (2, 1, 1)
+    """
+    return CPU_JOBS.get(preset, 1) if str(device).startswith("cpu") else 1
+
+
 def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "runs/lm", seed: int = 0,
         systems: Optional[Collection[str]] = None, download: bool = False, threads: Optional[int] = None,
         device: str = "cpu", log: Log = print, checkpoint_every: Optional[int] = None,
-        runs: Optional[Collection[Any]] = None, jobs: int = 1) -> dict:
+        runs: Optional[Collection[Any]] = None, jobs: Optional[int] = None) -> dict:
     """Train every run (or resume it), evaluate, sample, time, measure memory; writes results, figures and report.
 
     Training resumes from the checkpoints in ``out/runs/<run>`` (:func:`.pretraining.training.train_run`),
@@ -252,9 +266,12 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     torch thread, which writes its checkpoints and evaluation scores; this process then loads them
     and goes on as after a resumed experiment (sampling, timing and memory with ``threads``).  For a
     small model, two processes of one thread each train faster on two cores than one process of two.
-    Each run's log lines are written when it finishes.
+    Each run's log lines are written when it finishes.  Default (``None``): :data:`CPU_JOBS` of the preset on
+    the CPU (2 for ``default`` and ``full``, sized for two cores), else 1.
     """
     check_checkpoint_every(checkpoint_every)
+    if jobs is None:
+        jobs = default_jobs(preset, device)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     if jobs > 1 and not str(device).startswith("cpu"):
@@ -735,31 +752,46 @@ def _diff_std(a: list, b: list) -> float:
 
 
 def _curves_figure(plt: Any, results: dict, out_dir: Path) -> str:
+    """Validation accuracy against tokens seen (millions), mean over seeds: the whole run, and beside it the last
+    40% of the steps at a scale that shows the plateau window (shaded)."""
     R, C = results["runs"], _colors()
-    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
     by_key: dict[str, list[list]] = {}
     for r in R.values():
         by_key.setdefault(f"{r['loss']}+q" if r["learned_q"] else r["loss"], []).append(r["accuracy_curve"])
     st = results["settings"]
     tps = st["tokens_per_step"]
     P = plateau(results)
+    steps_all = st["train"]["steps"]
+    zoom_from = 0.6 * steps_all
+    zoomed: list[float] = []
     for k, curves in by_key.items():
         steps = [s for s, _ in curves[0]]
         mean = [statistics.fmean(c[i][1] for c in curves) for i in range(len(steps))]
         verdict = "plateau" if P[k]["converged"] else "still rising"
-        ax.plot([s * tps for s in steps], mean, marker="o", markersize=3, color=C.get(k, "grey"),
-                linestyle="--" if k.endswith("+q") else "-",
+        style = dict(marker="o", markersize=3, color=C.get(k, "grey"), linestyle="--" if k.endswith("+q") else "-")
+        ax.plot([s * tps / 1e6 for s in steps], mean, **style,
                 label=f"{_label(k)} ({len(curves)} seed{'s' if len(curves) > 1 else ''}; {P[k]['rise']:+.2f} "
                       f"from step {P[k]['from_step']:,}: {verdict})")
-    steps_all = st["train"]["steps"]
-    ax.axvspan((1 - PLATEAU_SHARE) * steps_all * tps, steps_all * tps, color="grey", alpha=0.12, linewidth=0)
-    ax.set_xlabel(f"training tokens seen (shaded: the last {100 * PLATEAU_SHARE:.0f}% of the steps, where a converged "
-                  f"loss rises by < {PLATEAU_POINTS} points)")
+        late = [(s, m) for s, m in zip(steps, mean) if s >= zoom_from]
+        zoom.plot([s * tps / 1e6 for s, _ in late], [m for _, m in late], **style)
+        zoomed += [m for _, m in late]
+    for a in (ax, zoom):
+        a.axvspan((1 - PLATEAU_SHARE) * steps_all * tps / 1e6, steps_all * tps / 1e6, color="grey", alpha=0.12,
+                  linewidth=0)
+        a.set_xlabel("training tokens seen (millions)")
+        a.grid(alpha=0.3)
+    if zoomed:  # at least the criterion's 0.3 points visible, so that a flat curve looks flat
+        lo, hi = min(zoomed), max(zoomed)
+        pad = max(0.15, 0.1 * (hi - lo))
+        zoom.set_ylim(lo - pad, max(hi + pad, lo + 2 * PLATEAU_POINTS))
     ax.set_ylabel(f"accuracy (%) on the first {min(st['train']['curve_tokens'], st['valid_tokens']):,} validation tokens")
     ax.set_title("Validation accuracy against tokens seen (mean over seeds)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no curve hidden
-    fig.tight_layout()
+    zoom.set_title(f"The last 40% of the steps; shaded: the last {100 * PLATEAU_SHARE:.0f}%,\n"
+                   f"where a converged loss rises by < {PLATEAU_POINTS} points", fontsize=8)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=min(3, len(by_key)),
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(by_key) - 1) // 3), 1, 1))
     save_figure(fig, out_dir / "curves.png", dpi=120)
     plt.close(fig)
     return "curves.png"

@@ -55,6 +55,10 @@ from ..switch import Switch
 __all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows", "probabilities"]
 
 SOURCE = Path(__file__).with_name("rows.c")
+#: the C source as it was when this module was imported: the library is built from these bytes, so that the
+#: function signatures below always match the code they call, even if ``rows.c`` changes on disk later (an
+#: editable install updated while a long run is going; the build is lazy)
+_SOURCE_AT_IMPORT: Optional[bytes] = SOURCE.read_bytes() if SOURCE.exists() else None
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-fopenmp", "-std=c99"]
 #: tried first: vector pow/exp from glibc's libmvec; without them if that does not link
 VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
@@ -92,7 +96,9 @@ def _build() -> Path:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise RuntimeError("no C compiler found (set $CC)")
-    source = SOURCE.read_bytes()
+    source = _SOURCE_AT_IMPORT
+    if source is None:
+        raise RuntimeError(f"{SOURCE} is missing")
     key = hashlib.sha256(source + " ".join([cc] + FLAGS + VECTOR_MATH).encode() + _cpu_signature().encode())
     target = _cache_dir() / f"cpu_rows-{key.hexdigest()[:16]}.so"
     if target.exists():
@@ -100,17 +106,21 @@ def _build() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
+    src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
+    with os.fdopen(src_fd, "wb") as f:
+        f.write(source)  # compiled from the bytes that were hashed, never from a file that may have changed since
     try:
         for extra in (VECTOR_MATH, []):
-            proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), *extra, "-lm"], capture_output=True, text=True)
+            proc = subprocess.run([cc, *FLAGS, "-o", tmp, src, *extra, "-lm"], capture_output=True, text=True)
             if proc.returncode == 0:
                 break
         else:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-2000:]}")
         os.replace(tmp, target)  # atomic: concurrent builders agree on the result
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for path in (tmp, src):
+            if os.path.exists(path):
+                os.unlink(path)
     return target
 
 
