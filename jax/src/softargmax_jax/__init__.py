@@ -6,9 +6,10 @@ derivatives (never through the solver's iterations).  It depends on ``jax`` and 
 
 Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or one per row, with its
 α-gradient), :func:`alpha_relu`, :func:`f_softargmax` and :func:`f_softmax` for every divergence of
-:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`, :func:`budget_sparsemax`; sparse :func:`attention` and :func:`attention_weights`; entmax sampling, :func:`sample`
+:mod:`softargmax_jax.divergences`, :func:`f_sigmoid` and :func:`f_softplus`, :func:`budget_sparsemax`, :func:`normmax`; sparse :func:`attention` and :func:`attention_weights`; entmax sampling, :func:`sample`
 (:mod:`softargmax_jax.sampling`).  Losses (per example, as
-optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, the chunked
+optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, :func:`normmax_loss` and
+:func:`budget_sparsemax_loss`, the chunked
 :func:`linear_fenchel_young_loss`, and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
 for ``shard_map``.
 """
@@ -27,6 +28,7 @@ from .losses import (
     fenchel_young_loss,
     sparsemax_loss,
 )
+from .normmax import budget_sparsemax_loss, normmax, normmax_loss
 from .operators import (
     alpha_relu,
     entmax,
@@ -56,6 +58,7 @@ __all__ = [
     "f_softplus",
     "safe_softmax",
     "budget_sparsemax",
+    "normmax",
     "sample",
     "sampling",
     "attention",
@@ -66,6 +69,8 @@ __all__ = [
     "entmax_loss",
     "alpha_relu_loss",
     "f_divergence_loss",
+    "normmax_loss",
+    "budget_sparsemax_loss",
     "binary_f_divergence_loss",
     "linear_fenchel_young_loss",
     "vocab_parallel_fenchel_young_loss",

@@ -93,7 +93,8 @@ def _budget_rows_jvp(c: float, primals: tuple, tangents: tuple) -> tuple[Array, 
     nf = jnp.sum(s, -1, keepdims=True)
     sv = jnp.where(free, dx, 0.0)
     dp = sv - s * jnp.sum(sv, -1, keepdims=True) / jnp.where(nf > 0, nf, 1.0)
-    return p, jnp.where(jnp.isnan(p), jnp.nan, dp)
+    # NaN rows: NaN, by a term linear in dx (a constant NaN would vanish when reverse mode transposes it)
+    return p, dp + dx * jnp.where(jnp.isnan(p), jnp.nan, 0.0)
 
 
 def budget_sparsemax(x: Array, budget: float = 2.0, axis: int = -1) -> Array:
