@@ -255,3 +255,18 @@ def test_losses_nan_rows_and_errors():
         sj.normmax_loss(x, jnp.array([0, 0]), label_smoothing=2.0)
     with pytest.raises(TypeError, match="logits"):
         sj.budget_sparsemax_loss(jnp.array([[1, 2]]), jnp.array([0]))
+
+
+def test_where_masks_as_minus_inf_and_half_precision():
+    x = jnp.array([[1.0, 0.8, -1.0, 0.3], [0.0, 2.0, 0.5, 0.1]])
+    w = jnp.array([[True, True, False, True], [True, False, True, True]])
+    xm = jnp.where(w, x, -jnp.inf)
+    lab = jnp.array([[1, 1, 0, 1], [1, 0, 1, 1]])
+    for f in (lambda t, **k: sj.normmax_loss(t, jnp.array([0, 2]), 1.5, **k),
+              lambda t, **k: sj.budget_sparsemax_loss(t, lab, 2.0, multilabel=True, **k)):
+        assert_close(np.asarray(f(x, where=w)), np.asarray(f(xm)), 0)
+        assert_close(np.asarray(jax.grad(lambda t: f(t, where=w).sum())(x)),
+                     np.asarray(jax.grad(lambda t: f(t).sum())(xm)), 0)
+    p = sj.normmax(x.astype(jnp.float16), 1.5)
+    assert p.dtype == jnp.float16
+    assert_close(np.asarray(p), np.asarray(sj.normmax(x, 1.5)), 1e-3)
