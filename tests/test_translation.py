@@ -2,6 +2,7 @@
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -380,7 +381,11 @@ def test_a_bleu_claim_holds_only_below_the_reports_bonferroni_threshold():
 
 
 def _perturbed(x, shift: int, counter=None):
-    """Every float in ``x`` moved, each by its own factor (so that ratios move too); integers and strings kept."""
+    """Every float in ``x`` moved, each by its own factor (so that ratios move too); integers and strings kept.
+
+    The factors are drawn per float (seeded by ``shift`` and the float's position, in ``[shift + 0.1, shift + 1]``,
+    so that the three moves never round a small number alike), not from a short cycle: two
+    times whose positions differ by the cycle's length would keep their ratio, and a speed ratio stay put."""
     counter = [shift] if counter is None else counter
     if isinstance(x, dict):
         return {k: _perturbed(v, shift, counter) for k, v in x.items()}
@@ -388,7 +393,7 @@ def _perturbed(x, shift: int, counter=None):
         return [_perturbed(v, shift, counter) for v in x]
     if isinstance(x, float):
         counter[0] += 1
-        return (1.1 + 0.13 * (counter[0] % 7)) * x + 0.037 * shift
+        return random.Random(1000 * shift + counter[0]).uniform(0.1 + shift, 1.0 + shift) * x + 0.037 * shift
     return x
 
 

@@ -92,7 +92,9 @@ class FenchelYoungRowLoss(RowLoss):
             D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
             D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
-        return theta_p - theta_y(theta, target, vdt) + beta * D, p, sol.bad_rows
+        # a Fenchel–Young loss is >= 0 (zero iff p = y): the row sums' rounding may leave -1 ulp where p = y
+        loss = (theta_p - theta_y(theta, target, vdt) + beta * D).clamp_min(0.0)
+        return loss, p, sol.bad_rows
 
     def solves_in_dtype(self, rows: Tensor, prediction: bool = False) -> bool:
         """Whether half-precision rows ``rows`` ``[R, k]`` are computed as they are, with no float32
