@@ -254,6 +254,36 @@ def check_labels(labels: Any, logits: Array, axis: int, ignore_index: Optional[i
     return labels
 
 
+def check_label_options(logits: Array, where: Any, ignore_index: Any, multilabel: Any) -> Optional[Array]:
+    """``where`` as a boolean array broadcastable to ``logits`` (or ``None``), after checking ``ignore_index``
+    (an int or ``None``) and ``multilabel`` (a bool): the options every per-example loss shares."""
+    if where is not None:
+        where = jnp.asarray(where)
+        if where.dtype != jnp.bool_:
+            raise TypeError(f"where must be a boolean array, got {where.dtype}")
+        try:
+            jnp.broadcast_shapes(where.shape, logits.shape)
+        except ValueError:
+            raise ValueError(f"where of shape {where.shape} is not broadcastable to logits {logits.shape}") from None
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    if not isinstance(multilabel, bool):
+        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+    return where
+
+
+def weighted(loss: Array, weight: Optional[Array], labels: Array, y: Array, hard: bool,
+             keep: Optional[Array]) -> Array:
+    """Per-example ``loss`` times its class weight (``weight[c]`` for class indices, ``⟨w, y⟩`` for probability
+    or multi-hot labels), and 0 where ``keep`` is false (an ignored label)."""
+    if weight is not None:
+        w = weight.astype(loss.dtype)
+        loss = loss * (w[labels] if hard else jnp.sum(jnp.where(y > 0, y * w, 0.0), -1))
+    if keep is not None:
+        loss = jnp.where(keep, loss, 0.0)
+    return loss
+
+
 def check_class_weight(weight: Any, k: int) -> Optional[Array]:
     """Class weights ``[k]``, floating, finite and non-negative (values checked where not traced)."""
     if weight is None:
@@ -369,18 +399,7 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
     q = check_q(q, logits)
     if q is not None and spec.relu is not None:
         raise ValueError("q: the alpha_relu loss takes no reference measure")
-    if where is not None:
-        where = jnp.asarray(where)
-        if where.dtype != jnp.bool_:
-            raise TypeError(f"where must be a boolean array, got {where.dtype}")
-        try:
-            jnp.broadcast_shapes(where.shape, logits.shape)
-        except ValueError:
-            raise ValueError(f"where of shape {where.shape} is not broadcastable to logits {logits.shape}") from None
-    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
-        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
-    if not isinstance(multilabel, bool):
-        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+    where = check_label_options(logits, where, ignore_index, multilabel)
     softcap = check_softcap(softcap)
     weight = check_class_weight(weight, logits.shape[axis])
     labels = check_labels(labels, logits, axis, ignore_index, multilabel)
@@ -406,12 +425,7 @@ def _loss_jit(spec: LossSpec, logits: Array, labels: Array, q: Optional[Array], 
     y = dense_targets(labels, theta, axis, label_smoothing, multilabel)
     qt = None if q is None else jnp.moveaxis(jnp.broadcast_to(q, logits.shape), axis, -1).astype(dtype)
     loss = _loss_rows(spec, theta, y, qt)
-    if weight is not None:
-        w = weight.astype(dtype)
-        loss = loss * (w[labels] if hard else jnp.sum(jnp.where(y > 0, y * w, 0.0), -1))
-    if keep is not None:
-        loss = jnp.where(keep, loss, 0.0)
-    return loss.astype(logits.dtype)
+    return weighted(loss, weight, labels, y, hard, keep).astype(logits.dtype)
 
 
 def sparsemax_loss(logits: Array, labels: Array, **kwargs: Any) -> Array:

@@ -62,7 +62,7 @@ from ._checks import check_array, check_axis, compute_dtype
 from ._solver import solve
 from .budget import _solve as _budget_solve
 from .divergences import AlphaDivergence
-from .losses import check_class_weight, check_labels, dense_targets
+from .losses import check_class_weight, check_label_options, check_labels, dense_targets, weighted
 
 Array = jax.Array
 
@@ -250,18 +250,7 @@ def _loss(kind: tuple[str, float], logits: Any, labels: Any, axis: int, label_sm
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if where is not None:
-        where = jnp.asarray(where)
-        if where.dtype != jnp.bool_:
-            raise TypeError(f"where must be a boolean array, got {where.dtype}")
-        try:
-            jnp.broadcast_shapes(where.shape, logits.shape)
-        except ValueError:
-            raise ValueError(f"where of shape {where.shape} is not broadcastable to logits {logits.shape}") from None
-    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
-        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
-    if not isinstance(multilabel, bool):
-        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+    where = check_label_options(logits, where, ignore_index, multilabel)
     weight = check_class_weight(weight, logits.shape[axis])
     labels = check_labels(labels, logits, axis, ignore_index, multilabel)
     return _loss_jit(kind, logits, labels, where, weight, axis, float(label_smoothing), ignore_index, multilabel)
@@ -283,12 +272,7 @@ def _loss_jit(kind: tuple[str, float], logits: Array, labels: Array, where: Opti
         labels = jnp.where(keep, labels, 0)
     y = dense_targets(labels, theta, axis, label_smoothing, multilabel)
     loss = _loss_rows(kind, theta, y)
-    if weight is not None:
-        w = weight.astype(dtype)
-        loss = loss * (w[labels] if hard else jnp.sum(jnp.where(y > 0, y * w, 0.0), -1))
-    if keep is not None:
-        loss = jnp.where(keep, loss, 0.0)
-    return loss.astype(logits.dtype)
+    return weighted(loss, weight, labels, y, hard, keep).astype(logits.dtype)
 
 
 def normmax_loss(logits: Array, labels: Array, alpha: float = 2.0, *, axis: int = -1, label_smoothing: float = 0.0,
