@@ -238,3 +238,26 @@ def test_modules():
                                sa.budget_sparsemax_loss(x, t, 2.0, multilabel=True))
     with pytest.raises(ValueError, match="alpha must be finite and >= 1"):
         snn.Normmax(0.5)
+
+
+@pytest.mark.parametrize("loss", ["normmax1", "normmax1.5", "normmax2", "budget"])
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_loss_value_of_offset_float32_rows_matches_float64(loss, offset):
+    """The loss value on float32 rows far from 0 equals the float64 value of the same (rounded) rows: the value is
+    taken on the rows less their maximum, so ⟨θ, p⟩ - ⟨θ, y⟩ subtracts no large sums (unshifted, a row offset by
+    1e4 lost 1e-3 of the normmax loss and gave a budget sparsemax loss off by 10)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(6, 9, generator=g) + offset).float()
+    x[5, 4:] = -math.inf  # a masked row part
+    soft = torch.full((6, 9), 1 / 9)
+    soft[5] = torch.tensor([0.25] * 4 + [0.0] * 5)
+    targets = [torch.tensor([1, 2, 3, 0, 8, 2]), soft]
+    if loss == "budget":
+        fn, targets = (lambda t, y: sa.budget_sparsemax_loss(t, y, budget=2.0, reduction="none")), targets[1:]
+    else:
+        alpha = float(loss[len("normmax"):])
+        fn = lambda t, y: sa.normmax_loss(t, y, alpha=alpha, reduction="none")  # noqa: E731
+    for y in targets:
+        got = fn(x, y)
+        want = fn(x.double(), y.double() if y.is_floating_point() else y)
+        assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5), (got, want)
