@@ -228,14 +228,18 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
        entries above it are candidates (flat rows: a tenth of the row instead of most of it) */  \
     double t0 = -1.0;                                                                            \
     const long nblocks = (k + BLOCK - 1) / BLOCK;                                                \
-    if (nblocks >= 8) {                                                                          \
+    /* the block maxima a (max - m), kept for the candidate pass in w[nblocks, 2 nblocks): w has  \
+       k + PAD >= 2 nblocks entries and the start's iterations use w[0, nblocks) only */          \
+    double *const bmax = nblocks >= 8 ? w + nblocks : NULL;                                      \
+    if (bmax) {                                                                                  \
         long nb = 0;                                                                             \
-        for (long j0 = 0; j0 < k; j0 += BLOCK) {                                                 \
+        for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                     \
             const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                     \
             T bm = -INFINITY;                                                                    \
             _Pragma("omp simd reduction(max : bm)")                                              \
             for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                           \
             const double v = a * ((double)bm - m);                                               \
+            bmax[b] = v;                                                                         \
             d[nb] = v; idx[nb] = 0; nb += v > -1.0;                                              \
         }                                                                                        \
         int it0 = 0;                                                                             \
@@ -247,12 +251,18 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
     /* candidates d_j = a (z_j - m) > t0, found block by block (a block whose maximum fails      \
        the test is skipped: the map is monotone) */                                              \
     long n = 0;                                                                                  \
-    for (long j0 = 0; j0 < k; j0 += BLOCK) {                                                     \
+    for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                         \
         const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                         \
-        T bm = -INFINITY;                                                                        \
-        _Pragma("omp simd reduction(max : bm)")                                                  \
-        for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                               \
-        if (!(a * ((double)bm - m) > t0)) continue;                                              \
+        double v0;                                                                               \
+        if (bmax) {                                                                              \
+            v0 = bmax[b];                                                                        \
+        } else {                                                                                 \
+            T bm = -INFINITY;                                                                    \
+            _Pragma("omp simd reduction(max : bm)")                                              \
+            for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                           \
+            v0 = a * ((double)bm - m);                                                           \
+        }                                                                                        \
+        if (!(v0 > t0)) continue;                                                                \
         for (long j = j0; j < j1; j++) { /* branch-free: n <= j, so d[n] is in the buffer */     \
             const double v = a * ((double)z[j] - m);                                             \
             d[n] = v; idx[n] = (int32_t)j; n += v > t0;                                          \
