@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .checks import compute_dtype
 
-__all__ = ["Rows", "MetaRows", "sum_to"]
+__all__ = ["Rows", "MetaRows", "sum_to", "shift_by_row_max"]
 
 
 class Rows:
@@ -110,3 +110,12 @@ def sum_to(t: Tensor, shape: Sequence[int]) -> Tensor:
     if dims:
         t = t.sum(dim=dims, keepdim=True)
     return t.reshape(shape)
+
+
+def shift_by_row_max(theta: Tensor, beta: float = 1.0, out: Optional[Tensor] = None) -> Tensor:
+    """``(θ - max θ) / β`` per row (the last dimension; a row without a finite maximum, all ``-inf`` or with NaN or
+    ``+inf``, is not shifted), into ``out`` if given."""
+    m = theta.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    z = torch.sub(theta, m, out=out) if out is not None else theta - m
+    return z.div_(beta) if beta != 1.0 else z

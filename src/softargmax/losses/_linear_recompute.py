@@ -38,19 +38,12 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._utils.checks import compute_dtype
+from .._utils.rows import shift_by_row_max
 from ..divergences import Divergence
 from ._linear_chunks import backprop_chunk
 from ._prediction_stats import StatsSink
 from ._rows import RowsCompute, p_minus_y
 from ._targets import Target, rows_of
-
-
-def _shifted(theta: Tensor, beta: float, out: Optional[Tensor] = None) -> Tensor:
-    """``(θ - max θ) / β`` per row (a row without a finite maximum is not shifted), into ``out`` if given."""
-    m = theta.amax(-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    z = torch.sub(theta, m, out=out) if out is not None else theta - m
-    return z.div_(beta) if beta != 1.0 else z
 
 
 class ThresholdPrediction:
@@ -77,7 +70,7 @@ class ThresholdPrediction:
 
     def gradient(self, theta: Tensor, part: Target, tau: Tensor) -> Tensor:
         """``p - y`` of the rows ``theta`` (overwritten) from their thresholds ``tau``; 0 in ignored rows."""
-        z = _shifted(theta, self.beta, out=theta).sub_(tau)
+        z = shift_by_row_max(theta, self.beta, out=theta).sub_(tau)
         p = self.div.conj_prime(z)
         del z
         if self.q is not None:

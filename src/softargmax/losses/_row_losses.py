@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
-from .._utils.rows import Rows
+from .._utils.rows import Rows, shift_by_row_max
 from ..backends import kernel_device, softmax_loss_gradient, solves_half_rows
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
@@ -71,11 +71,8 @@ class FenchelYoungRowLoss(RowLoss):
 
     def values(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         beta, div = self.beta, self.divergence
-        if beta != 1.0:  # shift before scaling: theta / β would round large scores
-            m = theta.amax(-1, keepdim=True)
-            z = (theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))) / beta
-        else:
-            z = theta
+        # shift before scaling: theta / β would round large scores
+        z = shift_by_row_max(theta, beta) if beta != 1.0 else theta
         if div.hints.softmax:
             return self._softmax_values(z, target)
         # on CPU the C solver's row sums (α-entmax) or the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost

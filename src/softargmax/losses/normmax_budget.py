@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_alpha, check_dim, check_tensor
-from .._utils.rows import Rows
+from .._utils.rows import Rows, shift_by_row_max
 from ..operators.budget import check_budget, solve_budget
 from ..operators.normmax import argmax_rows, normmax_rows
 from ._fenchel_young import row_loss
@@ -62,10 +62,7 @@ def _shifted(theta: Tensor, target: Target) -> Tensor:
     :math:`\langle \theta, p - y\rangle` is unchanged since :math:`\sum p = \sum y = 1`, and the value no longer
     subtracts two large sums (a float32 row offset by 1e4 lost 1e-3 of the normmax loss and gave a budget
     sparsemax loss off by 10).  The mappings are invariant to the shift."""
-    if target.owned is not None:
-        return theta
-    m = theta.amax(-1, keepdim=True)
-    return theta - torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return theta if target.owned is not None else shift_by_row_max(theta)
 
 
 class NormmaxRowLoss(RowLoss):
