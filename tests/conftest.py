@@ -361,3 +361,12 @@ def docs_build(tmp_path_factory):
             result.write_text(json.dumps([proc.returncode, proc.stderr[-5000:]]))
     returncode, stderr = json.loads(result.read_text())
     return html, returncode, stderr
+
+
+@pytest.fixture
+def x64():
+    """JAX in float64 for the test (``jax.enable_x64``); the JAX test modules skip where JAX is missing."""
+    import jax
+
+    with jax.enable_x64(True):
+        yield

@@ -15,12 +15,6 @@ from test_jax_operators import assert_close  # noqa: E402
 import softargmax as sa  # noqa: E402
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def qkv(seed=0, B=2, H=3, L=4, S=5, E=6, Hkv=None, dtype=np.float64):
     rng = np.random.default_rng(seed)
     return (rng.normal(size=(B, H, L, E)).astype(dtype), rng.normal(size=(B, Hkv or H, S, E)).astype(dtype),

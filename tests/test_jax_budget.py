@@ -15,12 +15,6 @@ from test_jax_operators import assert_close  # noqa: E402
 import softargmax as sa  # noqa: E402
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def scores(seed=0, dtype=np.float64):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(7, 9)) * 2

@@ -24,12 +24,6 @@ MAPPINGS = [("sparsemax", {}), ("entmax15", {}), ("softmax", {}), ("entmax", {"a
             ("alpha_relu", {"alpha": 1.5, "tau": 0.2}), ("jensen_shannon", {})]
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def data(seed=0, n=6, k=7):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, k)) * 2.0

@@ -38,12 +38,6 @@ LOSSES = [
 ]
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def data(seed=0, n=5, k=6):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, k)) * 1.5

@@ -11,26 +11,10 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 import softargmax_jax as sj  # noqa: E402
 import torch  # noqa: E402
+from test_jax_budget import scores  # noqa: E402  (the same edge rows)
 from test_jax_operators import assert_close  # noqa: E402
 
 import softargmax as sa  # noqa: E402
-
-
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
-def scores(seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(7, 9)) * 2
-    x[1, :] = 0.3                # flat
-    x[2, 3] = -np.inf
-    x[3, :7] = -np.inf           # two finite entries
-    x[4] = -np.inf               # fully masked
-    x[5] += 1e4                  # a large offset
-    return x.astype(dtype)
 
 
 def rel_close(a, b, tol):
@@ -39,14 +23,6 @@ def rel_close(a, b, tol):
     fin = np.isfinite(b)
     scale = max(1.0, float(np.max(np.abs(b[fin]))) if fin.any() else 1.0)
     assert_close(a, b, tol * scale)
-
-
-def shifted(x):
-    """``x`` minus each row's largest finite score: exact here (the entries of a row are within a factor 2 of
-    its maximum or small), and the losses are shift-invariant where finite, so PyTorch's loss of it is a
-    reference without the rounding of a large offset in ``<x, p - y>`` (which the JAX losses avoid the same way)."""
-    m = np.max(np.where(np.isfinite(x), x, -np.inf), -1, keepdims=True)
-    return x - np.where(np.isfinite(m), m, 0)
 
 
 def fd_grad(f, x, eps=1e-6):
@@ -151,7 +127,7 @@ def test_normmax_loss_matches_pytorch(x64, alpha):
     for lab, kw in ((y, {"label_smoothing": 0.1, "weight": w}), (soft, {}), (multi, {"multilabel": True})):
         kw_t = {k: torch.tensor(v) if k == "weight" else v for k, v in kw.items()}
         l, back = jax.vjp(lambda t: sj.normmax_loss(t, jnp.asarray(lab), alpha, **kw), jnp.asarray(x))
-        t = torch.tensor(shifted(x), requires_grad=True)
+        t = torch.tensor(x, requires_grad=True)
         lt = sa.normmax_loss(t, torch.tensor(lab), alpha, reduction="none", **kw_t)
         (gt,) = torch.autograd.grad(lt, t, torch.ones_like(lt))
         # label smoothing: over the classes that are not masked here, over all of them in PyTorch
@@ -168,7 +144,7 @@ def test_normmax_loss_float32_axis_and_zero(x64):
     y[2], y[3] = 0, 8
     lj = sj.normmax_loss(jnp.asarray(x.T), jnp.asarray(y), 1.5, axis=0)
     assert lj.dtype == jnp.float32
-    lt = sa.normmax_loss(torch.tensor(shifted(x)), torch.tensor(y), 1.5, reduction="none")
+    lt = sa.normmax_loss(torch.tensor(x), torch.tensor(y), 1.5, reduction="none")
     rel_close(np.asarray(lj), lt.numpy(), 1e-6)
     # zero exactly when the prediction is the target, e.g. a clear winner
     assert float(sj.normmax_loss(jnp.array([0.0, 9.0, 0.0]), jnp.array(1))) == 0.0
@@ -201,7 +177,7 @@ def test_budget_sparsemax_loss_matches_pytorch(x64, budget):
     y[4] = -100
     for lab, kw in ((multi, {"multilabel": True}), (soft, {}), (y, {"label_smoothing": 0.3})):
         l, back = jax.vjp(lambda t: sj.budget_sparsemax_loss(t, jnp.asarray(lab), budget, **kw), jnp.asarray(x))
-        t = torch.tensor(shifted(x), requires_grad=True)
+        t = torch.tensor(x, requires_grad=True)
         lt = sa.budget_sparsemax_loss(t, torch.tensor(lab), budget, reduction="none", **kw)
         (gt,) = torch.autograd.grad(lt, t, torch.ones_like(lt))
         rows = np.isfinite(x).all(-1) if "label_smoothing" in kw else np.ones(7, bool)  # as above
@@ -219,7 +195,7 @@ def test_budget_sparsemax_loss_float32_gradient_and_finite_differences(x64):
     multi[:, :3] = 0
     lj = sj.budget_sparsemax_loss(jnp.asarray(x.T), jnp.asarray(multi.T), 2.5, axis=0, multilabel=True)
     assert lj.dtype == jnp.float32
-    lt = sa.budget_sparsemax_loss(torch.tensor(shifted(x)), torch.tensor(multi), 2.5, multilabel=True,
+    lt = sa.budget_sparsemax_loss(torch.tensor(x), torch.tensor(multi), 2.5, multilabel=True,
                                   reduction="none")
     rel_close(np.asarray(lj), lt.numpy(), 1e-6)
     x = np.random.default_rng(17).normal(size=(3, 6))

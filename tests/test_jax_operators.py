@@ -31,12 +31,6 @@ DIVERGENCES = [
 ]
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def rows(seed=0, shape=(5, 7), dtype=np.float64):
     """Random rows with a tie, a flat row and a masked entry: the cases a solver can get wrong."""
     x = np.random.default_rng(seed).normal(size=shape) * 1.5

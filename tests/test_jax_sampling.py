@@ -15,12 +15,6 @@ from test_jax_operators import assert_close  # noqa: E402
 from softargmax.operators import sampling as tsampling  # noqa: E402
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 @pytest.mark.parametrize("mapping,kw", [("sparsemax", {}), ("entmax15", {"temperature": 0.7}), ("softmax", {}),
                                         ("entmax", {"alpha": 1.3}), ("jensen_shannon", {"q": True})])
 def test_probabilities_match_pytorch(x64, mapping, kw):

@@ -272,6 +272,40 @@ def check_label_options(logits: Array, where: Any, ignore_index: Any, multilabel
     return where
 
 
+def check_example_loss(logits: Any, labels: Any, axis: Any, label_smoothing: Any, where: Any, ignore_index: Any,
+                       weight: Any, multilabel: Any) -> tuple[Array, Array, int, float, Optional[Array],
+                                                              Optional[Array]]:
+    """The checks every per-example loss shares: ``(logits, labels, axis, label_smoothing, where, weight)``
+    as arrays and numbers, or a clear error naming the argument."""
+    logits = check_array(logits, "logits")
+    axis = check_axis(logits, axis)
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    where = check_label_options(logits, where, ignore_index, multilabel)
+    weight = check_class_weight(weight, logits.shape[axis])
+    labels = check_labels(labels, logits, axis, ignore_index, multilabel)
+    return logits, labels, axis, float(label_smoothing), where, weight
+
+
+def example_rows(logits: Array, labels: Array, where: Optional[Array], axis: int, label_smoothing: float,
+                 ignore_index: Optional[int], multilabel: bool,
+                 softcap: Optional[float] = None) -> tuple[Array, Array, Array, bool, Optional[Array]]:
+    """Inside the jitted losses: ``(theta, y, labels, hard, keep)``: the scores in the compute dtype, soft-capped,
+    masked by ``where`` and with the classes last; the dense targets; the class indices with the ignored ones
+    set to 0; whether the labels are class indices; where a label is kept (``None``: all)."""
+    theta = apply_softcap(logits.astype(compute_dtype(logits.dtype)), softcap)
+    if where is not None:
+        theta = jnp.where(where, theta, -jnp.inf)
+    theta = jnp.moveaxis(theta, axis, -1)
+    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
+    keep = None
+    if hard and ignore_index is not None:
+        keep = labels != ignore_index
+        labels = jnp.where(keep, labels, 0)
+    return theta, dense_targets(labels, theta, axis, label_smoothing, multilabel), labels, hard, keep
+
+
 def weighted(loss: Array, weight: Optional[Array], labels: Array, y: Array, hard: bool,
              keep: Optional[Array]) -> Array:
     """Per-example ``loss`` times its class weight (``weight[c]`` for class indices, ``⟨w, y⟩`` for probability
@@ -390,20 +424,14 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    logits = check_array(logits, "logits")
-    axis = check_axis(logits, axis)
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
-            or not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     spec = resolve_loss(mapping, temperature, **params)
+    softcap = check_softcap(softcap)
+    logits, labels, axis, label_smoothing, where, weight = check_example_loss(
+        logits, labels, axis, label_smoothing, where, ignore_index, weight, multilabel)
     q = check_q(q, logits)
     if q is not None and spec.relu is not None:
         raise ValueError("q: the alpha_relu loss takes no reference measure")
-    where = check_label_options(logits, where, ignore_index, multilabel)
-    softcap = check_softcap(softcap)
-    weight = check_class_weight(weight, logits.shape[axis])
-    labels = check_labels(labels, logits, axis, ignore_index, multilabel)
-    return _loss_jit(spec, logits, labels, q, where, weight, axis, float(label_smoothing), ignore_index, multilabel,
+    return _loss_jit(spec, logits, labels, q, where, weight, axis, label_smoothing, ignore_index, multilabel,
                      softcap)
 
 
@@ -412,18 +440,9 @@ def fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Diverge
 def _loss_jit(spec: LossSpec, logits: Array, labels: Array, q: Optional[Array], where: Optional[Array],
               weight: Optional[Array], axis: int, label_smoothing: float, ignore_index: Optional[int] = None,
               multilabel: bool = False, softcap: Optional[float] = None) -> Array:
-    dtype = compute_dtype(logits.dtype)
-    theta = apply_softcap(logits.astype(dtype), softcap)
-    if where is not None:
-        theta = jnp.where(where, theta, -jnp.inf)
-    theta = jnp.moveaxis(theta, axis, -1)
-    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
-    keep = None
-    if hard and ignore_index is not None:
-        keep = labels != ignore_index
-        labels = jnp.where(keep, labels, 0)
-    y = dense_targets(labels, theta, axis, label_smoothing, multilabel)
-    qt = None if q is None else jnp.moveaxis(jnp.broadcast_to(q, logits.shape), axis, -1).astype(dtype)
+    theta, y, labels, hard, keep = example_rows(logits, labels, where, axis, label_smoothing, ignore_index,
+                                                multilabel, softcap)
+    qt = None if q is None else jnp.moveaxis(jnp.broadcast_to(q, logits.shape), axis, -1).astype(theta.dtype)
     loss = _loss_rows(spec, theta, y, qt)
     return weighted(loss, weight, labels, y, hard, keep).astype(logits.dtype)
 

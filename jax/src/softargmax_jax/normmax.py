@@ -62,7 +62,7 @@ from ._checks import check_array, check_axis, compute_dtype
 from ._solver import solve
 from .budget import _solve as _budget_solve
 from .divergences import AlphaDivergence
-from .losses import check_class_weight, check_label_options, check_labels, dense_targets, weighted
+from .losses import check_example_loss, example_rows, weighted
 
 Array = jax.Array
 
@@ -245,32 +245,17 @@ def _loss_rows_jvp(kind: tuple[str, float], primals: tuple, tangents: tuple) -> 
 
 def _loss(kind: tuple[str, float], logits: Any, labels: Any, axis: int, label_smoothing: float,
           where: Optional[Any], ignore_index: Optional[int], weight: Optional[Any], multilabel: bool) -> Array:
-    logits = check_array(logits, "logits")
-    axis = check_axis(logits, axis)
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
-            or not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    where = check_label_options(logits, where, ignore_index, multilabel)
-    weight = check_class_weight(weight, logits.shape[axis])
-    labels = check_labels(labels, logits, axis, ignore_index, multilabel)
-    return _loss_jit(kind, logits, labels, where, weight, axis, float(label_smoothing), ignore_index, multilabel)
+    logits, labels, axis, label_smoothing, where, weight = check_example_loss(
+        logits, labels, axis, label_smoothing, where, ignore_index, weight, multilabel)
+    return _loss_jit(kind, logits, labels, where, weight, axis, label_smoothing, ignore_index, multilabel)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "axis", "label_smoothing", "ignore_index", "multilabel"))
 def _loss_jit(kind: tuple[str, float], logits: Array, labels: Array, where: Optional[Array],
               weight: Optional[Array], axis: int, label_smoothing: float, ignore_index: Optional[int],
               multilabel: bool) -> Array:
-    dtype = compute_dtype(logits.dtype)
-    theta = logits.astype(dtype)
-    if where is not None:
-        theta = jnp.where(where, theta, -jnp.inf)
-    theta = jnp.moveaxis(theta, axis, -1)
-    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
-    keep = None
-    if hard and ignore_index is not None:
-        keep = labels != ignore_index
-        labels = jnp.where(keep, labels, 0)
-    y = dense_targets(labels, theta, axis, label_smoothing, multilabel)
+    theta, y, labels, hard, keep = example_rows(logits, labels, where, axis, label_smoothing, ignore_index,
+                                                multilabel)
     loss = _loss_rows(kind, theta, y)
     return weighted(loss, weight, labels, y, hard, keep).astype(logits.dtype)
 
