@@ -72,6 +72,15 @@ def score_rows(draw, max_rows=4, max_k=24, dtype=None):
     return x.to(dtype)
 
 
+def holder_bound(x, alpha):
+    """Four times the float64 error bound of α-entmax for α > 2 (docs/numerics.md): p = [y - t]_+^{1/(α-1)} is only
+    Hölder continuous at the edge of the support, so an entry within rounding of the threshold moves by up to
+    (ε |y|)^{1/(α-1)}, y = (α - 1) x; on flat rows (scores of 1e-4) at α = 4.3 that is ~2e-6."""
+    finite = x[torch.isfinite(x)]
+    y = (alpha - 1) * float(finite.abs().max()) if finite.numel() else 0.0
+    return 4 * (torch.finfo(torch.float64).eps * y) ** (1 / (alpha - 1))
+
+
 def _check_mapping(p, x, ref, dtype, tol=None):
     """Shape, non-negativity, zeros at masks, row sums, and distance to ``ref`` (float64)."""
     tol = P_TOL[dtype] if tol is None else tol
@@ -95,7 +104,7 @@ def test_entmax_matches_float64_bisection(x, alpha):
     ref = entmax_ref64(x.double(), alpha)
     tol = P_TOL[x.dtype]
     if alpha > 2 and x.dtype == torch.float64:
-        tol = 1e-8  # Hölder continuity at the edge of the support (docs/numerics.md)
+        tol = max(1e-8, holder_bound(x, alpha))
     _check_mapping(p, x, ref, x.dtype, tol)
 
 
