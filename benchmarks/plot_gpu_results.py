@@ -2,12 +2,13 @@
 
 Usage::
 
-    python benchmarks/plot_gpu_results.py benchmarks/results/gpu-h100-2026-11-27 \
-        --png docs/_static/gpu-h100-2026-11-27.png
+    python benchmarks/plot_gpu_results.py benchmarks/results/gpu-h100-2026-11-28 \
+        --png docs/_static/gpu-h100-2026-11-28.png
 
 prints the Markdown tables of the documentation's performance page (row operators and losses as
 ratios to ``torch.softmax`` and ``F.cross_entropy`` timed in the same run, the peers' times with
-their errors beside them, the fused output layer) and draws the ratios as one PNG.  The folder
+their errors beside them, the fused output layer against its unfused path and its peers, attention
+against SDPA and its peers) and draws the ratios as one PNG.  The folder
 holds ``call*/bench/gpu-*.json``; where two calls measured the same section, the later call's
 file is read.  ``tests/test_gpu_results.py`` checks that the page shows what this script renders.
 """
@@ -24,6 +25,9 @@ OPERATOR_NAMES = {"sparsemax": "sparsemax", "entmax15": "1.5-entmax", "entmax_a1
 LOSS_NAMES = {"sparsemax_loss": "sparsemax", "entmax15_loss": "1.5-entmax", "entmax_loss_a1.3": "α = 1.3"}
 FUSED_NAMES = {"ours_kl": "ours, KL (softmax)", "ours_entmax15": "ours, 1.5-entmax", "torch_linear_ce": "torch linear + CE",
                "liger_flce": "Liger fused linear CE", "cce": "Cut-Cross-Entropy"}
+ATTENTION_NAMES = {"sdpa": "SDPA", "fused_entmax15": "ours, fused 1.5-entmax", "fused_learned_alpha": "ours, learned α",
+                   "materialized_entmax15": "materialized 1.5-entmax", "adasplash2_a1.5": "AdaSplash-2",
+                   "adasplash1_a1.5": "AdaSplash-1"}
 
 
 def _shape(shape: list[int]) -> str:
@@ -32,7 +36,7 @@ def _shape(shape: list[int]) -> str:
 
 def load_sections(folder: Path) -> dict[str, Any]:
     """The benchmark sections of a session's folder: ``{"operators": [...], "losses": [...], "peers": {...},
-    "fused": {...}, "environment": {...}}``, each from the latest call that has it."""
+    "fused": {...}, "attention": [...], "environment": {...}}``, each from the latest call that has it."""
     found: dict[str, Any] = {}
     for path in sorted(folder.glob("call*/bench/gpu-*.json")):  # call1 before call2: later calls win
         data = json.loads(path.read_text())
@@ -45,6 +49,8 @@ def load_sections(folder: Path) -> dict[str, Any]:
             found["fused"] = data["fused"]
         if data.get("peers"):
             found["peers"] = data["peers"]
+        if data.get("attention"):
+            found["attention"] = data["attention"]
     return found
 
 
@@ -106,6 +112,37 @@ def fused_table(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fused_own_table(case: dict) -> str:
+    """The fused output layer against its own unfused path (linear, then the loss on the stored logits)."""
+    lines = ["| loss | tokens × hidden × vocabulary | dtype | fused | unfused | time ratio | peak memory ratio |",
+             "|---|---|---|---|---|---|---|"]
+    f, u = case["fused"], case["unfused"]
+    lines.append(f"| {case['op']} | {_shape(case['shape'])} | {case['dtype']} | {f['ms']:.1f} ms, "
+                 f"{f['peak_extra_mb'] / 1024:.2f} GiB | {u['ms']:.1f} ms, {u['peak_extra_mb'] / 1024:.2f} GiB | "
+                 f"{case['time_ratio']:.3f}× | {case['memory_ratio']:.3f}× |")
+    return "\n".join(lines)
+
+
+def attention_table(cases: list[dict]) -> str:
+    """Attention, forward + backward: each implementation's time (÷ SDPA's, same run) and peak memory; "–" where
+    an implementation did not run (or was stopped) in that case."""
+    names = [n for n in ATTENTION_NAMES if any(n in c["impls"] for c in cases)]
+    lines = ["| mask | batch × heads × length × head dim | " + " | ".join(ATTENTION_NAMES[n] for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for c in cases:
+        sdpa = c["impls"].get("sdpa", {}).get("ms")
+        cells = []
+        for n in names:
+            r = c["impls"].get(n) or {}
+            if r.get("ms") is None:
+                cells.append("–")
+                continue
+            ratio = f" ({r['ms'] / sdpa:.2f}×)" if sdpa and n != "sdpa" else ""
+            cells.append(f"{r['ms']:.2f} ms{ratio}, {r['peak_mib']:.0f} MiB")
+        lines.append(f"| {'causal' if c['causal'] else 'full'} | {_shape(c['shape'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render_tables(folder: Path) -> str:
     """The Markdown tables of one session's folder, in the order the performance page shows them."""
     sections = load_sections(folder)
@@ -116,8 +153,12 @@ def render_tables(folder: Path) -> str:
         parts.append(loss_table(sections["losses"]))
     if "peers" in sections and sections["peers"].get("operators"):
         parts.append(peer_table(sections["peers"]["operators"]))
+    if "fused" in sections:
+        parts.append(fused_own_table(sections["fused"]))
     if "peers" in sections and sections["peers"].get("fused"):
         parts.append(fused_table(sections["peers"]["fused"]))
+    if "attention" in sections:
+        parts.append(attention_table(sections["attention"]))
     return "\n\n".join(parts) + "\n"
 
 
