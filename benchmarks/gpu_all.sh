@@ -26,7 +26,7 @@
 #                    $TRANSLATION_OUT) beside its committed records; the new records and the log come back
 #                                                                                    -> translation-gpu/
 #   lm-gpu           with --lm-runs all (every run of the lm gpu preset: Table 3's losses and the learned q, 3 seeds
-#                    each, sized for about 8 minutes, not measured yet) or --lm-runs "kl:0 alpha1.5+q:1" (those
+#                    each, about 40 s a run on an H100, 10 minutes in all) or --lm-runs "kl:0 alpha1.5+q:1" (those
 #                    runs): into reports/lm-gpu/ (or $LM_OUT), with --resume, beside its committed records; the
 #                    new records, results.json, report.md, figures and the log come back (dry run: the smoke
 #                    preset)                                                         -> lm-gpu/
@@ -200,7 +200,8 @@ export SOFTARGMAX_BENCH_IMPL_LIMIT_S=${SOFTARGMAX_BENCH_IMPL_LIMIT_S:-15}
 export SOFTARGMAX_BENCH_PEER_LIMIT_S=${SOFTARGMAX_BENCH_PEER_LIMIT_S:-45}
 # and its shorter list of shapes (6 cases up to L = 16384; "full": 14 cases up to 32768)
 export SOFTARGMAX_BENCH_ATTENTION_SHAPES=${SOFTARGMAX_BENCH_ATTENTION_SHAPES:-quick}
-export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+# the JAX package too: the machine has jax, and the JAX test modules import softargmax_jax at collection
+export PYTHONPATH=$REPO/src:$REPO/jax/src${PYTHONPATH:+:$PYTHONPATH}
 # the datasets carried along by benchmarks/gpu_wheels.sh --data, unless a folder was named
 if [ ${#DATA_ARGS[@]} -eq 0 ] && [ -z "${SOFTARGMAX_DATA:-}" ] && [ -d "$REPO/.gpu-data" ]; then
     export SOFTARGMAX_DATA=$REPO/.gpu-data

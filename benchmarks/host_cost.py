@@ -103,21 +103,37 @@ def count(name: str, device: Any = "cpu") -> dict:
 
 def cuda_syncs(name: str) -> int:
     """On a CUDA device: the synchronizations of one warm call of case ``name``, counted by
-    ``torch.cuda.set_sync_debug_mode("warn")``."""
+    ``torch.cuda.set_sync_debug_mode("warn")`` (:func:`cuda_sync_sites` says where they were)."""
+    return len(cuda_sync_sites(name))
+
+
+def cuda_sync_sites(name: str) -> list[str]:
+    """On a CUDA device: ``"file:line: message"`` of each synchronization of one warm call of case ``name``.
+
+    The garbage collector is run before the call and kept off during it, so that a tensor of an earlier
+    test freed there cannot add a synchronization that is not the call's own."""
+    import gc
+
     import torch
 
     _, make = cases()[name]
     call = make("cuda")
     call()
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            call()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    gc.collect()
+    gc.disable()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                call()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    finally:
+        gc.enable()
+    return [f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}" for w in caught
+            if "synchroniz" in str(w.message)]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -138,8 +154,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"{r['allocated_bytes']:>8}  {r['sync_sites']}")
     else:
         for name in cases():
-            rows.append({"case": name, "cuda_syncs": cuda_syncs(name)})
-            print(f"{name:<28} {rows[-1]['cuda_syncs']:>5} synchronizations")
+            sites = cuda_sync_sites(name)
+            rows.append({"case": name, "cuda_syncs": len(sites), "sync_sites": sites})
+            print(f"{name:<28} {len(sites):>5} synchronizations  {sites}")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:
             json.dump({"device": args.device, "cases": rows}, f, indent=1)

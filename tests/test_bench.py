@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from conftest import needs_cuda  # noqa: E402
 
 from softargmax import bench
 from softargmax.bench import timing
@@ -47,6 +48,7 @@ def test_median_times_are_interleaved_and_ordered():
 
 
 @pytest.mark.parametrize("case", [("attention", "entmax15", 64, 2, 1), ("fused", "fused", 64, 16, 500, 1, 1),
+                                  ("fused", "unfused", 64, 16, 500, 1, 0, "softmax", 0, "cpu"),
                                   pytest.param(("fused", "torch", 64, 16, 500, 1, 1, "kl"), marks=pytest.mark.skipif(
                                       not hasattr(torch.nn.functional, "linear_cross_entropy"),
                                       reason="F.linear_cross_entropy: PyTorch >= 2.13"))])
@@ -55,6 +57,16 @@ def test_memory_cases_run_in_a_fresh_process(case):
 
     result = measure(*case)
     assert result["peak_mb"] >= 0 and torch.isfinite(torch.tensor(result["peak_mb"]))
+    if case[0] == "fused":
+        assert result["memory"] == "resident set peak"
+
+
+@needs_cuda
+def test_memory_on_cuda_is_the_allocator_peak():
+    from softargmax.bench.memory import measure
+
+    result = measure("fused", "fused", 64, 16, 500, 1, 1, "entmax15", 32, "cuda")
+    assert result["memory"] == "cuda allocator peak" and result["peak_mb"] > 0
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

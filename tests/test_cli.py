@@ -146,13 +146,18 @@ def test_committed_reports_are_what_their_results_render_to(tmp_path):
     from softargmax.experiments._common import render_existing
 
     reports = Path(__file__).resolve().parents[1] / "reports"
-    for name, module in EXPERIMENTS.items():
-        committed = (reports / name / "report.md").read_text()
-        assert "\n## Reproducibility\n" in committed, name
-        copy = tmp_path / name
-        shutil.copytree(reports / name, copy)
+    # each experiment's report, and the GPU presets' reports beside them (`reports/NAME-gpu/`) where committed
+    folders = [(name, name, module) for name, module in EXPERIMENTS.items()]
+    folders += [(f"{name}-gpu", name, module) for name, module in EXPERIMENTS.items()
+                if (reports / f"{name}-gpu" / "results.json").is_file()]
+    assert any(folder.endswith("-gpu") for folder, _, _ in folders)
+    for folder, name, module in folders:
+        committed = (reports / folder / "report.md").read_text()
+        assert "\n## Reproducibility\n" in committed, folder
+        copy = tmp_path / folder
+        shutil.copytree(reports / folder, copy)
         rendered = render_existing(str(copy), importlib.import_module(module).render_report).read_text()
-        assert rendered == committed, f"{name}: rerun `softargmax reproduce {name} --render-only`"
+        assert rendered == committed, f"{folder}: rerun `softargmax reproduce {name} --render-only --out reports/{folder}`"
 
 
 def test_version_prints_softargmax_and_torch_versions():

@@ -364,6 +364,32 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
     assert "**Runs owed.**" not in (out / "report.md").read_text()
 
 
+@needs_ptb
+def test_a_call_stopped_after_its_runs_trained_keeps_their_records(smoke_run, tmp_path, monkeypatch):
+    """Each run's record is written when the run is evaluated: a call stopped later (here while sampling) keeps its
+    finished runs, and a later call's report counts them with the numbers of an uninterrupted call."""
+    from softargmax.experiments import lm
+    from softargmax.experiments._records import check_records
+
+    _, whole = smoke_run("lm", *SMOKE)
+    out = tmp_path / "stopped"
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lm, "_decoding", stop)
+    with pytest.raises(KeyboardInterrupt):
+        lm.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["kl:0", "chi_square:0"], threads=1,
+               log=lambda m: None)
+    found = check_records(out)
+    assert sorted(found) == [("chi_square", 0), ("kl", 0)]
+    for _, rec in found.values():
+        assert rec["decoding"] is None and rec["step_time"] is None  # the call stopped before it sampled and timed
+        run = {"runs": {"r": rec["run"]}, "memory": {"peak_mb": None}}
+        assert _repeatable(run) == _repeatable({"runs": {"r": whole["runs"][f"{rec['system']}-seed0"]},
+                                                "memory": {"peak_mb": None}})  # timings aside
+
+
 def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
     """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (2% of the peak)
     over the whole last share of the steps on which the plateau is measured, so that the rise is not the decay's."""

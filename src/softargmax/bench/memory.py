@@ -4,9 +4,11 @@ the case's inputs, runs one forward+backward and prints ``{"peak_mb": ..., "ms":
 A fresh process per case makes the peak resident memory of the call its own
 (:func:`~softargmax.bench.timing.peak_growth_mb`); :func:`measure` starts one and reads its answer.
 
-* ``fused VARIANT N d V THREADS REPEATS [MAPPING [CHUNK]]``: ``linear_fenchel_young_loss(h, W, t, MAPPING,
-  chunk_size=CHUNK)`` (``VARIANT=fused``) or ``fenchel_young_loss(h @ W.T, t, MAPPING)`` (``unfused``, the
-  logits materialized); ``MAPPING`` defaults to ``entmax15``, ``CHUNK`` to the fused loss's own choice;
+* ``fused VARIANT N d V THREADS REPEATS [MAPPING [CHUNK [DEVICE]]]``: ``linear_fenchel_young_loss(h, W, t,
+  MAPPING, chunk_size=CHUNK)`` (``VARIANT=fused``) or ``fenchel_young_loss(h @ W.T, t, MAPPING)`` (``unfused``,
+  the logits materialized); ``MAPPING`` defaults to ``entmax15``, ``CHUNK`` to the fused loss's own choice
+  (``0``: the same), ``DEVICE`` to ``cpu``.  On a CUDA device the peak is the growth of the CUDA caching
+  allocator's peak (``torch.cuda.max_memory_allocated``) over what the inputs hold, not the resident set;
   ``VARIANT=torch`` is PyTorch's chunked ``F.linear_cross_entropy(h, W, t,
   options=LinearCrossEntropyOptions())`` and ``torch_reference`` its reference path (``options=None``),
   both PyTorch 2.13 or later (``MAPPING`` ignored); also the median time of ``REPEATS`` more calls;
@@ -41,11 +43,11 @@ def attention_fn(variant: str, alpha: torch.Tensor) -> Callable[[torch.Tensor, t
 
 
 def _fused(variant: str, N: int, d: int, V: int, repeats: int, mapping: str = "entmax15",
-           chunk: Optional[int] = None) -> dict[str, Any]:
+           chunk: Optional[int] = None, device: str = "cpu") -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
-    h = torch.randn(N, d, generator=g).requires_grad_()
-    W = (torch.randn(V, d, generator=g) / d ** 0.5).requires_grad_()
-    t = torch.randint(0, V, (N,), generator=g)
+    h = torch.randn(N, d, generator=g).to(device).requires_grad_()
+    W = (torch.randn(V, d, generator=g) / d ** 0.5).to(device).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g).to(device)
 
     def run() -> None:
         if variant == "fused":
@@ -57,13 +59,27 @@ def _fused(variant: str, N: int, d: int, V: int, repeats: int, mapping: str = "e
             loss = F.linear_cross_entropy(h, W, t, options=options)
         torch.autograd.grad(loss, (h, W))
 
-    peak = peak_growth_mb(run)
+    cuda = torch.device(device).type == "cuda"
+    peak = _cuda_peak_growth_mb(run) if cuda else peak_growth_mb(run)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         run()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return {"peak_mb": peak, "ms": statistics.median(times) * 1e3 if times else None}
+    return {"peak_mb": peak, "ms": statistics.median(times) * 1e3 if times else None,
+            "memory": "cuda allocator peak" if cuda else "resident set peak"}
+
+
+def _cuda_peak_growth_mb(run: Callable[[], None]) -> float:
+    """The CUDA caching allocator's peak during ``run()`` above what was allocated before it, in MiB."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def _attention(variant: str, L: int, heads: int) -> dict[str, Any]:
@@ -92,9 +108,10 @@ def main(argv: Sequence[str]) -> None:
             raise SystemExit(f"fused: VARIANT must be fused, unfused, torch or torch_reference, got {variant!r}")
         N, d, V, threads, repeats = map(int, rest[:5])
         mapping = rest[5] if len(rest) > 5 else "entmax15"
-        chunk = int(rest[6]) if len(rest) > 6 else None
+        chunk = int(rest[6]) if len(rest) > 6 and int(rest[6]) > 0 else None
+        device = rest[7] if len(rest) > 7 else "cpu"
         torch.set_num_threads(threads)
-        result = _fused(variant, N, d, V, repeats, mapping, chunk)
+        result = _fused(variant, N, d, V, repeats, mapping, chunk, device)
     elif case == "attention":
         L, heads, threads = map(int, rest)
         torch.set_num_threads(threads)

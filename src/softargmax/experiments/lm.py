@@ -156,7 +156,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  timing_batches=1, memory_tokens=1024, memory_mappings=("softmax", "entmax15"), bootstrap=2000,
                  eval_rows=32),
     # one GPU: a wider and deeper decoder, a larger vocabulary and context, 3 seeds for Table 3's losses and the
-    # learned q (the size is an estimate from the CPU step times: it is owed a measurement on the GPU)
+    # learned q: about 40 s a run on an H100 (12-15 ms a step; measured 2026-11-28, 6 of the 15 runs)
     "gpu": dict(vocab=4096, train_tokens=None, eval_tokens=None, systems=TABLE3,
                 model=dict(d=256, heads=4, layers=4, ff=1024, context=128),
                 train=dict(steps=1500, batch=32, lr=2e-3, warmup=75, chunk=4096, curve_every=75, curve_tokens=16384,
@@ -305,40 +305,47 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         work = [(spec, cfg, S, train_ids, held, runs_dir / spec.name, prints[spec.name], device, P["eval_rows"],
                  checkpoint_every) for spec in specs]
         _train_in_processes(work, jobs, log)
+    unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
+    n_sent = int(held["test"].sentence.max()) + 1
+
+    def write_run_record(spec: RunSpec, decoding: Optional[dict] = None, step_time: Optional[dict] = None) -> None:
+        """The run's record: written when the run is evaluated (a call stopped later keeps it), then again with the
+        samples and step times of this call."""
+        correct, tokens = per_sentence(scores[spec.name]["test"], n_sent)
+        write_record(record_path(out_dir, _key(spec), spec.seed), {
+            "format": RECORD_FORMAT, "fingerprint": prints[spec.name], "setup": setup, "system": _key(spec),
+            "seed": spec.seed, "run": _run_result(spec, records[spec.name], scores[spec.name], trained[spec.name][1],
+                                                  len(vocab), unigram),
+            "resumed_at": records[spec.name]["resumed_at"],
+            "test_sentences": {"correct": pack([int(c) for c in correct], "int32"),
+                               "tokens": pack([int(n) for n in tokens], "int32")},
+            "decoding": decoding, "step_time": step_time, "device": describe_device(device), "code": code_identity()})
+
     for spec in specs:
         rdir = runs_dir / spec.name
         model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, prints[spec.name], device, log,
                                       checkpoint_every=checkpoint_every)
         trained[spec.name], records[spec.name] = (model, log_q), rec
         scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], prints[spec.name], log)
+        write_run_record(spec)
 
-    unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
     first_seeds = {_key(s): s.seed for s in reversed(planned)}  # the seed of each loss whose samples are shown
     log("sampling ...")
     decoding = _decoding([s for s in specs if first_seeds[_key(s)] == s.seed], trained, held["valid"], vocab, P, seed)
     log("timing training steps, interleaved ...")
     timing = _step_times(specs, trained, train_ids, cfg, S, P, seed, device)
-    n_sent = int(held["test"].sentence.max()) + 1
     for spec in specs:
-        correct, tokens = per_sentence(scores[spec.name]["test"], n_sent)
-        key = _key(spec)
-        t = timing["systems"].get(key) if timing["timed"].get(key) == spec.name else None
+        t = timing["systems"].get(_key(spec)) if timing["timed"].get(_key(spec)) == spec.name else None
         kl = timing["systems"].get("kl")
-        write_record(record_path(out_dir, key, spec.seed), {
-            "format": RECORD_FORMAT, "fingerprint": prints[spec.name], "setup": setup, "system": key,
-            "seed": spec.seed, "run": _run_result(spec, records[spec.name], scores[spec.name], trained[spec.name][1],
-                                                  len(vocab), unigram),
-            "resumed_at": records[spec.name]["resumed_at"],
-            "test_sentences": {"correct": pack([int(c) for c in correct], "int32"),
-                               "tokens": pack([int(n) for n in tokens], "int32")},
-            "decoding": ({"human": decoding["human"], "prompts": decoding["prompts"], "model": decoding["models"][spec.loss]}
-                         if not spec.learned_q and spec.loss in decoding["models"] else None),
-            "step_time": None if t is None else {
+        write_run_record(
+            spec,
+            decoding=({"human": decoding["human"], "prompts": decoding["prompts"], "model": decoding["models"][spec.loss]}
+                      if not spec.learned_q and spec.loss in decoding["models"] else None),
+            step_time=None if t is None else {
                 "rounds": timing["rounds"], "batches": timing["batches"], "seconds": t["seconds"],
-                "kl_seconds": None if kl is None else kl["seconds"]},
-            "device": describe_device(device), "code": code_identity()})
+                "kl_seconds": None if kl is None else kl["seconds"]})
     log("peak memory of the fused and the unfused loss, each in a fresh process ...")
-    memory = _memory(P, cfg, S, threads)
+    memory = _memory(P, cfg, S, threads, device)
     settings = {
         "preset": preset, "seeds": [seed + s for s in P["seeds"]], "folder": str(folder),
         "tokenizer": None if tok_digest is None else {"kind": "BPE (sentencepiece), learned on the training split",
@@ -610,17 +617,22 @@ def _step_times(specs: list[RunSpec], trained: dict, train_ids: torch.Tensor, cf
     return {"rounds": P["timing_rounds"], "batches": P["timing_batches"], "systems": times, "timed": timed}
 
 
-def _memory(P: dict, cfg: DecoderConfig, S: TrainSettings, threads: Optional[int]) -> dict:
-    """Peak resident memory of one forward and backward of the output layer and loss, fused and unfused, at the
-    training batch's number of tokens, each in a fresh process (``softargmax.bench.memory``)."""
+def _memory(P: dict, cfg: DecoderConfig, S: TrainSettings, threads: Optional[int], device: str = "cpu") -> dict:
+    """Peak memory of one forward and backward of the output layer and loss, fused and unfused, at the training
+    batch's number of tokens, each in a fresh process (``softargmax.bench.memory``), on ``device``: the growth of
+    the resident set on the CPU, of the CUDA caching allocator's peak on a GPU."""
     from ..bench.memory import measure
 
     N, out = P["memory_tokens"], {}
+    cuda = torch.device(device).type == "cuda"
     for mapping in P["memory_mappings"]:
         out[mapping] = {v: measure("fused", v, N, cfg.d, cfg.vocab, threads or torch.get_num_threads(), 0, mapping,
-                                   S.chunk)["peak_mb"] for v in ("fused", "unfused")}
-    return {"tokens": N, "d": cfg.d, "vocab": cfg.vocab, "chunk": S.chunk, "peak_mb": out,
-            "tool": "softargmax.bench.memory: resident-set peak (VmHWM) growth of one call, in a fresh process"}
+                                   S.chunk, device)["peak_mb"] for v in ("fused", "unfused")}
+    tool = ("softargmax.bench.memory: CUDA caching allocator peak (torch.cuda.max_memory_allocated) above the inputs, "
+            "one call in a fresh process" if cuda else
+            "softargmax.bench.memory: resident-set peak (VmHWM) growth of one call, in a fresh process")
+    return {"tokens": N, "d": cfg.d, "vocab": cfg.vocab, "chunk": S.chunk, "peak_mb": out, "device": str(device),
+            "tool": tool}
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
@@ -1152,7 +1164,9 @@ def _cost_text(results: dict) -> list:
                 "times the output layer and loss against `F.cross_entropy` and the whole step, in process CPU "
                 "time, at several logit scales). A learned q "
                 "(q ≠ 1) takes the general solver and a second chunked pass over the logits for q's gradient."]
-    out += ["", f"Peak memory: the growth of the resident set during one forward and backward of the output layer and "
+    what = ("the growth of the CUDA allocator's peak" if str(M.get("device", "cpu")).startswith("cuda")
+            else "the growth of the resident set")
+    out += ["", f"Peak memory: {what} during one forward and backward of the output layer and "
             f"its loss ({M['tokens']:,} tokens — one training batch — d = {M['d']}, V = {M['vocab']:,}), each case in a "
             f"fresh process ({M['tool']}).", "", "| mapping | unfused: logits stored (MiB) | fused (MiB) | ratio |",
             "| --- | --- | --- | --- |"]
@@ -1283,8 +1297,8 @@ def _variation(results: dict) -> dict:
     T = results["step_time"]["systems"]
     spans = [t["seconds_spread"] for t in T.values()]
     timings = (f"the interleaved step times vary by {100 * min(spans):.0f}–{100 * max(spans):.0f}% (max − min over "
-               f"median) between the {results['step_time']['rounds']} rounds; the machine was shared with other jobs, "
-               "so the training runs' own step times (a separate column) vary more; how much the timings vary between "
+               f"median) between the {results['step_time']['rounds']} rounds; the training runs' own step times (a separate "
+               "column) are not interleaved, so any other load on the machine moves them more; how much the timings vary between "
                "separate invocations was not measured.") if spans else None
     tested = "a test reruns it and gets identical numbers, timings and memory peaks aside"
     rerun = (f"identical numbers on this `smoke` preset: {tested}." if st["preset"] == "smoke" else
