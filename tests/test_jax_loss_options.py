@@ -276,6 +276,21 @@ SHARD_MAP_OPTIONS = textwrap.dedent("""
         gref = jax.grad(lambda t: full(t).sum())(x)
         gerr = float(jnp.max(jnp.abs(g - gref)))
         assert gerr < 1e-12 and bool(jnp.all(g[3] == 0)), (name, gerr)
+    # probability rows and multi-hot label sets, sharded as the logits are
+    probs = jnp.asarray(rng.dirichlet(np.full(24, 0.5), size=6))
+    sets = rng.random((6, 24)) < 0.2
+    sets[:, 5] = True
+    for name, dense, ml in [("entmax15", probs, False), ("chi_square", probs, False), ("kl", jnp.asarray(sets), True),
+                            ("sparsemax", jnp.asarray(sets), True)]:
+        def sharded(t):
+            return jax.shard_map(lambda tt, yy, ww: sj.vocab_parallel_fenchel_young_loss(
+                tt, yy, name, axis_name="vocab", weight=ww, label_smoothing=0.1, multilabel=ml),
+                mesh=mesh, in_specs=(P(None, "vocab"), P(None, "vocab"), P()), out_specs=P())(t, dense, w)
+        full = lambda t: sj.fenchel_young_loss(t, dense, name, weight=w, label_smoothing=0.1, multilabel=ml)
+        err = float(jnp.max(jnp.abs(jax.jit(sharded)(x) - full(x))))
+        g = jax.jit(jax.grad(lambda t: sharded(t).sum()))(x)
+        gerr = float(jnp.max(jnp.abs(g - jax.grad(lambda t: full(t).sum())(x))))
+        assert err < 1e-12 and gerr < 1e-12, (name, ml, err, gerr)
     print("ok")
 """)
 
@@ -285,3 +300,47 @@ def test_vocab_parallel_loss_options_under_shard_map_on_four_cpu_devices():
     out = subprocess.run([sys.executable, "-c", SHARD_MAP_OPTIONS], capture_output=True, text=True, timeout=300,
                          env=env)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("kind", ["probabilities", "multilabel"])
+@pytest.mark.parametrize("name", ["entmax15", "softmax", "chi_square"])
+def test_linear_loss_with_probability_and_multi_hot_labels(x64, kind, name):
+    """Probability rows and multi-hot label sets in the chunked loss: the unfused loss's values and gradients
+    (class weights as ⟨w, y⟩, label smoothing, a padded last chunk), and the PyTorch core's fused loss."""
+    rng = np.random.default_rng(11)
+    h, w = rng.normal(size=(10, 5)), rng.normal(size=(5, 8)) * 0.8
+    if kind == "probabilities":
+        y = rng.dirichlet(np.full(8, 0.5), size=10)
+        y[3] = np.eye(8)[2]  # a one-hot row: the class-index loss of that row
+        multilabel, labels = False, jnp.asarray(y)
+    else:
+        y = rng.random((10, 8)) < 0.3
+        y[:, 0] |= ~y.any(1)  # at least one label per row
+        multilabel, labels = True, jnp.asarray(y)
+    cw = rng.uniform(0.2, 2.0, size=8)
+    kw = dict(temperature=0.9, label_smoothing=0.05, multilabel=multilabel)
+
+    def chunked(hh, ww):
+        return sj.linear_fenchel_young_loss(hh, ww, labels, name, chunk_size=4, class_weight=jnp.asarray(cw), **kw)
+
+    def full(hh, ww):
+        return sj.fenchel_young_loss(hh @ ww, labels, name, weight=jnp.asarray(cw), **kw)
+
+    ct = jnp.asarray(rng.normal(size=10))
+    (a, ga), (b, gb) = (jax.vjp(f, jnp.asarray(h), jnp.asarray(w)) for f in (chunked, full))
+    assert_close(np.asarray(a), np.asarray(b), 1e-12)
+    for x, z in zip(ga(ct), gb(ct)):
+        assert_close(np.asarray(x), np.asarray(z), 1e-12)
+    if kind == "probabilities":
+        one = sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.full(10, 2), name, chunk_size=4)
+        dense = sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.asarray(np.tile(np.eye(8)[2], (10, 1))),
+                                             name, chunk_size=4)
+        assert_close(np.asarray(dense), np.asarray(one), 1e-12)
+    target = torch.tensor(y) if kind == "probabilities" else torch.tensor(y.astype(np.float64))
+    t = sa.linear_fenchel_young_loss(torch.tensor(h), torch.tensor(w.T), target, mapping=name, class_weight=torch.tensor(cw),
+                                     reduction="none", **kw)
+    assert_close(np.asarray(a), t.numpy(), 1e-12)
+    with pytest.raises(ValueError, match="labels"):
+        sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.asarray(np.full((10, 8), 0.5)), name)
+    with pytest.raises(ValueError, match="labels"):
+        sj.linear_fenchel_young_loss(jnp.asarray(h), jnp.asarray(w), jnp.asarray(y[:, :5]), name, multilabel=multilabel)

@@ -1,7 +1,7 @@
 r"""A linear layer and a Fenchel–Young loss in one call, that never builds the full logits.
 
 For hidden states :math:`h \in \mathbb{R}^{N \times d}`, an output projection :math:`W \in \mathbb{R}^{d \times V}`
-and integer labels, the loss of the logits :math:`\theta = h W` is computed over chunks of rows with
+and labels (class indices, probability rows or multi-hot label sets), the loss of the logits :math:`\theta = h W` is computed over chunks of rows with
 ``lax.map``: one chunk's logits ``[chunk_size, V]`` exist at a time instead of ``[N, V]``.  The backward
 (a ``jax.custom_vjp``) recomputes each chunk's logits, forms :math:`p - y` and accumulates
 :math:`\partial h = (p - y) W^\top` and :math:`\partial W = h^\top (p - y)` chunk by chunk (``lax.scan``), so
@@ -22,29 +22,37 @@ from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from ._checks import check_array, check_q, compute_dtype, concrete
+from ._checks import check_array, check_q, compute_dtype
 from .divergences import Divergence
-from .losses import LossSpec, check_class_weight, check_softcap, resolve_loss, row_values
+from .losses import LossSpec, check_class_weight, check_labels, check_softcap, dense_targets, resolve_loss, row_values
 
 Array = jax.Array
 
 __all__ = ["linear_fenchel_young_loss"]
 
 
-def _chunk_targets(labels: Array, k: int, dtype: Any, smoothing: float) -> Array:
-    y = jax.nn.one_hot(labels, k, dtype=dtype)
-    return (1 - smoothing) * y + smoothing / k if smoothing else y
+def _chunk_targets(labels: Array, theta: Array, smoothing: float, multilabel: bool, cw: Optional[Array],
+                   ww: Array) -> tuple[Array, Array]:
+    """A chunk's dense targets ``[chunk, V]`` and example weights: ``ww`` (already ``cw[c]`` for class indices), times
+    ``⟨cw, y⟩`` for probability or multi-hot rows, as the unfused loss weighs them."""
+    y = dense_targets(labels, theta, -1, smoothing, multilabel)
+    if cw is not None and (multilabel or not jnp.issubdtype(labels.dtype, jnp.integer)):
+        ww = ww * jnp.sum(jnp.where(y > 0, y * cw, 0.0), -1)
+    return y, ww
 
 
 def _chunked(h: Array, labels: Array, iw: Array, chunk: int) -> tuple[Array, Array, Array, int]:
     n = h.shape[0]
     pad = (-n) % chunk
     hp = jnp.pad(h, ((0, pad), (0, 0)))
-    lp = jnp.pad(labels, (0, pad))
+    if labels.ndim == 1:
+        lp = jnp.pad(labels, (0, pad)).reshape(-1, chunk)
+    else:  # probability or multi-hot rows; the padding rows are one-hot (valid), and weigh 0
+        lp = jnp.concatenate([labels, (jnp.arange(labels.shape[1]) == 0).astype(labels.dtype)[None].repeat(pad, 0)])
+        lp = lp.reshape(-1, chunk, labels.shape[1])
     wp = jnp.pad(iw, (0, pad))
-    return hp.reshape(-1, chunk, h.shape[1]), lp.reshape(-1, chunk), wp.reshape(-1, chunk), n
+    return hp.reshape(-1, chunk, h.shape[1]), lp, wp.reshape(-1, chunk), n
 
 
 def _chunk_logits(hh: Array, w: Array, softcap: Optional[float]) -> tuple[Array, Optional[Array]]:
@@ -60,35 +68,38 @@ def _chunk_q(q: Optional[Array], theta: Array) -> Optional[Array]:
     return None if q is None else jnp.broadcast_to(q, theta.shape)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _linear_loss(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], h: Array, w: Array,
-                 labels: Array, iw: Array, q: Optional[Array]) -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _linear_loss(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool, h: Array,
+                 w: Array, labels: Array, iw: Array, q: Optional[Array], cw: Optional[Array]) -> Array:
     hc, lc, wc, n = _chunked(h, labels, iw, chunk)
 
     def one(args: tuple[Array, Array, Array]) -> Array:
         hh, ll, ww = args
         theta, _ = _chunk_logits(hh, w, softcap)
-        loss = row_values(spec, theta, _chunk_targets(ll, w.shape[1], theta.dtype, smoothing), _chunk_q(q, theta))[0]
+        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww)
+        loss = row_values(spec, theta, y, _chunk_q(q, theta))[0]
         return jnp.where(ww != 0, loss * ww, 0.0)
 
     return jax.lax.map(one, (hc, lc, wc)).reshape(-1)[:n]
 
 
-def _linear_loss_fwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], h: Array, w: Array,
-                     labels: Array, iw: Array, q: Optional[Array]) -> tuple[Array, tuple]:
-    return _linear_loss(spec, chunk, smoothing, softcap, h, w, labels, iw, q), (h, w, labels, iw, q)
+def _linear_loss_fwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool,
+                     h: Array, w: Array, labels: Array, iw: Array, q: Optional[Array],
+                     cw: Optional[Array]) -> tuple[Array, tuple]:
+    return (_linear_loss(spec, chunk, smoothing, softcap, multilabel, h, w, labels, iw, q, cw),
+            (h, w, labels, iw, q, cw))
 
 
-def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], res: tuple,
-                     g: Array) -> tuple:
-    h, w, labels, iw, q = res
+def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool,
+                     res: tuple, g: Array) -> tuple:
+    h, w, labels, iw, q, cw = res
     hc, lc, wc, n = _chunked(h, labels, iw, chunk)
     gc = jnp.pad(g, (0, (-n) % chunk)).reshape(-1, chunk)
 
     def step(dw: Array, args: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
         hh, ll, ww, gg = args
         theta, t = _chunk_logits(hh, w, softcap)
-        y = _chunk_targets(ll, w.shape[1], theta.dtype, smoothing)
+        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww)
         _, p = row_values(spec, theta, y, _chunk_q(q, theta))
         d = jnp.where((ww != 0)[:, None], (p - y) * (gg * ww)[:, None], 0.0)
         if t is not None:
@@ -96,7 +107,7 @@ def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Opti
         return dw + hh.T @ d, d @ w.T
 
     dw, dh = jax.lax.scan(step, jnp.zeros_like(w), (hc, lc, wc, gc))
-    return dh.reshape(-1, h.shape[1])[:n], dw, None, None, None
+    return dh.reshape(-1, h.shape[1])[:n], dw, None, None, None, None
 
 
 _linear_loss.defvjp(_linear_loss_fwd, _linear_loss_bwd)
@@ -106,7 +117,7 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
                               mapping: Union[str, Divergence] = "entmax15", *, chunk_size: int = 1024,
                               q: Optional[Array] = None, temperature: float = 1.0, label_smoothing: float = 0.0,
                               ignore_index: Optional[int] = -100, class_weight: Optional[Array] = None,
-                              softcap: Optional[float] = None, **params: Any) -> Array:
+                              softcap: Optional[float] = None, multilabel: bool = False, **params: Any) -> Array:
     r"""The Fenchel–Young loss of the logits ``hidden @ weight``, per example, without the full logits.
 
     .. math::
@@ -120,7 +131,9 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
     Args:
         hidden: ``[N, d]`` floating.
         weight: ``[d, V]``, the output projection (a Flax ``Dense`` kernel's layout).
-        labels: ``[N]`` integer class indices in ``[0, V)`` (or ``ignore_index``).
+        labels: ``[N]`` integer class indices in ``[0, V)`` (or ``ignore_index``), ``[N, V]`` floating probability
+            rows (non-negative, summing to 1), or with ``multilabel`` ``[N, V]`` 0/1 label sets (the target is
+            uniform over each row's labels); all constants, as in :func:`~softargmax_jax.fenchel_young_loss`.
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         chunk_size: rows per chunk (a positive int). Default: ``1024``.
         q: the reference measure of f-divergence losses: ``[V]``, positive (a constant). Default: ``None``.
@@ -129,8 +142,10 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
         ignore_index: labels equal to it give the loss 0 and no gradient; ``None`` ignores none.
             Default: ``-100``.
         class_weight: ``None`` or ``[V]`` class weights, finite and non-negative: example :math:`i`'s loss
-            is multiplied by ``class_weight[labels[i]]`` (a constant). Default: ``None``.
+            is multiplied by ``class_weight[labels[i]]`` for class indices, by :math:`\langle w, y_i \rangle` for
+            probability or multi-hot rows (a constant). Default: ``None``.
         softcap: ``None`` or :math:`c > 0`: the logits are :math:`c \tanh(hW/c)`. Default: ``None``.
+        multilabel: the labels are 0/1 label sets ``[N, V]``. Default: ``False``.
         **params: the mapping's parameters.
 
     Returns:
@@ -153,18 +168,15 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
     weight = check_array(weight, "weight")
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0]:
         raise ValueError(f"hidden [N, d] and weight [d, V] do not match: {hidden.shape} and {weight.shape}")
-    labels = jnp.asarray(labels)
-    if not jnp.issubdtype(labels.dtype, jnp.integer) or labels.shape != hidden.shape[:1]:
-        raise ValueError(f"labels must be integer class indices of shape ({hidden.shape[0]},), got "
-                         f"{labels.shape} {labels.dtype}")
     if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
         raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    if not isinstance(multilabel, bool):
+        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
     V = weight.shape[1]
-    v = concrete(labels)
-    if v is not None and v.size:
-        kept = v if ignore_index is None else v[v != ignore_index]
-        if kept.size and not bool(np.all((kept >= 0) & (kept < V))):
-            raise ValueError(f"labels: class indices must be in [0, {V}) (ignore_index={ignore_index})")
+    # checked against a stand-in for the [N, V] logits, which are never built
+    labels = check_labels(labels, jax.ShapeDtypeStruct((hidden.shape[0], V), hidden.dtype), 1, ignore_index,
+                          multilabel)
+    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
@@ -185,10 +197,16 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
             raise ValueError(f"q must have shape ({V},) (one weight per class), got {q.shape}")
         q = check_q(q, jnp.zeros((1, V), dtype))
         q = jax.lax.stop_gradient(q).astype(dtype)
-    keep = jnp.ones(labels.shape, bool) if ignore_index is None else labels != ignore_index
-    safe = jnp.where(keep, labels, 0)
-    iw = keep.astype(dtype) if cw is None else jnp.where(keep, jax.lax.stop_gradient(cw).astype(dtype)[safe], 0.0)
+    cw = None if cw is None else jax.lax.stop_gradient(cw).astype(dtype)
+    if hard:
+        keep = jnp.ones(labels.shape, bool) if ignore_index is None else labels != ignore_index
+        labels = jnp.where(keep, labels, 0)
+        iw = keep.astype(dtype) if cw is None else jnp.where(keep, cw[labels], 0.0)
+        cw = None  # applied through iw
+    else:
+        labels = jax.lax.stop_gradient(labels)
+        iw = jnp.ones(hidden.shape[:1], dtype)
     chunk = min(chunk_size, max(hidden.shape[0], 1))
-    out = _linear_loss(spec, chunk, float(label_smoothing), softcap, hidden.astype(dtype), weight.astype(dtype), safe,
-                       iw, q)
+    out = _linear_loss(spec, chunk, float(label_smoothing), softcap, multilabel, hidden.astype(dtype),
+                       weight.astype(dtype), labels, iw, q, cw)
     return out.astype(hidden.dtype)

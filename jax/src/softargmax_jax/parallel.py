@@ -52,7 +52,7 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
                                       *, axis_name: str, q: Optional[Array] = None, temperature: float = 1.0,
                                       label_smoothing: float = 0.0, ignore_index: Optional[int] = -100,
                                       weight: Optional[Array] = None, softcap: Optional[float] = None,
-                                      **params: Any) -> Array:
+                                      multilabel: bool = False, **params: Any) -> Array:
     r"""The per-example Fenchel–Young loss of rows whose classes are split over the devices of ``axis_name``.
 
     Call it inside ``jax.shard_map`` with the logits sharded along their last axis over ``axis_name``
@@ -67,7 +67,10 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
 
     Args:
         logits: this device's slice ``[..., V_r]``.
-        labels: global integer class indices, ``logits``' shape without the last axis.
+        labels: global integer class indices, ``logits``' shape without the last axis (replicated); or this
+            device's slice ``[..., V_r]`` of probability rows (non-negative, each row summing to 1 over all the
+            devices), or with ``multilabel`` of 0/1 label sets (the target uniform over a row's labels on every
+            device); sharded as the logits are. Constants.
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         axis_name: the mapped axis the classes are split over.
         q: this device's slice of the reference measure, positive, broadcastable to ``logits`` (a
@@ -77,9 +80,11 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         ignore_index: labels equal to it give the loss 0 and no gradient; ``None`` ignores none.
             Default: ``-100``.
         weight: ``None`` or the *global* class weights ``[V]`` (replicated over ``axis_name``): each
-            example's loss is multiplied by ``weight[label]``. Default: ``None``.
+            example's loss is multiplied by ``weight[label]``, or :math:`\langle w, y \rangle` for probability or
+            multi-hot rows. Default: ``None``.
         softcap: ``None`` or :math:`c > 0`: the logits are :math:`c \tanh(\theta/c)` (``-inf`` stays).
             Default: ``None``.
+        multilabel: the labels are slices of 0/1 label sets. Default: ``False``.
         **params: the mapping's parameters.
 
     Returns:
@@ -105,9 +110,17 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
     """
     logits = check_array(logits, "logits")
     labels = jnp.asarray(labels)
-    if not jnp.issubdtype(labels.dtype, jnp.integer) or labels.shape != logits.shape[:-1]:
+    if not isinstance(multilabel, bool):
+        raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
+    if hard and labels.shape != logits.shape[:-1]:
         raise ValueError(f"labels must be integer class indices of the logits' shape without the last axis "
                          f"{logits.shape[:-1]}, got {labels.shape} {labels.dtype}")
+    if not hard and (labels.shape != logits.shape or not (
+            jnp.issubdtype(labels.dtype, jnp.floating) or (multilabel and (labels.dtype == jnp.bool_ or jnp.issubdtype(
+                labels.dtype, jnp.integer))))):
+        raise ValueError(f"labels: probability rows (floating) or, with multilabel=True, 0/1 label sets must be this "
+                         f"device's slice of the logits' shape {logits.shape}, got {labels.shape} {labels.dtype}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
@@ -123,12 +136,17 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
     if weight is not None:
         weight = check_class_weight(weight, k * jax.lax.axis_size(axis_name))
     keep = None
-    if ignore_index is not None:
-        keep = labels != ignore_index
-        labels = jnp.where(keep, labels, 0)
     offset = jax.lax.axis_index(axis_name) * k
-    local = labels - offset
-    y = jax.nn.one_hot(local, k, dtype=theta.dtype)  # zero where the class is on another device
+    if hard:
+        if ignore_index is not None:
+            keep = labels != ignore_index
+            labels = jnp.where(keep, labels, 0)
+        y = jax.nn.one_hot(labels - offset, k, dtype=theta.dtype)  # zero where the class is on another device
+    elif multilabel:
+        t = (jax.lax.stop_gradient(labels) != 0).astype(theta.dtype)
+        y = t / jnp.maximum(jax.lax.psum(jnp.sum(t, -1, keepdims=True), axis_name), 1)
+    else:
+        y = jax.lax.stop_gradient(labels).astype(theta.dtype)
     if label_smoothing:  # uniform over the classes that are not masked, on every device
         allowed = (theta > -jnp.inf).astype(theta.dtype)
         n = jax.lax.psum(jnp.sum(allowed, -1, keepdims=True), axis_name)
@@ -136,7 +154,12 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
     qt = None if q is None else jax.lax.stop_gradient(jnp.broadcast_to(q, theta.shape).astype(theta.dtype))
     loss = _parallel_rows(spec, axis_name, theta, y, qt)
     if weight is not None:
-        loss = loss * jax.lax.stop_gradient(weight).astype(theta.dtype)[labels]
+        w = jax.lax.stop_gradient(weight).astype(theta.dtype)
+        if hard:
+            loss = loss * w[labels]
+        else:  # ⟨w, y⟩ over every device's slice
+            w_local = jax.lax.dynamic_slice_in_dim(w, offset, k)
+            loss = loss * jax.lax.psum(jnp.sum(jnp.where(y > 0, y * w_local, 0.0), -1), axis_name)
     if keep is not None:
         loss = jnp.where(keep, loss, 0.0)
     return loss.astype(logits.dtype)
