@@ -10,7 +10,7 @@ Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or o
 (:mod:`softargmax_jax.sampling`).  Losses (per example, as
 optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, :func:`normmax_loss` and
 :func:`budget_sparsemax_loss`, the chunked
-:func:`linear_fenchel_young_loss`, and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
+:func:`linear_fenchel_young_loss` (with a teacher's top-k, :func:`teacher_target`), and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
 for ``shard_map``.
 """
 
@@ -43,6 +43,7 @@ from .operators import (
 )
 from .parallel import vocab_parallel_fenchel_young_loss
 from .sampling import sample
+from .teacher import teacher_target
 
 __version__ = "0.1.0"
 
@@ -60,6 +61,7 @@ __all__ = [
     "budget_sparsemax",
     "normmax",
     "sample",
+    "teacher_target",
     "sampling",
     "attention",
     "attention_weights",

@@ -22,8 +22,9 @@ from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ._checks import check_array, check_q, compute_dtype
+from ._checks import check_array, check_q, compute_dtype, concrete
 from .divergences import Divergence
 from .losses import LossSpec, check_class_weight, check_labels, check_softcap, dense_targets, resolve_loss, row_values
 
@@ -32,27 +33,43 @@ Array = jax.Array
 __all__ = ["linear_fenchel_young_loss"]
 
 
+def _top_k_rows(probs: Array, indices: Array, V: int, dtype: Any) -> Array:
+    """Dense rows ``[n, V]`` of a top-k pair: ``probs`` at ``indices``, the rest of the mass spread evenly."""
+    k = probs.shape[-1]
+    rest = jnp.clip(1 - jnp.sum(probs, -1, keepdims=True), 0, None) / max(V - k, 1)
+    y = jnp.broadcast_to(rest if V > k else jnp.zeros_like(rest), (probs.shape[0], V)).astype(dtype)
+    return y.at[jnp.arange(probs.shape[0])[:, None], indices].set(probs.astype(dtype))
+
+
 def _chunk_targets(labels: Array, theta: Array, smoothing: float, multilabel: bool, cw: Optional[Array],
-                   ww: Array) -> tuple[Array, Array]:
+                   ww: Array, top_k: Optional[Array] = None) -> tuple[Array, Array]:
     """A chunk's dense targets ``[chunk, V]`` and example weights: ``ww`` (already ``cw[c]`` for class indices), times
-    ``⟨cw, y⟩`` for probability or multi-hot rows, as the unfused loss weighs them."""
+    ``⟨cw, y⟩`` for probability or multi-hot rows, as the unfused loss weighs them; ``top_k``: the indices of a
+    teacher's top-k pair whose probabilities are ``labels``."""
+    if top_k is not None:
+        return _top_k_rows(labels, top_k, theta.shape[-1], theta.dtype), ww
     y = dense_targets(labels, theta, -1, smoothing, multilabel)
     if cw is not None and (multilabel or not jnp.issubdtype(labels.dtype, jnp.integer)):
         ww = ww * jnp.sum(jnp.where(y > 0, y * cw, 0.0), -1)
     return y, ww
 
 
-def _chunked(h: Array, labels: Array, iw: Array, chunk: int) -> tuple[Array, Array, Array, int]:
+def _pad_rows(x: Array, pad: int, chunk: int, row: Array) -> Array:
+    """``x`` ``[n, ...]`` with ``pad`` copies of ``row`` appended, as chunks ``[-1, chunk, ...]``."""
+    return jnp.concatenate([x, jnp.broadcast_to(row.astype(x.dtype), (pad,) + x.shape[1:])]).reshape(
+        (-1, chunk) + x.shape[1:])
+
+
+def _chunked(h: Array, labels: Array, iw: Array, chunk: int,
+             top_k: Optional[Array] = None) -> tuple[Array, Array, Array, int, Optional[Array]]:
+    """The rows in chunks; the padding rows (of the last chunk) weigh 0 and hold valid labels: class 0, a one-hot
+    row, or a top-k pair on distinct classes."""
     n = h.shape[0]
     pad = (-n) % chunk
-    hp = jnp.pad(h, ((0, pad), (0, 0)))
-    if labels.ndim == 1:
-        lp = jnp.pad(labels, (0, pad)).reshape(-1, chunk)
-    else:  # probability or multi-hot rows; the padding rows are one-hot (valid), and weigh 0
-        lp = jnp.concatenate([labels, (jnp.arange(labels.shape[1]) == 0).astype(labels.dtype)[None].repeat(pad, 0)])
-        lp = lp.reshape(-1, chunk, labels.shape[1])
-    wp = jnp.pad(iw, (0, pad))
-    return hp.reshape(-1, chunk, h.shape[1]), lp, wp.reshape(-1, chunk), n
+    hc = _pad_rows(h, pad, chunk, jnp.zeros(h.shape[1:]))
+    lc = _pad_rows(labels, pad, chunk, jnp.zeros(()) if labels.ndim == 1 else jnp.arange(labels.shape[1]) == 0)
+    tc = None if top_k is None else _pad_rows(top_k, pad, chunk, jnp.arange(top_k.shape[1]))
+    return hc, lc, _pad_rows(iw, pad, chunk, jnp.zeros(())), n, tc
 
 
 def _chunk_logits(hh: Array, w: Array, softcap: Optional[float]) -> tuple[Array, Optional[Array]]:
@@ -70,47 +87,74 @@ def _chunk_q(q: Optional[Array], theta: Array) -> Optional[Array]:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
 def _linear_loss(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool, h: Array,
-                 w: Array, labels: Array, iw: Array, q: Optional[Array], cw: Optional[Array]) -> Array:
-    hc, lc, wc, n = _chunked(h, labels, iw, chunk)
+                 w: Array, labels: Array, iw: Array, q: Optional[Array], cw: Optional[Array],
+                 top_k: Optional[Array]) -> Array:
+    hc, lc, wc, n, tc = _chunked(h, labels, iw, chunk, top_k)
 
-    def one(args: tuple[Array, Array, Array]) -> Array:
-        hh, ll, ww = args
+    def one(args: tuple) -> Array:
+        hh, ll, ww, tt = args
         theta, _ = _chunk_logits(hh, w, softcap)
-        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww)
+        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww, tt)
         loss = row_values(spec, theta, y, _chunk_q(q, theta))[0]
         return jnp.where(ww != 0, loss * ww, 0.0)
 
-    return jax.lax.map(one, (hc, lc, wc)).reshape(-1)[:n]
+    return jax.lax.map(one, (hc, lc, wc, tc)).reshape(-1)[:n]
 
 
 def _linear_loss_fwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool,
                      h: Array, w: Array, labels: Array, iw: Array, q: Optional[Array],
-                     cw: Optional[Array]) -> tuple[Array, tuple]:
-    return (_linear_loss(spec, chunk, smoothing, softcap, multilabel, h, w, labels, iw, q, cw),
-            (h, w, labels, iw, q, cw))
+                     cw: Optional[Array], top_k: Optional[Array]) -> tuple[Array, tuple]:
+    return (_linear_loss(spec, chunk, smoothing, softcap, multilabel, h, w, labels, iw, q, cw, top_k),
+            (h, w, labels, iw, q, cw, top_k))
 
 
 def _linear_loss_bwd(spec: LossSpec, chunk: int, smoothing: float, softcap: Optional[float], multilabel: bool,
                      res: tuple, g: Array) -> tuple:
-    h, w, labels, iw, q, cw = res
-    hc, lc, wc, n = _chunked(h, labels, iw, chunk)
+    h, w, labels, iw, q, cw, top_k = res
+    hc, lc, wc, n, tc = _chunked(h, labels, iw, chunk, top_k)
     gc = jnp.pad(g, (0, (-n) % chunk)).reshape(-1, chunk)
 
-    def step(dw: Array, args: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
-        hh, ll, ww, gg = args
+    def step(dw: Array, args: tuple) -> tuple[Array, Array]:
+        hh, ll, ww, gg, tt = args
         theta, t = _chunk_logits(hh, w, softcap)
-        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww)
+        y, ww = _chunk_targets(ll, theta, smoothing, multilabel, cw, ww, tt)
         _, p = row_values(spec, theta, y, _chunk_q(q, theta))
         d = jnp.where((ww != 0)[:, None], (p - y) * (gg * ww)[:, None], 0.0)
         if t is not None:
             d = d * (1 - t * t)
         return dw + hh.T @ d, d @ w.T
 
-    dw, dh = jax.lax.scan(step, jnp.zeros_like(w), (hc, lc, wc, gc))
-    return dh.reshape(-1, h.shape[1])[:n], dw, None, None, None, None
+    dw, dh = jax.lax.scan(step, jnp.zeros_like(w), (hc, lc, wc, gc, tc))
+    return dh.reshape(-1, h.shape[1])[:n], dw, None, None, None, None, None
 
 
 _linear_loss.defvjp(_linear_loss_fwd, _linear_loss_bwd)
+
+
+def _check_top_k(pair: tuple, n: int, V: int) -> tuple[Array, Array]:
+    """A top-k pair ``(probs, indices)``: shapes ``[n, k]``, ``k <= V``, probabilities non-negative summing to at most
+    1, indices in ``[0, V)`` and distinct in a row (values checked where they are not traced)."""
+    if len(pair) != 2:
+        raise ValueError(f"labels: a top-k teacher is a pair (probs, indices), got a tuple of {len(pair)}")
+    probs, indices = jnp.asarray(pair[0]), jnp.asarray(pair[1])
+    if probs.ndim != 2 or probs.shape != indices.shape or probs.shape[0] != n or not 1 <= probs.shape[1] <= V:
+        raise ValueError(f"labels: a top-k pair needs probs and indices of one shape ({n}, k) with 1 <= k <= {V}, got "
+                         f"{probs.shape} and {indices.shape}")
+    if not jnp.issubdtype(probs.dtype, jnp.floating) or not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"labels: a top-k pair is (floating probs, integer indices), got {probs.dtype} and "
+                        f"{indices.dtype}")
+    p, i = concrete(probs), concrete(indices)
+    if p is not None and p.size:
+        tol = max(1e-5 if p.dtype.itemsize <= 4 else 1e-10, 4 * p.shape[1] * float(np.finfo(p.dtype).eps))
+        if not bool(np.all(p >= 0)) or not bool(np.all(np.sum(p, -1) <= 1 + tol)):
+            raise ValueError("labels: top-k probabilities must be non-negative and sum to at most 1")
+    if i is not None and i.size:
+        if not bool(np.all((i >= 0) & (i < V))):
+            raise ValueError(f"labels: top-k indices must be in [0, {V})")
+        s = np.sort(i, -1)
+        if not bool(np.all(s[:, 1:] != s[:, :-1])):
+            raise ValueError("labels: the top-k indices of a row must be distinct")
+    return jax.lax.stop_gradient(probs), indices
 
 
 def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
@@ -134,6 +178,10 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
         labels: ``[N]`` integer class indices in ``[0, V)`` (or ``ignore_index``), ``[N, V]`` floating probability
             rows (non-negative, summing to 1), or with ``multilabel`` ``[N, V]`` 0/1 label sets (the target is
             uniform over each row's labels); all constants, as in :func:`~softargmax_jax.fenchel_young_loss`.
+            Or a teacher's top-k pair ``(probs, indices)``, each ``[N, k]`` (:func:`~softargmax_jax.teacher_target`):
+            the target is ``probs`` at ``indices`` and the remaining mass :math:`1 - \sum_i \mathrm{probs}_i`
+            spread evenly over the other :math:`V - k` classes (a point of the simplex); it takes no
+            ``label_smoothing``, ``class_weight`` or ``multilabel``.
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         chunk_size: rows per chunk (a positive int). Default: ``1024``.
         q: the reference measure of f-divergence losses: ``[V]``, positive (a constant). Default: ``None``.
@@ -173,10 +221,15 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
     if not isinstance(multilabel, bool):
         raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
     V = weight.shape[1]
-    # checked against a stand-in for the [N, V] logits, which are never built
-    labels = check_labels(labels, jax.ShapeDtypeStruct((hidden.shape[0], V), hidden.dtype), 1, ignore_index,
-                          multilabel)
-    hard = not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
+    top_k = None
+    if isinstance(labels, tuple):
+        if label_smoothing or class_weight is not None or multilabel:
+            raise ValueError("labels: a top-k teacher pair takes no label_smoothing, class_weight or multilabel")
+        labels, top_k = _check_top_k(labels, hidden.shape[0], V)
+    else:  # checked against a stand-in for the [N, V] logits, which are never built
+        labels = check_labels(labels, jax.ShapeDtypeStruct((hidden.shape[0], V), hidden.dtype), 1, ignore_index,
+                              multilabel)
+    hard = top_k is None and not multilabel and jnp.issubdtype(labels.dtype, jnp.integer)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
@@ -208,5 +261,5 @@ def linear_fenchel_young_loss(hidden: Array, weight: Array, labels: Array,
         iw = jnp.ones(hidden.shape[:1], dtype)
     chunk = min(chunk_size, max(hidden.shape[0], 1))
     out = _linear_loss(spec, chunk, float(label_smoothing), softcap, multilabel, hidden.astype(dtype),
-                       weight.astype(dtype), labels, iw, q, cw)
+                       weight.astype(dtype), labels, iw, q, cw, top_k)
     return out.astype(hidden.dtype)
