@@ -87,3 +87,61 @@ def test_speed_verdict_uses_the_interleaved_timing_and_refuses_runs_timed_alone(
     assert speed_verdict(S, "alpha_relu", 1.1, summary).startswith("holds (0.9")
     alone = speed_verdict(S, "alpha_relu", 1.1)
     assert alone.startswith("not shown (0.30×, each run timed alone") and "not interleaved" in alone
+
+
+def test_one_thread_cpu_timing_takes_its_ratios_from_process_cpu_time():
+    """With ``clock: cpu`` (one torch thread on the CPU) the ratios come from the process CPU time: a busy core that
+    stretches the wall time of some rounds (injected here at random, up to 3×) leaves the CPU-time verdict as it is
+    on a quiet machine, while the wall-time ratio of the same rounds would be left undecided."""
+    cpu_other, cpu_soft = _rounds(0.98, noise=0.01, seed=3)
+    rng = random.Random(1)
+    stretch = [[1.0 + 2.0 * rng.random() for _ in range(len(cpu_soft))] for _ in range(2)]
+    wall_other = [c * f for c, f in zip(cpu_other, stretch[0])]
+    wall_soft = [c * f for c, f in zip(cpu_soft, stretch[1])]
+    timing = {"clock": "cpu", "threads": 1,
+              "train_seconds_per_step": {"softmax": wall_soft, "alpha_relu": wall_other},
+              "train_cpu_seconds_per_step": {"softmax": cpu_soft, "alpha_relu": cpu_other},
+              "inference_seconds": {"softmax": {"1": wall_soft}, "alpha_relu": {"1": wall_other}},
+              "inference_cpu_seconds": {"softmax": {"1": cpu_soft}, "alpha_relu": {"1": cpu_other}}}
+    summary = speed.summarize(timing)
+    assert summary["clock"] == "cpu" and summary["threads"] == 1
+    assert speed.ratio_verdict(summary["train"]["alpha_relu"], 1.1).startswith("holds (0.9")
+    assert summary["inference"]["alpha_relu"]["1"]["ratio"] == pytest.approx(0.98, abs=0.02)
+    assert summary["seconds_per_step"]["softmax"] == speed.quantile(wall_soft, speed.QUANTILE)  # wall time beside
+    wall = speed.summarize({k: v for k, v in timing.items() if k != "clock"})  # a timing without a clock: wall time
+    assert "clock" not in wall and speed.ratio_verdict(wall["train"]["alpha_relu"], 1.1).startswith("not shown")
+
+
+def test_time_interleaved_runs_one_thread_on_the_cpu_and_restores_the_threads():
+    import torch
+
+    seen = []
+    model = torch.nn.Linear(4, 3)
+
+    class Layer:
+        def loss(self, out, target):
+            seen.append(torch.get_num_threads())
+            return torch.nn.functional.cross_entropy(out, target)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = model
+
+        def forward(self, src, tgt_in):
+            return self.lin(src)
+
+    batches = [(torch.randn(5, 4), None, torch.randint(0, 3, (5,)))]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = speed.time_interleaved({"softmax": (Net(), Layer()), "sparsemax": (Net(), Layer())}, batches,
+                                     lambda m, layer, beam: seen.append(torch.get_num_threads()), [1], rounds=2,
+                                     steps=1, inference_rounds=1, log=lambda m: None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert set(seen) == {1} and out["clock"] == "cpu" and out["threads"] == 1
+    assert set(out["inference_cpu_seconds"]) == {"softmax", "sparsemax"}
+    with pytest.raises(ValueError, match="threads"):
+        speed.time_interleaved({}, batches, lambda m, layer, beam: None, [1], threads=0)

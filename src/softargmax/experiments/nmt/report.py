@@ -159,7 +159,11 @@ def render_report(results: dict, figures: list) -> str:
                   f"the same batches (the order rotating), on {speed['device']}; a system's time is the "
                   f"{speed['quantile']:g} quantile of its rounds (the rounds least disturbed by other jobs on the "
                   "machine), its ratio to softmax comes with a 95% bootstrap interval over the rounds, and process CPU "
-                  "time stands beside wall time. Tokens per second are each run's own, over its whole training."
+                  "time stands beside wall time. "
+                  + ("The systems were timed with one torch thread, and the ratios are of process CPU time: the work "
+                     "of a step, to which time spent waiting for a core that another job holds does not add. "
+                     if speed.get("clock") == "cpu" else "")
+                  + "Tokens per second are each run's own, over its whole training."
                   + ("" if plan is None else f" {_timing_scope(results)}") + " The paper's columns are its ratios "
                   "of total training hours.", "",
                   "| output layer | s/step (interleaved) | CPU s/step | ours vs softmax [95% interval] | tokens/s in "

@@ -15,6 +15,13 @@ percentile-bootstrap interval that resamples whole rounds, so the systems' times
 "ratio ≤ limit" holds only when the whole interval lies at or below the limit, does not hold
 when it lies above, and is "not shown (noisy)" otherwise (:func:`ratio_verdict`), with the
 spread of the per-round ratios in the sentence.  Process CPU time is recorded beside wall time.
+
+On the CPU the timing runs with one torch thread (``threads``) and the ratios are taken from the
+process CPU time (``"clock": "cpu"``).  With several threads, a second job busy on one core stalls
+every parallel region of every system, and the ratios shrink towards 1 (measured: each step 2.5–3×
+longer with one of two cores busy); one thread runs on whichever core is free, and its CPU time is
+the work of the step, to which time spent waiting for the core does not add.  Wall time stays beside
+it.  On a GPU the clock is the wall time, the device synchronized around every timing.
 """
 
 from __future__ import annotations
@@ -100,19 +107,29 @@ def ratio_verdict(entry: Optional[dict], limit: float) -> str:
 
 
 def summarize(timing: dict, reference: str = "softmax", q: float = QUANTILE) -> dict:
-    """Ratios to ``reference`` of the interleaved timings (:func:`time_interleaved`'s output).
+    """Ratios to ``reference`` of the interleaved timings (:func:`time_interleaved`'s output), from the process CPU
+    time where the timing's ``clock`` is ``"cpu"`` (one thread on the CPU), else from the wall time (a timing
+    without ``clock``, written before it was recorded, is wall time).
 
     Returns:
-        ``{"train": {system: ratio_summary}, "inference": {system: {beam: ratio_summary}},
+        ``{"clock", "threads", "train": {system: ratio_summary}, "inference": {system: {beam: ratio_summary}},
         "seconds_per_step": {system: quantile}, "inference_seconds": {system: {beam: quantile}},
-        "cpu_seconds_per_step": {system: quantile}}``; the reference itself has ratio 1.
+        "cpu_seconds_per_step": {system: quantile}}`` (the times in wall seconds, the CPU column beside); the
+        reference itself has ratio 1.
     """
-    train, infer = timing["train_seconds_per_step"], timing["inference_seconds"]
+    clock = timing.get("clock", "wall")
+    wall_train, wall_infer = timing["train_seconds_per_step"], timing["inference_seconds"]
+    if clock == "cpu":
+        train, infer = timing["train_cpu_seconds_per_step"], timing["inference_cpu_seconds"]
+    else:
+        train, infer = wall_train, wall_infer
     out: dict[str, Any] = {"reference": reference, "quantile": q, "train": {}, "inference": {},
-                           "seconds_per_step": {s: quantile(v, q) for s, v in train.items()},
+                           **({"clock": clock, "threads": timing.get("threads")} if "clock" in timing else {}),
+                           "seconds_per_step": {s: quantile(v, q) for s, v in wall_train.items()},
                            "cpu_seconds_per_step": {s: quantile(v, q) for s, v in timing.get("train_cpu_seconds_per_step",
                                                                                            {}).items()},
-                           "inference_seconds": {s: {b: quantile(v, q) for b, v in per.items()} for s, per in infer.items()}}
+                           "inference_seconds": {s: {b: quantile(v, q) for b, v in per.items()}
+                                                 for s, per in wall_infer.items()}}
     if reference not in train:
         return out
     for s in train:
@@ -131,7 +148,7 @@ def _clone_for_timing(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.op
 
 def time_interleaved(systems: dict, batches: Sequence[tuple], translate: Callable[[Any, Any, int], object],
                      beams: Sequence[int], rounds: int = 10, steps: int = 3, inference_rounds: int = 5,
-                     device: str = "cpu", log: Callable[[str], object] = print) -> dict:
+                     device: str = "cpu", log: Callable[[str], object] = print, threads: Optional[int] = 1) -> dict:
     """Time every system's training step and translation in alternating rounds (see the module docstring).
 
     Args:
@@ -144,13 +161,34 @@ def time_interleaved(systems: dict, batches: Sequence[tuple], translate: Callabl
         inference_rounds: rounds of translation (each at every beam size).
         device: where the models are (CUDA is synchronized around every timing).
         log: where progress lines go.
+        threads: on the CPU, the torch threads during the timing (restored after); ``None`` keeps the
+            current number (module docstring). Default: ``1``.
 
     Returns:
-        ``{"rounds", "steps", "inference_rounds", "train_seconds_per_step": {system: [per round]},
-        "train_cpu_seconds_per_step": {...}, "inference_seconds": {system: {beam: [per round]}}}``.
+        ``{"rounds", "steps", "inference_rounds", "threads", "clock", "train_seconds_per_step": {system: [per
+        round]}, "train_cpu_seconds_per_step": {...}, "inference_seconds": {system: {beam: [per round]}},
+        "inference_cpu_seconds": {...}}``; ``clock`` is ``"cpu"`` (one thread on the CPU: :func:`summarize` takes
+        the ratios from process CPU time) or ``"wall"``.
     """
     names = list(systems)
     cuda = str(device).startswith("cuda")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or a positive int, got {threads!r}")
+    before = torch.get_num_threads()
+    if threads is not None and not cuda:
+        torch.set_num_threads(threads)
+    try:
+        out = _time_rounds(systems, names, batches, translate, beams, rounds, steps, inference_rounds, cuda, log)
+    finally:
+        torch.set_num_threads(before)
+    used = torch.get_num_threads() if threads is None or cuda else threads
+    return {**out, "threads": None if cuda else used, "clock": "cpu" if not cuda and used == 1 else "wall"}
+
+
+def _time_rounds(systems: dict, names: list, batches: Sequence[tuple], translate: Callable[[Any, Any, int], object],
+                 beams: Sequence[int], rounds: int, steps: int, inference_rounds: int, cuda: bool,
+                 log: Callable[[str], object]) -> dict:
+    """:func:`time_interleaved`'s rounds, with the threads already set."""
 
     def sync() -> None:
         if cuda:
@@ -185,14 +223,16 @@ def time_interleaved(systems: dict, batches: Sequence[tuple], translate: Callabl
             cpu[s].append((time.process_time() - c0) / steps)
     clones.clear()  # the copies: the memory is needed for decoding
     infer: dict[str, dict[str, list]] = {s: {str(b): [] for b in beams} for s in names}
+    infer_cpu: dict[str, dict[str, list]] = {s: {str(b): [] for b in beams} for s in names}
     for r in range(inference_rounds):
         for b in beams:
             for s in names[r % len(names):] + names[: r % len(names)]:
                 model, layer = systems[s]
                 sync()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 translate(model, layer, b)
                 sync()
                 infer[s][str(b)].append(time.perf_counter() - t0)
+                infer_cpu[s][str(b)].append(time.process_time() - c0)
     return {"rounds": rounds, "steps": steps, "inference_rounds": inference_rounds, "train_seconds_per_step": wall,
-            "train_cpu_seconds_per_step": cpu, "inference_seconds": infer}
+            "train_cpu_seconds_per_step": cpu, "inference_seconds": infer, "inference_cpu_seconds": infer_cpu}
