@@ -608,12 +608,16 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
 
 
 def run_peers(args, device, repeats, log=print, emit_operators=None, emit_fused=None) -> dict:
-    """The ``--only peers`` section: operators and the fused output layer against the installed peers."""
+    """The ``--only peers`` section: the fused output layer, then the operators, against the installed peers.
+
+    The fused layer goes first: its comparison with Cut-Cross-Entropy and Liger-Kernel is what a time-limited run
+    must not lose (on 2026-11-28 the section was stopped after 12 operator cases, before it)."""
     shapes = SMOKE_PEER_SHAPES if args.smoke else PEER_SHAPES
     fused = SMOKE_PEER_FUSED if args.smoke else PEER_FUSED_SHAPES
+    fused_cases = peer_fused_cases(fused, device, max(3, repeats // 5), log, emit=emit_fused)
     return {"operators": peer_operator_cases(shapes, [torch.float32, torch.bfloat16], device, repeats, log,
                                              emit=emit_operators),
-            "fused": peer_fused_cases(fused, device, max(3, repeats // 5), log, emit=emit_fused)}
+            "fused": fused_cases}
 
 
 def _triton_version():
