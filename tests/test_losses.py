@@ -300,3 +300,29 @@ def test_soft_target_sum_tolerance_follows_the_target_dtype():
     for bad in (off, off.double(), (y * 1.05).bfloat16(), (y * 1.005).half()):
         with pytest.raises(ValueError, match="sum to 1"):
             sa.sparsemax_loss(x, bad)
+
+
+@pytest.mark.parametrize("div", ALL_DIVERGENCES + [("entmax15", {}), ("sparsemax", {})], ids=div_id)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_smoothed_class_indices_equal_the_smoothed_distribution(div, dtype):
+    """Label smoothing of class indices takes Σ f(y_j) in closed form (two values of f per row, not k): the loss and
+    its gradient equal those of the smoothed distribution given as a dense target, ignored rows included."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(9, 13, generator=g, dtype=F64) * 2).to(dtype)
+    t = torch.randint(0, 13, (9,), generator=g)
+    t[[2, 5]] = -100
+    name, params = div
+    eps = 0.15
+    y = F.one_hot(t.clamp(min=0), 13).to(dtype) * (1 - eps) + eps / 13
+    for xa, target in ((x.clone().requires_grad_(), t), (x.clone().requires_grad_(), y)):
+        kw = {"label_smoothing": eps} if target is t else {}
+        loss = sa.fenchel_young_loss(xa, target, name, reduction="none", **kw, **params)
+        if target is t:
+            a, ga = loss, torch.autograd.grad(loss.sum(), xa)[0]
+        else:
+            loss = torch.where(t >= 0, loss, torch.zeros_like(loss))
+            b, gb = loss, torch.autograd.grad(loss.sum(), xa)[0]
+    tol = 1e-12 if dtype == F64 else 2e-5
+    torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    torch.testing.assert_close(ga, gb, atol=tol, rtol=tol)
+    assert torch.all(a[[2, 5]] == 0)

@@ -206,6 +206,14 @@ def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[flo
     classes: a class index elsewhere counts 0); ``q``: ``None`` or ``[R, k]``."""
     keep = target.keep
     R = keep.shape[0]
+    if target.dense is not None and target.smoothing > 0 and q is None and target.owned is None:
+        # smoothed class indices: y_c = 1 - ε + ε/k and ε/k for the k - 1 others (0 in ignored rows), so the sum
+        # over the k entries is two evaluations of f per row instead of k
+        k, eps = target.dense.shape[1], target.smoothing
+        top = torch.full((R, 1), 1.0 - eps + eps / k, dtype=dtype, device=keep.device)
+        rest = torch.full((R, 1), eps / k, dtype=dtype, device=keep.device)
+        vals = ((div.f(top) - f0) + (k - 1) * (div.f(rest) - f0)).reshape(R)
+        return torch.where(keep, vals, torch.zeros_like(vals))
     if target.dense is not None:
         return sum_f_minus_f0(div, target.dense.to(dtype), None if q is None else q.to(dtype), f0)
     if q is None:

@@ -54,6 +54,9 @@ class Target:
     topk_value: Optional[Tensor] = None
     rest: Optional[Tensor] = None
     classes: int = 0
+    #: ``label_smoothing`` ε of class indices (``dense`` is then ``(1 - ε)`` one-hot ``+ ε/k`` in the kept rows):
+    #: what lets the losses take ``Σ f(y_j)`` in closed form instead of over ``dense``
+    smoothing: float = 0.0
     #: with the classes split over processes: ``[R]``, whether this process holds the row's class
     #: (``index`` is then its column here); ``None``: every class is here
     owned: Optional[Tensor] = None
@@ -170,7 +173,8 @@ def parse_target(
         else:
             assert dense is not None  # probability rows or label sets
             item_weight = dense @ weight
-    return Target(index=index, dense=dense, keep=keep, item_weight=item_weight, all_kept=index is None)
+    return Target(index=index, dense=dense, keep=keep, item_weight=item_weight, all_kept=index is None,
+                  smoothing=float(label_smoothing) if index is not None else 0.0)
 
 
 def _class_weight(weight: object, k: int, dtype: torch.dtype, weight_name: str) -> Tensor:
@@ -271,7 +275,8 @@ def rows_of(target: Target, start: int, end: int) -> Target:
         rest = target.rest[start:end]
         dense = rest.unsqueeze(1).expand(end - start, target.classes).clone()
         dense.scatter_(1, target.topk_index[start:end], target.topk_value[start:end])
-    return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight), all_kept=target.all_kept)
+    return Target(cut(target.index), dense, target.keep[start:end], cut(target.item_weight), all_kept=target.all_kept,
+                  smoothing=target.smoothing)
 
 
 def top_k_target(values: Tensor, indices: Tensor, batch: tuple[int, ...], classes: int, dtype: torch.dtype) -> Target:
