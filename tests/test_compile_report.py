@@ -184,12 +184,12 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     assert CR.select(["row_kernels.*long*"], quick=True) and not CR.select(["no.such"])
 
 
-def _report(tmp_path, *args):
+def _report(tmp_path, *args, quick=True):
     out = tmp_path / "report.json"
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     env.pop("TRITON_CACHE_DIR", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile_report.py"), "--quick", "--jobs", "2",
-                           "--json", str(out), *args], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile_report.py")] + ["--quick"] * quick
+                          + ["--jobs", "2", "--json", str(out), *args], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["failures"] == [] and report["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
@@ -221,3 +221,24 @@ def test_quick_report_compiles_for_sm90_without_streaming_spills(tmp_path):
     assert not over, f"streaming kernels that spill (bytes): {over}"
     assert any(r["barriers"] > 0 for r in rows.values())  # the reductions' barriers are counted
     assert max(r["widest_ld"] for r in odd_rows.values()) < 16  # no vector access without the alignment
+
+
+@pytest.mark.slow
+def test_rows_of_several_lines_stay_inside_one_warp(tmp_path):
+    """Rows of 129 to 512 float32 scores (257 to 512 half): sparsemax's and 1.5-entmax's register kernels,
+    forward (with and without the loss row sums) and backward, compile to programs with no shared memory and
+    no barrier: one warp per program, so every row sum is a warp shuffle whatever Triton's layout passes do
+    with several warps (Triton 3.6 laid a 4-row program's warps along each row's lines, and every Newton step's
+    sums went through 16 to 32 KiB of shared memory).  About 10 s on the 2-core CPU machine."""
+    from softargmax.backends.triton import rows
+
+    globs = []
+    for elem_bytes, dt in ((4, "fp32"), (2, "bf16")):
+        n, ch, line, warps, split = rows._tile(512, elem_bytes)
+        assert ch > 1 and not split
+        globs.append(f"row_kernels.*_block_rows {dt} KIND=0 EXACT=[12] *ROWS={n} CH={ch} LINE={line} SPLIT=0 "
+                     f"warps={warps}")
+    _, table = _report(tmp_path, "--kernels", *globs, quick=False)
+    assert len(table) == 2 * 2 * 3  # dtypes x (sparsemax, 1.5-entmax) x (solve, solve with sums, jvp)
+    for key, r in table.items():
+        assert r["smem"] == 0 and r["barriers"] == 0 and r["spill_bytes"] == 0, (key, r)

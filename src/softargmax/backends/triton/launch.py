@@ -145,7 +145,7 @@ def overridden(rows: Optional[RowLaunch] = None, attention: Optional[AttentionLa
         >>> import torch, softargmax as sa
         >>> from softargmax.backends.triton.launch import RowLaunch, current_rows, overridden
         >>> with overridden(rows=RowLaunch(rows_per_program=2, warps=4)):
-        ...     p = sa.entmax15(torch.randn(8, 300))   # on CUDA: 2 rows per program, 4 warps
+        ...     p = sa.entmax15(torch.randn(8, 300))   # on CUDA: 2 rows per program, one warp each
         ...     current_rows().rows_per_program
         2
         >>> current_rows().rows_per_program is None

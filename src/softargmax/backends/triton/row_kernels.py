@@ -29,10 +29,12 @@ square): one read of the row less.
 Row layouts:
 
 * :func:`solve_block_rows` holds a ``[CH, ROWS, LINE]`` tile in registers (``ROWS`` rows of at
-  most ``CH·LINE`` scores, ``LINE`` = 32 lanes of 16 bytes) and reads it once.  The warps lie
-  along the rows: a row of at most ``32 · 16`` scores is one warp's, so its sums are warp
-  shuffles (no shared memory, no barrier); only the loop's "any row left?" test crosses warps.
-  Longer rows are split over the warps of one program (``SPLIT``).  Each Newton step reduces
+  most ``CH·LINE`` scores, ``LINE`` = 32 lanes of 16 bytes) and reads it once.  A row of at
+  most ``32 · 16`` scores is one warp's, so its sums are warp shuffles: rows of one line
+  (``CH = 1``) share a program, the warps along the rows (only the loop's "any row left?" test
+  crosses warps); a row of several lines has a program of one warp (``ROWS = 1``), since
+  where Triton puts the warps of a ``[CH, ROWS, LINE]`` tile depends on its version.  Longer
+  rows are split over the warps of one program (``SPLIT``).  Each Newton step reduces
   ``(Σp, Σs)`` as one tuple, one exchange per axis rather than one per sum.
 * :func:`solve_long_rows` is one program per row streamed in ``BLOCK`` chunks with per-lane
   (vector) accumulators, reduced once per pass, so no barrier inside a pass.  Pass 1 keeps,

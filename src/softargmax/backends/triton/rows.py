@@ -12,8 +12,9 @@ Design (the CPU row solver's, mapped to the GPU):
 * the iteration is in float32 for every input type (float16/bfloat16 are read and
   written as they are; ``τ`` and ``Σ s`` stay float32); float64 inputs stay on the PyTorch path;
 * rows of at most :data:`BLOCK_ROWS_MAX` entries are held in registers and read once
-  (one warp per row up to 512 entries, several rows per program, so attention-shaped
-  inputs fill the GPU); longer rows are streamed: one pass for the maximum and the
+  (one warp per row up to 512 entries: several rows per program up to 128 float32 or 256
+  half-precision entries, a program of one warp for longer ones, see :func:`_tile`);
+  longer rows are streamed: one pass for the maximum and the
   candidates (each lane keeps its :data:`LONG_SLOTS` largest scores in registers), the
   Newton steps on those registers (plus full-row passes where they are not enough: the
   dense kinds, or a lane that overflowed), and one pass that writes ``p``;
@@ -138,18 +139,25 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
 
     The row, rounded up to a power of two ``BLOCK``, is a ``[CH, LINE]`` tile with ``LINE`` 32
     lanes of 16 bytes; a warp holds ``32 ·`` :data:`PER_THREAD` scores.  Rows up to that size
-    get one warp each (their sums never leave the warp) and a program holds 4 warps' worth of
-    rows; longer rows are split over ``BLOCK / (32 · PER_THREAD)`` warps (``SPLIT``, one row per
-    program).  ``heavy`` (the general power kind, a log2 and two exp2 per score): half as many
-    scores per thread.  Chosen from ptxas register reports for sm_90, not from timings; a tuning run
-    replaces ``ROWS`` and the warps (:func:`softargmax.backends.triton.launch.overridden`).
+    get one warp each (their sums never leave the warp); rows of one line (``CH = 1``) share a
+    program of 4 warps, 4 warps' worth of rows; rows of several lines (``CH > 1``: 129 to 512
+    float32 scores) get a program of one warp to themselves.  There the warps of a several-row
+    program are placed by Triton's layout passes, which differ between versions: Triton 3.9 lays
+    them along the rows, Triton 3.6 along ``CH``, where every Newton step's sums go through shared
+    memory (compiled for sm_90a at 512 float32 scores: 16-32 KiB of shared memory and 520-1041
+    instructions per step with 64-128 shared stores, against 200-304 and none for one warp, the
+    same in both versions).  Longer rows are split over ``BLOCK / (32 · PER_THREAD)`` warps
+    (``SPLIT``, one row per program).  ``heavy`` (the general power kind, a log2 and two exp2 per
+    score): half as many scores per thread.  Chosen from ptxas reports for sm_90, not from
+    timings; a tuning run replaces ``ROWS`` and the warps
+    (:func:`softargmax.backends.triton.launch.overridden`).
     """
     block = max(16, 1 << (k - 1).bit_length())
     line = min(block, 512 // elem_bytes)
     per_warp = 32 * (PER_THREAD // 2 if heavy else PER_THREAD)
     override = current_rows()
     if block <= per_warp:
-        rows, warps = 4 * (per_warp // block), 4
+        rows, warps = (4 * (per_warp // block), 4) if block == line else (1, 1)
         rows = override.rows_per_program or rows
         warps = override.warps or warps
         warps = min(warps, rows)  # one warp per row at most: warps beyond the rows would split them
