@@ -146,11 +146,14 @@ def test_committed_reports_are_what_their_results_render_to(tmp_path):
     from softargmax.experiments._common import render_existing
 
     reports = Path(__file__).resolve().parents[1] / "reports"
-    # each experiment's report, and the GPU presets' reports beside them (`reports/NAME-gpu/`) where committed
+    # each experiment's report, and the other reports of an experiment beside them (`reports/NAME-gpu/`,
+    # `reports/NAME-gpu-pilot/`, ...) where committed with their results.json
     folders = [(name, name, module) for name, module in EXPERIMENTS.items()]
-    folders += [(f"{name}-gpu", name, module) for name, module in EXPERIMENTS.items()
-                if (reports / f"{name}-gpu" / "results.json").is_file()]
-    assert any(folder.endswith("-gpu") for folder, _, _ in folders)
+    for d in sorted(reports.iterdir()):
+        owner = max((n for n in EXPERIMENTS if d.name.startswith(f"{n}-")), key=len, default=None)
+        if owner is not None and (d / "results.json").is_file():
+            folders.append((d.name, owner, EXPERIMENTS[owner]))
+    assert len(folders) > len(EXPERIMENTS)
     for folder, name, module in folders:
         committed = (reports / folder / "report.md").read_text()
         assert "\n## Reproducibility\n" in committed, folder
