@@ -383,6 +383,14 @@ def test_a_call_stopped_after_its_runs_trained_keeps_their_records(smoke_run, tm
                log=lambda m: None)
     found = check_records(out)
     assert sorted(found) == [("chi_square", 0), ("kl", 0)]
+    # the results built from them say what the stopped call still owes
+    P = lm.PRESETS["smoke"]
+    partial = lm.results_from_records(found, lm.run_specs(P, P["systems"], 0), dict(whole["settings"]),
+                                      whole["memory"], 50)
+    assert "**Samples and step times owed.**" in lm.render_report(partial, [])
+    assert partial["settings"]["samples_owed"] == ["kl", "chi_square"]
+    assert partial["settings"]["step_times_owed"] == ["kl", "chi_square"]
+    assert "step_times_owed" not in whole["settings"]
     for _, rec in found.values():
         assert rec["decoding"] is None and rec["step_time"] is None  # the call stopped before it sampled and timed
         run = {"runs": {"r": rec["run"]}, "memory": {"peak_mb": None}}

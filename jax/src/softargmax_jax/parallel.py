@@ -70,7 +70,8 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         labels: global integer class indices, ``logits``' shape without the last axis (replicated); or this
             device's slice ``[..., V_r]`` of probability rows (non-negative, each row summing to 1 over all the
             devices), or with ``multilabel`` of 0/1 label sets (the target uniform over a row's labels on every
-            device); sharded as the logits are. Constants.
+            device); sharded as the logits are. Constants; their values are not checked (they are traced inside
+            ``shard_map``).
         mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
         axis_name: the mapped axis the classes are split over.
         q: this device's slice of the reference measure, positive, broadcastable to ``logits`` (a

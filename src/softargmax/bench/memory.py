@@ -73,7 +73,8 @@ def _fused(variant: str, N: int, d: int, V: int, repeats: int, mapping: str = "e
 
 
 def _cuda_peak_growth_mb(run: Callable[[], None]) -> float:
-    """The CUDA caching allocator's peak during ``run()`` above what was allocated before it, in MiB."""
+    """The CUDA caching allocator's peak during a warm ``run()`` above what was allocated before it, in MiB."""
+    run()  # a warm-up: Triton's compilation and the allocator's first blocks are not the call's own
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()

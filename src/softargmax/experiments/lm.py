@@ -441,6 +441,12 @@ def results_from_records(found: dict, planned: list[RunSpec], settings: dict, me
                 "owed": [f"{_key(s)}:{s.seed}" for s in planned if (_key(s), s.seed) not in have],
                 "devices": sorted({rec["device"] for rec in recs}),
                 "resumed_from_checkpoint": [f"{rec['system']}-seed{rec['seed']}" for rec in recs if rec.get("resumed_at")]}
+    # a call stopped after its runs were evaluated leaves records without samples or step times
+    samples_owed = [k for k in dict.fromkeys(rec["system"] for rec in recs)
+                    if not k.endswith("+q") and not any(r.get("decoding") for r in recs if r["system"] == k)]
+    timing_owed = [k for k in dict.fromkeys(rec["system"] for rec in recs) if k not in systems]
+    if samples_owed or timing_owed:
+        settings["samples_owed"], settings["step_times_owed"] = samples_owed, timing_owed
     results["settings"] = settings
     results["plateau"] = plateau(results)
     return results
@@ -919,6 +925,14 @@ def render_report(results: dict, figures: list) -> str:
            f"record yet: {', '.join(st['owed'])}. Train them into this folder with `--runs` (e.g. "
            f"`--runs {' '.join(st['owed'][:2])}`) and the report is rebuilt from every record.", ""]
           if st.get("owed") else []),
+        *([f"**Samples and step times owed.** The call that trained "
+           f"{', '.join(dict.fromkeys(st.get('samples_owed', []) + st.get('step_times_owed', [])))} stopped after "
+           "evaluating its runs and before sampling and timing them"
+           + (f" (no samples of {', '.join(st['samples_owed'])})" if st.get("samples_owed") else "")
+           + (f" (no step time of {', '.join(st['step_times_owed'])})" if st.get("step_times_owed") else "")
+           + ": run it again with `--resume` (the trained runs are loaded from their checkpoints, not trained again) "
+           "and their records are completed.", ""]
+          if st.get("samples_owed") or st.get("step_times_owed") else []),
         *([] if "plateau" in st else [
             "**An earlier preset.** This run is of the `default` preset as it was before the presets were brought into "
             "a converged regime (word-level vocabulary, 250 steps); the plateau criterion below shows that its models "

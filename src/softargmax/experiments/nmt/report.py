@@ -8,6 +8,7 @@ discussion, the figures, examples and the reproducibility section.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 from .._common import reproducibility, seed_spread
@@ -86,6 +87,16 @@ def _selection_text(st: dict) -> str:
             f"the best validation {metric}, and training stops after {tr['patience']} evaluations without improvement")
 
 
+def _timing_device(speed: dict) -> str:
+    """The device of the interleaved timing as it ran: the machine's description, with the one torch thread of a
+    CPU timing (``clock: cpu``) in place of the threads the process had (the description is taken before the
+    timing sets them)."""
+    device = str(speed["device"])
+    if speed.get("clock") == "cpu" and speed.get("threads") == 1:
+        return re.sub(r"\(\d+ threads?, ", "(1 thread, ", device, count=1)
+    return device
+
+
 def render_report(results: dict, figures: list) -> str:
     """The report's markdown, rendered from ``results`` (the content of ``results.json``) and the figure files.
 
@@ -156,7 +167,7 @@ def render_report(results: dict, figures: list) -> str:
         lines += ["", "## Training speed (Table 5)", "",
                   f"Seconds per training step (forward, loss, backward, optimizer) with the systems timed interleaved "
                   f"after training: {speed['rounds']} rounds, each running {speed['steps']} steps of every system on "
-                  f"the same batches (the order rotating), on {speed['device']}; a system's time is the "
+                  f"the same batches (the order rotating), on {_timing_device(speed)}; a system's time is the "
                   f"{speed['quantile']:g} quantile of its rounds (the rounds least disturbed by other jobs on the "
                   "machine), its ratio to softmax comes with a 95% bootstrap interval over the rounds, and process CPU "
                   "time stands beside wall time. "
@@ -512,7 +523,7 @@ def _discussion(results: dict) -> list:
     speed = ("- **Speed.** In the paper, sparsemax and 1.5-entmax, computed by sorting, took "
              f"{lo:.2f}–{hi:.2f}× the training time of softmax (Table 5); here both use this library's pruned Newton "
              f"solvers, so the remaining overhead is the solver on a {st['vocabulary']['size']}-word vocabulary. "
-             + (f"The speed claims rest on the systems timed interleaved on {timed['device']} after training "
+             + (f"The speed claims rest on the systems timed interleaved on {_timing_device(timed)} after training "
                 f"({timed['rounds']} rounds; seed {timed['seed']}), so that a load on the machine that comes and goes "
                 "falls on every system alike; a claim is decided only where the bootstrap interval of the ratio "
                 "excludes its limit. The time axis of the training curves is steps × this interleaved time per "
