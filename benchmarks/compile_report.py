@@ -167,7 +167,8 @@ def _block_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
             tiles = _row_tiles(ELEM_BYTES[dt], _heavy(kind, exact))
             for tile in tiles:
                 quick = dt == "bf16" and tile in (tiles[0], tiles[-1]) and (kind, exact, per_row, sums) in _QUICK_SOLVE
-                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, **_tile_constexprs(tile)),
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=sums and not per_row,
+                                **_tile_constexprs(tile)),
                        tile[3], quick)
 
 
@@ -186,7 +187,8 @@ def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     block, warps = T._long_launch()
     for dt in DTYPES:
         for kind, exact, per_row, sums in _solve_modes():
-            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, BLOCK=block, SLOTS=T.LONG_SLOTS),
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=sums and not per_row, BLOCK=block,
+                            SLOTS=T.LONG_SLOTS),
                    warps, dt == "bf16")
 
 
@@ -264,7 +266,7 @@ def _loss_configs(name: str) -> Callable[[], Iterable[tuple[str, dict, int, bool
 #: the attention kernels' iteration counts and packed batches' offsets
 _ATT = {"ITERS": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 #: the row kernels' outputs besides p: the bad rows, a bool tensor
-_ROWS = {"BAD": "*u1"}
+_ROWS = {"BAD": "*u1", "IDX": "*i64", "KEEP": "*u8"}
 #: the loss kernels' target (int64 class indices or float32 rows) and the kept rows (bool viewed as uint8)
 _LOSS = {"IDX": "*i64", "Y": "*fp32", "KEEP": "*u8"}
 

@@ -227,6 +227,36 @@ def test_loss_kernels_match_pytorch(kernels, dtype, dense, monkeypatch):
                                rtol=2 * BF16_U if dtype != torch.float32 else 1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scale_rows_kernel_matches_pytorch(kernels, dtype, monkeypatch):
+    """The backward's kernel ``G · g_i`` per row against PyTorch's float32 product: exact in float32, within
+    one unit of bfloat16's rounding (the interpreter truncates); in place and out of place (``G`` kept),
+    an expanded scalar ``g`` (the mean's gradient) and a bfloat16 ``g``; NaN and -0 rows pass through."""
+    from softargmax.backends.triton import losses as L
+
+    monkeypatch.setattr(L, "BLOCK", 16)
+    g = torch.Generator().manual_seed(5)
+    R, k = 5, 37
+    G = (torch.randn(R, k, generator=g) * 3).to(dtype)
+    G[1, 2] = math.nan
+    G[3] = 0.0
+    scale = torch.randn(R, generator=g)
+    dev = lambda a: a.to(kernels)  # noqa: E731
+    tol = {"rtol": 0.0, "atol": 0.0} if dtype == torch.float32 else {"rtol": 2 * BF16_U, "atol": 0.0}
+    for s in (scale, scale[:1].expand(R), scale.bfloat16()):
+        ref = G.float() * s.float()[:, None]
+        Gd = dev(G.clone())
+        out = L.scale_rows(Gd, dev(s))
+        assert out is not None and out.dtype == dtype and out.data_ptr() != Gd.data_ptr()
+        torch.testing.assert_close(Gd.cpu(), G, equal_nan=True, rtol=0.0, atol=0.0)  # out of place: G untouched
+        torch.testing.assert_close(out.cpu().float(), ref, equal_nan=True, **tol)
+        same = L.scale_rows(Gd, dev(s), out=Gd)
+        assert same is Gd
+        torch.testing.assert_close(Gd.cpu().float(), ref, equal_nan=True, **tol)
+    assert L.scale_rows(dev(G), dev(scale[:2])) is None  # not one factor per row
+    assert L.scale_rows(dev(G.double()), dev(scale)) is None  # float64 stays on the PyTorch path
+
+
 @pytest.mark.parametrize("mapping", ["softmax", "alpha_relu"])
 def test_no_host_sync_on_the_pytorch_path(mapping, monkeypatch):
     """The PyTorch path of the losses that need no threshold search reads no value on the host

@@ -316,6 +316,64 @@ def test_losses_match_reference(name, loss_fn, triton_device):
         torch.testing.assert_close(out[0][1], out[1][1], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,loss_fn", LOSSES[:4], ids=[o[0] for o in LOSSES[:4]])  # (hellinger: js's kind)
+def test_loss_gradient_written_by_the_solver(name, loss_fn, dtype, layout, triton_device, monkeypatch):
+    """Class indices, no prediction: the row solver writes ``G = p - y`` itself (no epilogue kernel), with
+    the values and gradients of the two-kernel path (solver, then ``G`` from ``p``: the same in float32,
+    within one bfloat16 rounding, as ``p`` is no longer rounded before ``y`` is subtracted) and of the
+    PyTorch path; masked entries (one the target's), an all-masked row, NaN and +inf rows (kept: NaN,
+    ignored: 0) and an ignored row."""
+    from softargmax.backends.triton import losses as _triton_losses
+
+    gen = torch.Generator().manual_seed(17)
+    R, k = 8, row_length(40, layout)
+    x = torch.randn(R, k, generator=gen) * 2
+    x[0, 5:9] = -math.inf
+    x[1] = -math.inf
+    x[2, 3], x[3, 4], x[6, 1] = math.nan, math.inf, math.nan
+    x = x.to(dtype)
+    idx = torch.randint(0, k, (R,), generator=gen)
+    idx[0], idx[5], idx[6] = 6, -100, -100  # 6: a masked entry (loss +inf); 6: an ignored NaN row
+    weights = torch.arange(1.0, R + 1)
+    calls = {"solver": 0, "epilogue": 0}
+
+    def counted(module, attr, key):
+        real = getattr(module, attr)
+
+        def call(*args, **kwargs):
+            calls[key] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, attr, call)
+
+    counted(_triton_rows, "solve_gradient", "solver")
+    counted(_triton_losses, "gradient", "epilogue")
+
+    def run(device):
+        xx = x.to(device).clone().requires_grad_()  # (a new leaf each time: x.to("cpu") is x itself)
+        loss = loss_fn(xx, idx.to(device), reduction="none")
+        (loss.float() * weights.to(device)).sum().backward()
+        return loss.detach().float().cpu(), xx.grad.float().cpu()
+
+    fused = run(triton_device)
+    assert calls == {"solver": 1, "epilogue": 0}
+    with monkeypatch.context() as m:
+        m.setattr(_triton_rows, "solve_gradient", lambda *args: None)
+        two_kernels = run(triton_device)
+    assert calls["epilogue"] == 1
+    with reference_path():
+        ref = run("cpu")
+    assert torch.isinf(fused[0][0]) and torch.isnan(fused[0][[2, 3]]).all() and (fused[0][[5, 6]] == 0).all()
+    assert torch.isnan(fused[1][[2, 3]]).all() and (fused[1][[5, 6]] == 0).all()
+    exact = dict(rtol=0.0, atol=0.0) if dtype == torch.float32 else dict(rtol=2.0 ** -7, atol=2.0 ** -8 * R)
+    torch.testing.assert_close(fused[0], two_kernels[0], equal_nan=True, rtol=0.0, atol=0.0)
+    torch.testing.assert_close(fused[1], two_kernels[1], equal_nan=True, **exact)
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2 * R, rtol=2e-2)
+    with reference_path():  # the PyTorch path on the rows as the kernels read them
+        torch.testing.assert_close(fused[0], ref[0], equal_nan=True, **tol)
+        torch.testing.assert_close(fused[1], ref[1], equal_nan=True, **tol)
+
+
 def test_fused_linear_loss_matches_reference(triton_device):
     gen = torch.Generator().manual_seed(13)
     h = torch.randn(12, 16, generator=gen).to(triton_device)
@@ -366,8 +424,9 @@ from softargmax.backends.triton import rows as T
 
 target = GPUTarget("cuda", 90, 32)
 out = {"P": "*{dt}", "AUX": "*fp32", "BAD": "*i1", "SUMS_OUT": "*fp32", "ALPHA": "*fp32", "R": "i32", "k": "i32"}
-scal = {"a_value": "fp32", "tau_c": "fp32", "tol": "fp32", "max_iter": "i32", "omega_c": "fp32", "omega_scale": "fp32"}
-flags = {"KIND": "constexpr", "EXACT": "constexpr", "PER_ROW": "constexpr", "SUMS": "constexpr"}
+scal = {"a_value": "fp32", "tau_c": "fp32", "tol": "fp32", "max_iter": "i32", "omega_c": "fp32", "omega_scale": "fp32",
+        "IDX": "*i64", "KEEP": "*u8"}
+flags = {"KIND": "constexpr", "EXACT": "constexpr", "PER_ROW": "constexpr", "SUMS": "constexpr", "GRAD": "constexpr"}
 aligned = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]], (7,): [["tt.divisibility", 16]]}
 jobs = []
 jvp_sig = {"P": "*{dt}", "V": "*{dt}", "G": "*{dt}", "ALPHA": "*fp32"}
@@ -379,14 +438,14 @@ for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0)]:
         rows, ch, line, warps, split = T._tile(k, size)
         o = {n: v.format(dt=dt) for n, v in out.items()}
         sig = {"Z": f"*{dt}", **o, **scal, **flags, **tile}
-        c = dict(KIND=kind, EXACT=exact, PER_ROW=False, SUMS=k == 512, ROWS=rows, CH=ch, LINE=line, SPLIT=split)
+        c = dict(KIND=kind, EXACT=exact, PER_ROW=False, SUMS=k == 512, GRAD=k == 512, ROWS=rows, CH=ch, LINE=line, SPLIT=split)
         jobs.append((K.solve_block_rows, sig, c, warps))
         if k == 512:
             sig = {**{n: v.format(dt=dt) for n, v in jvp_sig.items()}, "R": "i32", "k": "i32", **jvp_scal, **tile}
             jobs.append((K.jvp_block_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, ROWS=rows, CH=ch, LINE=line, SPLIT=split), warps))
     o = {n: v.format(dt="bf16") for n, v in out.items()}
     sig = {"Z": "*bf16", **o, **scal, **flags, "BLOCK": "constexpr", "SLOTS": "constexpr"}
-    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, BLOCK=T.LONG_BLOCK, SLOTS=T.LONG_SLOTS), T.LONG_WARPS))
+    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, GRAD=kind != 0 or exact != 0, BLOCK=T.LONG_BLOCK, SLOTS=T.LONG_SLOTS), T.LONG_WARPS))
     sig = {**{n: v.format(dt="bf16") for n, v in jvp_sig.items()}, "k": "i32", **jvp_scal, "BLOCK": "constexpr"}
     jobs.append((K.jvp_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, BLOCK=T.LONG_BLOCK), T.LONG_WARPS))
 for exact in (0, 1, 2):

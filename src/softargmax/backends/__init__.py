@@ -25,7 +25,7 @@ from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
 
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
-           "loss_gradient", "softmax_loss_gradient", "solves_half_rows", "kernel_device"]
+           "loss_gradient", "softmax_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -121,11 +121,30 @@ def solves_half_rows(z: Tensor, div: Divergence) -> bool:
     return select(z, div, candidates_only=True) is _triton_rows
 
 
+def solve_loss_gradient(z: Tensor, div: Divergence, index: Tensor,
+                        keep: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """The Fenchel–Young loss of class indices ``index`` ``[R]`` (kept rows ``keep``) by the GPU row solver
+    alone: ``(G = p - y [R, k] (0 in rows not kept), ⟨z, p⟩ [R], Σ f(p) - f(0) [R], bad rows [R, 1])``
+    from one launch, ``G`` written by the pass that would write ``p``
+    (:func:`softargmax.backends.triton.rows.solve_gradient`); ``None`` where the Triton kernels do not
+    take the rows (then :meth:`Solution.dense_p` and :func:`loss_gradient`)."""
+    if select(z, div, candidates_only=True, row_sums=True) is not _triton_rows:
+        return None
+    return _triton_rows.solve_gradient(z, div, index, keep)
+
+
 def loss_gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
                   scale: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Optional[Tensor]:
     """``(p - y) · scale`` per row, 0 in rows not kept, in one pass where the GPU loss kernels run
     (:func:`softargmax.backends.triton.losses.gradient`), else ``None``."""
     return _triton_losses.gradient(p, index, dense, keep, scale, out)
+
+
+def scale_loss_gradient(G: Tensor, scale: Tensor, out: Optional[Tensor] = None) -> Optional[Tensor]:
+    """``G · scale`` per row (``scale`` ``[R]``), rounded once to ``G``'s dtype, into ``out`` (``G`` for in
+    place), in one pass where the GPU loss kernels run (:func:`softargmax.backends.triton.losses.scale_rows`),
+    else ``None``."""
+    return _triton_losses.scale_rows(G, scale, out)
 
 
 def softmax_loss_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,

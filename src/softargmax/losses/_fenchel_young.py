@@ -16,7 +16,7 @@ from torch.autograd.function import once_differentiable
 from .._utils.checks import check_dim, check_positive_number, check_tensor, compute_dtype
 from .._utils.rows import Rows
 from .._utils.tracing import use_custom_ops
-from ..backends import kernel_device
+from ..backends import kernel_device, scale_loss_gradient
 from ..divergences import Divergence
 from ._options import LossOptions, LossOutput
 from ._row_losses import resolve_loss
@@ -141,6 +141,11 @@ class SavedGradientLoss(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad_rows: Tensor) -> tuple[Tensor, None, None]:
         (G,) = ctx.saved_tensors
-        scale = grad_rows.to(compute_dtype(G.dtype)).unsqueeze(1)  # float32 for half G: one rounding
-        g = torch.mul(G, scale, out=torch.empty_like(G)) if _keeps_graph() else G.mul_(scale)
+        in_place = not _keeps_graph()
+        # the GPU kernel: one pass over G, whatever grad_rows's dtype and stride (the mean's gradient is
+        # an expanded scalar); PyTorch would take its mixed-dtype broadcast path for half G
+        g = scale_loss_gradient(G, grad_rows, out=G if in_place else None)
+        if g is None:
+            scale = grad_rows.to(compute_dtype(G.dtype)).unsqueeze(1)  # float32 for half G: one rounding
+            g = G.mul_(scale) if in_place else torch.mul(G, scale, out=torch.empty_like(G))
         return ctx.rows.restore(g), None, None

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows, shift_by_row_max
-from ..backends import kernel_device, softmax_loss_gradient, solves_half_rows
+from ..backends import kernel_device, softmax_loss_gradient, solve_loss_gradient, solves_half_rows
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
@@ -107,13 +107,19 @@ class FenchelYoungRowLoss(RowLoss):
 
     def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
                    overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
-        """The softmax loss by one GPU kernel (:func:`softargmax.backends.softmax_loss_gradient`):
-        ``G = (softmax(θ) - y) · scale`` over ``θ`` with ``overwrite`` (else a new tensor), and the
-        value ``log Σ e^θ - ⟨y, θ⟩ + Σ y log y`` from its float32 row sums.  ``p`` is not formed, so
-        only where the caller keeps no prediction (``inplace``), with ``β = 1`` and ``q = 1``."""
-        if not (inplace and self.divergence.hints.softmax and self.beta == 1.0 and self.q is None
-                and target.owned is None):
+        """The rows by one GPU kernel that writes ``G`` itself, ``p`` never formed: only where the caller
+        keeps no prediction (``inplace``), with ``β = 1`` and ``q = 1``.
+
+        * the softmax loss (:func:`softargmax.backends.softmax_loss_gradient`): ``G = (softmax(θ) - y) · scale``
+          over ``θ`` with ``overwrite`` (else a new tensor), and the value ``log Σ e^θ - ⟨y, θ⟩ + Σ y log y``
+          from its float32 row sums;
+        * the other mappings with class indices and no ``scale`` (:meth:`_solved_gradient_rows`): the row
+          solver writes ``G = p - y`` in the pass that would write ``p``.
+        """
+        if not (inplace and self.beta == 1.0 and self.q is None and target.owned is None):
             return None
+        if not self.divergence.hints.softmax:
+            return self._solved_gradient_rows(theta, target, scale)
         out = softmax_loss_gradient(theta, target.index, target.dense, target.keep, scale,
                                     out=theta if overwrite else None)
         if out is None:
@@ -127,6 +133,28 @@ class FenchelYoungRowLoss(RowLoss):
         # an all-masked row: log p = -inf everywhere, so the loss is +inf (as log_softmax's form gives)
         loss = torch.where(lse == -math.inf, torch.full_like(loss, math.inf), loss)
         return kept_rows(loss, target), G, G
+
+    def _solved_gradient_rows(self, theta: Tensor, target: Target,
+                              scale: Optional[Tensor]) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """``(loss, G, G)`` of class indices by the GPU row solver alone
+        (:func:`softargmax.backends.solve_loss_gradient`: ``G = p - y``, 0 in ignored rows, written where
+        ``p`` would be, with the row sums ``⟨θ, p⟩`` and ``Σ f(p) - f(0)``), the value as :meth:`values`
+        computes it from the same row sums; ``None`` where that path does not apply (a scale, dense
+        targets, ``f(0) = ∞``, rows the kernels do not take)."""
+        div = self.divergence
+        if scale is not None or target.index is None or target.dense is not None:
+            return None
+        f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+        if not math.isfinite(f0):
+            return None
+        out = solve_loss_gradient(theta, div, target.index, target.keep)
+        if out is None:
+            return None
+        G, zp, omega, bad = out
+        vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
+        D = _omega_y(div, target, None, f0, vdt) - omega.to(vdt)
+        loss = (zp.to(vdt) - theta_y(theta, target, vdt) + D).clamp_min(0.0)  # >= 0, as in values()
+        return kept_rows(loss.masked_fill(bad.squeeze(1), math.nan), target), G, G
 
     def _softmax_values(self, z: Tensor, target: Target) -> tuple[Tensor, Tensor, None]:
         """KL generator: ``β [-Σ y log p + Σ y log y]`` with ``p = softmax(z + log q)``."""

@@ -11,7 +11,10 @@ memory, computing in float32:
 * :func:`softmax_gradient_rows`: the softmax of the scores itself (the ``"kl"`` loss): one
   program per row, an online pass for the maximum and the sum of exponentials, then a pass
   that writes ``G`` (over the scores, in the fused loss) and the row sums the loss value needs,
-  :math:`\log\sum_j e^{z_j}` and :math:`\langle y, z\rangle`.
+  :math:`\log\sum_j e^{z_j}` and :math:`\langle y, z\rangle`;
+
+and the backward's :func:`scale_rows`: ``G · g_i`` per row (``g`` the incoming gradient of the
+per-row losses), in place, read and written once in ``G``'s dtype.
 
 The target is a class index per row (``y`` one-hot) or dense float32 rows.
 """
@@ -99,3 +102,15 @@ def softmax_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, LSE, ZY, k, stride_z, strid
         tl.store(ZY + row, tl.sum(zy, 0))
     else:
         tl.store(ZY + row, zy_idx)
+
+
+@triton.jit
+def scale_rows(G, S, OUT, k, stride_g, stride_s, stride_o, BLOCK: tl.constexpr):
+    """``OUT = G · S[row]`` for one ``BLOCK`` of one row, computed in float32 and rounded once to
+    ``OUT``'s dtype; ``OUT`` may be ``G``; ``S`` of any floating dtype and stride (0: one value)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < k
+    s = tl.load(S + row * stride_s).to(tl.float32)
+    g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + row * stride_o + cols, (g * s).to(OUT.dtype.element_ty), mask=mask)

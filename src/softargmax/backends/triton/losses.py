@@ -6,7 +6,10 @@ Where the row kernels run (CUDA, or CPU tensors under Triton's interpreter:
 
 * :func:`gradient`: from a solver's ``p`` (the sparse and f-divergence mappings);
 * :func:`softmax_gradient`: the ``"kl"`` loss (softmax) from the scores, with the row sums
-  ``log Σ e^z`` and ``⟨y, z⟩`` of its value.
+  ``log Σ e^z`` and ``⟨y, z⟩`` of its value;
+* :func:`scale_rows`: the backward, ``G · g_i`` per row in place (one read and one write of ``G``
+  in its dtype, where PyTorch's multiplication of half ``G`` by float32 row factors takes its
+  slower mixed-dtype, broadcast path).
 
 Each returns ``None`` where the kernels do not apply (the caller takes the PyTorch path).
 """
@@ -22,7 +25,7 @@ from torch import Tensor
 from ..._utils.extras import LazyModule
 from .rows import usable_device
 
-__all__ = ["covers", "gradient", "softmax_gradient", "BLOCK", "SOFTMAX_BLOCK"]
+__all__ = ["covers", "gradient", "softmax_gradient", "scale_rows", "BLOCK", "SOFTMAX_BLOCK"]
 
 #: columns per program of :func:`gradient` (an elementwise pass)
 BLOCK = 1024
@@ -39,12 +42,17 @@ def _load() -> ModuleType:
 _module = LazyModule(_load)
 
 
+def _rows_covered(rows: Tensor) -> bool:
+    """Whether the kernels take rows ``[R, k]``: non-empty, row-contiguous, float32/float16/bfloat16, where they run."""
+    if rows.dim() != 2 or rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    return rows.shape[0] > 0 and rows.shape[1] > 0 and rows.stride(1) == 1 and usable_device(rows) and bool(_module())
+
+
 def covers(rows: Tensor, target_index: Optional[Tensor], target_dense: Optional[Tensor]) -> bool:
     """Whether the kernels take rows ``[R, k]`` (row-contiguous, float32/float16/bfloat16, where the
     kernels run) with a target of ``[R]`` class indices or dense ``[R, k]`` rows."""
-    if rows.dim() != 2 or rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        return False
-    if rows.shape[0] == 0 or rows.shape[1] == 0 or rows.stride(1) != 1 or not usable_device(rows) or not _module():
+    if not _rows_covered(rows):
         return False
     if target_dense is not None:
         return target_dense.dim() == 2 and target_dense.stride(1) == 1 and target_dense.shape == rows.shape
@@ -92,3 +100,16 @@ def softmax_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor]
                                           HAS_DENSE=dense is not None, HAS_SCALE=scale is not None,
                                           BLOCK=SOFTMAX_BLOCK, num_warps=8)
     return G, lse, zy
+
+
+def scale_rows(G: Tensor, scale: Tensor, out: Optional[Tensor] = None) -> Optional[Tensor]:
+    """``G · scale`` per row (``scale`` ``[R]``, any floating dtype and stride: an expanded scalar
+    is read as it is), computed in float32 and rounded once to ``G``'s dtype, into ``out`` (``G``
+    itself for in place; default a new tensor); or ``None`` where not covered."""
+    if not _rows_covered(G) or scale.shape != G.shape[:1] or not scale.is_floating_point() or scale.device != G.device:
+        return None
+    R, k = G.shape
+    dest = torch.empty_like(G, memory_format=torch.contiguous_format) if out is None else out
+    _module().scale_rows[(R, -(-k // BLOCK))](G, scale, dest, k, G.stride(0), scale.stride(0), dest.stride(0),
+                                              BLOCK=BLOCK)
+    return dest

@@ -52,7 +52,10 @@ Per row the solvers write ``τ_f`` (the f-divergence parametrization) and ``Σ s
 ``[R, 2]`` buffer and a boolean "bad row" (NaN or ``+inf``: ``p = NaN``; an all ``-inf`` row
 gives ``p = 0``); with ``SUMS`` also the two row sums of the Fenchel–Young loss values, from
 the pass that writes ``p``: ``⟨z, p⟩`` and the raw regularizer sum of :func:`_omega_terms`
-times ``omega_scale``.  One launch per call, no host synchronization.
+times ``omega_scale``.  With ``GRAD`` (the losses with class-index targets, no prediction
+returned) that pass writes the loss's gradient ``G = p - y`` instead of ``p`` (``y`` one-hot at
+``IDX[r]``, ``G = 0`` in rows where ``KEEP[r]`` is 0, NaN in bad rows kept): the same one write,
+with no separate epilogue pass.  One launch per call, no host synchronization.
 """
 
 import triton
@@ -263,14 +266,42 @@ def _tau_f(t, m, a, tau_c, KIND: tl.constexpr):
 
 
 @triton.jit
+def _minus_target(p, at, hot, keep):
+    """The Fenchel–Young loss's gradient ``p - y`` with ``y`` one-hot where ``at == hot``, 0 where not ``keep``
+    (an ignored row, whatever ``p`` holds there: NaN included)."""
+    return tl.where(keep, p - tl.where(at == hot, 1.0, 0.0), 0.0)
+
+
+@triton.jit
+def _row_target(IDX, KEEP, row, GRAD: tl.constexpr):
+    """``(class index, kept)`` of one row with ``GRAD`` (else placeholders, never used)."""
+    if GRAD:
+        target = tl.load(IDX + row).to(tl.int64)
+        keep = tl.load(KEEP + row) != 0
+    else:
+        target = tl.zeros([], tl.int64)
+        keep = tl.zeros([], tl.int1)
+    return target, keep
+
+
+@triton.jit
+def _written(p, at, hot, keep, GRAD: tl.constexpr):
+    """What the last pass stores: ``p``, or with ``GRAD`` the gradient :func:`_minus_target`."""
+    if GRAD:
+        p = _minus_target(p, at, hot, keep)
+    return p
+
+
+@triton.jit
 def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
-                     KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
-                     ROWS: tl.constexpr, CH: tl.constexpr, LINE: tl.constexpr, SPLIT: tl.constexpr):
+                     IDX, KEEP, KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
+                     GRAD: tl.constexpr, ROWS: tl.constexpr, CH: tl.constexpr, LINE: tl.constexpr, SPLIT: tl.constexpr):
     """Rows of at most ``CH·LINE`` scores, ``ROWS`` of them per program, held in registers and read once.
 
     Writes ``p``, ``AUX[r] = (τ_f, Σs)``, ``BAD[r]`` (NaN or ``+inf`` in the row) and, with
     ``SUMS``, ``SUMS_OUT[0, r] = ⟨z, p⟩`` and ``SUMS_OUT[1, r] = omega_scale · Σ`` of
-    :func:`_omega_terms`.  ``a = α - 1`` is ``a_value``, or ``ALPHA[r] - 1`` with ``PER_ROW``."""
+    :func:`_omega_terms`.  ``a = α - 1`` is ``a_value``, or ``ALPHA[r] - 1`` with ``PER_ROW``.
+    ``GRAD``: ``P`` receives ``G = p - y`` (:func:`_minus_target`) instead of ``p``."""
     rows, rmask, mask, offs = _row_tile(R, k, ROWS, CH, LINE)
     # the reduction axes, the in-thread one first: CH then LINE (one warp per row), or LINE then CH (SPLIT)
     FIRST: tl.constexpr = 2 * SPLIT
@@ -308,6 +339,10 @@ def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol,
         tl.store(SUMS_OUT + rows, tl.where(bad, float("nan"), zp), mask=rmask)
         tl.store(SUMS_OUT + R + rows, tl.where(bad, float("nan"), omega * omega_scale), mask=rmask)
     p = tl.where(bad[None, :, None], float("nan"), p)
+    if GRAD:
+        target = tl.load(IDX + rows, mask=rmask, other=0).to(tl.int64)
+        keep = tl.load(KEEP + rows, mask=rmask, other=0) != 0
+        p = _minus_target(p, offs, (rows.to(tl.int64) * k + target)[None, :, None], keep[None, :, None])
     tl.store(P + offs, p.to(P.dtype.element_ty), mask=mask)
     tau = tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND))
     tl.store(AUX + 2 * rows, tau, mask=rmask)
@@ -404,8 +439,8 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
 
 @triton.jit
 def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
-                    KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
-                    BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+                    IDX, KEEP, KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
+                    GRAD: tl.constexpr, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
     """One row per program, streamed in ``BLOCK`` chunks with per-lane accumulators (one
     reduction per pass, no barrier inside a pass); outputs as :func:`solve_block_rows`.
 
@@ -417,7 +452,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     threshold is exact without another read.  Otherwise (a lane overflowed, or a dense kind,
     where every entry counts) the registers' root is a lower bound of the row's (the sum over
     a subset is smaller), and Newton goes on over the full row from there.  The last pass
-    reads the row and writes ``p``."""
+    reads the row and writes ``p`` (``GRAD``: ``G = p - y``)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     zrow = Z + row.to(tl.int64) * k
@@ -478,6 +513,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
         acc_om = tl.zeros([BLOCK], tl.float32)
     if KIND != KIND_POWER:
         acc_s = tl.zeros([BLOCK], tl.float32)
+    target, keep = _row_target(IDX, KEEP, row, GRAD)
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         inb = idx < k
@@ -490,6 +526,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
             acc_zp += tl.where(p > 0, x * p, 0.0)
             acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
         p = tl.where(bad, float("nan"), p)
+        p = _written(p, idx, target, keep, GRAD)
         tl.store(prow + idx, p.to(P.dtype.element_ty), mask=inb)
     if KIND != KIND_POWER:
         Sp = tl.sum(acc_s, 0)

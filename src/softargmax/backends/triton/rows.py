@@ -48,7 +48,7 @@ from ..solution import Solution
 from ..switch import Switch
 from .launch import current_rows
 
-__all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows",
+__all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows", "solve_gradient",
            "alpha_relu_forward", "alpha_relu_backward"]
 
 #: rows up to this length are held in registers (one read of the scores)
@@ -173,8 +173,13 @@ def _long_launch() -> tuple[int, int]:
 
 
 def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value: float, tau_c: float,
-         omega_c: float, omega_scale: float, sums: bool) -> Solution:
+         omega_c: float, omega_scale: float, sums: bool,
+         target: Optional[tuple[Tensor, Tensor]] = None) -> Solution:
     """One kernel launch: ``p``, ``τ_f``, ``Σ s``, the bad rows and (``sums``) the loss row sums.
+
+    ``target``: ``(index [R], keep [R] bool)``, class indices (0 in ignored rows) and the kept rows:
+    the kernel writes the loss's gradient ``G = p - y`` (0 in rows not kept) where ``p`` would go, and
+    the returned solution's ``p`` is ``G`` (:func:`solve_gradient`; with ``sums``).
 
     ``alpha_rows``: one float32 α per row (``[R]``, contiguous), else ``a = a_value`` for every
     row; ``tau_c``: the offset of :func:`_tau_f` (the power kind's ``power_offset``);
@@ -188,6 +193,8 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     row_sums = torch.empty(2, R, dtype=torch.float32, device=z.device) if sums else aux
     per_row = alpha_rows is not None
     alpha = alpha_rows if alpha_rows is not None else aux  # not read without PER_ROW
+    grad = target is not None
+    idx, keep = (target[0], target[1].view(torch.uint8)) if target is not None else (aux, aux)  # not read without GRAD
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
     # the general power kind (log2/exp2 per score) needs more registers: 8 scores per thread, so
     # its register rows end at 8192 (32 warps)
@@ -196,12 +203,13 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     if k <= limit:
         rows, ch, line, warps, split = _tile(k, z.element_size(), heavy)
         K.solve_block_rows[(_cdiv(R, rows),)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER,
-                                              omega_c, omega_scale, KIND=kind, EXACT=exact, PER_ROW=per_row,
-                                              SUMS=sums, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
+                                              omega_c, omega_scale, idx, keep, KIND=kind, EXACT=exact,
+                                              PER_ROW=per_row, SUMS=sums, GRAD=grad, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
     else:
         block, warps = _long_launch()
         K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
-                                omega_scale, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, BLOCK=block,
+                                omega_scale, idx, keep, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums,
+                                GRAD=grad, BLOCK=block,
                                 SLOTS=LONG_SLOTS, num_warps=warps)
 
     def jvp(v: Tensor, scale: float) -> Tensor:
@@ -240,18 +248,44 @@ def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solutio
     parametrization.  ``row_sums``: also compute ``zp`` and ``omega`` (the Fenchel–Young loss
     values' row sums); the operators, which never use them, pass ``False`` and get ``None``.
     """
+    return _solve(z, div, row_sums, None)
+
+
+def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Tensor, Tensor]]) -> Optional[Solution]:
+    """:func:`solve`; with ``target`` (:func:`_run`) the solution's ``p`` is the loss's gradient."""
     kind, a = kind_of(div)
     if kind is None or not _usable(z):
         return None
     if kind != KIND_POWER:
-        return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums)
+        return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
     assert a is not None  # the power kind carries its exponent a = α - 1
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, _relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums)
+    return _run(z, kind, _relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+
+
+def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
+                   keep: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """The Fenchel–Young loss of class indices in one launch: ``(G, ⟨z, p⟩, Ω-sum, bad rows)``, or ``None``
+    if not covered.
+
+    ``G = p - y`` (``y`` one-hot at ``index`` ``[R]`` int64, 0 in ignored rows; ``0`` where ``keep`` ``[R]``
+    bool is false, NaN in bad rows kept) in ``z``'s dtype, written by the solver's last pass where ``p``
+    would go (no separate epilogue pass over memory); the row sums ``zp`` and ``omega`` of
+    :attr:`Solution.zp <softargmax.backends.solution.Solution.zp>` and ``Solution.omega`` (float32 ``[R]``,
+    NaN in bad rows) and the bad rows ``[R, 1]``.
+    """
+    if index.dtype != torch.int64 or keep.dtype != torch.bool or index.shape != z.shape[:1] or \
+            keep.shape != z.shape[:1] or not (index.is_contiguous() and keep.is_contiguous()):
+        return None
+    sol = _solve(z, div, True, (index, keep))
+    if sol is None:
+        return None
+    assert sol.zp is not None and sol.omega is not None and sol.bad_rows is not None  # (row_sums=True)
+    return sol.p, sol.zp, sol.omega, sol.bad_rows
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
