@@ -39,6 +39,7 @@ import contextlib
 import fnmatch
 import functools
 import io
+import itertools
 import json
 import math
 import os
@@ -132,6 +133,12 @@ def _jvp_modes() -> list[tuple[int, int, bool]]:
                   key=lambda m: (m[2], m[0], m[1]))
 
 
+def _grads(per_row: bool, sums: bool) -> tuple[bool, ...]:
+    """``GRAD`` of a solver launch: the losses with class indices (with the sums, one α for all rows) have the
+    solver write ``G = p - y`` where ``p`` would go (``rows.solve_gradient``), the others ``p``."""
+    return (False, True) if sums and not per_row else (False,)
+
+
 def _heavy(kind: int, exact: int) -> bool:
     """The general power kind (a log2 and two exp2 per score): ``rows._run`` gives it half the register rows."""
     return kind == int(_mod("row_kernels").KIND_POWER.value) and exact == 0
@@ -157,7 +164,8 @@ def _tile_constexprs(tile: tuple[int, int, int, int, bool]) -> dict:
 
 #: the modes of the register kernels in the quick subset (bfloat16, the shortest and longest tile): the
 #: general power kind with one α per row and the sums (the most registers), sparsemax as the operators run it
-_QUICK_SOLVE = ((0, 0, True, True), (0, 1, False, False))
+#: and as its loss runs it (the sums, writing the gradient); ``(KIND, EXACT, PER_ROW, SUMS, GRAD)``
+_QUICK_SOLVE = ((0, 0, True, True, False), (0, 1, False, False, False), (0, 1, False, True, True))
 _QUICK_JVP = ((0, 0, True), (0, 2, False))
 
 
@@ -165,10 +173,9 @@ def _block_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
     for dt in DTYPES:
         for kind, exact, per_row, sums in _solve_modes():
             tiles = _row_tiles(ELEM_BYTES[dt], _heavy(kind, exact))
-            for tile in tiles:
-                quick = dt == "bf16" and tile in (tiles[0], tiles[-1]) and (kind, exact, per_row, sums) in _QUICK_SOLVE
-                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=sums and not per_row,
-                                **_tile_constexprs(tile)),
+            for tile, grad in itertools.product(tiles, _grads(per_row, sums)):
+                quick = dt == "bf16" and tile in (tiles[0], tiles[-1]) and (kind, exact, per_row, sums, grad) in _QUICK_SOLVE
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, **_tile_constexprs(tile)),
                        tile[3], quick)
 
 
@@ -187,9 +194,10 @@ def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     block, warps = T._long_launch()
     for dt in DTYPES:
         for kind, exact, per_row, sums in _solve_modes():
-            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=sums and not per_row, BLOCK=block,
-                            SLOTS=T.LONG_SLOTS),
-                   warps, dt == "bf16")
+            for grad in _grads(per_row, sums):
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
+                                SLOTS=T.LONG_SLOTS),
+                       warps, dt == "bf16")
 
 
 def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -263,6 +271,13 @@ def _loss_configs(name: str) -> Callable[[], Iterable[tuple[str, dict, int, bool
     return configs
 
 
+def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """The backward's ``losses.scale_rows`` (``G`` scaled per row in place) at the launcher's ``BLOCK``."""
+    L = _mod("losses")
+    for dt in DTYPES:
+        yield dt, dict(BLOCK=L.BLOCK), 4, dt == "bf16"  # 4: Triton's default warps
+
+
 #: the attention kernels' iteration counts and packed batches' offsets
 _ATT = {"ITERS": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 #: the row kernels' outputs besides p: the bad rows, a bool tensor
@@ -281,6 +296,7 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("loss_kernels", "gradient_rows", _loss_configs("gradient_rows"), ("P", "G"), _LOSS, streaming=True),
     KernelSpec("loss_kernels", "softmax_gradient_rows", _loss_configs("softmax_gradient_rows"), ("Z", "G"), _LOSS,
                streaming=True),
+    KernelSpec("loss_kernels", "scale_rows", _scale_configs, ("G", "OUT"), streaming=True),
     KernelSpec("attention_kernels", "attention_fwd", _attention_configs("attention_fwd"), ("Q", "K", "V", "O", "Wv"), _ATT,
                stages=_attention_stages),
     KernelSpec("attention_kernels", "attention_bwd_dkdv", _attention_configs("attention_bwd_dkdv"),

@@ -150,6 +150,9 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
                 alpha = torch.full((2,), 1.5) if per_row else None
                 sol = rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums)
                 sol.jvp_kernel(z, 1.0)
+                if sums and not per_row:  # the losses with class indices: the solver writes G = p - y
+                    target = (torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
+                    rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums, target)
     row_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
                  if v.kernel.split(".")[1] in ("solve_block_rows", "jvp_block_rows", "solve_long_rows", "jvp_long_rows")}
     assert _launched(rec) == row_table
@@ -162,6 +165,7 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     rec = _Recorder()
     monkeypatch.setattr(losses, "_module", lambda: rec)
     monkeypatch.setattr(losses, "covers", lambda *a: True)
+    monkeypatch.setattr(losses, "_rows_covered", lambda *a: True)
     for dt in CR.DTYPES:
         z = torch.zeros(2, 3000, dtype=getattr(torch, CR.TORCH_DTYPE[dt]))
         keep = torch.ones(2, dtype=torch.bool)
@@ -170,6 +174,7 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
             for scale in (None, torch.ones(2)):
                 losses.gradient(z, idx, dense, keep, scale)
                 losses.softmax_gradient(z, idx, dense, keep, scale)
+        losses.scale_rows(z, torch.ones(2))
     loss_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
                   if v.kernel.startswith("loss_kernels.")}
     assert _launched(rec) == loss_table
@@ -239,6 +244,7 @@ def test_rows_of_several_lines_stay_inside_one_warp(tmp_path):
         globs.append(f"row_kernels.*_block_rows {dt} KIND=0 EXACT=[12] *ROWS={n} CH={ch} LINE={line} SPLIT=0 "
                      f"warps={warps}")
     _, table = _report(tmp_path, "--kernels", *globs, quick=False)
-    assert len(table) == 2 * 2 * 3  # dtypes x (sparsemax, 1.5-entmax) x (solve, solve with sums, jvp)
+    # dtypes x (sparsemax, 1.5-entmax) x (solve, solve with sums, solve with sums writing G = p - y, jvp)
+    assert len(table) == 2 * 2 * 4
     for key, r in table.items():
         assert r["smem"] == 0 and r["barriers"] == 0 and r["spill_bytes"] == 0, (key, r)

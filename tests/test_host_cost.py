@@ -24,8 +24,10 @@ N, H, V, CHUNK = HC.FUSED
 CHUNKS = -(-N // CHUNK)
 
 #: (launches, synchronizations) per call today.  Operators: one kernel, no synchronization.
-#: Losses (forward + backward): the solver's kernel (none for α-ReLU's loss) and the loss kernel that
-#: writes the gradient ``G = (p - y) s`` in the input's dtype; 1 synchronization, target 0: the
+#: Losses (forward + backward) with class indices: the solver's kernel, which writes the gradient
+#: ``G = p - y`` in the input's dtype where ``p`` would go (α-ReLU's loss: its gradient kernel), and the
+#: backward's kernel that scales ``G`` per row in place (``scale_rows``, which replaced PyTorch's
+#: mixed-dtype ``G.mul_``, a GPU kernel too but not counted here); 1 synchronization, target 0: the
 #: class-target range check (``bool(bad.any())``), kept because it raises the ValueError on bad labels.
 #: The fused linear loss: per chunk the solver and the gradient kernel (the softmax gradient kernel
 #: alone on the KL path), and the same single range check per call.  Before the losses wrote G in the
@@ -34,7 +36,7 @@ CHUNKS = -(-N // CHUNK)
 BUDGETS = {f"{op}.{p}": (1, 0) for op in ("sparsemax", "entmax15", "entmax_a1.3", "jensen_shannon",
                                            "squared_hellinger", "alpha_relu") for p in ("forward", "backward")}
 BUDGETS.update({"sparsemax_loss": (2, 1), "entmax15_loss": (2, 1), "entmax_loss_a1.3": (2, 1),
-                "jensen_shannon_loss": (2, 1), "alpha_relu_loss": (1, 1),
+                "jensen_shannon_loss": (2, 1), "alpha_relu_loss": (2, 1),
                 "linear_loss_kl": (CHUNKS, 1), "linear_loss_entmax15": (2 * CHUNKS, 1)})
 
 

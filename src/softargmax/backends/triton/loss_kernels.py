@@ -105,12 +105,12 @@ def softmax_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, LSE, ZY, k, stride_z, strid
 
 
 @triton.jit
-def scale_rows(G, S, OUT, k, stride_g, stride_s, stride_o, BLOCK: tl.constexpr):
-    """``OUT = G · S[row]`` for one ``BLOCK`` of one row, computed in float32 and rounded once to
-    ``OUT``'s dtype; ``OUT`` may be ``G``; ``S`` of any floating dtype and stride (0: one value)."""
+def scale_rows(G, SCALE, OUT, k, stride_g, stride_s, stride_o, BLOCK: tl.constexpr):
+    """``OUT = G · SCALE[row]`` for one ``BLOCK`` of one row, computed in float32 and rounded once to
+    ``OUT``'s dtype; ``OUT`` may be ``G``; ``SCALE`` of any floating dtype and stride (0: one value)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < k
-    s = tl.load(S + row * stride_s).to(tl.float32)
+    s = tl.load(SCALE + row * stride_s).to(tl.float32)
     g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(OUT + row * stride_o + cols, (g * s).to(OUT.dtype.element_ty), mask=mask)
