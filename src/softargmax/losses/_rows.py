@@ -139,7 +139,7 @@ def kept_rows(loss: Tensor, target: Target) -> Tensor:
     """The rows' losses as every row loss returns them: a probability target with NaN gives NaN
     in its row (as ``F.cross_entropy``), never a finite number (the formulas skip the entries
     where ``y > 0`` is false, NaN included); ignored rows give 0."""
-    if target.dense is not None:
+    if target.dense is not None and target.smoothing == 0:  # (smoothed class indices hold no NaN)
         loss = loss.masked_fill(torch.isnan(target.dense).any(-1), math.nan)
     return torch.where(target.keep, loss, torch.zeros_like(loss))
 

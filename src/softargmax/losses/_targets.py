@@ -161,9 +161,7 @@ def parse_target(
         index, dense, keep = None, _probability_rows(target, x, rows), torch.ones(rows.R, dtype=torch.bool, device=target.device)
 
     if label_smoothing > 0:
-        base = dense if dense is not None else Target(index, None, keep, None).as_dense(k, dtype)
-        dense = (1 - label_smoothing) * base + label_smoothing / k
-        dense = torch.where(keep.unsqueeze(1), dense, torch.zeros_like(dense))
+        dense = _smoothed(index, dense, keep, k, dtype, float(label_smoothing))
 
     item_weight = None
     if weight is not None:
@@ -175,6 +173,20 @@ def parse_target(
             item_weight = dense @ weight
     return Target(index=index, dense=dense, keep=keep, item_weight=item_weight, all_kept=index is None,
                   smoothing=float(label_smoothing) if index is not None else 0.0)
+
+
+def _smoothed(index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, k: int, dtype: torch.dtype,
+              eps: float) -> Tensor:
+    """``(1 - ε) y + ε/k`` in the kept rows, 0 in the others: class indices ``index`` ``[R]`` (ignored rows
+    hold 0) in two passes (a fill and the masking; the class entries by one scatter), or rows ``dense``."""
+    if dense is not None:
+        mixed = (1 - eps) * dense + eps / k
+        return torch.where(keep.unsqueeze(1), mixed, torch.zeros_like(mixed))
+    assert index is not None  # a target holds class indices or distributions
+    out = torch.full((index.shape[0], k), eps / k, dtype=dtype, device=index.device)
+    if k:
+        out.scatter_(1, index.unsqueeze(1), 1.0 - eps + eps / k)
+    return out.mul_(keep.to(dtype).unsqueeze(1))  # (no NaN here: a product, several times faster than masked_fill_)
 
 
 def _class_weight(weight: object, k: int, dtype: torch.dtype, weight_name: str) -> Tensor:
