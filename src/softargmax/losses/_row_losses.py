@@ -43,7 +43,7 @@ def dot_positive(theta: Tensor, w: Tensor, dtype: Optional[torch.dtype] = None) 
 
 
 def theta_y(theta: Tensor, target: Target, dtype: Optional[torch.dtype] = None) -> Tensor:
-    """``⟨θ, y⟩`` per row ``[R]`` (:func:`dot_positive`; a class index held elsewhere counts 0; smoothed class
+    r"""``⟨θ, y⟩`` per row ``[R]`` (:func:`dot_positive`; a class index held elsewhere counts 0; smoothed class
     indices in closed form, :math:`(1 - ε) θ_c + ε/k \sum_j θ_j`: one pass over ``θ`` instead of three)."""
     if target.dense is not None and target.smoothing > 0 and target.index is not None and target.owned is None:
         eps, k = target.smoothing, theta.shape[1]
