@@ -97,7 +97,7 @@ class KernelSpec:
     stages: Optional[Callable[[], int]] = None
 
 
-FLOAT_SCALARS = {"tol", "omega_c", "omega_scale", "scale", "a", "a_value", "tau", "tau_c"}
+FLOAT_SCALARS = {"tol", "omega_c", "omega_scale", "scale", "a", "a_value", "alpha", "tau", "tau_c"}
 #: upper-case names that are integer scalars (row and head counts, lengths), not pointers
 INT_SCALARS = {"R", "H", "HKV", "L", "S", "NQB", "NKB"}
 
@@ -271,6 +271,18 @@ def _loss_configs(name: str) -> Callable[[], Iterable[tuple[str, dict, int, bool
     return configs
 
 
+def _alpha_relu_loss_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """The α-ReLU loss kernel (``losses.alpha_relu_gradient``): a class index or a dense target, with or without a
+    row scale, each power (general, α = 2, α = 1.5), one program of 8 warps per row."""
+    L = _mod("losses")
+    for dt in DTYPES:
+        for dense in (False, True):
+            for scale in (False, True):
+                for exact in (0, 1, 2):
+                    yield (dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, EXACT=exact, BLOCK=L.SOFTMAX_BLOCK), 8,
+                           dt == "bf16" and scale and exact != 1)
+
+
 def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
     """The backward's ``losses.scale_rows`` (``G`` scaled per row in place) at the launcher's ``BLOCK``."""
     L = _mod("losses")
@@ -296,6 +308,7 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("loss_kernels", "gradient_rows", _loss_configs("gradient_rows"), ("P", "G"), _LOSS, streaming=True),
     KernelSpec("loss_kernels", "softmax_gradient_rows", _loss_configs("softmax_gradient_rows"), ("Z", "G"), _LOSS,
                streaming=True),
+    KernelSpec("loss_kernels", "alpha_relu_gradient_rows", _alpha_relu_loss_configs, ("Z", "G"), _LOSS, streaming=True),
     KernelSpec("loss_kernels", "scale_rows", _scale_configs, ("G", "OUT"), streaming=True),
     KernelSpec("attention_kernels", "attention_fwd", _attention_configs("attention_fwd"), ("Q", "K", "V", "O", "Wv"), _ATT,
                stages=_attention_stages),

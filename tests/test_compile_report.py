@@ -174,6 +174,8 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
             for scale in (None, torch.ones(2)):
                 losses.gradient(z, idx, dense, keep, scale)
                 losses.softmax_gradient(z, idx, dense, keep, scale)
+                for alpha in (1.25, 2.0, 1.5):  # the general power, α = 2 and α = 1.5
+                    losses.alpha_relu_gradient(z, idx, dense, keep, alpha, 0.0, scale)
         losses.scale_rows(z, torch.ones(2))
     loss_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
                   if v.kernel.startswith("loss_kernels.")}

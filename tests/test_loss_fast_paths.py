@@ -75,7 +75,8 @@ def _loss_and_grad(x, t, mapping, dtype, opts, params, device):
 
 
 @pytest.mark.parametrize("mapping,params", [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 1.3}),
-                                            ("softmax", {})])
+                                            ("softmax", {}), ("alpha_relu", {"alpha": 1.5, "tau": 0.5}),
+                                            ("alpha_relu", {"alpha": 1.25, "tau": -0.25})])
 @pytest.mark.parametrize("kind", ["index", "dense", "smooth", "weight"])
 def test_half_rows_stay_half_and_match_float64(kernels, mapping, params, kind):
     """bfloat16 scores on the kernels' route: the value within bfloat16's rounding of the float64
@@ -225,6 +226,74 @@ def test_loss_kernels_match_pytorch(kernels, dtype, dense, monkeypatch):
     assert out is inplace
     torch.testing.assert_close(out.cpu().float(), torch.where(keep[:, None], pp.float() - y, 0.0), equal_nan=True,
                                rtol=2 * BF16_U if dtype != torch.float32 else 1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("alpha,tau", [(1.5, 0.5), (2.0, 0.0), (1.25, -0.25)])
+def test_alpha_relu_loss_kernel_matches_pytorch(kernels, dtype, dense, alpha, tau, monkeypatch):
+    """The α-ReLU loss kernel against PyTorch's formulas (``t = [a z - τ]_+``, ``p = t^{1/a}``): ``G = (p - y) · s``
+    (0 in the ignored row, NaN in kept NaN rows), ``Σ p t``, ``⟨y, z - τ/a⟩`` over ``y > 0`` and ``Σ y^α``, streamed
+    in blocks of 16; in place (``G`` over ``z``: the class score is read first); α with a closed-form power
+    (1.5, 2) and the general one.  Half results within two units of bfloat16's rounding (the interpreter
+    truncates)."""
+    from softargmax.backends.triton import losses as L
+
+    monkeypatch.setattr(L, "SOFTMAX_BLOCK", 16)
+    g = torch.Generator().manual_seed(8)
+    R, k = 7, 37
+    z = torch.randn(R, k, generator=g) * 3
+    z[1] = -math.inf
+    z[2, 3] = -math.inf
+    z[3, 4] = math.nan
+    z[5, 6] = math.nan  # in an ignored row: G = 0 there all the same
+    idx = torch.randint(0, k, (R,), generator=g)
+    keep = torch.ones(R, dtype=torch.bool)
+    keep[5] = False
+    scale = torch.rand(R, generator=g)
+    y = torch.softmax(torch.randn(R, k, generator=g), -1) if dense else torch.nn.functional.one_hot(idx, k).float()
+    zz = z.to(dtype)
+    dev = lambda a: a.to(kernels)  # noqa: E731
+    a = alpha - 1.0
+    zf = zz.double()
+    t = (zf * a - tau).clamp(min=0)
+    p = t ** (1.0 / a)
+    G_ref = torch.where(keep[:, None], (p - y.double()) * scale.double()[:, None], 0.0)
+    spt_ref = (p * t).sum(-1)
+    zy_ref = torch.where(y > 0, y.double() * (zf - tau / a), 0.0).sum(-1)
+    half = dtype != torch.float32
+    for inplace in (False, True):
+        zd = dev(zz.clone())
+        G, spt, zy, ya = L.alpha_relu_gradient(zd, None if dense else dev(idx), dev(y) if dense else None, dev(keep),
+                                               alpha, tau, dev(scale), out=zd if inplace else None)
+        assert (G.data_ptr() == zd.data_ptr()) == inplace and G.dtype == dtype
+        torch.testing.assert_close(G.cpu().double(), G_ref, equal_nan=True, rtol=2 * BF16_U if half else 1e-6,
+                                   atol=1e-6)
+        torch.testing.assert_close(spt.cpu().double(), spt_ref, equal_nan=True, rtol=1e-5, atol=1e-5)
+        ok = [0, 2, 4, 6] if dense else [0, 1, 2, 3, 4, 6]  # (dense: rows with a -inf or NaN score give NaN/-inf)
+        torch.testing.assert_close(zy.cpu().double()[ok], zy_ref[ok], rtol=1e-5, atol=1e-5)
+        if dense:
+            torch.testing.assert_close(ya.cpu().double(), (y.double() ** alpha).sum(-1), rtol=1e-5, atol=1e-6)
+        else:
+            assert ya is None
+    assert L.alpha_relu_gradient(dev(zz), dev(idx), None, dev(keep), 2.5, 0.0) is None  # (a > 1: PyTorch's path)
+
+
+@pytest.mark.parametrize("kind", ["index", "dense", "smooth", "weight"])
+def test_alpha_relu_loss_takes_the_kernel(kernels, kind, monkeypatch):
+    """``alpha_relu_loss`` on the kernels' route runs the one loss kernel (forward) and the backward's scaling, and
+    equals the PyTorch path in float32 (values and gradients; a masked entry and an ignored row)."""
+    from softargmax.backends.triton import losses as L
+
+    calls = []
+    real = L.alpha_relu_gradient
+    monkeypatch.setattr(L, "alpha_relu_gradient", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    x, t, opts = _case(kind)
+    fused = _loss_and_grad(x.clone(), t, "alpha_relu", torch.float32, opts, {"alpha": 1.5, "tau": 0.5}, kernels)
+    assert calls == [1]
+    ref = _loss_and_grad(x, t, "alpha_relu", F64, opts, {"alpha": 1.5, "tau": 0.5}, "cpu")
+    torch.testing.assert_close(fused[0], ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused[1], ref[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -25,7 +25,7 @@ from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
 
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
-           "loss_gradient", "softmax_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device"]
+           "loss_gradient", "softmax_loss_gradient", "alpha_relu_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -138,6 +138,14 @@ def loss_gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], k
     """``(p - y) · scale`` per row, 0 in rows not kept, in one pass where the GPU loss kernels run
     (:func:`softargmax.backends.triton.losses.gradient`), else ``None``."""
     return _triton_losses.gradient(p, index, dense, keep, scale, out)
+
+
+def alpha_relu_loss_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, alpha: float,
+                             tau: float, scale: Optional[Tensor] = None, out: Optional[Tensor] = None
+                             ) -> Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+    """``(G, Σ p t, ⟨y, z - τ/(α-1)⟩, Σ y^α or None)`` of the α-ReLU loss in one kernel where the GPU loss
+    kernels run (:func:`softargmax.backends.triton.losses.alpha_relu_gradient`), else ``None``."""
+    return _triton_losses.alpha_relu_gradient(z, index, dense, keep, alpha, tau, scale, out)
 
 
 def scale_loss_gradient(G: Tensor, scale: Tensor, out: Optional[Tensor] = None) -> Optional[Tensor]:

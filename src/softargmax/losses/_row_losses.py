@@ -23,7 +23,13 @@ from torch import Tensor
 
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows, shift_by_row_max
-from ..backends import kernel_device, softmax_loss_gradient, solve_loss_gradient, solves_half_rows
+from ..backends import (
+    alpha_relu_loss_gradient,
+    kernel_device,
+    softmax_loss_gradient,
+    solve_loss_gradient,
+    solves_half_rows,
+)
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
@@ -318,6 +324,29 @@ class AlphaReLURowLoss(RowLoss):
         loss, p = self._terms(theta, target)
         return loss, p, None
 
+    def solves_in_dtype(self, rows: Tensor, prediction: bool = False) -> bool:
+        """Half-precision rows stay in their dtype where the GPU kernel :meth:`fused_rows` takes them: no
+        prediction kept, a number τ and ``1 < α <= 2``."""
+        return (not prediction and not isinstance(self.tau, Tensor) and 0.0 < self.alpha - 1.0 <= 1.0
+                and kernel_device(rows))
+
+    def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
+                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """The rows by one GPU kernel (:func:`softargmax.backends.alpha_relu_loss_gradient`), ``p`` never
+        stored: ``G = (p - y) · scale`` over ``θ`` with ``overwrite`` (else a new tensor) and the value
+        from its float32 row sums, as :meth:`_terms` forms it; only where the caller keeps no prediction
+        (``inplace``) and τ is a number."""
+        if not inplace or isinstance(self.tau, Tensor) or target.owned is not None:
+            return None
+        out = alpha_relu_loss_gradient(theta, target.index, target.dense, target.keep, float(self.alpha),
+                                       float(self.tau), scale, out=theta if overwrite else None)
+        if out is None:
+            return None
+        G, spt, zy, ya = out
+        alpha, a = float(self.alpha), float(self.alpha) - 1.0
+        loss = spt / a - zy + ((1.0 if ya is None else ya) - spt) / (alpha * a)
+        return kept_rows(loss, target), G, G
+
     def split_values(self, theta: Tensor, target: Target, solve: SplitSolve) -> SplitValues:
         partial, p = self._terms(theta, target)  # a fixed τ: nothing to solve, every term is a class's
         return partial, p, None, None
@@ -325,6 +354,7 @@ class AlphaReLURowLoss(RowLoss):
     def _terms(self, theta: Tensor, target: Target) -> tuple[Tensor, Tensor]:
         alpha, tau = self.alpha, float(self.tau)
         a = alpha - 1.0
+        theta = theta.to(compute_dtype(theta.dtype))  # (half rows that no kernel took: in float32)
         t = torch.mul(theta, a).sub_(tau).clamp_(min=0)
         p = t * t if a == 0.5 else (t.clone() if a == 1.0 else t.pow(1.0 / a))
         spt = (p * t).sum(-1)

@@ -13,6 +13,10 @@ memory, computing in float32:
   that writes ``G`` (over the scores, in the fused loss) and the row sums the loss value needs,
   :math:`\log\sum_j e^{z_j}` and :math:`\langle y, z\rangle`;
 
+* :func:`alpha_relu_gradient_rows`: the α-ReLU loss (no threshold to search: ``p`` is elementwise),
+  one program per row, one read of the scores that writes ``G`` and the row sums of the value,
+  :math:`\sum_j p_j t_j`, :math:`\langle y, z - \tau/(\alpha-1)\rangle` and :math:`\sum_j y_j^\alpha`;
+
 and the backward's :func:`scale_rows`: ``G · g_i`` per row (``g`` the incoming gradient of the
 per-row losses), in place, read and written once in ``G``'s dtype.
 
@@ -21,6 +25,8 @@ The target is a class index per row (``y`` one-hot) or dense float32 rows.
 
 import triton
 import triton.language as tl
+
+from .row_kernels import _relu_power
 
 
 @triton.jit
@@ -114,3 +120,47 @@ def scale_rows(G, SCALE, OUT, k, stride_g, stride_s, stride_o, BLOCK: tl.constex
     s = tl.load(SCALE + row * stride_s).to(tl.float32)
     g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(OUT + row * stride_o + cols, (g * s).to(OUT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def alpha_relu_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, SPT, ZY, YA, k, stride_z, stride_g, stride_y, a, tau, alpha,
+                             HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, EXACT: tl.constexpr,
+                             BLOCK: tl.constexpr):
+    """One row of the α-ReLU loss (``a = α - 1``): ``t = [a z - τ]_+``, ``p = t^{1/a}``,
+    ``G = (p - y) · s_i`` (0 in rows not kept; ``G`` may be ``Z``), and the float32 row sums
+    ``SPT = Σ p t``, ``ZY = ⟨y, z - τ/a⟩`` over ``y > 0`` (class index: ``z_y - τ/a``) and, with a
+    dense target, ``YA = Σ y^α``.  NaN scores give NaN (``p``, ``G`` and ``SPT``); ``-inf`` ones ``p = 0``."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    zrow = Z + row * stride_z
+    keep, s = _row_scale(KEEP, SCALE, row, HAS_SCALE)
+    c = tau / a
+    spt = tl.zeros([BLOCK], tl.float32)
+    if HAS_DENSE:
+        zy = tl.zeros([BLOCK], tl.float32)
+        ya = tl.zeros([BLOCK], tl.float32)
+    else:
+        idx = tl.load(IDX + row).to(tl.int64)
+        zy_idx = tl.load(zrow + idx).to(tl.float32) - c  # read before G may overwrite it
+    for start in range(0, k, BLOCK):
+        cols = start + offs
+        mask = cols < k
+        z = tl.load(zrow + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        u = a * z - tau
+        t = tl.where(u > 0, u, tl.where(u == u, 0.0, u))  # [u]_+, NaN kept
+        p = tl.where(t == t, _relu_power(t, a, EXACT), t)
+        spt += tl.where(t > 0, p * t, tl.where(t == t, 0.0, t))
+        if HAS_DENSE:
+            y = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)
+            zy += tl.where(y > 0, y * (z - c), 0.0)
+            ya += tl.where(y > 0, tl.exp2(alpha * tl.log2(tl.where(y > 0, y, 1.0))), 0.0)
+        else:
+            y = tl.where(cols == idx, 1.0, 0.0)
+        g = tl.where(keep, (p - y) * s, 0.0)
+        tl.store(G + row * stride_g + cols, g.to(G.dtype.element_ty), mask=mask)
+    tl.store(SPT + row, tl.sum(spt, 0))
+    if HAS_DENSE:
+        tl.store(ZY + row, tl.sum(zy, 0))
+        tl.store(YA + row, tl.sum(ya, 0))
+    else:
+        tl.store(ZY + row, zy_idx)

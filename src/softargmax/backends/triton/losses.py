@@ -7,6 +7,8 @@ Where the row kernels run (CUDA, or CPU tensors under Triton's interpreter:
 * :func:`gradient`: from a solver's ``p`` (the sparse and f-divergence mappings);
 * :func:`softmax_gradient`: the ``"kl"`` loss (softmax) from the scores, with the row sums
   ``log Σ e^z`` and ``⟨y, z⟩`` of its value;
+* :func:`alpha_relu_gradient`: the α-ReLU loss from the scores (``p`` elementwise, never stored),
+  with the row sums of its value;
 * :func:`scale_rows`: the backward, ``G · g_i`` per row in place (one read and one write of ``G``
   in its dtype, where PyTorch's multiplication of half ``G`` by float32 row factors takes its
   slower mixed-dtype, broadcast path).
@@ -25,7 +27,7 @@ from torch import Tensor
 from ..._utils.extras import LazyModule
 from .rows import usable_device
 
-__all__ = ["covers", "gradient", "softmax_gradient", "scale_rows", "BLOCK", "SOFTMAX_BLOCK"]
+__all__ = ["covers", "gradient", "softmax_gradient", "alpha_relu_gradient", "scale_rows", "BLOCK", "SOFTMAX_BLOCK"]
 
 #: columns per program of :func:`gradient` (an elementwise pass)
 BLOCK = 1024
@@ -100,6 +102,31 @@ def softmax_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor]
                                           HAS_DENSE=dense is not None, HAS_SCALE=scale is not None,
                                           BLOCK=SOFTMAX_BLOCK, num_warps=8)
     return G, lse, zy
+
+
+def alpha_relu_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, alpha: float,
+                        tau: float, scale: Optional[Tensor] = None,
+                        out: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+    """``(G, Σ p t, ⟨y, z - τ/a⟩, Σ y^α)`` of the α-ReLU loss (``a = α - 1``, ``t = [a z - τ]_+``,
+    ``p = t^{1/a}``): ``G = (p - y) · scale`` per row (0 where ``keep`` is false) in ``z``'s dtype into
+    ``out`` (``z`` itself for in place; default a new tensor), the float32 ``[R]`` row sums (``Σ y^α``
+    with a dense target only, else ``None``: 1 for class indices); or ``None`` where not covered
+    (``1 < α <= 2``, as the elementwise α-ReLU kernels)."""
+    from .rows import _relu_exact
+
+    if not covers(z, index, dense) or not 0.0 < alpha - 1.0 <= 1.0:
+        return None
+    R, k = z.shape
+    G = torch.empty_like(z) if out is None else out
+    spt, zy = (torch.empty(R, dtype=torch.float32, device=z.device) for _ in range(2))
+    ya = torch.empty(R, dtype=torch.float32, device=z.device) if dense is not None else spt  # (not written without)
+    idx, y, keep8, sc, sy = _args(z, index, dense, keep, scale)
+    a = alpha - 1.0
+    _module().alpha_relu_gradient_rows[(R,)](z, G, idx, y, keep8, sc, spt, zy, ya, k, z.stride(0), G.stride(0), sy,
+                                             a, tau, alpha, HAS_DENSE=dense is not None,
+                                             HAS_SCALE=scale is not None, EXACT=_relu_exact(a),
+                                             BLOCK=SOFTMAX_BLOCK, num_warps=8)
+    return G, spt, zy, ya if dense is not None else None
 
 
 def scale_rows(G: Tensor, scale: Tensor, out: Optional[Tensor] = None) -> Optional[Tensor]:
