@@ -93,6 +93,7 @@ def check_row_param(value: Any, x: Array, axis: int, name: str, minimum: float =
     where its values can be read; returned broadcast to ``x``'s shape with size 1 along ``axis``."""
     if isinstance(value, bool) or not (isinstance(value, (jax.Array, jax.core.Tracer)) or hasattr(value, "__array__")):
         raise TypeError(f"{name} must be a number or a floating array, got {type(value).__name__}")
+    v = concrete(value)  # before jnp.asarray, which under a transformation's tracing may make a constant traced
     value = jnp.asarray(value)
     if not jnp.issubdtype(value.dtype, jnp.floating):
         raise TypeError(f"{name} must be a number or a floating array, got dtype {value.dtype}")
@@ -104,7 +105,6 @@ def check_row_param(value: Any, x: Array, axis: int, name: str, minimum: float =
     if full[axis] != 1 or any(a not in (1, b) for a, b in zip(full, shape)):
         raise ValueError(f"{name} of shape {value.shape} must be broadcastable to x's shape {x.shape} with size 1 "
                          f"along axis={axis - x.ndim} (one value per row)")
-    v = concrete(value)
     if v is not None and v.size:
         bad = (v <= minimum) if strict else (v < minimum)
         if bool(np.any(bad | ~np.isfinite(v))):

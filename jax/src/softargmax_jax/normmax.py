@@ -95,6 +95,10 @@ def _argmax_rows(z: Array) -> Array:
 def _normmax_solve(alpha: Union[float, Array], z: Array) -> tuple[Array, Array]:
     """``(p, ‖p‖_α)`` of the rows ``z`` (last axis) for α > 1, a number or one per row ``[..., 1]``
     (``[..., k]``, ``[..., 1]``)."""
+    m = jnp.max(z, -1, keepdims=True)
+    # shift-invariant: the exact differences to the row's maximum, before the division by α' - 1 (which would
+    # round a large offset, 1e4 in float32 costing 1e-4 of p)
+    z = z - jnp.where(jnp.isfinite(m), m, 0.0)
     a_prime = (alpha - 1.0) / alpha  # α' - 1 = 1/β
     div = AlphaDivergence(1.0 + a_prime) if isinstance(alpha, float) else RowAlpha(1.0 + a_prime)
     sol = solve(z / a_prime, div)
