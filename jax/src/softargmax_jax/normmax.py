@@ -100,7 +100,7 @@ def _normmax_solve(alpha: Union[float, Array], z: Array) -> tuple[Array, Array]:
     # round a large offset, 1e4 in float32 costing 1e-4 of p)
     z = z - jnp.where(jnp.isfinite(m), m, 0.0)
     a_prime = (alpha - 1.0) / alpha  # α' - 1 = 1/β
-    div = AlphaDivergence(1.0 + a_prime) if isinstance(alpha, float) else RowAlpha(1.0 + a_prime)
+    div = AlphaDivergence(1.0 + a_prime) if isinstance(alpha, float) else RowAlpha(1.0 + a_prime, below_two=True)
     sol = solve(z / a_prime, div)
     g = jnp.where(sol.finite, sol.p, 0.0)  # [x - τ]_+^β
     r = jnp.sqrt(g) if isinstance(alpha, float) and alpha == 2.0 else g ** (1.0 / alpha)
