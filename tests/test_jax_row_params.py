@@ -84,16 +84,14 @@ def test_per_row_axis_broadcasting_jit_vmap_and_finite_differences(x64, name):
 
 def test_per_row_nan_rows_and_errors():
     x = jnp.array([[1.0, jnp.nan, 0.0], [1.0, 0.5, 0.0], [jnp.inf, 0.0, 0.0]])
-    for f, a in ((sj.normmax, jnp.array([[2.0], [1.0], [1.5]])), (sj.normmax, jnp.array([[1.0], [2.5], [1.0]])),
-                 (sj.budget_sparsemax, jnp.array([[2.0], [1.5], [0.5]]))):
+    for f, a in ((sj.normmax, jnp.array([[1.0], [2.5], [1.5]])), (sj.budget_sparsemax, jnp.array([[2.0], [1.5], [0.5]]))):
         p, back = jax.vjp(lambda t: f(t, a), x)
         p, g = np.asarray(p), np.asarray(back(jnp.ones((3, 3)))[0])
         assert np.all(np.isnan(p[[0, 2]])) and not np.any(np.isnan(p[1]))
         assert np.all(np.isnan(g[[0, 2]])) and not np.any(np.isnan(g[1]))
     y = jnp.array([0, 1, 2])
-    for f, a in ((sj.normmax_loss, jnp.array([[2.0], [1.0], [1.0]])), (sj.budget_sparsemax_loss, jnp.array([[0.5]] * 3))):
-        loss = np.asarray(f(x, y, a))
-        assert np.isnan(loss[0]) and np.isnan(loss[2]) and np.isfinite(loss[1])
+    loss = np.asarray(sj.normmax_loss(x, y, jnp.array([[2.0], [1.0], [1.0]])))
+    assert np.isnan(loss[0]) and np.isnan(loss[2]) and np.isfinite(loss[1])
     for f in (sj.normmax, lambda t, b: sj.normmax_loss(t, y, b)):
         with pytest.raises(ValueError, match=r"alpha must be finite and >= 1"):
             f(x, jnp.array([[2.0], [0.5], [1.0]]))
@@ -136,7 +134,10 @@ def test_per_row_loss_matches_pytorch_each_row_and_p_minus_y(x64, name):
     x = scores(12)
     y, soft, multi = _labels(x)
     w = np.random.default_rng(8).random(size=9) + 0.5
-    for lab, kw in ((y, {"label_smoothing": 0.1, "weight": w}), (soft, {}), (multi, {"multilabel": True})):
+    # class indices (with label smoothing and class weights) for both, probabilities for normmax, label sets for
+    # budget sparsemax (whose finite targets they are)
+    kinds = [(y, {"label_smoothing": 0.1, "weight": w}), (soft, {}) if name == "normmax" else (multi, {"multilabel": True})]
+    for lab, kw in kinds:
         kw_t = {k: torch.tensor(v) if k == "weight" else v for k, v in kw.items()}
         l, back = jax.vjp(lambda t, b: fj(t, jnp.asarray(lab), b, **kw), jnp.asarray(x), jnp.asarray(params))
         gx, ga = back(jnp.ones(7))
@@ -153,7 +154,7 @@ def test_per_row_loss_matches_pytorch_each_row_and_p_minus_y(x64, name):
                      **kw_t)
             if rows[i]:
                 rel_close(np.asarray(l)[i:i + 1], one.numpy(), 1e-12)
-    # the gradient is p - y, with p the operator of the same per-row parameter; finite differences; vmap
+    # the gradient is p - y, with p the operator of the same per-row parameter; finite differences
     xs = np.random.default_rng(11).normal(size=(7, 5))
     ys = np.array([0, 3, 4, 1, 2, 0, 4])
     lab = np.eye(5)[ys] if name == "normmax" else np.ones((7, 5)) / 5
@@ -162,8 +163,6 @@ def test_per_row_loss_matches_pytorch_each_row_and_p_minus_y(x64, name):
     g = np.asarray(jax.grad(f)(jnp.asarray(xs)))
     assert_close(g, OPERATORS[name][1](torch.tensor(xs), torch.tensor(a)).numpy() - lab, 1e-14)
     assert_close(g, fd_grad(f, xs), 1e-7)
-    per_row = jax.vmap(lambda r, c, b: fj(r, c, b))(jnp.asarray(xs), jnp.asarray(lab), jnp.asarray(a[:, 0]))
-    assert_close(float(np.sum(per_row)), float(f(jnp.asarray(xs))), 1e-13)
 
 
 def test_per_row_loss_float32_and_axis(x64):
@@ -235,7 +234,7 @@ SHARD_MAP_ROW_ALPHA = textwrap.dedent("""
 
 def test_vocab_parallel_loss_per_row_alpha_on_four_cpu_devices(x64, tmp_path):
     """On four CPU devices (a subprocess), against the PyTorch package's vocabulary-parallel loss on a group of one
-    process, and each row against the unsplit loss of its single α (PyTorch's and JAX's)."""
+    process, and each row against PyTorch's unsplit loss of its single α."""
     import torch.distributed as dist
 
     from softargmax.losses import distributed
@@ -271,12 +270,6 @@ def test_vocab_parallel_loss_per_row_alpha_on_four_cpu_devices(x64, tmp_path):
             rows = [sa.fenchel_young_loss(t[r:r + 1].detach(), torch.tensor(lab[r:r + 1]), name, alpha=float(a[r, 0]),
                                           temperature=0.8, reduction="none") for r in range(8)]
             rel_close(l, torch.cat(rows).numpy(), tol)
-            if dtype == "float64":  # and JAX's, for the rows of each α at once
-                for one in np.unique(a):
-                    rows = a[:, 0] == one
-                    full = sj.fenchel_young_loss(jnp.asarray(xd), jnp.asarray(lab), name, alpha=float(one),
-                                                 temperature=0.8)
-                    rel_close(l[rows], np.asarray(full)[rows], tol)
     finally:
         if own:
             dist.destroy_process_group()
