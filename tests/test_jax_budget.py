@@ -65,6 +65,9 @@ def test_budget_sparsemax_nan_rows_and_errors():
     x = jnp.array([[1.0, jnp.nan, 0.0], [1.0, 0.5, 0.0]])
     p = np.asarray(sj.budget_sparsemax(x, 2.0))
     assert np.all(np.isnan(p[0])) and not np.any(np.isnan(p[1]))
-    for bad in (0.0, -1.0, float("inf"), True):
+    for bad in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="budget"):
+            sj.budget_sparsemax(x, bad)
+    for bad in (True, "2"):  # as the PyTorch package: not a number
+        with pytest.raises(TypeError, match="budget"):
             sj.budget_sparsemax(x, bad)

@@ -51,7 +51,7 @@ def test_the_guide_examples_run():
 
 
 MODULES = ["softargmax_jax", "softargmax_jax.divergences", "softargmax_jax.operators", "softargmax_jax.losses",
-           "softargmax_jax.linear", "softargmax_jax.parallel"]
+           "softargmax_jax.linear", "softargmax_jax.parallel", "softargmax_jax.alpha_relu_tau"]
 
 
 def _public():

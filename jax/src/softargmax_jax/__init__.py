@@ -11,10 +11,10 @@ Operators: :func:`sparsemax`, :func:`entmax15`, :func:`entmax` (α a number or o
 optax's): :func:`fenchel_young_loss` and its named forms, :func:`binary_f_divergence_loss`, :func:`normmax_loss` and
 :func:`budget_sparsemax_loss`, the chunked
 :func:`linear_fenchel_young_loss` (with a teacher's top-k, :func:`teacher_target`), and the vocabulary-parallel :func:`vocab_parallel_fenchel_young_loss`
-for ``shard_map``.
+for ``shard_map``.  Choosing α-ReLU's threshold: :mod:`softargmax_jax.alpha_relu_tau`.
 """
 
-from . import divergences, sampling
+from . import alpha_relu_tau, divergences, sampling
 from .attention import attention, attention_weights
 from .budget import budget_sparsemax
 from .divergences import Divergence, get_divergence
@@ -79,4 +79,5 @@ __all__ = [
     "Divergence",
     "get_divergence",
     "divergences",
+    "alpha_relu_tau",
 ]

@@ -84,3 +84,30 @@ def check_q(q: Optional[Any], x: Array, name: str = "q") -> Optional[Array]:
     if v is not None and not bool(np.all((v > 0) & np.isfinite(v))):
         raise ValueError(f"{name} must be finite and strictly positive everywhere (a reference measure)")
     return q
+
+
+def check_row_param(value: Any, x: Array, axis: int, name: str, minimum: float = 0.0,
+                    strict: bool = True) -> Array:
+    """A per-row parameter (one α or one budget per row): a floating array with size 1 along ``axis`` and
+    broadcastable to ``x``'s other dimensions, finite and ``> minimum`` (``>= minimum`` unless ``strict``)
+    where its values can be read; returned broadcast to ``x``'s shape with size 1 along ``axis``."""
+    if isinstance(value, bool) or not (isinstance(value, (jax.Array, jax.core.Tracer)) or hasattr(value, "__array__")):
+        raise TypeError(f"{name} must be a number or a floating array, got {type(value).__name__}")
+    v = concrete(value)  # before jnp.asarray, which under a transformation's tracing may make a constant traced
+    value = jnp.asarray(value)
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a number or a floating array, got dtype {value.dtype}")
+    if value.ndim > x.ndim:
+        raise ValueError(f"{name} of shape {value.shape} has more dimensions than x {x.shape}")
+    shape = list(x.shape)
+    shape[axis] = 1
+    full = (1,) * (x.ndim - value.ndim) + tuple(value.shape)
+    if full[axis] != 1 or any(a not in (1, b) for a, b in zip(full, shape)):
+        raise ValueError(f"{name} of shape {value.shape} must be broadcastable to x's shape {x.shape} with size 1 "
+                         f"along axis={axis - x.ndim} (one value per row)")
+    if v is not None and v.size:
+        bad = (v <= minimum) if strict else (v < minimum)
+        if bool(np.any(bad | ~np.isfinite(v))):
+            op = ">" if strict else ">="
+            raise ValueError(f"{name} must be finite and {op} {minimum}, got values in [{v.min()}, {v.max()}]")
+    return jnp.broadcast_to(value, tuple(shape))

@@ -70,9 +70,11 @@ class RowAlpha(Divergence):
     name = "alpha"
     monotone = False
 
-    def __init__(self, alpha: Array) -> None:
+    def __init__(self, alpha: Array, below_two: bool = False) -> None:
         self.alpha = alpha
         self.a = alpha - 1
+        #: every α is known to be < 2 (normmax's α' = 2 - 1/α): no row needs the α > 2 iteration
+        self.below_two = below_two
 
     @property
     def newton_power(self) -> Array:  # type: ignore[override]
@@ -463,6 +465,8 @@ def _solve_row_alpha(div: RowAlpha, c: Array, q: Optional[Array], k: int, max_it
     g, gp = div.g_and_gp(c - tau)
     if q is not None:
         g, gp = g * q, gp * q
+    if div.below_two:
+        return tau, g, gp
     a = jnp.broadcast_to(div.a, tau.shape)
     steep = a > 1
 

@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Union
 
 import jax
 import jax.numpy as jnp
 
-from ._checks import check_array, check_axis, compute_dtype
+from ._checks import check_array, check_axis, check_row_param, compute_dtype
 
 Array = jax.Array
 
-__all__ = ["budget_sparsemax"]
+__all__ = ["budget_sparsemax", "check_budget"]
 
 #: bisection halvings: enough to separate the breakpoints of float64 rows (the closed form then finishes)
 _HALVINGS = 110
@@ -80,15 +81,11 @@ def _solve(x: Array, c: float) -> tuple[Array, Array]:
     return p, free
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _budget_rows(c: float, x: Array) -> Array:
-    return _solve(x, c)[0]
-
-
-@_budget_rows.defjvp
-def _budget_rows_jvp(c: float, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    (x,), (dx,) = primals, tangents
+def _jvp_terms(x: Array, c: Any, dx: Any) -> tuple[Array, Array]:
+    """``(p, J dx)`` of the rows ``x`` with the cap ``c`` (a number or ``[..., 1]``)."""
     p, free = _solve(x, c)
+    if isinstance(dx, jax.custom_derivatives.SymbolicZero):
+        return p, jnp.zeros_like(p)
     s = free.astype(x.dtype)
     nf = jnp.sum(s, -1, keepdims=True)
     sv = jnp.where(free, dx, 0.0)
@@ -97,7 +94,40 @@ def _budget_rows_jvp(c: float, primals: tuple, tangents: tuple) -> tuple[Array, 
     return p, dp + dx * jnp.where(jnp.isnan(p), jnp.nan, 0.0)
 
 
-def budget_sparsemax(x: Array, budget: float = 2.0, axis: int = -1) -> Array:
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _budget_rows(c: float, x: Array) -> Array:
+    return _solve(x, c)[0]
+
+
+@_budget_rows.defjvp
+def _budget_rows_jvp(c: float, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    return _jvp_terms(primals[0], c, tangents[0])
+
+
+@jax.custom_jvp
+def _budget_rows_array(x: Array, c: Array) -> Array:
+    """One cap ``c`` per row (``[..., 1]``), a constant: its tangent is not used (not differentiated)."""
+    return _solve(x, c)[0]
+
+
+@functools.partial(_budget_rows_array.defjvp, symbolic_zeros=True)
+def _budget_rows_array_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    return _jvp_terms(primals[0], primals[1], tangents[0])
+
+
+def check_budget(budget: Any, x: Array, axis: int) -> Union[float, Array]:
+    """A budget as a float, or as an array of one budget per row broadcast to ``x``'s shape with size 1
+    along ``axis``; a ``TypeError`` or ``ValueError`` naming it otherwise (values checked where not traced)."""
+    if isinstance(budget, bool):
+        raise TypeError("budget must be a number or a floating array, got a bool")
+    if isinstance(budget, (int, float)):
+        if not 0 < budget < math.inf:
+            raise ValueError(f"budget must be finite and > 0, got {budget!r}")
+        return float(budget)
+    return check_row_param(budget, x, axis, "budget")
+
+
+def budget_sparsemax(x: Array, budget: Union[float, Array] = 2.0, axis: int = -1) -> Array:
     r"""Budget sparsemax: sparsemax with every probability at most :math:`1/B`, along ``axis``.
 
     .. math::
@@ -113,7 +143,9 @@ def budget_sparsemax(x: Array, budget: float = 2.0, axis: int = -1) -> Array:
 
     Args:
         x: scores, any shape; ``-inf`` entries are excluded.
-        budget: :math:`B`, a finite number > 0 (a constant: no derivative). Default: ``2.0``.
+        budget: :math:`B`, a finite number > 0, or a floating array of finite budgets > 0 with size 1
+            along ``axis`` and broadcastable to ``x`` (one budget per row). A constant (no derivative).
+            Default: ``2.0``.
         axis: the axis that sums to one. Default: ``-1``.
 
     Returns:
@@ -126,6 +158,10 @@ def budget_sparsemax(x: Array, budget: float = 2.0, axis: int = -1) -> Array:
         [0.5  0.5  0.   0. ]
         >>> print(np.round(np.asarray(sj.budget_sparsemax(x, 3.0)), 4))
         [0.3333 0.3333 0.3333 0.    ]
+        >>> budgets = jnp.array([[2.0], [3.0]])  # one budget per row
+        >>> print(np.round(np.asarray(sj.budget_sparsemax(jnp.stack([x, x]), budgets)), 4))
+        [[0.5    0.5    0.     0.    ]
+         [0.3333 0.3333 0.3333 0.    ]]
 
     References:
         Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured Hopfield
@@ -133,12 +169,21 @@ def budget_sparsemax(x: Array, budget: float = 2.0, axis: int = -1) -> Array:
     """
     x = check_array(x, "x")
     axis = check_axis(x, axis)
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < math.inf:
-        raise ValueError(f"budget must be a finite number > 0, got {budget!r}")
-    return _budget_jit(float(budget), x, axis)
+    b = check_budget(budget, x, axis)
+    if isinstance(b, float):
+        return _budget_jit(b, x, axis)
+    return _budget_array_jit(x, b, axis)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
 def _budget_jit(budget: float, x: Array, axis: int) -> Array:
     z = jnp.moveaxis(x.astype(compute_dtype(x.dtype)), axis, -1)
     return jnp.moveaxis(_budget_rows(1.0 / budget, z), -1, axis).astype(x.dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _budget_array_jit(x: Array, budget: Array, axis: int) -> Array:
+    dtype = compute_dtype(x.dtype)
+    z = jnp.moveaxis(x.astype(dtype), axis, -1)
+    c = 1.0 / jnp.moveaxis(jax.lax.stop_gradient(budget), axis, -1).astype(dtype)
+    return jnp.moveaxis(_budget_rows_array(z, c), -1, axis).astype(x.dtype)

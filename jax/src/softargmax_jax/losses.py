@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, concrete
-from ._solver import solve
+from ._solver import RowAlpha, solve
 from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 
 Array = jax.Array
@@ -123,7 +123,8 @@ def _dot_positive(theta: Array, w: Array, axis_name: Optional[str] = None) -> Ar
     return _rsum(jnp.where(w > 0, theta * w, 0.0), axis_name)
 
 
-def _sum_f_minus_f0(div: Divergence, p: Array, q: Optional[Array], f0: float, axis_name: Optional[str]) -> Array:
+def _sum_f_minus_f0(div: Divergence, p: Array, q: Optional[Array], f0: Union[float, Array],
+                    axis_name: Optional[str]) -> Array:
     pos = p > 0
     ratio = p if q is None else p / q
     vals = div.f(jnp.where(pos, ratio, 1.0)) - f0
@@ -133,13 +134,16 @@ def _sum_f_minus_f0(div: Divergence, p: Array, q: Optional[Array], f0: float, ax
 
 
 def row_values(spec: LossSpec, theta: Array, y: Array, q: Optional[Array],
-               axis_name: Optional[str] = None) -> tuple[Array, Array]:
+               axis_name: Optional[str] = None, row_alpha: Optional[Array] = None) -> tuple[Array, Array]:
     """``(loss, p)`` for rows ``theta`` ``[..., k]`` (last axis) and dense targets ``y``; with ``axis_name``
-    the classes are split over that mapped axis's devices (``shard_map``) and every sum is reduced."""
+    the classes are split over that mapped axis's devices (``shard_map``) and every sum is reduced; with
+    ``row_alpha`` (``[..., 1]``, a constant) the α-divergence of one α per row replaces ``spec``'s divergence."""
     if spec.relu is not None:
         return _relu_values(spec.relu, theta, y, axis_name)
     div, beta = spec.divergence, spec.beta
     assert div is not None
+    if row_alpha is not None:
+        div = RowAlpha(row_alpha)
     m = jnp.max(theta, -1, keepdims=True)
     if axis_name is not None:
         m = jax.lax.pmax(m, axis_name)
@@ -160,12 +164,16 @@ def row_values(spec: LossSpec, theta: Array, y: Array, q: Optional[Array],
     sol = solve(z, div, q, axis_name=axis_name,
                 k=None if axis_name is None else theta.shape[-1] * jax.lax.axis_size(axis_name))
     p = sol.p
-    f0 = div.f_zero
+    f0: Union[float, Array, None]
+    if row_alpha is not None:
+        f0 = 1.0 / row_alpha  # f(0) = 1/α per row, finite
+    else:
+        f0 = div.f_zero
     if f0 is None:  # a user's generator: f(0) evaluated once, in float64 where enabled
         with jax.ensure_compile_time_eval():
             f0 = float(div.f(jnp.zeros((), theta.dtype)))
     qb = None if q is None else jnp.broadcast_to(q, theta.shape)
-    if math.isfinite(f0):
+    if row_alpha is not None or math.isfinite(f0):  # type: ignore[arg-type]
         D = _sum_f_minus_f0(div, y, qb, f0, axis_name) - _sum_f_minus_f0(div, p, qb, f0, axis_name)
     else:
         qd = jnp.ones_like(p) if qb is None else qb

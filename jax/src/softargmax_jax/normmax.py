@@ -53,14 +53,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
-from ._checks import check_array, check_axis, compute_dtype
-from ._solver import solve
+from ._checks import check_array, check_axis, check_row_param, compute_dtype
+from ._solver import RowAlpha, solve
 from .budget import _solve as _budget_solve
+from .budget import check_budget
 from .divergences import AlphaDivergence
 from .losses import check_example_loss, example_rows, weighted
 
@@ -69,16 +70,16 @@ Array = jax.Array
 __all__ = ["normmax", "normmax_loss", "budget_sparsemax_loss"]
 
 
-def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 1 <= alpha < math.inf:
-        raise ValueError(f"alpha must be a finite number >= 1, got {alpha!r}")
-    return float(alpha)
-
-
-def _check_budget(budget: Any) -> float:
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < math.inf:
-        raise ValueError(f"budget must be a finite number > 0, got {budget!r}")
-    return float(budget)
+def _check_alpha(alpha: Any, x: Array, axis: int) -> Union[float, Array]:
+    """α as a float, or as an array of one α per row broadcast to ``x``'s shape with size 1 along ``axis``;
+    a ``TypeError`` or ``ValueError`` naming it otherwise (values checked where not traced)."""
+    if isinstance(alpha, bool):
+        raise TypeError("alpha must be a number or a floating array, got a bool")
+    if isinstance(alpha, (int, float)):
+        if not 1 <= alpha < math.inf:
+            raise ValueError(f"alpha must be a finite number >= 1, got {alpha!r}")
+        return float(alpha)
+    return check_row_param(alpha, x, axis, "alpha", minimum=1.0, strict=False)
 
 
 def _argmax_rows(z: Array) -> Array:
@@ -91,12 +92,18 @@ def _argmax_rows(z: Array) -> Array:
     return jnp.where(bad, jnp.nan, p)
 
 
-def _normmax_solve(alpha: float, z: Array) -> tuple[Array, Array]:
-    """``(p, ‖p‖_α)`` of the rows ``z`` (last axis) for α > 1 (``[..., k]``, ``[..., 1]``)."""
+def _normmax_solve(alpha: Union[float, Array], z: Array) -> tuple[Array, Array]:
+    """``(p, ‖p‖_α)`` of the rows ``z`` (last axis) for α > 1, a number or one per row ``[..., 1]``
+    (``[..., k]``, ``[..., 1]``)."""
+    m = jnp.max(z, -1, keepdims=True)
+    # shift-invariant: the exact differences to the row's maximum, before the division by α' - 1 (which would
+    # round a large offset, 1e4 in float32 costing 1e-4 of p)
+    z = z - jnp.where(jnp.isfinite(m), m, 0.0)
     a_prime = (alpha - 1.0) / alpha  # α' - 1 = 1/β
-    sol = solve(z / a_prime, AlphaDivergence(1.0 + a_prime))
+    div = AlphaDivergence(1.0 + a_prime) if isinstance(alpha, float) else RowAlpha(1.0 + a_prime, below_two=True)
+    sol = solve(z / a_prime, div)
     g = jnp.where(sol.finite, sol.p, 0.0)  # [x - τ]_+^β
-    r = jnp.sqrt(g) if alpha == 2.0 else g ** (1.0 / alpha)
+    r = jnp.sqrt(g) if isinstance(alpha, float) and alpha == 2.0 else g ** (1.0 / alpha)
     R = jnp.sum(r, -1, keepdims=True)
     tiny = jnp.finfo(r.dtype).tiny
     p = r / jnp.maximum(R, tiny)  # all-masked rows: r = 0, p = 0
@@ -113,11 +120,15 @@ def _normmax_rows(alpha: float, z: Array) -> Array:
 
 @_normmax_rows.defjvp
 def _normmax_rows_jvp(alpha: float, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    (z,), (dz,) = primals, tangents
+    return _normmax_tangent(alpha, primals[0], tangents[0])
+
+
+def _normmax_tangent(alpha: Union[float, Array], z: Array, dz: Array) -> tuple[Array, Array]:
+    """``(p, J dz)`` of normmax for α > 1 (a number or ``[..., 1]``)."""
     p, norm = _normmax_solve(alpha, z)
     supp = p > 0
     base = jnp.where(supp, p, 1.0)
-    w = jnp.ones_like(p) if alpha == 2.0 else base ** (2.0 - alpha)
+    w = jnp.ones_like(p) if isinstance(alpha, float) and alpha == 2.0 else base ** (2.0 - alpha)
     s = jnp.where(supp, w, 0.0) * (norm ** (alpha - 1.0) / (alpha - 1.0))
     v = jnp.where(supp, dz, 0.0)  # off the support the tangent plays no part (and never leaks a NaN)
     c = jnp.sum(p * v, -1, keepdims=True)
@@ -125,6 +136,26 @@ def _normmax_rows_jvp(alpha: float, primals: tuple, tangents: tuple) -> tuple[Ar
     dp = s * vc - p * jnp.sum(s * vc, -1, keepdims=True)
     # NaN rows: NaN, by a term linear in dz (a constant NaN would vanish when reverse mode transposes it)
     return p, dp + dz * jnp.where(jnp.isnan(p), jnp.nan, 0.0)
+
+
+@jax.custom_jvp
+def _normmax_rows_array(z: Array, alpha: Array) -> Array:
+    """One α >= 1 per row (``[..., 1]``, a constant); the rows with α = 1 take the argmax (α = 2 stands in
+    for them in the solve)."""
+    one = alpha == 1
+    p, _ = _normmax_solve(jnp.where(one, 2.0, alpha), z)
+    return jnp.where(one, _argmax_rows(z), p)
+
+
+@functools.partial(_normmax_rows_array.defjvp, symbolic_zeros=True)
+def _normmax_rows_array_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    (z, alpha), dz = primals, tangents[0]  # α is not differentiated
+    one = alpha == 1
+    if isinstance(dz, jax.custom_derivatives.SymbolicZero):
+        return _normmax_rows_array(z, alpha), jnp.zeros_like(z)
+    p, dp = _normmax_tangent(jnp.where(one, 2.0, alpha), z, dz)
+    p1 = _argmax_rows(z)
+    return jnp.where(one, p1, p), jnp.where(one, dz * jnp.where(jnp.isnan(p1), jnp.nan, 0.0), dp)
 
 
 @jax.custom_jvp
@@ -138,7 +169,7 @@ def _argmax_diff_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
     return p, tangents[0] * jnp.where(jnp.isnan(p), jnp.nan, 0.0)  # piecewise constant; NaN rows stay NaN
 
 
-def normmax(x: Array, alpha: float = 2.0, axis: int = -1) -> Array:
+def normmax(x: Array, alpha: Union[float, Array] = 2.0, axis: int = -1) -> Array:
     r"""α-normmax along ``axis``: the regularized argmax of a norm, sparse, and sparser as the scores grow.
 
     .. math::
@@ -152,7 +183,9 @@ def normmax(x: Array, alpha: float = 2.0, axis: int = -1) -> Array:
 
     Args:
         x: scores, any shape; ``-inf`` entries are excluded (probability 0, gradient 0).
-        alpha: a finite number ``>= 1`` (a constant: no derivative). Default: ``2.0``.
+        alpha: a finite number ``>= 1``, or a floating array of finite α ``>= 1`` with size 1 along ``axis``
+            and broadcastable to ``x`` (one α per row; rows with α = 1 take the argmax). A constant (no
+            derivative). Default: ``2.0``.
         axis: the axis that sums to one. Default: ``-1``.
 
     Returns:
@@ -167,6 +200,9 @@ def normmax(x: Array, alpha: float = 2.0, axis: int = -1) -> Array:
         [1. 0. 0.]
         >>> print(np.asarray(sj.normmax(jnp.array([2.0, 2.0, 1.0]), alpha=1.0)))  # the argmax, uniform over ties
         [0.5 0.5 0. ]
+        >>> print(np.round(np.asarray(sj.normmax(jnp.stack([x, x]), jnp.array([[2.0], [1.0]]))), 4))  # one α per row
+        [[0.5714 0.4286 0.    ]
+         [1.     0.     0.    ]]
 
     References:
         Saul Santos, Vlad Niculae, Daniel McNamee and André F. T. Martins, *Sparse and Structured Hopfield
@@ -174,8 +210,10 @@ def normmax(x: Array, alpha: float = 2.0, axis: int = -1) -> Array:
     """
     x = check_array(x, "x")
     axis = check_axis(x, axis)
-    alpha = _check_alpha(alpha)
-    return _normmax_jit(alpha, x, axis)
+    a = _check_alpha(alpha, x, axis)
+    if isinstance(a, float):
+        return _normmax_jit(a, x, axis)
+    return _normmax_array_jit(x, a, axis)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
@@ -183,6 +221,14 @@ def _normmax_jit(alpha: float, x: Array, axis: int) -> Array:
     z = jnp.moveaxis(x.astype(compute_dtype(x.dtype)), axis, -1)
     p = _argmax_diff(z) if alpha == 1.0 else _normmax_rows(alpha, z)
     return jnp.moveaxis(p, -1, axis).astype(x.dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _normmax_array_jit(x: Array, alpha: Array, axis: int) -> Array:
+    dtype = compute_dtype(x.dtype)
+    z = jnp.moveaxis(x.astype(dtype), axis, -1)
+    a = jnp.moveaxis(jax.lax.stop_gradient(alpha), axis, -1).astype(dtype)
+    return jnp.moveaxis(_normmax_rows_array(z, a), -1, axis).astype(x.dtype)
 
 
 # -- losses -------------------------------------------------------------------------------------------------
@@ -193,26 +239,43 @@ def _dot_positive(theta: Array, w: Array) -> Array:
     return jnp.sum(jnp.where(w > 0, theta * w, 0.0), -1)
 
 
-def _alpha_norm(p: Array, alpha: float) -> Array:
-    """``‖p‖_α`` of the rows of ``p >= 0``."""
+def _alpha_norm(p: Array, alpha: Union[float, Array]) -> Array:
+    """``‖p‖_α`` of the rows of ``p >= 0`` (α a number or ``[..., 1]``)."""
     pos = p > 0
-    return jnp.sum(jnp.where(pos, jnp.where(pos, p, 1.0) ** alpha, 0.0), -1) ** (1.0 / alpha)
+    total = jnp.sum(jnp.where(pos, jnp.where(pos, p, 1.0) ** alpha, 0.0), -1)
+    return total ** (1.0 / (alpha if isinstance(alpha, float) else alpha[..., 0]))
 
 
-def _row_values(kind: tuple[str, float], theta: Array, y: Array) -> tuple[Array, Array]:
-    """``(loss, p)`` of the rows ``theta`` (last axis) and dense targets ``y``."""
-    name, param = kind
+def _argmax_values(theta: Array, theta_y: Array, y: Array) -> tuple[Array, Array]:
+    """α = 1: ``(loss, p)`` with ``p`` the argmax (uniform over ties) and the loss ``max θ - ⟨θ, y⟩``."""
+    p = _argmax_rows(theta)
+    m = jnp.max(theta, -1)
+    live = m > -jnp.inf  # ⟨θ, p⟩ = max θ and ‖p‖_1 = 1 (0 and 0 for an all-masked row)
+    loss = jnp.where(live, m, 0.0) - theta_y + jnp.sum(y, -1) - live.astype(theta.dtype)
+    return jnp.where(jnp.any(jnp.isnan(p), -1), jnp.nan, loss), p
+
+
+def _row_values(kind: tuple[str, Optional[float]], theta: Array, y: Array,
+                row_param: Optional[Array] = None) -> tuple[Array, Array]:
+    """``(loss, p)`` of the rows ``theta`` (last axis) and dense targets ``y``; the parameter (α or the
+    budget) is ``kind[1]``, or one per row ``row_param`` (``[..., 1]``) where ``kind[1]`` is ``None``."""
+    name = kind[0]
+    param: Union[float, Array] = row_param if kind[1] is None else kind[1]  # type: ignore[assignment]
     m = jnp.max(theta, -1, keepdims=True)
     # exact differences: the loss is shift-invariant where it is finite (Σ p = Σ y = 1 there), and a large
     # offset would otherwise cost its rounding in ⟨θ, p - y⟩
     theta = theta - jnp.where(jnp.isfinite(m), m, 0.0)
     theta_y = _dot_positive(theta, y)
-    if name == "normmax" and param == 1.0:
-        p = _argmax_rows(theta)
-        m = jnp.max(theta, -1)
-        live = m > -jnp.inf  # ⟨θ, p⟩ = max θ and ‖p‖_1 = 1 (0 and 0 for an all-masked row)
-        loss = jnp.where(live, m, 0.0) - theta_y + jnp.sum(y, -1) - live.astype(theta.dtype)
-        return jnp.where(jnp.any(jnp.isnan(p), -1), jnp.nan, loss), p
+    if name == "normmax" and isinstance(param, float) and param == 1.0:
+        return _argmax_values(theta, theta_y, y)
+    if name == "normmax" and not isinstance(param, float):
+        one = param == 1  # these rows: the argmax; the others: normmax (α = 2 stands in for α = 1)
+        alpha = jnp.where(one, 2.0, param)
+        p, _ = _normmax_solve(alpha, theta)
+        loss = _dot_positive(theta, p) - theta_y + _alpha_norm(y, alpha) - _alpha_norm(p, alpha)
+        loss = jnp.where(jnp.any(jnp.isnan(p), -1), jnp.nan, loss)
+        loss1, p1 = _argmax_values(theta, theta_y, y)
+        return jnp.where(one[..., 0], loss1, loss), jnp.where(one, p1, p)
     if name == "normmax":
         p, _ = _normmax_solve(param, theta)
         omega_p, omega_y = _alpha_norm(p, param), _alpha_norm(y, param)
@@ -228,39 +291,44 @@ def _row_values(kind: tuple[str, float], theta: Array, y: Array) -> tuple[Array,
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _loss_rows(kind: tuple[str, float], theta: Array, y: Array) -> Array:
-    return _row_values(kind, theta, y)[0]
+def _loss_rows(kind: tuple[str, Optional[float]], theta: Array, y: Array, row_param: Optional[Array]) -> Array:
+    return _row_values(kind, theta, y, row_param)[0]
 
 
 @functools.partial(_loss_rows.defjvp, symbolic_zeros=True)
-def _loss_rows_jvp(kind: tuple[str, float], primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    theta, y = primals
+def _loss_rows_jvp(kind: tuple[str, Optional[float]], primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    theta, y, row_param = primals  # the labels and the parameter are constants
     dtheta = tangents[0]
-    loss, p = _row_values(kind, theta, y)
+    loss, p = _row_values(kind, theta, y, row_param)
     if isinstance(dtheta, jax.custom_derivatives.SymbolicZero):
         return loss, jnp.zeros_like(loss)
     grad = p - y
     return loss, jnp.sum(jnp.where(grad != 0, grad * dtheta, 0.0), -1)
 
 
-def _loss(kind: tuple[str, float], logits: Any, labels: Any, axis: int, label_smoothing: float,
+def _loss(name: str, param: Any, logits: Any, labels: Any, axis: int, label_smoothing: float,
           where: Optional[Any], ignore_index: Optional[int], weight: Optional[Any], multilabel: bool) -> Array:
     logits, labels, axis, label_smoothing, where, weight = check_example_loss(
         logits, labels, axis, label_smoothing, where, ignore_index, weight, multilabel)
-    return _loss_jit(kind, logits, labels, where, weight, axis, label_smoothing, ignore_index, multilabel)
+    p = _check_alpha(param, logits, axis) if name == "normmax" else check_budget(param, logits, axis)
+    kind, row_param = ((name, p), None) if isinstance(p, float) else ((name, None), p)
+    return _loss_jit(kind, logits, labels, where, weight, row_param, axis, label_smoothing, ignore_index,
+                     multilabel)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "axis", "label_smoothing", "ignore_index", "multilabel"))
-def _loss_jit(kind: tuple[str, float], logits: Array, labels: Array, where: Optional[Array],
-              weight: Optional[Array], axis: int, label_smoothing: float, ignore_index: Optional[int],
-              multilabel: bool) -> Array:
+def _loss_jit(kind: tuple[str, Optional[float]], logits: Array, labels: Array, where: Optional[Array],
+              weight: Optional[Array], row_param: Optional[Array], axis: int, label_smoothing: float,
+              ignore_index: Optional[int], multilabel: bool) -> Array:
     theta, y, labels, hard, keep = example_rows(logits, labels, where, axis, label_smoothing, ignore_index,
                                                 multilabel)
-    loss = _loss_rows(kind, theta, y)
+    if row_param is not None:  # [..., 1] in the rows' layout, a constant
+        row_param = jnp.moveaxis(jax.lax.stop_gradient(row_param), axis, -1).astype(theta.dtype)
+    loss = _loss_rows(kind, theta, y, row_param)
     return weighted(loss, weight, labels, y, hard, keep).astype(logits.dtype)
 
 
-def normmax_loss(logits: Array, labels: Array, alpha: float = 2.0, *, axis: int = -1, label_smoothing: float = 0.0,
+def normmax_loss(logits: Array, labels: Array, alpha: Union[float, Array] = 2.0, *, axis: int = -1, label_smoothing: float = 0.0,
                  where: Optional[Array] = None, ignore_index: Optional[int] = -100, weight: Optional[Array] = None,
                  multilabel: bool = False) -> Array:
     r"""The normmax loss, per example: the Fenchel–Young loss of α-normmax, :math:`\alpha \ge 1`.
@@ -277,7 +345,8 @@ def normmax_loss(logits: Array, labels: Array, alpha: float = 2.0, *, axis: int 
         logits: scores :math:`\theta`, any shape with the classes along ``axis``.
         labels: integer class indices (``logits``' shape without ``axis``), probability vectors
             (``logits``' shape), or 0/1 label sets with ``multilabel=True``.
-        alpha: a finite number ``>= 1`` (a constant). Default: ``2.0``.
+        alpha: a finite number ``>= 1``, or a floating array of finite α ``>= 1`` with size 1 along ``axis``
+            and broadcastable to ``logits`` (one α per example). A constant. Default: ``2.0``.
         axis, label_smoothing, where, ignore_index, weight, multilabel: as in
             :func:`~softargmax_jax.fenchel_young_loss` (defaults ``-1``, ``0.0``, ``None``, ``-100``,
             ``None``, ``False``).
@@ -301,11 +370,10 @@ def normmax_loss(logits: Array, labels: Array, alpha: float = 2.0, *, axis: int 
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    return _loss(("normmax", _check_alpha(alpha)), logits, labels, axis, label_smoothing, where, ignore_index,
-                 weight, multilabel)
+    return _loss("normmax", alpha, logits, labels, axis, label_smoothing, where, ignore_index, weight, multilabel)
 
 
-def budget_sparsemax_loss(logits: Array, labels: Array, budget: float = 2.0, *, axis: int = -1,
+def budget_sparsemax_loss(logits: Array, labels: Array, budget: Union[float, Array] = 2.0, *, axis: int = -1,
                           label_smoothing: float = 0.0, where: Optional[Array] = None,
                           ignore_index: Optional[int] = -100, weight: Optional[Array] = None,
                           multilabel: bool = False) -> Array:
@@ -323,7 +391,8 @@ def budget_sparsemax_loss(logits: Array, labels: Array, budget: float = 2.0, *, 
     Args:
         logits: scores :math:`\theta`, any shape with the classes along ``axis``.
         labels: integer class indices, probability vectors, or 0/1 label sets with ``multilabel=True``.
-        budget: :math:`B`, a finite number > 0 (a constant). Default: ``2.0``.
+        budget: :math:`B`, a finite number > 0, or a floating array of finite budgets > 0 with size 1 along
+            ``axis`` and broadcastable to ``logits`` (one budget per example). A constant. Default: ``2.0``.
         axis, label_smoothing, where, ignore_index, weight, multilabel: as in
             :func:`~softargmax_jax.fenchel_young_loss` (defaults ``-1``, ``0.0``, ``None``, ``-100``,
             ``None``, ``False``).
@@ -347,5 +416,4 @@ def budget_sparsemax_loss(logits: Array, labels: Array, budget: float = 2.0, *, 
         Mathieu Blondel, André F. T. Martins and Vlad Niculae, *Learning with Fenchel-Young Losses*,
         JMLR 2020, https://arxiv.org/abs/1901.02324
     """
-    return _loss(("budget", _check_budget(budget)), logits, labels, axis, label_smoothing, where, ignore_index,
-                 weight, multilabel)
+    return _loss("budget", budget, logits, labels, axis, label_smoothing, where, ignore_index, weight, multilabel)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from ._checks import check_array, check_axis, check_positive, check_q, compute_dtype, concrete
+from ._checks import check_array, check_axis, check_positive, check_q, check_row_param, compute_dtype, concrete
 from ._solver import RowAlpha, solve
 from .divergences import AlphaDivergence, ChiSquare, Divergence, get_divergence
 
@@ -354,27 +354,6 @@ def entmax15(x: Array, axis: int = -1) -> Array:
     return _normalized(x, AlphaDivergence(1.5), None, 1.0, axis)
 
 
-def _check_alpha_array(alpha: Any, x: Array, axis: int) -> Array:
-    alpha = jnp.asarray(alpha)
-    if not jnp.issubdtype(alpha.dtype, jnp.floating):
-        raise TypeError(f"alpha must be a number or a floating array, got {alpha.dtype}")
-    if alpha.ndim > x.ndim:
-        raise ValueError(f"alpha of shape {alpha.shape} has more dimensions than x {x.shape}")
-    shape = list(x.shape)
-    shape[axis] = 1
-    full = (1,) * (x.ndim - alpha.ndim) + tuple(alpha.shape)
-    if full[axis] != 1:
-        raise ValueError(f"alpha of shape {alpha.shape} must have size 1 along axis={axis} (one α per row)")
-    try:
-        jnp.broadcast_shapes(alpha.shape, tuple(shape))
-    except ValueError:
-        raise ValueError(f"alpha of shape {alpha.shape} is not broadcastable to x's rows {tuple(shape)}") from None
-    v = concrete(alpha)
-    if v is not None and not bool(np.all((v > 0) & np.isfinite(v))):
-        raise ValueError("alpha must be finite and > 0 everywhere")
-    return jnp.broadcast_to(alpha, tuple(shape))
-
-
 def entmax(x: Array, alpha: Union[Number, Array] = 1.5, axis: int = -1) -> Array:
     r"""α-entmax for any α > 0: softmax at 1, sparsemax at 2, sparse for α > 1; α may be one per row.
 
@@ -425,7 +404,7 @@ def entmax(x: Array, alpha: Union[Number, Array] = 1.5, axis: int = -1) -> Array
         return _normalized(x, AlphaDivergence(alpha), None, 1.0, axis)
     if isinstance(alpha, bool):
         raise TypeError("alpha must be a number or a floating array, got a bool")
-    return _entmax_array(x, _check_alpha_array(alpha, x, axis), axis)
+    return _entmax_array(x, check_row_param(alpha, x, axis, "alpha"), axis)
 
 
 @functools.partial(jax.jit, static_argnames=("axis",))

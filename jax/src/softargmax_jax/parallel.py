@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from ._checks import check_array, check_q, compute_dtype
+from ._checks import check_array, check_q, check_row_param, compute_dtype
 from .divergences import Divergence
 from .losses import LossSpec, apply_softcap, check_class_weight, check_softcap, resolve_loss, row_values
 
@@ -34,18 +34,36 @@ __all__ = ["vocab_parallel_fenchel_young_loss"]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _parallel_rows(spec: LossSpec, axis_name: str, theta: Array, y: Array, q: Optional[Array]) -> Array:
-    return row_values(spec, theta, y, q, axis_name)[0]
+def _parallel_rows(spec: LossSpec, axis_name: str, theta: Array, y: Array, q: Optional[Array],
+                   row_alpha: Optional[Array]) -> Array:
+    return row_values(spec, theta, y, q, axis_name, row_alpha)[0]
 
 
 @_parallel_rows.defjvp
 def _parallel_rows_jvp(spec: LossSpec, axis_name: str, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    theta, y, q = primals
+    theta, y, q, row_alpha = primals  # y, q and α are constants
     dtheta = tangents[0]
-    loss, p = row_values(spec, theta, y, q, axis_name)
+    loss, p = row_values(spec, theta, y, q, axis_name, row_alpha)
     grad = p - y
     local = jnp.sum(jnp.where(grad != 0, grad * dtheta, 0.0), -1)
     return loss, jax.lax.psum(local, axis_name)
+
+
+def _resolve(mapping: Union[str, Divergence], temperature: Any, logits: Array,
+             params: dict[str, Any]) -> tuple[LossSpec, Optional[Array]]:
+    """The loss's :class:`LossSpec`, and the per-row α (``logits``' shape with size 1 along the last axis) where
+    ``"entmax"`` or ``"alpha"`` is given an array ``alpha`` (as the PyTorch package's vocabulary-parallel loss
+    takes it, a constant), else ``None``."""
+    alpha = params.get("alpha")
+    if mapping not in ("entmax", "alpha") or alpha is None or isinstance(alpha, (bool, int, float)):
+        return resolve_loss(mapping, temperature, **params), None
+    if set(params) - {"alpha"}:
+        raise ValueError(f"mapping={mapping!r}: unexpected parameters {sorted(set(params) - {'alpha'})}")
+    if logits.ndim == 0:
+        raise ValueError("logits must have at least one dimension (the classes, last)")
+    row_alpha = check_row_param(alpha, logits, logits.ndim - 1, "alpha", minimum=1.0 if mapping == "entmax" else 0.0,
+                                strict=mapping != "entmax")
+    return resolve_loss(mapping, temperature, alpha=1.5), row_alpha  # the temperature checked; α per row
 
 
 def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Union[str, Divergence] = "entmax15",
@@ -72,7 +90,10 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
             devices), or with ``multilabel`` of 0/1 label sets (the target uniform over a row's labels on every
             device); sharded as the logits are. Constants; their values are not checked (they are traced inside
             ``shard_map``).
-        mapping: as in :func:`~softargmax_jax.fenchel_young_loss`. Default: ``"entmax15"``.
+        mapping: as in :func:`~softargmax_jax.fenchel_young_loss`; with ``"entmax"`` (α ``>= 1``) or ``"alpha"``
+            (α ``> 0``), ``alpha=`` may also be a floating array of one α per row, ``logits``' shape with size 1
+            along the last axis or broadcastable to it (a constant, as the PyTorch package's vocabulary-parallel
+            loss takes it). Default: ``"entmax15"``.
         axis_name: the mapped axis the classes are split over.
         q: this device's slice of the reference measure, positive, broadcastable to ``logits`` (a
             constant). Default: ``None``.
@@ -127,7 +148,7 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
         raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
-    spec = resolve_loss(mapping, temperature, **params)
+    spec, row_alpha = _resolve(mapping, temperature, logits, params)
     softcap = check_softcap(softcap)
     q = check_q(q, logits)
     if q is not None and spec.relu is not None:
@@ -153,7 +174,8 @@ def vocab_parallel_fenchel_young_loss(logits: Array, labels: Array, mapping: Uni
         n = jax.lax.psum(jnp.sum(allowed, -1, keepdims=True), axis_name)
         y = (1 - label_smoothing) * y + label_smoothing * allowed / jnp.where(n > 0, n, 1.0)
     qt = None if q is None else jax.lax.stop_gradient(jnp.broadcast_to(q, theta.shape).astype(theta.dtype))
-    loss = _parallel_rows(spec, axis_name, theta, y, qt)
+    ra = None if row_alpha is None else jax.lax.stop_gradient(row_alpha).astype(theta.dtype)
+    loss = _parallel_rows(spec, axis_name, theta, y, qt, ra)
     if weight is not None:
         w = jax.lax.stop_gradient(weight).astype(theta.dtype)
         if hard:
