@@ -261,3 +261,21 @@ def test_loss_value_of_offset_float32_rows_matches_float64(loss, offset):
         got = fn(x, y)
         want = fn(x.double(), y.double() if y.is_floating_point() else y)
         assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5), (got, want)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 3.0, "rows"])
+def test_large_offsets_keep_their_digits(alpha):
+    """normmax is invariant to shifting a row, and each row is shifted by its maximum before the division by
+    α' - 1: float32 rows offset by 1e4 give the float64 normmax of the unshifted rows to float32 rounding
+    (dividing first lost up to 6e-4 of p), on the eager and the traceable paths, a scalar α or one α per row."""
+    from softargmax.operators.normmax import normmax_graph
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 40, generator=g, dtype=torch.float64) * 2
+    x[1, 3:7] = -math.inf
+    a = torch.tensor([[1.5], [2.0], [3.0], [1.2], [2.5]], dtype=torch.float64) if alpha == "rows" else alpha
+    big = (x + 1e4).float()
+    ref = sa.normmax(big.double() - 1e4, a)  # the float32 rows' own values, shifted back exactly in float64
+    a32 = a.float() if isinstance(a, torch.Tensor) else a
+    for out in (sa.normmax(big, a32), normmax_graph(big, a32, 1)):
+        torch.testing.assert_close(out.double(), ref, rtol=0.0, atol=3e-6)

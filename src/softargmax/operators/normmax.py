@@ -71,7 +71,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_alpha, check_dim, check_tensor, compute_dtype
-from .._utils.rows import Rows
+from .._utils.rows import Rows, shift_by_row_max
 from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode, values_checkable
 from ..divergences import AlphaDivergence, get_divergence
 from ..solvers.threshold import Solution, solve
@@ -201,16 +201,18 @@ def normmax_rows(z: Tensor, alpha: Union[float, Tensor]) -> tuple[Tensor, Tensor
     """
     a_prime: Union[float, Tensor]
     inv_alpha: Union[float, Tensor]
+    # each row shifted by its maximum first (normmax is invariant to it): a large offset divided by α' - 1
+    # would otherwise lose the scores' digits (float32 rows offset by 1e4 lost up to 6e-4 of p)
     if isinstance(alpha, Tensor):
         a_prime = (alpha - 1) / alpha  # α' - 1 = 1/β, per row
-        sol = solve_grouped(z / a_prime, 1 + a_prime)
+        sol = solve_grouped(shift_by_row_max(z) / a_prime, 1 + a_prime)
         inv_alpha = 1.0 / alpha
     else:
         a_prime = (alpha - 1.0) / alpha
         # on CPU the pruned solution: the power and the normalization then cost only the
         # candidates (the fused CPU solver's dense rows would make them full-size, and
         # transcendental functions of the many zeros are slow); on GPU the Triton kernels
-        sol = solve(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime), candidates_only=True)
+        sol = solve(shift_by_row_max(z, a_prime), get_divergence("alpha", alpha=1.0 + a_prime), candidates_only=True)
         inv_alpha = 1.0 / alpha
     p, norm = _normalize_candidates(sol, inv_alpha)
     return p, norm, sol
@@ -424,7 +426,7 @@ def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
         a = torch.where(one, torch.full_like(a, 2.0), a)  # rows with α = 1: the argmax, below
         a_primes = (a - 1) / a  # α' per row
         # the scaled scores rounded to z's dtype, as the eager path scales them
-        g = solve_rows((z / a_primes.to(z.dtype)).to(torch.float64), AlphaDivergence(1 + a_primes))
+        g = solve_rows((shift_by_row_max(z) / a_primes.to(z.dtype)).to(torch.float64), AlphaDivergence(1 + a_primes))
         r = g.pow(1 / a)
     else:
         one = None
@@ -432,7 +434,7 @@ def normmax_graph(x: Tensor, alpha: Union[float, Tensor], dim: int) -> Tensor:
             r = argmax_rows(z)[0]
         else:
             a_prime = (alpha - 1.0) / alpha
-            g = solve_rows(z / a_prime, get_divergence("alpha", alpha=1.0 + a_prime))
+            g = solve_rows(shift_by_row_max(z) / a_prime, get_divergence("alpha", alpha=1.0 + a_prime))
             r = torch.sqrt(g) if alpha == 2.0 else g.pow(1.0 / alpha)
     p = r / r.sum(-1, keepdim=True).clamp_min(torch.finfo(r.dtype).tiny)
     keep = (z > -math.inf).any(-1, keepdim=True) | (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
