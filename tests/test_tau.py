@@ -1,5 +1,7 @@
 """Threshold estimation for alpha-ReLU: Tezekbayev et al., 2022, Table 3, Monte Carlo, calibration."""
 
+import math
+
 import pytest
 import torch
 
@@ -66,3 +68,13 @@ def test_calibrating_module_and_errors():
         T.gaussian(1, 1.0)
     with pytest.raises(ValueError, match=r"alpha=1.5 only"):
         T.gaussian(100, 1.0, alpha=2.0, method="paper")
+
+
+@pytest.mark.parametrize("alpha", [1.0001, 1.5, 2.0, 2.5, 3.0])
+def test_entmax_threshold_of_nan_and_inf_rows_is_nan(alpha):
+    """A row with a NaN or ``+inf`` score has NaN as its threshold for every α (α-entmax gives NaN there), an
+    all-``-inf`` row -1, and the other rows are unchanged."""
+    x = torch.tensor([[1.0, math.nan, 0.0], [1.0, math.inf, 0.0], [1.0, 2.0, 3.0], [-math.inf] * 3])
+    tau = T.entmax_threshold(x, alpha)
+    assert torch.isnan(tau[:2]).all() and tau[3] == -1.0
+    assert tau[2] == T.entmax_threshold(x[2:3], alpha)[0]

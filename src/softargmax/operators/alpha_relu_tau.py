@@ -51,7 +51,8 @@ def entmax_threshold(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tenso
         dim: the dimension of the classes. Default: ``-1``.
 
     Returns:
-        the thresholds, of ``logits``' shape without ``dim``.
+        the thresholds, of ``logits``' shape without ``dim``: NaN for a row with a NaN or ``+inf``
+        score, -1 for a row that is entirely ``-inf``.
 
     Shape:
         - logits: :math:`(*, k, *)` with :math:`k` along ``dim``.
@@ -81,6 +82,8 @@ def entmax_threshold(logits: Tensor, alpha: float = 1.5, dim: int = -1) -> Tenso
     rows = Rows(logits.detach(), dim)
     sol = solve(rows.flat, get_divergence("alpha", alpha=alpha))
     tau_e = (alpha - 1) * sol.tau - 1  # τ_e = (α-1) τ_f - 1
+    bad = (torch.isnan(rows.flat) | (rows.flat == math.inf)).any(-1, keepdim=True)  # NaN, as every solver's rows
+    tau_e = torch.where(bad, torch.full_like(tau_e, math.nan), tau_e)
     return tau_e.reshape(rows.moved_shape[:-1])
 
 
