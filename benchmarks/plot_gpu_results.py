@@ -22,7 +22,8 @@ from typing import Any
 
 OPERATOR_NAMES = {"sparsemax": "sparsemax", "entmax15": "1.5-entmax", "entmax_a1.3": "α = 1.3",
                   "f_jensen_shannon": "Jensen–Shannon", "f_squared_hellinger": "Hellinger", "alpha_relu": "α-ReLU"}
-LOSS_NAMES = {"sparsemax_loss": "sparsemax", "entmax15_loss": "1.5-entmax", "entmax_loss_a1.3": "α = 1.3"}
+LOSS_NAMES = {"sparsemax_loss": "sparsemax", "entmax15_loss": "1.5-entmax", "entmax_loss_a1.3": "α = 1.3",
+              "alpha_relu_loss": "α-ReLU (α = 1.5)", "entmax15_loss_ls0.1": "1.5-entmax, label smoothing 0.1 (vs CE with it)"}
 FUSED_NAMES = {"ours_kl": "ours, KL (softmax)", "ours_entmax15": "ours, 1.5-entmax", "torch_linear_ce": "torch linear + CE",
                "liger_flce": "Liger fused linear CE", "cce": "Cut-Cross-Entropy"}
 ATTENTION_NAMES = {"sdpa": "SDPA", "fused_entmax15": "ours, fused 1.5-entmax", "fused_learned_alpha": "ours, learned α",

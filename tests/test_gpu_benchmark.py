@@ -31,7 +31,9 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
         assert c["first_call_ms"] > 0 and c["softmax_first_call_ms"] > 0  # the first call, apart from the steady state
     assert all(c["first_call_ms"] > 0 and c["cross_entropy_first_call_ms"] > 0 for c in result["loss_cases"])
     assert result["fused"]["fused"]["first_call_ms"] > 0 and result["fused"]["unfused"]["first_call_ms"] > 0
-    assert {c["op"] for c in result["loss_cases"]} == {"sparsemax_loss", "entmax15_loss", "entmax_loss_a1.3"}
+    assert {c["op"] for c in result["loss_cases"]} == {"sparsemax_loss", "entmax15_loss", "entmax_loss_a1.3",
+                                                       "alpha_relu_loss", "entmax15_loss_ls0.1"}
+    assert {c["baseline"] for c in result["loss_cases"] if c["op"].endswith("_ls0.1")} == {"cross_entropy_ls0.1"}
     assert result["fused"]["time_ratio"] > 0
     (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)
     impls = case["impls"]
