@@ -13,6 +13,8 @@
 #   bench-operators, bench-losses, bench-fused, bench-attention, bench-peers
 #                    benchmarks/run_gpu.py --only SECTION, one process each          -> bench/gpu-SECTION.json
 #                    (each JSON is rewritten after every case: a killed section keeps what it finished)
+#   bench-jax        benchmarks/run_cpu_jax.py on the device JAX finds (XLA on the GPU where a CUDA jaxlib is
+#                    installed): the JAX operators and losses against jax.nn.softmax and optax  -> bench/gpu-jax.json
 #   compile-report   benchmarks/compile_report.py --quick: the kernels built for sm_90 with this machine's
 #                    Triton (registers, spills, shared memory, barriers, CTAs per SM; needs no GPU)
 #                                                                                    -> compile-report.json
@@ -46,7 +48,7 @@
 # unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
 
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     usage
@@ -58,10 +60,10 @@ shift
 die() { echo "gpu_all.sh: $*" >&2; exit 2; }
 is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 
-ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers
+ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax
            compile-report tests tests-compile smoke translation-gpu lm-gpu)
 declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
-                [bench-attention]=150 [bench-peers]=75 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
+                [bench-attention]=150 [bench-peers]=75 [bench-jax]=45 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
                 [translation-gpu]=100000 [lm-gpu]=100000)
 # the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
 declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
@@ -115,7 +117,7 @@ if [ -n "$STEPS" ]; then
     IFS=, read -r -a wanted <<< "$STEPS"
     for s in "${wanted[@]}"; do
         case "$s" in
-            bench) for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do SELECTED[$b]=1; done ;;
+            bench) for b in bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax; do SELECTED[$b]=1; done ;;
             *) [ -n "${CAP[$s]+x}" ] || die "--steps: unknown step '$s' (steps: ${ALL_STEPS[*]}, bench)"
                SELECTED[$s]=1 ;;
         esac
@@ -126,7 +128,7 @@ else
     [ -n "$LM_RUNS" ] || unset 'SELECTED[lm-gpu]'
     if [ "$SKIP_TESTS" -eq 1 ]; then unset 'SELECTED[tests]' 'SELECTED[tests-compile]'; fi
     if [ "$SKIP_BENCH" -eq 1 ]; then
-        for b in bench-operators bench-losses bench-fused bench-attention bench-peers; do unset "SELECTED[$b]"; done
+        for b in bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax; do unset "SELECTED[$b]"; done
     fi
 fi
 
@@ -166,6 +168,7 @@ if [ "$DRY_RUN" -eq 1 ]; then
     DEVICE=cpu
     SITE=$WORK/site
     BENCH_ARGS=(--device cpu --smoke)
+    JAX_BENCH_ARGS=(--rows 4 --sizes 256 --rounds 2)
     XDIST=2
     XDIST_COMPILE=2
     # a few quick GPU tests; on the CPU the full `-m gpu` set runs the kernels in Triton's interpreter (minutes)
@@ -178,6 +181,7 @@ else
     DEVICE=cuda
     SITE=/tmp/site
     BENCH_ARGS=()
+    JAX_BENCH_ARGS=(--rows 64 --sizes 1024 32768 131072 --rounds 9)
     # 16 cores: 8 workers, each with its own CUDA context and Triton compiles; the on-disk Triton
     # cache is shared, so a kernel compiled by one worker is loaded, not rebuilt, by the others
     XDIST=8
@@ -403,6 +407,7 @@ for section in operators losses fused attention peers; do
     step "bench-$section" "$PY" benchmarks/run_gpu.py --only "$section" "${BENCH_ARGS[@]}" \
         --json "$WORK/bench/gpu-$section.json"
 done
+step bench-jax "$PY" benchmarks/run_cpu_jax.py "${JAX_BENCH_ARGS[@]}" --json "$WORK/bench/gpu-jax.json"
 
 # the compile report needs no GPU: it runs even where CUDA is missing
 step compile-report "$PY" benchmarks/compile_report.py "${REPORT_ARGS[@]}" --json "$WORK/compile-report.json"
