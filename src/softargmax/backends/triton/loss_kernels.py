@@ -26,7 +26,7 @@ The target is a class index per row (``y`` one-hot) or dense float32 rows.
 import triton
 import triton.language as tl
 
-from .row_kernels import _relu_power
+from .row_kernels import relu_power
 
 
 @triton.jit
@@ -148,7 +148,7 @@ def alpha_relu_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, SPT, ZY, YA, k, stride_z
         z = tl.load(zrow + cols, mask=mask, other=float("-inf")).to(tl.float32)
         u = a * z - tau
         t = tl.where(u > 0, u, tl.where(u == u, 0.0, u))  # [u]_+, NaN kept
-        p = tl.where(t == t, _relu_power(t, a, EXACT), t)
+        p = tl.where(t == t, relu_power(t, a, EXACT), t)
         spt += tl.where(t > 0, p * t, tl.where(t == t, 0.0, t))
         if HAS_DENSE:
             y = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)

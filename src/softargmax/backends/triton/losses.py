@@ -112,7 +112,7 @@ def alpha_relu_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tens
     ``out`` (``z`` itself for in place; default a new tensor), the float32 ``[R]`` row sums (``Σ y^α``
     with a dense target only, else ``None``: 1 for class indices); or ``None`` where not covered
     (``1 < α <= 2``, as the elementwise α-ReLU kernels)."""
-    from .rows import _relu_exact
+    from .rows import relu_exact
 
     if not covers(z, index, dense) or not 0.0 < alpha - 1.0 <= 1.0:
         return None
@@ -124,7 +124,7 @@ def alpha_relu_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tens
     a = alpha - 1.0
     _module().alpha_relu_gradient_rows[(R,)](z, G, idx, y, keep8, sc, spt, zy, ya, k, z.stride(0), G.stride(0), sy,
                                              a, tau, alpha, HAS_DENSE=dense is not None,
-                                             HAS_SCALE=scale is not None, EXACT=_relu_exact(a),
+                                             HAS_SCALE=scale is not None, EXACT=relu_exact(a),
                                              BLOCK=SOFTMAX_BLOCK, num_warps=8)
     return G, spt, zy, ya if dense is not None else None
 

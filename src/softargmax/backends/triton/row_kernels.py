@@ -607,7 +607,7 @@ def jvp_long_rows(P, V, G, ALPHA, k, a_value, scale, KIND: tl.constexpr, EXACT: 
 
 
 @triton.jit
-def _relu_power(t, a, EXACT: tl.constexpr):
+def relu_power(t, a, EXACT: tl.constexpr):
     """``t^{1/a}`` for ``t >= 0``."""
     if EXACT == 1:
         y = t
@@ -626,7 +626,7 @@ def alpha_relu_forward(X, Y, n, a, tau, EXACT: tl.constexpr, BLOCK: tl.constexpr
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     u = a * x - tau
     t = tl.where(u > 0, u, tl.where(u == u, 0.0, u))
-    y = tl.where(t == t, _relu_power(t, a, EXACT), t)
+    y = tl.where(t == t, relu_power(t, a, EXACT), t)
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 

@@ -49,7 +49,7 @@ from ..switch import Switch
 from .launch import current_rows
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows", "solve_gradient",
-           "alpha_relu_forward", "alpha_relu_backward"]
+           "alpha_relu_forward", "alpha_relu_backward", "relu_exact"]
 
 #: rows up to this length are held in registers (one read of the scores)
 BLOCK_ROWS_MAX = 16384
@@ -264,7 +264,7 @@ def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Te
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, _relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+    return _run(z, kind, relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
 
 
 def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
@@ -300,7 +300,9 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
     return _run(z, KIND_POWER, 0, alpha, 1.0, 1.0, 0.0, 1.0, True)
 
 
-def _relu_exact(a: float) -> int:
+def relu_exact(a: float) -> int:
+    """The α-ReLU kernels' ``EXACT`` for ``a = α - 1``: 1 (α = 2, ``p = t``), 2 (α = 1.5, ``p = t²``), else 0
+    (the general power ``t^{1/a}`` by ``exp2``/``log2``)."""
     return 1 if a == 1.0 else 2 if a == 0.5 else 0
 
 
@@ -312,7 +314,7 @@ def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
     xc = x.contiguous()
     y = torch.empty_like(xc)
     n = xc.numel()
-    _module().alpha_relu_forward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, y, n, a, tau, EXACT=_relu_exact(a),
+    _module().alpha_relu_forward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, y, n, a, tau, EXACT=relu_exact(a),
                                                                        BLOCK=ELEMENTWISE_BLOCK)
     return y
 
@@ -324,6 +326,6 @@ def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Te
     gy = grad.contiguous()
     gx = torch.empty_like(xc)
     n = xc.numel()
-    _module().alpha_relu_backward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, gy, gx, n, a, tau, EXACT=_relu_exact(a),
+    _module().alpha_relu_backward[(_cdiv(n, ELEMENTWISE_BLOCK),)](xc, gy, gx, n, a, tau, EXACT=relu_exact(a),
                                                                         BLOCK=ELEMENTWISE_BLOCK)
     return gx
