@@ -9,7 +9,8 @@ variable ``t`` (:mod:`softargmax.backends.triton.row_kernels`):
 
 (α-entmax, Peters, Niculae & Martins, *Sparse Sequence-to-Sequence Models*, ACL 2019,
 arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` fixes
-``t ∈ [-1, -n^{-a}]``: ``t = -1`` puts ``p = 1`` on the maximum alone.
+``t ∈ [-1, -n^{-a}]``: ``t = -1`` puts ``p = 1`` on the maximum alone.  ``S^a`` is convex and
+decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay below it and rise.
 
 **Forward** (:func:`attention_fwd`, one program per (batch·head, query block of
 ``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
@@ -17,15 +18,18 @@ arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` f
 
 1. a pass over the key blocks for the row maxima ``m``, storing per tile the bound
    ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) in ``BMAX``:
-   a tile where it is ``≤ 0`` is skipped from the first Newton pass on;
-2. Newton passes from ``t = -1`` (below the root), each accumulating ``Σp``, ``Σs`` (and
-   for 1.5-entmax the support size and smallest ``u``) per row over the key blocks; the
-   step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
+   a tile where it is ``≤ 0`` is skipped from the first Newton pass on.  The same pass bins the
+   scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_BINS`` wide in
+   ``a (z - m)``, anchored to the running maximum, each score counted in the bin just below it;
+2. Newton passes from the start :func:`_hist_start` (Newton steps on the binned row, in
+   registers: below the root, since lowered scores have a lower threshold), each accumulating
+   ``Σp``, ``Σs`` (and for 1.5-entmax the support size and smallest ``u``) per row over the key
+   blocks; the step is the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
    Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
-   closed-form root of the support's quadratic for 1.5-entmax), a row stops when
-   ``|Σp - 1| ≤ 2 ε_float32``, when its residual stops decreasing (rounding), when the step
-   vanishes, or after ``max_iter`` passes.  The loop runs while a row of the block goes on:
-   its length is set by the data, not fixed;
+   closed-form root of the support's quadratic for 1.5-entmax), a row stops (:func:`_step`) when
+   ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation), when its residual stops decreasing
+   (rounding), when the step vanishes, or after ``max_iter`` passes.  The loop runs while a row
+   of the block goes on: its length is set by the data, not fixed;
 3. **block sparsity**: a scratch ``BMAX[bh, query block, key block]`` holds, per tile, the
    largest ``u`` over its rows at the last ``t`` it was evaluated at (``+inf`` before).  The
    iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
