@@ -9,7 +9,8 @@ variable ``t`` (:mod:`softargmax.backends.triton.row_kernels`):
 
 (α-entmax, Peters, Niculae & Martins, *Sparse Sequence-to-Sequence Models*, ACL 2019,
 arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` fixes
-``t ∈ [-1, -n^{-a}]``: ``t = -1`` puts ``p = 1`` on the maximum alone.
+``t ∈ [-1, -n^{-a}]``: ``t = -1`` puts ``p = 1`` on the maximum alone.  ``S^a`` is convex and
+decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay below it and rise.
 
 **Forward** (:func:`attention_fwd`, one program per (batch·head, query block of
 ``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
@@ -17,15 +18,18 @@ arXiv:1905.05702; sparsemax is ``a = 1``, ``s = 1[p > 0]``).  ``Σ_j p_j = 1`` f
 
 1. a pass over the key blocks for the row maxima ``m``, storing per tile the bound
    ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) in ``BMAX``:
-   a tile where it is ``≤ 0`` is skipped from the first Newton pass on;
-2. Newton passes from ``t = -1`` (below the root), each accumulating ``Σp``, ``Σs`` (and
-   for 1.5-entmax the support size and smallest ``u``) per row over the key blocks; the
-   step and the stopping rule are the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
+   a tile where it is ``≤ 0`` is skipped from the first Newton pass on.  The same pass bins the
+   scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_BINS`` wide in
+   ``a (z - m)``, anchored to the running maximum, each score counted in the bin just below it;
+2. Newton passes from the start :func:`_hist_start` (Newton steps on the binned row, in
+   registers: below the root, since lowered scores have a lower threshold), each accumulating
+   ``Σp``, ``Σs`` (and for 1.5-entmax the support size and smallest ``u``) per row over the key
+   blocks; the step is the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
    Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
-   closed-form root of the support's quadratic for 1.5-entmax), a row stops when
-   ``|Σp - 1| ≤ 2 ε_float32``, when its residual stops decreasing (rounding), when the step
-   vanishes, or after ``max_iter`` passes.  The loop runs while a row of the block goes on:
-   its length is set by the data, not fixed;
+   closed-form root of the support's quadratic for 1.5-entmax), a row stops (:func:`_step`) when
+   ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation), when its residual stops decreasing
+   (rounding), when the step vanishes, or after ``max_iter`` passes.  The loop runs while a row
+   of the block goes on: its length is set by the data, not fixed;
 3. **block sparsity**: a scratch ``BMAX[bh, query block, key block]`` holds, per tile, the
    largest ``u`` over its rows at the last ``t`` it was evaluated at (``+inf`` before).  The
    iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
@@ -75,7 +79,7 @@ and ``dO Vᵀ`` are recomputed in both kernels).
 import triton
 import triton.language as tl
 
-from .row_kernels import KIND_POWER, newton_step
+from .row_kernels import KIND_POWER, _newton, _quadratic
 
 #: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
 #: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
@@ -84,13 +88,28 @@ from .row_kernels import KIND_POWER, newton_step
 #: a head dim that is a power of two >= 16 they are multiples of 16 whatever the lengths.
 _RUNTIME = ("H", "HKV", "L", "S", "NQB", "NKB", "max_iter", "stride_mb", "stride_mh", "stride_mm", "stride_mn")
 
+#: bins of the start's histogram (``HIST_BINS`` 16-bit counters packed in one int64 per row), each
+#: ``1 / HIST_BINS`` wide in ``d = a (z - m)``: together they cover ``d ∈ (-1, 0]``, where the support is
+HIST_BINS = tl.constexpr(4)
+#: a row of at least this many keys starts from ``t = -1`` (a bin's 16-bit counter could overflow)
+HIST_MAX_KEYS = tl.constexpr(65536)
+#: Newton steps on the histogram (in registers, no pass over the keys) that give the start
+HIST_STEPS = tl.constexpr(4)
+#: the start is taken this much below the histogram's threshold (float32 rounding of the bins)
+HIST_MARGIN = tl.constexpr(1e-5)
+
 
 @triton.jit
 def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
     """``(p, s)`` of α-entmax at scores ``z`` (``-inf`` masked): ``u = a (z - m) - t``,
     ``s = u₊^{1/a - 1}``, ``p = s u`` (one ``log2`` and one ``exp2`` per score; sparsemax and
     1.5-entmax none).  ``KIND`` is the power kind of the row solver (the only one here)."""
-    u = a * (z - m) - t
+    return _powers(a * (z - m) - t, a, EXACT)
+
+
+@triton.jit
+def _powers(u, a, EXACT: tl.constexpr):
+    """``(u₊^{1/a}, u₊^{1/a - 1})``."""
     pos = u > 0
     if EXACT == 1:
         p = tl.where(pos, u, 0.0)
@@ -103,6 +122,63 @@ def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
         s = tl.where(pos, tl.exp2(tl.log2(tl.where(pos, u, 1.0)) * (1.0 / a - 1.0)), 0.0)
         p = s * up
     return p, s
+
+
+@triton.jit
+def _hist_add(hist, anchor, m, z, inv_w):
+    """Histogram of a score tile for the start (:func:`_hist_start`), per row: ``hist`` packs
+    ``HIST_BINS`` 16-bit counts, bin ``k`` standing for the value ``anchor - k w`` (``w = 1/inv_w``
+    in scores); every score is counted in the bin just below it (``k = ⌈(anchor - z)/w⌉``; above the
+    anchor: bin 0), so the binned values are lower bounds of the scores.  ``m``: the running row
+    maximum including this tile.  The anchor follows it by whole bins (the counts shift with it:
+    the binned values stay the same), and stays within one bin below it."""
+    anchor = tl.where(anchor == float("-inf"), m, anchor)
+    shift = tl.where(m > float("-inf"), tl.floor((m - anchor) * inv_w), 0.0)
+    anchor = anchor + shift / inv_w
+    sh = shift.to(tl.int64)
+    hist = tl.where(sh >= HIST_BINS, 0, hist << (16 * tl.minimum(sh, HIST_BINS - 1)))
+    k = tl.where(z > float("-inf"), tl.maximum(tl.ceil((anchor[:, None] - z) * inv_w), 0.0), HIST_BINS * 1.0)
+    k = tl.minimum(k, HIST_BINS * 1.0).to(tl.int64)
+    one = tl.full(k.shape, 1, tl.int64)
+    hist += tl.sum(tl.where(k < HIST_BINS, one << (16 * tl.minimum(k, HIST_BINS - 1)), 0), 1)
+    return hist, anchor
+
+
+@triton.jit
+def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr):
+    """The Newton start: ``HIST_STEPS`` Newton steps from ``t = -1`` on the binned row (the maximum
+    at ``d = 0``, the other counts at ``d_k = a (anchor - m) - k / HIST_BINS``), minus
+    ``HIST_MARGIN``, at least ``-1``; ``-1`` where not ``use``.  Scores lowered to the binned values
+    lower the threshold, and Newton on the convex ``S^a`` from below stays below the root: the
+    start is below the row's threshold (the iterates rise monotonically from it)."""
+    kb = tl.arange(0, HIST_BINS)
+    c = ((hist[:, None] >> (16 * kb[None, :]).to(tl.int64)) & 0xFFFF).to(tl.float32)
+    c = tl.where(kb[None, :] == 0, c - 1.0, c)  # the maximum itself, at d = 0
+    d = a * (anchor - m)[:, None] - kb[None, :].to(tl.float32) * (1.0 / HIST_BINS)
+    t = tl.full(m.shape, -1.0, tl.float32)
+    for _ in tl.static_range(HIST_STEPS):
+        p, s = _powers(d - t[:, None], a, EXACT)
+        p0, s0 = _powers(-t, a, EXACT)
+        t = _newton(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
+    t = tl.maximum(t - HIST_MARGIN, -1.0)
+    return tl.where(use & (t == t), t, -1.0)
+
+
+@triton.jit
+def _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, EXACT: tl.constexpr):
+    """The stopping test at ``t`` and the next iterate ``(tn, stop, last)``: the row solver's
+    (:func:`softargmax.backends.triton.row_kernels.newton_step`), but the tolerance is tested from
+    the first evaluation (the start may already solve the row); the residual's growth from the
+    third."""
+    resid = tl.abs(S - 1.0)
+    stop = (it >= max_iter) | (resid <= tol) | ((it > 1) & (resid >= last))
+    if it > 1:
+        last = resid
+    tn = _newton(t, S, Sp, a, KIND_POWER, EXACT)
+    if EXACT == 2:
+        tn = _quadratic(t, tn, S, Sp, n, umin)
+    stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
+    return tn, stop, last
 
 
 @triton.jit
@@ -217,7 +293,11 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
     # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
     # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
+    # the same pass bins the scores for the start (bins 1/HIST_BINS wide in d = a (z - m))
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    anchor = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    hist = tl.zeros([BLOCK_M], tl.int64)
+    inv_w = a * HIST_BINS
     for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
@@ -225,10 +305,11 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
         m = tl.maximum(m, tl.max(z, 1))
         gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
         tl.store(BMAX + bmax_base + nb, a * gap + 1.0)
+        hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
-    # -- Newton passes until every row of the block is solved ---------------------------------
-    t = tl.full([BLOCK_M], -1.0, tl.float32)
+    # -- Newton passes from the histogram's start until every row of the block is solved ------
+    t = _hist_start(hist, anchor, m, a, (empty == 0) & (hi < HIST_MAX_KEYS), EXACT)
     go = rmask & (empty == 0)
     last = tl.full([BLOCK_M], float("inf"), tl.float32)
     it = 0
@@ -250,7 +331,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
                     umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
                 umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
                 tl.store(BMAX + bmax_base + nb, umax)
-        tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT)
+        tn, stop, last = _step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, EXACT)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1
