@@ -79,7 +79,7 @@ and ``dO Vᵀ`` are recomputed in both kernels).
 import triton
 import triton.language as tl
 
-from .row_kernels import KIND_POWER, _newton, _quadratic
+from .row_kernels import KIND_POWER, newton_update, quadratic_update
 
 #: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
 #: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
@@ -159,7 +159,7 @@ def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr):
     for _ in tl.static_range(HIST_STEPS):
         p, s = _powers(d - t[:, None], a, EXACT)
         p0, s0 = _powers(-t, a, EXACT)
-        t = _newton(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
+        t = newton_update(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
     t = tl.maximum(t - HIST_MARGIN, -1.0)
     return tl.where(use & (t == t), t, -1.0)
 
@@ -174,9 +174,9 @@ def _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, EXACT: tl.constexpr):
     stop = (it >= max_iter) | (resid <= tol) | ((it > 1) & (resid >= last))
     if it > 1:
         last = resid
-    tn = _newton(t, S, Sp, a, KIND_POWER, EXACT)
+    tn = newton_update(t, S, Sp, a, KIND_POWER, EXACT)
     if EXACT == 2:
-        tn = _quadratic(t, tn, S, Sp, n, umin)
+        tn = quadratic_update(t, tn, S, Sp, n, umin)
     stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
     return tn, stop, last
 

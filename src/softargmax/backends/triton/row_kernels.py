@@ -153,7 +153,7 @@ def _s_from_p(p, a, KIND: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _newton(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+def newton_update(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
     """One Newton step (``dS/dt = -Sp``): on ``S^a``, ``log S`` or ``S^{-1/2}``."""
     Sp = tl.where(Sp > 0, Sp, 1.0)
     S = tl.where(S > 0, S, 1.0)
@@ -175,7 +175,7 @@ def _newton(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _quadratic(t, tn, S, Sp, n, umin):
+def quadratic_update(t, tn, S, Sp, n, umin):
     """1.5-entmax: ``t + δ`` with ``Σ (u - δ)² = 1`` on the current support when that root
     keeps every candidate positive (``δ <= min u``): then it is the exact threshold."""
     nn = tl.where(n > 0, n, 1.0)
@@ -193,9 +193,9 @@ def newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexp
     stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
     if it > 1:
         last = resid
-    tn = _newton(t, S, Sp, a, KIND, EXACT)
+    tn = newton_update(t, S, Sp, a, KIND, EXACT)
     if EXACT == 2:
-        tn = _quadratic(t, tn, S, Sp, n, umin)
+        tn = quadratic_update(t, tn, S, Sp, n, umin)
     stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
     return tn, stop, last
 
