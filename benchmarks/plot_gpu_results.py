@@ -23,7 +23,7 @@ from typing import Any
 OPERATOR_NAMES = {"sparsemax": "sparsemax", "entmax15": "1.5-entmax", "entmax_a1.3": "α = 1.3",
                   "f_jensen_shannon": "Jensen–Shannon", "f_squared_hellinger": "Hellinger", "alpha_relu": "α-ReLU"}
 LOSS_NAMES = {"sparsemax_loss": "sparsemax", "entmax15_loss": "1.5-entmax", "entmax_loss_a1.3": "α = 1.3",
-              "alpha_relu_loss": "α-ReLU (α = 1.5)", "entmax15_loss_ls0.1": "1.5-entmax, label smoothing 0.1 (vs CE with it)"}
+              "alpha_relu_loss": "α-ReLU", "entmax15_loss_ls0.1": "1.5-entmax, ε = 0.1 (vs smoothed CE)"}
 FUSED_NAMES = {"ours_kl": "ours, KL (softmax)", "ours_entmax15": "ours, 1.5-entmax", "torch_linear_ce": "torch linear + CE",
                "liger_flce": "Liger fused linear CE", "cce": "Cut-Cross-Entropy"}
 ATTENTION_NAMES = {"sdpa": "SDPA", "fused_entmax15": "ours, fused 1.5-entmax", "fused_learned_alpha": "ours, learned α",
@@ -63,7 +63,8 @@ def _ratio_table(cases: list[dict], names: dict[str, str], baseline: str, baseli
              "|---|---|---|" + "---|" * len(ops)]
     for shape, dtype in keys:
         row = {c["op"]: c for c in cases if tuple(c["shape"]) == shape and c["dtype"] == dtype}
-        base = next(iter(row.values()))[baseline_key]
+        plain = [c for c in row.values() if c.get("baseline", "cross_entropy") == "cross_entropy"]  # (not a smoothed CE)
+        base = (plain or list(row.values()))[0][baseline_key]
         cells = [f"{row[op]['ratio']:.2f}×" if op in row else "–" for op in ops]
         lines.append(f"| {_shape(list(shape))} | {dtype} | {base:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -195,7 +196,7 @@ def draw(folder: Path, png: Path) -> None:
         ax.set_xlabel("rows × row length")
     axes[0].set_ylabel("time ÷ torch.softmax (operators) or F.cross_entropy (losses)")
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8, frameon=False)
     device = (sections.get("environment") or {}).get("device", "GPU")
     fig.suptitle(f"{device}: time relative to PyTorch's own kernels, same run (lower is better; 1 = as fast)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))

@@ -1,4 +1,4 @@
-"""CPU benchmark of softargmax_jax under jax.jit: sparsemax and 1.5-entmax against jax.nn.softmax (forward and
+"""Benchmark of softargmax_jax under jax.jit (CPU, or the GPU JAX finds): sparsemax and 1.5-entmax against jax.nn.softmax (forward and
 forward + backward), and the sparsemax loss against optax's multiclass_sparsemax_loss, in one run.
 
     PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py [--rows 64] [--sizes 1024 32768] [--rounds 9]
@@ -11,6 +11,10 @@ of one size are interleaved: each round times every case once (a loop sized to l
 in the machine's load reaches all of them alike; the ratios are of the minimum process CPU time over the
 rounds (the fairest figure on a shared machine: the least disturbed round, and no time spent waiting for a
 core), and the medians are recorded beside them.
+
+On a GPU (``benchmarks/gpu_all.sh``'s ``bench-jax`` step, XLA on the device JAX finds: the JSON's
+``info.device`` names it) the process CPU time counts the host only: read the wall-clock ratios
+(``ratio_to_baseline``: each round's loop of calls ends with ``jax.block_until_ready``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def _problem(N=24, d=16, V=40, seed=0):
     return h, W, b, t
 
 
-@pytest.mark.parametrize("mapping", ["entmax15", "softmax", "sparsemax"])
+@pytest.mark.parametrize("mapping", ["entmax15", "softmax", "sparsemax", "alpha_relu"])
 @pytest.mark.parametrize("extra", [{}, {"label_smoothing": 0.1}, {"softcap": 3.0}, {"class_weight": True},
                                    {"reduction": "sum"}])
 def test_fused_half_chunks_stay_half(triton_device, modes, mapping, extra):

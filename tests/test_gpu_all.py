@@ -136,13 +136,17 @@ def test_dry_run_of_the_test_steps_selects_the_gpu_tests(tmp_path):
 
 
 def test_dry_run_compile_report_comes_back_in_the_archive(tmp_path):
-    """The compile report step (no GPU needed: it runs where CUDA is missing too) writes its JSON into the archive."""
+    """The compile report step (no GPU needed: it runs where CUDA is missing too) writes its JSON into the archive;
+    so does the JAX benchmark step (at smoke sizes in the dry run), with the device JAX used."""
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--steps", "sanity,compile-report"],
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run", "--steps", "sanity,compile-report,bench-jax"],
                           capture_output=True, text=True, timeout=240, env=_env(sys.executable))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert _summary(out) == {"sanity": ("ok", "0"), "compile-report": ("ok", "0")}
-    assert "gpu-all/compile-report.json" in _archive_names(out)
+    assert _summary(out) == {"sanity": ("ok", "0"), "compile-report": ("ok", "0"), "bench-jax": ("ok", "0")}
+    assert {"gpu-all/compile-report.json", "gpu-all/bench/gpu-jax.json"} <= _archive_names(out)
+    with tarfile.open(out / "gpu-all.tar.gz") as tar:
+        jax_bench = json.load(tar.extractfile("gpu-all/bench/gpu-jax.json"))
+    assert jax_bench["info"]["device"] and jax_bench["results"]
     with tarfile.open(out / "gpu-all.tar.gz") as tar:
         report = json.load(tar.extractfile("gpu-all/compile-report.json"))
     assert report["target"]["arch"] == 90 and report["failures"] == []

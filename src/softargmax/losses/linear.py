@@ -29,9 +29,10 @@ Precision and memory:
   ``"sum"``: every chunk stays in the input's dtype.  The GEMM writes the logits; the row
   solver reads them and writes the prediction (float32 inside the kernels); one loss kernel
   turns it, in place, into the chunk's gradient ``w_i/denominator · (p - y)`` (for the softmax
-  loss one kernel does the whole row and writes the gradient over the logits); the loss
-  values come from the solver's float32 row sums.  The chunk's buffers are then 4 bytes per
-  token and class in bfloat16 (2 for the softmax loss), against 16 when a chunk is converted
+  loss and the α-ReLU loss with :math:`1 < \alpha \le 2`, whose ``p`` needs no threshold, one kernel
+  does the whole row and writes the gradient over the logits); the loss values come from the
+  kernels' float32 row sums.  The chunk's buffers are then 4 bytes per token and class in
+  bfloat16 (2 for the softmax and α-ReLU losses), against 16 when a chunk is converted
   to float32 (elsewhere: on the CPU, whose solvers need float32, and for the per-token loss
   and the statistics).  No value is read on the host.
 * the weight gradient is accumulated over the chunks in the weight's dtype, one GEMM per chunk
@@ -89,7 +90,7 @@ from ._linear_chunks import (
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
 from ._options import LossOptions, LossOutput
 from ._prediction_stats import PredictionStats, StatsSink
-from ._row_losses import FenchelYoungRowLoss, resolve_loss
+from ._row_losses import AlphaReLURowLoss, FenchelYoungRowLoss, resolve_loss
 from ._rows import RowLoss
 from ._targets import Target, mean_denominator_tensor, parse_target, top_k_target
 
@@ -269,7 +270,10 @@ def linear_fenchel_young_loss(
               and kernel_device(hidden) and N > 0 and loss.solves_in_dtype(hidden.new_empty(1, V)))
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
-        in_place = isinstance(loss, FenchelYoungRowLoss) and loss.divergence.hints.softmax
+        # (the softmax and alpha-ReLU kernels write G over the logits: one buffer; native implies alpha-ReLU's
+        # kernel takes the chunks, see AlphaReLURowLoss.solves_in_dtype)
+        in_place = (isinstance(loss, FenchelYoungRowLoss) and loss.divergence.hints.softmax) or \
+            isinstance(loss, AlphaReLURowLoss)
         chunk_size = chunk_tokens(V, hidden.dtype, budget, softcap is not None, chunk_target=topk,
                                   extra_buffers=int(reduction == "none" or return_stats), native=native,
                                   in_place=native and in_place)
