@@ -171,10 +171,13 @@ def solve_rows(z: Tensor, divergence: Divergence, process_group: Optional[Proces
     m, lo_q, sizes = maxima
     K = sum(sizes)
     m, finite, bad_rows = finite_maxima(m)
-    lo, hi = _bracket(div, z, q, m, lo_q, finite, K, group)
+    # the rows shifted by their global maximum, as the one-process solvers shift them: τ is found where the
+    # scores keep their digits (a float32 row offset by 1e3 otherwise lost 4.5e-6 of p), then moved back
+    zs, zero = z - m, torch.zeros_like(m)
+    lo, hi = _bracket(div, zs, q, zero, None if lo_q is None else lo_q - m, finite, K, group)
     # all -inf rows and NaN/+inf rows: iterate on a harmless row with a single score 0, held by
     # the first rank that has classes
-    cand = neutralize_rows(z, finite, holds_first=rank == next((r for r, s in enumerate(sizes) if s > 0), None))
+    cand = neutralize_rows(zs, finite, holds_first=rank == next((r for r, s in enumerate(sizes) if s > 0), None))
 
     def reduce(S: Tensor, Sp: Tensor) -> tuple[Tensor, Tensor]:
         buf = all_reduce(torch.cat([S, Sp], 1), dist.ReduceOp.SUM, group, "sum")
@@ -182,8 +185,8 @@ def solve_rows(z: Tensor, divergence: Divergence, process_group: Optional[Proces
 
     tol = TOL_FACTOR * torch.finfo(z.dtype).eps * max(1.0, math.log2(K + 1))
     # the sums are global after the all-reduce: the stop test runs from the first evaluation
-    out = newton_rows(div, cand, q, m, lo, hi, finite, tol=tol, max_iter=max_iter, first_check=0, reduce=reduce)
-    sol = Solution(tau=out.tau, p=out.g, s=out.gp, s_sum=out.Sp, block_index=None, k=k, bad_rows=bad_rows,
+    out = newton_rows(div, cand, q, zero, lo, hi, finite, tol=tol, max_iter=max_iter, first_check=0, reduce=reduce)
+    sol = Solution(tau=out.tau + m, p=out.g, s=out.gp, s_sum=out.Sp, block_index=None, k=k, bad_rows=bad_rows,
                    iterations=out.iterations)
     return sol, out.S
 
