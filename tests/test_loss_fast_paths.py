@@ -175,6 +175,27 @@ def test_softmax_without_sync_keeps_masked_rows():
     torch.testing.assert_close(loss[2], torch.nn.functional.cross_entropy(x[2:], t[2:]))
 
 
+def _kernel_rows(seed, dense, plus_inf):
+    """``(generator, z, idx, keep, scale, y)`` for the loss kernels' tests: 7 rows of 37 scores, an all -inf row, a
+    -inf entry, a NaN row, (``plus_inf``) a +inf entry, a NaN in row 5, which is ignored; class indices, row
+    scales and the targets (one-hot, or softmax rows with ``dense``)."""
+    g = torch.Generator().manual_seed(seed)
+    R, k = 7, 37
+    z = torch.randn(R, k, generator=g) * 3
+    z[1] = -math.inf
+    z[2, 3] = -math.inf
+    z[3, 4] = math.nan
+    if plus_inf:
+        z[4, 5] = math.inf
+    z[5, 6] = math.nan  # in an ignored row: G = 0 there all the same
+    idx = torch.randint(0, k, (R,), generator=g)
+    keep = torch.ones(R, dtype=torch.bool)
+    keep[5] = False
+    scale = torch.rand(R, generator=g)
+    y = torch.softmax(torch.randn(R, k, generator=g), -1) if dense else torch.nn.functional.one_hot(idx, k).float()
+    return g, z, idx, keep, scale, y
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dense", [False, True])
 def test_loss_kernels_match_pytorch(kernels, dtype, dense, monkeypatch):
@@ -186,19 +207,8 @@ def test_loss_kernels_match_pytorch(kernels, dtype, dense, monkeypatch):
 
     monkeypatch.setattr(L, "SOFTMAX_BLOCK", 16)
     monkeypatch.setattr(L, "BLOCK", 16)
-    g = torch.Generator().manual_seed(3)
-    R, k = 7, 37
-    z = torch.randn(R, k, generator=g) * 3
-    z[1] = -math.inf
-    z[2, 3] = -math.inf
-    z[3, 4] = math.nan
-    z[4, 5] = math.inf
-    z[5, 6] = math.nan  # in an ignored row: G = 0 there all the same
-    idx = torch.randint(0, k, (R,), generator=g)
-    keep = torch.ones(R, dtype=torch.bool)
-    keep[5] = False
-    scale = torch.rand(R, generator=g)
-    y = torch.softmax(torch.randn(R, k, generator=g), -1) if dense else torch.nn.functional.one_hot(idx, k).float()
+    g, z, idx, keep, scale, y = _kernel_rows(3, dense, plus_inf=True)
+    R, k = z.shape
     zz = z.to(dtype)
     dev = lambda a: a.to(kernels)  # noqa: E731
     G, lse, zy = L.softmax_gradient(dev(zz), None if dense else dev(idx), dev(y) if dense else None, dev(keep),
@@ -240,18 +250,7 @@ def test_alpha_relu_loss_kernel_matches_pytorch(kernels, dtype, dense, alpha, ta
     from softargmax.backends.triton import losses as L
 
     monkeypatch.setattr(L, "SOFTMAX_BLOCK", 16)
-    g = torch.Generator().manual_seed(8)
-    R, k = 7, 37
-    z = torch.randn(R, k, generator=g) * 3
-    z[1] = -math.inf
-    z[2, 3] = -math.inf
-    z[3, 4] = math.nan
-    z[5, 6] = math.nan  # in an ignored row: G = 0 there all the same
-    idx = torch.randint(0, k, (R,), generator=g)
-    keep = torch.ones(R, dtype=torch.bool)
-    keep[5] = False
-    scale = torch.rand(R, generator=g)
-    y = torch.softmax(torch.randn(R, k, generator=g), -1) if dense else torch.nn.functional.one_hot(idx, k).float()
+    _, z, idx, keep, scale, y = _kernel_rows(8, dense, plus_inf=False)
     zz = z.to(dtype)
     dev = lambda a: a.to(kernels)  # noqa: E731
     a = alpha - 1.0

@@ -26,7 +26,7 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    ``Σp``, ``Σs`` (and for 1.5-entmax the support size and smallest ``u``) per row over the key
    blocks; the step is the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
    Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
-   closed-form root of the support's quadratic for 1.5-entmax), a row stops (:func:`_step`) when
+   closed-form root of the support's quadratic for 1.5-entmax), a row stops when
    ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation), when its residual stops decreasing
    (rounding), when the step vanishes, or after ``max_iter`` passes.  The loop runs while a row
    of the block goes on: its length is set by the data, not fixed;
@@ -79,7 +79,7 @@ and ``dO Vᵀ`` are recomputed in both kernels).
 import triton
 import triton.language as tl
 
-from .row_kernels import KIND_POWER, newton_update, quadratic_update
+from .row_kernels import KIND_POWER, newton_step, newton_update
 
 #: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
 #: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
@@ -162,23 +162,6 @@ def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr):
         t = newton_update(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
     t = tl.maximum(t - HIST_MARGIN, -1.0)
     return tl.where(use & (t == t), t, -1.0)
-
-
-@triton.jit
-def _step(t, S, Sp, n, umin, it, last, tol, max_iter, a, EXACT: tl.constexpr):
-    """The stopping test at ``t`` and the next iterate ``(tn, stop, last)``: the row solver's
-    (:func:`softargmax.backends.triton.row_kernels.newton_step`), but the tolerance is tested from
-    the first evaluation (the start may already solve the row); the residual's growth from the
-    third."""
-    resid = tl.abs(S - 1.0)
-    stop = (it >= max_iter) | (resid <= tol) | ((it > 1) & (resid >= last))
-    if it > 1:
-        last = resid
-    tn = newton_update(t, S, Sp, a, KIND_POWER, EXACT)
-    if EXACT == 2:
-        tn = quadratic_update(t, tn, S, Sp, n, umin)
-    stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
-    return tn, stop, last
 
 
 @triton.jit
@@ -331,7 +314,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
                     umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
                 umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
                 tl.store(BMAX + bmax_base + nb, umax)
-        tn, stop, last = _step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, EXACT)
+        tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1

@@ -175,7 +175,7 @@ def newton_update(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def quadratic_update(t, tn, S, Sp, n, umin):
+def _quadratic(t, tn, S, Sp, n, umin):
     """1.5-entmax: ``t + δ`` with ``Σ (u - δ)² = 1`` on the current support when that root
     keeps every candidate positive (``δ <= min u``): then it is the exact threshold."""
     nn = tl.where(n > 0, n, 1.0)
@@ -186,16 +186,22 @@ def quadratic_update(t, tn, S, Sp, n, umin):
 
 
 @triton.jit
-def newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+def newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND: tl.constexpr, EXACT: tl.constexpr,
+                TOL_FIRST: tl.constexpr):
     """The stopping test at ``t`` (module docstring) and the next iterate: ``(tn, stop, last)``.
-    ``n``, ``umin``: the support's size and smallest ``u`` (used by 1.5-entmax only)."""
+    ``n``, ``umin``: the support's size and smallest ``u`` (used by 1.5-entmax only).  The tolerance is
+    tested from the third evaluation, or with ``TOL_FIRST`` from the first (a start that may already solve
+    the row: the fused attention's); the residual's growth from the third."""
     resid = tl.abs(S - 1.0)
-    stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
+    if TOL_FIRST:
+        stop = (it >= max_iter) | (resid <= tol) | ((it > 1) & (resid >= last))
+    else:
+        stop = (it >= max_iter) | ((it > 1) & ((resid <= tol) | (resid >= last)))
     if it > 1:
         last = resid
     tn = newton_update(t, S, Sp, a, KIND, EXACT)
     if EXACT == 2:
-        tn = quadratic_update(t, tn, S, Sp, n, umin)
+        tn = _quadratic(t, tn, S, Sp, n, umin)
     stop = stop | (tn == t) | (tn != tn)  # (a step may go back by rounding)
     return tn, stop, last
 
@@ -325,7 +331,7 @@ def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol,
     while tl.max(go.to(tl.int32), 0) > 0:
         p, s = _evaluate(x, m[None, :, None], t[None, :, None], a[None, :, None], KIND, EXACT)
         S, Sp, n, umin = _newton_sums(p, s, EXACT, FIRST, SECOND)
-        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
         it += 1
@@ -488,7 +494,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     it = 0
     while go:
         S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
-        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = stop == 0
         t = tl.where(go, tn, t)
         it += 1
@@ -498,7 +504,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     it = 2  # the stopping tests apply from the first full evaluation
     while go:
         S, Sp, n, umin = _row_sums(zrow, k, m, t, a, KIND, EXACT, BLOCK)
-        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT)
+        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = stop == 0
         t = tl.where(go, tn, t)
         if KIND != KIND_POWER:
