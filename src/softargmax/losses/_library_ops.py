@@ -27,7 +27,7 @@ from ._fenchel_young import prepare
 from ._options import LossOptions
 from ._row_losses import resolve_loss
 from ._rows import RowLoss
-from ._targets import reduce_loss
+from ._targets import mean_scale, reduce_loss
 
 __all__: list[str] = []
 
@@ -52,8 +52,7 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
     w = tgt.item_weight
     scale = torch.ones_like(per_row)
     if reduction == "mean":
-        denom = tgt.keep.sum().to(per_row.dtype) if w is None else w.sum()
-        scale = scale / denom
+        scale = scale * mean_scale(tgt, per_row.dtype)  # 0 where no item is kept, as reduce_loss's gradient
     if w is not None:
         scale = scale * w
     # in the compute dtype, as the fake says (eager's G is in the input's dtype where the GPU kernels solve

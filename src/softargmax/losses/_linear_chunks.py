@@ -118,6 +118,9 @@ class LinearFY(torch.autograd.Function):
         gb = torch.zeros(V, dtype=cdt, device=weight.device) if need_b else None
         total = torch.zeros((), dtype=cdt, device=hidden2d.device)
         inv = 1.0 / denom
+        # the gradient's factor: 0 where the denominator is NaN (a mean over no kept item, or over items whose
+        # weights sum to 0): the value is NaN, as F.cross_entropy's, and no item moves it
+        ginv = (0.0 if math.isnan(inv) else inv) if not isinstance(inv, Tensor) else torch.nan_to_num(inv, nan=0.0)
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             h = hidden2d[start:end]
@@ -132,11 +135,11 @@ class LinearFY(torch.autograd.Function):
             w = part.item_weight
             if mode is None:
                 loss, _, G = compute(z, part)
-                G = G.mul_(inv if w is None else (w * inv).unsqueeze(1))
+                G = G.mul_(ginv if w is None else (w * ginv).unsqueeze(1))
             else:
                 n = end - start
-                scale = (w * inv) if w is not None else \
-                    (inv.expand(n) if isinstance(inv, Tensor) else torch.full((n,), inv, dtype=cdt, device=z.device))
+                scale = (w * ginv) if w is not None else \
+                    (ginv.expand(n) if isinstance(ginv, Tensor) else torch.full((n,), ginv, dtype=cdt, device=z.device))
                 loss, _, G = compute(z, part, inplace=True, scale=scale.to(cdt), overwrite=True)
             del z
             total = total + (loss if w is None else loss * w).sum()

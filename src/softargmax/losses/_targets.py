@@ -15,8 +15,9 @@ Targets:
 ``(1 - ε) y + ε/k``.  ``weight`` (per class, like ``cross_entropy``) scales each item
 by ``⟨weight, y⟩`` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
 of those item weights, so hard labels match ``cross_entropy`` exactly.  The weights must be
-finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` is NaN (0/0),
-as in ``cross_entropy``.
+finite and non-negative; where no item is kept (every target is ``ignore_index``) or the kept
+items' weights sum to zero, ``"mean"`` is NaN (0/0), as in ``cross_entropy``, and its gradient
+is zero, also as in ``cross_entropy`` (a micro-batch of padding leaves the parameters finite).
 """
 
 from __future__ import annotations
@@ -249,7 +250,11 @@ def _probability_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:
 
 
 def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape: Sequence[int]) -> Tensor:
-    """Apply item weights and the reduction (``mean`` over kept items, weighted)."""
+    """Apply item weights and the reduction (``mean`` over kept items, weighted).
+
+    A mean over no kept item (every target ignored, or the kept items' weights summing to 0) is NaN,
+    as ``F.cross_entropy``'s, and its gradient with respect to every item's loss is 0, also as
+    ``F.cross_entropy``'s: one such micro-batch must not turn a model's parameters into NaN."""
     w = target.item_weight
     loss = per_row if w is None else per_row * w
     if reduction == "none":
@@ -257,7 +262,25 @@ def reduce_loss(per_row: Tensor, target: Target, reduction: str, batch_shape: Se
     if reduction == "sum":
         return loss.sum()
     denom = target.keep.sum().to(loss.dtype) if w is None else w.sum()
-    return loss.sum() / denom
+    empty, safe = _empty_and_safe(denom)
+    return torch.where(empty, math.nan, loss.sum() / safe)
+
+
+def mean_scale(target: Target, dtype: torch.dtype) -> Tensor:
+    """``d mean / d item loss`` as a 0-d tensor: ``1 / denominator`` (the kept items' count or weight),
+    0 where that is zero (every item ignored: the mean is NaN, as ``F.cross_entropy``'s, and no item
+    moves it)."""
+    w = target.item_weight
+    denom = target.keep.sum().to(dtype) if w is None else w.sum()
+    empty, safe = _empty_and_safe(denom)
+    return torch.where(empty, 0.0, 1.0 / safe)
+
+
+def _empty_and_safe(denom: Tensor) -> tuple[Tensor, Tensor]:
+    """``(denom == 0, denom with 1 where it is 0)``: the mean of no kept item is NaN with a zero gradient
+    (``F.cross_entropy``'s), not ``0 · (1/0) = NaN`` in every row's gradient."""
+    empty = denom == 0
+    return empty, torch.where(empty, 1.0, denom)
 
 
 def mean_denominator(target: Target, reduction: str) -> float:

@@ -33,8 +33,9 @@ Targets (the shape conventions of ``torch.nn.functional.cross_entropy``):
 :math:`(1 - \varepsilon) y + \varepsilon/k`.  ``weight`` (per class, like ``cross_entropy``) scales each item
 by :math:`\langle \mathrm{weight}, y\rangle` (``weight[c]`` for a class index) and ``"mean"`` divides by the sum
 of those item weights, so hard labels match ``cross_entropy`` exactly.  The weights must be
-finite and non-negative; where the kept items' weights sum to zero, ``"mean"`` is NaN (0/0),
-as in ``cross_entropy``.
+finite and non-negative; where no item is kept (every target is ``ignore_index``) or the kept
+items' weights sum to zero, ``"mean"`` is NaN (0/0), as in ``cross_entropy``, and its gradient
+is zero, also as in ``cross_entropy`` (a micro-batch of padding leaves the parameters finite).
 
 Masked scores (``-inf``) are excluded classes.  A target with mass on a masked class
 has loss ``+inf`` (not NaN) and the finite gradient :math:`p - y`.  Generators with
