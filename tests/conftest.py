@@ -298,6 +298,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own SIGINT handler (``KeyboardInterrupt``) for the test, and SIGINT's default disposition for the
+    processes it starts, whatever the test run was started with: a job started in the background by a script
+    (``bash -c 'pytest ... & wait'``, as some CI runners do) inherits SIGINT ignored, and so would the runs it starts
+    (a Python handler is reset to the default at exec, an ignored signal stays ignored)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """``smoke_run(name, *options, again=False)``: ``(folder, results)`` of ``softargmax reproduce name
