@@ -3,13 +3,17 @@
 from ``examples/`` (it runs every script), and math is typeset by MathJax 3, served from the built
 site itself (``sphinx-mathjax-offline``), so the pages work offline.  Theme: Furo.
 
-Build locally with ``pip install -e ".[docs]"`` and ``sphinx-build -W -b html docs docs/_build/html``.
+Build locally (after PyTorch, see install.md) with ``pip install -c requirements/constraints.txt -e ".[docs]"`` and
+``sphinx-build -W -b html docs docs/_build/html``.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src")))
+# the checkout's sources, whatever is installed: the PyTorch package (src/) and the JAX package (jax/src/, whose
+# reference is in jax.md; the docs extra installs jax itself)
+for _sources in ("src", os.path.join("jax", "src")):
+    sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", _sources)))
 
 project = "softargmax"
 author = "the softargmax developers"

@@ -298,6 +298,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own SIGINT handler (``KeyboardInterrupt``) for the test, and SIGINT's default disposition for the
+    processes it starts, whatever the test run was started with: a job started in the background by a script
+    (``bash -c 'pytest ... & wait'``, as some CI runners do) inherits SIGINT ignored, and so would the runs it starts
+    (a Python handler is reset to the default at exec, an ignored signal stays ignored)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """``smoke_run(name, *options, again=False)``: ``(folder, results)`` of ``softargmax reproduce name
@@ -340,7 +353,10 @@ def rerun_is_identical(smoke_run):
 def docs_build(tmp_path_factory):
     """``(html folder, return code, stderr)`` of ``sphinx-build -W`` on ``docs/``, built once per test
     run: the pytest-xdist workers share one build through a lock file in their common temporary
-    folder.  The build runs every script of the examples gallery (``examples/``)."""
+    folder.  The build runs every script of the examples gallery (``examples/``).  It runs in this
+    interpreter, or in the one that ``$SOFTARGMAX_DOCS_PYTHON`` names: CI (``.ci/run``) installs a fresh
+    environment as the README's documentation command does (PyTorch, then the ``docs`` extra alone), so
+    that a module the API reference imports and the extra lacks fails here."""
     import fcntl
     import subprocess
     import sys
@@ -355,7 +371,8 @@ def docs_build(tmp_path_factory):
     with open(root / "docs-build.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not result.exists():
-            proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+            python = os.environ.get("SOFTARGMAX_DOCS_PYTHON") or sys.executable
+            proc = subprocess.run([python, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                                    os.path.join(repo, "docs"), str(html)], cwd=repo, capture_output=True, text=True,
                                   timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="agg"))
             result.write_text(json.dumps([proc.returncode, proc.stderr[-5000:]]))

@@ -113,7 +113,7 @@ def test_the_readme_states_one_running_time_for_the_default_runs():
     text = " ".join(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split())
     main_job = re.search(r"Main job — .*? output layers, ([^;]*);", text).group(1)
     default = re.search(r"`default` is sized for a CPU with two cores \(([^)]*)\)", text).group(1)
-    assert main_job == default == "about 10–15 minutes on 2 CPU cores"
+    assert main_job == default == "about 15–20 minutes on 2 CPU cores"
 
 
 def test_docs_build_without_warnings(docs_build):

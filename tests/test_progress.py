@@ -30,7 +30,7 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys):
         assert bar is None
 
 
-def test_ctrl_c_waits_for_the_held_block_and_a_second_one_does_not():
+def test_ctrl_c_waits_for_the_held_block_and_a_second_one_does_not(ctrl_c_raises):
     done = []
     with Interrupts() as interrupts:
         with pytest.raises(KeyboardInterrupt):
@@ -45,3 +45,16 @@ def test_ctrl_c_waits_for_the_held_block_and_a_second_one_does_not():
                 done.append("not reached")
         assert done == ["the step finished"] and not interrupts.consistent
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A run started in the background by a script inherits SIGINT ignored: Interrupts keeps it so."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Interrupts() as interrupts:
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGINT)
+            assert interrupts.consistent
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -525,7 +525,8 @@ def test_the_report_names_the_test_of_resumed_runs():
 @needs_data
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
                                              (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_continues(sig, code, said, tmp_path):
+def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_continues(sig, code, said, tmp_path,
+                                                                                         ctrl_c_raises):
     out = tmp_path / "run"
     # no --checkpoint-every: the checkpoint is the one the signal makes the run save
     command = [sys.executable, *SMOKE[:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
