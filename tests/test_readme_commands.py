@@ -182,7 +182,7 @@ def test_the_fresh_setups_keep_the_pinned_torch():
     everything after PyTorch through requirements/constraints.txt, which pins that version, so that no extra
     pulls another PyTorch (a CUDA build from PyPI); the extras it names exist."""
     setups = [line for line in _fenced_lines() if "pip install torch==2.13.0" in line]
-    assert len(setups) >= 4  # the main job, the tests, the documentation (README and docs/install.md)
+    assert len(setups) >= 3  # the README's two (the main job, the tests) and the documentation's (docs/install.md)
     pins = open(os.path.join(ROOT, "requirements", "constraints.txt"), encoding="utf-8").read()
     assert re.search(r"^torch==2\.13\.0$", pins, re.MULTILINE)
     for line in setups:
@@ -242,3 +242,14 @@ def test_every_experiment_of_the_table_has_a_smoke_test():
         if not any(re.search(r, tests) for r in runs):
             missing.append(name)
     assert not missing, f"experiments whose smoke preset no test runs: {missing}"
+
+
+def test_the_readme_has_two_fresh_machine_commands():
+    """The README keeps exactly two copy-paste commands for a fresh machine: the main job and the tests (the
+    documentation's own fresh setup is in docs/install.md)."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    setups = [line for m in FENCE.finditer(text) if m.group(1) in SHELL_FENCES for line in m.group(2).splitlines()
+              if line.startswith("python3 -m venv")]
+    assert len(setups) == 2, setups
+    assert setups[0].endswith("softargmax reproduce translation --preset default")
+    assert setups[1].endswith("python -m pytest tests -q -n 2")
