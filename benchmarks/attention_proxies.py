@@ -6,7 +6,8 @@
 
 Each kernel of the fused α-entmax attention (``attention_kernels``: the forward, ``dK, dV`` and ``dQ``) is
 compiled for sm_90a by :mod:`compile_report` (its variant at D = 64, bfloat16, causal: 1.5-entmax for a fixed
-α, the general power with the α gradient for a learned α).  In its PTX the script finds the loops (the control
+α, the general power with the α gradient for a learned α, with the hardware's ``log2`` (``FAST_LOG``, every
+α ≥ ``ALPHA_FAST_LOG``) and, as ``total_learned_alpha_software_log2``, without it).  In its PTX the script finds the loops (the control
 flow graph's natural loops: a backward branch ``@%p bra $L__BB...`` to a block that dominates it) and counts
 the PTX instructions of one iteration of each innermost loop (the tile loops: every block of the body, as a
 kept tile runs all of it), divided by the scores one thread handles per iteration,
@@ -370,21 +371,24 @@ OURS = {"attention_fwd": [LoopSpec("max", "once"), LoopSpec("newton", "passes"),
 STREAMED = {"attention_fwd": ("K", "V"), "attention_bwd_dkdv": ("Q", "DO"), "attention_bwd_dq": ("K", "V")}
 
 
-def case_variant(kernel: str, exact: int, D: int = 64) -> int:
-    """The index in :func:`compile_report.variants` of ``kernel`` at bfloat16, causal, no mask, dense, ``D``."""
+def case_variant(kernel: str, exact: int, D: int = 64, fast: Optional[bool] = None) -> int:
+    """The index in :func:`compile_report.variants` of ``kernel`` at bfloat16, causal, no mask, dense, ``D``
+    (``fast``: its ``FAST_LOG``; by default the hardware's ``log2`` for the general power)."""
+    fast = exact == 0 if fast is None else fast
     for i, v in enumerate(CR.variants()):
         c = v.constexprs
         if (v.kernel == f"attention_kernels.{kernel}" and v.dtype == "bf16" and c["EXACT"] == exact and c["CAUSAL"]
-                and not c["HAS_MASK"] and not c["VARLEN"] and c["HEAD_DIM"] == D):
+                and not c["HAS_MASK"] and not c["VARLEN"] and c["HEAD_DIM"] == D and c.get("FAST_LOG", False) == fast):
             return i
-    raise LookupError(f"no variant of {kernel} with EXACT={exact}")
+    raise LookupError(f"no variant of {kernel} with EXACT={exact}, FAST_LOG={fast}")
 
 
-def ours(exact: int, visits: dict) -> dict:
-    """The entries of the three attention kernels at ``EXACT``, keyed ``"module.kernel variant"``."""
+def ours(exact: int, visits: dict, fast: Optional[bool] = None) -> dict:
+    """The entries of the three attention kernels at ``EXACT`` (and ``FAST_LOG``: :func:`case_variant`), keyed
+    ``"module.kernel variant"``."""
     out = {}
     for kernel, specs in OURS.items():
-        i = case_variant(kernel, exact)
+        i = case_variant(kernel, exact, fast=fast)
         v = CR.variants()[i]
         spec = CR._spec(v.kernel)
         fn = getattr(CR._mod(spec.module), spec.name)
@@ -503,9 +507,11 @@ def report(passes: dict, L: int, passes_L: int, H: int, adasplash_path: Optional
 
     fwd = CR.variants()[case_variant("attention_fwd", 2)].constexprs
     kernels, totals = {}, {}
-    for key, exact in (("fixed_alpha", 2), ("learned_alpha", 0)):
-        visits = {"once": 1.0, "passes": passes[key]["per_score"], "kept": passes[key].get("kept", 1.0)}
-        got = ours(exact, visits)
+    for key, exact, fast in (("fixed_alpha", 2, False), ("learned_alpha", 0, True),
+                             ("learned_alpha_software_log2", 0, False)):
+        run = "learned_alpha" if exact == 0 else key
+        visits = {"once": 1.0, "passes": passes[run]["per_score"], "kept": passes[run].get("kept", 1.0)}
+        got = ours(exact, visits, fast)
         kernels.update(got)
         totals[key] = round(sum(k["instructions_per_score"] for k in got.values()), 1)
     out = {"triton": triton.__version__, "target": "sm_90a",
@@ -513,9 +519,12 @@ def report(passes: dict, L: int, passes_L: int, H: int, adasplash_path: Optional
                     "dtype": "bfloat16"},
            "kernels": kernels, "total_fixed_alpha": totals["fixed_alpha"],
            "total_learned_alpha": totals["learned_alpha"],
+           "total_learned_alpha_software_log2": totals["learned_alpha_software_log2"],
            "reference": adasplash(adasplash_path, L) if adasplash_path else None,
+           "fast_log_from_alpha": CR._mod("flash_attention").ALPHA_FAST_LOG,
            "newton_passes": dict(passes, L=passes_L, H=H, inputs="standard normal q, k, v in bfloat16, seed 0",
-                                 fixed="1.5-entmax (EXACT=2)", learned="alpha = 1.5 as a tensor (EXACT=0)")}
+                                 fixed="1.5-entmax (EXACT=2)",
+                                 learned="alpha = 1.5 as a tensor (EXACT=0, FAST_LOG=1)")}
     return out
 
 
@@ -531,7 +540,8 @@ def table(rep: dict) -> str:
         for ln, lp in k["loops"].items():
             lines.append(f"    {ln:<20} {lp['instructions']:>5} PTX instructions, {lp['instructions_per_score']:>7} "
                          f"per score x {lp['visits_per_score']} visits  {lp['streams']}")
-    lines.append(f"total: fixed alpha {rep['total_fixed_alpha']}, learned alpha {rep['total_learned_alpha']}, "
+    lines.append(f"total: fixed alpha {rep['total_fixed_alpha']}, learned alpha {rep['total_learned_alpha']} "
+                 f"(with tl.log2, below alpha {rep['fast_log_from_alpha']}: {rep['total_learned_alpha_software_log2']}), "
                  f"AdaSplash-2 {(rep['reference'] or {}).get('total')}")
     return "\n".join(lines)
 
