@@ -87,9 +87,9 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     reports (registers, spills, shared memory; Triton 3.9, ``ptxas`` of its wheel), to keep
     every kernel free of spills with the most query rows in flight per multiprocessor:
 
-    * ``D = 64``: forward 227 registers (255 with a learned α), ``dK, dV`` 206, ``dQ`` 189, no
-      spills, 2 programs per multiprocessor (128 query rows in flight; the former 64×32 with 8
-      warps: 206 registers, 1 program, 64 rows);
+    * ``D = 64``: forward 227 registers (a learned α: 194 with ``FAST_LOG``, 221 without), ``dK, dV``
+      206, ``dQ`` 189, no spills, 2 programs per multiprocessor (128 query rows in flight; the former
+      64×32 with 8 warps: 206 registers, 1 program, 64 rows);
     * ``D = 128``: forward 208 registers with 8 warps (1 program, 64 rows; 4 warps: 255 and
       96 bytes of spills), ``dK, dV`` 158 and ``dQ`` 190 with 4 warps (2–3 programs; 8 warps
       spill 144–200 bytes); the former 32×32 with 8 warps kept 32 rows in flight.
