@@ -220,9 +220,9 @@ HEAD_DIMS = (64, 128)
 
 def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
     """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA (the
-    backward's warps: ``flash_attention.backward_warps``): causal without a mask for EXACT 0/1/2, the 1.5-entmax
-    one on a packed variable-length batch (``VARLEN``), and with a boolean mask, not causal (the forward's
-    warps: ``blocks(..., masked=True)``)."""
+    backward's warps: ``flash_attention.backward_warps``): causal without a mask for EXACT 0/1/2 (EXACT 0 with
+    the hardware's ``log2``, ``FAST_LOG``, and without), the 1.5-entmax one on a packed variable-length batch
+    (``VARLEN``), and with a boolean mask, not causal (the forward's warps: ``blocks(..., masked=True)``)."""
 
     def configs() -> Iterable[tuple[str, dict, int, bool]]:
         import torch
@@ -232,8 +232,9 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
         for dt in DTYPES:
             dtype = getattr(torch, TORCH_DTYPE[dt])
             for D in HEAD_DIMS:
-                for exact, causal, mask, varlen in ((0, True, 0, False), (1, True, 0, False), (2, True, 0, False),
-                                                    (2, True, 0, True), (2, False, 2, False)):
+                for exact, causal, mask, varlen, fast in ((0, True, 0, False, True), (0, True, 0, False, False),
+                                                          (1, True, 0, False, False), (2, True, 0, False, False),
+                                                          (2, True, 0, True, False), (2, False, 2, False, False)):
                     bm, bn, warps = F.blocks(D, cuda, dtype, masked=mask != 0)
                     if kernel != "attention_fwd":
                         warps = F.backward_warps(D, cuda, dtype)
@@ -241,6 +242,7 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
                              BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D)
                     if kernel == "attention_bwd_dq":
                         c["ALPHA_GRAD"] = exact == 0
+                    c["FAST_LOG"] = fast
                     yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen
 
     return configs
@@ -443,46 +445,68 @@ def _resource_usage(cubin: bytes) -> str:
     return f"Used {m.group(1)} registers; {stack} bytes stack frame, {stack} bytes spill stores, 0 bytes spill loads"
 
 
-def compile_variant(index: int, aligned: bool = True) -> dict:
-    """Compile :func:`variants` ``[index]`` for sm_90 and return its row of the report."""
+def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Optional[int] = None,
+          aligned: bool = True) -> tuple[Any, str]:
+    """``triton.compile`` of the ``@triton.jit`` function ``fn`` for sm_90a (:data:`TARGET`) with the launch-time
+    specialization of :func:`_attrs`: the compiled kernel (``.asm["ptx"]``, ``.metadata``) and the text that
+    ptxas -v printed (or, for a Triton that prints none, the binary's resource usage in the same words)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton: captured here
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        c = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                                     attrs=_attrs(fn, signature, aligned)), target=GPUTarget(*TARGET),
+                           options=dict(num_warps=warps, **({"num_stages": stages} if stages else {})))
+    text = log.getvalue()
+    if _PTXAS_REGS.search(text) is None or _PTXAS_SPILLS.search(text) is None:
+        text = _resource_usage(c.asm["cubin"])
+    return c, text
+
+
+def resources(compiled: Any, ptxas: str, warps: int) -> dict:
+    """The report's columns of a kernel :func:`build` compiled (``ptxas``: its log); raises ``ValueError``
+    where the log has no register or spill report."""
+    regs, spills = _PTXAS_REGS.search(ptxas), _PTXAS_SPILLS.search(ptxas)
+    if regs is None or spills is None:
+        raise ValueError(f"no ptxas report in: {ptxas[-500:]!r}")
+    smem = int(compiled.metadata.shared)
+    ctas, limit = ctas_per_sm(int(regs.group(1)), warps, smem)
+    widths = access_widths(compiled.asm["ptx"])
+    return dict(regs=int(regs.group(1)), spill_bytes=int(spills.group(2)) + int(spills.group(3)),
+                stack_bytes=int(spills.group(1)), smem=smem, barriers=count_barriers(compiled.asm["ptx"]),
+                ctas_per_sm=ctas, limit=limit, occupancy=round(ctas * warps / H100["warps"], 3),
+                ld_bytes=widths["ld"], st_bytes=widths["st"], widest_ld=max(widths["ld"], default=0),
+                widest_st=max(widths["st"], default=0))
+
+
+def compile_kernel(index: int, aligned: bool = True) -> tuple[Any, str]:
+    """:func:`build` of :func:`variants` ``[index]``: its compiled kernel and ptxas's log."""
     v = variants()[index]
     spec = _spec(v.kernel)
     fn = getattr(_mod(spec.module), spec.name)
+    return build(fn, _signature(fn, spec, v.dtype, v.constexprs), v.constexprs, v.warps,
+                 spec.stages() if spec.stages else None, aligned)
+
+
+def compile_variant(index: int, aligned: bool = True) -> dict:
+    """Compile :func:`variants` ``[index]`` for sm_90 and return its row of the report."""
+    v = variants()[index]
     row: dict[str, Any] = {"kernel": v.kernel, "variant": v.label, "dtype": v.dtype, "constexprs": v.constexprs,
                            "warps": v.warps, "streaming": v.streaming}
-    triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton: captured here
-    log = io.StringIO()
     t0 = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(log):
-            sig = _signature(fn, spec, v.dtype, v.constexprs)
-            c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=v.constexprs,
-                                         attrs=_attrs(fn, sig, aligned)), target=GPUTarget(*TARGET),
-                               options=dict(num_warps=v.warps, **({"num_stages": spec.stages()} if spec.stages else {})))
+        c, text = compile_kernel(index, aligned)
     except Exception as err:  # a variant that no longer compiles: reported, not raised
         row["error"] = f"{type(err).__name__}: {str(err)[-1500:]}"
         return row
     row["seconds"] = round(time.perf_counter() - t0, 2)
-    text = log.getvalue()
-    regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
-    if regs is None or spills is None:  # a Triton that does not print ptxas's report: read the binary's
-        text = _resource_usage(c.asm["cubin"])
-        regs, spills = _PTXAS_REGS.search(text), _PTXAS_SPILLS.search(text)
-    if regs is None or spills is None:
-        row["error"] = f"no ptxas report in: {text[-500:]!r}"
-        return row
-    smem = int(c.metadata.shared)
-    ctas, limit = ctas_per_sm(int(regs.group(1)), v.warps, smem)
-    widths = access_widths(c.asm["ptx"])
-    row.update(regs=int(regs.group(1)), spill_bytes=int(spills.group(2)) + int(spills.group(3)),
-               stack_bytes=int(spills.group(1)), smem=smem, barriers=count_barriers(c.asm["ptx"]),
-               ctas_per_sm=ctas, limit=limit, occupancy=round(ctas * v.warps / H100["warps"], 3),
-               ld_bytes=widths["ld"], st_bytes=widths["st"], widest_ld=max(widths["ld"], default=0),
-               widest_st=max(widths["st"], default=0))
+    try:
+        row.update(resources(c, text, v.warps))
+    except ValueError as err:
+        row["error"] = str(err)
     return row
 
 

@@ -95,6 +95,44 @@ def test_learned_alpha_per_head_gqa_padding(device):
     assert (got[0][1] == 0).all() and (got[1][1] == 0).all()
 
 
+if FA.available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _log2_worst(x, HW: tl.constexpr):
+        """``log2 x``, with the error bound of ``lg2.approx.f32`` added where the kernels use the hardware's
+        (``HW``), its sign from ``x``'s last bit."""
+        lg = tl.log2(x)
+        if HW:
+            err = tl.maximum(tl.abs(lg), 1.0) * LOG2_ERROR
+            odd = (x.to(tl.int32, bitcast=True) & 1) == 1
+            lg = lg + tl.where(odd, err, -err)
+        return lg
+
+
+#: the error of ``lg2.approx.f32`` (PTX ISA): 2^-22, absolute on [1/2, 2] and relative elsewhere
+LOG2_ERROR = 2.0 ** -22
+
+
+def test_learned_alpha_within_the_hardware_log2_error(device, monkeypatch):
+    """With every α ≥ ``ALPHA_FAST_LOG`` a GPU takes the general power's ``log2`` from ``lg2.approx.f32``
+    (absolute error up to 2^-22 on [1/2, 2], relative 2^-22 elsewhere); the interpreter runs ``tl.log2``.
+    With that worst-case error added to each such ``log2`` (its sign alternating with the argument's last
+    mantissa bit), outputs and every gradient (α's included) stay within the float64 reference's tolerance
+    at α = 1.25 and 1.6.  An error of 2^-12 instead fails (checked once)."""
+    if device != "cpu":
+        pytest.skip("the interpreter's log2 is replaced; a GPU runs the hardware's own")
+    from softargmax.backends.triton import attention_kernels as AK
+
+    monkeypatch.setattr(AK, "_log2", _log2_worst)
+    q, k, v, go = _inputs(1, 2, 2, 33, 33, 16, device, seed=6)
+    alpha = torch.tensor([FA.ALPHA_FAST_LOG, 1.6], device=device)
+    assert FA._fast_log(FA.ALPHA_FAST_LOG - 1, 0) and not FA._fast_log(0.2, 0) and not FA._fast_log(0.5, 2)
+    kw = dict(mapping="entmax", is_causal=True)
+    _close(_fused(q, k, v, go, alpha=alpha, **kw), _reference(q, k, v, go, alpha=alpha, **kw), atol=5e-5)
+
+
 def test_masks_and_empty_rows(device):
     """An additive float mask with -inf entries and a row without any key, then a boolean
     per-head mask; head dim 64."""
@@ -292,7 +330,8 @@ def signature(fn, consts, dt):
 
 
 variants = []
-# every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, VARLEN, HEAD_DIM, ALPHA_GRAD, the tiles)
+# every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, VARLEN, HEAD_DIM, ALPHA_GRAD, FAST_LOG,
+# the tiles)
 for dt, D, causal, mask, exact, varlen in [("bf16", 64, True, 0, 2, False), ("bf16", 128, False, 1, 0, False),
                                            ("fp16", 64, False, 2, 1, False), ("fp32", 64, True, 0, 0, False),
                                            ("bf16", 128, True, 0, 2, True)]:
@@ -304,7 +343,7 @@ for var in variants:
     BM, BN, warps = F.blocks(D, torch.device("cuda"), dtype, masked=mask != 0)
     bwarps = F.backward_warps(D, torch.device("cuda"), dtype)
     c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen, BLOCK_M=BM,
-             BLOCK_N=BN, HEAD_DIM=D)
+             BLOCK_N=BN, HEAD_DIM=D, FAST_LOG=exact == 0 and dt != "fp32")
     for fn, cc, w in ((K.attention_fwd, c, warps), (K.attention_bwd_dkdv, c, bwarps),
                       (K.attention_bwd_dq, dict(c, ALPHA_GRAD=exact == 0), bwarps)):
         jobs.append((fn, signature(fn, cc, dt), cc, w, var))

@@ -49,7 +49,7 @@ def _start(Z, T0, n, a, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.con
         hist, anchor = AK._hist_add(hist, anchor, m, z, a * AK.HIST_BINS)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
-    tl.store(T0 + rows, AK._hist_start(hist, anchor, m, a, empty == 0, EXACT))
+    tl.store(T0 + rows, AK._hist_start(hist, anchor, m, a, empty == 0, EXACT, False))
 
 
 def _threshold(z, a):

@@ -35,8 +35,12 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
    ``t``: it is skipped in the later Newton passes, the output pass and the backward;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
-   of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (a learned α only,
-   ``EXACT = 0``) ``Σ p log p``.
+   of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
+   ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
+
+The general power takes ``log2`` from the GPU's ``lg2.approx.f32`` with ``FAST_LOG`` (the launcher sets it
+when every head's α is at least ``flash_attention.ALPHA_FAST_LOG``; :func:`_log2` gives its error), else
+from ``tl.log2``, a software logarithm of about 30 instructions per score and pass.
 
 **Packed sequences** (``VARLEN``): sequence ``b`` is query rows ``CU_Q[b] : CU_Q[b+1]`` and
 key rows ``CU_K[b] : CU_K[b+1]`` of ``[1, H, total, D]`` views; each program reads its
@@ -76,6 +80,8 @@ of FlashAttention-2), with ``7 · 2LSDρ`` flops (FlashAttention-2: ``5 · 2LSD`
 and ``dO Vᵀ`` are recomputed in both kernels).
 """
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -97,18 +103,43 @@ HIST_MAX_KEYS = tl.constexpr(65536)
 HIST_STEPS = tl.constexpr(4)
 #: the start is taken this much below the histogram's threshold (float32 rounding of the bins)
 HIST_MARGIN = tl.constexpr(1e-5)
+#: ``log2`` by the GPU's ``lg2.approx.f32`` (inline PTX) rather than ``tl.log2`` (a software logarithm,
+#: about 30 instructions): off under Triton's interpreter, which runs no inline assembly (decided, as
+#: there, by ``TRITON_INTERPRET`` when this module is imported)
+HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+#: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
+def _log2(x, HW: tl.constexpr):
+    """``log2 x`` for ``x > 0`` (subnormals included), float32.  On a GPU the hardware approximation
+    ``lg2.approx.f32`` (one MUFU instruction): absolute error at most about ``2^-22`` for ``x`` in
+    ``[1/2, 2]`` and relative error about ``2^-22`` elsewhere (PTX ISA), against 1/2 ulp of a correctly
+    rounded ``log2``.  In the powers ``u^e = 2^{e log2 u}`` (``e = 1/a - 1 ≤ 99`` for ``α ≥ 1.01``; the
+    ``exp2`` is already the hardware's ``ex2.approx``) this is a relative error of at most
+    ``e · 2^-22 · ln 2``: ``2e-7`` at α = 1.5, ``2e-5`` at α = 1.01, where float32 rounding of
+    ``e log2 u`` alone costs ``e |log2 u| · 2^-24 · ln 2``.  The thresholds and the outputs stay exact to
+    the row solver's tolerance for the powers the kernels compute (every pass uses the same ones).
+    Under the interpreter: ``tl.log2``."""
+    if HW and HW_LOG2:
+        r = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    else:
+        r = tl.log2(x)
+    return r
+
+
+@triton.jit
+def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, HW: tl.constexpr):
     """``(p, s)`` of α-entmax at scores ``z`` (``-inf`` masked): ``u = a (z - m) - t``,
     ``s = u₊^{1/a - 1}``, ``p = s u`` (one ``log2`` and one ``exp2`` per score; sparsemax and
     1.5-entmax none).  ``KIND`` is the power kind of the row solver (the only one here)."""
-    return _powers(a * (z - m) - t, a, EXACT)
+    return _powers(a * (z - m) - t, a, EXACT, HW)
 
 
 @triton.jit
-def _powers(u, a, EXACT: tl.constexpr):
+def _powers(u, a, EXACT: tl.constexpr, HW: tl.constexpr):
     """``(u₊^{1/a}, u₊^{1/a - 1})``."""
     pos = u > 0
     if EXACT == 1:
@@ -118,10 +149,19 @@ def _powers(u, a, EXACT: tl.constexpr):
         p = tl.where(pos, u * u, 0.0)
         s = tl.where(pos, u, 0.0)
     else:
-        up = tl.where(pos, u, 0.0)
-        s = tl.where(pos, tl.exp2(tl.log2(tl.where(pos, u, 1.0)) * (1.0 / a - 1.0)), 0.0)
-        p = s * up
+        p, s, _ = _powers_log(u, a, HW)
     return p, s
+
+
+@triton.jit
+def _powers_log(u, a, HW: tl.constexpr):
+    """The general power (``EXACT = 0``): ``(u₊^{1/a}, u₊^{1/a - 1}, lg)`` with ``lg = log2 u`` where
+    ``u > 0``, else 0 (one :func:`_log2` and one ``exp2`` per score; ``p log p = ln 2 · p lg / a``)."""
+    pos = u > 0
+    lg = _log2(tl.where(pos, u, 1.0), HW)
+    s = tl.where(pos, tl.exp2(lg * (1.0 / a - 1.0)), 0.0)
+    p = s * tl.where(pos, u, 0.0)
+    return p, s, lg
 
 
 @triton.jit
@@ -145,7 +185,7 @@ def _hist_add(hist, anchor, m, z, inv_w):
 
 
 @triton.jit
-def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr):
+def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr, FAST_LOG: tl.constexpr):
     """The Newton start: ``HIST_STEPS`` Newton steps from ``t = -1`` on the binned row (the maximum
     at ``d = 0``, the other counts at ``d_k = a (anchor - m) - k / HIST_BINS``), minus
     ``HIST_MARGIN``, at least ``-1``; ``-1`` where not ``use``.  Scores lowered to the binned values
@@ -157,8 +197,8 @@ def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr):
     d = a * (anchor - m)[:, None] - kb[None, :].to(tl.float32) * (1.0 / HIST_BINS)
     t = tl.full(m.shape, -1.0, tl.float32)
     for _ in tl.static_range(HIST_STEPS):
-        p, s = _powers(d - t[:, None], a, EXACT)
-        p0, s0 = _powers(-t, a, EXACT)
+        p, s = _powers(d - t[:, None], a, EXACT, FAST_LOG)
+        p0, s0 = _powers(-t, a, EXACT, FAST_LOG)
         t = newton_update(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
     t = tl.maximum(t - HIST_MARGIN, -1.0)
     return tl.where(use & (t == t), t, -1.0)
@@ -236,7 +276,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
                   stride_mb, stride_mh, stride_mm, stride_mn,
                   EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                  VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                  VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): threshold, output, and the rows the backward needs.
 
     Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
@@ -292,7 +333,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
     # -- Newton passes from the histogram's start until every row of the block is solved ------
-    t = _hist_start(hist, anchor, m, a, (empty == 0) & (hi < HIST_MAX_KEYS), EXACT)
+    t = _hist_start(hist, anchor, m, a, (empty == 0) & (hi < HIST_MAX_KEYS), EXACT, FAST_LOG)
     go = rmask & (empty == 0)
     last = tl.full([BLOCK_M], float("inf"), tl.float32)
     it = 0
@@ -306,7 +347,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
                 offs_n = nb * BLOCK_N + offs_nb
                 z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                                 stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
                 Ssum += tl.sum(p, 1)
                 Sp += tl.sum(s, 1)
                 if EXACT == 2:
@@ -329,17 +370,20 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
             offs_n = nb * BLOCK_N + offs_nb
             z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                             stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
-            umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
-            tl.store(BMAX + bmax_base + nb, umax)
+            u = a * (z - m[:, None]) - t[:, None]
+            if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
+                p, s, lg = _powers_log(u, a, FAST_LOG)
+                plogp += tl.sum(p * lg, 1)
+            else:
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+            tl.store(BMAX + bmax_base + nb, tl.max(tl.max(u, 1), 0))
             v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
                         other=0.0)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             Ssum += tl.sum(p, 1)
             Sp += tl.sum(s, 1)
-            if EXACT == 0:  # Σ p log p: the α gradient's only (a log per score and registers saved otherwise)
-                plogp += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)), 0.0), 1)
+    plogp = plogp * (LN2 / a)
     w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
     # the output offsets, computed here rather than kept live through the passes (registers)
     if VARLEN:
@@ -366,7 +410,8 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                        stride_mb, stride_mh, stride_mm, stride_mn,
                        EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                       VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                       VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       HEAD_DIM: tl.constexpr):
     """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group,
     written at rows ``(b·HKV + hk)·S + j`` (dense) or ``hk·S + CU_K[b] + j`` (packed)."""
     pid_n = tl.program_id(0)
@@ -429,7 +474,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_
                 z = _mm(q, kt, DOT) * scale
                 dp = _mm(do, vt, DOT)
                 z = _masked(z, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
                 dz = s * (dp - c[:, None])
                 dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
                 dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
@@ -445,8 +490,8 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                      stride_mb, stride_mh, stride_mm, stride_mn,
                      EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                     VARLEN: tl.constexpr, ALPHA_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     HEAD_DIM: tl.constexpr):
+                     VARLEN: tl.constexpr, ALPHA_GRAD: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): ``dQ`` (at the rows of the forward's per-row outputs) and,
     with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
     pid_m = tl.program_id(0)
@@ -499,11 +544,14 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q
             vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
             dp = _mm(do, vt, DOT)
-            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT)
+            if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
+                p, s, lg = _powers_log(a * (z - m[:, None]) - t[:, None], a, FAST_LOG)
+                plg += tl.sum(p * lg * dp, 1)
+            else:
+                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
             dz = s * (dp - c[:, None])
             dq += _mm(_low(dz, k, DOT), k, DOT)
-            if ALPHA_GRAD:
-                plg += tl.sum(tl.where(p > 0, p * tl.log(tl.where(p > 0, p, 1.0)) * dp, 0.0), 1)
+    plg = plg * (LN2 / a)
     tl.store(DQ + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=rmask[:, None])
     if ALPHA_GRAD:

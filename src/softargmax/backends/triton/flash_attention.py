@@ -47,6 +47,11 @@ __all__ = ["maybe_attention", "flash_attention", "forward_stats", "set_enabled",
 MAX_ITER = 100
 #: the smallest α the fused path takes (the α gradient's closed form loses accuracy towards 1)
 ALPHA_MIN = 1.01
+#: the general power (α other than 1.5 and 2, or learned) takes ``log2`` from the GPU's ``lg2.approx.f32``
+#: when every head's α is at least this (``FAST_LOG``: one instruction instead of a software logarithm of
+#: about 30); below it the α gradient, whose terms cancel as α → 1, would amplify its error
+#: (:func:`softargmax.backends.triton.attention_kernels._log2`) past 1e-3, and ``tl.log2`` runs instead
+ALPHA_FAST_LOG = 1.25
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _switch = Switch("SOFTARGMAX_FLASH_ATTENTION")
@@ -82,9 +87,9 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     reports (registers, spills, shared memory; Triton 3.9, ``ptxas`` of its wheel), to keep
     every kernel free of spills with the most query rows in flight per multiprocessor:
 
-    * ``D = 64``: forward 227 registers (255 with a learned α), ``dK, dV`` 206, ``dQ`` 189, no
-      spills, 2 programs per multiprocessor (128 query rows in flight; the former 64×32 with 8
-      warps: 206 registers, 1 program, 64 rows);
+    * ``D = 64``: forward 227 registers (a learned α: 194 with ``FAST_LOG``, 221 without), ``dK, dV``
+      206, ``dQ`` 189, no spills, 2 programs per multiprocessor (128 query rows in flight; the former
+      64×32 with 8 warps: 206 registers, 1 program, 64 rows);
     * ``D = 128``: forward 208 registers with 8 warps (1 program, 64 rows; 4 warps: 255 and
       96 bytes of spills), ``dK, dV`` 158 and ``dQ`` 190 with 4 warps (2–3 programs; 8 warps
       spill 144–200 bytes); the former 32×32 with 8 warps kept 32 rows in flight.
@@ -221,9 +226,10 @@ def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
         alpha_h = _per_head(alpha_t, H)
         if alpha_h is None:
             return None
-        ad = alpha_h.detach()
-        if not bool(((ad >= ALPHA_MIN) & (ad <= 2.0)).all()):  # one small synchronization
+        lo, hi = torch.stack(torch.aminmax(alpha_h.detach())).tolist()  # one small synchronization
+        if not (ALPHA_MIN <= lo and hi <= 2.0):
             return None
+        a = lo - 1.0  # the smallest a = α - 1 (the kernels read α per head: this chooses FAST_LOG)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return q, k, v, mask4, a, alpha_h, layout, packed
 
@@ -284,6 +290,12 @@ def _exact(a: float, per_head: bool) -> int:
     return 1 if a == 1.0 else 2 if a == 0.5 else 0
 
 
+def _fast_log(a: float, exact: int) -> bool:
+    """``FAST_LOG`` of the kernels: the general power (``exact`` 0) with every α at least
+    :data:`ALPHA_FAST_LOG` (``a``: the smallest ``α - 1``); off for the exact powers (no logarithm)."""
+    return exact == 0 and a >= ALPHA_FAST_LOG - 1.0
+
+
 def _dot_mode(q: Tensor) -> int:
     """0: tensor-core dots of half inputs, 1: IEEE float32, 2: the interpreter's widened bfloat16."""
     if q.dtype == torch.float32:
@@ -318,10 +330,10 @@ def _launch_options(q: Tensor, warps: int) -> dict:
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
-             scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None
+             scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None, fast: bool = False
              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Launch the forward kernel; returns the output (4-D, a view of a ``[total, H, D]`` tensor for
-    a packed batch) and the saved rows."""
+    """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`); returns the output (4-D,
+    a view of a ``[total, H, D]`` tensor for a packed batch) and the saved rows."""
     K = _module()
     B, H, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -345,7 +357,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
-        BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
+        FAST_LOG=fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
     return o, w, rows, bmax, iters
 
 
@@ -386,10 +398,11 @@ class FlashEntmaxAttention(torch.autograd.Function):
                 packed: Optional[Packed] = None) -> Tensor:
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
-        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed)
+        fast = _fast_log(a, exact)
+        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast)
         ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact, ctx.packed = mask4, causal, scale, cfg, exact, packed
-        ctx.alpha_h = alpha_h is not None
+        ctx.alpha_h, ctx.fast = alpha_h is not None, fast
         ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
         return o
 
@@ -415,7 +428,8 @@ class FlashEntmaxAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2), *ms)
         consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
-                      VARLEN=packed is not None, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
+                      VARLEN=packed is not None, FAST_LOG=ctx.fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D,
+                      **_launch_options(q, warps))
         K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax, cu_q, cu_k,
                                              H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
         K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, bmax, cu_q, cu_k,
@@ -449,8 +463,9 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     cfg = _config(prep, block_m, block_n)
     A = _kernel_a(q, alpha_h, a)
-    _, _, rows, bmax, iters = _forward(q, k, v, A, _exact(a, alpha_h is not None), mask4, bool(is_causal), scale, cfg,
-                                       packed)
+    exact = _exact(a, alpha_h is not None)
+    _, _, rows, bmax, iters = _forward(q, k, v, A, exact, mask4, bool(is_causal), scale, cfg, packed,
+                                       _fast_log(a, exact))
     B, H, L, _ = q.shape
     BM, BN = cfg[0], cfg[1]
     nb, nq, nk = _grid(q, k, cfg, packed)
