@@ -100,6 +100,8 @@ from .pretraining.training import RunSpec, TrainSettings, train_run
 #: loss name -> the mapping of its Fenchel–Young loss
 LOSSES = {"kl": "softmax", "chi_square": "chi_square", "alpha1.5": "entmax15",
           "jensen_shannon": "jensen_shannon", "reverse_chi_square": "reverse_chi_square"}
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(LOSSES)
 NAMES = {"kl": "KL", "chi_square": "χ² (= sparsemax)", "alpha1.5": "α = 1.5 (1.5-entmax)",
          "jensen_shannon": "Jensen–Shannon", "reverse_chi_square": "reverse χ²"}
 SHORT = {"kl": "KL", "chi_square": "χ²", "alpha1.5": "α=1.5", "jensen_shannon": "JS", "reverse_chi_square": "rev. χ²"}
@@ -107,6 +109,8 @@ SHORT = {"kl": "KL", "chi_square": "χ²", "alpha1.5": "α=1.5", "jensen_shannon
 TABLE3 = ("kl", "chi_square", "alpha1.5")
 #: the losses trained again with a learned reference measure q
 LEARNED_Q = ("kl", "alpha1.5")
+#: the names of the runs ``--runs`` takes (``LOSS:SEED``; ``+q``: with a learned q)
+RUN_NAMES = (*LOSSES, *(f"{n}+q" for n in LEARNED_Q))
 #: "A is at least as good as B": A's accuracy may be lower by at most this many points (non-inferiority)
 MARGIN = 0.5
 
@@ -281,7 +285,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         raise ValueError(f"jobs: training runs in several processes is for the CPU, got device {device!r}")
     if systems is None:
         systems = PRESETS[preset]["systems"] if preset in PRESETS else tuple(LOSSES)
-    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='lm')
     planned = run_specs(P, systems, seed)
     specs = planned if runs is None else select_runs(planned, runs)
     runs_dir = out_dir / "runs"

@@ -92,6 +92,8 @@ from typing import Any, Collection, Iterable, Optional, Sequence, Union
 
 import torch
 
+from softargmax.divergences import DIVERGENCE_NAMES
+
 from ._common import (
     Log,
     atomic_json,
@@ -135,7 +137,7 @@ from .nmt.verdicts import (
 
 __all__ = [
     # the experiment: its presets, its runs and their records, the report rebuilt from them
-    "PRESETS", "PRESET_KEYS", "EXPERIMENT", "DERIVED", "Data", "load_data", "evaluate_system", "time_inference",
+    "PRESETS", "PRESET_KEYS", "EXPERIMENT", "SYSTEM_NAMES", "DERIVED", "Data", "load_data", "evaluate_system", "time_inference",
     "preset_settings", "run", "run_setup", "check_records", "RECORD_ABOUT", "make_record", "rebuild", "render",
     "time_speed", "SPEED_FILE", "SPEED_ROUNDS",
     # re-exported from .nmt, where they are defined: the command line (--render-only), the other experiments and
@@ -184,6 +186,10 @@ PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "b
 
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
 EXPERIMENT = "translation"
+
+#: the names ``--systems`` takes: the four output layers and ``f:<divergence>``, the f-divergence softargmax of any
+#: divergence without a parameter (the command line checks them before any work)
+SYSTEM_NAMES = SYSTEMS + tuple(f"f:{d}" for d in DIVERGENCE_NAMES if d != "alpha")
 
 #: what a run derives in its output folder (``--fresh`` deletes it): checkpoints, run records and the tokenizer
 DERIVED = ("runs", "records", "spm.model", "spm.json")
@@ -366,8 +372,8 @@ def run(
     """
     P = preset_settings(preset, overrides)
     pairs = selected_runs(P, seed, systems, seeds, runs)
-    _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEMS, threads, out,
-                              prefixes={"f:": "<divergence>"})
+    _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEM_NAMES, threads, out,
+                              what=EXPERIMENT)
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
