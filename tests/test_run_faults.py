@@ -18,6 +18,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -523,12 +524,14 @@ def test_the_report_names_the_test_of_resumed_runs():
 # --- Ctrl-C and SIGTERM: a checkpoint, the lock released, one line that says how to continue -----------------------
 
 @needs_data
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_continues(sig, code, said, tmp_path):
+@pytest.mark.parametrize("sig, code, said, fresh", [(signal.SIGINT, 130, "interrupted (Ctrl-C)", ["--fresh"]),
+                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)", [])])
+def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_command_printed_continues(sig, code, said, fresh,
+                                                                                            tmp_path):
     out = tmp_path / "run"
     # no --checkpoint-every: the checkpoint is the one the signal makes the run save
-    command = [sys.executable, *SMOKE[:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
+    options = [*SMOKE[3:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
+    command = [sys.executable, *SMOKE[:3], *fresh, *options]
     proc = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     for line in proc.stdout:
         if re.search(r"\[softmax\] step 1/", line):
@@ -538,17 +541,20 @@ def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_
     assert proc.returncode == code, stderr
     lines = stderr.strip().splitlines()
     assert 1 <= len(lines) <= 3 and "Traceback" not in stderr, stderr
-    assert said in lines[-1] and "run the same command again to continue" in lines[-1]
+    # the command that continues: the same without --fresh (which would set the checkpoint aside)
+    assert lines[-1] == (f"translation: {said}; to continue from its checkpoints, run: python -m softargmax reproduce "
+                         + shlex.join(options)), lines[-1]
     assert "stopped at step" in stdout and "checkpoint saved" in stdout, stdout
     assert not (out / ".softargmax.lock").exists()  # the lock is released
     log = (out / "log.txt").read_text()
     assert said in log.splitlines()[-1] and "error: KeyboardInterrupt" not in log
     steps = int(re.search(r"stopped at step (\d+)", stdout).group(1))
     assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()
-    # the same command again continues from the checkpoint and finishes
-    again = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    # the command printed continues from the checkpoint and finishes
+    again = subprocess.run([sys.executable, *SMOKE[:3], *options], env=_env(), capture_output=True, text=True,
+                           timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"resumed at step {steps}" in again.stdout and "continuing from the training checkpoints" in again.stdout
+    assert f"resumed at step {steps}" in again.stdout
 
 
 def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):

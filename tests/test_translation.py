@@ -171,8 +171,15 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     # the same command again: every run has its record, nothing is trained, the report is rebuilt
     assert main(["reproduce", "translation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "all the results are complete" in printed and "step 1/" not in printed
-    assert "timed already" in printed  # the interleaved timing names the same runs: not timed again
+    # one message: the results are complete, the report is rebuilt, where (no ETA, no timing, no run time)
+    assert "the results are complete: all 4 runs asked for have their run record in" in printed
+    assert f"rebuilt {out / 'report.md'} (with {out / 'results.json'} and " in printed
+    assert "step 1/" not in printed and "timed" not in printed and " min" not in printed and "continuing" not in printed
+    # the headline numbers close the log: BLEU and step time of each system, the verdict on each claim
+    summary = printed[printed.index("summary ("):].splitlines()
+    assert summary[2].split()[:2] == ["softmax", f"{res['systems']['softmax']['bleu']:.2f}"]
+    assert summary[5].split()[:2] == ["1.5-ReLU", f"{res['systems']['alpha_relu']['bleu']:.2f}"]
+    assert any(line.strip().startswith(("holds:", "not shown:", "does not hold:")) for line in summary[6:])
     assert json.loads((out / "results.json").read_text())["systems"]["softmax"]["bleu"] == res["systems"]["softmax"]["bleu"]
     # --runs trains a run again: training is skipped (its last checkpoint), evaluation redone
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["softmax:0"], log=lambda *_: None)

@@ -241,6 +241,8 @@ def _open_run_log(out: Path, argv: Sequence[str]) -> Optional[TextIO]:
 
 def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
     """Print a line and append it to ``log_file``; a log that cannot be written (a full disk) is reported once."""
+    from .experiments._progress import write_line
+
     state = {"file": log_file}
 
     def log(line: str) -> None:
@@ -253,7 +255,7 @@ def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
                 print(f"warning: could not write {file.name} ({e}); logging to the terminal only",
                       file=sys.stderr)
                 state["file"] = None
-        print(line, flush=True)
+        write_line(line)  # above the progress bar on a terminal
 
     return log
 

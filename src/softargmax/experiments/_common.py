@@ -186,17 +186,23 @@ def _git(folder: Path, *args: str) -> Optional[str]:
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
-           render_report: Callable[[dict, list], str], log: Log = print) -> dict:
+           render_report: Callable[[dict, list], str], log: Log = print, rebuilt_from: Optional[str] = None) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
 
     Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
-    them either as it was or complete.
+    them either as it was or complete.  The line logged says what was written and the run's
+    time; with ``rebuilt_from`` (e.g. ``"the 4 run records"``: a call that ran nothing) it says
+    that the report was rebuilt from those instead.
     """
     atomic_json(out_dir / "results.json", results, indent=1, default=float)
     figures = write_figures(results, out_dir)
     atomic_write(out_dir / "report.md", render_report(results, figures))
-    minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
-    log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures in {minutes:.1f} min")
+    files = f"{out_dir / 'report.md'} (with {out_dir / 'results.json'} and {len(figures)} figures)"
+    if rebuilt_from:
+        log(f"rebuilt {files} from {rebuilt_from}")
+    else:
+        minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
+        log(f"wrote {files} in {minutes:.1f} min")
     return results
 
 

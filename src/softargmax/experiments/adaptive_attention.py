@@ -61,7 +61,7 @@ from .nmt.training import TrainConfig, make_batches, noam, tensors, train_system
 #: this experiment's name on the command line, in its checkpoints' fingerprints
 EXPERIMENT = "adaptive-attention"
 
-#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
+#: what a run derives in its output folder and reuses (``--fresh`` moves it aside): checkpoints and the tokenizer
 DERIVED = translation.DERIVED
 
 PRESETS = {

@@ -377,7 +377,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     return finish(results, out_dir, write_figures, render_report, log)
 
 
-#: what a call derives in its output folder (``--fresh`` deletes it): checkpoints and run records
+#: what a call derives in its output folder (``--fresh`` moves it aside): checkpoints and run records
 DERIVED = ("runs", FOLDER)
 
 
