@@ -670,10 +670,10 @@ def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys)
         main(["reproduce", "translation", "--runs", "softmax"])
     assert "SYSTEM:SEED" in capsys.readouterr().err
     assert main(["reproduce", "translation", "--runs", "softmax:1", "--seeds", "2", "--out", "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: translation: --runs names the runs itself")
+    assert capsys.readouterr().err.startswith("error: --runs: it names the runs itself")
     assert main(["reproduce", "adaptive-attention", "--preset", "smoke", "--runs", "softmax:1", "--out",
                  "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: adaptive-attention: --runs is not supported")
+    assert capsys.readouterr().err.startswith("error: --runs: adaptive-attention does not take it (use --systems)")
     sums = [float(torch.tensor(v, dtype=torch.float32)) for v in (1.0, 0.999999, 1.2345678, 0.0)]
     assert unpack(pack(sums, "float32")) == sums and unpack(pack([0, 9999, 3], "int32")) == [0, 9999, 3]
 

@@ -87,9 +87,10 @@ __all__ = ["Log", "begin", "describe_device", "environment", "code_identity", "f
 
 
 def begin(preset: str, presets: dict, systems: Collection[str], known: Collection[str], threads: Optional[int], out: str,
-          what: str = "the experiment") -> tuple[dict, Path, float]:
-    """``(preset settings, output folder, start time)``; a bad preset, system or thread count is a
-    :class:`._options.UsageError` (a ``ValueError``) that names it, raised before the output folder is created.
+          what: str = "the experiment", device: Optional[str] = None) -> tuple[dict, Path, float]:
+    """``(preset settings, output folder, start time)``; a bad preset, system, thread count or ``device`` (one this
+    PyTorch cannot use, :func:`._options.check_device`; ``None``: not checked) is a :class:`._options.UsageError`
+    (a ``ValueError``) that names it, raised before the output folder is created.
 
     ``what`` names the experiment in the message of an unknown system (``"translation takes softmax, ..."``).
     """
@@ -98,6 +99,8 @@ def begin(preset: str, presets: dict, systems: Collection[str], known: Collectio
     if known or systems:
         check_systems(systems, known, what=what)
     check_threads(threads)
+    if device is not None:
+        check_device(device)
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out)

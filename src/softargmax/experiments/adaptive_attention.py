@@ -185,7 +185,8 @@ def run(
     """
     import sacrebleu
 
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='adaptive-attention')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="adaptive-attention",
+                          device=device)
     prints = {system: fingerprint(EXPERIMENT, preset, system, seed, data=["multi30k"]) for system in systems}
     for system, fp in prints.items():  # refuse another run's checkpoints before any work
         check_checkpoint(out_dir / "runs" / system / "checkpoint.pt", fp)

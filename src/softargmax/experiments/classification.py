@@ -123,7 +123,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Table 2 (every loss) and Fig. 5 (the α sweep), all seeds; writes results, report and figures."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='classification')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="classification")
     seeds = [seed + s for s in P["seeds"]]
     folder = datasets.find("fashion-mnist", data_dir, download_missing=download, log=log)
     data = load(folder)

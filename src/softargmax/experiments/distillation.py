@@ -151,7 +151,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Teacher, SFT and distilled students per loss, the Fig. 4 decoding comparison; results, report, figures."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='distillation')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="distillation")
     folder = datasets.find("tinyshakespeare", data_dir, download_missing=download, log=log)
     text = (folder / "input.txt").read_text(encoding="utf-8")[: P["chars"]]
     chars = sorted(set(text))

@@ -127,7 +127,7 @@ def run(preset: str = "default", out: str = "runs/label-proportions", seed: int 
         systems: Collection[str] = tuple(LOSSES), threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='label-proportions')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="label-proportions")
     rows: list[dict[str, Any]] = []
     for K in P["K"]:
         for mixture in ("uniform", "random"):

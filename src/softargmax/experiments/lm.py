@@ -64,6 +64,7 @@ from . import datasets
 from ._checkpoints import as_json_data
 from ._common import (
     Log,
+    UsageError,
     begin,
     check_checkpoint,
     check_checkpoint_every,
@@ -80,6 +81,7 @@ from ._common import (
     save_figure,
     seed_spread,
 )
+from ._options import check_count
 from ._records import FOLDER, check_records, pack, record_path, unpack, write_record
 from ._records import FORMAT as RECORD_FORMAT
 from .nmt.plan import parse_runs
@@ -279,13 +281,14 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     check_checkpoint_every(checkpoint_every)
     if jobs is None:
         jobs = default_jobs(preset, device)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    check_count(jobs, "jobs")
     if jobs > 1 and not str(device).startswith("cpu"):
-        raise ValueError(f"jobs: training runs in several processes is for the CPU, got device {device!r}")
+        raise UsageError("jobs", f"training runs in several processes is for the CPU, got device {device!r}; "
+                         "leave --jobs out on a GPU")
     if systems is None:
         systems = PRESETS[preset]["systems"] if preset in PRESETS else tuple(LOSSES)
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='lm')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="lm",
+                          device=device)
     planned = run_specs(P, systems, seed)
     specs = planned if runs is None else select_runs(planned, runs)
     runs_dir = out_dir / "runs"

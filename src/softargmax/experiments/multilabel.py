@@ -243,7 +243,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every dataset × system; writes ``results.json``, ``report.md`` and a figure into ``out``."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what='multilabel')
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="multilabel")
     folder = datasets.find("mulan", data_dir, download_missing=download, log=log)
     results: dict[str, Any] = {"datasets": {}, "paper": PAPER}
     for name in P["datasets"]:

@@ -374,7 +374,7 @@ def run(
     P = preset_settings(preset, overrides)
     pairs = selected_runs(P, seed, systems, seeds, runs)
     _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEM_NAMES, threads, out,
-                              what=EXPERIMENT)
+                              what=EXPERIMENT, device=device)
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
