@@ -349,8 +349,9 @@ def test_resume_refuses_the_checkpoints_of_another_seed_or_preset(uninterrupted,
 # --- the output folder ---------------------------------------------------------------------------------------------
 
 @needs_data
-def test_fresh_removes_the_tokenizer_checkpoints_run_records_and_log(tmp_path, monkeypatch):
-    """``--fresh`` starts over: the report is then built from the new runs alone (the gpu preset's records are in git)."""
+def test_fresh_moves_the_tokenizer_checkpoints_run_records_and_log_aside(tmp_path, monkeypatch, capsys):
+    """``--fresh`` starts over: the report is then built from the new runs alone; what the earlier runs derived is
+    moved into a dated folder, not deleted (a --fresh run again by mistake loses nothing)."""
     from softargmax.experiments import translation
 
     out = tmp_path / "run"
@@ -368,8 +369,12 @@ def test_fresh_removes_the_tokenizer_checkpoints_run_records_and_log(tmp_path, m
     monkeypatch.setattr(translation, "run", run)
     assert main(["reproduce", "translation", "--preset", "smoke", "--out", str(out), "--fresh"]) == 0
     assert seen and not any(seen.values()), seen
-    assert "earlier run" not in (out / "log.txt").read_text()  # a new log
+    assert "left by an earlier run" not in (out / "log.txt").read_text()  # a new log
     assert (out / "results.json").exists()  # replaced only when a run finishes
+    aside = next(out.glob("previous-*"))
+    for path in [*derived[:-1], out / "log.txt"]:  # all but the killed writer's temporary file, deleted
+        assert (aside / path.relative_to(out)).read_text() == "left by an earlier run", path
+    assert f"--fresh: moved runs, records, spm.model, spm.json, log.txt of the earlier runs to {aside}/" in capsys.readouterr().out
 
 
 @needs_data

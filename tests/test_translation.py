@@ -820,3 +820,23 @@ def test_a_run_finds_its_checkpoints_in_one_folder_however_many_runs_a_call_trai
                         log=lines.append)
     assert any(f"{out / 'runs' / 'softmax' / 'checkpoint.pt'} is a checkpoint in the layout of an earlier" in line
                for line in lines), lines
+
+
+def test_the_whole_job_estimate_adds_the_runs_left_their_evaluation_and_the_interleaved_timing():
+    from softargmax.experiments.translation import OVERHEAD_RATIO, JobEstimate
+
+    rounds = dict(rounds=10, steps=3, inference_rounds=3)
+    est = JobEstimate(runs=4, steps=500, systems=4, rounds=rounds)
+    assert est.left(0) is None  # no step timed yet
+    # run 1 of 4 at 0.3 s per step, 60 s of its training left: before any run finished, the rest of a run
+    # (evaluation, inference timing) is OVERHEAD_RATIO of its training; then 3 runs; then 4 systems x 30 steps
+    per_run = 500 * 0.3 * (1 + OVERHEAD_RATIO)
+    assert est.left(0, 60.0, 0.3) == pytest.approx(60 + OVERHEAD_RATIO * 150 + 3 * per_run + 4 * 30 * 0.3)
+    # run 1 took 200 s, 150 of them training steps, 4 s of inference timing at every beam: measured from now on
+    est.finished(train=150.0, steps=500, run=200.0, inference=4.0)
+    timing = 4 * (30 * 0.3 + 3 * 4.0)
+    assert est.left(1) == pytest.approx(3 * (150 + 50) + timing)
+    # the current run's pace counts for the runs after it (a slower system: 2.7 s per step)
+    assert est.left(3, 27.0, 2.7) == pytest.approx(27 + 50 + 4 * (30 * 2.7 + 3 * 4.0))
+    # one system: no interleaved timing
+    assert JobEstimate(1, 10, 1, rounds).left(0, 5.0, 1.0) == pytest.approx(5 + OVERHEAD_RATIO * 10)
