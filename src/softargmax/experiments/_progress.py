@@ -83,12 +83,15 @@ _BARS: list = []
 
 @contextlib.contextmanager
 def progress_bar(total: int, label: str, initial: int = 0) -> Iterator[Any]:
-    """A ``tqdm`` bar of ``total`` steps on stderr, or ``None`` when stderr is not a terminal or tqdm is missing.
+    """A ``tqdm`` bar of ``total`` steps on stderr, or ``None`` when stderr is not a terminal, tqdm is missing, or
+    this is a worker process (``multiprocessing``: runs trained side by side would draw over each other's bar).
 
     While it is shown, the lines written through :func:`write_line` go above it.
     """
+    import multiprocessing
+
     bar = None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and multiprocessing.parent_process() is None:
         try:
             from tqdm import tqdm
 
