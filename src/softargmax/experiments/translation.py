@@ -647,7 +647,7 @@ class JobEstimate:
     :data:`OVERHEAD_RATIO` of its training; the interleaved timing is ``rounds x steps`` training steps of every
     system at that time per step plus ``inference_rounds`` translations at every beam, as long as the finished runs'
     own inference timing measured (:data:`SPEED_ROUNDS`).  The paired bootstrap and the report that follow are not
-    in it (seconds).
+    in it: seconds (the bootstrap of 4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
 
     Example:
         >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3))
