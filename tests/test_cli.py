@@ -77,15 +77,45 @@ def test_checkpoints_found_are_continued_from_unless_fresh(tmp_path, capsys):
     ckpt.write_bytes(b"")
     args = ["reproduce", "bisection", "--preset", "smoke", "--out", str(out)]
     # the same command twice works: the second call continues (a note says so), no --resume needed
-    assert main(args) == 0
-    assert "continuing from the training checkpoints" in capsys.readouterr().out and ckpt.exists()
+    assert main(args) == 0 and ckpt.exists()
     assert main(args + ["--resume"]) == 0 and ckpt.exists()
     # every run writes its own log next to the report
     log = (out / "log.txt").read_text()
     assert "wrote" in log and "report.md" in log
+    capsys.readouterr()
+    # --fresh moves the checkpoints and the log aside, into a dated folder, and says so in one line
     assert main(args + ["--fresh"]) == 0 and not (out / "runs").exists()
+    aside = [p for p in out.iterdir() if p.name.startswith("previous-")]
+    assert len(aside) == 1 and (aside[0] / "runs" / "softmax" / "checkpoint.pt").is_file()
+    assert (aside[0] / "log.txt").read_text() == log
+    printed = [line for line in capsys.readouterr().out.splitlines() if "--fresh" in line]
+    assert printed == [f"--fresh: moved runs, log.txt of the earlier runs to {aside[0]}/ (delete it when no longer "
+                       "needed); starting over"]
+    assert printed[0] in (out / "log.txt").read_text()  # the new log says it too
     with pytest.raises(SystemExit):
         main(args + ["--resume", "--fresh"])
+
+
+def test_fresh_moves_everything_derived_aside_atomically_and_never_overwrites(tmp_path):
+    import time
+
+    from softargmax.experiments._common import set_aside_derived
+
+    out = tmp_path / "out"
+    assert set_aside_derived(out, ("runs",)) == (None, []) and not out.exists()  # nothing there: no folder made
+    (out / "runs" / "a").mkdir(parents=True)
+    (out / "runs" / "a" / "checkpoint.pt").write_bytes(b"x")
+    (out / "spm.model").write_text("tok")
+    (out / "results.json").write_text("{}")
+    (out / ".report.md.abcd1234.tmp").write_text("half")  # a killed writer's temporary file: deleted
+    when = time.localtime(0)
+    folder, moved = set_aside_derived(out, ("runs", "records", "spm.model"), when=when)
+    assert folder == out / f"previous-{time.strftime('%Y%m%d-%H%M%S', when)}" and moved == ["runs", "spm.model"]
+    assert (folder / "runs" / "a" / "checkpoint.pt").read_bytes() == b"x" and (folder / "spm.model").is_file()
+    assert sorted(p.name for p in out.iterdir()) == [folder.name, "results.json"]
+    (out / "runs").mkdir()
+    again, _ = set_aside_derived(out, ("runs",), when=when)  # the same second: a new folder, nothing overwritten
+    assert again == out / f"{folder.name}-2" and (folder / "runs" / "a").is_dir()
 
 
 def test_the_default_output_folder_is_ignored_by_git_and_not_the_committed_report(tmp_path, monkeypatch):
@@ -192,3 +222,102 @@ def test_reproduce_help_states_each_experiments_presets_the_default_and_device_a
     assert main(["reproduce", "tau-table", "--preset", "full", "--out", "/nonexistent/x"]) == 2
     err = capsys.readouterr().err
     assert err == "error: tau-table takes --preset default or smoke, not 'full'\n"
+
+
+#: a bad value of each option: (arguments, the option the one-line message names); every experiment is tried with
+#: each (an option the experiment does not take is an error as well, naming it)
+BAD_OPTIONS = {
+    "bad int": (["--threads", "two"], "--threads"),
+    "zero threads": (["--threads", "0"], "--threads"),
+    "negative seed": (["--seed", "-1"], "--seed"),
+    "bad seeds": (["--seeds", "1", "x"], "--seeds"),
+    "bad choice": (["--preset", "huge"], "--preset"),
+    "unknown system": (["--systems", "softmax", "sparsemx"], "--systems"),
+    "cuda on CPU torch": (["--device", "cuda"], "--device"),
+    "not a device": (["--device", "gpu"], "--device"),
+    "missing data folder": (["--data-dir", "/nonexistent/data"], "--data-dir"),
+    "zero checkpoint interval": (["--checkpoint-every", "0"], "--checkpoint-every"),
+    "negative jobs": (["--jobs", "-1"], "--jobs"),
+    "bad run": (["--runs", "softmax"], "--runs"),
+    "unknown run": (["--runs", "nope:1"], "--runs"),
+    "render-only with a run option": (["--render-only", "--threads", "2"], "--render-only"),
+}
+
+
+def _error_of(argv, capsys):
+    """``(exit status, stderr)`` of ``softargmax argv`` run in this process."""
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", list(BAD_OPTIONS))
+@pytest.mark.parametrize("experiment", ["translation", "tau-table", "bisection", "adaptive-attention",
+                                        "nli-attention", "label-proportions", "multilabel", "classification",
+                                        "distillation", "lm"])
+def test_a_bad_option_is_one_error_line_with_exit_status_2_before_any_work(experiment, case, tmp_path, capsys,
+                                                                          monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only PyTorch, even on a GPU machine
+    options, option = BAD_OPTIONS[case]
+    out = tmp_path / "out"
+    code, err = _error_of(["reproduce", experiment, "--preset", "smoke", "--out", str(out), *options], capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and option in err, err
+    assert "Traceback" not in err and not out.exists()  # no lock, no log, no --fresh, no vocabulary, no training
+
+
+def test_the_issue_examples_name_the_option_and_the_fix(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from softargmax.experiments._options import UsageError, check_device
+
+    base = ["reproduce", "translation", "--preset", "smoke", "--out", str(tmp_path / "out")]
+    assert _error_of(base + ["--systems", "softmax", "sparsemx"], capsys) == (2, (
+        "error: --systems: unknown system 'sparsemx' (did you mean sparsemax?); translation takes softmax, sparsemax, "
+        "entmax15, alpha_relu, f:kl, f:reverse_kl, f:jeffrey, f:jensen_shannon, f:squared_hellinger, f:chi_square, "
+        "f:reverse_chi_square\n"))
+    assert _error_of(base + ["--threads", "0"], capsys) == (2, (
+        "error: argument --threads: give a positive number of CPU threads (e.g. 2), got 0 (see softargmax reproduce "
+        "--help)\n"))
+    monkeypatch.setattr(torch.version, "cuda", None)
+    code, err = _error_of(base + ["--device", "cuda"], capsys)
+    assert code == 2 and "built without CUDA; install a CUDA build" in err and "or use --device cpu" in err
+    # a CUDA build that sees no GPU, or fewer than named
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert check_device("cuda:0") == "cuda:0"
+    with pytest.raises(UsageError, match=r"shows 1 GPU \(cuda:0\)"):
+        check_device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError, match="sees no GPU; check the driver"):
+        check_device("cuda")
+
+
+def test_the_library_refuses_bad_arguments_with_the_same_messages(tmp_path):
+    from softargmax.experiments import bisection, classification
+    from softargmax.experiments._options import UsageError
+
+    with pytest.raises(UsageError, match=r"^systems: unknown system 'chi_sqare' \(did you mean chi_square\?\)"):
+        classification.run("smoke", out=str(tmp_path / "c"), systems=["chi_sqare"])
+    with pytest.raises(ValueError, match=r"^threads: give a positive number"):
+        classification.run("smoke", out=str(tmp_path / "c"), threads=0)
+    with pytest.raises(ValueError, match=r"^preset: give one of default, smoke, got 'huge'"):
+        bisection.run("huge", out=str(tmp_path / "b"))
+    assert not (tmp_path / "c").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_command_after_ctrl_c_is_the_same_without_fresh():
+    import argparse
+
+    from softargmax.cli import _resume_hint
+
+    argv = ["reproduce", "translation", "--preset", "default", "--fresh", "--out", "my runs"]
+    hint = _resume_hint(argparse.Namespace(experiment="translation"), argv)
+    assert hint == "to continue from its checkpoints, run: softargmax reproduce translation --preset default --out 'my runs'"
+    hint = _resume_hint(argparse.Namespace(experiment="bisection"), ["reproduce", "bisection", "--fre"])
+    assert hint == "to run it again (it starts over), run: softargmax reproduce bisection"

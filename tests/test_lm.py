@@ -421,9 +421,9 @@ def test_jobs_is_checked_and_refused_where_runs_are_not_trained_in_processes(cap
         main(["reproduce", "lm", "--jobs", "0"])
     assert "positive" in capsys.readouterr().err
     assert main(["reproduce", "bisection", "--preset", "smoke", "--jobs", "2", "--out", "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: bisection: --jobs is not supported")
+    assert capsys.readouterr().err.startswith("error: --jobs: bisection does not take it")
     for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        with pytest.raises(ValueError, match="jobs: give a positive integer"):
             lm.run("smoke", out=str(tmp_path / "x"), jobs=bad)
     with pytest.raises(ValueError, match=r"jobs: .* for the CPU"):
         lm.run("smoke", out=str(tmp_path / "x"), jobs=2, device="cuda")

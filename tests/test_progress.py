@@ -2,6 +2,7 @@
 where stderr is not a terminal, and Ctrl-C waits for a training step to end."""
 
 import os
+import re
 import signal
 
 import pytest
@@ -58,3 +59,49 @@ def test_an_ignored_ctrl_c_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def _read_all(fd):
+    import select
+
+    out = b""
+    while select.select([fd], [], [], 0.2)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    return out.decode("utf-8", "replace")
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals")
+def test_on_a_terminal_the_bar_shows_and_log_lines_go_above_it(capsys, monkeypatch):
+    """Under `script` without a terminal (a pseudo-terminal of 0 x 0, as os.openpty makes) tqdm hid the bar."""
+    pytest.importorskip("tqdm")
+    from softargmax.experiments._progress import format_seconds, write_line
+
+    master, slave = os.openpty()
+    terminal = open(slave, "w", encoding="utf-8")
+    try:
+        monkeypatch.setattr("sys.stderr", terminal)
+        with progress_bar(20, "softmax") as bar:
+            assert bar is not None
+            bar.set_postfix_str("loss 1.000, ETA run 3.0 s, whole job 2.5 min", refresh=False)
+            bar.update(5)
+            bar.refresh()  # (tqdm draws at most every 0.1 s)
+            terminal.flush()
+            drawn = _read_all(master)
+            write_line("[softmax] step 5/20 loss 1.000")  # tqdm.write: the bar cleared, the line printed, the bar drawn
+            terminal.flush()
+            after = _read_all(master)
+    finally:
+        terminal.close()
+        os.close(master)
+    assert "softmax:  25%" in drawn and "5/20" in drawn and "whole job 2.5 min" in drawn
+    assert capsys.readouterr().out == "[softmax] step 5/20 loss 1.000\n"  # the line whole, on its own line
+    cleared = re.match(r"\r +\r", after)
+    assert cleared and "softmax:  25%" in after[cleared.end():], repr(after)
+    # no bar (not a terminal): plain lines
+    monkeypatch.undo()
+    write_line("plain")
+    assert capsys.readouterr().out == "plain\n"
+    assert [format_seconds(s) for s in (None, 45, 192, 5400)] == ["?", "45.0 s", "3.2 min", "1.5 h"]

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -348,8 +349,9 @@ def test_resume_refuses_the_checkpoints_of_another_seed_or_preset(uninterrupted,
 # --- the output folder ---------------------------------------------------------------------------------------------
 
 @needs_data
-def test_fresh_removes_the_tokenizer_checkpoints_run_records_and_log(tmp_path, monkeypatch):
-    """``--fresh`` starts over: the report is then built from the new runs alone (the gpu preset's records are in git)."""
+def test_fresh_moves_the_tokenizer_checkpoints_run_records_and_log_aside(tmp_path, monkeypatch, capsys):
+    """``--fresh`` starts over: the report is then built from the new runs alone; what the earlier runs derived is
+    moved into a dated folder, not deleted (a --fresh run again by mistake loses nothing)."""
     from softargmax.experiments import translation
 
     out = tmp_path / "run"
@@ -367,8 +369,12 @@ def test_fresh_removes_the_tokenizer_checkpoints_run_records_and_log(tmp_path, m
     monkeypatch.setattr(translation, "run", run)
     assert main(["reproduce", "translation", "--preset", "smoke", "--out", str(out), "--fresh"]) == 0
     assert seen and not any(seen.values()), seen
-    assert "earlier run" not in (out / "log.txt").read_text()  # a new log
+    assert "left by an earlier run" not in (out / "log.txt").read_text()  # a new log
     assert (out / "results.json").exists()  # replaced only when a run finishes
+    aside = next(out.glob("previous-*"))
+    for path in [*derived[:-1], out / "log.txt"]:  # all but the killed writer's temporary file, deleted
+        assert (aside / path.relative_to(out)).read_text() == "left by an earlier run", path
+    assert f"--fresh: moved runs, records, spm.model, spm.json, log.txt of the earlier runs to {aside}/" in capsys.readouterr().out
 
 
 @needs_data
@@ -506,9 +512,9 @@ def test_the_command_line_reports_a_full_disk_in_one_line(tmp_path, monkeypatch,
 def test_checkpoint_every_is_checked_and_refused_where_no_checkpoints_are_kept(capsys):
     with pytest.raises(SystemExit):
         main(["reproduce", "translation", "--checkpoint-every", "0"])
-    assert "positive number of steps" in capsys.readouterr().err
+    assert "argument --checkpoint-every: give a positive integer, got 0" in capsys.readouterr().err
     assert main(["reproduce", "bisection", "--preset", "smoke", "--checkpoint-every", "5", "--out", "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: bisection: --checkpoint-every is not supported")
+    assert capsys.readouterr().err.startswith("error: --checkpoint-every: bisection does not take it")
 
 
 def test_the_report_names_the_test_of_resumed_runs():
@@ -523,13 +529,14 @@ def test_the_report_names_the_test_of_resumed_runs():
 # --- Ctrl-C and SIGTERM: a checkpoint, the lock released, one line that says how to continue -----------------------
 
 @needs_data
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_continues(sig, code, said, tmp_path,
-                                                                                         ctrl_c_raises):
+@pytest.mark.parametrize("sig, code, said, fresh", [(signal.SIGINT, 130, "interrupted (Ctrl-C)", ["--fresh"]),
+                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)", [])])
+def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_command_printed_continues(sig, code, said, fresh,
+                                                                                            tmp_path, ctrl_c_raises):
     out = tmp_path / "run"
     # no --checkpoint-every: the checkpoint is the one the signal makes the run save
-    command = [sys.executable, *SMOKE[:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
+    options = [*SMOKE[3:-4], "--data-dir", str(SHARED), "--systems", "softmax", "--out", str(out)]
+    command = [sys.executable, *SMOKE[:3], *fresh, *options]
     proc = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     for line in proc.stdout:
         if re.search(r"\[softmax\] step 1/", line):
@@ -539,17 +546,20 @@ def test_ctrl_c_and_sigterm_stop_cleanly_with_a_checkpoint_and_the_same_command_
     assert proc.returncode == code, stderr
     lines = stderr.strip().splitlines()
     assert 1 <= len(lines) <= 3 and "Traceback" not in stderr, stderr
-    assert said in lines[-1] and "run the same command again to continue" in lines[-1]
+    # the command that continues: the same without --fresh (which would set the checkpoint aside)
+    assert lines[-1] == (f"translation: {said}; to continue from its checkpoints, run: python -m softargmax reproduce "
+                         + shlex.join(options)), lines[-1]
     assert "stopped at step" in stdout and "checkpoint saved" in stdout, stdout
     assert not (out / ".softargmax.lock").exists()  # the lock is released
     log = (out / "log.txt").read_text()
     assert said in log.splitlines()[-1] and "error: KeyboardInterrupt" not in log
     steps = int(re.search(r"stopped at step (\d+)", stdout).group(1))
     assert (out / "runs" / "softmax" / "seed0" / "checkpoint.pt").exists()
-    # the same command again continues from the checkpoint and finishes
-    again = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    # the command printed continues from the checkpoint and finishes
+    again = subprocess.run([sys.executable, *SMOKE[:3], *options], env=_env(), capture_output=True, text=True,
+                           timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"resumed at step {steps}" in again.stdout and "continuing from the training checkpoints" in again.stdout
+    assert f"resumed at step {steps}" in again.stdout
 
 
 def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):

@@ -171,8 +171,15 @@ def test_smoke_run_end_to_end_and_resume(tmp_path, capsys):
     # the same command again: every run has its record, nothing is trained, the report is rebuilt
     assert main(["reproduce", "translation", "--preset", "smoke", "--data-dir", str(SHARED), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "all the results are complete" in printed and "step 1/" not in printed
-    assert "timed already" in printed  # the interleaved timing names the same runs: not timed again
+    # one message: the results are complete, the report is rebuilt, where (no ETA, no timing, no run time)
+    assert "the results are complete: all 4 runs asked for have their run record in" in printed
+    assert f"rebuilt {out / 'report.md'} (with {out / 'results.json'} and " in printed
+    assert "step 1/" not in printed and "timed" not in printed and " min" not in printed and "continuing" not in printed
+    # the headline numbers close the log: BLEU and step time of each system, the verdict on each claim
+    summary = printed[printed.index("summary ("):].splitlines()
+    assert summary[2].split()[:2] == ["softmax", f"{res['systems']['softmax']['bleu']:.2f}"]
+    assert summary[5].split()[:2] == ["1.5-ReLU", f"{res['systems']['alpha_relu']['bleu']:.2f}"]
+    assert any(line.strip().startswith(("holds:", "not shown:", "does not hold:")) for line in summary[6:])
     assert json.loads((out / "results.json").read_text())["systems"]["softmax"]["bleu"] == res["systems"]["softmax"]["bleu"]
     # --runs trains a run again: training is skipped (its last checkpoint), evaluation redone
     res2 = translation.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["softmax:0"], log=lambda *_: None)
@@ -663,10 +670,10 @@ def test_runs_are_named_system_colon_seed_and_records_pack_their_numbers(capsys)
         main(["reproduce", "translation", "--runs", "softmax"])
     assert "SYSTEM:SEED" in capsys.readouterr().err
     assert main(["reproduce", "translation", "--runs", "softmax:1", "--seeds", "2", "--out", "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: translation: --runs names the runs itself")
+    assert capsys.readouterr().err.startswith("error: --runs: it names the runs itself")
     assert main(["reproduce", "adaptive-attention", "--preset", "smoke", "--runs", "softmax:1", "--out",
                  "/nonexistent/x"]) == 2
-    assert capsys.readouterr().err.startswith("error: adaptive-attention: --runs is not supported")
+    assert capsys.readouterr().err.startswith("error: --runs: adaptive-attention does not take it (use --systems)")
     sums = [float(torch.tensor(v, dtype=torch.float32)) for v in (1.0, 0.999999, 1.2345678, 0.0)]
     assert unpack(pack(sums, "float32")) == sums and unpack(pack([0, 9999, 3], "int32")) == [0, 9999, 3]
 
@@ -813,3 +820,23 @@ def test_a_run_finds_its_checkpoints_in_one_folder_however_many_runs_a_call_trai
                         log=lines.append)
     assert any(f"{out / 'runs' / 'softmax' / 'checkpoint.pt'} is a checkpoint in the layout of an earlier" in line
                for line in lines), lines
+
+
+def test_the_whole_job_estimate_adds_the_runs_left_their_evaluation_and_the_interleaved_timing():
+    from softargmax.experiments.translation import OVERHEAD_RATIO, JobEstimate
+
+    rounds = dict(rounds=10, steps=3, inference_rounds=3)
+    est = JobEstimate(runs=4, steps=500, systems=4, rounds=rounds)
+    assert est.left(0) is None  # no step timed yet
+    # run 1 of 4 at 0.3 s per step, 60 s of its training left: before any run finished, the rest of a run
+    # (evaluation, inference timing) is OVERHEAD_RATIO of its training; then 3 runs; then 4 systems x 30 steps
+    per_run = 500 * 0.3 * (1 + OVERHEAD_RATIO)
+    assert est.left(0, 60.0, 0.3) == pytest.approx(60 + OVERHEAD_RATIO * 150 + 3 * per_run + 4 * 30 * 0.3)
+    # run 1 took 200 s, 150 of them training steps, 4 s of inference timing at every beam: measured from now on
+    est.finished(train=150.0, steps=500, run=200.0, inference=4.0)
+    timing = 4 * (30 * 0.3 + 3 * 4.0)
+    assert est.left(1) == pytest.approx(3 * (150 + 50) + timing)
+    # the current run's pace counts for the runs after it (a slower system: 2.7 s per step)
+    assert est.left(3, 27.0, 2.7) == pytest.approx(27 + 50 + 4 * (30 * 2.7 + 3 * 4.0))
+    # one system: no interleaved timing
+    assert JobEstimate(1, 10, 1, rounds).left(0, 5.0, 1.0) == pytest.approx(5 + OVERHEAD_RATIO * 10)

@@ -7,11 +7,12 @@ import argparse
 import contextlib
 import inspect
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -24,14 +25,52 @@ def _shape(text: str) -> tuple[int, int]:
     return rows, cols
 
 
-def _positive(text: str) -> int:
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a mistake reported in one line, ``error: ...`` (exit status 2), without the usage
+    block (``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _checked(check: str, what: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``int(text)`` (else the text) passed to ``check``, the name of a run-argument check of
+    :mod:`.experiments._options`, whose message becomes argparse's (imported when an option is given)."""
+    def parse(text: str) -> Any:
+        from .experiments import _options
+
+        try:
+            value: Any = int(text)
+        except ValueError:
+            value = text
+        try:
+            return getattr(_options, check)(value, what)
+        except _options.UsageError as e:
+            raise argparse.ArgumentTypeError(e.message) from None
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def _device(text: str) -> str:
+    """``--device``: one this PyTorch can use (:func:`.experiments._options.check_device`)."""
+    from .experiments._options import UsageError, check_device
+
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive number of steps, got {text!r}")
-    return value
+        return check_device(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def _folder(text: str) -> str:
+    """``--data-dir``: an existing folder."""
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is {'a file, not' if path.exists() else 'not'} a folder; give the "
+                                         "folder that holds the dataset (or leave --data-dir out: the data are then "
+                                         "looked for in $SOFTARGMAX_DATA, ../shared/data, ./data and the cache, and "
+                                         "downloaded)")
+    return text
 
 
 def _run_pair(text: str) -> str:
@@ -55,7 +94,7 @@ def version_string() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="softargmax", description="softargmax: sparse and f-divergence softargmax operators")
+    parser = _Parser(prog="softargmax", description="softargmax: sparse and f-divergence softargmax operators")
     parser.add_argument("--version", action="version", version=version_string(),
                         help="print softargmax's and torch's versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,9 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--shapes", type=_shape, nargs="+", help="row x column sizes, e.g. 64x32000 256x1000")
     b.add_argument("--ops", nargs="+", help="operators to time (default: all)")
     b.add_argument("--pass", dest="passes", choices=["fwd", "fwd+bwd", "both"], default="both")
-    b.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
-    b.add_argument("--repeats", type=int, default=None, help="timed calls per case (median reported)")
-    b.add_argument("--device", default="cpu", help="cpu or cuda")
+    b.add_argument("--threads", type=_checked("check_threads", "threads"), default=2, help="torch CPU threads (default 2)")
+    b.add_argument("--repeats", type=_checked("check_count", "repeats"), default=None,
+                   help="timed calls per case (median reported)")
+    b.add_argument("--device", type=_device, default="cpu", help="cpu or cuda")
     b.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
     b.add_argument("--no-package", action="store_true", help="do not time the reference entmax package")
     b.add_argument("--json", dest="json_path", help="write the results to this JSON file")
@@ -81,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         "time per --out: a second run into a folder in use stops at once, and a lock left by a killed run is taken "
         "over. Training experiments (translation, adaptive-attention, lm) keep checkpoints in <out>/runs: a run killed "
         "at any moment (Ctrl-C and SIGTERM save a checkpoint first) continues when the same command is run again, and "
-        "gives the numbers of an uninterrupted run. Errors are one line 'error: ...' with exit status 2 (--debug: "
-        "the traceback).")
+        "gives the numbers of an uninterrupted run; the line printed then is the command that continues. Every option is "
+        "checked before any work: a mistake, and every other error, is one line 'error: ...' with exit status 2 "
+        "(--debug: the traceback).")
     from .experiments import EXPERIMENTS, PRESET_NAMES
 
     r.add_argument("experiment", choices=list(EXPERIMENTS))
@@ -95,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{' and '.join(common)} (smoke: seconds, as in the tests); {extra} (translation's gpu: "
                    "Transformer-base on one GPU, 3 seeds; translation's full: the paper's schedule; lm's gpu: a wider, "
                    "deeper decoder with learned q; lm's full: the default with every loss and learned q)")
-    r.add_argument("--data-dir", help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
+    r.add_argument("--data-dir", type=_folder, help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     net = r.add_mutually_exclusive_group()
     net.add_argument("--offline", action="store_true",
                      help="never download: use local data only (by default data found in no local folder are "
@@ -103,10 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--download", action="store_true", help="download missing data (the default; kept for scripts)")
     r.add_argument("--out", help="output folder (default: runs/<experiment>, which git ignores; the committed reference "
                    "reports in reports/<experiment> are never written unless named here)")
-    r.add_argument("--device", default="cpu",
+    r.add_argument("--device", type=_device, default=None,
                    help="where the models run: cpu (default), cuda, cuda:1, ... (the timings in the report are this "
-                   "device's)")
-    r.add_argument("--seed", type=int, default=0,
+                   "device's; translation, adaptive-attention and lm: the others run on the CPU)")
+    r.add_argument("--seed", type=_checked("check_seed", "seed"), default=None,
                    help="the random seed of initialization, dropout and data order (default 0); presets with several "
                    "seeds (translation's gpu) use --seeds or their own")
     fresh = r.add_mutually_exclusive_group()
@@ -117,30 +158,31 @@ def build_parser() -> argparse.ArgumentParser:
                        "version (else an error names what differs); an unreadable checkpoint is reported and the "
                        "previous one, or training from scratch, is used instead")
     fresh.add_argument("--fresh", action="store_true",
-                       help="delete what earlier runs derived in <out> (checkpoints in runs/, translation's and lm's run records "
-                       "in records/, the learned tokenizer, caches, log.txt) and start over: the report is then built "
-                       "from this call's runs alone; results.json, report.md and figures are replaced when the run ends. "
-                       "To train one translation run again and keep the other records, delete its runs/SYSTEM/seedSEED "
-                       "instead")
+                       help="start over: move what earlier runs derived in <out> (checkpoints in runs/, translation's "
+                       "and lm's run records in records/, the learned tokenizer, caches, log.txt) into "
+                       "<out>/previous-YYYYmmdd-HHMMSS/ (one line says so; nothing is deleted, and no question is "
+                       "asked); the report is then built from this call's runs alone; results.json, report.md and "
+                       "figures are replaced when the run ends. To train one translation run again and keep the "
+                       "other records, use --runs SYSTEM:SEED instead")
     fresh.add_argument("--render-only", action="store_true",
                        help="run nothing: write <out>/report.md again from <out>/results.json, and its figures where "
                        "they come from results.json alone (translation: results.json, the figures and report.md are "
                        "rebuilt from the run records in <out>/records when there are any; else the figures already "
                        "there are kept)")
-    r.add_argument("--seeds", type=int, nargs="+", help="translation: train every system once per seed "
+    r.add_argument("--seeds", type=_checked("check_seed", "seed"), nargs="+", help="translation: train every system once per seed "
                    "(default: the preset's seeds, else --seed)")
     r.add_argument("--runs", type=_run_pair, nargs="+", metavar="SYSTEM:SEED",
                    help="translation, lm: train these runs only (e.g. softmax:1 entmax15:2; lm: kl:0 alpha1.5+q:1), "
                    "instead of --systems x --seeds; each finished run writes <out>/records/SYSTEM-seedSEED.json, and "
                    "the report is rebuilt from every record there, listing the runs the preset still owes")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    r.add_argument("--jobs", type=_positive, default=None,
+    r.add_argument("--threads", type=_checked("check_threads", "threads"), default=None, help="torch CPU threads (a positive number)")
+    r.add_argument("--jobs", type=_checked("check_count", "jobs"), default=None,
                    help="lm: train this many runs at once, each in its own process with one torch thread (default: "
                    "the preset's on the CPU: 2 for default and full, sized for two cores; 1 (one after another in "
                    "this process, with --threads) for the others and on a GPU); sampling, timing and memory run here")
     r.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (by default an error is one line: what failed and the fix)")
-    r.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
+    r.add_argument("--checkpoint-every", type=_checked("check_count", "checkpoint_every"), metavar="STEPS",
                    help="training experiments (translation, adaptive-attention, lm): also write a checkpoint every "
                    "STEPS training steps (default: at every evaluation and at the end); the last two are kept")
     r.add_argument("--systems", nargs="+", help="systems to compare (translation: output layers, default softmax "
@@ -154,26 +196,25 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _checkpoint_choice(out: Path, resume: bool, fresh: bool, derived: Sequence[str]) -> bool:
-    """Apply ``--resume`` / ``--fresh``: checkpoints found without either are continued from (with a note).
-
-    Returns ``True`` (the run goes on); every checkpoint is checked against its run's fingerprint before it is
-    used, so continuing from one of another run is refused by the experiment, naming what differs.
+def _fresh(out: Path, fresh: bool, derived: Sequence[str]) -> Optional[str]:
+    """Apply ``--fresh`` (on rank 0): what earlier runs derived in ``out`` is moved aside
+    (:func:`.experiments._common.set_aside_derived`), and the line that says where; without ``--fresh`` only the
+    temporary files of killed writers are deleted, and the checkpoints found are continued from (the training
+    says so, run by run: every checkpoint is checked against its run's fingerprint first).  ``None``: nothing to
+    say.
     """
-    from .experiments._common import remove_derived, remove_temporaries
+    from .experiments._common import remove_temporaries, set_aside_derived
 
-    runs = out / "runs"
-    found = runs.is_dir() and any(runs.rglob("checkpoint*.pt"))
-    if fresh:
-        if _main_process():
-            remove_derived(out, derived)
-        return True
-    if found and not resume and _main_process():
-        print(f"note: continuing from the training checkpoints in {runs} (--fresh deletes them and starts over)",
-              flush=True)
-    if _main_process():
+    if not _main_process():
+        return None
+    if not fresh:
         remove_temporaries(out)  # what writers killed in an earlier run left
-    return True
+        return None
+    folder, moved = set_aside_derived(out, derived)
+    if folder is None:
+        return f"--fresh: nothing of an earlier run in {out}; starting from scratch"
+    return (f"--fresh: moved {', '.join(moved)} of the earlier runs to {folder}/ (delete it when no longer needed); "
+            "starting over")
 
 
 def _open_run_log(out: Path, argv: Sequence[str]) -> Optional[TextIO]:
@@ -200,6 +241,8 @@ def _open_run_log(out: Path, argv: Sequence[str]) -> Optional[TextIO]:
 
 def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
     """Print a line and append it to ``log_file``; a log that cannot be written (a full disk) is reported once."""
+    from .experiments._progress import write_line
+
     state = {"file": log_file}
 
     def log(line: str) -> None:
@@ -212,7 +255,7 @@ def _logger(log_file: Optional[TextIO]) -> Callable[[str], None]:
                 print(f"warning: could not write {file.name} ({e}); logging to the terminal only",
                       file=sys.stderr)
                 state["file"] = None
-        print(line, flush=True)
+        write_line(line)  # above the progress bar on a terminal
 
     return log
 
@@ -222,11 +265,7 @@ def _errors() -> tuple[type[Exception], ...]:
     from .experiments._common import CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError
     from .experiments.datasets import DataError
 
-    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError, UsageError)
-
-
-class UsageError(ValueError):
-    """An option the experiment does not take: ``error: ...`` and exit status 2, as argparse reports a bad option."""
+    return (DataError, CheckpointMismatchError, DiskFullError, OutputInUseError, RecordError)
 
 
 class Terminated(KeyboardInterrupt):
@@ -240,10 +279,19 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _resume_hint(args: argparse.Namespace) -> str:
-    """How to continue an interrupted run: the same command again (checkpoints are continued from)."""
-    return ("run the same command again to continue from its checkpoints" if args.experiment in _CHECKPOINTED
-            else "run the same command again to start it over")
+def _command_again(argv: Sequence[str]) -> str:
+    """The command line that runs ``argv`` again without ``--fresh`` (which would set aside the checkpoints that
+    the run continues from), as the user typed it: ``softargmax ...`` or ``python -m softargmax ...``."""
+    script = Path(sys.argv[0])
+    prog = ["python", "-m", "softargmax"] if script.parent.name == "softargmax" else ["softargmax"]
+    kept = [a for a in argv if not (len(a) > 3 and "--fresh".startswith(a))]  # argparse takes --fre for --fresh
+    return shlex.join([*prog, *kept])
+
+
+def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> str:
+    """How to continue a stopped run: the command to run (checkpoints are continued from)."""
+    how = ("to continue from its checkpoints" if args.experiment in _CHECKPOINTED else "to run it again (it starts over)")
+    return f"{how}, run: {_command_again(argv)}"
 
 
 #: the experiments that keep training checkpoints (an interrupted run continues from them)
@@ -273,6 +321,7 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     from ._utils.extras import MissingExtraError, require
     from .experiments import EXPERIMENTS
+    from .experiments._options import UsageError
 
     try:
         require("experiments", f"softargmax reproduce {args.experiment}")
@@ -294,8 +343,13 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.debug:
             raise
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
-        print(f"\n{args.experiment}: {how}; {_resume_hint(args)} (--fresh starts over)", file=sys.stderr)
+        print(f"\n{args.experiment}: {how}; {_resume_hint(args, argv)}", file=sys.stderr)
         return 128 + (Terminated.signal_number if isinstance(e, Terminated) else 2)
+    except UsageError as e:  # an option: before any work (a run's own checks: the same messages)
+        if args.debug:
+            raise
+        print(f"error: {e.for_command_line()}", file=sys.stderr)
+        return 2
     except _errors() as e:  # the message names the file, the field or the other run, and the fix
         if args.debug:
             raise
@@ -308,7 +362,7 @@ def _reproduce(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         if is_disk_full(e):
             print(f"error: no space left on device{f': could not write {e.filename}' if e.filename else ''} "
-                  f"({e.strerror or e}); free space on the disk of {out} and {_resume_hint(args)}", file=sys.stderr)
+                  f"({e.strerror or e}); free space on the disk of {out}, then, {_resume_hint(args, argv)}", file=sys.stderr)
             return 2
         message = _output_error(e, out)
         if message is None:
@@ -327,24 +381,65 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+#: the options of ``reproduce`` that an experiment may not take: its ``run`` argument, and why it does not
+_OPTIONAL = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)",
+             "jobs": " (lm alone trains runs in several processes)", "systems": " (it has no systems to choose)", "threads": " (it sets no thread count)",
+             "data_dir": " (it uses no dataset)", "device": " (it runs on the CPU only)"}
+
+
+def _check_options(args: argparse.Namespace, module: ModuleType) -> None:
+    """Every option against what the experiment takes, before any work (no lock, no ``--fresh``, no log yet):
+    :class:`.experiments._options.UsageError` names the first bad one and the fix.
+
+    argparse checked each value alone (a positive number of threads, a seed, a device this PyTorch can use, an
+    existing folder); here: options the experiment does not take, its system names, ``--runs`` and ``--seeds``.
+    """
+    from .experiments._options import UsageError, check_seed, check_systems
+    from .experiments.nmt.plan import parse_runs
+
+    name = args.experiment
+    given = {"seeds": args.seeds, "checkpoint_every": args.checkpoint_every, "runs": args.runs, "jobs": args.jobs,
+             "systems": args.systems, "threads": args.threads, "data_dir": args.data_dir,
+             "device": None if args.device in (None, "cpu") else args.device}
+    if args.render_only:
+        extra = [k for k, v in {**given, "seed": args.seed}.items() if v is not None]
+        if extra:
+            raise UsageError("render_only", f"it runs nothing, so it takes no --{extra[0].replace('_', '-')}; "
+                             "leave that out, or --render-only")
+        return
+    parameters = inspect.signature(module.run).parameters
+    for option, value in given.items():
+        if value is not None and option not in parameters:
+            why = "" if option == "runs" and "systems" not in parameters else _OPTIONAL[option]
+            raise UsageError(option, f"{name} does not take it{why}; leave it out")
+    if args.runs and (args.systems or args.seeds):
+        raise UsageError("runs", "it names the runs itself; give it without --systems and --seeds")
+    if args.systems:
+        check_systems(args.systems, module.SYSTEM_NAMES, what=name)
+    if args.seeds and len(set(args.seeds)) != len(args.seeds):
+        raise UsageError("seeds", f"name each seed once, got {' '.join(map(str, args.seeds))}")
+    if args.runs:
+        pairs = parse_runs(args.runs)
+        names = getattr(module, "RUN_NAMES", module.SYSTEM_NAMES)
+        for system, seed in pairs:
+            check_systems([system], names, option="runs", what=name)
+            check_seed(seed, option="runs")
+        twice = sorted({f"{s}:{sd}" for s, sd in pairs if pairs.count((s, sd)) > 1})
+        if twice:
+            raise UsageError("runs", f"{', '.join(twice)} named twice; name each run once")
+
+
 def _run_kwargs(args: argparse.Namespace, module: ModuleType, out: Path) -> dict[str, Any]:
-    """The keyword arguments of ``module.run`` from the command line; options it does not take are refused."""
-    kwargs: dict[str, Any] = dict(preset=args.preset, data_dir=args.data_dir, out=str(out), device=args.device, seed=args.seed,
-                  download=not args.offline, threads=args.threads)
+    """The keyword arguments of ``module.run`` from the command line (checked by :func:`_check_options`)."""
+    kwargs: dict[str, Any] = dict(preset=args.preset, data_dir=args.data_dir, out=str(out),
+                                  device=args.device or "cpu", seed=0 if args.seed is None else args.seed,
+                                  download=not args.offline, threads=args.threads)
     if args.systems:
         kwargs["systems"] = args.systems
-    if args.runs and (args.systems or args.seeds):
-        raise UsageError(f"{args.experiment}: --runs names the runs itself; give it without --systems and --seeds")
-    why = {"seeds": " (use --seed)", "checkpoint_every": " (it keeps no checkpoints)", "runs": " (use --systems)",
-           "jobs": ""}
-    for option, value in (("seeds", args.seeds), ("checkpoint_every", args.checkpoint_every), ("runs", args.runs),
-                          ("jobs", args.jobs)):
-        if value is None:
-            continue
-        if option not in inspect.signature(module.run).parameters:
-            flag = "--" + option.replace("_", "-")
-            raise UsageError(f"{args.experiment}: {flag} is not supported{why[option]}")
-        kwargs[option] = value
+    for option in ("seeds", "checkpoint_every", "runs", "jobs"):
+        value = getattr(args, option)
+        if value is not None:
+            kwargs[option] = value
     return kwargs
 
 
@@ -352,6 +447,7 @@ def _run_locked(args: argparse.Namespace, module: ModuleType, out: Path, argv: S
     """Lock ``out``, apply ``--fresh`` / ``--resume``, open the log and run; or render the report again."""
     from .experiments._common import DERIVED, OutputLock
 
+    _check_options(args, module)
     kwargs = _run_kwargs(args, module, out)
     # one run at a time in `out` (rank 0 holds the lock for all ranks under torchrun)
     locking = _main_process() and (out.is_dir() or not args.render_only)
@@ -359,14 +455,15 @@ def _run_locked(args: argparse.Namespace, module: ModuleType, out: Path, argv: S
     with lock:
         if args.render_only:  # before the run log is opened: it describes the run that made results.json
             return _render_only(module, str(out))
-        if not _checkpoint_choice(out, args.resume, args.fresh, getattr(module, "DERIVED", DERIVED)):
-            return 2
+        fresh = _fresh(out, args.fresh, getattr(module, "DERIVED", DERIVED))
         log_file = _open_run_log(out, argv)
         log = _logger(log_file)
         try:
             stale = getattr(lock, "stale", None)  # a lock left by a killed run, taken over
             if stale:
                 log(f"{out}: {stale}")
+            if fresh:
+                log(fresh)
             module.run(log=log, **kwargs)
         except BaseException as e:  # the log says how the run ended (the terminal gets it from main)
             if log_file is not None:

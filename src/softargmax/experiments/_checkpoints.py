@@ -59,7 +59,7 @@ class CheckpointMismatchError(ValueError):
         else:
             what = describe_differences(fields)
         super().__init__(f"checkpoint {self.path} belongs to another run: {what}. Delete {self.path.parent} to train "
-                         "that run from scratch (--fresh deletes everything earlier runs derived in the output folder), "
+                         "that run from scratch (--fresh moves everything earlier runs derived in the output folder aside), "
                          "or run again with the settings they were trained with")
 
 

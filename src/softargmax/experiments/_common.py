@@ -20,7 +20,7 @@ experiment (the command line uses it around each run):
   :func:`save_figure` write through a temporary file and ``os.replace``; a full disk raises
   :class:`DiskFullError` ("no space left on device", naming the file);
 * the output folder: :class:`OutputLock` keeps a second run out of a folder in use and takes
-  over a lock left by a killed one; :func:`remove_derived` is ``--fresh``;
+  over a lock left by a killed one; :func:`set_aside_derived` is ``--fresh``;
 * checkpoints: :func:`save_checkpoint` / :func:`load_checkpoint` (atomic, the previous one
   kept, unreadable ones reported and skipped), :func:`fingerprint` and
   :class:`CheckpointMismatchError` (a checkpoint of another run is refused),
@@ -41,7 +41,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -73,33 +72,35 @@ from ._files import (
     remove_temporaries,
     save_figure,
 )
+from ._options import UsageError, check_device, check_seed, check_systems, check_threads
 from ._records import RecordError, RecordMismatchError, read_records, record_path, write_record
 
 #: where an experiment's progress lines go (``print``, or the command line's logger)
 Log = Callable[[str], object]
 
 __all__ = ["Log", "begin", "describe_device", "environment", "code_identity", "finish", "pyplot", "measurements", "seed_spread",
-           "relative_span", "reproducibility", "render_existing", "remove_derived", "DERIVED", "INVOCATION_KEYS", "TIMING_KEYS",
+           "relative_span", "reproducibility", "render_existing", "set_aside_derived", "DERIVED", "PREVIOUS", "INVOCATION_KEYS", "TIMING_KEYS",
            "CheckpointMismatchError", "check_checkpoint", "check_checkpoint_every", "data_digest", "fingerprint", "load_checkpoint",
            "previous_paths", "rng_state", "save_checkpoint", "set_rng_state", "DiskFullError", "OutputInUseError",
            "OutputLock", "atomic_json", "atomic_path", "atomic_write", "is_disk_full", "remove_temporaries",
-           "save_figure", "RecordError", "RecordMismatchError", "read_records", "record_path", "write_record"]
+           "save_figure", "UsageError", "check_device", "check_seed", "check_systems", "check_threads", "RecordError", "RecordMismatchError", "read_records", "record_path", "write_record"]
 
 
 def begin(preset: str, presets: dict, systems: Collection[str], known: Collection[str], threads: Optional[int], out: str,
-          prefixes: Optional[dict] = None) -> tuple[dict, Path, float]:
-    """``(preset settings, output folder, start time)``; ``ValueError`` names a bad preset or system.
+          what: str = "the experiment", device: Optional[str] = None) -> tuple[dict, Path, float]:
+    """``(preset settings, output folder, start time)``; a bad preset, system, thread count or ``device`` (one this
+    PyTorch cannot use, :func:`._options.check_device`; ``None``: not checked) is a :class:`._options.UsageError`
+    (a ``ValueError``) that names it, raised before the output folder is created.
 
-    ``prefixes`` maps a prefix to what follows it, e.g. ``{"f:": "<divergence>"}``: system
-    names that start with one of them are accepted besides those in ``known``.
+    ``what`` names the experiment in the message of an unknown system (``"translation takes softmax, ..."``).
     """
     if preset not in presets:
-        raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
-    prefixes = prefixes or {}
-    unknown = [s for s in systems if s not in known and not str(s).startswith(tuple(prefixes))]
-    if unknown:
-        patterns = "".join(f" or {p}{what}" for p, what in prefixes.items())
-        raise ValueError(f"systems: unknown {unknown}; accepted: {', '.join(known)}{patterns}")
+        raise UsageError("preset", f"give one of {', '.join(sorted(presets))}, got {preset!r}")
+    if known or systems:
+        check_systems(systems, known, what=what)
+    check_threads(threads)
+    if device is not None:
+        check_device(device)
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out)
@@ -188,17 +189,23 @@ def _git(folder: Path, *args: str) -> Optional[str]:
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
-           render_report: Callable[[dict, list], str], log: Log = print) -> dict:
+           render_report: Callable[[dict, list], str], log: Log = print, rebuilt_from: Optional[str] = None) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
 
     Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
-    them either as it was or complete.
+    them either as it was or complete.  The line logged says what was written and the run's
+    time; with ``rebuilt_from`` (e.g. ``"the 4 run records"``: a call that ran nothing) it says
+    that the report was rebuilt from those instead.
     """
     atomic_json(out_dir / "results.json", results, indent=1, default=float)
     figures = write_figures(results, out_dir)
     atomic_write(out_dir / "report.md", render_report(results, figures))
-    minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
-    log(f"wrote {out_dir / 'results.json'}, {out_dir / 'report.md'} and {len(figures)} figures in {minutes:.1f} min")
+    files = f"{out_dir / 'report.md'} (with {out_dir / 'results.json'} and {len(figures)} figures)"
+    if rebuilt_from:
+        log(f"rebuilt {files} from {rebuilt_from}")
+    else:
+        minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
+        log(f"wrote {files} in {minutes:.1f} min")
     return results
 
 
@@ -297,31 +304,50 @@ def reproducibility(settings: dict, rerun_tested: bool = False, rerun: Optional[
     return lines
 
 
-#: what a run derives in its output folder (``--fresh`` deletes it): the training checkpoints; an experiment adds its
-#: own (a learned tokenizer, caches, run records) in a ``DERIVED`` of its module
+#: what a run derives in its output folder (``--fresh`` sets it aside): the training checkpoints; an experiment adds
+#: its own (a learned tokenizer, caches, run records) in a ``DERIVED`` of its module
 DERIVED = ("runs",)
 
+#: the folders ``--fresh`` moves earlier runs' files into: ``<out>/previous-YYYYmmdd-HHMMSS``
+PREVIOUS = "previous-"
 
-def remove_derived(out: Union[str, Path], names: Iterable[str] = DERIVED) -> list[Path]:
-    """Delete what a run derives in ``out`` (``--fresh``): the named files and folders (an experiment's ``DERIVED``:
-    checkpoints, caches, run records), ``log.txt`` and the temporary files of killed writers.  Returns the paths
-    removed.
 
-    ``results.json``, ``report.md`` and the figures stay until the new run replaces them
-    (atomically): a fresh run that fails leaves the last complete report.  Hold the
-    folder's :class:`OutputLock` while calling it.
+def set_aside_derived(out: Union[str, Path], names: Iterable[str] = DERIVED,
+                      when: Optional[time.struct_time] = None) -> tuple[Optional[Path], list[str]]:
+    """``--fresh``: move what earlier runs derived in ``out`` (the named files and folders of an experiment's
+    ``DERIVED``: checkpoints, run records, caches; and ``log.txt``) into a new folder
+    ``out/previous-YYYYmmdd-HHMMSS`` (``-2``, ``-3``, ... when that exists), and delete the temporary files of
+    killed writers.  Nothing else is deleted.
+
+    Each item moves with one ``os.rename`` within the folder (atomic on one file system): a run killed while
+    they move leaves every item either where it was or in the new folder, never lost or half moved.
+    ``results.json``, ``report.md`` and the figures stay until the new run replaces them (atomically): a fresh
+    run that fails leaves the last complete report.  Hold the folder's :class:`OutputLock` while calling it.
+
+    Returns:
+        ``(folder, names moved)``; ``(None, [])`` when there was nothing to move (no folder is created).
     """
     out_dir = Path(out)
-    removed = []
-    for name in [*names, "log.txt"]:
-        path = out_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-            removed.append(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-            removed.append(path)
-    return removed + remove_temporaries(out_dir)
+    remove_temporaries(out_dir)
+    found = [n for n in dict.fromkeys([*names, "log.txt"])
+             if (out_dir / n).exists() or (out_dir / n).is_symlink()]
+    if not found:
+        return None, []
+    stamp = time.strftime("%Y%m%d-%H%M%S", when or time.localtime())
+    for k in range(1, 1000):
+        folder = out_dir / f"{PREVIOUS}{stamp}{f'-{k}' if k > 1 else ''}"
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"out: {out_dir}/{PREVIOUS}{stamp}-1 to -999 all exist; delete the old ones")
+    for name in found:
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)  # a name with a folder in it keeps its place
+        os.rename(out_dir / name, target)
+    return folder, found
 
 
 def render_existing(out: str, render_report: Callable[[dict, list], str],

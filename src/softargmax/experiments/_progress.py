@@ -5,7 +5,9 @@ held back until a training step is complete.
   clock (a window of about ``2 / smoothing`` steps), so the time left follows a change of the
   machine's load within a few dozen steps instead of averaging over the whole run;
 * :func:`progress_bar`: a ``tqdm`` bar on stderr when stderr is a terminal (off in logs, pipes
-  and CI, and when tqdm is not installed); the log lines are written either way;
+  and CI, and when tqdm is not installed); the log lines are written either way, through
+  :func:`write_line`, which prints them above the bar (``tqdm.write``) instead of over it;
+* :func:`format_seconds`: a time left as ``"45 s"``, ``"3.2 min"``, ``"1.5 h"``;
 * :class:`Interrupts`: inside :meth:`Interrupts.held`, a Ctrl-C or SIGTERM waits until the block
   ends (a second one does not wait), so that a checkpoint written after it holds a state of the
   uninterrupted run.
@@ -14,6 +16,7 @@ held back until a training step is complete.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -36,7 +39,7 @@ class StepTimer:
         >>> for step in range(1, 6):
         ...     timer.tick(step)
         >>> round(timer.per_step, 3), timer.eta(10)
-        (0.175, '0.9 s')
+        (0.212, '1.1 s')
     """
 
     def __init__(self, start_step: int = 0, smoothing: float = 0.1, clock: Callable[[], float] = time.perf_counter):
@@ -63,29 +66,71 @@ class StepTimer:
 
     def eta(self, total: int) -> str:
         """The time left as text: ``"45 s"``, ``"3.2 min"``, ``"1.5 h"``, or ``"?"``."""
-        left = self.seconds_left(total)
-        if left is None:
-            return "?"
-        return f"{left:.1f} s" if left < 60 else f"{left / 60:.1f} min" if left < 5400 else f"{left / 3600:.1f} h"
+        return format_seconds(self.seconds_left(total))
+
+
+def format_seconds(seconds: Optional[float]) -> str:
+    """``"45.0 s"``, ``"3.2 min"``, ``"1.5 h"``; ``"?"`` for ``None`` (not known yet)."""
+    if seconds is None:
+        return "?"
+    return (f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min" if seconds < 5400
+            else f"{seconds / 3600:.1f} h")
+
+
+#: the bars shown now (:func:`progress_bar`): :func:`write_line` prints above them
+_BARS: list = []
 
 
 @contextlib.contextmanager
 def progress_bar(total: int, label: str, initial: int = 0) -> Iterator[Any]:
-    """A ``tqdm`` bar of ``total`` steps on stderr, or ``None`` when stderr is not a terminal or tqdm is missing."""
+    """A ``tqdm`` bar of ``total`` steps on stderr, or ``None`` when stderr is not a terminal, tqdm is missing, or
+    this is a worker process (``multiprocessing``: runs trained side by side would draw over each other's bar).
+
+    While it is shown, the lines written through :func:`write_line` go above it.
+    """
+    import multiprocessing
+
     bar = None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and multiprocessing.parent_process() is None:
         try:
             from tqdm import tqdm
 
-            bar = tqdm(total=total, initial=initial, desc=label, unit="step", leave=False, file=sys.stderr,
-                       dynamic_ncols=True)
+            # the terminal's size, followed as it changes; a terminal that reports none (0 x 0: `script` run without
+            # a terminal, some CI runners) gets 100 x 24, where tqdm would hide the bar (it hides bars below the
+            # screen's last row)
+            width: dict[str, Any] = {"dynamic_ncols": True} if min(_size()) > 0 else {"ncols": 100, "nrows": 24}
+            bar = tqdm(total=total, initial=initial, desc=label, unit="step", leave=False, file=sys.stderr, **width)
         except ImportError:
             bar = None
+    if bar is not None:
+        _BARS.append(bar)
     try:
         yield bar
     finally:
         if bar is not None:
+            _BARS.remove(bar)
             bar.close()
+
+
+def _size() -> tuple[int, int]:
+    """``(columns, rows)`` of the terminal on stderr (0: unknown)."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return 0, 0
+    return size.columns, size.lines
+
+
+def write_line(line: str) -> None:
+    """Print a log line on stdout: above the progress bar where one is shown (``tqdm.write`` clears the bar,
+    prints, and draws it again), else plainly."""
+    if _BARS:
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
+    else:
+        print(line, flush=True)
 
 
 class Interrupts:

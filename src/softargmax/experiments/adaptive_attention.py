@@ -61,7 +61,7 @@ from .nmt.training import TrainConfig, make_batches, noam, tensors, train_system
 #: this experiment's name on the command line, in its checkpoints' fingerprints
 EXPERIMENT = "adaptive-attention"
 
-#: what a run derives in its output folder and reuses (``--fresh`` deletes it): checkpoints and the tokenizer
+#: what a run derives in its output folder and reuses (``--fresh`` moves it aside): checkpoints and the tokenizer
 DERIVED = translation.DERIVED
 
 PRESETS = {
@@ -74,6 +74,8 @@ SYSTEMS = {
     "entmax15": dict(mapping="entmax15"),
     "adaptive": dict(mapping="entmax", alpha=1.5, learn_alpha=True),
 }
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(SYSTEMS)
 NAMES = {"softmax": "softmax", "entmax15": "1.5-entmax", "adaptive": "α-entmax (learned α)"}
 BLOCKS = {"self_attn@encoder": "encoder self-attention", "self_attn@decoder": "decoder self-attention",
           "multihead_attn@decoder": "context attention"}
@@ -183,7 +185,8 @@ def run(
     """
     import sacrebleu
 
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="adaptive-attention",
+                          device=device)
     prints = {system: fingerprint(EXPERIMENT, preset, system, seed, data=["multi30k"]) for system in systems}
     for system, fp in prints.items():  # refuse another run's checkpoints before any work
         check_checkpoint(out_dir / "runs" / system / "checkpoint.pt", fp)

@@ -42,6 +42,8 @@ from . import datasets
 from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 
 LOSSES = {"js": "jensen_shannon", "rcs": "reverse_chi_square", "kl": "softmax", "cs": "chi_square", "alpha1.5": "entmax15"}
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(LOSSES)
 NAMES = {"js": "Jensen–Shannon", "rcs": "reverse χ²", "kl": "KL", "cs": "χ²", "alpha1.5": "α = 1.5"}
 PRESETS = {
     "smoke": dict(chars=60_000, context=32, batch=16, teacher=dict(d=48, layers=1, steps=30),
@@ -149,7 +151,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         systems: Collection[str] = tuple(LOSSES), download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Teacher, SFT and distilled students per loss, the Fig. 4 decoding comparison; results, report, figures."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="distillation")
     folder = datasets.find("tinyshakespeare", data_dir, download_missing=download, log=log)
     text = (folder / "input.txt").read_text(encoding="utf-8")[: P["chars"]]
     chars = sorted(set(text))

@@ -48,6 +48,8 @@ LOSSES: dict[str, dict[str, Any]] = {
     "entmax15": dict(mapping="entmax15"),
     "alpha1.25": dict(mapping="entmax", alpha=1.25),
 }
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(LOSSES)
 NAMES = {"softmax": "logistic (softmax)", "sparsemax": "sparsemax", "entmax15": "1.5-entmax",
          "alpha1.25": "α-divergence, α = 1.25"}
 PRESETS = {
@@ -125,7 +127,7 @@ def run(preset: str = "default", out: str = "runs/label-proportions", seed: int 
         systems: Collection[str] = tuple(LOSSES), threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="label-proportions")
     rows: list[dict[str, Any]] = []
     for K in P["K"]:
         for mixture in ("uniform", "random"):

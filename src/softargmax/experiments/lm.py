@@ -64,6 +64,7 @@ from . import datasets
 from ._checkpoints import as_json_data
 from ._common import (
     Log,
+    UsageError,
     begin,
     check_checkpoint,
     check_checkpoint_every,
@@ -80,6 +81,7 @@ from ._common import (
     save_figure,
     seed_spread,
 )
+from ._options import check_count
 from ._records import FOLDER, check_records, pack, record_path, unpack, write_record
 from ._records import FORMAT as RECORD_FORMAT
 from .nmt.plan import parse_runs
@@ -100,6 +102,8 @@ from .pretraining.training import RunSpec, TrainSettings, train_run
 #: loss name -> the mapping of its Fenchel–Young loss
 LOSSES = {"kl": "softmax", "chi_square": "chi_square", "alpha1.5": "entmax15",
           "jensen_shannon": "jensen_shannon", "reverse_chi_square": "reverse_chi_square"}
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(LOSSES)
 NAMES = {"kl": "KL", "chi_square": "χ² (= sparsemax)", "alpha1.5": "α = 1.5 (1.5-entmax)",
          "jensen_shannon": "Jensen–Shannon", "reverse_chi_square": "reverse χ²"}
 SHORT = {"kl": "KL", "chi_square": "χ²", "alpha1.5": "α=1.5", "jensen_shannon": "JS", "reverse_chi_square": "rev. χ²"}
@@ -107,6 +111,8 @@ SHORT = {"kl": "KL", "chi_square": "χ²", "alpha1.5": "α=1.5", "jensen_shannon
 TABLE3 = ("kl", "chi_square", "alpha1.5")
 #: the losses trained again with a learned reference measure q
 LEARNED_Q = ("kl", "alpha1.5")
+#: the names of the runs ``--runs`` takes (``LOSS:SEED``; ``+q``: with a learned q)
+RUN_NAMES = (*LOSSES, *(f"{n}+q" for n in LEARNED_Q))
 #: "A is at least as good as B": A's accuracy may be lower by at most this many points (non-inferiority)
 MARGIN = 0.5
 
@@ -275,13 +281,14 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     check_checkpoint_every(checkpoint_every)
     if jobs is None:
         jobs = default_jobs(preset, device)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    check_count(jobs, "jobs")
     if jobs > 1 and not str(device).startswith("cpu"):
-        raise ValueError(f"jobs: training runs in several processes is for the CPU, got device {device!r}")
+        raise UsageError("jobs", f"training runs in several processes is for the CPU, got device {device!r}; "
+                         "leave --jobs out on a GPU")
     if systems is None:
         systems = PRESETS[preset]["systems"] if preset in PRESETS else tuple(LOSSES)
-    P, out_dir, t_all = begin(preset, PRESETS, systems, LOSSES, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="lm",
+                          device=device)
     planned = run_specs(P, systems, seed)
     specs = planned if runs is None else select_runs(planned, runs)
     runs_dir = out_dir / "runs"
@@ -373,7 +380,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     return finish(results, out_dir, write_figures, render_report, log)
 
 
-#: what a call derives in its output folder (``--fresh`` deletes it): checkpoints and run records
+#: what a call derives in its output folder (``--fresh`` moves it aside): checkpoints and run records
 DERIVED = ("runs", FOLDER)
 
 

@@ -48,6 +48,8 @@ from ._common import Log, begin, environment, finish, pyplot, reproducibility, s
 from ._linear import fit_linear
 
 SYSTEMS = ("logistic", "softmax", "sparsemax", "entmax15", "binary_chi_square")
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(SYSTEMS)
 NAMES = {"logistic": "Logistic", "softmax": "Softmax", "sparsemax": "Sparsemax", "entmax15": "1.5-entmax (extra)",
          "binary_chi_square": "binary χ² f-sigmoid (extra)"}
 DATASETS = ("scene", "emotions", "birds", "cal500", "yeast", "medical", "enron")
@@ -241,7 +243,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None, log: Log = print,
         **_: object) -> dict:
     """Every dataset × system; writes ``results.json``, ``report.md`` and a figure into ``out``."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="multilabel")
     folder = datasets.find("mulan", data_dir, download_missing=download, log=log)
     results: dict[str, Any] = {"datasets": {}, "paper": PAPER}
     for name in P["datasets"]:

@@ -45,6 +45,8 @@ from ._common import Log, begin, environment, finish, pyplot, reproducibility, s
 
 LABELS = ("entailment", "neutral", "contradiction")
 SYSTEMS = ("noattention", "logistic", "softmax", "sparsemax", "entmax15")
+#: the names ``--systems`` takes (the command line checks them before any work)
+SYSTEM_NAMES = tuple(SYSTEMS)
 #: (premises, hypotheses, labels): word lists or their ids, and label ids
 Pairs = Sequence[Sequence[Any]]
 NAMES = {"noattention": "NoAttention", "logistic": "LogisticAttention", "softmax": "SoftAttention",
@@ -240,7 +242,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         seed: int = 0, systems: Collection[str] = SYSTEMS, download: bool = False, threads: Optional[int] = None,
         log: Log = print, **_: object) -> dict:
     """Train every system for every seed; write ``results.json``, ``report.md`` and a figure into ``out``."""
-    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEMS, threads, out)
+    P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="nli-attention")
     seeds = [seed + s for s in P["seeds"]]
     folder = datasets.find("snli", data_dir, download_missing=download, log=log)
     dev, test_split = read_split(folder, "dev"), read_split(folder, "test")

@@ -92,6 +92,8 @@ from typing import Any, Collection, Iterable, Optional, Sequence, Union
 
 import torch
 
+from softargmax.divergences import DIVERGENCE_NAMES
+
 from ._common import (
     Log,
     atomic_json,
@@ -109,6 +111,7 @@ from ._common import (
     render_existing,
     write_record,
 )
+from ._progress import format_seconds
 from ._records import FORMAT as RECORD_FORMAT
 from ._records import check_records, pack
 from .nmt import data as nmt_data
@@ -118,7 +121,7 @@ from .nmt.decoding import DecodeStats, empty_string_scores, pad_batch, translate
 from .nmt.figures import write_figures
 from .nmt.model import SYSTEMS, ModelConfig
 from .nmt.plan import parse_runs, planned_runs, selected_runs
-from .nmt.report import RESUME_TEST, render_report
+from .nmt.report import RESUME_TEST, render_report, summary_lines
 from .nmt.results import results_from_records
 from .nmt.tokenizer import EOS, Tokenizer
 from .nmt.training import TrainConfig, make_batches, tensors, train_system
@@ -135,9 +138,9 @@ from .nmt.verdicts import (
 
 __all__ = [
     # the experiment: its presets, its runs and their records, the report rebuilt from them
-    "PRESETS", "PRESET_KEYS", "EXPERIMENT", "DERIVED", "Data", "load_data", "evaluate_system", "time_inference",
+    "PRESETS", "PRESET_KEYS", "EXPERIMENT", "SYSTEM_NAMES", "DERIVED", "Data", "load_data", "evaluate_system", "time_inference",
     "preset_settings", "run", "run_setup", "check_records", "RECORD_ABOUT", "make_record", "rebuild", "render",
-    "time_speed", "SPEED_FILE", "SPEED_ROUNDS",
+    "time_speed", "SPEED_FILE", "SPEED_ROUNDS", "JobEstimate", "OVERHEAD_RATIO",
     # re-exported from .nmt, where they are defined: the command line (--render-only), the other experiments and
     # the tests use them as translation.X
     "SYSTEMS", "parse_runs", "selected_runs", "planned_runs", "results_from_records", "write_figures",
@@ -185,7 +188,11 @@ PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "b
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
 EXPERIMENT = "translation"
 
-#: what a run derives in its output folder (``--fresh`` deletes it): checkpoints, run records and the tokenizer
+#: the names ``--systems`` takes: the four output layers and ``f:<divergence>``, the f-divergence softargmax of any
+#: divergence without a parameter (the command line checks them before any work)
+SYSTEM_NAMES = SYSTEMS + tuple(f"f:{d}" for d in DIVERGENCE_NAMES if d != "alpha")
+
+#: what a run derives in its output folder (``--fresh`` moves it aside): checkpoints, run records and the tokenizer
 DERIVED = ("runs", "records", "spm.model", "spm.json")
 
 
@@ -366,8 +373,8 @@ def run(
     """
     P = preset_settings(preset, overrides)
     pairs = selected_runs(P, seed, systems, seeds, runs)
-    _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEMS, threads, out,
-                              prefixes={"f:": "<divergence>"})
+    _, out_dir, t_all = begin(preset, PRESETS, list(dict.fromkeys(s for s, _ in pairs)), SYSTEM_NAMES, threads, out,
+                              what=EXPERIMENT, device=device)
     prints = {(system, sd): fingerprint(EXPERIMENT, preset, system, sd, data=["multi30k"], overrides=overrides or {})
               for system, sd in pairs}
     for (system, sd), fp in prints.items():  # refuse another run's checkpoints before any work
@@ -400,26 +407,25 @@ def run(
         model_cfg = ModelConfig(vocab_size=len(tok), **P["model"])
         setup = run_setup(preset, overrides, P, tok, test.tgt)
         earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
+        complete = False
         if runs is None:  # a call again into the same folder: the runs with a record are done
-            done = [p for p in pairs if p in earlier]
-            pairs = [p for p in pairs if p not in earlier]
-            if done:
-                log(f"{len(done)} of the runs asked for already have a run record in {out_dir / 'records'}: "
-                    + ("all the results are complete; the report is rebuilt from them" if not pairs else
-                       f"training the {len(pairs)} left")
-                    + " (--fresh trains them all again; --runs SYSTEM:SEED trains one again)")
+            pairs, complete = _runs_left(pairs, earlier, out_dir, log)
         autocast = TrainConfig(**P["train_cfg"]).autocast(device)
         common = {"settings": _settings_block(P, model_cfg, folder, train, val, test, dev, tok),
                   "environment": {**_env_with_precision(environment(t_all, device), device, autocast, tf32),
                                   **_versions(), "code": code_identity()}}
         common["environment"].pop("total_seconds")
         if pairs:
-            _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier)
+            _train_runs(ctx, pairs, P, model_cfg, data, out_dir, log, prints, checkpoint_every, setup, common, earlier,
+                        preset)
         if not ctx.main:
             return {}
         # only rank 0 gets here: it alone times the systems interleaved and writes results.json, the figures, report.md
-        time_speed(out_dir, preset, overrides, P, model_cfg, data, setup, ctx.device, log)
-        return rebuild(out_dir, log, setup=setup, t_start=t_all)
+        time_speed(out_dir, preset, overrides, P, model_cfg, data, setup, ctx.device, log, say_kept=not complete)
+        results = rebuild(out_dir, log, setup=setup, t_start=t_all, rebuilt=complete)
+        for line in summary_lines(results):
+            log(line)
+        return results
     finally:
         if tf32:
             torch.set_float32_matmul_precision(old_precision)
@@ -432,7 +438,7 @@ def run(
 SPEED_ROUNDS = {"smoke": dict(rounds=3, steps=1, inference_rounds=1),
                 "default": dict(rounds=10, steps=3, inference_rounds=3)}
 #: where the interleaved timing is kept: beside the run records (not read as one), so that the report rebuilt from the
-#: records alone (``--render-only``, records copied from other machines) keeps it, and ``--fresh`` deletes it
+#: records alone (``--render-only``, records copied from other machines) keeps it, and ``--fresh`` moves it aside
 SPEED_FILE = Path("records") / "speed" / "interleaved.json"
 
 
@@ -459,14 +465,15 @@ def _kept_model(out_dir: Path, system: str, seed: int, fp: dict, P: dict, model_
 
 
 def time_speed(out_dir: Path, preset: str, overrides: Optional[dict], P: dict, model_cfg: ModelConfig, data: Data,
-               setup: dict, device: str, log: Log = print) -> Optional[dict]:
+               setup: dict, device: str, log: Log = print, say_kept: bool = True) -> Optional[dict]:
     """Time the finished runs of one seed interleaved (:func:`.nmt.speed.time_interleaved`) into
     ``out/records/speed/interleaved.json`` (:data:`SPEED_FILE`).
 
     The seed is the first, in the order of the plan, with at least two systems that have a
     run record and a checkpoint here.  The file names the runs it timed (each record's
     ``finished``): it is kept while they stay the same, and timed again when one was trained
-    again.  Returns what was written (or kept); ``None`` when no seed has two such runs.
+    again (a line says which it was; ``say_kept=False``: nothing is said of a timing kept).  Returns what was written
+    (or kept); ``None`` when no seed has two such runs.
     """
     from .nmt import speed
 
@@ -491,7 +498,8 @@ def time_speed(out_dir: Path, preset: str, overrides: Optional[dict], P: dict, m
         kept = None
     about = {"setup": setup, "seed": sd, "runs": runs, "device": device_name}
     if isinstance(kept, dict) and all(kept.get(k) == v for k, v in about.items()):
-        log(f"the speed of these runs was timed already ({path})")
+        if say_kept:
+            log(f"the speed of these runs was timed already ({path})")
         return kept
     systems = {}
     for s in runs:
@@ -610,47 +618,111 @@ def make_record(system: str, seed: int, result: dict, hyps: Sequence[str], stats
     }
 
 
-def _estimate(seconds: list, earlier: dict, device: str) -> tuple[Optional[float], str]:
-    """Seconds per run and where the estimate comes from: this call's runs, else the records of ``device``."""
-    if seconds:
-        return statistics.fmean(seconds), f"the mean of this call's {len(seconds)} run{'s' * (len(seconds) > 1)}"
-    known = [rec["results"]["run_seconds"] for _, rec in earlier.values()
-             if rec["environment"].get("device") == device and "run_seconds" in rec["results"]
-             and not rec["results"].get("resumed_from_checkpoint")]
-    if known:
-        return statistics.fmean(known), f"the mean of {len(known)} run record{'s' * (len(known) > 1)} from {device}"
-    return None, f"no run record from {device} yet"
+def _runs_left(pairs: list, earlier: dict, out_dir: Path, log: Log) -> tuple[list, bool]:
+    """``(the runs of pairs without a run record, whether none is left)``, and one line that says which."""
+    done = [p for p in pairs if p in earlier]
+    left = [p for p in pairs if p not in earlier]
+    if done and not left:
+        log(f"the results are complete: all {len(done)} runs asked for have their run record in "
+            f"{out_dir / 'records'}; nothing to train, the report is rebuilt from them (--fresh trains them all "
+            "again, --runs SYSTEM:SEED one again)")
+    elif done:
+        log(f"{len(done)} of the runs asked for have their run record in {out_dir / 'records'}: training the "
+            f"{len(left)} left (--fresh trains them all again)")
+    return left, bool(done) and not left
+
+
+#: the seconds a run spends outside its training steps (validation, the test translation, the empty-string scores,
+#: the inference timing) per second of training steps, until a run of the call has measured its own: the committed
+#: report of the default preset on a 2-core CPU, (sum of its 4 runs' times - their training steps) / training steps
+OVERHEAD_RATIO = 0.27
+
+
+class JobEstimate:
+    """The time left of a call: the runs left, each its training steps and the rest of the run (evaluation,
+    inference timing), then the interleaved timing (:func:`time_speed`).
+
+    The time per step is the current run's (its recent steps, :class:`._progress.StepTimer`), else the mean of the
+    runs this call finished; the rest of a run is what the finished runs took beyond their training steps, else
+    :data:`OVERHEAD_RATIO` of its training; the interleaved timing is ``rounds x steps`` training steps of every
+    system at that time per step plus ``inference_rounds`` translations at every beam, as long as the finished runs'
+    own inference timing measured (:data:`SPEED_ROUNDS`).  The paired bootstrap and the report that follow are not
+    in it: seconds (the bootstrap of 4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
+
+    Example:
+        >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3))
+        >>> round(est.left(0, run_left=50.0, per_step=1.0))  # 50 + 27 (rest of run 1) + 127 (run 2) + 60 (timing)
+        264
+        >>> est.finished(train=100.0, steps=100, run=130.0, inference=2.0)
+        >>> round(est.left(1, run_left=100.0, per_step=1.0))  # 100 + 30 + 60 + 3 rounds x 2 systems x 2 s
+        202
+    """
+
+    def __init__(self, runs: int, steps: int, systems: int, rounds: dict) -> None:
+        self.runs, self.steps, self.systems, self.rounds = runs, steps, systems, rounds
+        self.per_step: list[float] = []  # of each finished run
+        self.rest: list[float] = []  # seconds beyond the training steps, of each finished run
+        self.inference: list[float] = []  # the inference timing of each finished run: seconds over every beam
+
+    def finished(self, train: float, steps: int, run: float, inference: float) -> None:
+        """A run is done: ``train`` seconds for ``steps`` training steps of this call, ``run`` seconds in all,
+        ``inference`` seconds to translate the timing sentences once at every beam."""
+        if steps > 0:
+            self.per_step.append(train / steps)
+            self.rest.append(max(run - train, 0.0))
+        self.inference.append(inference)
+
+    def left(self, index: int, run_left: Optional[float] = None, per_step: Optional[float] = None) -> Optional[float]:
+        """Seconds left from run ``index`` (0-based) on, with ``run_left`` seconds of its training steps left (``None``:
+        it has not started); ``None`` while no time per step is known."""
+        ps = per_step or (statistics.fmean(self.per_step) if self.per_step else None)
+        if ps is None:
+            return None
+        rest = statistics.fmean(self.rest) if self.rest else OVERHEAD_RATIO * self.steps * ps
+        current = (self.steps * ps if run_left is None else run_left) + rest
+        later = (self.runs - index - 1) * (self.steps * ps + rest)
+        inference = statistics.fmean(self.inference) if self.inference else 0.0
+        r = self.rounds
+        timing = self.systems * (r["rounds"] * r["steps"] * ps + r["inference_rounds"] * inference)
+        return current + later + (timing if self.systems > 1 else 0.0)
 
 
 def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: ModelConfig, data: Data, out_dir: Path,
                 log: Log, prints: dict, checkpoint_every: Optional[int], setup: dict, common: dict,
-                earlier: dict) -> None:
+                earlier: dict, preset: str) -> None:
     """Train and evaluate every run of ``pairs`` and write its run record (on rank 0).
 
     ``prints[system, seed]`` is the fingerprint of each run's checkpoints; ``checkpoint_every``
     as :func:`.nmt.training.train_system` takes it; ``earlier`` the records already there
-    (:func:`check_records`), which give the first estimate of the time per run.
+    (:func:`check_records`).  The time left of the whole call (:class:`JobEstimate`) is in the
+    progress lines and on the bar.
     """
     _, train, val, test, dev, tok = data
     device_name = common["environment"]["device"]
     run_seconds: list[float] = []
     seeded = "seeds" in P or len({sd for _, sd in pairs}) > 1  # the log names each run's seed
-    per, source = _estimate(run_seconds, earlier, device_name)
-    log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; "
-        + (f"estimated {per / 60:.1f} min per run ({source}), {per * len(pairs) / 60:.1f} min in all"
-           if per is not None else f"no estimate of the time per run ({source}): the first run gives one"))
-    for system, sd in pairs:
-        done = len(run_seconds)
-        per, source = _estimate(run_seconds, earlier, device_name)
-        eta = (f", estimated {per / 60:.1f} min per run ({source}), ETA {per * (len(pairs) - done) / 60:.1f} min for "
-               "the runs left" if per is not None else "")
+    first_seed = pairs[0][1]
+    timed = {s for s, sd in pairs if sd == first_seed} | {s for s, sd in earlier if sd == first_seed}
+    est = JobEstimate(len(pairs), P["train_cfg"]["steps"], len(timed),
+                      SPEED_ROUNDS.get(preset, dict(rounds=10, steps=3, inference_rounds=3)))
+    log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; the time "
+        "left of the whole job (training, evaluation and the interleaved timing) follows from the first steps")
+    for index, (system, sd) in enumerate(pairs):
+        left = est.left(index)
+        eta = (f", ETA {format_seconds(left)} for the whole job (the runs left at "
+               f"{statistics.fmean(est.per_step):.2f} s per step, evaluation and the interleaved timing)"
+               if left is not None else "")
         name = f"{system} seed {sd}" if seeded else system
-        log(f"== run {done + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seeded else "") + eta)
+        log(f"== run {index + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seeded else "") + eta)
         t_run = time.perf_counter()
         training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
+
+        def job_left(run_left: float, per_step: Optional[float], i: int = index) -> Optional[float]:
+            return est.left(i, run_left, per_step)
+
         trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
                                _run_dir(out_dir, system, sd), device=ctx.device, log=log, name=name,
-                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every)
+                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every, job_left=job_left)
         if not ctx.main:
             continue
         result = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
@@ -658,9 +730,12 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
         log(f"[{name}] timing inference against beam size ...")
         result["inference_seconds"] = time_inference({system: trained}, tok, test, P, ctx.device)[system]
         result["seed"] = sd
-        result["resumed_from_checkpoint"] = trained["record"]["steps_this_run"] < trained["record"]["steps_done"]
+        rec = trained["record"]
+        result["resumed_from_checkpoint"] = rec["steps_this_run"] < rec["steps_done"]
         del trained  # the model: the next run needs the memory
         result["run_seconds"] = time.perf_counter() - t_run
+        est.finished(rec["train_seconds"] * rec["steps_this_run"] / max(rec["steps_done"], 1), rec["steps_this_run"],
+                     result["run_seconds"], sum(result["inference_seconds"].values()))
         path = record_path(out_dir, system, sd)
         if (system, sd) in earlier:
             old = earlier[system, sd][1]
@@ -678,7 +753,7 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
 
 
 def rebuild(out: Union[str, Path], log: Log = print, setup: Optional[dict] = None,
-            t_start: Optional[float] = None) -> dict:
+            t_start: Optional[float] = None, rebuilt: bool = True) -> dict:
     """Write ``results.json``, the figures and ``report.md`` of ``out`` from every run record in ``out/records``.
 
     Args:
@@ -686,6 +761,8 @@ def rebuild(out: Union[str, Path], log: Log = print, setup: Optional[dict] = Non
         log: where progress lines go.
         setup: what the records must share (:func:`run_setup`; default: the first record's).
         t_start: ``time.perf_counter()`` when the call began (for ``settings["total_seconds"]``).
+        rebuilt: nothing was trained or timed before: the last line says that the report was rebuilt from the
+            records (``False``: what was written, and in how long).
 
     Returns:
         the content of ``results.json``.
@@ -705,7 +782,9 @@ def rebuild(out: Union[str, Path], log: Log = print, setup: Optional[dict] = Non
         speed = None
     results, stats = results_from_records(found, log, speed)
     results["settings"]["total_seconds"] = time.perf_counter() - t0
-    return finish(results, out_dir, lambda res, folder: write_figures(res, stats, folder), render_report, log)
+    return finish(results, out_dir, lambda res, folder: write_figures(res, stats, folder), render_report, log,
+                  rebuilt_from=f"the {len(found)} run record{'s' * (len(found) > 1)} in {out_dir / 'records'}"
+                  if rebuilt else None)
 
 
 def render(out: str, log: Log = print) -> Path:

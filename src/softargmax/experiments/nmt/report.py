@@ -607,3 +607,33 @@ def _claims(results: dict) -> list:
                    + f"; holds when the mean shares over seeds differ by more than {SPARSITY_SE:g} standard errors): "
                    f"{sparsity_verdict(S)}.")
     return out
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log, a few lines: BLEU per system (mean over its seeds), the
+    time per training step against softmax with its 95% interval (the interleaved timing, else the runs' own),
+    and the verdict on each claim of the paper (the rules are in the report's "Claims checked").
+    """
+    S = results["systems"]
+    if not S:
+        return []
+    speed = (results.get("speed") or {}).get("train", {})
+    seeds = {len(rec.get("seeds") or [rec.get("seed")]) for rec in S.values()}
+    rows = [("system", "BLEU", "step time vs softmax")]
+    for name, rec in S.items():
+        ratio = rec.get("seconds_per_step_vs_softmax")
+        ci = (speed.get(name) or {}).get("ci") or rec.get("seconds_per_step_vs_softmax_ci")
+        time = "" if ratio is None else f"{ratio:.2f}×" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci and name != "softmax"
+                                                            else "")
+        rows.append((display_name(name), f"{rec['bleu']:.2f}", time))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [f"summary ({max(seeds)} seed{'s' * (max(seeds) > 1)} per system; BLEU on the test set, step time with "
+             "its 95% interval):"]
+    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+              for r in rows]
+    for claim in _claims(results):
+        found = re.match(r"- (.+?): (holds|does not hold|not shown)\b", claim)
+        if found:
+            text = re.sub(r" \([^()]*\)$", "", found.group(1))
+            lines.append(f"  {found.group(2):>13}: {text}")
+    return lines

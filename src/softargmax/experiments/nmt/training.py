@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -36,7 +36,7 @@ from .._common import (
     save_checkpoint,
     set_rng_state,
 )
-from .._progress import Interrupts, StepTimer, progress_bar
+from .._progress import Interrupts, StepTimer, format_seconds, progress_bar
 from . import distributed
 from .data import Parallel
 from .decoding import pad_batch, translate
@@ -46,6 +46,9 @@ from .tokenizer import BOS, EOS, PAD, Tokenizer
 #: a training pair (source ids, target ids), and the three padded tensors of a batch (source, target in, target out)
 Pair = tuple[list[int], list[int]]
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: the whole job's seconds left from this run's ``(seconds left of training, seconds per step)`` (``None``: no
+#: estimate): :func:`train_system`'s ``job_left``
+JobLeft = Optional[Callable[[float, Optional[float]], Optional[float]]]
 
 
 @dataclass
@@ -165,10 +168,15 @@ def _optimizer(model: Seq2Seq, model_cfg: ModelConfig,
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam(s + 1, model_cfg.d_model, cfg.warmup, cfg.lr))
 
 
-def _progress(label: str, record: dict, cfg: TrainConfig, step: int, timer: StepTimer, shown: float, world: int) -> str:
-    """The progress line: the step's loss, the throughput and the time left at the pace of the recent steps."""
+def _progress(label: str, record: dict, cfg: TrainConfig, step: int, timer: StepTimer, shown: float, world: int,
+              job: JobLeft) -> str:
+    """The progress line: the step's loss, the throughput and the time left at the pace of the recent steps (this
+    run's training, and the whole job's where ``job`` estimates it)."""
     left = timer.seconds_left(cfg.steps)  # none before two steps were timed (the first pays for warm-up)
     eta = "" if left is None else f", ETA {timer.eta(cfg.steps)}"
+    whole = None if job is None or left is None else job(left, timer.per_step)
+    if whole is not None:
+        eta += f" (whole job: {format_seconds(whole)})"
     return (f"[{label}] step {step}/{cfg.steps} loss {shown:.3f}{' (rank 0 shard)' if world > 1 else ''} "
             f"{record['train_tokens'] / record['train_seconds']:.0f} tok/s{eta}")
 
@@ -212,11 +220,14 @@ def _stopped(save: Any, possible: list, needed: bool, what: str, log: Log) -> No
     log(f"{what}: checkpoint saved, the run continues from it")
 
 
-def _advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float) -> None:
+def _advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float, job: JobLeft) -> None:
     """``step`` is done: into the time left, and onto the bar (where there is one)."""
     timer.tick(step)
     if bar is not None:
-        bar.set_postfix_str(f"loss {shown:.3f}, ETA {timer.eta(total)}", refresh=False)
+        left = timer.seconds_left(total)
+        whole = None if job is None or left is None else job(left, timer.per_step)
+        bar.set_postfix_str(f"loss {shown:.3f}, ETA run {timer.eta(total)}"
+                            + (f", whole job {format_seconds(whole)}" if whole is not None else ""), refresh=False)
         bar.update(1)
 
 
@@ -368,8 +379,12 @@ def train_system(
     name: Optional[str] = None,
     fingerprint: Optional[dict] = None,
     checkpoint_every: Optional[int] = None,
+    job_left: JobLeft = None,
 ) -> dict:
     """Train one system; returns its record (history, timings, τ).  Resumes from ``out_dir/checkpoint.pt``.
+
+    ``job_left``, where given, is called with the seconds left of this run's training steps and the current
+    seconds per step, and returns the seconds left of the whole job (its progress lines and bar show both).
 
     ``system`` names the output layer and its loss.  ``attention``, if given, holds the
     keyword arguments of :func:`softargmax.nn.convert_attention` (``mapping``, ``alpha``,
@@ -476,9 +491,9 @@ def train_system(
                     record["train_tokens_this_rank"] = (record.get("train_tokens_this_rank", 0)
                                                         + sum(len(pairs[i][1]) + 1 for i in mine))
                     record["steps_done"] = step
-                    _advance(bar, eta, step, cfg.steps, float(shown))
+                    _advance(bar, eta, step, cfg.steps, float(shown), job_left)
                     if _every(step, max(1, cfg.eval_every // 4), 1):
-                        log(_progress(label, record, cfg, step, eta, float(shown), world))
+                        log(_progress(label, record, cfg, step, eta, float(shown), world, job_left))
                     if _every(step, cfg.eval_every, cfg.steps):
                         evaluate()
                     if _every(step, checkpoint_every) and saved_step != step:

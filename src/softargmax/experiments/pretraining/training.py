@@ -28,7 +28,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +36,7 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from .._common import Log, check_checkpoint_every, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .._progress import progress_bar
 from .data import Stream, eval_windows, train_batch
 from .model import Decoder, DecoderConfig
 from .reference_measure import linear_loss_with_learned_q
@@ -206,6 +207,19 @@ def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Te
 
     model.train()
     step = record["steps_done"]
+    with progress_bar(S.steps, spec.name, step) as bar:  # on a terminal only
+        step = _train_steps(model, log_q, opt, sched, spec, S, cfg, train_ids, curve_stream, device, record, step,
+                            checkpoint, checkpoint_every, log, bar)
+    model.eval()
+    return model, log_q, record
+
+
+def _train_steps(model: Decoder, log_q: Optional[nn.Parameter], opt: torch.optim.Optimizer,
+                 sched: torch.optim.lr_scheduler.LambdaLR, spec: RunSpec,
+                 S: TrainSettings, cfg: DecoderConfig, train_ids: torch.Tensor, curve_stream: Stream, device: str,
+                 record: dict, step: int, checkpoint: Callable[[], None], checkpoint_every: Optional[int], log: Log,
+                 bar: Any) -> int:
+    """The training steps from ``step`` to ``S.steps`` (curves, checkpoints, progress lines, the bar); the last step."""
     while step < S.steps:
         x, y = (t.to(device) for t in train_batch(train_ids, cfg.context, S.batch, spec.seed, step))
         t0 = time.perf_counter()
@@ -227,5 +241,6 @@ def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Te
             left = statistics.fmean(record["step_seconds"][-S.curve_every:]) * (S.steps - step) / 60
             log(f"[{spec.name}] step {step}/{S.steps} loss {value:.4f} validation-head accuracy {acc:.2f}% "
                 f"({1000 * dt:.0f} ms/step, about {left:.1f} min left)")
-    model.eval()
-    return model, log_q, record
+        if bar is not None:
+            bar.update(1)
+    return step
