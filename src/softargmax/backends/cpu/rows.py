@@ -293,3 +293,59 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
     if not checked and not covers_alpha_rows(z, alpha2d):
         return None
     return solve_alpha_rows_with(_run, z, alpha2d, checked=True, converts_tau=True)
+
+
+#: the reductions of :func:`index_loss`, as the C function numbers them
+INDEX_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
+_index_loss_fns: dict[torch.dtype, ctypes._CFuncPtr] = {}
+_INDEX_DTYPES = (torch.float32, torch.float64)
+
+
+def _index_loss_fn(dtype: torch.dtype) -> ctypes._CFuncPtr:
+    """``sa_index_loss_f32`` or ``_f64`` with its signature (set once)."""
+    fn = _index_loss_fns.get(dtype)
+    if fn is None:
+        lib = _load()
+        assert lib  # index_loss_covers() loaded it
+        fn = lib.sa_index_loss_f32 if dtype == torch.float32 else lib.sa_index_loss_f64
+        real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_double, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_double, ctypes.c_double, real, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        _index_loss_fns[dtype] = fn
+    return fn
+
+
+def index_loss_covers(z: Tensor) -> bool:
+    """Whether :func:`index_loss` takes the scores ``z`` (CPU, float32 or float64, contiguous, the library
+    loads, the switch is on); the caller checks the divergence (the power kind, :func:`covers_divergence`)."""
+    return (_switch.on and z.is_cpu and z.dtype in _INDEX_DTYPES and z.is_contiguous() and z.dim() > 0
+            and 0 < z.shape[-1] < 2**31 and bool(_load()))
+
+
+def index_loss(z: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
+               ignore_index: int, reduction: str) -> tuple[int, Tensor, Tensor]:
+    r"""The Fenchel–Young loss of the power kind (α-entmax, ``a = α - 1``) against class indices, in one C call.
+
+    ``z``: the scores, contiguous, the classes last, ``rows`` rows; ``target``: int64 ``[rows]``,
+    contiguous; ``omega``: :func:`omega_constants`; ``cy``: :math:`f(1) - f(0)`, what a one-hot target adds
+    to :math:`\Omega` beyond the :math:`f(0)` terms, as the caller rounds it.  Returns ``(kept rows,
+    G = p - y`` of ``z``'s shape, the loss``)``: the reduced loss (0-d) for ``"sum"`` and ``"mean"``, the
+    per-row losses (``z``'s shape without the last dimension) for ``"none"``.  Raises ``IndexError`` with
+    the row of the first class index outside ``[0, k)`` (nothing computed)."""
+    k = z.shape[-1]
+    G = torch.empty_like(z)
+    none = reduction == "none"
+    loss = z.new_empty(z.shape[:-1] if none else ())
+    threads = 1 if rows * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows))
+    bad = ctypes.c_long(-1)
+    ptr = loss.data_ptr()
+    kept: int = _index_loss_fn(z.dtype)(
+        z.data_ptr(), rows, k, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, G.data_ptr(),
+        ptr if none else None, None if none else ptr, INDEX_REDUCTIONS[reduction], threads, ctypes.byref(bad))
+    if kept == -2:
+        raise IndexError(bad.value)
+    if kept < 0:
+        raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
+    return kept, G, loss

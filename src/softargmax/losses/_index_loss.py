@@ -1,0 +1,160 @@
+r"""The Fenchel–Young loss of class indices in one C call per pass: small calls as cheap as ``F.cross_entropy``'s.
+
+A call of :func:`softargmax.entmax15_loss` on a few rows of CPU scores spent most of its time outside
+the solver: parsing the target, evaluating :math:`\Omega(y)`, forming ``⟨θ, p⟩ - θ_c``, ``p - y``
+and the reduction, some sixty small tensor operations and Python calls.  :func:`index_loss` does the
+same work with the fused CPU solver's :func:`~softargmax.backends.cpu.rows.index_loss`: one C call
+checks the class indices, solves the rows, writes ``G = p - y`` where ``p`` would go, the per-row
+values with the roundings of the general path (:class:`~softargmax.losses._row_losses.FenchelYoungRowLoss`)
+and the reduced loss; the backward is one multiplication of ``G``.  :math:`\Omega` of a one-hot target
+is the constant :func:`~softargmax.losses._omega.one_hot_omega`.
+
+It takes the calls it can compute exactly as the general path does, and returns ``None`` for every
+other (which then runs the general path, with its checks and messages):
+
+* eager calls only (not while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, no
+  ``torch.func`` transform, no forward-mode AD), on plain tensors (no subclass, no fake tensor);
+* CPU scores in float32 or float64, contiguous, the classes along the last dimension, at least one
+  row and one class, where the C solver is built and switched on (``SOFTARGMAX_CPU_KERNELS=0`` turns
+  this path off as well) and Triton's interpreter does not take CPU tensors;
+* integer class indices of the scores' shape without the last dimension, no ``q``, temperature 1, no
+  weights, label smoothing, label sets, soft-capping, prediction or process group;
+* a mapping of the C solver's power kind: α-entmax with α in (1, 2] (sparsemax, ``"chi_square"``,
+  1.5-entmax), α - 1 not below :data:`~softargmax.backends.cpu.rows.MIN_A`.
+
+The per-row losses and the gradient equal the general path's bit for bit; the reduced loss sums the
+per-row values in float64 and rounds once (the general path sums in the input's dtype), so it may
+differ from it in the last bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch.autograd import forward_ad
+from torch.autograd.function import once_differentiable
+from torch.nn import Parameter
+
+from .._utils.tracing import EAGER, graph_mode
+from ..backends import kernel_device
+from ..backends.cpu import rows as cpu_rows
+from ..backends.kinds import KIND_POWER, kind_of
+from ._omega import f_at_zero, one_hot_omega
+from ._row_losses import FenchelYoungRowLoss, resolve_loss
+
+__all__ = ["index_loss", "IndexLoss"]
+
+#: what the C call needs of a loss: ``(a, omega constants, {dtype: f(1) - f(0)})``, for the dtypes it covers
+Constants = tuple[float, tuple[float, float], dict[torch.dtype, float]]
+_CONSTANTS: dict[tuple[str, tuple[tuple[str, Any], ...]], Optional[Constants]] = {}
+_MAX_ENTRIES = 256
+_INT64 = (-(2**63), 2**63 - 1)
+#: the class indices' dtypes (a bool or floating target goes to the general path, which says why it is refused)
+_INDEX_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
+    """The constants of the loss named ``mapping`` with ``params`` (numbers), or ``None`` where the C call does
+    not cover it or the name or a parameter is invalid (the general path then raises); kept for the valid ones."""
+    if params and any(type(v) not in (float, int) for v in params.values()):
+        return None  # a tensor alpha, a bool...: the general path takes or refuses it
+    key = (mapping, tuple(params.items()))
+    if key in _CONSTANTS:
+        return _CONSTANTS[key]
+    try:
+        loss = resolve_loss(mapping, params)
+    except (TypeError, ValueError):
+        return None
+    found = None
+    if isinstance(loss, FenchelYoungRowLoss):
+        div = loss.divergence
+        kind, a = kind_of(div)
+        omega = cpu_rows.omega_constants(div)
+        if kind == KIND_POWER and a is not None and omega is not None:
+            cy = {dt: one_hot_omega(div, dt) for dt in (torch.float32, torch.float64)
+                  if cpu_rows.covers_divergence(torch.empty(0, dtype=dt), div)}
+            found = (a, omega, cy) if cy and f_at_zero(div) < float("inf") else None
+    if len(_CONSTANTS) >= _MAX_ENTRIES:
+        _CONSTANTS.clear()
+    _CONSTANTS[key] = found
+    return found
+
+
+def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], dim: object, ignore_index: object,
+               reduction: object) -> Optional[Tensor]:
+    """The loss ``mapping`` with its parameters ``params`` (``{"alpha": α}`` or ``{}``) of scores ``x`` against
+    class indices ``target``, by one C call, or ``None`` where this path does not take the call (the module
+    docstring lists when).  The other options are their defaults (the caller has checked)."""
+    if graph_mode() != EAGER or (type(x) is not Tensor and type(x) is not Parameter) or type(target) is not Tensor \
+            or target.dtype not in _INDEX_DTYPES or not cpu_rows.index_loss_covers(x):
+        return None
+    if type(ignore_index) is not int or not _INT64[0] <= ignore_index <= _INT64[1] or \
+            reduction not in cpu_rows.INDEX_REDUCTIONS or type(dim) is not int or not (dim == -1 or dim == x.dim() - 1):
+        return None
+    if target.shape != x.shape[:-1] or x.numel() == 0 or forward_ad._current_level >= 0 or _functorch_active() \
+            or kernel_device(x):
+        return None
+    constants = _constants(mapping, params)
+    cy = None if constants is None else constants[2].get(x.dtype)
+    if cy is None:
+        return None
+    rows = x.numel() // x.shape[-1]
+    t = target if target.dim() == 1 else target.reshape(rows)
+    if t.dtype != torch.int64 or not t.is_contiguous():
+        t = t.to(torch.int64).contiguous()
+    if x.requires_grad and torch.is_grad_enabled():
+        out: Tensor = IndexLoss.apply(x, t, rows, constants[0], constants[1], cy, ignore_index, reduction)
+        return out
+    return _forward(x, t, rows, constants[0], constants[1], cy, ignore_index, reduction)[0]
+
+
+def _forward(x: Tensor, t: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, ignore_index: int,
+             reduction: str) -> tuple[Tensor, Tensor, int]:
+    """``(loss, G of x's shape, kept rows)``; a class index out of range raises the general path's ``ValueError``."""
+    try:
+        kept, G, loss = cpu_rows.index_loss(x, rows, a, omega, cy, t, ignore_index, reduction)
+    except IndexError as err:
+        r = int(str(err))
+        raise ValueError(f"target: class index {int(t[r])} is out of range [0, {x.shape[-1]}) "
+                         f"(ignore_index={ignore_index})") from None
+    return loss, G, kept
+
+
+def _keeps_graph() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph=True``): then ``G`` must not be
+    overwritten.  ``True`` where torch cannot tell."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
+
+
+class IndexLoss(torch.autograd.Function):
+    """The reduced (or per-row) loss of :func:`index_loss`, with ``G = p - y`` from the same C call: the
+    backward is ``G`` times the incoming gradient (over the kept rows' count for ``"mean"``), in place
+    unless the graph is kept (``retain_graph=True``).  ``"mean"`` over no kept row has the value NaN and the
+    gradient 0, as ``F.cross_entropy``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, t: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float,
+                ignore_index: int, reduction: str) -> Tensor:
+        loss, G, kept = _forward(x, t, rows, a, omega, cy, ignore_index, reduction)
+        ctx.G, ctx.kept, ctx.reduction = G, kept, reduction
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        G: Tensor = ctx.G
+        if ctx.reduction == "none":
+            scale = grad.unsqueeze(-1)
+        elif ctx.reduction == "sum":
+            scale = grad
+        elif ctx.kept:
+            scale = grad / ctx.kept  # as the general path's DivBackward forms it: the same rounding
+        else:  # "mean" of no kept row: G is 0
+            scale = None
+        if scale is not None:
+            G = G.mul_(scale) if not _keeps_graph() else G * scale
+        return (G,) + (None,) * 7
