@@ -29,12 +29,13 @@ differ from it in the last bit.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch.autograd import forward_ad
-from torch.autograd.function import once_differentiable
+from torch.autograd.function import _SingleLevelFunction, once_differentiable
 from torch.nn import Parameter
 
 from .._utils.tracing import EAGER, graph_mode
@@ -54,6 +55,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 #: the class indices' dtypes (a bool or floating target goes to the general path, which says why it is refused)
 _INDEX_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
 _functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
@@ -92,7 +94,7 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
             or target.dtype not in _INDEX_DTYPES or not cpu_rows.index_loss_covers(x):
         return None
     if type(ignore_index) is not int or not _INT64[0] <= ignore_index <= _INT64[1] or \
-            reduction not in cpu_rows.INDEX_REDUCTIONS or type(dim) is not int or not (dim == -1 or dim == x.dim() - 1):
+            type(reduction) is not str or reduction not in cpu_rows.INDEX_REDUCTIONS or type(dim) is not int or not (dim == -1 or dim == x.dim() - 1):
         return None
     if target.shape != x.shape[:-1] or x.numel() == 0 or forward_ad._current_level >= 0 or _functorch_active() \
             or kernel_device(x):
@@ -105,15 +107,23 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     t = target if target.dim() == 1 else target.reshape(rows)
     if t.dtype != torch.int64 or not t.is_contiguous():
         t = t.to(torch.int64).contiguous()
+    spec = (rows, constants[0], constants[1], cy, ignore_index, reduction)
     if x.requires_grad and torch.is_grad_enabled():
-        out: Tensor = IndexLoss.apply(x, t, rows, constants[0], constants[1], cy, ignore_index, reduction)
+        # Function.apply less its Python wrapper (a few microseconds, a third of a small call's forward): with no
+        # functorch transform active (checked above) the wrapper only unwraps dead functorch wrappers, done here
+        out: Tensor = _apply(_unwrap_if_dead(x), _unwrap_if_dead(t), spec)
         return out
-    return _forward(x, t, rows, constants[0], constants[1], cy, ignore_index, reduction)[0]
+    return _forward(x, t, spec)[0]
 
 
-def _forward(x: Tensor, t: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, ignore_index: int,
-             reduction: str) -> tuple[Tensor, Tensor, int]:
+#: what :func:`_forward` needs besides the scores and the indices: ``(rows, a, omega constants, f(1) - f(0),
+#: ignore_index, reduction)``
+Spec = tuple[int, float, tuple[float, float], float, int, str]
+
+
+def _forward(x: Tensor, t: Tensor, spec: Spec) -> tuple[Tensor, Tensor, int]:
     """``(loss, G of x's shape, kept rows)``; a class index out of range raises the general path's ``ValueError``."""
+    rows, a, omega, cy, ignore_index, reduction = spec
     try:
         kept, G, loss = cpu_rows.index_loss(x, rows, a, omega, cy, t, ignore_index, reduction)
     except IndexError as err:
@@ -123,38 +133,78 @@ def _forward(x: Tensor, t: Tensor, rows: int, a: float, omega: tuple[float, floa
     return loss, G, kept
 
 
+_keep_graph_query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+
+
 def _keeps_graph() -> bool:
     """Whether the running backward keeps the graph (``retain_graph=True``): then ``G`` must not be
     overwritten.  ``True`` where torch cannot tell."""
-    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if query is None else bool(query())
+    return True if _keep_graph_query is None else bool(_keep_graph_query())
+
+
+#: 0-d tensors of the backward's factors by ``(value, dtype)`` (a Python number would cost a tensor per call:
+#: a few microseconds of a small call's backward); cleared when it grows past :data:`_MAX_ENTRIES`
+_FACTORS: dict[tuple[float, torch.dtype], Tensor] = {}
+
+
+def _factor(value: float, dtype: torch.dtype) -> Tensor:
+    """``value`` rounded to ``dtype`` (float32 or float64) as a 0-d tensor, kept (never written)."""
+    if dtype == torch.float32:
+        value = struct.unpack("f", struct.pack("f", value))[0]
+    key = (value, dtype)
+    f = _FACTORS.get(key)
+    if f is None:
+        if len(_FACTORS) >= _MAX_ENTRIES:
+            _FACTORS.clear()
+        f = _FACTORS[key] = torch.tensor(value, dtype=dtype)
+    return f
 
 
 class IndexLoss(torch.autograd.Function):
     """The reduced (or per-row) loss of :func:`index_loss`, with ``G = p - y`` from the same C call: the
     backward is ``G`` times the incoming gradient (over the kept rows' count for ``"mean"``), in place
     unless the graph is kept (``retain_graph=True``).  ``"mean"`` over no kept row has the value NaN and the
-    gradient 0, as ``F.cross_entropy``."""
+    gradient 0, as ``F.cross_entropy``.
+
+    The factor of ``"mean"`` is formed on the host from the incoming scalar, ``grad / count`` rounded to the
+    dtype (what the general path's ``DivBackward`` computes, an IEEE division), and kept as a 0-d tensor: the
+    gradient equals the general path's bit for bit."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, t: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float,
-                ignore_index: int, reduction: str) -> Tensor:
-        loss, G, kept = _forward(x, t, rows, a, omega, cy, ignore_index, reduction)
-        ctx.G, ctx.kept, ctx.reduction = G, kept, reduction
+    def forward(ctx: Any, x: Tensor, t: Tensor, spec: Spec) -> Tensor:
+        loss, G, kept = _forward(x, t, spec)
+        ctx.G, ctx.kept, ctx.reduction = G, kept, spec[5]
         return loss
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-        G: Tensor = ctx.G
-        if ctx.reduction == "none":
-            scale = grad.unsqueeze(-1)
-        elif ctx.reduction == "sum":
-            scale = grad
-        elif ctx.kept:
-            scale = grad / ctx.kept  # as the general path's DivBackward forms it: the same rounding
-        else:  # "mean" of no kept row: G is 0
-            scale = None
-        if scale is not None:
-            G = G.mul_(scale) if not _keeps_graph() else G * scale
-        return (G,) + (None,) * 7
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
+        if torch.is_grad_enabled():  # create_graph=True: a second differentiation is refused, as the general path's
+            return _backward_once(ctx, grad)
+        return _backward(ctx, grad)  # (the engine runs it with grad mode off: no no_grad() block needed)
+
+
+def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
+    """:meth:`IndexLoss.backward`."""
+    G: Tensor = ctx.G
+    keep = _keeps_graph()
+    if not keep:  # the returned G is then the only reference: autograd takes it without a copy
+        ctx.G = None
+    if ctx.reduction == "none":
+        scale: Optional[Tensor] = grad.unsqueeze(-1)
+    elif ctx.reduction == "sum":
+        scale = grad
+    elif ctx.kept:  # the factor grad / count of the general path's DivBackward (an IEEE division), rounded
+        g = grad.item()
+        scale = None if g == 1.0 and ctx.kept == 1 else _factor(g / ctx.kept, G.dtype)
+    else:  # "mean" of no kept row: G is 0, as F.cross_entropy's gradient
+        scale = None
+    if scale is None:
+        return (G.clone() if keep else G), None, None
+    return (G * scale if keep else G.mul_(scale)), None, None
+
+
+_backward_once = once_differentiable(_backward)
+
+
+#: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`IndexLoss`
+_apply = super(_SingleLevelFunction, IndexLoss).apply

@@ -421,8 +421,9 @@ DEFINE_ROWS(double, f64, DBL_EPSILON)
  * Omega(e_c) less the k f(0) terms, a constant) is rounded to T by the caller.  Rows whose target
  * is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN and G NaN.
  * `total` (reduction 1: the sum; 2: the mean over the kept rows, NaN with none) is accumulated in
- * double and rounded once; `loss` may be NULL then (the per-row values are not returned).  Returns the number of kept rows, -1 (no memory), or -2 with
- * *bad_row the first row whose class is outside [0, k) (checked first: nothing is written). */
+ * double and rounded once; `loss` may be NULL then (the per-row values are not returned).  Returns the
+ * number of kept rows, -1 (no memory), or -2 - r with r the first row whose class is outside [0, k)
+ * (checked first: nothing is written). */
 #define DEFINE_INDEX_LOSS(T, SUFFIX)                                                              \
 static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, double a,                  \
                                 const int64_t *target, int64_t ignore, double oc, double osc,    \
@@ -445,12 +446,12 @@ static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, double a, 
                                                                                                   \
 long sa_index_loss_##SUFFIX(const T *z, long R, long k, double a, const int64_t *target,         \
                             int64_t ignore, double oc, double osc, T cy, T *G, T *loss, T *total, \
-                            int reduction, int nthreads, long *bad_row) {                         \
+                            int reduction, int nthreads) {                                        \
     long kept = 0;                                                                                \
     for (long r = 0; r < R; r++) {                                                                \
         const int64_t c = target[r];                                                              \
         if (c == ignore) continue;                                                                \
-        if (c < 0 || c >= k) { *bad_row = r; return -2; }                                         \
+        if (c < 0 || c >= k) return -2 - r;                                                       \
         kept++;                                                                                   \
     }                                                                                             \
     /* loss NULL: the per-row values in a buffer of our own (a reduction needs no [R] tensor) */     \

@@ -312,7 +312,7 @@ def _index_loss_fn(dtype: torch.dtype) -> ctypes._CFuncPtr:
         fn.restype = ctypes.c_long
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_double, ctypes.c_void_p,
                        ctypes.c_int64, ctypes.c_double, ctypes.c_double, real, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         _index_loss_fns[dtype] = fn
     return fn
 
@@ -339,13 +339,12 @@ def index_loss(z: Tensor, rows: int, a: float, omega: tuple[float, float], cy: f
     none = reduction == "none"
     loss = z.new_empty(z.shape[:-1] if none else ())
     threads = 1 if rows * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows))
-    bad = ctypes.c_long(-1)
     ptr = loss.data_ptr()
     kept: int = _index_loss_fn(z.dtype)(
         z.data_ptr(), rows, k, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, G.data_ptr(),
-        ptr if none else None, None if none else ptr, INDEX_REDUCTIONS[reduction], threads, ctypes.byref(bad))
-    if kept == -2:
-        raise IndexError(bad.value)
+        ptr if none else None, None if none else ptr, INDEX_REDUCTIONS[reduction], threads)
+    if kept < -1:
+        raise IndexError(-2 - kept)
     if kept < 0:
         raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
     return kept, G, loss
