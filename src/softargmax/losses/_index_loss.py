@@ -35,7 +35,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 from torch.autograd import forward_ad
-from torch.autograd.function import _SingleLevelFunction, once_differentiable
+from torch.autograd.function import once_differentiable
 from torch.nn import Parameter
 
 from .._utils.tracing import EAGER, graph_mode
@@ -100,7 +100,9 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
             or kernel_device(x):
         return None
     constants = _constants(mapping, params)
-    cy = None if constants is None else constants[2].get(x.dtype)
+    if constants is None:
+        return None
+    cy = constants[2].get(x.dtype)
     if cy is None:
         return None
     rows = x.numel() // x.shape[-1]
@@ -207,4 +209,4 @@ _backward_once = once_differentiable(_backward)
 
 
 #: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`IndexLoss`
-_apply = super(_SingleLevelFunction, IndexLoss).apply
+_apply = super(torch.autograd.Function, IndexLoss).apply

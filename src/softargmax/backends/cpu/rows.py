@@ -42,7 +42,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 from torch import Tensor
@@ -297,11 +297,11 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
 
 #: the reductions of :func:`index_loss`, as the C function numbers them
 INDEX_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
-_index_loss_fns: dict[torch.dtype, ctypes._CFuncPtr] = {}
+_index_loss_fns: dict[torch.dtype, Any] = {}  # the ctypes functions
 _INDEX_DTYPES = (torch.float32, torch.float64)
 
 
-def _index_loss_fn(dtype: torch.dtype) -> ctypes._CFuncPtr:
+def _index_loss_fn(dtype: torch.dtype) -> Any:
     """``sa_index_loss_f32`` or ``_f64`` with its signature (set once)."""
     fn = _index_loss_fns.get(dtype)
     if fn is None:
