@@ -14,13 +14,14 @@ other (which then runs the general path, with its checks and messages):
 
 * eager calls only (not while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, no
   ``torch.func`` transform, no forward-mode AD), on plain tensors (no subclass, no fake tensor);
-* CPU scores in float32 or float64, contiguous, the classes along the last dimension, at least one
-  row and one class, where the C solver is built and switched on (``SOFTARGMAX_CPU_KERNELS=0`` turns
-  this path off as well) and Triton's interpreter does not take CPU tensors;
+* scores with the classes along the last dimension, at least one row and one class, whose rows the
+  backends' one decision (:func:`softargmax.backends.select`, as the loss values ask it) gives to the C
+  solver: CPU, float32 or float64, contiguous, the library built and switched on
+  (``SOFTARGMAX_CPU_KERNELS=0`` turns this path off as well), not Triton's interpreter;
 * integer class indices of the scores' shape without the last dimension, no ``q``, temperature 1, no
   weights, label smoothing, label sets, soft-capping, prediction or process group;
 * a mapping of the C solver's power kind: α-entmax with α in (1, 2] (sparsemax, ``"chi_square"``,
-  1.5-entmax), α - 1 not below :data:`~softargmax.backends.cpu.rows.MIN_A`.
+  1.5-entmax), α - 1 not below :data:`~softargmax.backends.cpu.rows.MIN_A` (``select`` checks it).
 
 The per-row losses and the gradient equal the general path's bit for bit; the reduced loss sums the
 per-row values in float64 and rounds once (the general path sums in the input's dtype), so it may
@@ -29,6 +30,7 @@ differ from it in the last bit.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, Optional
 
@@ -39,16 +41,17 @@ from torch.autograd.function import once_differentiable
 from torch.nn import Parameter
 
 from .._utils.tracing import EAGER, graph_mode
-from ..backends import kernel_device
+from ..backends import select
 from ..backends.cpu import rows as cpu_rows
 from ..backends.kinds import KIND_POWER, kind_of
+from ..divergences import Divergence
 from ._omega import f_at_zero, one_hot_omega
 from ._row_losses import FenchelYoungRowLoss, resolve_loss
 
 __all__ = ["index_loss", "IndexLoss"]
 
-#: what the C call needs of a loss: ``(a, omega constants, {dtype: f(1) - f(0)})``, for the dtypes it covers
-Constants = tuple[float, tuple[float, float], dict[torch.dtype, float]]
+#: what the C call needs of a loss: ``(divergence, a, omega constants, {dtype: f(1) - f(0)})``
+Constants = tuple[Divergence, float, tuple[float, float], dict[torch.dtype, float]]
 _CONSTANTS: dict[tuple[str, tuple[tuple[str, Any], ...]], Optional[Constants]] = {}
 _MAX_ENTRIES = 256
 _INT64 = (-(2**63), 2**63 - 1)
@@ -60,7 +63,8 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
     """The constants of the loss named ``mapping`` with ``params`` (numbers), or ``None`` where the C call does
-    not cover it or the name or a parameter is invalid (the general path then raises); kept for the valid ones."""
+    not compute it (not the power kind, an infinite f(0)) or the name or a parameter is invalid (the general path
+    then raises); kept for the valid ones."""
     if params and any(type(v) not in (float, int) for v in params.values()):
         return None  # a tensor alpha, a bool...: the general path takes or refuses it
     key = (mapping, tuple(params.items()))
@@ -75,10 +79,8 @@ def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
         div = loss.divergence
         kind, a = kind_of(div)
         omega = cpu_rows.omega_constants(div)
-        if kind == KIND_POWER and a is not None and omega is not None:
-            cy = {dt: one_hot_omega(div, dt) for dt in (torch.float32, torch.float64)
-                  if cpu_rows.covers_divergence(torch.empty(0, dtype=dt), div)}
-            found = (a, omega, cy) if cy and f_at_zero(div) < float("inf") else None
+        if kind == KIND_POWER and a is not None and omega is not None and f_at_zero(div) < math.inf:
+            found = (div, a, omega, {dt: one_hot_omega(div, dt) for dt in (torch.float32, torch.float64)})
     if len(_CONSTANTS) >= _MAX_ENTRIES:
         _CONSTANTS.clear()
     _CONSTANTS[key] = found
@@ -91,25 +93,28 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     class indices ``target``, by one C call, or ``None`` where this path does not take the call (the module
     docstring lists when).  The other options are their defaults (the caller has checked)."""
     if graph_mode() != EAGER or (type(x) is not Tensor and type(x) is not Parameter) or type(target) is not Tensor \
-            or target.dtype not in _INDEX_DTYPES or not cpu_rows.index_loss_covers(x):
+            or target.dtype not in _INDEX_DTYPES or type(dim) is not int or type(ignore_index) is not int \
+            or type(reduction) is not str or reduction not in cpu_rows.INDEX_REDUCTIONS:
         return None
-    if type(ignore_index) is not int or not _INT64[0] <= ignore_index <= _INT64[1] or \
-            type(reduction) is not str or reduction not in cpu_rows.INDEX_REDUCTIONS or type(dim) is not int or not (dim == -1 or dim == x.dim() - 1):
-        return None
-    if target.shape != x.shape[:-1] or x.numel() == 0 or forward_ad._current_level >= 0 or _functorch_active() \
-            or kernel_device(x):
+    nd = x.dim()
+    if not (dim == -1 or dim == nd - 1) or not _INT64[0] <= ignore_index <= _INT64[1] or target.shape != x.shape[:-1] \
+            or x.numel() == 0 or forward_ad._current_level >= 0 or _functorch_active():
         return None
     constants = _constants(mapping, params)
     if constants is None:
         return None
-    cy = constants[2].get(x.dtype)
-    if cy is None:
+    div, a, omega, cy = constants
+    k = x.shape[-1]
+    rows = x.numel() // k
+    # the backends' one decision (softargmax.backends.select): the C solver takes these rows and this operator
+    if (nd != 2 and not x.is_contiguous()) or \
+            select(x if nd == 2 else x.view(rows, k), div, candidates_only=True, row_sums=True) is not cpu_rows:
         return None
     rows = x.numel() // x.shape[-1]
     t = target if target.dim() == 1 else target.reshape(rows)
     if t.dtype != torch.int64 or not t.is_contiguous():
         t = t.to(torch.int64).contiguous()
-    spec = (rows, constants[0], constants[1], cy, ignore_index, reduction)
+    spec = (rows, a, omega, cy[x.dtype], ignore_index, reduction)
     if x.requires_grad and torch.is_grad_enabled():
         # Function.apply less its Python wrapper (a few microseconds, a third of a small call's forward): with no
         # functorch transform active (checked above) the wrapper only unwraps dead functorch wrappers, done here

@@ -298,7 +298,6 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
 #: the reductions of :func:`index_loss`, as the C function numbers them
 INDEX_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 _index_loss_fns: dict[torch.dtype, Any] = {}  # the ctypes functions
-_INDEX_DTYPES = (torch.float32, torch.float64)
 
 
 def _index_loss_fn(dtype: torch.dtype) -> Any:
@@ -306,7 +305,7 @@ def _index_loss_fn(dtype: torch.dtype) -> Any:
     fn = _index_loss_fns.get(dtype)
     if fn is None:
         lib = _load()
-        assert lib  # index_loss_covers() loaded it
+        assert lib  # covers() loaded it
         fn = lib.sa_index_loss_f32 if dtype == torch.float32 else lib.sa_index_loss_f64
         real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
         fn.restype = ctypes.c_long
@@ -315,13 +314,6 @@ def _index_loss_fn(dtype: torch.dtype) -> Any:
                        ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         _index_loss_fns[dtype] = fn
     return fn
-
-
-def index_loss_covers(z: Tensor) -> bool:
-    """Whether :func:`index_loss` takes the scores ``z`` (CPU, float32 or float64, contiguous, the library
-    loads, the switch is on); the caller checks the divergence (the power kind, :func:`covers_divergence`)."""
-    return (_switch.on and z.is_cpu and z.dtype in _INDEX_DTYPES and z.is_contiguous() and z.dim() > 0
-            and 0 < z.shape[-1] < 2**31 and bool(_load()))
 
 
 def index_loss(z: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
