@@ -212,6 +212,8 @@ def test_autograd_semantics(taken):
     g1 = x.grad.clone()
     loss.backward()
     assert torch.equal(x.grad, 2 * g1)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()  # the graph was freed, as autograd says for the general path
     (g,) = torch.autograd.grad(sa.entmax15_loss(x, t, reduction="sum"), x, create_graph=True)
     (gref,) = torch.autograd.grad(general(x, t, "entmax15", {}, "sum"), x, create_graph=True)
     assert torch.equal(g, gref) and g.requires_grad == gref.requires_grad

@@ -192,7 +192,11 @@ class IndexLoss(torch.autograd.Function):
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
     """:meth:`IndexLoss.backward`."""
-    G: Tensor = ctx.G
+    G: Optional[Tensor] = ctx.G
+    if G is None:  # released by a backward that did not keep the graph: autograd's own message
+        raise RuntimeError("Trying to backward through the graph a second time (or directly access saved tensors after "
+                           "they have already been freed). Specify retain_graph=True if you need to backward through "
+                           "the graph a second time.")
     keep = _keeps_graph()
     if not keep:  # the returned G is then the only reference: autograd takes it without a copy
         ctx.G = None
