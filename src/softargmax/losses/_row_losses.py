@@ -34,6 +34,7 @@ from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve
+from ._omega import f_at_zero, one_hot_omega
 from ._rows import RowLoss, SplitSolve, SplitValues, kept_rows
 from ._targets import Target
 
@@ -97,7 +98,7 @@ class FenchelYoungRowLoss(RowLoss):
         # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
         theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0, dtype=vdt)
         q = None if self.q is None else self.q.expand(theta.shape)
-        f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+        f0 = f_at_zero(div)
         if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
             D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
@@ -157,7 +158,7 @@ class FenchelYoungRowLoss(RowLoss):
         div = self.divergence
         if scale is not None or target.index is None or target.dense is not None:
             return None
-        f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+        f0 = f_at_zero(div)
         if not math.isfinite(f0):
             return None
         out = solve_loss_gradient(theta, div, target.index, target.keep)
@@ -213,7 +214,7 @@ class FenchelYoungRowLoss(RowLoss):
             f0 = div.f(torch.zeros((), dtype=vdt, device=theta.device))
             f0_finite = bool(torch.isfinite(f0).all())
         else:
-            f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+            f0 = f_at_zero(div)
             f0_finite = math.isfinite(f0)
         if f0_finite:
             theta_p, omega_p = _p_terms(div, theta, sol.p, q, f0, vdt, sparse=not per_row_alpha)
@@ -257,7 +258,9 @@ def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[flo
         return torch.where(keep, vals, torch.zeros_like(vals))
     if target.dense is not None:
         return sum_f_minus_f0(div, target.dense.to(dtype), None if q is None else q.to(dtype), f0)
-    if q is None:
+    if q is None and isinstance(f0, float):  # Ω(e_c) less the f(0) terms: a constant (losses._omega)
+        vals = torch.full((R,), one_hot_omega(div, dtype), dtype=dtype, device=keep.device)
+    elif q is None:  # f(0) per row (one α per row)
         vals = (div.f(torch.ones(R, 1, dtype=dtype, device=keep.device)) - f0).reshape(R)
     else:
         assert target.index is not None  # a target holds class indices or distributions

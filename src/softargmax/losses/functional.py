@@ -63,6 +63,7 @@ from .._utils.tracing import values_checkable
 from ..divergences import Divergence, get_divergence
 from ..operators.mappings import check_mapping
 from ._fenchel_young import one_process_loss
+from ._index_loss import index_loss
 from ._options import LossOptions, LossOutput
 from ._row_losses import MAPPINGS
 from ._targets import check_reduction
@@ -191,6 +192,12 @@ def fenchel_young_loss(
         André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
         Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
+    if q is None and type(temperature) in (float, int) and temperature == 1 and class_offset is None and isinstance(mapping, str) \
+            and mapping_params.keys() <= {"alpha"}:
+        out = _index_call(x, target, mapping, mapping_params, dim, multilabel, ignore_index, reduction,
+                          label_smoothing, weight, return_prediction, softcap, process_group)
+        if out is not None:
+            return out
     options = LossOptions(dim=dim, q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
                           reduction=reduction, label_smoothing=label_smoothing, weight=weight,
                           return_prediction=return_prediction, softcap=softcap, process_group=process_group,
@@ -209,6 +216,17 @@ def fenchel_young(x: Tensor, target: Tensor, mapping: Union[str, Divergence], pa
     if options.class_offset is not None:
         raise ValueError("class_offset: only with process_group= (classes split over ranks)")
     return one_process_loss(x, target, mapping, params, options)
+
+
+def _index_call(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], dim: int, multilabel: bool,
+                ignore_index: int, reduction: str, label_smoothing: float, weight: Optional[Tensor],
+                return_prediction: bool, softcap: Optional[float], process_group: Optional[ProcessGroup]) -> Optional[Tensor]:
+    """The loss by one C call per pass (:func:`softargmax.losses._index_loss.index_loss`) where only ``dim``,
+    ``ignore_index`` and ``reduction`` are set and that path takes the call, else ``None``."""
+    if multilabel is not False or return_prediction is not False or weight is not None or softcap is not None \
+            or process_group is not None or type(label_smoothing) not in (float, int) or label_smoothing != 0:
+        return None  # (a bool or an odd type where a number belongs: the general path says what is wrong)
+    return index_loss(x, target, mapping, params, dim, ignore_index, reduction)
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,
@@ -259,6 +277,10 @@ def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool
         André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
         Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
+    out = _index_call(x, target, "sparsemax", {}, dim, multilabel, ignore_index, reduction, label_smoothing,
+                      weight, return_prediction, softcap, process_group)
+    if out is not None:
+        return out
     options = LossOptions(dim=dim, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
                           label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction,
                           softcap=softcap, process_group=process_group)
@@ -309,6 +331,10 @@ def entmax15_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool 
         Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
         ACL 2019, https://arxiv.org/abs/1905.05702
     """
+    out = _index_call(x, target, "entmax15", {}, dim, multilabel, ignore_index, reduction, label_smoothing,
+                      weight, return_prediction, softcap, process_group)
+    if out is not None:
+        return out
     options = LossOptions(dim=dim, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
                           label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction,
                           softcap=softcap, process_group=process_group)
@@ -361,6 +387,10 @@ def entmax_loss(x: Tensor, target: Tensor, alpha: float = 1.5, *, dim: int = -1,
         Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
         ACL 2019, https://arxiv.org/abs/1905.05702
     """
+    out = _index_call(x, target, "entmax", {"alpha": alpha}, dim, multilabel, ignore_index, reduction, label_smoothing,
+                      weight, return_prediction, softcap, process_group)
+    if out is not None:
+        return out
     options = LossOptions(dim=dim, multilabel=multilabel, ignore_index=ignore_index, reduction=reduction,
                           label_smoothing=label_smoothing, weight=weight, return_prediction=return_prediction,
                           softcap=softcap, process_group=process_group)
@@ -492,6 +522,11 @@ def f_divergence_loss(
         Functions and Operators Generated by f-Divergences*, 2025, https://arxiv.org/abs/2501.18537
     """
     check_mapping(divergence, "divergence")
+    if q is None and type(temperature) in (float, int) and temperature == 1 and isinstance(divergence, str) and params.keys() <= {"alpha"}:
+        out = _index_call(x, target, divergence, params, dim, multilabel, ignore_index, reduction,
+                          label_smoothing, weight, return_prediction, softcap, process_group)
+        if out is not None:
+            return out
     options = LossOptions(dim=dim, q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
                           reduction=reduction, label_smoothing=label_smoothing, weight=weight,
                           return_prediction=return_prediction, softcap=softcap, process_group=process_group)

@@ -411,3 +411,87 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
 
 DEFINE_ROWS(float, f32, (double)FLT_EPSILON)
 DEFINE_ROWS(double, f64, DBL_EPSILON)
+
+/* The Fenchel-Young loss of class indices for the power kind (alpha-entmax, sparsemax), forward
+ * and gradient in one call (softargmax.losses._index_loss): per row r with class c = target[r],
+ *   G_r = p_r - e_c (written where row_power writes p),
+ *   loss_r = max(0, (<z, p> - z_c) + (cy - sum_j [f(p_j) - f(0)]))
+ * in T, with every rounding of the PyTorch path (softargmax.losses._row_losses): <z, p> and the
+ * f-sum are the solver's double row sums rounded to T, cy = f(1) - f(0) (the target's
+ * Omega(e_c) less the k f(0) terms, a constant) is rounded to T by the caller.  Rows whose target
+ * is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN and G NaN.
+ * `total` (reduction 1: the sum; 2: the mean over the kept rows, NaN with none) is accumulated in
+ * double and rounded once; `loss` may be NULL then (the per-row values are not returned).  Returns the
+ * number of kept rows, -1 (no memory), or -2 - r with r the first row whose class is outside [0, k)
+ * (checked first: nothing is written). */
+#define DEFINE_INDEX_LOSS(T, SUFFIX)                                                              \
+static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, double a,                  \
+                                const int64_t *target, int64_t ignore, double oc, double osc,    \
+                                T cy, T *G, T *loss, double *buf, int32_t *idx, T *srow) {        \
+    for (long r = r0; r < r1; r++) {                                                              \
+        T *gr = G + r * k;                                                                        \
+        const int64_t c = target[r];                                                              \
+        if (c == ignore) { memset(gr, 0, (size_t)k * sizeof(T)); loss[r] = 0; continue; }         \
+        const T *zr = z + r * k;                                                                  \
+        int it = 0;                                                                               \
+        T tau_r, ssum_r;                                                                          \
+        double sums[2];                                                                           \
+        row_power_##SUFFIX(zr, k, a, gr, srow, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it,    \
+                           sums, oc, osc);                                                        \
+        gr[c] = gr[c] - (T)1;                                                                     \
+        const T l = ((T)sums[0] - zr[c]) + (cy - (T)sums[1]);                                     \
+        loss[r] = l < 0 ? (T)0 : l; /* NaN stays NaN (rows with NaN or +inf: sums are NaN) */     \
+    }                                                                                             \
+}                                                                                                 \
+                                                                                                  \
+long sa_index_loss_##SUFFIX(const T *z, long R, long k, double a, const int64_t *target,         \
+                            int64_t ignore, double oc, double osc, T cy, T *G, T *loss, T *total, \
+                            int reduction, int nthreads) {                                        \
+    long kept = 0;                                                                                \
+    for (long r = 0; r < R; r++) {                                                                \
+        const int64_t c = target[r];                                                              \
+        if (c == ignore) continue;                                                                \
+        if (c < 0 || c >= k) return -2 - r;                                                       \
+        kept++;                                                                                   \
+    }                                                                                             \
+    /* loss NULL: the per-row values in a buffer of our own (a reduction needs no [R] tensor) */     \
+    const int own_loss = loss == NULL;                                                            \
+    if (own_loss && !(loss = (T *)malloc((size_t)(R > 0 ? R : 1) * sizeof(T)))) return -1;        \
+    int failed = 0;                                                                               \
+    const size_t bytes = (size_t)(2 * (k + PAD)) * sizeof(double) + (size_t)k * sizeof(T);        \
+    if (nthreads <= 1) {                                                                          \
+        double *buf = (double *)malloc(bytes);                                                    \
+        int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                    \
+        if (!buf || !idx) failed = 1;                                                             \
+        else index_rows_##SUFFIX(z, 0, R, k, a, target, ignore, oc, osc, cy, G, loss, buf, idx,   \
+                                 (T *)(buf + 2 * (k + PAD)));                                     \
+        free(buf);                                                                                \
+        free(idx);                                                                                \
+    } else {                                                                                      \
+        _Pragma("omp parallel num_threads(nthreads) reduction(| : failed)")                       \
+        {                                                                                         \
+            double *buf = (double *)malloc(bytes);                                                \
+            int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                \
+            const int ok = buf && idx;                                                            \
+            if (!ok) failed = 1;                                                                  \
+            _Pragma("omp for schedule(static)")                                                   \
+            for (long r = 0; r < R; r++) {                                                        \
+                if (!ok) continue;                                                                \
+                index_rows_##SUFFIX(z, r, r + 1, k, a, target, ignore, oc, osc, cy, G, loss, buf, \
+                                    idx, (T *)(buf + 2 * (k + PAD)));                             \
+            }                                                                                     \
+            free(buf);                                                                            \
+            free(idx);                                                                            \
+        }                                                                                         \
+    }                                                                                             \
+    if (!failed && reduction) {                                                                   \
+        double s = 0;                                                                             \
+        for (long r = 0; r < R; r++) s += (double)loss[r];                                        \
+        *total = (T)(reduction == 2 ? s / (double)kept : s);                                      \
+    }                                                                                             \
+    if (own_loss) free(loss);                                                                     \
+    return failed ? -1 : kept;                                                                    \
+}
+
+DEFINE_INDEX_LOSS(float, f32)
+DEFINE_INDEX_LOSS(double, f64)

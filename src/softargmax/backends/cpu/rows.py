@@ -42,7 +42,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 from torch import Tensor
@@ -293,3 +293,50 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
     if not checked and not covers_alpha_rows(z, alpha2d):
         return None
     return solve_alpha_rows_with(_run, z, alpha2d, checked=True, converts_tau=True)
+
+
+#: the reductions of :func:`index_loss`, as the C function numbers them
+INDEX_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
+_index_loss_fns: dict[torch.dtype, Any] = {}  # the ctypes functions
+
+
+def _index_loss_fn(dtype: torch.dtype) -> Any:
+    """``sa_index_loss_f32`` or ``_f64`` with its signature (set once)."""
+    fn = _index_loss_fns.get(dtype)
+    if fn is None:
+        lib = _load()
+        assert lib  # covers() loaded it
+        fn = lib.sa_index_loss_f32 if dtype == torch.float32 else lib.sa_index_loss_f64
+        real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_double, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_double, ctypes.c_double, real, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        _index_loss_fns[dtype] = fn
+    return fn
+
+
+def index_loss(z: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
+               ignore_index: int, reduction: str) -> tuple[int, Tensor, Tensor]:
+    r"""The Fenchel–Young loss of the power kind (α-entmax, ``a = α - 1``) against class indices, in one C call.
+
+    ``z``: the scores, contiguous, the classes last, ``rows`` rows; ``target``: int64 ``[rows]``,
+    contiguous; ``omega``: :func:`omega_constants`; ``cy``: :math:`f(1) - f(0)`, what a one-hot target adds
+    to :math:`\Omega` beyond the :math:`f(0)` terms, as the caller rounds it.  Returns ``(kept rows,
+    G = p - y`` of ``z``'s shape, the loss``)``: the reduced loss (0-d) for ``"sum"`` and ``"mean"``, the
+    per-row losses (``z``'s shape without the last dimension) for ``"none"``.  Raises ``IndexError`` with
+    the row of the first class index outside ``[0, k)`` (nothing computed)."""
+    k = z.shape[-1]
+    G = torch.empty_like(z)
+    none = reduction == "none"
+    loss = z.new_empty(z.shape[:-1] if none else ())
+    threads = 1 if rows * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows))
+    ptr = loss.data_ptr()
+    kept: int = _index_loss_fn(z.dtype)(
+        z.data_ptr(), rows, k, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, G.data_ptr(),
+        ptr if none else None, None if none else ptr, INDEX_REDUCTIONS[reduction], threads)
+    if kept < -1:
+        raise IndexError(-2 - kept)
+    if kept < 0:
+        raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
+    return kept, G, loss

@@ -1,0 +1,222 @@
+"""The class-index losses in one C call (softargmax.losses._index_loss) and the one-hot target's
+Ω in closed form (softargmax.losses._omega): the same per-row values and gradients as the general
+path, bit for bit, the same errors, and the general path wherever the call is not covered."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import softargmax as sa
+from softargmax.backends.cpu import rows as cpu_rows
+from softargmax.backends.solution import sum_f_minus_f0
+from softargmax.divergences import DIVERGENCE_NAMES, get_divergence
+from softargmax.losses import _index_loss
+from softargmax.losses._omega import f_at_zero, one_hot_omega
+from softargmax.losses._options import LossOptions
+from softargmax.losses.functional import fenchel_young
+
+needs_c = pytest.mark.skipif(not cpu_rows.available(), reason="the C row solver does not build here")
+#: the losses the C call covers, as (mapping, parameters)
+COVERED = [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 1.3}), ("chi_square", {}), ("alpha", {"alpha": 1.9})]
+
+
+def general(x, t, mapping, params, reduction="mean"):
+    """The general path (target parsing, the row loss object, the PyTorch reduction)."""
+    return fenchel_young(x, t, mapping, params, LossOptions(reduction=reduction))
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """Counts the calls computed by the C call."""
+    calls = []
+    forward = _index_loss._forward
+    monkeypatch.setattr(_index_loss, "_forward", lambda *a: calls.append(1) or forward(*a))
+    return calls
+
+
+def edge_rows(R, k, dtype, seed=0):
+    """Scores with an ignored row, a NaN row, an all-masked row and a row whose target is masked."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(R, k, dtype=dtype, generator=g) * 3
+    t = torch.randint(0, k, (R,), generator=g)
+    t[1] = -100
+    x[2, 0] = math.nan
+    x[3, :] = -math.inf
+    x[4, t[4]] = -math.inf
+    return x, t
+
+
+def same(a, b):
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+@pytest.mark.parametrize("name", DIVERGENCE_NAMES)
+def test_one_hot_omega_is_the_closed_form(name):
+    """Ω(e_c) - k f(0) = f(1) - f(0) for every generator with a finite f(0), against Σ_j [f(y_j) - f(0)]
+    over a one-hot float64 row (the general path's sum) and against f evaluated directly."""
+    div = get_divergence(name, alpha=1.5) if name == "alpha" else get_divergence(name)
+    f0 = float(div.f(torch.zeros((), dtype=torch.float64)))
+    assert f_at_zero(div) == f0 or (math.isinf(f0) and math.isinf(f_at_zero(div)))
+    if not math.isfinite(f0):
+        return
+    k = 7
+    y = torch.zeros(3, k, dtype=torch.float64)
+    y[torch.arange(3), torch.tensor([0, 4, 6])] = 1.0
+    dense = sum_f_minus_f0(div, y, None, f0)
+    omega_y = div.f(y).sum(-1) - k * f0  # Ω(e_c) less the k f(0) terms, from the definition
+    closed = one_hot_omega(div, torch.float64)
+    torch.testing.assert_close(dense, torch.full((3,), closed, dtype=torch.float64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(omega_y, torch.full((3,), closed, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert one_hot_omega(div, torch.float32) == float(torch.tensor(closed, dtype=torch.float32))
+
+
+def test_one_hot_omega_known_values():
+    """α-divergence: f(1) - f(0) = -1/α; chi-square ((u² - 1)/2): 1/2."""
+    for alpha in (1.3, 1.5, 2.0):
+        assert one_hot_omega(get_divergence("alpha", alpha=alpha), torch.float64) == pytest.approx(-1 / alpha, abs=1e-15)
+    assert one_hot_omega(get_divergence("chi_square"), torch.float64) == 0.5
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mapping,params", COVERED)
+def test_matches_the_general_path_bit_for_bit(mapping, params, dtype, taken):
+    """Per-row losses and gradients equal the general path's exactly (ignored, NaN, all-masked rows, a
+    masked target class; an incoming gradient of 1 and of 0.7); the reduced value within its rounding."""
+    x, t = edge_rows(10, 50, dtype)  # 9 kept rows: the mean's factor is no power of 2
+    for reduction in ("none", "sum", "mean"):
+        for g in (1.0, 0.7, 0.3):
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            la = sa.fenchel_young_loss(xa, t, mapping, reduction=reduction, **params)
+            lb = general(xb, t, mapping, params, reduction)
+            la.backward(torch.full_like(la, g))
+            lb.backward(torch.full_like(lb, g))
+            assert same(xa.grad, xb.grad), (reduction, g)
+            if reduction == "none":
+                assert same(la, lb)
+            else:
+                torch.testing.assert_close(la, lb, equal_nan=True)
+    assert len(taken) == 9
+
+
+@needs_c
+def test_sparsemax_loss_closed_form(taken):
+    """The sparsemax loss of a class index, -x_c + ½ Σ_{j∈S} (x_j² - τ²) + ½ (Martins & Astudillo, 2016,
+    eq. 26), in float64 from a brute-force τ, and its gradient sparsemax(x) - e_c."""
+    torch.manual_seed(1)
+    x = torch.randn(6, 9, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 9, (6,))
+    loss = sa.sparsemax_loss(x, t, reduction="none")
+    loss.sum().backward()
+    z = x.detach()
+    zs = z.sort(-1, descending=True).values
+    cums = zs.cumsum(-1) - 1
+    ks = torch.arange(1, 10, dtype=torch.float64)
+    support = (zs - cums / ks > 0).sum(-1, keepdim=True)
+    tau = cums.gather(1, support - 1) / support
+    p = (z - tau).clamp_min(0)
+    ref = -z.gather(1, t[:, None]).squeeze(1) + 0.5 * torch.where(p > 0, z**2 - tau**2, 0).sum(-1) + 0.5
+    torch.testing.assert_close(loss.detach(), ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(x.grad, p - F.one_hot(t, 9).double(), rtol=0, atol=1e-12)
+    assert taken
+
+
+@needs_c
+def test_batch_dimensions_and_dim(taken):
+    """Scores (2, 3, k) with the classes last: the loss of the flattened rows, shaped like the target."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 11)
+    t = torch.randint(0, 11, (2, 3))
+    for dim in (-1, 2):
+        loss = sa.entmax15_loss(x, t, dim=dim, reduction="none")
+        assert loss.shape == (2, 3)
+        assert torch.equal(loss.reshape(-1), general(x.reshape(6, 11), t.reshape(6), "entmax15", {}, "none"))
+    assert len(taken) == 2
+
+
+@needs_c
+def test_the_general_path_where_not_covered(taken):
+    """Options, layouts and mappings the C call does not take go to the general path (same results)."""
+    torch.manual_seed(3)
+    x = torch.randn(5, 8)
+    t = torch.randint(0, 8, (5,))
+    ref = sa.entmax15_loss(x, t)
+    assert len(taken) == 1
+    calls = [
+        lambda: sa.entmax15_loss(x, t, weight=torch.ones(8)),
+        lambda: sa.entmax15_loss(x, t, label_smoothing=0.1) * 0 + ref,
+        lambda: sa.entmax15_loss(x, t, return_prediction=True)[0],
+        lambda: sa.entmax15_loss(x.t(), t, dim=0),  # classes not last
+        lambda: sa.entmax15_loss(x.t().contiguous().t(), t),  # not contiguous
+        lambda: sa.fenchel_young_loss(x, t, "entmax15", temperature=2.0) * 0 + ref,
+        lambda: sa.fenchel_young_loss(x, t, "entmax15", q=torch.ones(8)),
+        lambda: sa.entmax_loss(x, t, alpha=1.0) * 0 + ref,  # softmax: not the power kind
+        lambda: sa.entmax_loss(x, t, alpha=2.5) * 0 + ref,  # alpha > 2
+        lambda: sa.f_divergence_loss(x, t, "jensen_shannon") * 0 + ref,
+        lambda: sa.entmax15_loss(x.half(), t).float(),
+    ]
+    for call in calls:
+        torch.testing.assert_close(call(), ref, atol=2e-3, rtol=0)
+    assert len(taken) == 1
+    old = cpu_rows.set_enabled(False)  # SOFTARGMAX_CPU_KERNELS=0: the PyTorch solver, the same values
+    try:
+        torch.testing.assert_close(sa.entmax15_loss(x, t), ref)
+    finally:
+        cpu_rows.set_enabled(old)
+    assert len(taken) == 1
+
+
+@needs_c
+def test_bad_targets_raise_as_the_general_path(taken):
+    x = torch.randn(4, 6)
+    for bad in (torch.tensor([0, 6, 1, 2]), torch.tensor([0, 1, -3, 2])):
+        with pytest.raises(ValueError) as fast:
+            sa.entmax15_loss(x, bad)
+        with pytest.raises(ValueError) as slow:
+            general(x, bad, "entmax15", {})
+        assert str(fast.value) == str(slow.value)
+    with pytest.raises(ValueError, match="shape"):
+        sa.entmax15_loss(x, torch.tensor([0, 1]))
+    with pytest.raises(TypeError):
+        sa.entmax15_loss(x, torch.tensor([0.0, 1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="reduction"):
+        sa.entmax15_loss(x, torch.tensor([0, 1, 2, 3]), reduction="avg")
+
+
+@needs_c
+def test_all_ignored_mean_is_nan_with_zero_gradient(taken):
+    """As F.cross_entropy: "mean" over no kept item is NaN, and its gradient is 0."""
+    x = torch.randn(3, 5, requires_grad=True)
+    t = torch.full((3,), -100)
+    loss = sa.sparsemax_loss(x, t)
+    assert math.isnan(float(loss))
+    loss.backward()
+    xc = x.detach().clone().requires_grad_()
+    F.cross_entropy(xc, t).backward()
+    assert torch.equal(x.grad, xc.grad) and torch.equal(x.grad, torch.zeros(3, 5))
+    assert float(sa.sparsemax_loss(x, t, reduction="sum")) == 0.0
+    assert taken
+
+
+@needs_c
+def test_autograd_semantics(taken):
+    """retain_graph: a second backward gives the same gradient (G is not overwritten); no gradient without
+    requires_grad; create_graph gives a gradient that is not differentiated again, as the general path."""
+    torch.manual_seed(4)
+    x = torch.randn(4, 7, requires_grad=True)
+    t = torch.tensor([0, 3, 6, 2])
+    loss = sa.entmax15_loss(x, t)
+    loss.backward(retain_graph=True)
+    g1 = x.grad.clone()
+    loss.backward()
+    assert torch.equal(x.grad, 2 * g1)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()  # the graph was freed, as autograd says for the general path
+    (g,) = torch.autograd.grad(sa.entmax15_loss(x, t, reduction="sum"), x, create_graph=True)
+    (gref,) = torch.autograd.grad(general(x, t, "entmax15", {}, "sum"), x, create_graph=True)
+    assert torch.equal(g, gref) and g.requires_grad == gref.requires_grad
+    with torch.no_grad():
+        assert not sa.entmax15_loss(x, t).requires_grad
+    assert len(taken) == 3
