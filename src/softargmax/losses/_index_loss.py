@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -57,8 +57,11 @@ _MAX_ENTRIES = 256
 _INT64 = (-(2**63), 2**63 - 1)
 #: the class indices' dtypes (a bool or floating target goes to the general path, which says why it is refused)
 _INDEX_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
-_functorch_active = torch._C._are_functorch_transforms_active
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+#: PyTorch internals that let a call skip Function.apply's Python wrapper; where a PyTorch lacks them, the calls
+#: go through Function.apply itself (the same result, a few microseconds slower)
+_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_unwrap_if_dead: Optional[Callable[[Tensor], Tensor]] = getattr(getattr(torch._C, "_functorch", None),
+                                                                 "unwrap_if_dead", None)
 
 
 def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
@@ -118,7 +121,8 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     if x.requires_grad and torch.is_grad_enabled():
         # Function.apply less its Python wrapper (a few microseconds, a third of a small call's forward): with no
         # functorch transform active (checked above) the wrapper only unwraps dead functorch wrappers, done here
-        out: Tensor = _apply(_unwrap_if_dead(x), _unwrap_if_dead(t), spec)
+        out: Tensor = _apply(_unwrap_if_dead(x), _unwrap_if_dead(t), spec) if _unwrap_if_dead is not None \
+            else _apply(x, t, spec)
         return out
     return _forward(x, t, spec)[0]
 
@@ -217,5 +221,6 @@ def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
 _backward_once = once_differentiable(_backward)
 
 
-#: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`IndexLoss`
-_apply = super(torch.autograd.Function, IndexLoss).apply
+#: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`IndexLoss` (``apply`` itself
+#: where this PyTorch has no ``unwrap_if_dead``)
+_apply = super(torch.autograd.Function, IndexLoss).apply if _unwrap_if_dead is not None else IndexLoss.apply
