@@ -34,15 +34,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 from torch import Tensor
@@ -68,6 +70,10 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 _lock = threading.Lock()
 _loaded: list[Union[ctypes.CDLL, Literal[False]]] = []  # once tried: [the library] or [False] (unavailable)
 _switch = Switch("SOFTARGMAX_CPU_KERNELS")
+#: the small calls' entry ``sa_map_*`` by dtype (:func:`map_kernel`), filled when the library loads
+_MAP_KERNELS: dict[torch.dtype, Any] = {}
+#: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`), filled when the library loads
+_JVP_KERNELS: dict[torch.dtype, Any] = {}
 
 
 def _cache_dir() -> Path:
@@ -109,6 +115,7 @@ def _build() -> Path:
     src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
     with os.fdopen(src_fd, "wb") as f:
         f.write(source)  # compiled from the bytes that were hashed, never from a file that may have changed since
+    sys.stderr.write(f"softargmax: compiling the CPU row solver (once, a few seconds) into {target}\n")
     try:
         for extra in (VECTOR_MATH, []):
             proc = subprocess.run([cc, *FLAGS, "-o", tmp, src, *extra, "-lm"], capture_output=True, text=True)
@@ -144,6 +151,18 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
                            ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
                            ctypes.c_void_p, ctypes.c_double, ctypes.c_double]
+        for dtype, name in ((torch.float32, "sa_map_f32"), (torch.float64, "sa_map_f64")):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_double,
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            _MAP_KERNELS[dtype] = fn
+        for dtype, name in ((torch.float32, "sa_jvp_f32"), (torch.float64, "sa_jvp_f64")):
+            fn = getattr(lib, name)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                           ctypes.c_long, ctypes.c_double, ctypes.c_int]
+            _JVP_KERNELS[dtype] = fn
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -169,6 +188,41 @@ def set_enabled(flag: bool) -> bool:
 def _usable(z: Tensor) -> bool:
     return (_switch.on and z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64)
             and z.dim() == 2 and z.is_contiguous() and z.shape[1] < 2**31 and bool(_load()))
+
+
+def map_kernel(dtype: torch.dtype) -> Any:
+    """The C entry ``sa_map_*`` for rows of ``dtype`` (a ctypes function), or ``None``: the fused path is
+    switched off, the library is not loaded yet (:func:`available` loads it) or could not be built, or
+    the dtype is not float32/float64.
+
+    ``fn(z, R, k, kind, a, p, s, sc, threads)`` (pointers as ``data_ptr()`` integers, ``s`` and ``sc``
+    ``None`` or ``[R, k]`` and ``[R, 1]``) solves the contiguous rows of ``z`` for ``kind`` and one
+    exponent ``a`` (:func:`~softargmax.backends.kinds.kind_of`, ``1.0`` for the dense kinds), writes the
+    output ``p`` (NaN in rows with NaN or ``+inf``) and, unless ``None``, the Jacobian weights ``s`` and
+    ``sc`` = their row sums clamped below at ``torch.finfo(dtype).tiny``, as :func:`solve` writes them;
+    it returns ``2 · iterations + (some row has NaN or +inf)``, negative if out of memory.  The caller
+    checks what :func:`covers` and :func:`covers_divergence` check (``threads``: :func:`threads_for`)."""
+    return _MAP_KERNELS.get(dtype) if _switch.on else None
+
+
+def jvp(s: Tensor, v: Tensor, sc: Tensor, scale: float = 1.0, threads: int = 1) -> Tensor:
+    r"""The backward of a normalized mapping, :math:`\mathrm{scale} \cdot s \odot (v - \langle s, v\rangle / \mathrm{sc})`
+    per row, in one pass of the C library (sums and products in double), as a new ``[R, k]`` tensor.
+
+    ``s`` (the Jacobian weights) and ``v`` (the incoming gradient): ``[R, k]``, contiguous, of one dtype
+    (float32 or float64); ``sc``: ``[R, 1]`` (or ``[R]``), contiguous, the rows' :math:`\sum_j s_j`
+    clamped below at ``torch.finfo(dtype).tiny`` (0 for an all-``-inf`` row would divide 0 by 0), NaN in
+    rows whose gradient is NaN (NaN or ``+inf`` in the scores), as :func:`map_kernel` writes it.  The
+    library is loaded (the caller solved the rows with it)."""
+    R, k = s.shape
+    g = torch.empty_like(s)
+    _JVP_KERNELS[s.dtype](s.data_ptr(), v.data_ptr(), sc.data_ptr(), g.data_ptr(), R, k, scale, threads)
+    return g
+
+
+def threads_for(R: int, k: int) -> int:
+    """The OpenMP threads the C solver uses for ``R`` rows of ``k``: one below :data:`PARALLEL_MIN_ELEMENTS`."""
+    return 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
 
 
 def covers(z: Tensor) -> bool:
@@ -210,7 +264,7 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
     ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support.
     Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
-    threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
+    threads = threads_for(R, k)
     lib = _load()
     assert lib  # _usable() loaded it
     fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
@@ -240,9 +294,17 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float]
     ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset, sums, omega or (0.0, 1.0))
     # the low bit: some row has NaN or +inf (status 2), so no reduction over status is needed
     bad = (status == 2).unsqueeze(1) if ret & 1 else None
+
+    def jvp_kernel(v: Tensor, scale: float) -> Tensor:  # Solution.jvp: one C pass, as the small calls' backward
+        sc = ssum.clamp_min(torch.finfo(ssum.dtype).tiny)
+        if bad is not None:
+            sc = sc.masked_fill(bad, math.nan)
+        return jvp(s, v.contiguous(), sc, scale, threads_for(R, z.shape[1]))
+
     return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=z.shape[1], bad_rows=bad,
                     iterations=ret >> 1, backend="cpu", nan_written=True,  # the C code writes NaN into p in bad rows
-                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1])
+                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1],
+                    jvp_kernel=jvp_kernel)
 
 
 def probabilities(z: Tensor, div: Divergence) -> Tensor:
