@@ -34,7 +34,9 @@ from ..divergences import Divergence
 
 __all__ = ["Mapping", "mapping"]
 
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or compiling
 _is_jit_tracing = torch._C._is_tracing
+_switch, _map_kernels = _cpu_rows.SWITCH, _cpu_rows.MAP_KERNELS  # read on every call: map_kernel() without its call
 _functorch_active = torch._C._are_functorch_transforms_active
 _is_grad_enabled = torch.is_grad_enabled
 _empty_like = torch.empty_like
@@ -67,12 +69,12 @@ def mapping(x: Any, dim: Any, op: Mapping) -> Optional[Tensor]:
     tx = type(x)
     if (tx is not Tensor and tx is not Parameter) or type(dim) is not int:
         return None
-    if compiling() or _is_jit_tracing():
+    if _is_compiling() or _is_jit_tracing():
         return None
     dtype = x.dtype
-    if dtype not in op.dtypes:
+    if dtype not in op.dtypes or not _switch.on:
         return None
-    fn = _cpu_rows.map_kernel(dtype)
+    fn = _map_kernels.get(dtype)  # None until the general path has loaded the library
     if fn is None or not x.is_cpu or not x.is_contiguous():
         return None
     shape = x.shape
@@ -102,14 +104,15 @@ class SmallMapping(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, op: Mapping, fn: Any, threads: int) -> Tensor:
+        n = x.numel()
         k = x.shape[-1]
-        R = x.numel() // k
+        R = n // k
         p = _empty_like(x)
-        s = _empty((R, k), dtype=x.dtype)
-        sc = _empty((R, 1), dtype=x.dtype)
-        if fn(x.data_ptr(), R, k, op.kind, op.a, p.data_ptr(), s.data_ptr(), sc.data_ptr(), threads) < 0:
+        aux = _empty(n + R, dtype=x.dtype)  # s [R, k], then sc [R]: one allocation
+        s_ptr = aux.data_ptr()
+        if fn(x.data_ptr(), R, k, op.kind, op.a, p.data_ptr(), s_ptr, s_ptr + n * aux.element_size(), threads) < 0:
             raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
-        ctx.s, ctx.sc, ctx.threads = s, sc, threads
+        ctx.aux, ctx.rows, ctx.threads = aux, (R, k), threads
         return p
 
     @staticmethod
@@ -120,9 +123,14 @@ class SmallMapping(torch.autograd.Function):
 
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None, None]:
-    s = ctx.s
-    gx = _cpu_rows.jvp(s, grad.reshape(s.shape).contiguous(), ctx.sc, 1.0, ctx.threads)
-    return gx.view(grad.shape), None, None, None
+    aux = ctx.aux
+    R, k = ctx.rows
+    v = grad.contiguous()
+    g = _empty_like(v)
+    s_ptr = aux.data_ptr()
+    _cpu_rows.JVP_KERNELS[aux.dtype](s_ptr, v.data_ptr(), s_ptr + R * k * aux.element_size(), g.data_ptr(), R, k,
+                                     1.0, ctx.threads)
+    return g, None, None, None
 
 
 _once_backward = once_differentiable(_backward)

@@ -34,16 +34,20 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, Optional, Union
 
 import torch
@@ -61,6 +65,12 @@ SOURCE = Path(__file__).with_name("rows.c")
 #: function signatures below always match the code they call, even if ``rows.c`` changes on disk later (an
 #: editable install updated while a long run is going; the build is lazy)
 _SOURCE_AT_IMPORT: Optional[bytes] = SOURCE.read_bytes() if SOURCE.exists() else None
+#: the small calls' entries as a CPython extension module, appended to ``rows.c`` where Python's headers exist
+PY_SOURCE = SOURCE.with_name("rows_py.c")
+_PY_SOURCE_AT_IMPORT: Optional[bytes] = PY_SOURCE.read_bytes() if PY_SOURCE.exists() else None
+#: whether the build tries the CPython entries (a ctypes call costs about a microsecond more per small call)
+PYTHON_ENTRIES = True
+_PY_MODULE = "_sa_cpu_rows"
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-fopenmp", "-std=c99"]
 #: tried first: vector pow/exp from glibc's libmvec; without them if that does not link
 VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
@@ -69,11 +79,12 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
 _loaded: list[Union[ctypes.CDLL, Literal[False]]] = []  # once tried: [the library] or [False] (unavailable)
-_switch = Switch("SOFTARGMAX_CPU_KERNELS")
-#: the small calls' entry ``sa_map_*`` by dtype (:func:`map_kernel`), filled when the library loads
-_MAP_KERNELS: dict[torch.dtype, Any] = {}
+_switch = SWITCH = Switch("SOFTARGMAX_CPU_KERNELS")  # SWITCH: read by the small calls (softargmax.operators._small)
+#: the small calls' entry ``sa_map_*`` by dtype (:func:`map_kernel`, which also reads :data:`SWITCH`), filled
+#: when the library loads
+MAP_KERNELS: dict[torch.dtype, Any] = {}
 #: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`), filled when the library loads
-_JVP_KERNELS: dict[torch.dtype, Any] = {}
+JVP_KERNELS: dict[torch.dtype, Any] = {}
 
 
 def _cache_dir() -> Path:
@@ -98,6 +109,14 @@ def _cpu_signature() -> str:
     return platform.machine() + platform.processor() + info
 
 
+def _python_include() -> Optional[str]:
+    """The directory of ``Python.h`` when the CPython entries are to be built (:data:`PYTHON_ENTRIES`), else ``None``."""
+    if not PYTHON_ENTRIES or _PY_SOURCE_AT_IMPORT is None:
+        return None
+    include = sysconfig.get_paths().get("include")
+    return include if include and os.path.exists(os.path.join(include, "Python.h")) else None
+
+
 def _build() -> Path:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
@@ -105,30 +124,60 @@ def _build() -> Path:
     source = _SOURCE_AT_IMPORT
     if source is None:
         raise RuntimeError(f"{SOURCE} is missing")
-    key = hashlib.sha256(source + " ".join([cc] + FLAGS + VECTOR_MATH).encode() + _cpu_signature().encode())
+    include = _python_include()
+    attempts = [(False, VECTOR_MATH), (False, [])]
+    key_text = " ".join([cc] + FLAGS + VECTOR_MATH).encode() + _cpu_signature().encode()
+    if include is not None:  # tried first; the library is then tied to this interpreter's ABI
+        assert _PY_SOURCE_AT_IMPORT is not None  # _python_include() checked it
+        attempts = [(True, VECTOR_MATH), (True, [])] + attempts
+        key_text += (_PY_SOURCE_AT_IMPORT + (sysconfig.get_config_var("SOABI") or sys.version).encode()
+                     + include.encode())
+    key = hashlib.sha256(source + key_text)
     target = _cache_dir() / f"cpu_rows-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
-    with os.fdopen(src_fd, "wb") as f:
-        f.write(source)  # compiled from the bytes that were hashed, never from a file that may have changed since
+    sources = []
+    for with_python in sorted({a[0] for a in attempts}):
+        src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
+        with os.fdopen(src_fd, "wb") as f:  # compiled from the bytes that were hashed, never from a file changed since
+            if with_python:
+                assert _PY_SOURCE_AT_IMPORT is not None
+                f.write(b"#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n" + source + b"\n" + _PY_SOURCE_AT_IMPORT)
+            else:
+                f.write(source)
+        sources.append((with_python, src))
+    paths = dict(sources)
     sys.stderr.write(f"softargmax: compiling the CPU row solver (once, a few seconds) into {target}\n")
     try:
-        for extra in (VECTOR_MATH, []):
-            proc = subprocess.run([cc, *FLAGS, "-o", tmp, src, *extra, "-lm"], capture_output=True, text=True)
+        for with_python, extra in attempts:
+            py_flags = ["-I", include, "-DSA_PYTHON"] if with_python and include is not None else []
+            proc = subprocess.run([cc, *FLAGS, *py_flags, "-o", tmp, paths[with_python], *extra, "-lm"],
+                                  capture_output=True, text=True)
             if proc.returncode == 0:
                 break
         else:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-2000:]}")
         os.replace(tmp, target)  # atomic: concurrent builders agree on the result
     finally:
-        for path in (tmp, src):
+        for path in [tmp, *paths.values()]:
             if os.path.exists(path):
                 os.unlink(path)
     return target
+
+
+def _python_entries(path: Path, lib: ctypes.CDLL) -> Optional[ModuleType]:
+    """The library ``lib`` at ``path`` imported as the CPython extension module of ``rows_py.c``, or ``None`` (built without)."""
+    if not hasattr(lib, "PyInit_" + _PY_MODULE):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(_PY_MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(_PY_MODULE, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def _load() -> Union[ctypes.CDLL, Literal[False]]:
@@ -143,7 +192,8 @@ def _load() -> Union[ctypes.CDLL, Literal[False]]:
 def _open() -> Union[ctypes.CDLL, Literal[False]]:
     """The built library with its functions' signatures, or ``False`` (with a warning) if it cannot be built."""
     try:
-        lib = ctypes.CDLL(str(_build()))
+        path = _build()
+        lib = ctypes.CDLL(str(path))
         for name in ("sa_solve_f32", "sa_solve_f64"):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
@@ -156,13 +206,17 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_double,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            _MAP_KERNELS[dtype] = fn
+            MAP_KERNELS[dtype] = fn
         for dtype, name in ((torch.float32, "sa_jvp_f32"), (torch.float64, "sa_jvp_f64")):
             fn = getattr(lib, name)
             fn.restype = None
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
                            ctypes.c_long, ctypes.c_double, ctypes.c_int]
-            _JVP_KERNELS[dtype] = fn
+            JVP_KERNELS[dtype] = fn
+        module = _python_entries(path, lib)
+        if module is not None:  # the same functions without ctypes's cost per call
+            MAP_KERNELS.update({torch.float32: module.map_f32, torch.float64: module.map_f64})
+            JVP_KERNELS.update({torch.float32: module.jvp_f32, torch.float64: module.jvp_f64})
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -202,7 +256,7 @@ def map_kernel(dtype: torch.dtype) -> Any:
     ``sc`` = their row sums clamped below at ``torch.finfo(dtype).tiny``, as :func:`solve` writes them;
     it returns ``2 · iterations + (some row has NaN or +inf)``, negative if out of memory.  The caller
     checks what :func:`covers` and :func:`covers_divergence` check (``threads``: :func:`threads_for`)."""
-    return _MAP_KERNELS.get(dtype) if _switch.on else None
+    return MAP_KERNELS.get(dtype) if _switch.on else None
 
 
 def jvp(s: Tensor, v: Tensor, sc: Tensor, scale: float = 1.0, threads: int = 1) -> Tensor:
@@ -216,7 +270,7 @@ def jvp(s: Tensor, v: Tensor, sc: Tensor, scale: float = 1.0, threads: int = 1) 
     library is loaded (the caller solved the rows with it)."""
     R, k = s.shape
     g = torch.empty_like(s)
-    _JVP_KERNELS[s.dtype](s.data_ptr(), v.data_ptr(), sc.data_ptr(), g.data_ptr(), R, k, scale, threads)
+    JVP_KERNELS[s.dtype](s.data_ptr(), v.data_ptr(), sc.data_ptr(), g.data_ptr(), R, k, scale, threads)
     return g
 
 
