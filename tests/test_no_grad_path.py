@@ -16,8 +16,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import softargmax as sa
-from softargmax.operators import alpha_relu as _alpha_relu_module
 from softargmax.operators import _small
+from softargmax.operators import alpha_relu as _alpha_relu_module
 from softargmax.operators._autograd import NormalizedMapping
 
 pytestmark = pytest.mark.usefixtures("solver_path")

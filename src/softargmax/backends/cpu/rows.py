@@ -22,7 +22,13 @@ against the brute-force references.
 libmvec where it links, else without) into a cache directory
 (``$SOFTARGMAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/softargmax`` or
 ``~/.cache/softargmax``), keyed by a hash of the source, the flags and the CPU, and
-loaded with :mod:`ctypes`.  If there is no compiler, or ``SOFTARGMAX_CPU_KERNELS=0`` is
+loaded with :mod:`ctypes`; the first build says so on stderr (once; about a second of compiler
+time).  Where Python's headers are found (``sysconfig``'s ``include`` directory), ``rows_py.c`` is
+appended and the same library is also imported as a CPython extension module whose entries
+(:data:`MAP_KERNELS`, :data:`JVP_KERNELS`) cost a small call about a microsecond less than the
+ctypes ones (the key then includes the interpreter's ABI); without the headers the ctypes entries
+are used, with the same results.  The library does not link PyTorch, so it does not depend on its
+version.  If there is no compiler, or ``SOFTARGMAX_CPU_KERNELS=0`` is
 set, or the build fails (a :class:`RuntimeWarning` says why, once), the PyTorch path is
 used: results are the same, only slower.  OpenMP threads follow
 ``torch.get_num_threads()``; the library links ``libgomp.so.1`` by soname, so it shares
@@ -83,7 +89,8 @@ _switch = SWITCH = Switch("SOFTARGMAX_CPU_KERNELS")  # SWITCH: read by the small
 #: the small calls' entry ``sa_map_*`` by dtype (:func:`map_kernel`, which also reads :data:`SWITCH`), filled
 #: when the library loads
 MAP_KERNELS: dict[torch.dtype, Any] = {}
-#: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`), filled when the library loads
+#: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`; ``fn(s, v, sc, g, R, k, scale, threads)``, pointers as
+#: ``data_ptr()`` integers), filled when the library loads
 JVP_KERNELS: dict[torch.dtype, Any] = {}
 
 
