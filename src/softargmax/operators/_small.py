@@ -12,8 +12,8 @@ in a :class:`Mapping`.
 
 Every other call (another ``dim``, a non-contiguous or half-precision tensor, a tensor subclass,
 ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms, forward-mode AD, an empty tensor,
-the fused path switched off or not built yet) returns ``None`` and takes the general path, which
-checks and computes the same: the outputs and gradients here are bit for bit those of the general
+the fused path switched off or not built yet, CPU tensors routed to the Triton interpreter) returns
+``None`` and takes the general path, which checks and computes the same: the outputs and gradients here are bit for bit those of the general
 path (the same C solver writes ``p`` and ``s``, the same C pass computes the backward).
 """
 
@@ -30,6 +30,7 @@ from torch.nn import Parameter
 from .._utils.tracing import compiling
 from ..backends.cpu import rows as _cpu_rows
 from ..backends.kinds import kind_of
+from ..backends.triton.rows import interprets_cpu as _interprets_cpu
 from ..divergences import Divergence
 
 __all__ = ["Mapping", "mapping"]
@@ -72,7 +73,7 @@ def mapping(x: Any, dim: Any, op: Mapping) -> Optional[Tensor]:
     if _is_compiling() or _is_jit_tracing():
         return None
     dtype = x.dtype
-    if dtype not in op.dtypes or not _switch.on:
+    if dtype not in op.dtypes or not _switch.on or _interprets_cpu():  # the interpreter: Triton's kernels
         return None
     fn = _map_kernels.get(dtype)  # None until the general path has loaded the library
     if fn is None or not x.is_cpu or not x.is_contiguous():
