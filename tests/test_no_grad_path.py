@@ -16,6 +16,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import softargmax as sa
+from softargmax.operators import _small
 from softargmax.operators import alpha_relu as _alpha_relu_module
 from softargmax.operators._autograd import NormalizedMapping
 
@@ -98,6 +99,13 @@ class _Count:
                 return _original(*args, **kwargs)
 
             monkeypatch.setattr(cls, "apply", counted)
+        original_small = _small._apply  # the small calls' autograd function (softargmax.operators._small)
+
+        def counted_small(*args):
+            self.calls += 1
+            return original_small(*args)
+
+        monkeypatch.setattr(_small, "_apply", counted_small)
 
 
 @pytest.mark.parametrize("name", list(CALLS))

@@ -27,7 +27,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -36,6 +36,7 @@ from .._utils.checks import check_alpha, check_broadcastable, check_dim, check_t
 from .._utils.tracing import values_checkable
 from ..divergences import get_divergence
 from ._library_ops import normalized
+from ._small import Mapping, mapping
 
 __all__ = ["sparsemax", "entmax15", "entmax", "safe_softmax"]
 
@@ -130,6 +131,9 @@ def sparsemax(x: Tensor, dim: int = -1) -> Tensor:
         André F. T. Martins and Ramón F. Astudillo, *From Softmax to Sparsemax: A Sparse Model of
         Attention and Multi-Label Classification*, ICML 2016, https://arxiv.org/abs/1602.02068
     """
+    p = mapping(x, dim, _SPARSEMAX)  # the small calls' fast path, or None
+    if p is not None:
+        return p
     check_tensor(x)
     dim = check_dim(x, dim)
     if x.numel() == 0:
@@ -176,6 +180,9 @@ def entmax15(x: Tensor, dim: int = -1) -> Tensor:
         Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
         EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
+    p = mapping(x, dim, _ENTMAX15)  # the small calls' fast path, or None
+    if p is not None:
+        return p
     check_tensor(x)
     dim = check_dim(x, dim)
     if x.numel() == 0:
@@ -249,6 +256,13 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
         Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
         EMNLP 2019, https://arxiv.org/abs/1909.00015
     """
+    if type(alpha) is float:  # the small calls' fast path (a float α), or None
+        op = _ENTMAX_BY_ALPHA.get(alpha)
+        if op is None:
+            op = _entmax_mapping(alpha)
+        p = mapping(x, dim, op) if op is not None else None
+        if p is not None:
+            return p
     check_tensor(x)
     dim = check_dim(x, dim)
     alpha = check_alpha(alpha, "alpha", minimum=0.0, strict=True, x=x)
@@ -268,3 +282,21 @@ def entmax(x: Tensor, alpha: Union[float, Tensor] = 1.5, dim: int = -1) -> Tenso
     if alpha == 2.0:
         return normalized(x, None, None, get_divergence("chi_square"), 1.0, dim)
     return normalized(x, None, None, get_divergence("alpha", alpha=alpha), 1.0, dim)
+
+
+_SPARSEMAX = Mapping(get_divergence("chi_square"))
+_ENTMAX15 = Mapping(get_divergence("alpha", alpha=1.5))
+#: the small calls' :class:`~softargmax.operators._small.Mapping` of :func:`entmax` by float α (bounded)
+_ENTMAX_BY_ALPHA: dict[float, Mapping] = {1.5: _ENTMAX15, 2.0: _SPARSEMAX}
+
+
+def _entmax_mapping(alpha: float) -> Optional[Mapping]:
+    """The fast path's :class:`~softargmax.operators._small.Mapping` of α-entmax, kept per α; ``None`` for α
+    outside (1, 2) (α = 1 is softmax; the fast path covers α in (1, 2]; an invalid α is the general path's error)."""
+    if not 1.0 < alpha < 2.0:
+        return None
+    if len(_ENTMAX_BY_ALPHA) >= 64:  # many distinct α (one per step of a schedule): stay bounded
+        for key in [a for a in _ENTMAX_BY_ALPHA if a not in (1.5, 2.0)]:
+            del _ENTMAX_BY_ALPHA[key]
+    op = _ENTMAX_BY_ALPHA[alpha] = Mapping(get_divergence("alpha", alpha=alpha))
+    return op

@@ -129,14 +129,24 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
             {
                 const long np = (n + PAD - 1) / PAD * PAD;
                 for (long i = n; i < np; i++) d[i] = -INFINITY;
+                /* three simple loops, each vectorized (GCC 12 left the single loop that tested,
+                   powered and summed scalar, calling the scalar exp and log): the bases (padding
+                   slots and dropped entries evaluate 1^ex and are zeroed by a product, not a select,
+                   which would let the compiler pass log a 0: a slow special case), their powers,
+                   then the mask and the sums */
+#pragma omp simd
+                for (long i = 0; i < np; i++) {
+                    const double b = d[i] - t;
+                    w_out[i] = b > 0 ? b : 1.0;
+                }
+#pragma omp simd
+                for (long i = 0; i < np; i++) w_out[i] = pow_pos(w_out[i], ex);
 #pragma omp simd reduction(+ : S, P)
                 for (long i = 0; i < np; i++) {
-                    /* padding slots evaluate 1^ex and are zeroed by a product, not a select
-                       (which would let the compiler pass log a 0: a slow special case) */
-                    const int in = d[i] > t;
-                    const double gp = pow_pos(in ? d[i] - t : 1.0, ex) * (in ? 1.0 : 0.0);
+                    const double b = d[i] - t;
+                    const double gp = w_out[i] * (b > 0 ? 1.0 : 0.0);
                     w_out[i] = gp;
-                    S += gp * (in ? d[i] - t : 0.0);
+                    S += gp * (b > 0 ? b : 0.0);
                     P += gp;
                 }
             }
@@ -193,7 +203,7 @@ static double iterate_dense(const double *e, long k, int kind, double tol, int *
     return t;
 }
 
-#define DEFINE_ROWS(T, SUFFIX, EPS)                                                              \
+#define DEFINE_ROWS(T, SUFFIX, EPS, TINY)                                                        \
 /* the row maximum; *bad set if the row has NaN or +inf */                                       \
 static T row_max_##SUFFIX(const T *z, long k, int *bad) {                                        \
     T m = -INFINITY;                                                                             \
@@ -407,10 +417,45 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
         free(idx);                                                                               \
     }                                                                                            \
     return failed ? -1 : 2 * most + bad;                                                         \
+}                                                                                                \
+                                                                                                 \
+/* The small calls' entry (an operator's forward, with or without its gradient): sa_solve with   \
+   one exponent a for all rows and no tau, statuses or row sums, in fewer arguments (each costs  \
+   the caller's ctypes a conversion).  p is written as sa_solve writes it; s and sc may be NULL; \
+   sc[r] is the divisor of the backward's <s, v> / sum s (sa_jvp): sum_j s_rj clamped below at   \
+   the type's smallest normal number (as PyTorch's clamp_min(tiny) of sa_solve's ssum), NaN in   \
+   a row with NaN or +inf (status 2, whose p is NaN), so that its gradient is NaN.               \
+   Returns as sa_solve. */                                                                        \
+int sa_map_##SUFFIX(const T *z, long R, long k, int kind, double a, T *p, T *s, T *sc,          \
+                    int nthreads) {                                                              \
+    const int ret = sa_solve_##SUFFIX(z, R, k, kind, &a, 0, p, s, NULL, sc, NULL, nthreads, 0,   \
+                                      0.0, NULL, 0.0, 1.0);                                      \
+    if (sc && ret >= 0)                                                                          \
+        for (long r = 0; r < R; r++)                                                             \
+            sc[r] = p[r * k] != p[r * k] ? (T)NAN : sc[r] < TINY ? TINY : sc[r];                 \
+    return ret;                                                                                  \
+}                                                                                                \
+                                                                                                 \
+/* The backward of the normalized mappings (Solution.jvp): per row g = scale s (v - c),          \
+   c = <s, v> / sc, with the sums and products in double (sc as sa_map writes it: a NaN sc makes \
+   the row NaN).  s, v, g: contiguous [R, k]; sc: [R]. */                                         \
+void sa_jvp_##SUFFIX(const T *s, const T *v, const T *sc, T *g, long R, long k, double scale,   \
+                     int nthreads) {                                                             \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")        \
+    for (long r = 0; r < R; r++) {                                                               \
+        const T *sr = s + r * k, *vr = v + r * k;                                                \
+        T *gr = g + r * k;                                                                       \
+        double sv = 0;                                                                           \
+        _Pragma("omp simd reduction(+ : sv)")                                                    \
+        for (long j = 0; j < k; j++) sv += (double)sr[j] * (double)vr[j];                        \
+        const double c = sv / (double)sc[r];                                                     \
+        _Pragma("omp simd")                                                                      \
+        for (long j = 0; j < k; j++) gr[j] = (T)(scale * ((double)sr[j] * ((double)vr[j] - c))); \
+    }                                                                                            \
 }
 
-DEFINE_ROWS(float, f32, (double)FLT_EPSILON)
-DEFINE_ROWS(double, f64, DBL_EPSILON)
+DEFINE_ROWS(float, f32, (double)FLT_EPSILON, FLT_MIN)
+DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
 
 /* The Fenchel-Young loss of class indices for the power kind (alpha-entmax, sparsemax), forward
  * and gradient in one call (softargmax.losses._index_loss): per row r with class c = target[r],

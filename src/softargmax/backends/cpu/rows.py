@@ -22,7 +22,13 @@ against the brute-force references.
 libmvec where it links, else without) into a cache directory
 (``$SOFTARGMAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/softargmax`` or
 ``~/.cache/softargmax``), keyed by a hash of the source, the flags and the CPU, and
-loaded with :mod:`ctypes`.  If there is no compiler, or ``SOFTARGMAX_CPU_KERNELS=0`` is
+loaded with :mod:`ctypes`; the first build says so on stderr (once; about a second of compiler
+time).  Where Python's headers are found (``sysconfig``'s ``include`` directory), ``rows_py.c`` is
+appended and the same library is also imported as a CPython extension module whose entries
+(:data:`MAP_KERNELS`, :data:`JVP_KERNELS`) cost a small call about a microsecond less than the
+ctypes ones (the key then includes the interpreter's ABI); without the headers the ctypes entries
+are used, with the same results.  The library does not link PyTorch, so it does not depend on its
+version.  If there is no compiler, or ``SOFTARGMAX_CPU_KERNELS=0`` is
 set, or the build fails (a :class:`RuntimeWarning` says why, once), the PyTorch path is
 used: results are the same, only slower.  OpenMP threads follow
 ``torch.get_num_threads()``; the library links ``libgomp.so.1`` by soname, so it shares
@@ -34,14 +40,20 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
+import math
 import os
 import platform
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import threading
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, Optional, Union
 
 import torch
@@ -59,6 +71,12 @@ SOURCE = Path(__file__).with_name("rows.c")
 #: function signatures below always match the code they call, even if ``rows.c`` changes on disk later (an
 #: editable install updated while a long run is going; the build is lazy)
 _SOURCE_AT_IMPORT: Optional[bytes] = SOURCE.read_bytes() if SOURCE.exists() else None
+#: the small calls' entries as a CPython extension module, appended to ``rows.c`` where Python's headers exist
+PY_SOURCE = SOURCE.with_name("rows_py.c")
+_PY_SOURCE_AT_IMPORT: Optional[bytes] = PY_SOURCE.read_bytes() if PY_SOURCE.exists() else None
+#: whether the build tries the CPython entries (a ctypes call costs about a microsecond more per small call)
+PYTHON_ENTRIES = True
+_PY_MODULE = "_sa_cpu_rows"
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-fopenmp", "-std=c99"]
 #: tried first: vector pow/exp from glibc's libmvec; without them if that does not link
 VECTOR_MATH = ["-DSA_VECTOR_MATH", "-lmvec"]
@@ -67,7 +85,13 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 _lock = threading.Lock()
 _loaded: list[Union[ctypes.CDLL, Literal[False]]] = []  # once tried: [the library] or [False] (unavailable)
-_switch = Switch("SOFTARGMAX_CPU_KERNELS")
+_switch = SWITCH = Switch("SOFTARGMAX_CPU_KERNELS")  # SWITCH: read by the small calls (softargmax.operators._small)
+#: the small calls' entry ``sa_map_*`` by dtype (:func:`map_kernel`, which also reads :data:`SWITCH`), filled
+#: when the library loads
+MAP_KERNELS: dict[torch.dtype, Any] = {}
+#: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`; ``fn(s, v, sc, g, R, k, scale, threads)``, pointers as
+#: ``data_ptr()`` integers), filled when the library loads
+JVP_KERNELS: dict[torch.dtype, Any] = {}
 
 
 def _cache_dir() -> Path:
@@ -92,6 +116,14 @@ def _cpu_signature() -> str:
     return platform.machine() + platform.processor() + info
 
 
+def _python_include() -> Optional[str]:
+    """The directory of ``Python.h`` when the CPython entries are to be built (:data:`PYTHON_ENTRIES`), else ``None``."""
+    if not PYTHON_ENTRIES or _PY_SOURCE_AT_IMPORT is None:
+        return None
+    include = sysconfig.get_paths().get("include")
+    return include if include and os.path.exists(os.path.join(include, "Python.h")) else None
+
+
 def _build() -> Path:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
@@ -99,29 +131,60 @@ def _build() -> Path:
     source = _SOURCE_AT_IMPORT
     if source is None:
         raise RuntimeError(f"{SOURCE} is missing")
-    key = hashlib.sha256(source + " ".join([cc] + FLAGS + VECTOR_MATH).encode() + _cpu_signature().encode())
+    include = _python_include()
+    attempts = [(False, VECTOR_MATH), (False, [])]
+    key_text = " ".join([cc] + FLAGS + VECTOR_MATH).encode() + _cpu_signature().encode()
+    if include is not None:  # tried first; the library is then tied to this interpreter's ABI
+        assert _PY_SOURCE_AT_IMPORT is not None  # _python_include() checked it
+        attempts = [(True, VECTOR_MATH), (True, [])] + attempts
+        key_text += (_PY_SOURCE_AT_IMPORT + (sysconfig.get_config_var("SOABI") or sys.version).encode()
+                     + include.encode())
+    key = hashlib.sha256(source + key_text)
     target = _cache_dir() / f"cpu_rows-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
-    with os.fdopen(src_fd, "wb") as f:
-        f.write(source)  # compiled from the bytes that were hashed, never from a file that may have changed since
+    sources = []
+    for with_python in sorted({a[0] for a in attempts}):
+        src_fd, src = tempfile.mkstemp(suffix=".c", dir=target.parent)
+        with os.fdopen(src_fd, "wb") as f:  # compiled from the bytes that were hashed, never from a file changed since
+            if with_python:
+                assert _PY_SOURCE_AT_IMPORT is not None
+                f.write(b"#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n" + source + b"\n" + _PY_SOURCE_AT_IMPORT)
+            else:
+                f.write(source)
+        sources.append((with_python, src))
+    paths = dict(sources)
+    sys.stderr.write(f"softargmax: compiling the CPU row solver (once, a few seconds) into {target}\n")
     try:
-        for extra in (VECTOR_MATH, []):
-            proc = subprocess.run([cc, *FLAGS, "-o", tmp, src, *extra, "-lm"], capture_output=True, text=True)
+        for with_python, extra in attempts:
+            py_flags = ["-I", include, "-DSA_PYTHON"] if with_python and include is not None else []
+            proc = subprocess.run([cc, *FLAGS, *py_flags, "-o", tmp, paths[with_python], *extra, "-lm"],
+                                  capture_output=True, text=True)
             if proc.returncode == 0:
                 break
         else:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[-2000:]}")
         os.replace(tmp, target)  # atomic: concurrent builders agree on the result
     finally:
-        for path in (tmp, src):
+        for path in [tmp, *paths.values()]:
             if os.path.exists(path):
                 os.unlink(path)
     return target
+
+
+def _python_entries(path: Path, lib: ctypes.CDLL) -> Optional[ModuleType]:
+    """The library ``lib`` at ``path`` imported as the CPython extension module of ``rows_py.c``, or ``None`` (built without)."""
+    if not hasattr(lib, "PyInit_" + _PY_MODULE):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(_PY_MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(_PY_MODULE, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def _load() -> Union[ctypes.CDLL, Literal[False]]:
@@ -136,7 +199,8 @@ def _load() -> Union[ctypes.CDLL, Literal[False]]:
 def _open() -> Union[ctypes.CDLL, Literal[False]]:
     """The built library with its functions' signatures, or ``False`` (with a warning) if it cannot be built."""
     try:
-        lib = ctypes.CDLL(str(_build()))
+        path = _build()
+        lib = ctypes.CDLL(str(path))
         for name in ("sa_solve_f32", "sa_solve_f64"):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
@@ -144,6 +208,22 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
                            ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
                            ctypes.c_void_p, ctypes.c_double, ctypes.c_double]
+        for dtype, name in ((torch.float32, "sa_map_f32"), (torch.float64, "sa_map_f64")):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_double,
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            MAP_KERNELS[dtype] = fn
+        for dtype, name in ((torch.float32, "sa_jvp_f32"), (torch.float64, "sa_jvp_f64")):
+            fn = getattr(lib, name)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                           ctypes.c_long, ctypes.c_double, ctypes.c_int]
+            JVP_KERNELS[dtype] = fn
+        module = _python_entries(path, lib)
+        if module is not None:  # the same functions without ctypes's cost per call
+            MAP_KERNELS.update({torch.float32: module.map_f32, torch.float64: module.map_f64})
+            JVP_KERNELS.update({torch.float32: module.jvp_f32, torch.float64: module.jvp_f64})
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -169,6 +249,41 @@ def set_enabled(flag: bool) -> bool:
 def _usable(z: Tensor) -> bool:
     return (_switch.on and z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64)
             and z.dim() == 2 and z.is_contiguous() and z.shape[1] < 2**31 and bool(_load()))
+
+
+def map_kernel(dtype: torch.dtype) -> Any:
+    """The C entry ``sa_map_*`` for rows of ``dtype`` (a ctypes function), or ``None``: the fused path is
+    switched off, the library is not loaded yet (:func:`available` loads it) or could not be built, or
+    the dtype is not float32/float64.
+
+    ``fn(z, R, k, kind, a, p, s, sc, threads)`` (pointers as ``data_ptr()`` integers, ``s`` and ``sc``
+    ``None`` or ``[R, k]`` and ``[R, 1]``) solves the contiguous rows of ``z`` for ``kind`` and one
+    exponent ``a`` (:func:`~softargmax.backends.kinds.kind_of`, ``1.0`` for the dense kinds), writes the
+    output ``p`` (NaN in rows with NaN or ``+inf``) and, unless ``None``, the Jacobian weights ``s`` and
+    ``sc`` = their row sums clamped below at ``torch.finfo(dtype).tiny``, as :func:`solve` writes them;
+    it returns ``2 · iterations + (some row has NaN or +inf)``, negative if out of memory.  The caller
+    checks what :func:`covers` and :func:`covers_divergence` check (``threads``: :func:`threads_for`)."""
+    return MAP_KERNELS.get(dtype) if _switch.on else None
+
+
+def jvp(s: Tensor, v: Tensor, sc: Tensor, scale: float = 1.0, threads: int = 1) -> Tensor:
+    r"""The backward of a normalized mapping, :math:`\mathrm{scale} \cdot s \odot (v - \langle s, v\rangle / \mathrm{sc})`
+    per row, in one pass of the C library (sums and products in double), as a new ``[R, k]`` tensor.
+
+    ``s`` (the Jacobian weights) and ``v`` (the incoming gradient): ``[R, k]``, contiguous, of one dtype
+    (float32 or float64); ``sc``: ``[R, 1]`` (or ``[R]``), contiguous, the rows' :math:`\sum_j s_j`
+    clamped below at ``torch.finfo(dtype).tiny`` (0 for an all-``-inf`` row would divide 0 by 0), NaN in
+    rows whose gradient is NaN (NaN or ``+inf`` in the scores), as :func:`map_kernel` writes it.  The
+    library is loaded (the caller solved the rows with it)."""
+    R, k = s.shape
+    g = torch.empty_like(s)
+    JVP_KERNELS[s.dtype](s.data_ptr(), v.data_ptr(), sc.data_ptr(), g.data_ptr(), R, k, scale, threads)
+    return g
+
+
+def threads_for(R: int, k: int) -> int:
+    """The OpenMP threads the C solver uses for ``R`` rows of ``k``: one below :data:`PARALLEL_MIN_ELEMENTS`."""
+    return 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
 
 
 def covers(z: Tensor) -> bool:
@@ -210,7 +325,7 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
     ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support.
     Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
-    threads = 1 if R * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), R))
+    threads = threads_for(R, k)
     lib = _load()
     assert lib  # _usable() loaded it
     fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
@@ -240,9 +355,17 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float]
     ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset, sums, omega or (0.0, 1.0))
     # the low bit: some row has NaN or +inf (status 2), so no reduction over status is needed
     bad = (status == 2).unsqueeze(1) if ret & 1 else None
+
+    def jvp_kernel(v: Tensor, scale: float) -> Tensor:  # Solution.jvp: one C pass, as the small calls' backward
+        sc = ssum.clamp_min(torch.finfo(ssum.dtype).tiny)
+        if bad is not None:
+            sc = sc.masked_fill(bad, math.nan)
+        return jvp(s, v.contiguous(), sc, scale, threads_for(R, z.shape[1]))
+
     return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=z.shape[1], bad_rows=bad,
                     iterations=ret >> 1, backend="cpu", nan_written=True,  # the C code writes NaN into p in bad rows
-                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1])
+                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1],
+                    jvp_kernel=jvp_kernel)
 
 
 def probabilities(z: Tensor, div: Divergence) -> Tensor:

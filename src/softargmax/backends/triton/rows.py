@@ -99,6 +99,12 @@ def set_cpu_interpret(flag: bool) -> bool:
     return old
 
 
+def interprets_cpu() -> bool:
+    """Whether CPU tensors are routed to the kernels now (:func:`set_cpu_interpret`, the tests), without
+    :func:`usable_device`'s cost: the CPU small calls' fast path asks it on every call."""
+    return _cpu_interpret
+
+
 def usable_device(t: Tensor) -> bool:
     """Whether ``t`` lives where the kernels run (CUDA, or the CPU under the interpreter)."""
     return _switch.on and (t.device.type == "cuda" or (_cpu_interpret and t.device.type == "cpu")) and available()
