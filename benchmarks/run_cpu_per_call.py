@@ -160,14 +160,20 @@ def run_small(quick: bool = False) -> list:
     return rows
 
 
-def merge_small(paths: list, label: str) -> dict:
-    """One ``--suite small`` result from several runs' files: per case, clock and callable the smallest of the
-    runs' minima (``us_min``) and the median of their medians (``us_median``), the ratios of those, and
-    each run's ratios (``runs_ratio_min``)."""
+def _read_runs(paths: list) -> list:
+    """The JSON results of several runs."""
     runs = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
             runs.append(json.load(f))
+    return runs
+
+
+def merge_small(paths: list, label: str) -> dict:
+    """One ``--suite small`` result from several runs' files: per case, clock and callable the smallest of the
+    runs' minima (``us_min``) and the median of their medians (``us_median``), the ratios of those, and
+    each run's ratios (``runs_ratio_min``)."""
+    runs = _read_runs(paths)
     rows = []
     for i, row in enumerate(runs[0]["rows"]):
         same = [r["rows"][i] for r in runs]
@@ -187,10 +193,7 @@ def merge_small(paths: list, label: str) -> dict:
 def merge(paths: list, label: str) -> dict:
     """One result from several runs' JSON files: per shape, mode and case the median of the runs' medians
     (``us_per_call``) and their range (``us_per_call_min``, ``us_per_call_max``)."""
-    runs = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            runs.append(json.load(f))
+    runs = _read_runs(paths)
     rows = []
     for i, row in enumerate(runs[0]["rows"]):
         values = {n: [r["rows"][i]["us_per_call"][n] for r in runs] for n in row["us_per_call"]}

@@ -634,7 +634,7 @@ def _runs_left(pairs: list, earlier: dict, out_dir: Path, log: Log) -> tuple[lis
 
 #: the seconds a run spends outside its training steps (validation, the test translation, the empty-string scores,
 #: the inference timing) per second of training steps, until a run of the call has measured its own: the committed
-#: report of the default preset on a 2-core CPU, (sum of its 4 runs' times - their training steps) / training steps
+#: report of the default preset (reports/translation/, two CPU threads), (sum of its 4 runs' times - their training steps) / training steps
 OVERHEAD_RATIO = 0.27
 
 
