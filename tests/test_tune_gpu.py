@@ -12,8 +12,8 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "tune_gpu.py")
 def test_tuning_sweep_runs_checks_answers_and_saves(tmp_path):
     out = tmp_path / "tune.json"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, "--device", "cpu", "--smoke", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, "--device", "cpu", "--smoke", "--repeats", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["device"] and result["torch"] and not result["stopped_by_deadline"]
