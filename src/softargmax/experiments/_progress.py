@@ -8,6 +8,12 @@ held back until a training step is complete.
   and CI, and when tqdm is not installed); the log lines are written either way, through
   :func:`write_line`, which prints them above the bar (``tqdm.write``) instead of over it;
 * :func:`format_seconds`: a time left as ``"45 s"``, ``"3.2 min"``, ``"1.5 h"``;
+* :class:`JobEstimate`: the time left of a whole call (its runs, each one's training and evaluation, and what
+  follows them), from the runs done so far and the work left; :meth:`JobEstimate.line` is the
+  ``"== run i of n: NAME, ETA ... for the whole job"`` line every experiment prints before each run;
+* :func:`advance`: a training step done, into a :class:`StepTimer` and onto the bar (loss, ETA of the run and of
+  the whole job);
+* :func:`summary_table`: the closing summary's table, in aligned columns;
 * :class:`Interrupts`: inside :meth:`Interrupts.held`, a Ctrl-C or SIGTERM waits until the block
   ends (a second one does not wait), so that a checkpoint written after it holds a state of the
   uninterrupted run.
@@ -16,13 +22,15 @@ held back until a training step is complete.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import signal
+import statistics
 import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 
 class StepTimer:
@@ -75,6 +83,145 @@ def format_seconds(seconds: Optional[float]) -> str:
         return "?"
     return (f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min" if seconds < 5400
             else f"{seconds / 3600:.1f} h")
+
+
+#: a training loop's estimate of its whole job: called with the seconds left of the run's training and its time per
+#: step (``None``: not known), it returns the seconds left of the whole job (``None``: not known)
+JobLeft = Optional[Callable[[float, Optional[float]], Optional[float]]]
+
+
+class JobEstimate:
+    """The time left of a call: the runs left, each its training and the rest of the run (evaluation and what else
+    it does beyond its training steps), then what follows the runs (:meth:`after`).
+
+    Each run has its *work*: its training steps, or any count its training time is proportional to.  The time per
+    unit of work is the current run's (its recent steps, :class:`StepTimer`), else the mean of the runs this call
+    finished; the rest of a run is what the finished runs took beyond their training, per unit of work, else
+    ``overhead`` times its training (the ratio an experiment measured on its committed report).  With ``jobs`` > 1
+    the runs are trained that many at a time, and the time left is that of the busiest lane
+    (:meth:`left_in_lanes`).  An experiment with work after its runs (an interleaved timing) adds it in a subclass's
+    :meth:`after`.
+
+    Args:
+        work: the work of each run of the call, in order.
+        overhead: the seconds of a run beyond its training per second of training, until a run has measured its own.
+        jobs: the runs trained at once.
+
+    Example:
+        >>> est = JobEstimate([100, 100, 50], overhead=0.5)
+        >>> est.left(0) is None  # nothing timed yet
+        True
+        >>> est.left(0, run_left=40.0, per_step=1.0)  # 40 + 50 (rest of run 1) + 150 + 75
+        315.0
+        >>> est.finished(train=100.0, work=100, run=120.0)  # 1 s per step, 0.2 s of evaluation per step
+        >>> est.left(1), est.line(1, "kl-seed1")
+        (180.0, '== run 2 of 3: kl-seed1, ETA 3.0 min for the whole job (the runs left at 1 s per step and their evaluation)')
+    """
+
+    def __init__(self, work: Sequence[float], overhead: float = 0.0, jobs: int = 1) -> None:
+        if overhead < 0 or jobs < 1:
+            raise ValueError(f"overhead must be >= 0 and jobs >= 1, got {overhead!r} and {jobs!r}")
+        self.work, self.overhead, self.jobs = list(work), overhead, jobs
+        self.per_unit: list[float] = []  # seconds per unit of training work, of each finished run
+        self.rest: list[float] = []  # seconds beyond the training per unit of work, of each finished run
+
+    @property
+    def runs(self) -> int:
+        """The number of runs."""
+        return len(self.work)
+
+    def finished(self, train: float, work: float, run: float) -> None:
+        """A run is done: ``train`` seconds for the ``work`` it trained in this call, ``run`` seconds in all (a run
+        that trained nothing here, loaded from its checkpoint, tells nothing)."""
+        if work > 0:
+            self.per_unit.append(train / work)
+            self.rest.append(max(run - train, 0.0) / work)
+
+    def pace(self, per_step: Optional[float] = None) -> Optional[float]:
+        """Seconds per unit of work: ``per_step`` (the current run's), else the mean of the finished runs'."""
+        return per_step or (statistics.fmean(self.per_unit) if self.per_unit else None)
+
+    def run_seconds(self, index: int, per_step: float, trained: Optional[float] = None) -> float:
+        """The seconds of run ``index`` at ``per_step``: its training (``trained`` seconds of it left, where given)
+        and the rest of the run."""
+        w = self.work[index]
+        rest = statistics.fmean(self.rest) * w if self.rest else self.overhead * w * per_step
+        return (w * per_step if trained is None else trained) + rest
+
+    def after(self, per_step: float) -> float:
+        """The seconds of the work after the runs at ``per_step`` (none here; a subclass adds its own)."""
+        return 0.0
+
+    def left(self, index: int, run_left: Optional[float] = None, per_step: Optional[float] = None) -> Optional[float]:
+        """Seconds left from run ``index`` (0-based) on, one run at a time, with ``run_left`` seconds of its training
+        left (``None``: it has not started), at ``per_step`` seconds per unit of work (``None``: the finished runs'
+        mean); ``None`` while no time per unit is known."""
+        ps = self.pace(per_step)
+        if ps is None:
+            return None
+        return (self.run_seconds(index, ps, run_left) + sum(self.run_seconds(i, ps) for i in range(index + 1, self.runs))
+                + self.after(ps))
+
+    def left_in_lanes(self, running: dict, waiting: Sequence[int]) -> Optional[float]:
+        """Seconds left with ``jobs`` runs trained at once: ``running`` maps each run under way (its index) to the
+        seconds since it started, ``waiting`` lists the runs not started, in order; each lane takes the next run when
+        its run ends, and the call ends with the last lane, then :meth:`after`.  ``None`` while no run finished."""
+        ps = self.pace()
+        if ps is None:
+            return None
+        lanes = [max(self.run_seconds(i, ps) - elapsed, 0.0) for i, elapsed in running.items()]
+        lanes += [0.0] * max(self.jobs - len(lanes), 0)
+        heapq.heapify(lanes)
+        for i in waiting:
+            heapq.heappush(lanes, heapq.heappop(lanes) + self.run_seconds(i, ps))
+        return max(lanes, default=0.0) + self.after(ps)
+
+    def line(self, index: int, name: str, what: str = "their evaluation") -> str:
+        """``"== run i of n: NAME"`` before run ``index``, with the time left of the whole job once it is known
+        (:meth:`eta`)."""
+        return f"== run {index + 1} of {self.runs}: {name}{self.eta(self.left(index), what)}"
+
+    def eta(self, left: Optional[float], what: str = "their evaluation") -> str:
+        """``", ETA 3.2 min for the whole job (the runs left at 45 ms per step and WHAT)"``: ``left`` seconds, and what
+        the estimate rests on (``what``: what it adds to the runs' training); ``""`` while ``left`` is ``None``."""
+        ps = self.pace()
+        if left is None or ps is None:
+            return ""
+        return f", ETA {format_seconds(left)} for the whole job (the runs left at {_pace(ps)} per step and {what})"
+
+
+def _pace(seconds: float) -> str:
+    """``"0.12 s"``, ``"45 ms"``, ``"3 s"``: a time per step with two significant digits."""
+    return f"{seconds * 1000:.2g} ms" if seconds < 0.1 else f"{seconds:.2g} s"
+
+
+def advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float, job: JobLeft = None) -> None:
+    """Training step ``step`` of ``total`` is done: into ``timer``, and onto ``bar`` (where there is one) with the
+    loss ``shown``, the run's time left and, where ``job`` estimates it from the run's seconds left and its time per
+    step, the whole job's."""
+    timer.tick(step)
+    if bar is not None:
+        left = timer.seconds_left(total)
+        whole = None if job is None or left is None else job(left, timer.per_step)
+        bar.set_postfix_str(f"loss {shown:.3f}, ETA run {timer.eta(total)}"
+                            + (f", whole job {format_seconds(whole)}" if whole is not None else ""), refresh=False)
+        bar.update(1)
+
+
+def summary_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """``rows`` (the first: the header) as lines of aligned columns, indented by two spaces: the first column aligned
+    left, the others right.
+
+    Example:
+        >>> for line in summary_table([("loss", "accuracy"), ("KL", "43.94"), ("α=1.5", "42.71 ± 0.10")]):
+        ...     print(line)
+          loss       accuracy
+          KL            43.94
+          α=1.5  42.71 ± 0.10
+    """
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]
 
 
 #: the bars shown now (:func:`progress_bar`): :func:`write_line` prints above them
