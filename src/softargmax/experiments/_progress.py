@@ -94,18 +94,19 @@ class JobEstimate:
     """The time left of a call: the runs left, each its training and the rest of the run (evaluation and what else
     it does beyond its training steps), then what follows the runs (:meth:`after`).
 
-    Each run has its *work*: its training steps, or any count its training time is proportional to.  The time per
-    unit of work is the current run's (its recent steps, :class:`StepTimer`), else the mean of the runs this call
-    finished; the rest of a run is what the finished runs took beyond their training, per unit of work, else
-    ``overhead`` times its training (the ratio an experiment measured on its committed report).  With ``jobs`` > 1
-    the runs are trained that many at a time, and the time left is that of the busiest lane
-    (:meth:`left_in_lanes`).  An experiment with work after its runs (an interleaved timing) adds it in a subclass's
-    :meth:`after`.
+    Each run has its training steps, each of a relative ``cost`` (1 unless runs of one call train models of
+    different sizes); its *work* is their product.  The time per unit of work is the current run's (its recent
+    steps, :class:`StepTimer`), else the mean of the runs this call finished; the rest of a run is what the
+    finished runs took beyond their training, per unit of work, else ``overhead`` times its training (a ratio the
+    experiment measured or estimated).  With ``jobs`` > 1 the runs are trained that many at a time, and the time left
+    is that of the busiest lane (:meth:`left_in_lanes`).  An experiment with work after its runs (an interleaved
+    timing) adds it in a subclass's :meth:`after`.
 
     Args:
-        work: the work of each run of the call, in order.
+        steps: the training steps of each run of the call, in order.
         overhead: the seconds of a run beyond its training per second of training, until a run has measured its own.
         jobs: the runs trained at once.
+        cost: the relative cost of a training step of each run (default: 1 for every run).
 
     Example:
         >>> est = JobEstimate([100, 100, 50], overhead=0.5)
@@ -113,15 +114,20 @@ class JobEstimate:
         True
         >>> est.left(0, run_left=40.0, per_step=1.0)  # 40 + 50 (rest of run 1) + 150 + 75
         315.0
-        >>> est.finished(train=100.0, work=100, run=120.0)  # 1 s per step, 0.2 s of evaluation per step
+        >>> est.finished(train=100.0, steps=100, run=120.0)  # 1 s per step, 0.2 s of evaluation per step
         >>> est.left(1), est.line(1, "kl-seed1")
         (180.0, '== run 2 of 3: kl-seed1, ETA 3.0 min for the whole job (the runs left at 1 s per step and their evaluation)')
     """
 
-    def __init__(self, work: Sequence[float], overhead: float = 0.0, jobs: int = 1) -> None:
+    def __init__(self, steps: Sequence[float], overhead: float = 0.0, jobs: int = 1,
+                 cost: Optional[Sequence[float]] = None) -> None:
         if overhead < 0 or jobs < 1:
             raise ValueError(f"overhead must be >= 0 and jobs >= 1, got {overhead!r} and {jobs!r}")
-        self.work, self.overhead, self.jobs = list(work), overhead, jobs
+        self.cost = [1.0] * len(steps) if cost is None else [float(c) for c in cost]
+        if len(self.cost) != len(steps) or min(self.cost, default=1.0) <= 0:
+            raise ValueError(f"cost must hold one positive number per run, got {cost!r} for {len(steps)} runs")
+        self.work = [s * c for s, c in zip(steps, self.cost)]
+        self.overhead, self.jobs = overhead, jobs
         self.per_unit: list[float] = []  # seconds per unit of training work, of each finished run
         self.rest: list[float] = []  # seconds beyond the training per unit of work, of each finished run
 
@@ -130,16 +136,23 @@ class JobEstimate:
         """The number of runs."""
         return len(self.work)
 
-    def finished(self, train: float, work: float, run: float) -> None:
-        """A run is done: ``train`` seconds for the ``work`` it trained in this call, ``run`` seconds in all (a run
-        that trained nothing here, loaded from its checkpoint, tells nothing)."""
-        if work > 0:
-            self.per_unit.append(train / work)
-            self.rest.append(max(run - train, 0.0) / work)
+    def finished(self, train: float, steps: float, run: float, cost: float = 1.0) -> None:
+        """A run is done: ``train`` seconds for the ``steps`` it trained in this call (of relative ``cost``), ``run``
+        seconds in all (a run that trained nothing here, loaded from its checkpoint, tells nothing)."""
+        if steps > 0:
+            self.per_unit.append(train / (steps * cost))
+            self.rest.append(max(run - train, 0.0) / (steps * cost))
 
-    def pace(self, per_step: Optional[float] = None) -> Optional[float]:
-        """Seconds per unit of work: ``per_step`` (the current run's), else the mean of the finished runs'."""
-        return per_step or (statistics.fmean(self.per_unit) if self.per_unit else None)
+    def pace(self, per_step: Optional[float] = None, index: Optional[int] = None) -> Optional[float]:
+        """Seconds per unit of work: ``per_step`` (the current run's, run ``index``'s), else the mean of the finished
+        runs'."""
+        if per_step:
+            return per_step / (1.0 if index is None else self.cost[index])
+        return statistics.fmean(self.per_unit) if self.per_unit else None
+
+    def job(self, index: int) -> Callable[[float, Optional[float]], Optional[float]]:
+        """What the training loop of run ``index`` calls for the whole job's time left (:data:`JobLeft`)."""
+        return lambda run_left, per_step: self.left(index, run_left, per_step)
 
     def run_seconds(self, index: int, per_step: float, trained: Optional[float] = None) -> float:
         """The seconds of run ``index`` at ``per_step``: its training (``trained`` seconds of it left, where given)
@@ -156,7 +169,7 @@ class JobEstimate:
         """Seconds left from run ``index`` (0-based) on, one run at a time, with ``run_left`` seconds of its training
         left (``None``: it has not started), at ``per_step`` seconds per unit of work (``None``: the finished runs'
         mean); ``None`` while no time per unit is known."""
-        ps = self.pace(per_step)
+        ps = self.pace(per_step, index)
         if ps is None:
             return None
         return (self.run_seconds(index, ps, run_left) + sum(self.run_seconds(i, ps) for i in range(index + 1, self.runs))
@@ -176,18 +189,22 @@ class JobEstimate:
             heapq.heappush(lanes, heapq.heappop(lanes) + self.run_seconds(i, ps))
         return max(lanes, default=0.0) + self.after(ps)
 
-    def line(self, index: int, name: str, what: str = "their evaluation") -> str:
+    def line(self, index: int, name: str, what: str = "their evaluation", unit: Optional[str] = "step") -> str:
         """``"== run i of n: NAME"`` before run ``index``, with the time left of the whole job once it is known
         (:meth:`eta`)."""
-        return f"== run {index + 1} of {self.runs}: {name}{self.eta(self.left(index), what)}"
+        return f"== run {index + 1} of {self.runs}: {name}{self.eta(self.left(index), what, index, unit)}"
 
-    def eta(self, left: Optional[float], what: str = "their evaluation") -> str:
+    def eta(self, left: Optional[float], what: str = "their evaluation", index: Optional[int] = None,
+            unit: Optional[str] = "step") -> str:
         """``", ETA 3.2 min for the whole job (the runs left at 45 ms per step and WHAT)"``: ``left`` seconds, and what
-        the estimate rests on (``what``: what it adds to the runs' training); ``""`` while ``left`` is ``None``."""
+        the estimate rests on: the time per ``unit`` of run ``index`` (else of a unit of cost 1; ``unit=None``: not
+        shown, ``what`` says it all) and ``what`` it adds to the runs' training; ``""`` while ``left`` is ``None``."""
         ps = self.pace()
         if left is None or ps is None:
             return ""
-        return f", ETA {format_seconds(left)} for the whole job (the runs left at {_pace(ps)} per step and {what})"
+        ps *= 1.0 if index is None else self.cost[index]
+        basis = what if unit is None else f"the runs left at {_pace(ps)} per {unit} and {what}"
+        return f", ETA {format_seconds(left)} for the whole job ({basis})"
 
 
 def _pace(seconds: float) -> str:
@@ -195,17 +212,33 @@ def _pace(seconds: float) -> str:
     return f"{seconds * 1000:.2g} ms" if seconds < 0.1 else f"{seconds:.2g} s"
 
 
-def advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float, job: JobLeft = None) -> None:
+def advance(bar: Any, timer: StepTimer, step: int, total: int, shown: Any, job: JobLeft = None) -> None:
     """Training step ``step`` of ``total`` is done: into ``timer``, and onto ``bar`` (where there is one) with the
-    loss ``shown``, the run's time left and, where ``job`` estimates it from the run's seconds left and its time per
-    step, the whole job's."""
+    loss ``shown`` (a number, or a one-element tensor: read only for the bar), the run's time left and, where
+    ``job`` estimates it from the run's seconds left and its time per step, the whole job's."""
     timer.tick(step)
     if bar is not None:
         left = timer.seconds_left(total)
         whole = None if job is None or left is None else job(left, timer.per_step)
-        bar.set_postfix_str(f"loss {shown:.3f}, ETA run {timer.eta(total)}"
+        bar.set_postfix_str(f"loss {float(shown):.3f}, ETA run {timer.eta(total)}"
                             + (f", whole job {format_seconds(whole)}" if whole is not None else ""), refresh=False)
         bar.update(1)
+
+
+@contextlib.contextmanager
+def training(total: int, label: str, job: JobLeft = None, start: int = 0) -> Iterator[Callable[[int, Any], None]]:
+    """The progress of a training loop of ``total`` steps: yields ``tick(step, loss)``, to call after each step, which
+    moves the bar (:func:`progress_bar`: on a terminal only) with the loss, the run's time left and the whole
+    job's (``job``, e.g. :meth:`JobEstimate.job`).
+
+    Example:
+        >>> with training(3, "kl") as tick:  # no terminal here: no bar, nothing printed
+        ...     for step in range(1, 4):
+        ...         tick(step, 0.5)
+    """
+    timer = StepTimer(start)
+    with progress_bar(total, label, start) as bar:
+        yield lambda step, loss: advance(bar, timer, step, total, loss, job)
 
 
 def summary_table(rows: Sequence[Sequence[str]]) -> list[str]:

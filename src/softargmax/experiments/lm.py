@@ -378,12 +378,8 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         if not parallel:
             log(est.line(index, spec.name, WHAT))
         t_run = time.perf_counter()
-
-        def job_left(run_left: float, per_step: Optional[float], i: int = index) -> Optional[float]:
-            return est.left(i, run_left, per_step)
-
         model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, prints[spec.name], device, log,
-                                      checkpoint_every=checkpoint_every, job_left=None if parallel else job_left)
+                                      checkpoint_every=checkpoint_every, job_left=None if parallel else est.job(index))
         trained[spec.name], records[spec.name] = (model, log_q), rec
         scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], prints[spec.name], log)
         write_run_record(spec)

@@ -662,7 +662,7 @@ class JobEstimate(progress.JobEstimate):
         self.steps, self.systems, self.rounds = steps, systems, rounds
         self.inference: list[float] = []  # the inference timing of each finished run: seconds over every beam
 
-    def finished(self, train: float, steps: float, run: float, inference: float = 0.0) -> None:  # type: ignore[override]
+    def finished(self, train: float, steps: float, run: float, inference: float = 0.0) -> None:
         """A run is done: ``train`` seconds for ``steps`` training steps of this call, ``run`` seconds in all,
         ``inference`` seconds to translate the timing sentences once at every beam."""
         super().finished(train, steps, run)
@@ -704,12 +704,9 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
         t_run = time.perf_counter()
         training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
 
-        def job_left(run_left: float, per_step: Optional[float], i: int = index) -> Optional[float]:
-            return est.left(i, run_left, per_step)
-
         trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
                                _run_dir(out_dir, system, sd), device=ctx.device, log=log, name=name,
-                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every, job_left=job_left)
+                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every, job_left=est.job(index))
         if not ctx.main:
             continue
         result = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
