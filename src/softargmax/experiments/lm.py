@@ -438,7 +438,7 @@ class JobEstimate(progress.JobEstimate):
         >>> P = PRESETS["default"]
         >>> est = JobEstimate(run_specs(P, P["systems"], 0), P, jobs=1)
         >>> est.runs, est.work[0], round(est.after(0.06))  # 9 runs of 6,000 steps; 18 timed steps, 160 sampled, 4 processes
-        (9, 6000, 23)
+        (9, 6000.0, 23)
     """
 
     def __init__(self, specs: list[RunSpec], P: dict, jobs: int = 1) -> None:
