@@ -85,6 +85,23 @@ def format_seconds(seconds: Optional[float]) -> str:
             else f"{seconds / 3600:.1f} h")
 
 
+#: the seconds of writing the report at the end of a call on a quiet machine: its figures drawn (matplotlib imported
+#: first) and the files written; 20 s for lm's four figures on two CPU cores with a load average of 9.4 (2026-12-02),
+#: that is about 4 s per unit of :func:`busy`
+REPORT_SECONDS = 4.0
+
+
+def busy() -> float:
+    """How many times busier than its cores the machine is now: the load average of the last minute over the number of
+    CPUs, at least 1 (1 where the load is not known).  What does not follow the time of a training step (a fresh
+    process importing torch, matplotlib drawing the figures) takes about that much longer than on a quiet machine."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average (Windows)
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
+
+
 #: a training loop's estimate of its whole job: called with the seconds left of the run's training and its time per
 #: step (``None``: not known), it returns the seconds left of the whole job (``None``: not known)
 JobLeft = Optional[Callable[[float, Optional[float]], Optional[float]]]
@@ -100,16 +117,19 @@ class JobEstimate:
     finished runs took beyond their training, per unit of work, else ``overhead`` times its training (a ratio the
     experiment measured or estimated).  With ``jobs`` > 1 the runs are trained that many at a time, and the time left
     is that of the busiest lane (:meth:`left_in_lanes`).  An experiment with work after its runs (an interleaved
-    timing) adds it in a subclass's :meth:`after`.
+    timing) adds it in a subclass's :meth:`after`.  The call ends with ``fixed`` seconds that do not follow the
+    time per step (the report's figures, fresh processes), measured on a quiet machine and scaled by how busy the
+    machine is now (:func:`busy`).
 
     Args:
         steps: the training steps of each run of the call, in order.
         overhead: the seconds of a run beyond its training per second of training, until a run has measured its own.
         jobs: the runs trained at once.
         cost: the relative cost of a training step of each run (default: 1 for every run).
+        fixed: the seconds at the end of the call on a quiet machine (default :data:`REPORT_SECONDS`).
 
     Example:
-        >>> est = JobEstimate([100, 100, 50], overhead=0.5)
+        >>> est = JobEstimate([100, 100, 50], overhead=0.5, fixed=0)
         >>> est.left(0) is None  # nothing timed yet
         True
         >>> est.left(0, run_left=40.0, per_step=1.0)  # 40 + 50 (rest of run 1) + 150 + 75
@@ -120,7 +140,7 @@ class JobEstimate:
     """
 
     def __init__(self, steps: Sequence[float], overhead: float = 0.0, jobs: int = 1,
-                 cost: Optional[Sequence[float]] = None) -> None:
+                 cost: Optional[Sequence[float]] = None, fixed: Optional[float] = None) -> None:
         if overhead < 0 or jobs < 1:
             raise ValueError(f"overhead must be >= 0 and jobs >= 1, got {overhead!r} and {jobs!r}")
         self.cost = [1.0] * len(steps) if cost is None else [float(c) for c in cost]
@@ -128,6 +148,7 @@ class JobEstimate:
             raise ValueError(f"cost must hold one positive number per run, got {cost!r} for {len(steps)} runs")
         self.work = [s * c for s, c in zip(steps, self.cost)]
         self.overhead, self.jobs = overhead, jobs
+        self.fixed = REPORT_SECONDS if fixed is None else fixed
         self.per_unit: list[float] = []  # seconds per unit of training work, of each finished run
         self.rest: list[float] = []  # seconds beyond the training per unit of work, of each finished run
 
@@ -165,6 +186,10 @@ class JobEstimate:
         """The seconds of the work after the runs at ``per_step`` (none here; a subclass adds its own)."""
         return 0.0
 
+    def closing(self) -> float:
+        """The seconds that end the call: ``fixed``, scaled by how busy the machine is now (:func:`busy`)."""
+        return self.fixed * busy() if self.fixed else 0.0
+
     def left(self, index: int, run_left: Optional[float] = None, per_step: Optional[float] = None) -> Optional[float]:
         """Seconds left from run ``index`` (0-based) on, one run at a time, with ``run_left`` seconds of its training
         left (``None``: it has not started), at ``per_step`` seconds per unit of work (``None``: the finished runs'
@@ -172,8 +197,9 @@ class JobEstimate:
         ps = self.pace(per_step, index)
         if ps is None:
             return None
-        return (self.run_seconds(index, ps, run_left) + sum(self.run_seconds(i, ps) for i in range(index + 1, self.runs))
-                + self.after(ps))
+        current = self.run_seconds(index, ps, run_left) if index < self.runs else 0.0  # index == runs: all done
+        return (current + sum(self.run_seconds(i, ps) for i in range(index + 1, self.runs))
+                + self.after(ps) + self.closing())
 
     def left_in_lanes(self, running: dict, waiting: Sequence[int]) -> Optional[float]:
         """Seconds left with ``jobs`` runs trained at once: ``running`` maps each run under way (its index) to the
@@ -187,7 +213,7 @@ class JobEstimate:
         heapq.heapify(lanes)
         for i in waiting:
             heapq.heappush(lanes, heapq.heappop(lanes) + self.run_seconds(i, ps))
-        return max(lanes, default=0.0) + self.after(ps)
+        return max(lanes, default=0.0) + self.after(ps) + self.closing()
 
     def line(self, index: int, name: str, what: str = "their evaluation", unit: Optional[str] = "step") -> str:
         """``"== run i of n: NAME"`` before run ``index``, with the time left of the whole job once it is known

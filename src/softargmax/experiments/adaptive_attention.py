@@ -200,7 +200,7 @@ def run(
     # the runs' evaluation (test translation, attention analysis) is about translation's share of their training
     est = progress.JobEstimate([train_cfg.steps] * len(systems), translation.OVERHEAD_RATIO)
     for index, system in enumerate(systems):
-        log(est.line(index, system, "their evaluation, then the interleaved step timing"))
+        log(est.line(index, system))
         t_run = time.perf_counter()
         trained = train_system("softmax", model_cfg, train_cfg, tok, train, val, out_dir / "runs" / system,
                                device=device, log=log, attention=SYSTEMS[system], name=system,

@@ -418,8 +418,8 @@ DERIVED = ("runs", FOLDER)
 #: against 6,000 training steps of 1,024 tokens, a forward pass a third of a training step, the scores about three
 #: forward passes' worth)
 OVERHEAD_RATIO = 0.07
-#: the seconds of one fresh process of the memory measurement (:func:`_memory`): 2.9–3.8 s on two busy CPU cores
-#: (2026-12-02, the smoke and the default sizes)
+#: the seconds of one fresh process of the memory measurement (:func:`_memory`) on a quiet machine: 2.9–3.8 s on two
+#: CPU cores with a load average of 3 (2026-12-02, the smoke and the default sizes), 24 s with 9.4
 MEMORY_PROCESS_SECONDS = 3.0
 #: what the whole job's time left adds to the runs' training, in its line
 WHAT = "their evaluation, then the samples, the step timing and the memory peaks"
@@ -432,25 +432,27 @@ class JobEstimate(progress.JobEstimate):
     The step timing is ``timing_rounds + 1`` rounds (one warms up) of ``timing_batches`` steps of the first run of
     every loss at the time per step; the samples ``sample_len`` forward passes of ``samples`` prompts per rule (own
     and classical softargmax) of every loss with ``q = 1``, a forward pass of ``samples`` sequences a third of a
-    training step of ``batch``; each memory peak a fresh process (:data:`MEMORY_PROCESS_SECONDS`).
+    training step of ``batch``; each memory peak a fresh process (:data:`MEMORY_PROCESS_SECONDS`, with the report's
+    figures the ``fixed`` seconds of :class:`._progress.JobEstimate`, scaled by how busy the machine is).
 
     Example:
         >>> P = PRESETS["default"]
         >>> est = JobEstimate(run_specs(P, P["systems"], 0), P, jobs=1)
-        >>> est.runs, est.work[0], round(est.after(0.06))  # 9 runs of 6,000 steps; 18 timed steps, 160 sampled, 4 processes
-        (9, 6000.0, 23)
+        >>> est.runs, est.work[0], round(est.after(0.06)), est.fixed  # 9 runs of 6,000 steps; 18 timed, 160 sampled
+        (9, 6000.0, 11, 16.0)
     """
 
     def __init__(self, specs: list[RunSpec], P: dict, jobs: int = 1) -> None:
-        super().__init__([P["train"]["steps"]] * len(specs), OVERHEAD_RATIO, jobs)
+        processes = 2 * len(P["memory_mappings"])
+        super().__init__([P["train"]["steps"]] * len(specs), OVERHEAD_RATIO, jobs,
+                         fixed=progress.REPORT_SECONDS + processes * MEMORY_PROCESS_SECONDS)
         self.timed = (P["timing_rounds"] + 1) * P["timing_batches"] * len({_key(s) for s in specs})
         losses = len({s.loss for s in specs if not s.learned_q})
         self.sampled = losses * 2 * P["sample_len"] * P["samples"] / (3 * P["train"]["batch"])
-        self.processes = 2 * len(P["memory_mappings"])
 
     def after(self, per_step: float) -> float:
-        """The seconds of the samples, the step timing and the memory peaks at ``per_step``."""
-        return (self.timed + self.sampled) * per_step + self.processes * MEMORY_PROCESS_SECONDS
+        """The seconds of the samples and the step timing at ``per_step``."""
+        return (self.timed + self.sampled) * per_step
 
 
 def _trained(rec: dict) -> tuple[float, int]:

@@ -645,11 +645,11 @@ class JobEstimate(progress.JobEstimate):
 
     The interleaved timing is ``rounds x steps`` training steps of every system at the time per step plus
     ``inference_rounds`` translations at every beam, as long as the finished runs' own inference timing measured
-    (:data:`SPEED_ROUNDS`).  The paired bootstrap and the report that follow are not in it: seconds (the bootstrap of
-    4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
+    (:data:`SPEED_ROUNDS`).  The report that follows is ``fixed`` (:class:`._progress.JobEstimate`); the paired
+    bootstrap is not in it: seconds (4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
 
     Example:
-        >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3))
+        >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3), fixed=0)
         >>> round(est.left(0, run_left=50.0, per_step=1.0))  # 50 + 27 (rest of run 1) + 127 (run 2) + 60 (timing)
         264
         >>> est.finished(train=100.0, steps=100, run=130.0, inference=2.0)
@@ -657,8 +657,8 @@ class JobEstimate(progress.JobEstimate):
         202
     """
 
-    def __init__(self, runs: int, steps: int, systems: int, rounds: dict) -> None:
-        super().__init__([steps] * runs, overhead=OVERHEAD_RATIO)
+    def __init__(self, runs: int, steps: int, systems: int, rounds: dict, fixed: Optional[float] = None) -> None:
+        super().__init__([steps] * runs, overhead=OVERHEAD_RATIO, fixed=fixed)
         self.steps, self.systems, self.rounds = steps, systems, rounds
         self.inference: list[float] = []  # the inference timing of each finished run: seconds over every beam
 
