@@ -11,8 +11,11 @@ held back until a training step is complete.
 * :class:`JobEstimate`: the time left of a whole call (its runs, each one's training and evaluation, and what
   follows them), from the runs done so far and the work left; :meth:`JobEstimate.line` is the
   ``"== run i of n: NAME, ETA ... for the whole job"`` line every experiment prints before each run;
+* :func:`busy`: how many times busier than its cores the machine is (what does not follow a step's time, such as a
+  fresh process or the figures, takes that much longer);
 * :func:`advance`: a training step done, into a :class:`StepTimer` and onto the bar (loss, ETA of the run and of
   the whole job);
+* :func:`training`: a training loop's bar and time left, as one ``tick(step, loss)`` per step;
 * :func:`summary_table`: the closing summary's table, in aligned columns;
 * :class:`Interrupts`: inside :meth:`Interrupts.held`, a Ctrl-C or SIGTERM waits until the block
   ends (a second one does not wait), so that a checkpoint written after it holds a state of the
