@@ -311,6 +311,24 @@ def ctrl_c_raises():
     signal.signal(signal.SIGINT, before)
 
 
+def check_progress_log(out, runs, first_row=None):
+    """The log of a finished call, ``out/log.txt``: ``== run i of n: NAME`` before each of its ``runs`` runs, with
+    the whole job's ETA from the second on (the first has timed nothing yet), then the line that says what was written
+    and the closing summary (a title, then the table's header; ``first_row``, where given, the words that open its
+    first row).  Returns the log's lines after the summary's title."""
+    lines = (Path(out) / "log.txt").read_text(encoding="utf-8").splitlines()
+    heads = [line for line in lines if line.startswith("== run ")]
+    assert [h.split(":")[0] for h in heads] == [f"== run {i} of {runs}" for i in range(1, runs + 1)], heads
+    assert " ETA " not in heads[0]
+    for h in heads[1:]:
+        assert ", ETA " in h and " for the whole job (" in h, h
+    summary = max(i for i, line in enumerate(lines) if line.startswith("summary ("))
+    assert lines[summary - 1].startswith("wrote ") and summary < len(lines) - 2
+    if first_row is not None:
+        assert lines[summary + 2].split()[: len(first_row)] == list(first_row), lines[summary:]
+    return lines[summary + 1:]
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """``smoke_run(name, *options, again=False)``: ``(folder, results)`` of ``softargmax reproduce name

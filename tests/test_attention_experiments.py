@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from conftest import DATA  # noqa: E402
+from conftest import DATA, check_progress_log  # noqa: E402
 
 import softargmax as sa
 
@@ -32,6 +32,7 @@ def test_adaptive_attention_smoke(smoke_run):
     assert hist, "the learned alphas are recorded during training"
     for f in ("report.md", "alpha_per_head.png", "density_and_js.png", "alpha_trajectories.png"):
         assert (out / f).exists(), f
+    check_progress_log(out, 3, ["softmax", f"{S['softmax']['bleu']:.2f}", "100%", "1.00×"])
 
 
 def test_analysis_masks_padding_and_causality():
@@ -58,6 +59,7 @@ def test_nli_attention_smoke(smoke_run):
         w = torch.tensor(ex["weights"]["sparsemax"])
         assert len(w) == len(ex["premise"]) and abs(float(w.sum()) - 1) < 1e-3
     assert (out / "report.md").exists() and (out / "attention_examples.png").exists()
+    check_progress_log(out, 5, ["NoAttention", f"{S['noattention']['test_mean']:.2f}"])
 
 
 def test_nli_model_ignores_padding_and_rejects_bad_input():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import DATA  # noqa: E402
+from conftest import DATA, check_progress_log  # noqa: E402
 
 from softargmax.cli import main
 from softargmax.experiments import classification as cl
@@ -41,3 +41,6 @@ def test_fashion_mnist_and_classification_smoke(tmp_path):
     assert set(res["alpha_sweep"]) == {"1.0", "1.5", "2.0"}
     assert res["alpha_sweep"]["1.5"] == res["losses"]["alpha1.5"]
     assert (out / "report.md").exists() and (out / "accuracy.png").exists()
+    # 5 losses and α = 2 (α = 1 and 1.5 are KL's and 1.5-entmax's runs), the summary with the best α
+    summary = check_progress_log(out, 6, ["Kullback–Leibler", f"{res['losses']['kl']['mean']:.2f}"])
+    assert summary[-1].startswith("  α sweep: the best α is ")

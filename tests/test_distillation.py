@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from conftest import DATA  # noqa: E402
+from conftest import DATA, check_progress_log  # noqa: E402
 
 from softargmax.experiments import distillation as di
 
@@ -39,6 +39,8 @@ def test_distillation_smoke(smoke_run):
     kl = res["students"]["sft:kl"]  # KL's own f-softargmax is softmax: the same samples
     assert kl["own_decoding"] == kl["softmax_decoding"]
     assert (out / "report.md").exists() and (out / "fig3_fig4.png").exists()
+    # the teacher, then 2 x 5 students, each after its "== run i of 11" line; the summary closes the log
+    check_progress_log(out, 11, ["SFT", "Jensen–Shannon", f"{res['students']['sft:js']['accuracy']:.2f}"])
 
 
 @pytest.mark.skipif(not (SHARED / "tinyshakespeare").exists(), reason="data not present: tinyshakespeare")

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from conftest import check_progress_log  # noqa: E402
 
 import softargmax as sa
 from softargmax.experiments import label_proportions as lp
@@ -64,6 +65,8 @@ def test_label_proportions_smoke(smoke_run):
     long = {r["loss"]: r for r in res["rows"] if r["length"] == 1000 and r["mixture"] == "uniform"}
     assert long["sparsemax"]["mse"] < long["softmax"]["mse"]  # the paper's effect, already at smoke size
     assert (out / "report.md").exists() and (out / "fig3_K10.png").exists()
+    summary = check_progress_log(out, 4)  # 2 mixtures x 2 lengths; the sparsemax loss beats logistic at 1000 words
+    assert summary[1].split()[-1] == "—" and summary[2].startswith("  sparsemax") and summary[2].split()[-1] in "12"
 
 
 def test_label_proportions_rerun_with_the_same_seed_is_identical(rerun_is_identical):

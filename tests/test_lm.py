@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DATA  # noqa: E402
+from conftest import DATA, check_progress_log  # noqa: E402
 
 import softargmax as sa
 from softargmax.experiments.pretraining import metrics
@@ -199,6 +199,9 @@ def test_lm_smoke(smoke_run, tmp_path):
     for f in ("accuracy.png", "curves.png", "decoding.png", "cost.png"):
         assert (out / f).is_file() and f"]({f})" in report
     assert "## Reproducibility" in report and "Table 3" in report
+    # "== run i of 10" before each run, the whole job's ETA from the second on; the summary table closes the log
+    summary = check_progress_log(out, 10, ["KL", f"{res['losses']['kl']['test']['accuracy']['mean']:.2f}"])
+    assert summary[-3].startswith("  order of Table 3's losses: ") and summary[-1].endswith("still rising)")
     # --render-only writes the same report from results.json alone
     copy = tmp_path / "again"
     copy.mkdir()
@@ -269,11 +272,16 @@ def test_a_smoke_lm_run_killed_after_a_checkpoint_and_resumed_equals_an_uninterr
     assert "which is no longer running, was taken over" in log  # the killed run's lock
     assert f"this run resumed the training of {KILLED_RUN}" in (out / "report.md").read_text()
     assert not list(out.rglob(".*.tmp*")) and not (out / ".softargmax.lock").exists()
-    # the same command again, without --resume: it continues from what it finds (here: every run is done)
-    # and gives the same numbers
+    # the same command again, without --resume: every run has its record, with samples and step times; one
+    # message says so, nothing is trained, sampled or timed, the report is rebuilt with the same numbers, and the
+    # summary closes the log
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert _repeatable(json.loads((out / "results.json").read_text())) == _repeatable(first)
+    said = rerun.stdout.splitlines()
+    assert said[0].startswith("the results are complete: all 10 runs asked for have their run record in ")
+    assert said[1].startswith(f"rebuilt {out / 'report.md'} (with ") and said[2].startswith("summary (10 runs; ")
+    assert not any(line.startswith(("== run", "[", "sampling", "timing", "peak memory")) for line in said)
 
 
 def test_the_lm_report_names_the_test_of_resumed_runs():
@@ -357,6 +365,10 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
     assert merged["settings"]["training_processes"] == 2 and whole["settings"]["training_processes"] == 1
     log = (out / "log.txt").read_text()
     assert "each in its own process with one torch thread" in log and f"[{rest[0].replace(':', '-seed')}] step" in log
+    # as each run ends, a line with the whole job's ETA: the runs left in two lanes, then samples, timing, memory
+    ends = [line for line in log.splitlines() if line.startswith("== run ") and " done: " in line]
+    assert [e.split(" done:")[0] for e in ends] == [f"== run {i} of {len(rest)}" for i in range(1, len(rest) + 1)]
+    assert all(", ETA " in e and "for the whole job" in e for e in ends)
     for r in (merged, whole):
         r["settings"].pop("this_call")
         r["settings"].pop("training_processes")

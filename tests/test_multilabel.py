@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from conftest import DATA  # noqa: E402
+from conftest import DATA, check_progress_log  # noqa: E402
 
 from softargmax.experiments import multilabel as ml
 
@@ -71,6 +71,7 @@ def test_multilabel_smoke(smoke_run):
     for s, rec in em.items():
         assert 45 < rec["micro"]["f1"] < 90 and 40 < rec["macro"]["f1"] < 90, s  # paper: 66-69
     assert (out / "report.md").exists() and (out / "f1.png").exists()
+    check_progress_log(out, 1, ["emotions", f"{em['logistic']['micro']['f1']:.2f}", "/"])
 
 
 @needs_mulan

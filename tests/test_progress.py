@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from softargmax.experiments._progress import Interrupts, StepTimer, progress_bar
+from softargmax.experiments._progress import Interrupts, JobEstimate, StepTimer, progress_bar, summary_table
 
 
 def test_the_time_left_follows_a_change_of_load_within_a_few_dozen_steps():
@@ -24,6 +24,53 @@ def test_the_time_left_follows_a_change_of_load_within_a_few_dozen_steps():
     assert fresh.eta(10) == "?" and fresh.seconds_left(10) is None
     with pytest.raises(ValueError, match="smoothing"):
         StepTimer(0, smoothing=0.0)
+
+
+def test_the_whole_job_estimate_of_runs_one_at_a_time_in_lanes_and_with_step_costs():
+    est = JobEstimate([100, 100, 100, 100], overhead=0.5, fixed=0)
+    assert est.left(0) is None and est.line(0, "a") == "== run 1 of 4: a"  # nothing timed yet
+    # the current run at 2 s per step, 30 s of its training left; until a run finished, the rest of a run is half
+    # its training
+    assert est.left(0, 30.0, 2.0) == pytest.approx(30 + 100 + 3 * 300)
+    est.finished(train=100.0, steps=100, run=110.0)  # 1 s per step, 0.1 s of evaluation per step
+    assert est.left(1) == pytest.approx(3 * 110) and "ETA 5.5 min for the whole job (the runs left at 1 s per" in est.line(1, "b")
+    est.finished(train=300.0, steps=100, run=330.0)  # a slower run: the mean of the two, 2 s and 0.2 s per step
+    assert est.left(2) == pytest.approx(2 * 220)
+    # two lanes: run 2 under way for 100 s (120 left), run 3 waits: it starts when a lane is free (now), ends at 220
+    lanes = JobEstimate([100] * 4, jobs=2, fixed=0)
+    lanes.finished(train=200.0, steps=100, run=220.0)
+    assert lanes.left_in_lanes({2: 100.0}, [3]) == pytest.approx(220)
+    assert lanes.left_in_lanes({1: 0.0, 2: 100.0}, [3]) == pytest.approx(120 + 220)  # run 3 after run 2
+    assert lanes.left_in_lanes({}, []) == 0.0
+    # a step of the first run costs 3 of the second's: its pace counts a third for the runs after it
+    costs = JobEstimate([10, 30], cost=[3, 1], fixed=0)
+    assert costs.left(0, 6.0, 0.6) == pytest.approx(6 + 30 * 0.2)
+    costs.finished(train=6.0, steps=10, run=6.0, cost=3)
+    assert costs.left(1) == pytest.approx(30 * 0.2) and "at 0.2 s per step" in costs.line(1, "student")
+    with pytest.raises(ValueError, match="cost"):
+        JobEstimate([10, 10], cost=[1])
+    with pytest.raises(ValueError, match="jobs"):
+        JobEstimate([10], jobs=0)
+    assert summary_table([("a", "bb"), ("ccc", "d")]) == ["  a    bb", "  ccc   d"]
+
+
+def test_the_end_of_a_call_takes_longer_on_a_busy_machine(monkeypatch):
+    """The seconds that do not follow the time per step (the report, fresh processes) scale with the load average
+    over the CPUs, at least 1: on 2 cores with a load of 9, 4.5 times as long; where there is no load, as measured."""
+    from softargmax.experiments import _progress
+
+    est = JobEstimate([10], fixed=4.0)
+    est.finished(train=10.0, steps=10, run=10.0)
+    monkeypatch.setattr(_progress.os, "cpu_count", lambda: 2)
+    for load, factor in ((9.0, 4.5), (1.0, 1.0)):
+        monkeypatch.setattr(_progress.os, "getloadavg", lambda load=load: (load, load, load))
+        assert est.left(0, 0.0) == pytest.approx(4.0 * factor) and est.left(1) == pytest.approx(4.0 * factor)
+
+    def unknown():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(_progress.os, "getloadavg", unknown)
+    assert _progress.busy() == 1.0
 
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys):

@@ -826,7 +826,7 @@ def test_the_whole_job_estimate_adds_the_runs_left_their_evaluation_and_the_inte
     from softargmax.experiments.translation import OVERHEAD_RATIO, JobEstimate
 
     rounds = dict(rounds=10, steps=3, inference_rounds=3)
-    est = JobEstimate(runs=4, steps=500, systems=4, rounds=rounds)
+    est = JobEstimate(runs=4, steps=500, systems=4, rounds=rounds, fixed=0)
     assert est.left(0) is None  # no step timed yet
     # run 1 of 4 at 0.3 s per step, 60 s of its training left: before any run finished, the rest of a run
     # (evaluation, inference timing) is OVERHEAD_RATIO of its training; then 3 runs; then 4 systems x 30 steps
@@ -839,4 +839,4 @@ def test_the_whole_job_estimate_adds_the_runs_left_their_evaluation_and_the_inte
     # the current run's pace counts for the runs after it (a slower system: 2.7 s per step)
     assert est.left(3, 27.0, 2.7) == pytest.approx(27 + 50 + 4 * (30 * 2.7 + 3 * 4.0))
     # one system: no interleaved timing
-    assert JobEstimate(1, 10, 1, rounds).left(0, 5.0, 1.0) == pytest.approx(5 + OVERHEAD_RATIO * 10)
+    assert JobEstimate(1, 10, 1, rounds, fixed=0).left(0, 5.0, 1.0) == pytest.approx(5 + OVERHEAD_RATIO * 10)

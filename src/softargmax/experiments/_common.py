@@ -189,13 +189,15 @@ def _git(folder: Path, *args: str) -> Optional[str]:
 
 
 def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], list],
-           render_report: Callable[[dict, list], str], log: Log = print, rebuilt_from: Optional[str] = None) -> dict:
+           render_report: Callable[[dict, list], str], log: Log = print, rebuilt_from: Optional[str] = None,
+           summary: Optional[Callable[[dict], list]] = None) -> dict:
     """Write ``results.json``, the figures and ``report.md`` into ``out_dir``; returns ``results``.
 
     Each file is written atomically (:func:`atomic_write`): a run killed here leaves each of
     them either as it was or complete.  The line logged says what was written and the run's
     time; with ``rebuilt_from`` (e.g. ``"the 4 run records"``: a call that ran nothing) it says
-    that the report was rebuilt from those instead.
+    that the report was rebuilt from those instead.  ``summary``, where given, gives the lines that
+    close the log: the headline numbers of ``results`` (the experiment's ``summary_lines``).
     """
     atomic_json(out_dir / "results.json", results, indent=1, default=float)
     figures = write_figures(results, out_dir)
@@ -206,6 +208,8 @@ def finish(results: dict, out_dir: Path, write_figures: Callable[[dict, Path], l
     else:
         minutes = results.get("settings", {}).get("total_seconds", 0.0) / 60
         log(f"wrote {files} in {minutes:.1f} min")
+    for line in summary(results) if summary is not None else []:
+        log(line)
     return results
 
 

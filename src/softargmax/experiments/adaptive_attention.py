@@ -40,6 +40,7 @@ import torch
 
 import softargmax as sa
 
+from . import _progress as progress
 from . import translation
 from ._common import (
     Log,
@@ -196,10 +197,14 @@ def run(
     results: dict[str, Any] = {"settings": {}, "systems": {}, "paper": PAPER}
     models: dict[str, tuple[Seq2Seq, OutputLayer]] = {}
     resumed: list[str] = []
-    for system in systems:
+    # the runs' evaluation (test translation, attention analysis) is about translation's share of their training
+    est = progress.JobEstimate([train_cfg.steps] * len(systems), translation.OVERHEAD_RATIO)
+    for index, system in enumerate(systems):
+        log(est.line(index, system))
+        t_run = time.perf_counter()
         trained = train_system("softmax", model_cfg, train_cfg, tok, train, val, out_dir / "runs" / system,
                                device=device, log=log, attention=SYSTEMS[system], name=system,
-                               fingerprint=prints[system], checkpoint_every=checkpoint_every)
+                               fingerprint=prints[system], checkpoint_every=checkpoint_every, job_left=est.job(index))
         if trained["record"]["steps_this_run"] < trained["record"]["steps_done"]:
             resumed.append(system)
         model, layer, record = trained["model"], trained["layer"], dict(trained["record"])
@@ -215,6 +220,8 @@ def run(
         log(f"[{system}] test BLEU {record['bleu']:.2f}, mean attention density {record['mean_density']:.3f}")
         results["systems"][system] = record
         models[system] = (model, layer)
+        steps = record["steps_this_run"]
+        est.finished(record["train_seconds"] * steps / max(record["steps_done"], 1), steps, time.perf_counter() - t_run)
     log("timing training steps (all systems interleaved) ...")
     for system, sec in time_training_steps(models, tok, train, train_cfg, device, steps=P["timing_steps"]).items():
         results["systems"][system]["step_seconds_interleaved"] = sec
@@ -235,7 +242,20 @@ def run(
         **environment(t_all, device),
         "resumed_from_checkpoint": resumed,
     }
-    return finish(results, out_dir, write_figures, render_report, log)
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log: every attention's test BLEU, its mean attention density (the
+    share of nonzero weights), its learned α where it learns one, and its time per training step against softmax's."""
+    S = results["systems"]
+    rows = [("attention", "test BLEU", "nonzero weights", "step time vs softmax")]
+    for name, rec in S.items():
+        ratio = rec.get("seconds_per_step_vs_softmax")
+        rows.append((NAMES.get(name, name), f"{rec['bleu']:.2f}", f"{100 * rec['mean_density']:.0f}%",
+                     "—" if ratio is None else f"{ratio:.2f}×"))
+    return [f"summary (seed {results['settings']['seed']}; BLEU on the test set, step times timed interleaved):",
+            *progress.summary_table(rows)]
 
 
 def _by_block(attn: dict, key: str) -> dict:

@@ -21,6 +21,7 @@ References:
 from __future__ import annotations
 
 import gzip
+import math
 import statistics
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from torch import nn
 
 import softargmax as sa
 
+from . import _progress as progress
 from . import datasets
 from ._common import Log, begin, environment, finish, pyplot, relative_span, reproducibility, save_figure, seed_spread
 
@@ -91,8 +93,17 @@ class SmallCNN(nn.Sequential):
         )
 
 
-def train_eval(loss: dict, data: dict, P: dict, seed: int) -> dict:
-    """Train one network with ``loss`` (``fenchel_young_loss`` keywords); test accuracy and time."""
+#: the seconds of a run beyond its training steps (the test set's predictions) per second of them, until a run of
+#: the call has measured its own: a forward pass of the 10,000 test images against three epochs of 30,000 images
+#: forward and backward (a forward pass a third of a training step)
+OVERHEAD_RATIO = 0.04
+
+
+def train_eval(loss: dict, data: dict, P: dict, seed: int, label: str = "", job: progress.JobLeft = None) -> dict:
+    """Train one network with ``loss`` (``fenchel_young_loss`` keywords); test accuracy and time.
+
+    ``label`` names the run on its progress bar (on a terminal only), ``job`` gives the whole job's time left there
+    (:meth:`._progress.JobEstimate.job`)."""
     torch.manual_seed(seed)
     (x, y), (xt, yt) = data["train"], data["test"]
     model = SmallCNN()
@@ -100,17 +111,30 @@ def train_eval(loss: dict, data: dict, P: dict, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     model.train()
-    for _ in range(P["epochs"]):
-        for idx in torch.randperm(len(x), generator=gen).split(128):
-            obj = sa.fenchel_young_loss(model(x[idx]), y[idx], **loss)
-            opt.zero_grad(set_to_none=True)
-            obj.backward()
-            opt.step()
+    step = 0
+    with progress.training(P["epochs"] * _batches(len(x)), label, job) as tick:
+        for _ in range(P["epochs"]):
+            for idx in torch.randperm(len(x), generator=gen).split(BATCH):
+                obj = sa.fenchel_young_loss(model(x[idx]), y[idx], **loss)
+                opt.zero_grad(set_to_none=True)
+                obj.backward()
+                opt.step()
+                step += 1
+                tick(step, obj.detach())
     seconds = time.perf_counter() - t0
     model.eval()
     with torch.no_grad():
         pred = torch.cat([model(b).argmax(-1) for b in xt.split(1000)])
     return {"seed": seed, "accuracy": 100.0 * float((pred == yt).double().mean()), "train_seconds": seconds}
+
+
+#: images per mini-batch
+BATCH = 128
+
+
+def _batches(n: int) -> int:
+    """The mini-batches of an epoch of ``n`` images."""
+    return math.ceil(n / BATCH)
 
 
 def _summary(runs: list) -> dict:
@@ -133,28 +157,47 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     data["test"] = tuple(t[: P["test"] or len(t)] for t in data["test"])
     log(f"Fashion-MNIST from {folder}: train {len(keep)}, test {len(data['test'][1])}")
     results: dict[str, Any] = {"losses": {}, "alpha_sweep": {}, "paper": PAPER}
-    for name in systems:
-        runs = []
-        for s in seeds:
-            runs.append(train_eval(LOSSES[name], data, P, s))
-            log(f"{name:18s} seed {s}: accuracy {runs[-1]['accuracy']:.2f} ({runs[-1]['train_seconds']:.0f} s)")
-        results["losses"][name] = _summary(runs)
     same = {1.0: "kl", 1.5: "alpha1.5"}  # α = 1 is KL, α = 1.5 is 1.5-entmax: reuse those runs
+    plan = [(name, LOSSES[name], s, f"{name:18s} seed {s}") for name in systems for s in seeds]
+    plan += [(str(a), dict(mapping="entmax", alpha=a), s, f"alpha {a:.1f}           seed {s}")
+             for a in P["alphas"] if same.get(a) not in systems for s in seeds]
+    steps = P["epochs"] * _batches(len(keep))
+    est = progress.JobEstimate([steps] * len(plan), OVERHEAD_RATIO)
+    runs: dict[str, list] = {}
+    for index, (key, loss, s, label) in enumerate(plan):
+        log(est.line(index, " ".join(label.split())))
+        t0 = time.perf_counter()
+        runs.setdefault(key, []).append(train_eval(loss, data, P, s, " ".join(label.split()), est.job(index)))
+        est.finished(runs[key][-1]["train_seconds"], steps, time.perf_counter() - t0)
+        log(f"{label}: accuracy {runs[key][-1]['accuracy']:.2f} ({runs[key][-1]['train_seconds']:.0f} s)")
+    for name in systems:
+        results["losses"][name] = _summary(runs[name])
     for a in P["alphas"]:
-        if same.get(a) in results["losses"]:
-            results["alpha_sweep"][str(a)] = results["losses"][same[a]]
-            continue
-        runs = []
-        for s in seeds:
-            runs.append(train_eval(dict(mapping="entmax", alpha=a), data, P, s))
-            log(f"alpha {a:.1f}           seed {s}: accuracy {runs[-1]['accuracy']:.2f} ({runs[-1]['train_seconds']:.0f} s)")
-        results["alpha_sweep"][str(a)] = _summary(runs)
+        results["alpha_sweep"][str(a)] = results["losses"][same[a]] if same.get(a) in systems else _summary(runs[str(a)])
     results["settings"] = {
         "preset": preset, "seeds": seeds, "folder": str(folder), "train": len(keep), "test": len(data["test"][1]),
-        "epochs": P["epochs"], "batch": 128, "optimizer": "Adam lr 1e-3", "network": "SmallCNN (2 conv + 2 linear)",
+        "epochs": P["epochs"], "batch": BATCH, "optimizer": "Adam lr 1e-3", "network": "SmallCNN (2 conv + 2 linear)",
         **environment(t_all),
     }
-    return finish(results, out_dir, write_figures, render_report, log)
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log: the test accuracy of every loss (mean ± standard deviation
+    over the seeds) beside the paper's, and the best α of the sweep."""
+    L, A = results["losses"], results["alpha_sweep"]
+    seeds = len(results["settings"]["seeds"])
+    rows = [("loss", "test accuracy %", "paper (ImageNet)")]
+    rows += [(NAMES[n], f"{r['mean']:.2f}" + (f" ± {r['std']:.2f}" if seeds > 1 else ""),
+              f"{results['paper']['accuracy'].get(n, '—')}")
+             for n, r in L.items()]
+    lines = [f"summary ({seeds} seed{'s' * (seeds > 1)} per loss; Fashion-MNIST test accuracy, mean ± std over seeds):",
+             *progress.summary_table(rows)]
+    if A:
+        best = max(A, key=lambda a: A[a]["mean"])
+        lines.append(f"  α sweep: the best α is {best} ({A[best]['mean']:.2f}); the paper's is 1.5"
+                     + (f" ({A['1.5']['mean']:.2f} here)" if "1.5" in A and best != "1.5" else ""))
+    return lines
 
 
 def write_figures(results: dict, out_dir: Path) -> list:

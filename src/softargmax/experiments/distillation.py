@@ -38,6 +38,7 @@ from torch import nn
 
 import softargmax as sa
 
+from . import _progress as progress
 from . import datasets
 from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 
@@ -78,6 +79,16 @@ class CharLM(nn.Module):
         return (self.out(h), state) if return_state else self.out(h)
 
 
+#: the seconds of a run beyond its training steps (held-out accuracy, samples with both decodings) per second of
+#: them, until a run of the call has measured its own (an estimate: the default preset's evaluation reads 50,000
+#: held-out characters and samples 2 x 32 x 160 characters, a small share of 800 training steps of 32 x 64)
+OVERHEAD_RATIO = 0.05
+#: the relative cost of a training step of the teacher, of a student trained on the data, and of one distilled from
+#: the teacher (its forward pass added), at the default preset's sizes: 0.76 s, 0.29 s and 0.65 s on two busy CPU
+#: cores (the fastest of 10 steps, 2026-12-02)
+STEP_COST = {"teacher": 2.6, "sft": 1.0, "distillation": 2.2}
+
+
 def _windows(data: torch.Tensor, context: int, batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     start = torch.randint(0, len(data) - context - 1, (batch,), generator=gen)
     idx = start[:, None] + torch.arange(context + 1)
@@ -86,27 +97,30 @@ def _windows(data: torch.Tensor, context: int, batch: int, gen: torch.Generator)
 
 
 def train_lm(model: CharLM, data: torch.Tensor, P: dict, steps: int, mapping: str, seed: int,
-             teacher: Optional[CharLM] = None, log: Log = print, label: str = "") -> float:
-    """Adam (lr 3e-3, cosine decay); targets are the next characters or, with ``teacher``, its softmax."""
+             teacher: Optional[CharLM] = None, log: Log = print, label: str = "", job: progress.JobLeft = None) -> float:
+    """Adam (lr 3e-3, cosine decay); targets are the next characters or, with ``teacher``, its softmax.  Returns the
+    seconds of training; ``job`` gives the whole job's time left to the progress bar (on a terminal only)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     model.train()
     t0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        x, y = _windows(data, P["context"], P["batch"], gen)
-        if teacher is not None:
-            with torch.no_grad():
-                y = torch.softmax(teacher(x), -1)
-        loss = sa.fenchel_young_loss(model(x), y, mapping)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % max(1, steps // 5) == 0:
-            log(f"[{label}] step {step}/{steps} loss {loss.item():.4f}")
+    with progress.training(steps, label, job) as tick:
+        for step in range(1, steps + 1):
+            x, y = _windows(data, P["context"], P["batch"], gen)
+            if teacher is not None:
+                with torch.no_grad():
+                    y = torch.softmax(teacher(x), -1)
+            loss = sa.fenchel_young_loss(model(x), y, mapping)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            tick(step, loss.detach())
+            if step % max(1, steps // 5) == 0:
+                log(f"[{label}] step {step}/{steps} loss {loss.item():.4f}")
     model.eval()
     return time.perf_counter() - t0
 
@@ -163,8 +177,13 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     decode = lambda t: "".join(chars[i] for i in t.tolist())  # noqa: E731
     log(f"Tiny Shakespeare from {folder}: {len(train):,} training / {len(held):,} held-out characters, {len(chars)} symbols")
 
+    plan = [("teacher", "softmax")] + [(mode, name) for mode in ("sft", "distillation") for name in systems]
+    est = progress.JobEstimate([P["teacher"]["steps"]] + [P["student"]["steps"]] * (len(plan) - 1), OVERHEAD_RATIO,
+                               cost=[STEP_COST[mode] for mode, _ in plan])
+    log(est.line(0, "teacher"))
+    t0 = time.perf_counter()
     teacher = CharLM(len(chars), P["teacher"]["d"], P["teacher"]["layers"])
-    secs = train_lm(teacher, train, P, P["teacher"]["steps"], "softmax", seed, log=log, label="teacher")
+    secs = train_lm(teacher, train, P, P["teacher"]["steps"], "softmax", seed, log=log, label="teacher", job=est.job(0))
     results: dict[str, Any] = {"teacher": {"accuracy": accuracy(teacher, evaluation, 256), "train_seconds": secs,
                            "parameters": sum(p.numel() for p in teacher.parameters())}, "students": {}, "paper": PAPER}
     log(f"[teacher] held-out next-character accuracy {results['teacher']['accuracy']:.2f}%")
@@ -180,16 +199,19 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
                 "known_words": known_word_share(texts, vocabulary), "example": decode(prompts[0]) + "|" + texts[0]}
 
     results["teacher"].update(judge(teacher, "softmax"))
-    for mode in ("sft", "distillation"):
-        for name in systems:
-            model = CharLM(len(chars), P["student"]["d"], P["student"]["layers"])
-            secs = train_lm(model, train, P, P["student"]["steps"], LOSSES[name], seed, log=log, label=f"{mode} {name}",
-                            teacher=teacher if mode == "distillation" else None)
-            rec: dict[str, Any] = {"accuracy": accuracy(model, evaluation, 256), "train_seconds": secs,
-                   "own_decoding": judge(model, LOSSES[name]), "softmax_decoding": judge(model, "softmax")}
-            results["students"][f"{mode}:{name}"] = rec
-            log(f"[{mode} {name}] accuracy {rec['accuracy']:.2f}%, teacher NLL of samples "
-                f"{rec['own_decoding']['teacher_nll']:.3f} (softmax decoding {rec['softmax_decoding']['teacher_nll']:.3f})")
+    est.finished(secs, P["teacher"]["steps"], time.perf_counter() - t0, STEP_COST["teacher"])
+    for index, (mode, name) in enumerate(plan[1:], start=1):
+        log(est.line(index, f"{mode} {name}"))
+        t0 = time.perf_counter()
+        model = CharLM(len(chars), P["student"]["d"], P["student"]["layers"])
+        secs = train_lm(model, train, P, P["student"]["steps"], LOSSES[name], seed, log=log, label=f"{mode} {name}",
+                        teacher=teacher if mode == "distillation" else None, job=est.job(index))
+        rec: dict[str, Any] = {"accuracy": accuracy(model, evaluation, 256), "train_seconds": secs,
+               "own_decoding": judge(model, LOSSES[name]), "softmax_decoding": judge(model, "softmax")}
+        results["students"][f"{mode}:{name}"] = rec
+        est.finished(secs, P["student"]["steps"], time.perf_counter() - t0, STEP_COST[mode])
+        log(f"[{mode} {name}] accuracy {rec['accuracy']:.2f}%, teacher NLL of samples "
+            f"{rec['own_decoding']['teacher_nll']:.3f} (softmax decoding {rec['softmax_decoding']['teacher_nll']:.3f})")
     results["settings"] = {
         "preset": preset, "seed": seed, "folder": str(folder), "train_chars": len(train), "eval_chars": len(evaluation),
         "symbols": len(chars), "context": P["context"], "batch": P["batch"], "teacher": P["teacher"],
@@ -197,7 +219,21 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
         "samples": P["samples"], "sample_len": P["sample_len"], "optimizer": "Adam lr 3e-3, cosine decay, clip 1",
         **environment(t_all),
     }
-    return finish(results, out_dir, write_figures, render_report, log)
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log: the teacher's accuracy, and every loss's students (trained on
+    the data and distilled from the teacher): accuracy and the teacher's NLL of their samples, with their own
+    f-softargmax and with the classical softargmax."""
+    S, T = results["students"], results["teacher"]
+    rows = [("student", "accuracy %", "teacher NLL: own", "softmax decoding")]
+    for key, rec in S.items():
+        mode, name = key.split(":", 1)
+        rows.append((f"{'SFT' if mode == 'sft' else 'distilled'} {NAMES.get(name, name)}", f"{rec['accuracy']:.2f}",
+                     f"{rec['own_decoding']['teacher_nll']:.3f}", f"{rec['softmax_decoding']['teacher_nll']:.3f}"))
+    return [f"summary (held-out next-character accuracy; the teacher's {T['accuracy']:.2f}%, its NLL of its own samples "
+            f"{T['teacher_nll']:.3f} nats per character):", *progress.summary_table(rows)]
 
 
 def _names(results: dict) -> list[str]:

@@ -32,6 +32,7 @@ References:
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Collection, Optional, Sequence
 
@@ -39,6 +40,7 @@ import torch
 
 import softargmax as sa
 
+from . import _progress as progress
 from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
 
@@ -129,33 +131,61 @@ def run(preset: str = "default", out: str = "runs/label-proportions", seed: int 
     """Every (K, mixture, length, loss): CV-tuned fit, test MSE and JS.  Writes results, report and figures."""
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="label-proportions")
     rows: list[dict[str, Any]] = []
-    for K in P["K"]:
-        for mixture in ("uniform", "random"):
-            for length in P["lengths"]:
-                for s in P["seeds"]:
-                    gen = torch.Generator().manual_seed(seed + 1000 * s + K)
-                    word_dists = -torch.log(torch.rand(K, K, generator=gen, dtype=torch.float64))
-                    word_dists /= word_dists.sum(1, keepdim=True)  # flat Dirichlet rows
-                    x_tr, q_tr = generate(P["train"], K, length, mixture, word_dists, gen)
-                    x_te, q_te = generate(P["test"], K, length, mixture, word_dists, gen)
-                    mean, std = x_tr.mean(0), x_tr.std(0).clamp_min(1e-12)  # standardized on the training set
-                    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
-                    for name in systems:
-                        loss = LOSSES[name]
-                        lam = cross_validate(x_tr, q_tr, loss, P["lambdas"], P["folds"])
-                        W, b = fit(x_tr, q_tr, loss, lam)
-                        p = predict(x_te, W, b, loss)
-                        m = metrics(q_te, p)
-                        row = {"K": K, "mixture": mixture, "length": length, "seed": seed + s, "loss": name,
-                               "lambda": lam, **m, "support_exact": float(((p > 0) == (q_te > 0)).all(-1).double().mean())}
-                        rows.append(row)
-                        log(f"K={K} {mixture:7s} L={length:5d} {name:10s} λ={lam:g}: MSE {m['mse']:.4f} JS {m['js']:.4f}")
+    plan = [(K, mixture, length, s) for K in P["K"] for mixture in ("uniform", "random") for length in P["lengths"]
+            for s in P["seeds"]]
+    # the fits dominate: K features to K outputs, so a setting costs about K² (its documents' length matters less)
+    est = progress.JobEstimate([1] * len(plan), cost=[K * K for K, *_ in plan])
+    for index, (K, mixture, length, s) in enumerate(plan):
+        log(est.line(index, f"K={K}, {mixture} mixtures, {length} words per document"
+                     + (f", seed {seed + s}" if len(P["seeds"]) > 1 else ""), WHAT, unit=None))
+        t_run = time.perf_counter()
+        gen = torch.Generator().manual_seed(seed + 1000 * s + K)
+        word_dists = -torch.log(torch.rand(K, K, generator=gen, dtype=torch.float64))
+        word_dists /= word_dists.sum(1, keepdim=True)  # flat Dirichlet rows
+        x_tr, q_tr = generate(P["train"], K, length, mixture, word_dists, gen)
+        x_te, q_te = generate(P["test"], K, length, mixture, word_dists, gen)
+        mean, std = x_tr.mean(0), x_tr.std(0).clamp_min(1e-12)  # standardized on the training set
+        x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+        for name in systems:
+            loss = LOSSES[name]
+            lam = cross_validate(x_tr, q_tr, loss, P["lambdas"], P["folds"])
+            W, b = fit(x_tr, q_tr, loss, lam)
+            p = predict(x_te, W, b, loss)
+            m = metrics(q_te, p)
+            row = {"K": K, "mixture": mixture, "length": length, "seed": seed + s, "loss": name,
+                   "lambda": lam, **m, "support_exact": float(((p > 0) == (q_te > 0)).all(-1).double().mean())}
+            rows.append(row)
+            log(f"K={K} {mixture:7s} L={length:5d} {name:10s} λ={lam:g}: MSE {m['mse']:.4f} JS {m['js']:.4f}")
+        seconds = time.perf_counter() - t_run
+        est.finished(seconds, 1, seconds, est.cost[index])
     results = {"rows": rows, "paper": PAPER, "settings": {
         "preset": preset, "seed": seed, "losses": {k: LOSSES[k] for k in systems}, **{k: P[k] for k in P},
         "generator": {"mean_labels": 2.0, "word_distributions": "flat Dirichlet, V = K", "features": "word frequencies, standardized on the training set"},
         "optimizer": "L-BFGS (strong Wolfe), at most 100 iterations, float64",
         **environment(t_all)}}
-    return finish(results, out_dir, write_figures, render_report, log)
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
+
+
+#: how the time left of a call is estimated, in its lines
+WHAT = "the settings left at the pace of those done, each in proportion to K²"
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log: every loss's mean test MSE and JS over the settings, and in
+    how many settings with documents longer than 400 words it beats the logistic loss in both (the paper's claim)."""
+    rows, st = results["rows"], results["settings"]
+    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    at = {(r["K"], r["mixture"], r["length"], r["seed"], r["loss"]): r for r in rows}
+    long = [k[:4] for k in at if k[4] == "softmax" and k[2] > 400]
+    table = [("loss", "mean MSE", "mean JS", f"beats logistic (> 400 words, of {len(long)})")]
+    for loss in losses:
+        mine = [r for r in rows if r["loss"] == loss]
+        pairs = [(at[k + (loss,)], at[k + ("softmax",)]) for k in long if k + (loss,) in at]
+        wins = sum(a["mse"] < b["mse"] and a["js"] < b["js"] for a, b in pairs)
+        table.append((NAMES[loss], f"{statistics.fmean(r['mse'] for r in mine):.4f}",
+                      f"{statistics.fmean(r['js'] for r in mine):.4f}", "—" if loss == "softmax" or not long else str(wins)))
+    return [f"summary ({len(rows) // max(len(losses), 1)} settings: K in {list(st['K'])}, uniform and random mixtures, "
+            f"{len(st['lengths'])} document lengths; test MSE and JS, lower is better):", *progress.summary_table(table)]
 
 
 def _series(rows: list[dict], K: int, mixture: str, loss: str, key: str) -> tuple[list[int], list[float]]:

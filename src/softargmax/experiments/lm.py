@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Collection, Optional
@@ -60,6 +61,7 @@ from typing import Any, Collection, Optional
 import numpy as np
 import torch
 
+from . import _progress as progress
 from . import datasets
 from ._checkpoints import as_json_data
 from ._common import (
@@ -297,24 +299,64 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     folder, vocab, streams, tok_digest = load_data(P, data_dir, download, log)
     prints = {spec.name: _fingerprint(preset, spec, tok_digest) for spec in specs}
     setup = _setup(preset, seed, tok_digest)
-    check_records(out_dir, setup)  # refuse records of another setup before any training
+    earlier = check_records(out_dir, setup)  # refuse records of another setup before any training
     for spec in specs:  # and another run's checkpoints
         check_checkpoint(runs_dir / spec.name / "checkpoint.pt", prints[spec.name])
     train_ids = streams["train"].ids[: P["train_tokens"]]
     held = {s: streams[s].head(P["eval_tokens"]) for s in ("valid", "test")}
+    cfg = DecoderConfig(vocab=len(vocab), **P["model"])
+    S = TrainSettings(**P["train"])
+
+    def settings(records: dict, processes: int, this_call: list) -> dict:
+        """``results["settings"]``: the preset, the data, the model, the training, and this call."""
+        return {
+            "preset": preset, "seeds": [seed + s for s in P["seeds"]], "folder": str(folder),
+            "tokenizer": None if tok_digest is None else {"kind": "BPE (sentencepiece), learned on the training split",
+                                                          "digest": tok_digest},
+            "plateau": {"points": PLATEAU_POINTS, "share": PLATEAU_SHARE},
+            "train_tokens": int(len(train_ids)), "valid_tokens": int(held["valid"].ids.numel()),
+            "test_tokens": int(held["test"].ids.numel()), "vocab": len(vocab), "model": asdict(cfg),
+            "parameters": sum(p.numel() for p in Decoder(cfg).parameters()), "train": asdict(S),
+            "tokens_per_step": S.batch * cfg.context,
+            "other_seeds": [seed + s for s in P.get("other_seeds", P["seeds"][:1])],
+            "learned_q_seeds": [seed + s for s in P["learned_q_seeds"]],
+            "samples": P["samples"], "prompt": P["prompt"], "sample_len": P["sample_len"],
+            "optimizer": "AdamW β=(0.9, 0.95), weight decay 0.1 on matrices, warm-up then cosine to "
+                         + f"{100 * S.final:g}% of the peak"
+                         + (f" reached at {100 * (1 - S.hold):.0f}% of the steps and held there" if S.hold else "")
+                         + ", clip 1",
+            "resumed_from_checkpoint": [n for n, r in records.items() if r["resumed_at"]],
+            "training_processes": processes, "this_call": this_call,
+            **environment(t_all, device),
+        }
+
+    if runs is None and complete(earlier, planned):  # the same command again: nothing to train, sample or time
+        log(f"the results are complete: all {len(planned)} runs asked for have their run record in "
+            f"{out_dir / FOLDER}, with their samples and step times; nothing to train, the report is rebuilt from "
+            "them (--fresh trains them all again, --runs LOSS:SEED one again)")
+        try:  # what the call that trained them measured of itself: its memory peaks, its time, its processes
+            before = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        kept = {k: v for k, v in before.get("settings", {}).items()
+                if k in ("this_call", "training_processes", "total_seconds", "device")}
+        memory = before.get("memory") or _memory(P, cfg, S, threads, device)
+        results = results_from_records(earlier, planned, {**settings({}, 1, []), **kept}, memory, P["bootstrap"])
+        return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines,
+                      rebuilt_from=f"the {len(earlier)} run records in {out_dir / FOLDER}")
     log(f"Penn Treebank from {folder}: {len(train_ids):,} training tokens, {held['valid'].ids.numel():,} validation, "
         f"{held['test'].ids.numel():,} test; vocabulary {len(vocab):,}"
         + (f" (BPE pieces learned on the training split, tokenizer {tok_digest})" if tok_digest else " (words)")
         + f"; this call trains {len(specs)} of the preset's {len(planned)} runs")
-    cfg = DecoderConfig(vocab=len(vocab), **P["model"])
-    S = TrainSettings(**P["train"])
     trained: dict[str, tuple[Decoder, Optional[torch.Tensor]]] = {}
     records: dict[str, dict] = {}
     scores: dict[str, dict] = {}
-    if jobs > 1 and len(specs) > 1:
+    parallel = jobs > 1 and len(specs) > 1
+    est = JobEstimate(specs, P, jobs if parallel else 1)
+    if parallel:
         work = [(spec, cfg, S, train_ids, held, runs_dir / spec.name, prints[spec.name], device, P["eval_rows"],
                  checkpoint_every) for spec in specs]
-        _train_in_processes(work, jobs, log)
+        _train_in_processes(work, jobs, log, est)
     unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
     n_sent = int(held["test"].sentence.max()) + 1
 
@@ -331,13 +373,18 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
                                "tokens": pack([int(n) for n in tokens], "int32")},
             "decoding": decoding, "step_time": step_time, "device": describe_device(device), "code": code_identity()})
 
-    for spec in specs:
+    for index, spec in enumerate(specs):
         rdir = runs_dir / spec.name
+        if not parallel:
+            log(est.line(index, spec.name, WHAT))
+        t_run = time.perf_counter()
         model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, prints[spec.name], device, log,
-                                      checkpoint_every=checkpoint_every)
+                                      checkpoint_every=checkpoint_every, job_left=None if parallel else est.job(index))
         trained[spec.name], records[spec.name] = (model, log_q), rec
         scores[spec.name] = _scores(spec, model, log_q, held, rdir, P["eval_rows"], prints[spec.name], log)
         write_run_record(spec)
+        if not parallel:
+            est.finished(*_trained(rec), time.perf_counter() - t_run)
 
     first_seeds = {_key(s): s.seed for s in reversed(planned)}  # the seed of each loss whose samples are shown
     log("sampling ...")
@@ -356,32 +403,74 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
                 "kl_seconds": None if kl is None else kl["seconds"]})
     log("peak memory of the fused and the unfused loss, each in a fresh process ...")
     memory = _memory(P, cfg, S, threads, device)
-    settings = {
-        "preset": preset, "seeds": [seed + s for s in P["seeds"]], "folder": str(folder),
-        "tokenizer": None if tok_digest is None else {"kind": "BPE (sentencepiece), learned on the training split",
-                                                      "digest": tok_digest},
-        "plateau": {"points": PLATEAU_POINTS, "share": PLATEAU_SHARE},
-        "train_tokens": int(len(train_ids)), "valid_tokens": int(held["valid"].ids.numel()),
-        "test_tokens": int(held["test"].ids.numel()), "vocab": len(vocab), "model": asdict(cfg),
-        "parameters": sum(p.numel() for p in Decoder(cfg).parameters()), "train": asdict(S),
-        "tokens_per_step": S.batch * cfg.context, "other_seeds": [seed + s for s in P.get("other_seeds", P["seeds"][:1])],
-        "learned_q_seeds": [seed + s for s in P["learned_q_seeds"]],
-        "samples": P["samples"], "prompt": P["prompt"], "sample_len": P["sample_len"],
-        "optimizer": "AdamW β=(0.9, 0.95), weight decay 0.1 on matrices, warm-up then cosine to "
-                     + f"{100 * S.final:g}% of the peak"
-                     + (f" reached at {100 * (1 - S.hold):.0f}% of the steps and held there" if S.hold else "")
-                     + ", clip 1",
-        "resumed_from_checkpoint": [n for n, r in records.items() if r["resumed_at"]],
-        "training_processes": jobs if jobs > 1 and len(specs) > 1 else 1,
-        "this_call": [s.name for s in specs],
-        **environment(t_all, device),
-    }
-    results = results_from_records(check_records(out_dir, setup), planned, settings, memory, P["bootstrap"])
-    return finish(results, out_dir, write_figures, render_report, log)
+    results = results_from_records(check_records(out_dir, setup), planned,
+                                   settings(records, jobs if parallel else 1, [s.name for s in specs]), memory,
+                                   P["bootstrap"])
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
 
 
 #: what a call derives in its output folder (``--fresh`` moves it aside): checkpoints and run records
 DERIVED = ("runs", FOLDER)
+
+#: the seconds of a run beyond its training steps (the points of its learning curves, the scores of the validation
+#: and test sets) per second of training steps, until a run of the call has measured its own: the share of the
+#: forward passes in the default preset (21 curve points of 16,384 tokens and the 295,170 tokens of both sets scored,
+#: against 6,000 training steps of 1,024 tokens, a forward pass a third of a training step, the scores about three
+#: forward passes' worth)
+OVERHEAD_RATIO = 0.07
+#: the seconds of one fresh process of the memory measurement (:func:`_memory`) on a quiet machine: 2.9–3.8 s on two
+#: CPU cores with a load average of 3 (2026-12-02, the smoke and the default sizes), 24 s with 9.4
+MEMORY_PROCESS_SECONDS = 3.0
+#: what the whole job's time left adds to the runs' training, in its line
+WHAT = "their evaluation, then the samples, the step timing and the memory peaks"
+
+
+class JobEstimate(progress.JobEstimate):
+    """The time left of a call (:class:`._progress.JobEstimate`): its runs (``jobs`` at a time), each its training
+    steps and its evaluation, then the samples, the interleaved step timing and the memory peaks.
+
+    The step timing is ``timing_rounds + 1`` rounds (one warms up) of ``timing_batches`` steps of the first run of
+    every loss at the time per step; the samples ``sample_len`` forward passes of ``samples`` prompts per rule (own
+    and classical softargmax) of every loss with ``q = 1``, a forward pass of ``samples`` sequences a third of a
+    training step of ``batch``; each memory peak a fresh process (:data:`MEMORY_PROCESS_SECONDS`, with the report's
+    figures the ``fixed`` seconds of :class:`._progress.JobEstimate`, scaled by how busy the machine is).
+
+    Example:
+        >>> P = PRESETS["default"]
+        >>> est = JobEstimate(run_specs(P, P["systems"], 0), P, jobs=1)
+        >>> est.runs, est.work[0], round(est.after(0.06)), est.fixed  # 9 runs of 6,000 steps; 18 timed, 160 sampled
+        (9, 6000.0, 11, 16.0)
+    """
+
+    def __init__(self, specs: list[RunSpec], P: dict, jobs: int = 1) -> None:
+        processes = 2 * len(P["memory_mappings"])
+        super().__init__([P["train"]["steps"]] * len(specs), OVERHEAD_RATIO, jobs,
+                         fixed=progress.REPORT_SECONDS + processes * MEMORY_PROCESS_SECONDS)
+        self.timed = (P["timing_rounds"] + 1) * P["timing_batches"] * len({_key(s) for s in specs})
+        losses = len({s.loss for s in specs if not s.learned_q})
+        self.sampled = losses * 2 * P["sample_len"] * P["samples"] / (3 * P["train"]["batch"])
+
+    def after(self, per_step: float) -> float:
+        """The seconds of the samples and the step timing at ``per_step``."""
+        return (self.timed + self.sampled) * per_step
+
+
+def _trained(rec: dict) -> tuple[float, int]:
+    """``(seconds, steps)`` of the training steps a run's ``rec`` (:func:`.pretraining.training.train_run`'s record)
+    took in this call."""
+    steps = rec.get("steps_this_run", 0)
+    return (sum(rec["step_seconds"][-steps:]) if steps else 0.0), steps
+
+
+def complete(found: dict, planned: list[RunSpec]) -> bool:
+    """Whether every run of ``planned`` has its record in ``found`` (:func:`._records.check_records`), and every loss
+    its samples (with ``q = 1``) and its step time: a call again would train, sample and time nothing."""
+    if not planned or any((_key(s), s.seed) not in found for s in planned):
+        return False
+    recs = [rec for _, rec in found.values()]
+    return all(any(r.get("step_time") for r in recs if r["system"] == k)
+               and (k.endswith("+q") or any(r.get("decoding") for r in recs if r["system"] == k))
+               for k in {_key(s) for s in planned})
 
 
 def select_runs(planned: list[RunSpec], runs: Collection[Any]) -> list[RunSpec]:
@@ -477,28 +566,50 @@ def _scores(spec: RunSpec, model: Decoder, log_q: Optional[torch.Tensor], held: 
     return out
 
 
-def _train_and_score(item: tuple) -> list:
-    """One run trained (or resumed) and scored in a worker process with one torch thread; its log lines."""
+def _train_and_score(item: tuple) -> tuple[list, float, int, float]:
+    """One run trained (or resumed) and scored in a worker process with one torch thread: its log lines, the seconds
+    and the number of its training steps in this call, and its seconds in all."""
     spec, cfg, S, train_ids, held, rdir, fp, device, rows, checkpoint_every = item
+    t0 = time.perf_counter()
     torch.set_num_threads(1)
     lines: list = []
-    model, log_q, _ = train_run(spec, cfg, S, train_ids, held["valid"], rdir, fp, device, lines.append,
-                                checkpoint_every=checkpoint_every)
+    model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, fp, device, lines.append,
+                                  checkpoint_every=checkpoint_every)
     _scores(spec, model, log_q, held, rdir, rows, fp, lines.append)
-    return lines
+    return (lines, *_trained(rec), time.perf_counter() - t0)
 
 
-def _train_in_processes(work: list, jobs: int, log: Log) -> None:
+def _train_in_processes(work: list, jobs: int, log: Log, est: JobEstimate) -> None:
     """:func:`_train_and_score` of every item, ``jobs`` processes at a time (spawned: no state shared with this
-    one); each run's log lines are logged here when it finishes, in the order the runs finish."""
+    one); each run's log lines are logged here when it finishes, in the order the runs finish, then a line with the
+    time left of the whole job (``est``, :meth:`._progress.JobEstimate.left_in_lanes`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    log(f"training {len(work)} runs {min(jobs, len(work))} at a time, each in its own process with one torch thread")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for done in as_completed([pool.submit(_train_and_score, item) for item in work]):
-            for line in done.result():
+    lanes = min(jobs, len(work))
+    log(f"training {len(work)} runs {lanes} at a time, each in its own process with one torch thread; the time left "
+        "of the whole job follows from the first runs to finish")
+    t0 = time.perf_counter()
+    ended: list[float] = []  # when each run ended, in the order they ended: the next run in line started then
+    with ProcessPoolExecutor(max_workers=lanes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_train_and_score, item): i for i, item in enumerate(work)}
+        done: set = set()
+        for future in as_completed(futures):
+            lines, train, steps, seconds = future.result()
+            for line in lines:
                 log(line)
+            index = futures[future]
+            done.add(index)
+            ended.append(time.perf_counter())
+            est.finished(train, steps, seconds)
+            now = ended[-1]
+            # run i started when a lane came free: at the start for the first `lanes`, else at the (i - lanes)-th end
+            started = {i: t0 if i < lanes else ended[i - lanes] for i in range(len(work))
+                       if i not in done and i < len(ended) + lanes}
+            waiting = [i for i in range(len(work)) if i not in done and i not in started]
+            left = est.left_in_lanes({i: now - t for i, t in started.items()}, waiting)
+            log(f"== run {len(done)} of {len(work)} done: {work[index][0].name} in {progress.format_seconds(seconds)}"
+                + est.eta(left, WHAT))
 
 
 def _run_result(spec: RunSpec, rec: dict, sc: dict, log_q: Optional[torch.Tensor], vocab: int,
@@ -712,6 +823,34 @@ def ordering(results: dict) -> str:
         v = beats(results, a, b)
         out += (" > " if v.startswith("holds") else " ≈ " if v.startswith("not shown") else " ? ") + SHORT[b]
     return out
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log, a few lines: per loss (and learned q) its test accuracy (mean
+    ± standard deviation over its seeds), its step time against KL's, and the plateau criterion (its rise over the last
+    steps); then the order of Table 3's losses and the verdicts on the paper's two claims (the rules are the report's).
+    """
+    L = results["losses"]
+    if not L:
+        return []
+    flat, steps = results.get("plateau") or plateau(results), results.get("step_time", {}).get("systems", {})
+    rows = [("loss", "test accuracy %", "seeds", "step time vs KL", f"rise over the last {100 * PLATEAU_SHARE:.0f}%")]
+    for key, rec in L.items():
+        ratio = (steps.get(key) or {}).get("seconds_relative_to_kl")
+        f = flat.get(key)
+        rows.append((SHORT[rec["loss"]] + (" + learned q" if rec["learned_q"] else ""), _pm(rec["test"]["accuracy"]),
+                     str(len(rec["seeds"])), "—" if ratio is None else f"{ratio:.2f}×",
+                     "—" if f is None else f"{f['rise']:+.2f} ({'converged' if f['converged'] else 'still rising'})"))
+    lines = [f"summary ({len(results['runs'])} runs; next-token accuracy on the test set, mean ± std over seeds; a loss "
+             f"has converged when it rose by less than {PLATEAU_POINTS} points):", *progress.summary_table(rows)]
+    if {"kl", "chi_square", "alpha1.5"} <= set(L):
+        lines.append(f"  order of Table 3's losses: {ordering(results)}")
+        for text, keys, verdict in (("α = 1.5 as good as KL", ("alpha1.5", "kl"), at_least(results, "alpha1.5", "kl")),
+                                    ("KL better than χ²", ("kl", "chi_square"), beats(results, "kl", "chi_square"))):
+            rising = [SHORT[k] for k in keys if not (flat.get(k) or {}).get("converged")]
+            lines.append(f"  {'not judged' if rising else _word(verdict):>13}: {text}"
+                         + (f" ({' and '.join(rising)} still rising)" if rising else ""))
+    return lines
 
 
 #: the decoding rules "perform similarly" when the expected accuracy of a sampled token differs by less than this share

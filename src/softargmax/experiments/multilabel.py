@@ -43,6 +43,7 @@ import torch
 
 import softargmax as sa
 
+from . import _progress as progress
 from . import datasets
 from ._common import Log, begin, environment, finish, pyplot, reproducibility, save_figure
 from ._linear import fit_linear
@@ -246,9 +247,13 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     P, out_dir, t_all = begin(preset, PRESETS, systems, SYSTEM_NAMES, threads, out, what="multilabel")
     folder = datasets.find("mulan", data_dir, download_missing=download, log=log)
     results: dict[str, Any] = {"datasets": {}, "paper": PAPER}
-    for name in P["datasets"]:
-        parts = load(folder, name)
+    loaded = {name: load(folder, name) for name in P["datasets"]}
+    est = progress.JobEstimate([1] * len(loaded), cost=[_cost(parts, P) for parts in loaded.values()])
+    for index, (name, parts) in enumerate(loaded.items()):
         X, Y = parts["train"]
+        log(est.line(index, f"{name} ({len(X):,} examples, {X.shape[1]:,} features, {Y.shape[1]} labels)", WHAT,
+                     unit=None))
+        t_run = time.perf_counter()
         info: dict[str, Any] = {"labels": Y.shape[1], "features": X.shape[1], "train": len(X),
                 "test": len(parts["test"][0]) if parts["test"] else None,
                 "label_cardinality": float(Y.sum(1).mean()), "systems": {}}
@@ -276,9 +281,36 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
             log(f"{name:9s} {system:18s} micro-F1 {rec['micro']['f1']:.2f} macro-F1 {rec['macro']['f1']:.2f} "
                 f"({rec['seconds']:.1f} s)")
         results["datasets"][name] = info
+        seconds = time.perf_counter() - t_run
+        est.finished(seconds, 1, seconds, est.cost[index])
     results["settings"] = {"preset": preset, "seed": seed, "folder": str(folder), **{k: P[k] for k in P},
                            "thresholds": THRESHOLDS, **environment(t_all)}
-    return finish(results, out_dir, write_figures, render_report, log)
+    return finish(results, out_dir, write_figures, render_report, log, summary=summary_lines)
+
+
+#: how the time left of a call is estimated, in its lines
+WHAT = ("the datasets left at the pace of those done, in proportion to their examples × features × labels; a rough "
+        "guide: L-BFGS needs more iterations on some datasets than on others")
+
+
+def _cost(parts: dict, P: dict) -> float:
+    """The relative cost of a dataset's fits: an L-BFGS iteration's products of examples × features × labels, over
+    its splits (the official one, else the outer folds)."""
+    X, Y = parts["train"]
+    splits = 1 if parts["test"] is not None else P["outer_folds"]
+    return float(splits * len(X) * X.shape[1] * Y.shape[1])
+
+
+def summary_lines(results: dict) -> list:
+    """The headline numbers for the end of a run's log: the micro- and macro-averaged test F1 of every system on every
+    dataset."""
+    D = results["datasets"]
+    systems = list(next(iter(D.values()))["systems"]) if D else []
+    rows = [("dataset", *(NAMES[s].split(" (")[0] for s in systems))]
+    for name, info in D.items():
+        rows.append((name, *(f"{info['systems'][s]['micro']['f1']:.2f} / {info['systems'][s]['macro']['f1']:.2f}"
+                             for s in systems)))
+    return ["summary (test F1 in %, micro / macro averaged):", *progress.summary_table(rows)]
 
 
 def write_figures(results: dict, out_dir: Path) -> list:

@@ -94,6 +94,7 @@ import torch
 
 from softargmax.divergences import DIVERGENCE_NAMES
 
+from . import _progress as progress
 from ._common import (
     Log,
     atomic_json,
@@ -111,7 +112,6 @@ from ._common import (
     render_existing,
     write_record,
 )
-from ._progress import format_seconds
 from ._records import FORMAT as RECORD_FORMAT
 from ._records import check_records, pack
 from .nmt import data as nmt_data
@@ -638,19 +638,18 @@ def _runs_left(pairs: list, earlier: dict, out_dir: Path, log: Log) -> tuple[lis
 OVERHEAD_RATIO = 0.27
 
 
-class JobEstimate:
-    """The time left of a call: the runs left, each its training steps and the rest of the run (evaluation,
-    inference timing), then the interleaved timing (:func:`time_speed`).
+class JobEstimate(progress.JobEstimate):
+    """The time left of a call (:class:`._progress.JobEstimate`): the runs left, each its training steps and the rest
+    of the run (evaluation, inference timing; :data:`OVERHEAD_RATIO` of its training until a run measured its own),
+    then the interleaved timing (:func:`time_speed`).
 
-    The time per step is the current run's (its recent steps, :class:`._progress.StepTimer`), else the mean of the
-    runs this call finished; the rest of a run is what the finished runs took beyond their training steps, else
-    :data:`OVERHEAD_RATIO` of its training; the interleaved timing is ``rounds x steps`` training steps of every
-    system at that time per step plus ``inference_rounds`` translations at every beam, as long as the finished runs'
-    own inference timing measured (:data:`SPEED_ROUNDS`).  The paired bootstrap and the report that follow are not
-    in it: seconds (the bootstrap of 4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
+    The interleaved timing is ``rounds x steps`` training steps of every system at the time per step plus
+    ``inference_rounds`` translations at every beam, as long as the finished runs' own inference timing measured
+    (:data:`SPEED_ROUNDS`).  The report that follows is ``fixed`` (:class:`._progress.JobEstimate`); the paired
+    bootstrap is not in it: seconds (4 systems on 1000 test sentences, 1000 draws: 16 s on two busy CPU cores).
 
     Example:
-        >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3))
+        >>> est = JobEstimate(runs=2, steps=100, systems=2, rounds=dict(rounds=10, steps=3, inference_rounds=3), fixed=0)
         >>> round(est.left(0, run_left=50.0, per_step=1.0))  # 50 + 27 (rest of run 1) + 127 (run 2) + 60 (timing)
         264
         >>> est.finished(train=100.0, steps=100, run=130.0, inference=2.0)
@@ -658,33 +657,24 @@ class JobEstimate:
         202
     """
 
-    def __init__(self, runs: int, steps: int, systems: int, rounds: dict) -> None:
-        self.runs, self.steps, self.systems, self.rounds = runs, steps, systems, rounds
-        self.per_step: list[float] = []  # of each finished run
-        self.rest: list[float] = []  # seconds beyond the training steps, of each finished run
+    def __init__(self, runs: int, steps: int, systems: int, rounds: dict, fixed: Optional[float] = None) -> None:
+        super().__init__([steps] * runs, overhead=OVERHEAD_RATIO, fixed=fixed)
+        self.steps, self.systems, self.rounds = steps, systems, rounds
         self.inference: list[float] = []  # the inference timing of each finished run: seconds over every beam
 
-    def finished(self, train: float, steps: int, run: float, inference: float) -> None:
+    def finished(self, train: float, steps: float, run: float, inference: float = 0.0) -> None:
         """A run is done: ``train`` seconds for ``steps`` training steps of this call, ``run`` seconds in all,
         ``inference`` seconds to translate the timing sentences once at every beam."""
-        if steps > 0:
-            self.per_step.append(train / steps)
-            self.rest.append(max(run - train, 0.0))
+        super().finished(train, steps, run)
         self.inference.append(inference)
 
-    def left(self, index: int, run_left: Optional[float] = None, per_step: Optional[float] = None) -> Optional[float]:
-        """Seconds left from run ``index`` (0-based) on, with ``run_left`` seconds of its training steps left (``None``:
-        it has not started); ``None`` while no time per step is known."""
-        ps = per_step or (statistics.fmean(self.per_step) if self.per_step else None)
-        if ps is None:
-            return None
-        rest = statistics.fmean(self.rest) if self.rest else OVERHEAD_RATIO * self.steps * ps
-        current = (self.steps * ps if run_left is None else run_left) + rest
-        later = (self.runs - index - 1) * (self.steps * ps + rest)
+    def after(self, per_step: float) -> float:
+        """The interleaved timing of every system (none with one system)."""
+        if self.systems < 2:
+            return 0.0
         inference = statistics.fmean(self.inference) if self.inference else 0.0
         r = self.rounds
-        timing = self.systems * (r["rounds"] * r["steps"] * ps + r["inference_rounds"] * inference)
-        return current + later + (timing if self.systems > 1 else 0.0)
+        return self.systems * (r["rounds"] * r["steps"] * per_step + r["inference_rounds"] * inference)
 
 
 def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: ModelConfig, data: Data, out_dir: Path,
@@ -708,21 +698,15 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
     log(f"{len(pairs)} run{'s' * (len(pairs) > 1)} to train: {', '.join(f'{s}:{sd}' for s, sd in pairs)}; the time "
         "left of the whole job (training, evaluation and the interleaved timing) follows from the first steps")
     for index, (system, sd) in enumerate(pairs):
-        left = est.left(index)
-        eta = (f", ETA {format_seconds(left)} for the whole job (the runs left at "
-               f"{statistics.fmean(est.per_step):.2f} s per step, evaluation and the interleaved timing)"
-               if left is not None else "")
         name = f"{system} seed {sd}" if seeded else system
-        log(f"== run {index + 1} of {len(pairs)}: {system}" + (f" seed {sd}" if seeded else "") + eta)
+        log(est.line(index, name, "their evaluation" if len(timed) < 2 else "their evaluation, then the interleaved "
+                     "timing"))
         t_run = time.perf_counter()
         training = asdict(TrainConfig(seed=sd, **P["train_cfg"]))
 
-        def job_left(run_left: float, per_step: Optional[float], i: int = index) -> Optional[float]:
-            return est.left(i, run_left, per_step)
-
         trained = train_system(system, model_cfg, TrainConfig(seed=sd, **P["train_cfg"]), tok, train, val,
                                _run_dir(out_dir, system, sd), device=ctx.device, log=log, name=name,
-                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every, job_left=job_left)
+                               fingerprint=prints[system, sd], checkpoint_every=checkpoint_every, job_left=est.job(index))
         if not ctx.main:
             continue
         result = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)

@@ -12,6 +12,7 @@ import re
 from typing import Iterable, Optional
 
 from .._common import reproducibility, seed_spread
+from .._progress import summary_table
 from .names import display_name
 from .results import joined_distinct
 from .verdicts import (
@@ -626,11 +627,9 @@ def summary_lines(results: dict) -> list:
         time = "" if ratio is None else f"{ratio:.2f}×" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci and name != "softmax"
                                                             else "")
         rows.append((display_name(name), f"{rec['bleu']:.2f}", time))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"summary ({max(seeds)} seed{'s' * (max(seeds) > 1)} per system; BLEU on the test set, step time with "
              "its 95% interval):"]
-    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-              for r in rows]
+    lines += summary_table(rows)
     for claim in _claims(results):
         found = re.match(r"- (.+?): (holds|does not hold|not shown)\b", claim)
         if found:

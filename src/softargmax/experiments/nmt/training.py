@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -36,7 +36,7 @@ from .._common import (
     save_checkpoint,
     set_rng_state,
 )
-from .._progress import Interrupts, StepTimer, format_seconds, progress_bar
+from .._progress import Interrupts, JobLeft, StepTimer, advance, format_seconds, progress_bar
 from . import distributed
 from .data import Parallel
 from .decoding import pad_batch, translate
@@ -46,9 +46,6 @@ from .tokenizer import BOS, EOS, PAD, Tokenizer
 #: a training pair (source ids, target ids), and the three padded tensors of a batch (source, target in, target out)
 Pair = tuple[list[int], list[int]]
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-#: the whole job's seconds left from this run's ``(seconds left of training, seconds per step)`` (``None``: no
-#: estimate): :func:`train_system`'s ``job_left``
-JobLeft = Optional[Callable[[float, Optional[float]], Optional[float]]]
 
 
 @dataclass
@@ -218,17 +215,6 @@ def _stopped(save: Any, possible: list, needed: bool, what: str, log: Log) -> No
     if needed:
         save()
     log(f"{what}: checkpoint saved, the run continues from it")
-
-
-def _advance(bar: Any, timer: StepTimer, step: int, total: int, shown: float, job: JobLeft) -> None:
-    """``step`` is done: into the time left, and onto the bar (where there is one)."""
-    timer.tick(step)
-    if bar is not None:
-        left = timer.seconds_left(total)
-        whole = None if job is None or left is None else job(left, timer.per_step)
-        bar.set_postfix_str(f"loss {shown:.3f}, ETA run {timer.eta(total)}"
-                            + (f", whole job {format_seconds(whole)}" if whole is not None else ""), refresh=False)
-        bar.update(1)
 
 
 def _restore(state: dict, model: Seq2Seq, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR,
@@ -491,7 +477,7 @@ def train_system(
                     record["train_tokens_this_rank"] = (record.get("train_tokens_this_rank", 0)
                                                         + sum(len(pairs[i][1]) + 1 for i in mine))
                     record["steps_done"] = step
-                    _advance(bar, eta, step, cfg.steps, float(shown), job_left)
+                    advance(bar, eta, step, cfg.steps, float(shown), job_left)
                     if _every(step, max(1, cfg.eval_every // 4), 1):
                         log(_progress(label, record, cfg, step, eta, float(shown), world, job_left))
                     if _every(step, cfg.eval_every, cfg.steps):

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 import softargmax as sa
 
 from .._common import Log, check_checkpoint_every, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .._progress import progress_bar
+from .._progress import JobLeft, StepTimer, advance, format_seconds, progress_bar
 from .data import Stream, eval_windows, train_batch
 from .model import Decoder, DecoderConfig
 from .reference_measure import linear_loss_with_learned_q
@@ -168,13 +168,16 @@ def _step(model: Decoder, log_q: Optional[Tensor], opt: torch.optim.Optimizer,
 
 def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Tensor, curve_stream: Stream,
               run_dir: Path, fingerprint: dict, device: str = "cpu", log: Log = print,
-              checkpoint_every: Optional[int] = None) -> tuple[Decoder, Optional[nn.Parameter], dict]:
+              checkpoint_every: Optional[int] = None, job_left: JobLeft = None) -> tuple[Decoder, Optional[nn.Parameter], dict]:
     """Train (or resume, or load) one run; returns ``(model, log_q or None, record)``.
 
     ``record``: ``steps_done``, ``train_seconds`` (forward, loss, backward and update; curve
     evaluations excluded), ``step_seconds`` (every step's time), ``loss_curve`` and
     ``accuracy_curve`` (``[step, value]`` pairs), ``resumed_at`` (the steps a resumed run started
-    from).
+    from), ``steps_this_run`` (the steps trained by this call).
+
+    ``job_left``, where given, is called with the seconds left of this run's training steps and the time per
+    step, and returns the seconds left of the whole job: the progress lines and the bar show it.
 
     Resumes from ``run_dir/checkpoint.pt`` (:func:`~softargmax.experiments._common.load_checkpoint`):
     a checkpoint whose fingerprint is not ``fingerprint`` raises
@@ -206,10 +209,11 @@ def train_run(spec: RunSpec, cfg: DecoderConfig, S: TrainSettings, train_ids: Te
                                "rng": rng_state()}, fingerprint)
 
     model.train()
-    step = record["steps_done"]
+    step = start = record["steps_done"]
     with progress_bar(S.steps, spec.name, step) as bar:  # on a terminal only
         step = _train_steps(model, log_q, opt, sched, spec, S, cfg, train_ids, curve_stream, device, record, step,
-                            checkpoint, checkpoint_every, log, bar)
+                            checkpoint, checkpoint_every, log, bar, job_left)
+    record["steps_this_run"] = step - start
     model.eval()
     return model, log_q, record
 
@@ -218,8 +222,9 @@ def _train_steps(model: Decoder, log_q: Optional[nn.Parameter], opt: torch.optim
                  sched: torch.optim.lr_scheduler.LambdaLR, spec: RunSpec,
                  S: TrainSettings, cfg: DecoderConfig, train_ids: torch.Tensor, curve_stream: Stream, device: str,
                  record: dict, step: int, checkpoint: Callable[[], None], checkpoint_every: Optional[int], log: Log,
-                 bar: Any) -> int:
+                 bar: Any, job_left: JobLeft = None) -> int:
     """The training steps from ``step`` to ``S.steps`` (curves, checkpoints, progress lines, the bar); the last step."""
+    timer = StepTimer(step)  # the bar's time left, from the recent steps
     while step < S.steps:
         x, y = (t.to(device) for t in train_batch(train_ids, cfg.context, S.batch, spec.seed, step))
         t0 = time.perf_counter()
@@ -238,9 +243,11 @@ def _train_steps(model: Decoder, log_q: Optional[nn.Parameter], opt: torch.optim
         if step % S.curve_every == 0 or step == S.steps or (checkpoint_every and step % checkpoint_every == 0):
             checkpoint()
         if curve:
-            left = statistics.fmean(record["step_seconds"][-S.curve_every:]) * (S.steps - step) / 60
+            per_step = statistics.fmean(record["step_seconds"][-S.curve_every:])
+            left = per_step * (S.steps - step)
+            whole = None if job_left is None else job_left(left, per_step)
             log(f"[{spec.name}] step {step}/{S.steps} loss {value:.4f} validation-head accuracy {acc:.2f}% "
-                f"({1000 * dt:.0f} ms/step, about {left:.1f} min left)")
-        if bar is not None:
-            bar.update(1)
+                f"({1000 * dt:.0f} ms/step, about {left / 60:.1f} min left"
+                + ("" if whole is None else f"; whole job: {format_seconds(whole)}") + ")")
+        advance(bar, timer, step, S.steps, float(loss) if bar is not None else 0.0, job_left)
     return step
