@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import FUSED_COVERED, div_id, sparsemax_sort
+from conftest import CPU_FUSED_COVERED, div_id, sparsemax_sort
 
 import softargmax as sa
 from softargmax import backends as _kernels
@@ -119,7 +119,7 @@ def _backends():
 
 
 @pytest.mark.parametrize("backend", _backends())
-@pytest.mark.parametrize("case", FUSED_COVERED, ids=div_id)
+@pytest.mark.parametrize("case", CPU_FUSED_COVERED, ids=div_id)
 def test_solution_contract(case, backend):
     """jvp, inner and f_sum agree with their definitions whichever solver ran."""
     name, params = case

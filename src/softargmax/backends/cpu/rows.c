@@ -46,6 +46,9 @@ static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
 #define KIND_POWER 0
 #define KIND_JS 1
 #define KIND_HELL 2
+#define KIND_RKL 3
+#define KIND_JEFF 4
+#define KIND_RCHI 5
 #define MAX_ITER 200
 #define BLOCK 16
 /* candidate lists are padded with -inf to a multiple of this (a vector-math call for a
@@ -165,42 +168,228 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
     return t;
 }
 
-/* Newton for the dense kinds on e (JS: exp(m - z) >= 1; Hellinger: m - z >= 0); returns tau - m. */
-static double iterate_dense(const double *e, long k, int kind, double tol, int *iters) {
-    double t = 0.0, last = INFINITY;
-    int it = 0;
-    for (;;) {
-        double S = 0, Sp = 0;
-        if (kind == KIND_JS) {
-            const double E2 = 2.0 * exp(t);
-#pragma omp simd reduction(+ : S, Sp)
-            for (long j = 0; j < k; j++) {
-                const double g = 1.0 / (e[j] * E2 - 1.0);
-                S += g;
-                Sp += g * g;
-            }
-            Sp += S;
-        } else {
-            const double t1 = t + 1.0;
-#pragma omp simd reduction(+ : S, Sp)
-            for (long j = 0; j < k; j++) {
-                const double r = 1.0 / (t1 + e[j]);
-                S += r * r;
-                Sp += r * r * r;
-            }
-            Sp *= 2.0;
-        }
-        if (it >= MAX_ITER) break;
-        const double resid = fabs(S - 1.0);
-        if (it > 1 && (resid <= tol || resid >= last)) break;
-        if (it > 1) last = resid;
-        const double tn = kind == KIND_JS ? t + S * log(S) / Sp : t + 2.0 * (S * sqrt(S) - S) / Sp;
-        if (!(tn > t)) break;
-        t = tn;
-        it++;
+/* -- the dense kinds (f'(0) = -inf: every entry is in the support) -------------------------------- */
+
+/* S(t_lo) >= 1: the row maximum's own term g(-t_lo) = 1, t_lo = -f'(1) */
+static double dense_t_lo(int kind) {
+    return kind == KIND_RKL ? 1.0 : kind == KIND_RCHI ? 0.5 : 0.0;
+}
+
+/* Jensen's lower bound of the root (g is convex, so S(t) >= nf g(-t - mean e) over the nf finite
+   entries): the t where nf g(-t - mean e) = 1; -inf where not used (JS: e holds exp(m - z)). */
+static double jensen_start(int kind, double nf, double esum) {
+    const double eb = esum / nf;
+    switch (kind) {
+    case KIND_HELL: return sqrt(nf) - 1.0 - eb;
+    case KIND_RKL: return nf - eb;
+    case KIND_RCHI: return 0.5 * nf * nf - eb;
+    case KIND_JEFF: return nf + log(nf) - 1.0 - eb;
+    default: return -INFINITY;
     }
-    *iters = it;
-    return t;
+}
+
+/* The Newton step t + phi / |phi'| on phi = (S^rho - 1)/rho (log S at rho = 0), convex in t for each
+   kind (Sp = -S' = the sum of g'), so that the steps increase monotonically to the root from below. */
+static double dense_step(int kind, double t, double S, double Sp) {
+    switch (kind) {
+    case KIND_JS: return t + S * log(S) / Sp;               /* rho = 0 */
+    case KIND_RKL: return t + (S * S - S) / Sp;             /* rho = -1 */
+    case KIND_RCHI: return t + (S * S * S - S) / (2.0 * Sp); /* rho = -2 */
+    default: return t + 2.0 * (S * sqrt(S) - S) / Sp;       /* rho = -1/2: Hellinger, Jeffrey */
+    }
+}
+
+/* Jeffrey: g(v) = 1/W(e^{1 - v}), with W(e^L) for L = 1 + t + e_j >= 1 (so W >= 1), the root w of
+   w + log w = L.  The pass clamps e at JEFF_BIG, where g' = 1/(W (1 + W)) overflows to 0 and so
+   does g = (1 + W) g': masked entries give 0 with no select (a select in a loop with a vector-math
+   call keeps GCC 12 from vectorizing it), and so do entries more than ~1e154 below the row maximum
+   (g < 1e-154 there).  Each pass evaluates W in one of three ways (jeffrey_mode), all exact to the
+   double's rounding (the tests check them against a 50-digit reference):
+   JEFF_COLD   the asymptotic start L - log L + log L / L (exact at L = 1, 8% off at worst, near
+               L = 1.5) and two Fritsch steps (three logs);
+   JEFF_WARM   the previous pass's W, a second-order Taylor step in the change dt of t and one
+               Fritsch step (one log), where jeffrey_mode finds the Taylor step's error small;
+   JEFF_SERIES every L >= JEFF_SERIES_MIN (t large: long flat rows): the asymptotic series of
+               Corless et al. (1996, eq. 4.19) to L^-5, relative error below 1e-18 (one log). */
+#define JEFF_BIG 1e300
+#define JEFF_COLD 0
+#define JEFF_WARM 1
+#define JEFF_SERIES 2
+#define JEFF_SERIES_MIN 1000.0
+
+/* One step of Fritsch's iteration (Fritsch, Shafer and Crowley, 1973): from a relative error e
+   to about e^4 / 100 (8e-2 -> 3e-7 -> below the double's rounding), in a form scaled by 1/(1 + w)
+   that does not overflow for w up to JEFF_BIG.  Inlined, not "declare simd": GCC 12 runs a simd
+   clone's lanes one by one through the scalar log. */
+static inline __attribute__((always_inline)) double fritsch_step(double w, double L) {
+    const double r = 1.0 / (1.0 + w);
+    const double a = (L - log(w) - w) * r, b = a * r;
+    const double q = 2.0 + (4.0 / 3.0) * a;
+    return w + w * a * (q - b) / (q - 2.0 * b);
+}
+
+static inline __attribute__((always_inline)) double jeffrey_w_cold(double L) {
+    const double lL = log(L);
+    const double x = L - lL + lL / L;
+    return fritsch_step(fritsch_step(x, L), L);
+}
+
+/* from x = W(e^{L - dt}): W' = x/(1 + x), W'' = x/(1 + x)^3 */
+static inline __attribute__((always_inline)) double jeffrey_w_warm(double x, double dt, double L) {
+    const double d = 1.0 / (1.0 + x);
+    return fritsch_step(x + dt * x * d * (1.0 + 0.5 * dt * d * d), L);
+}
+
+/* the series' coefficients are multiplied by constant reciprocals: a division by a constant is not
+   turned into a product without -freciprocal-math, and divisions cost this loop most of its time */
+static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
+    const double l = log(L), u = 1.0 / L;
+    const double c2 = (6.0 + l * (-9.0 + 2.0 * l)) * (1.0 / 6.0);
+    const double c3 = (-12.0 + l * (36.0 + l * (-22.0 + 3.0 * l))) * (1.0 / 12.0);
+    const double c4 = (60.0 + l * (-300.0 + l * (350.0 + l * (-125.0 + 12.0 * l)))) * (1.0 / 60.0);
+    return (L - l) + u * l * (1.0 + u * (0.5 * (l - 2.0) + u * (c2 + u * (c3 + u * c4))));
+}
+
+/* How the pass at t evaluates W after a step dt (first: the row's first pass).  The warm start's
+   Taylor step has relative error below |W'''| |dt|^3 / (6 W) <= |dt|^3 / (200 W) <= 2.5e-6 when
+   |dt|^3 <= 5e-4 W (W >= 1 + t - log(1 + t) for every entry), which one Fritsch step takes below 1e-20. */
+static int jeffrey_mode(double t, double dt, int first) {
+    if (1.0 + t >= JEFF_SERIES_MIN) return JEFF_SERIES;
+    if (first) return JEFF_COLD;
+    const double wlo = fmax(1.0, 1.0 + t - log1p(t));
+    return fabs(dt * dt * dt) <= 5e-4 * wlo ? JEFF_WARM : JEFF_COLD;
+}
+
+/* W(e^L) for n arguments L in [1, JEFF_BIG] as a Jeffrey pass computes them in mode (the tests'
+   entry; prev and dt: the warm start's, prev may be NULL otherwise). */
+void sa_jeffrey_w(const double *L, const double *prev, double dt, int mode, double *out, long n) {
+    for (long j = 0; j < n; j++)
+        out[j] = mode == JEFF_SERIES ? jeffrey_w_series(L[j])
+                 : mode == JEFF_WARM ? jeffrey_w_warm(prev[j], dt, L[j]) : jeffrey_w_cold(L[j]);
+}
+
+#define DEFINE_DENSE(T, SUFFIX, EPS)                                                                 \
+/* One pass of a dense kind at t (tau - m): g and g' of every entry, written to p and s in T as the  \
+   output of this t (the last pass's are the result: no pass after the iteration), and their sums    \
+   *S and *Sp in double.  e: JS exp(m - z) >= 1, the others m - z >= 0 (+inf where masked: g = g' = 0). \
+   Jeffrey (e clamped at JEFF_BIG, where g = g' = 0): w[j] holds W(e^{1 + t + e_j}) of the previous  \
+   pass and receives this pass's, evaluated as jmode says (jeffrey_mode; dt: t's change since then). */ \
+static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, double t, double dt, int jmode, \
+                              T *p, T *s, double *S_out, double *Sp_out) {                           \
+    double S = 0, Sp = 0;                                                                            \
+    if (kind == KIND_JS) {                                                                           \
+        const double E2 = 2.0 * exp(t);                                                              \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = 1.0 / (e[j] * E2 - 1.0), gp = g + g * g;                                \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_HELL) {                                                                  \
+        const double t1 = t + 1.0;                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double r = 1.0 / (t1 + e[j]), g = r * r, gp = 2.0 * g * r;                         \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_RKL) {                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = 1.0 / (t + e[j]), gp = g * g;                                           \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_RCHI) {                                                                  \
+        const double t2 = 2.0 * t;                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = 1.0 / sqrt(t2 + 2.0 * e[j]), gp = g * g * g;                            \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else {                                                                                         \
+        const double t1 = t + 1.0;                                                                   \
+        if (jmode == JEFF_SERIES) {                                                                  \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_series(t1 + e[j]);                                        \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+            }                                                                                        \
+        } else if (jmode == JEFF_WARM) {                                                             \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_warm(w[j], dt, t1 + e[j]);                                \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+            }                                                                                        \
+        } else {                                                                                     \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_cold(t1 + e[j]);                                          \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    *S_out = S;                                                                                      \
+    *Sp_out = Sp;                                                                                    \
+}                                                                                                    \
+                                                                                                     \
+/* The Newton iteration of a dense kind from t0 (a lower bound of the root, or above it by a rounding \
+   error: then the first step goes down, not below t_lo); p, s and *ssum are those of the last pass. */ \
+static double iterate_dense_##SUFFIX(const double *e, double *w, long k, int kind, double tol, double t0, \
+                                   double t_lo, T *p, T *s, T *ssum, int *iters) {                   \
+    double t = t0, last = INFINITY, dt = 0, S = 0, Sp = 0;                                           \
+    int it = 0, jmode = kind == KIND_JEFF ? jeffrey_mode(t0, 0.0, 1) : 0;                            \
+    for (;;) {                                                                                       \
+        eval_dense_##SUFFIX(e, w, k, kind, t, dt, jmode, p, s, &S, &Sp);                             \
+        const double resid = fabs(S - 1.0);                                                          \
+        if (resid <= tol || it >= MAX_ITER || (it > 1 && resid >= last)) break;                      \
+        last = resid;                                                                                \
+        double tn = dense_step(kind, t, S, Sp);                                                      \
+        if (!(tn > t)) {                                                                             \
+            if (!(it == 0 && S < 1.0)) break; /* at the root to rounding */                          \
+            tn = fmax(tn, t_lo);                                                                     \
+            if (!(tn < t)) break;                                                                    \
+        }                                                                                            \
+        dt = tn - t;                                                                                 \
+        if (kind == KIND_JEFF) jmode = jeffrey_mode(fmin(t, tn), dt, 0);                             \
+        t = tn;                                                                                      \
+        it++;                                                                                        \
+    }                                                                                                \
+    *ssum = (T)Sp;                                                                                   \
+    *iters = it;                                                                                     \
+    return t;                                                                                        \
+}                                                                                                    \
+                                                                                                     \
+static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,             \
+                            double *e, double *w, int *iters) {                                      \
+    int bad;                                                                                         \
+    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                           \
+    *iters = 0;                                                                                      \
+    if (bad || m == -INFINITY) {                                                                     \
+        const T fill = bad ? (T)NAN : (T)0;                                                          \
+        for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                      \
+        *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                                   \
+    }                                                                                                \
+    double esum = 0, nf = 0;                                                                         \
+    if (kind == KIND_JS) {                                                                           \
+        _Pragma("omp simd")                                                                          \
+        for (long j = 0; j < k; j++) e[j] = exp(m - (double)z[j]);                                   \
+    } else {                                                                                         \
+        const double cap = kind == KIND_JEFF ? JEFF_BIG : INFINITY;                                  \
+        _Pragma("omp simd reduction(+ : esum, nf)")                                                  \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double v = m - (double)z[j];                                                       \
+            const int fin = v < INFINITY;                                                            \
+            e[j] = v < cap ? v : cap; esum += fin ? v : 0.0; nf += fin ? 1.0 : 0.0;                  \
+        }                                                                                            \
+    }                                                                                                \
+    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                         \
+    const double t_lo = dense_t_lo(kind);                                                            \
+    /* the start: t_lo, or Jensen's bound (g convex in v) when above: S(t) >= nf g(-t - mean e) */   \
+    const double t = iterate_dense_##SUFFIX(e, w, k, kind, tol, fmax(t_lo, jensen_start(kind, nf, esum)), t_lo, \
+                                          p, s, ssum, iters);                                        \
+    *tau = (T)(t + m);                                                                               \
+    return 0;                                                                                        \
 }
 
 #define DEFINE_ROWS(T, SUFFIX, EPS, TINY)                                                        \
@@ -304,45 +493,7 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
     return 0;                                                                                    \
 }                                                                                                \
                                                                                                  \
-static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,       \
-                              double *e, int *iters) {                                           \
-    int bad;                                                                                     \
-    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
-    *iters = 0;                                                                                  \
-    if (bad || m == -INFINITY) {                                                                 \
-        const T fill = bad ? (T)NAN : (T)0;                                                      \
-        for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                  \
-        *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                               \
-    }                                                                                            \
-    if (kind == KIND_JS) {                                                                       \
-        _Pragma("omp simd")                                                                      \
-        for (long j = 0; j < k; j++) e[j] = exp(m - (double)z[j]);                               \
-    } else {                                                                                     \
-        _Pragma("omp simd")                                                                      \
-        for (long j = 0; j < k; j++) e[j] = m - (double)z[j];                                    \
-    }                                                                                            \
-    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
-    const double t = iterate_dense(e, k, kind, tol, iters);                                      \
-    double sp = 0;                                                                               \
-    if (kind == KIND_JS) {                                                                       \
-        const double E2 = 2.0 * exp(t);                                                          \
-        _Pragma("omp simd reduction(+ : sp)")                                                    \
-        for (long j = 0; j < k; j++) {                                                           \
-            const double g = 1.0 / (e[j] * E2 - 1.0);                                            \
-            p[j] = (T)g; s[j] = (T)(g + g * g); sp += g + g * g;                                 \
-        }                                                                                        \
-    } else {                                                                                     \
-        const double t1 = t + 1.0;                                                               \
-        _Pragma("omp simd reduction(+ : sp)")                                                    \
-        for (long j = 0; j < k; j++) {                                                           \
-            const double r = 1.0 / (t1 + e[j]);                                                  \
-            p[j] = (T)(r * r); s[j] = (T)(2.0 * r * r * r); sp += 2.0 * r * r * r;               \
-        }                                                                                        \
-    }                                                                                            \
-    *tau = (T)(t + m);                                                                           \
-    *ssum = (T)sp;                                                                               \
-    return 0;                                                                                    \
-}                                                                                                \
+DEFINE_DENSE(T, SUFFIX, EPS)                                                                     \
                                                                                                  \
 /* Solve rows [r0, r1) with the thread's buffers: buf (2 (k + PAD) doubles), idx (k + PAD), and  \
    srow (k entries, for s when s is NULL).  Returns the most Newton steps of those rows;       \
@@ -362,7 +513,7 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
         const int st = kind == KIND_POWER                                                        \
             ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it, \
                                  sums ? row_sums : NULL, oc, osc)                                \
-            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, &it);                \
+            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, &it);                \
         /* tau_f = (tau + c) / a computed in T, as PyTorch computes it on a T tensor */           \
         if (convert && kind == KIND_POWER) tau_r = (T)(tau_r + (T)offset) / (T)ar;                \
         if (tau) tau[r] = tau_r;                                                                 \
