@@ -36,6 +36,8 @@
 double exp(double);
 #pragma omp declare simd notinbranch
 double log(double);
+#pragma omp declare simd notinbranch
+float logf(float);
 #endif
 
 /* b^e for b > 0 as exp(e log b): libmvec's vector exp and log are several times faster
@@ -175,15 +177,18 @@ static double dense_t_lo(int kind) {
     return kind == KIND_RKL ? 1.0 : kind == KIND_RCHI ? 0.5 : 0.0;
 }
 
-/* Jensen's lower bound of the root (g is convex, so S(t) >= nf g(-t - mean e) over the nf finite
-   entries): the t where nf g(-t - mean e) = 1; -inf where not used (JS: e holds exp(m - z)). */
-static double jensen_start(int kind, double nf, double esum) {
-    const double eb = esum / nf;
+/* A lower bound of the root from two row sums a1, a2 of the first pass, or -inf.  Jensen's (g is
+   convex, so S(t) >= nf g(-t - mean e) over the nf finite entries; a1 = the sum of their e, a2 = nf):
+   the t where nf g(-t - mean e) = 1.  JS (a1 = sum y, a2 = sum y^2, y = exp(z - m)): g(v) >= x + x^2
+   with x = e^v / 2, so S(t) >= X a1 + X^2 a2 with X = e^{-t} / 2, which is 1 at
+   t = log((a1 + sqrt(a1^2 + 4 a2)) / 4). */
+static double dense_start(int kind, double a1, double a2) {
     switch (kind) {
-    case KIND_HELL: return sqrt(nf) - 1.0 - eb;
-    case KIND_RKL: return nf - eb;
-    case KIND_RCHI: return 0.5 * nf * nf - eb;
-    case KIND_JEFF: return nf + log(nf) - 1.0 - eb;
+    case KIND_JS: return log(0.25 * (a1 + sqrt(a1 * a1 + 4.0 * a2)));
+    case KIND_HELL: return sqrt(a2) - 1.0 - a1 / a2;
+    case KIND_RKL: return a2 - a1 / a2;
+    case KIND_RCHI: return 0.5 * a2 * a2 - a1 / a2;
+    case KIND_JEFF: return a2 + log(a2) - 1.0 - a1 / a2;
     default: return -INFINITY;
     }
 }
@@ -210,12 +215,16 @@ static double dense_step(int kind, double t, double S, double Sp) {
    JEFF_WARM   the previous pass's W, a second-order Taylor step in the change dt of t and one
                Fritsch step (one log), where jeffrey_mode finds the Taylor step's error small;
    JEFF_SERIES every L >= JEFF_SERIES_MIN (t large: long flat rows): the asymptotic series of
-               Corless et al. (1996, eq. 4.19) to L^-5, relative error below 1e-18 (one log). */
+               Corless et al. (1996, eq. 4.19) to L^-5, relative error below 1e-18 (one log).  In
+               float rows with every L below JEFF_NARROW, log L is taken in float (eight lanes
+               instead of four): its error, 4 ulp of log L <= 70, and the rounding of L to float
+               change W, >= 993, by 2e-9 of itself at most (float's rounding: 6e-8). */
 #define JEFF_BIG 1e300
 #define JEFF_COLD 0
 #define JEFF_WARM 1
 #define JEFF_SERIES 2
 #define JEFF_SERIES_MIN 1000.0
+#define JEFF_NARROW 1e30
 
 /* One step of Fritsch's iteration (Fritsch, Shafer and Crowley, 1973): from a relative error e
    to about e^4 / 100 (8e-2 -> 3e-7 -> below the double's rounding), in a form scaled by 1/(1 + w)
@@ -240,48 +249,58 @@ static inline __attribute__((always_inline)) double jeffrey_w_warm(double x, dou
     return fritsch_step(x + dt * x * d * (1.0 + 0.5 * dt * d * d), L);
 }
 
-/* the series' coefficients are multiplied by constant reciprocals: a division by a constant is not
-   turned into a product without -freciprocal-math, and divisions cost this loop most of its time */
-static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
-    const double l = log(L), u = 1.0 / L;
+/* the series from l = log L; its coefficients are multiplied by constant reciprocals (a division by
+   a constant is not turned into a product without -freciprocal-math, and divisions cost this loop
+   most of its time) */
+static inline __attribute__((always_inline)) double jeffrey_w_series_l(double L, double l) {
+    const double u = 1.0 / L;
     const double c2 = (6.0 + l * (-9.0 + 2.0 * l)) * (1.0 / 6.0);
     const double c3 = (-12.0 + l * (36.0 + l * (-22.0 + 3.0 * l))) * (1.0 / 12.0);
     const double c4 = (60.0 + l * (-300.0 + l * (350.0 + l * (-125.0 + 12.0 * l)))) * (1.0 / 60.0);
     return (L - l) + u * l * (1.0 + u * (0.5 * (l - 2.0) + u * (c2 + u * (c3 + u * c4))));
 }
 
-/* How the pass at t evaluates W after a step dt (first: the row's first pass).  The warm start's
-   Taylor step has relative error below |W'''| |dt|^3 / (6 W) <= |dt|^3 / (200 W) <= 2.5e-6 when
-   |dt|^3 <= 5e-4 W (W >= 1 + t - log(1 + t) for every entry), which one Fritsch step takes below 1e-20. */
-static int jeffrey_mode(double t, double dt, int first) {
+static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
+    return jeffrey_w_series_l(L, log(L));
+}
+
+/* How the pass at t evaluates W after a step dt from a pass in mode prev (-1: the row's first pass;
+   a series pass keeps no W for a warm start).  The warm start's Taylor step has relative error below
+   |W^(3)| |dt|^3 / (6 W) <= |dt|^3 / (200 W) <= 2.5e-6 when |dt|^3 <= 5e-4 W (W >= 1 + t - log(1 + t)
+   for every entry), which one Fritsch step takes below 1e-20. */
+static int jeffrey_mode(double t, double dt, int prev) {
     if (1.0 + t >= JEFF_SERIES_MIN) return JEFF_SERIES;
-    if (first) return JEFF_COLD;
+    if (prev != JEFF_COLD && prev != JEFF_WARM) return JEFF_COLD;
     const double wlo = fmax(1.0, 1.0 + t - log1p(t));
     return fabs(dt * dt * dt) <= 5e-4 * wlo ? JEFF_WARM : JEFF_COLD;
 }
 
 /* W(e^L) for n arguments L in [1, JEFF_BIG] as a Jeffrey pass computes them in mode (the tests'
-   entry; prev and dt: the warm start's, prev may be NULL otherwise). */
+   entry; prev and dt: the warm start's, prev may be NULL otherwise; mode JEFF_SERIES + 1: the series
+   from the float log of float rows, L < JEFF_NARROW). */
 void sa_jeffrey_w(const double *L, const double *prev, double dt, int mode, double *out, long n) {
     for (long j = 0; j < n; j++)
-        out[j] = mode == JEFF_SERIES ? jeffrey_w_series(L[j])
+        out[j] = mode == JEFF_SERIES + 1 ? jeffrey_w_series_l(L[j], (double)logf((float)L[j]))
+                 : mode == JEFF_SERIES ? jeffrey_w_series(L[j])
                  : mode == JEFF_WARM ? jeffrey_w_warm(prev[j], dt, L[j]) : jeffrey_w_cold(L[j]);
 }
 
 #define DEFINE_DENSE(T, SUFFIX, EPS)                                                                 \
 /* One pass of a dense kind at t (tau - m): g and g' of every entry, written to p and s in T as the  \
    output of this t (the last pass's are the result: no pass after the iteration), and their sums    \
-   *S and *Sp in double.  e: JS exp(m - z) >= 1, the others m - z >= 0 (+inf where masked: g = g' = 0). \
-   Jeffrey (e clamped at JEFF_BIG, where g = g' = 0): w[j] holds W(e^{1 + t + e_j}) of the previous  \
-   pass and receives this pass's, evaluated as jmode says (jeffrey_mode; dt: t's change since then). */ \
+   *S and *Sp in double.                                                                             \
+   e: JS y = exp(z - m) <= 1 (0 where masked), the others m - z >= 0 (+inf where masked: g = g' = 0). \
+   Jeffrey (e clamped at JEFF_BIG, where g = g' = 0): W(e^{1 + t + e_j}) evaluated as jmode says     \
+   (jeffrey_mode); w[j] holds the previous cold or warm pass's and receives this one's (dt: t's change \
+   since then); narrow: T is float and every 1 + t + e_j < JEFF_NARROW. */                           \
 static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, double t, double dt, int jmode, \
-                              T *p, T *s, double *S_out, double *Sp_out) {                           \
+                              int narrow, T *p, T *s, double *S_out, double *Sp_out) {               \
     double S = 0, Sp = 0;                                                                            \
-    if (kind == KIND_JS) {                                                                           \
-        const double E2 = 2.0 * exp(t);                                                              \
+    if (kind == KIND_JS) { /* g = 1/(2 e^{t - v} - 1) = y/(2 e^t - y), y = exp(z - m) <= 1 */        \
+        const double c = 2.0 * exp(t);                                                               \
         _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
         for (long j = 0; j < k; j++) {                                                               \
-            const double g = 1.0 / (e[j] * E2 - 1.0), gp = g + g * g;                                \
+            const double g = e[j] / (c - e[j]), gp = g + g * g;                                      \
             p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
         }                                                                                            \
     } else if (kind == KIND_HELL) {                                                                  \
@@ -306,12 +325,21 @@ static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, do
         }                                                                                            \
     } else {                                                                                         \
         const double t1 = t + 1.0;                                                                   \
-        if (jmode == JEFF_SERIES) {                                                                  \
+        if (jmode == JEFF_SERIES && narrow) { /* log L in float, staged in p (T is float) */         \
+            _Pragma("omp simd")                                                                      \
+            for (long j = 0; j < k; j++) p[j] = (T)logf((float)(t1 + e[j]));                         \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_series_l(t1 + e[j], (double)p[j]);                        \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+            }                                                                                        \
+        } else if (jmode == JEFF_SERIES) {                                                           \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = jeffrey_w_series(t1 + e[j]);                                        \
                 const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
             }                                                                                        \
         } else if (jmode == JEFF_WARM) {                                                             \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
@@ -334,13 +362,14 @@ static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, do
 }                                                                                                    \
                                                                                                      \
 /* The Newton iteration of a dense kind from t0 (a lower bound of the root, or above it by a rounding \
-   error: then the first step goes down, not below t_lo); p, s and *ssum are those of the last pass. */ \
+   error: then the first step goes down, not below t_lo); p, s and *ssum are those of the last pass. \
+   emax: Jeffrey's largest e where T is float, else inf (eval_dense's narrow). */                    \
 static double iterate_dense_##SUFFIX(const double *e, double *w, long k, int kind, double tol, double t0, \
-                                   double t_lo, T *p, T *s, T *ssum, int *iters) {                   \
+                                   double t_lo, double emax, T *p, T *s, T *ssum, int *iters) {      \
     double t = t0, last = INFINITY, dt = 0, S = 0, Sp = 0;                                           \
-    int it = 0, jmode = kind == KIND_JEFF ? jeffrey_mode(t0, 0.0, 1) : 0;                            \
+    int it = 0, jmode = kind == KIND_JEFF ? jeffrey_mode(t0, 0.0, -1) : 0;                           \
     for (;;) {                                                                                       \
-        eval_dense_##SUFFIX(e, w, k, kind, t, dt, jmode, p, s, &S, &Sp);                             \
+        eval_dense_##SUFFIX(e, w, k, kind, t, dt, jmode, 1.0 + t + emax < JEFF_NARROW, p, s, &S, &Sp); \
         const double resid = fabs(S - 1.0);                                                          \
         if (resid <= tol || it >= MAX_ITER || (it > 1 && resid >= last)) break;                      \
         last = resid;                                                                                \
@@ -351,7 +380,7 @@ static double iterate_dense_##SUFFIX(const double *e, double *w, long k, int kin
             if (!(tn < t)) break;                                                                    \
         }                                                                                            \
         dt = tn - t;                                                                                 \
-        if (kind == KIND_JEFF) jmode = jeffrey_mode(fmin(t, tn), dt, 0);                             \
+        if (kind == KIND_JEFF) jmode = jeffrey_mode(fmin(t, tn), dt, jmode);                         \
         t = tn;                                                                                      \
         it++;                                                                                        \
     }                                                                                                \
@@ -370,24 +399,28 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
         for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                      \
         *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                                   \
     }                                                                                                \
-    double esum = 0, nf = 0;                                                                         \
+    /* e, and the row sums of the start (dense_start); emax: the largest e (Jeffrey: clamped) */     \
+    double a1 = 0, a2 = 0, emax = 0;                                                                 \
     if (kind == KIND_JS) {                                                                           \
-        _Pragma("omp simd")                                                                          \
-        for (long j = 0; j < k; j++) e[j] = exp(m - (double)z[j]);                                   \
+        _Pragma("omp simd reduction(+ : a1, a2)")                                                    \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double y = exp((double)z[j] - m);                                                  \
+            e[j] = y; a1 += y; a2 += y * y;                                                          \
+        }                                                                                            \
     } else {                                                                                         \
         const double cap = kind == KIND_JEFF ? JEFF_BIG : INFINITY;                                  \
-        _Pragma("omp simd reduction(+ : esum, nf)")                                                  \
+        _Pragma("omp simd reduction(+ : a1, a2) reduction(max : emax)")                              \
         for (long j = 0; j < k; j++) {                                                               \
             const double v = m - (double)z[j];                                                       \
             const int fin = v < INFINITY;                                                            \
-            e[j] = v < cap ? v : cap; esum += fin ? v : 0.0; nf += fin ? 1.0 : 0.0;                  \
+            const double ec = v < cap ? v : cap;                                                     \
+            e[j] = ec; a1 += fin ? v : 0.0; a2 += fin ? 1.0 : 0.0; emax = ec > emax ? ec : emax;     \
         }                                                                                            \
     }                                                                                                \
     const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                         \
     const double t_lo = dense_t_lo(kind);                                                            \
-    /* the start: t_lo, or Jensen's bound (g convex in v) when above: S(t) >= nf g(-t - mean e) */   \
-    const double t = iterate_dense_##SUFFIX(e, w, k, kind, tol, fmax(t_lo, jensen_start(kind, nf, esum)), t_lo, \
-                                          p, s, ssum, iters);                                        \
+    const double t = iterate_dense_##SUFFIX(e, w, k, kind, tol, fmax(t_lo, dense_start(kind, a1, a2)), t_lo, \
+                                          sizeof(T) == sizeof(float) ? emax : INFINITY, p, s, ssum, iters); \
     *tau = (T)(t + m);                                                                               \
     return 0;                                                                                        \
 }
