@@ -249,11 +249,10 @@ static inline __attribute__((always_inline)) double jeffrey_w_warm(double x, dou
     return fritsch_step(x + dt * x * d * (1.0 + 0.5 * dt * d * d), L);
 }
 
-/* the series from l = log L; its coefficients are multiplied by constant reciprocals (a division by
+/* the series from l = log L and u = 1/L; its coefficients are multiplied by constant reciprocals (a division by
    a constant is not turned into a product without -freciprocal-math, and divisions cost this loop
    most of its time) */
-static inline __attribute__((always_inline)) double jeffrey_w_series_l(double L, double l) {
-    const double u = 1.0 / L;
+static inline __attribute__((always_inline)) double jeffrey_w_series_lu(double L, double l, double u) {
     const double c2 = (6.0 + l * (-9.0 + 2.0 * l)) * (1.0 / 6.0);
     const double c3 = (-12.0 + l * (36.0 + l * (-22.0 + 3.0 * l))) * (1.0 / 12.0);
     const double c4 = (60.0 + l * (-300.0 + l * (350.0 + l * (-125.0 + 12.0 * l)))) * (1.0 / 60.0);
@@ -261,7 +260,7 @@ static inline __attribute__((always_inline)) double jeffrey_w_series_l(double L,
 }
 
 static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
-    return jeffrey_w_series_l(L, log(L));
+    return jeffrey_w_series_lu(L, log(L), 1.0 / L);
 }
 
 /* How the pass at t evaluates W after a step dt from a pass in mode prev (-1: the row's first pass;
@@ -280,23 +279,58 @@ static int jeffrey_mode(double t, double dt, int prev) {
    from the float log of float rows, L < JEFF_NARROW). */
 void sa_jeffrey_w(const double *L, const double *prev, double dt, int mode, double *out, long n) {
     for (long j = 0; j < n; j++)
-        out[j] = mode == JEFF_SERIES + 1 ? jeffrey_w_series_l(L[j], (double)logf((float)L[j]))
+        out[j] = mode == JEFF_SERIES + 1 ? jeffrey_w_series_lu(L[j], (double)logf((float)L[j]), 1.0 / L[j])
                  : mode == JEFF_SERIES ? jeffrey_w_series(L[j])
                  : mode == JEFF_WARM ? jeffrey_w_warm(prev[j], dt, L[j]) : jeffrey_w_cold(L[j]);
 }
 
 #define DEFINE_DENSE(T, SUFFIX, EPS)                                                                 \
+/* The row maximum, minimum and sum (and *bad set if the row has NaN or +inf), with no select: a select \
+   on the entries' finiteness made this pass seven times slower (GCC 12); rows with masked entries   \
+   (sum -inf) take the sums of their finite entries in a second pass (dense_sums). */                \
+static double row_stats_##SUFFIX(const T *z, long k, int *bad, double *sz_out, double *zmin_out) {   \
+    T mx = -INFINITY, mn = INFINITY;                                                                 \
+    int b = 0;                                                                                       \
+    double sz = 0;                                                                                   \
+    _Pragma("omp simd reduction(max : mx) reduction(min : mn) reduction(| : b) reduction(+ : sz)")   \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const T v = z[j];                                                                            \
+        b |= (v != v) | (v == (T)INFINITY);                                                          \
+        mx = v > mx ? v : mx;                                                                        \
+        mn = v < mn ? v : mn;                                                                        \
+        sz += (double)v;                                                                             \
+    }                                                                                                \
+    *bad = b;                                                                                        \
+    *sz_out = sz;                                                                                    \
+    *zmin_out = (double)mn;                                                                          \
+    return (double)mx;                                                                               \
+}                                                                                                    \
+                                                                                                     \
+/* Jensen's sums over the finite entries: *a1 = the sum of m - z_j, *a2 = their count */             \
+static void dense_sums_##SUFFIX(const T *z, long k, double m, double *a1_out, double *a2_out) {      \
+    double a1 = 0, a2 = 0;                                                                           \
+    _Pragma("omp simd reduction(+ : a1, a2)")                                                        \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const double v = m - (double)z[j];                                                           \
+        const int fin = v < INFINITY;                                                                \
+        a1 += fin ? v : 0.0; a2 += fin ? 1.0 : 0.0;                                                  \
+    }                                                                                                \
+    *a1_out = a1;                                                                                    \
+    *a2_out = a2;                                                                                    \
+}                                                                                                    \
+                                                                                                     \
 /* One pass of a dense kind at t (tau - m): g and g' of every entry, written to p and s in T as the  \
    output of this t (the last pass's are the result: no pass after the iteration), and their sums    \
-   *S and *Sp in double.                                                                             \
-   e: JS y = exp(z - m) <= 1 (0 where masked), the others m - z >= 0 (+inf where masked: g = g' = 0). \
-   Jeffrey (e clamped at JEFF_BIG, where g = g' = 0): W(e^{1 + t + e_j}) evaluated as jmode says     \
-   (jeffrey_mode); w[j] holds the previous cold or warm pass's and receives this one's (dt: t's change \
-   since then); narrow: T is float and every 1 + t + e_j < JEFF_NARROW. */                           \
-static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, double t, double dt, int jmode, \
-                              int narrow, T *p, T *s, double *S_out, double *Sp_out) {               \
+   *S and *Sp in double.  The entries' e_j = m - z_j >= 0 (+inf where masked: g = g' = 0) are computed \
+   from z, except: JS reads e = y = exp(z - m) <= 1 (0 where masked) from the first pass; Jeffrey    \
+   reads e = m - z clamped at JEFF_BIG (where g = g' = 0) when e is not NULL (rows with masked or    \
+   huge entries, and every cold or warm pass), and evaluates W(e^{1 + t + e_j}) as jmode says        \
+   (jeffrey_mode): w[j] holds the previous cold or warm pass's and receives this one's (dt: t's change \
+   since then); narrow (e NULL): T is float and every 1 + t + e_j < JEFF_NARROW. */                  \
+static void eval_dense_##SUFFIX(const T *z, double m, const double *e, double *w, long k, int kind, double t, \
+                              double dt, int jmode, int narrow, T *p, T *s, double *S_out, double *Sp_out) { \
     double S = 0, Sp = 0;                                                                            \
-    if (kind == KIND_JS) { /* g = 1/(2 e^{t - v} - 1) = y/(2 e^t - y), y = exp(z - m) <= 1 */        \
+    if (kind == KIND_JS) { /* g = 1/(2 e^{t - v} - 1) = y/(2 e^t - y) */                             \
         const double c = 2.0 * exp(t);                                                               \
         _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
         for (long j = 0; j < k; j++) {                                                               \
@@ -307,30 +341,38 @@ static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, do
         const double t1 = t + 1.0;                                                                   \
         _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
         for (long j = 0; j < k; j++) {                                                               \
-            const double r = 1.0 / (t1 + e[j]), g = r * r, gp = 2.0 * g * r;                         \
+            const double r = 1.0 / (t1 + (m - (double)z[j])), g = r * r, gp = 2.0 * g * r;           \
             p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
         }                                                                                            \
     } else if (kind == KIND_RKL) {                                                                   \
         _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
         for (long j = 0; j < k; j++) {                                                               \
-            const double g = 1.0 / (t + e[j]), gp = g * g;                                           \
+            const double g = 1.0 / (t + (m - (double)z[j])), gp = g * g;                             \
             p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
         }                                                                                            \
     } else if (kind == KIND_RCHI) {                                                                  \
         const double t2 = 2.0 * t;                                                                   \
         _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
         for (long j = 0; j < k; j++) {                                                               \
-            const double g = 1.0 / sqrt(t2 + 2.0 * e[j]), gp = g * g * g;                            \
+            const double g = 1.0 / sqrt(t2 + 2.0 * (m - (double)z[j])), gp = g * g * g;              \
             p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
         }                                                                                            \
     } else {                                                                                         \
         const double t1 = t + 1.0;                                                                   \
-        if (jmode == JEFF_SERIES && narrow) { /* log L in float, staged in p (T is float) */         \
+        if (jmode == JEFF_SERIES && narrow) { /* log L in float (eight lanes), staged in p (T is float) */ \
             _Pragma("omp simd")                                                                      \
-            for (long j = 0; j < k; j++) p[j] = (T)logf((float)(t1 + e[j]));                         \
+            for (long j = 0; j < k; j++) p[j] = (T)logf((float)(t1 + (m - (double)z[j])));           \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
-                const double x = jeffrey_w_series_l(t1 + e[j], (double)p[j]);                        \
+                const double L = t1 + (m - (double)z[j]);                                            \
+                const double x = jeffrey_w_series_lu(L, (double)p[j], 1.0 / L);                      \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+            }                                                                                        \
+        } else if (jmode == JEFF_SERIES && !e) {                                                     \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_series(t1 + (m - (double)z[j]));                          \
                 const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
                 p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
             }                                                                                        \
@@ -361,15 +403,31 @@ static void eval_dense_##SUFFIX(const double *e, double *w, long k, int kind, do
     *Sp_out = Sp;                                                                                    \
 }                                                                                                    \
                                                                                                      \
+/* Jeffrey's e = m - z clamped at JEFF_BIG (a separate loop: see JEFF_BIG) */                        \
+static void jeffrey_e_##SUFFIX(const T *z, double m, long k, double *e) {                            \
+    _Pragma("omp simd")                                                                              \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const double v = m - (double)z[j];                                                           \
+        e[j] = v < JEFF_BIG ? v : JEFF_BIG;                                                          \
+    }                                                                                                \
+}                                                                                                    \
+                                                                                                     \
 /* The Newton iteration of a dense kind from t0 (a lower bound of the root, or above it by a rounding \
    error: then the first step goes down, not below t_lo); p, s and *ssum are those of the last pass. \
-   emax: Jeffrey's largest e where T is float, else inf (eval_dense's narrow). */                    \
-static double iterate_dense_##SUFFIX(const double *e, double *w, long k, int kind, double tol, double t0, \
-                                   double t_lo, double emax, T *p, T *s, T *ssum, int *iters) {      \
+   e: as eval_dense reads it (ebuf: where Jeffrey's is written when a pass needs it); emax: the largest \
+   e_j (+inf: some entry is masked). */                                                              \
+static double iterate_dense_##SUFFIX(const T *z, double m, const double *e, double *ebuf, double *w, long k, \
+                                   int kind, double tol, double t0, double t_lo, double emax, T *p, T *s, \
+                                   T *ssum, int *iters) {                                            \
     double t = t0, last = INFINITY, dt = 0, S = 0, Sp = 0;                                           \
     int it = 0, jmode = kind == KIND_JEFF ? jeffrey_mode(t0, 0.0, -1) : 0;                           \
     for (;;) {                                                                                       \
-        eval_dense_##SUFFIX(e, w, k, kind, t, dt, jmode, 1.0 + t + emax < JEFF_NARROW, p, s, &S, &Sp); \
+        if (kind == KIND_JEFF && !e && (jmode != JEFF_SERIES || !(emax < JEFF_BIG))) {               \
+            jeffrey_e_##SUFFIX(z, m, k, ebuf);                                                       \
+            e = ebuf;                                                                                \
+        }                                                                                            \
+        const int narrow = sizeof(T) == sizeof(float) && !e && 1.0 + t + emax < JEFF_NARROW;         \
+        eval_dense_##SUFFIX(z, m, e, w, k, kind, t, dt, jmode, narrow, p, s, &S, &Sp);               \
         const double resid = fabs(S - 1.0);                                                          \
         if (resid <= tol || it >= MAX_ITER || (it > 1 && resid >= last)) break;                      \
         last = resid;                                                                                \
@@ -390,37 +448,37 @@ static double iterate_dense_##SUFFIX(const double *e, double *w, long k, int kin
 }                                                                                                    \
                                                                                                      \
 static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,             \
-                            double *e, double *w, int *iters) {                                      \
+                            double *ebuf, double *w, int *iters) {                                   \
     int bad;                                                                                         \
-    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                           \
+    double sz, zmin;                                                                                 \
+    const double m = row_stats_##SUFFIX(z, k, &bad, &sz, &zmin);                                     \
     *iters = 0;                                                                                      \
     if (bad || m == -INFINITY) {                                                                     \
         const T fill = bad ? (T)NAN : (T)0;                                                          \
         for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                      \
         *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                                   \
     }                                                                                                \
-    /* e, and the row sums of the start (dense_start); emax: the largest e (Jeffrey: clamped) */     \
-    double a1 = 0, a2 = 0, emax = 0;                                                                 \
+    /* the row sums of the start (dense_start): JS's from its pass of exp, the others' from the stats \
+       (every entry finite: the sum is), else from a pass over the finite entries */                 \
+    double a1 = (double)k * m - sz, a2 = (double)k;                                                  \
+    const double *e = NULL;                                                                          \
     if (kind == KIND_JS) {                                                                           \
+        a1 = 0;                                                                                      \
+        a2 = 0;                                                                                      \
         _Pragma("omp simd reduction(+ : a1, a2)")                                                    \
         for (long j = 0; j < k; j++) {                                                               \
             const double y = exp((double)z[j] - m);                                                  \
-            e[j] = y; a1 += y; a2 += y * y;                                                          \
+            ebuf[j] = y; a1 += y; a2 += y * y;                                                       \
         }                                                                                            \
-    } else {                                                                                         \
-        const double cap = kind == KIND_JEFF ? JEFF_BIG : INFINITY;                                  \
-        _Pragma("omp simd reduction(+ : a1, a2) reduction(max : emax)")                              \
-        for (long j = 0; j < k; j++) {                                                               \
-            const double v = m - (double)z[j];                                                       \
-            const int fin = v < INFINITY;                                                            \
-            const double ec = v < cap ? v : cap;                                                     \
-            e[j] = ec; a1 += fin ? v : 0.0; a2 += fin ? 1.0 : 0.0; emax = ec > emax ? ec : emax;     \
-        }                                                                                            \
+        e = ebuf;                                                                                    \
+    } else if (!(sz > -INFINITY && sz < INFINITY)) {                                                 \
+        dense_sums_##SUFFIX(z, k, m, &a1, &a2);                                                      \
     }                                                                                                \
     const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                         \
     const double t_lo = dense_t_lo(kind);                                                            \
-    const double t = iterate_dense_##SUFFIX(e, w, k, kind, tol, fmax(t_lo, dense_start(kind, a1, a2)), t_lo, \
-                                          sizeof(T) == sizeof(float) ? emax : INFINITY, p, s, ssum, iters); \
+    const double emax = m - zmin; /* +inf: some entry is masked */                                   \
+    const double t = iterate_dense_##SUFFIX(z, m, e, ebuf, w, k, kind, tol, fmax(t_lo, dense_start(kind, a1, a2)), \
+                                          t_lo, emax, p, s, ssum, iters);                            \
     *tau = (T)(t + m);                                                                               \
     return 0;                                                                                        \
 }
