@@ -65,9 +65,9 @@ def test_jeffrey_lambert_w_cold_and_series_are_exact_to_rounding():
     assert np.abs(cold / ref - 1).max() <= 4.5e-16
     big = _L >= 1000  # the series mode's range (JEFF_SERIES_MIN)
     assert np.abs(_jeffrey_w(_L[big], SERIES) / ref[big] - 1).max() <= 4.5e-16
-    # float rows: log L in float, L < 1e30; documented 2e-9 of W (float32's rounding is 6e-8)
+    # float rows: W - L in float, L < 1e30; documented 3e-9 of W (float32's rounding is 6e-8)
     narrow = big & (_L < 1e30)
-    assert np.abs(_jeffrey_w(_L[narrow], SERIES_FLOAT) / ref[narrow] - 1).max() <= 2e-9
+    assert np.abs(_jeffrey_w(_L[narrow], SERIES_FLOAT) / ref[narrow] - 1).max() <= 3e-9
     assert cold[0] == 1.0  # W(e) = 1: one finite entry in a row is exactly 1
 
 

@@ -216,9 +216,10 @@ static double dense_step(int kind, double t, double S, double Sp) {
                Fritsch step (one log), where jeffrey_mode finds the Taylor step's error small;
    JEFF_SERIES every L >= JEFF_SERIES_MIN (t large: long flat rows): the asymptotic series of
                Corless et al. (1996, eq. 4.19) to L^-5, relative error below 1e-18 (one log).  In
-               float rows with every L below JEFF_NARROW, log L is taken in float (eight lanes
-               instead of four): its error, 4 ulp of log L <= 70, and the rounding of L to float
-               change W, >= 993, by 2e-9 of itself at most (float's rounding: 6e-8). */
+               float rows with every L below JEFF_NARROW, W - L = -log L + ... is computed in
+               float (eight lanes instead of four; jeffrey_dw_float) and added to L in double:
+               logf's error, 4 ulp of log L <= 70, the rounding of L and of the terms change W,
+               >= 993, by 3e-9 of itself at most (float's rounding: 6e-8). */
 #define JEFF_BIG 1e300
 #define JEFF_COLD 0
 #define JEFF_WARM 1
@@ -263,6 +264,14 @@ static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
     return jeffrey_w_series_lu(L, log(L), 1.0 / L);
 }
 
+/* W(e^L) - L in float for float rows (L < JEFF_NARROW, in the series' range): -log L plus the series'
+   terms to L^-3 (their truncation: 1e-13 of W), eight lanes at a time; W is then L plus this in double */
+static inline __attribute__((always_inline)) float jeffrey_dw_float(float L) {
+    const float l = logf(L), u = 1.0f / L;
+    const float c2 = (6.0f + l * (-9.0f + 2.0f * l)) * (1.0f / 6.0f);
+    return u * l * (1.0f + u * (0.5f * (l - 2.0f) + u * c2)) - l;
+}
+
 /* How the pass at t evaluates W after a step dt from a pass in mode prev (-1: the row's first pass;
    a series pass keeps no W for a warm start).  The warm start's Taylor step has relative error below
    |W^(3)| |dt|^3 / (6 W) <= |dt|^3 / (200 W) <= 2.5e-6 when |dt|^3 <= 5e-4 W (W >= 1 + t - log(1 + t)
@@ -279,7 +288,7 @@ static int jeffrey_mode(double t, double dt, int prev) {
    from the float log of float rows, L < JEFF_NARROW). */
 void sa_jeffrey_w(const double *L, const double *prev, double dt, int mode, double *out, long n) {
     for (long j = 0; j < n; j++)
-        out[j] = mode == JEFF_SERIES + 1 ? jeffrey_w_series_lu(L[j], (double)logf((float)L[j]), 1.0 / L[j])
+        out[j] = mode == JEFF_SERIES + 1 ? L[j] + (double)jeffrey_dw_float((float)L[j])
                  : mode == JEFF_SERIES ? jeffrey_w_series(L[j])
                  : mode == JEFF_WARM ? jeffrey_w_warm(prev[j], dt, L[j]) : jeffrey_w_cold(L[j]);
 }
@@ -359,13 +368,12 @@ static void eval_dense_##SUFFIX(const T *z, double m, const double *e, double *w
         }                                                                                            \
     } else {                                                                                         \
         const double t1 = t + 1.0;                                                                   \
-        if (jmode == JEFF_SERIES && narrow) { /* log L in float (eight lanes), staged in p (T is float) */ \
+        if (jmode == JEFF_SERIES && narrow) { /* W - L in float (eight lanes), staged in p (T is float) */ \
             _Pragma("omp simd")                                                                      \
-            for (long j = 0; j < k; j++) p[j] = (T)logf((float)(t1 + (m - (double)z[j])));           \
+            for (long j = 0; j < k; j++) p[j] = (T)jeffrey_dw_float((float)(t1 + (m - (double)z[j]))); \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
-                const double L = t1 + (m - (double)z[j]);                                            \
-                const double x = jeffrey_w_series_lu(L, (double)p[j], 1.0 / L);                      \
+                const double x = (t1 + (m - (double)z[j])) + (double)p[j];                           \
                 const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
                 p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
             }                                                                                        \
