@@ -21,9 +21,20 @@
  *               exact once no candidate is dropped.  a = 1/2: a Newton step, unless the
  *               quadratic's root on the candidates keeps all of them positive and is
  *               >= t, which makes it the exact root.  Returned tau: t in the variable y.
- *   KIND_JS     Jensen-Shannon, g(v) = 1/(2 e^{-v} - 1), Newton on log S from tau = max z.
- *   KIND_HELL   squared Hellinger, g(v) = (1 - v)^{-2}, Newton on S^{-1/2} from tau = max z.
- * The last two are dense (f'(0) = -inf): every pass is over the whole row.
+ * and the dense kinds (f'(0) = -inf: every pass is over the whole row), g(v) = (f*)'(v), with
+ * Newton on (S^rho - 1)/rho (log S at rho = 0), convex in t, so that the steps increase
+ * monotonically to the root from a lower bound (dense_start):
+ *   KIND_JS     Jensen-Shannon, g(v) = 1/(2 e^{-v} - 1), rho = 0.
+ *   KIND_HELL   squared Hellinger, g(v) = (1 - v)^{-2}, rho = -1/2.
+ *   KIND_RKL    reverse KL, g(v) = -1/v, rho = -1.
+ *   KIND_JEFF   Jeffrey, g(v) = 1/W(e^{1 - v}) (Lambert W), rho = -1/2.
+ *   KIND_RCHI   reverse chi-square, g(v) = (-2v)^{-1/2}, rho = -2.
+ * Returned tau of the dense kinds: tau itself.
+ * Jeffrey's Lambert W: Robert M. Corless, Gaston H. Gonnet, David E. G. Hare, David J. Jeffrey and
+ * Donald E. Knuth, "On the Lambert W Function", Advances in Computational Mathematics 5, 1996,
+ * https://doi.org/10.1007/BF02124750 (the asymptotic series, eq. 4.19); F. N. Fritsch, R. E. Shafer
+ * and W. P. Crowley, "Algorithm 443: Solution of the transcendental equation w e^w = x",
+ * Communications of the ACM 16, 1973, https://doi.org/10.1145/361952.361970 (the iteration).
  */
 #include <float.h>
 #include <math.h>
