@@ -70,6 +70,13 @@ FUSED_COVERED = [
     ("squared_hellinger", {}),
 ]
 
+#: the operators of the C row solver: FUSED_COVERED and the dense kinds it alone has
+CPU_FUSED_COVERED = FUSED_COVERED + [
+    ("reverse_kl", {}),
+    ("jeffrey", {}),
+    ("reverse_chi_square", {}),
+]
+
 
 def div_id(d):
     name, params = d

@@ -195,6 +195,28 @@ def test_reverse_kl_hard_label_value_is_inf_but_gradient_finite():
     assert torch.isfinite(g).all()
 
 
+@pytest.mark.parametrize("name", ["reverse_kl", "jeffrey", "reverse_chi_square"])
+def test_infinite_f0_class_index_loss_in_closed_form(name):
+    """f(0) = +inf: the loss of class indices is +inf unless the row's only unmasked class is the target (0),
+    as the one-hot target's general formula gives; ignored rows 0, NaN rows NaN, the gradient p - y."""
+    x = torch.randn(7, 5, dtype=F64, generator=torch.Generator().manual_seed(0))
+    x[1, 1:] = -math.inf  # one unmasked class, the target's
+    x[2, :4] = -math.inf  # one unmasked class, not the target's
+    x[3, 2] = -math.inf
+    x[4, 0] = math.nan
+    x[6] = -math.inf  # every class masked
+    t = torch.tensor([2, 0, 1, 2, 3, -100, 4])
+    x = x.requires_grad_()
+    loss = sa.f_divergence_loss(x, t, name, reduction="none")
+    assert loss[[0, 2, 3, 6]].tolist() == [math.inf] * 4 and loss[1] == 0 and loss[5] == 0 and torch.isnan(loss[4])
+    kept = [0, 1, 2, 3, 6]
+    dense = torch.nn.functional.one_hot(t[kept], 5).to(F64)
+    torch.testing.assert_close(loss[kept], sa.f_divergence_loss(x[kept], dense, name, reduction="none"))
+    (g,) = torch.autograd.grad(loss[[0, 1, 3]].sum(), x)
+    p = sa.f_softargmax(x.detach()[[0, 1, 3]], name)
+    torch.testing.assert_close(g[[0, 1, 3]], p - torch.nn.functional.one_hot(t[[0, 1, 3]], 5).to(F64))
+
+
 def test_bad_targets():
     x = torch.randn(3, 4)
     with pytest.raises(ValueError, match="class index 7 is out of range"):

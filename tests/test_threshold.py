@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import FUSED_COVERED, div_id, sparsemax_sort
+from conftest import CPU_FUSED_COVERED, div_id, sparsemax_sort
 
 import softargmax as sa
 from softargmax import backends as _kernels
@@ -119,7 +119,7 @@ def _backends():
 
 
 @pytest.mark.parametrize("backend", _backends())
-@pytest.mark.parametrize("case", FUSED_COVERED, ids=div_id)
+@pytest.mark.parametrize("case", CPU_FUSED_COVERED, ids=div_id)
 def test_solution_contract(case, backend):
     """jvp, inner and f_sum agree with their definitions whichever solver ran."""
     name, params = case
@@ -182,10 +182,14 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z, alpha_relu=1.5) is None  # α-ReLU has GPU kernels only
     assert threshold.solve(z, covered).backend == "cpu"
     assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
-    # the loss values: the C solver computes their row sums for α-entmax, not for the dense kinds
+    # the loss values: the C solver computes their row sums for α-entmax; a dense generator has nothing to
+    # prune (its candidates are the full rows on either path), so the C solver takes it, row sums or not
     assert _kernels.select(z, covered, candidates_only=True, row_sums=True) is cpu
     assert _kernels.select(z, get_divergence("chi_square"), candidates_only=True, row_sums=True) is cpu
-    assert _kernels.select(z, get_divergence("jensen_shannon"), candidates_only=True, row_sums=True) is None
+    for dense in ("jensen_shannon", "squared_hellinger", "reverse_kl", "jeffrey", "reverse_chi_square"):
+        assert _kernels.select(z, get_divergence(dense), candidates_only=True, row_sums=True) is cpu
+        assert _kernels.select(z, get_divergence(dense), candidates_only=True) is cpu
+        assert _kernels.select(z, get_divergence(dense), q=torch.ones(1, 64), candidates_only=True) is None
     assert _kernels.select(z, covered, q=torch.ones(1, 64), candidates_only=True, row_sums=True) is None
     sol = threshold.solve(z, covered, candidates_only=True, row_sums=True)
     assert sol.backend == "cpu" and sol.zp is not None and sol.omega is not None

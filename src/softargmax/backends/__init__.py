@@ -37,8 +37,9 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU with a float τ) names
     the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
     ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
-    loss values, normmax's normalization); on CPU the pruned PyTorch solution is cheaper for
-    those than the C solver's dense rows, so no fast path is taken there, unless ``row_sums``: the
+    loss values, normmax's normalization); on CPU the pruned PyTorch solution of a sparse generator is
+    cheaper for those than the C solver's dense rows, so no fast path is taken there (a dense generator's
+    candidates are its full rows on either path: the C solver takes it), unless ``row_sums``: the
     caller needs ``p`` and the loss values' row sums alone (:meth:`~softargmax.backends.solution.Solution.inner`,
     :meth:`~softargmax.backends.solution.Solution.f_sum`), which the C solver computes in the pass
     that writes ``p`` for α-entmax (:func:`softargmax.backends.cpu.rows.omega_constants`).  ``exact_tau``:
@@ -57,8 +58,8 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     gpu = _triton_rows.usable_device(x)
     if alpha_relu is not None:
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
-    if not gpu and candidates_only and not (row_sums and div is not None
-                                            and _cpu_rows.omega_constants(div) is not None):
+    if not gpu and candidates_only and not (div is not None and (
+            not div.sparse or (row_sums and _cpu_rows.omega_constants(div) is not None))):
         return None
     if exact_tau and div is not None and not div.hints.fused_tau_exact:
         return None

@@ -11,6 +11,10 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
   ``(t + 1)/a`` for the α-divergence, ``t`` itself for ``"chi_square"``.
 * ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
   ``Solution.tau`` is already ``τ_f``.
+
+The C row solver alone (:data:`CPU_KINDS`) also has the reverse-KL, Jeffrey and reverse-χ²
+f-softargmax (``KIND_RKL``, ``KIND_JEFF``, ``KIND_RCHI``; dense, ``Solution.tau`` is ``τ_f``);
+:func:`kind_of` names them only for a backend that passes :data:`CPU_KINDS`.
 """
 
 from __future__ import annotations
@@ -23,18 +27,22 @@ from torch import Tensor
 from ..divergences import Divergence
 from .solution import Solution
 
-KIND_POWER, KIND_JS, KIND_HELL = 0, 1, 2
+KIND_POWER, KIND_JS, KIND_HELL, KIND_RKL, KIND_JEFF, KIND_RCHI = 0, 1, 2, 3, 4, 5
 
 
-#: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`)
+#: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`) that every fused
+#: row solver has (C and Triton)
 KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
+#: the kinds of the C row solver: :data:`KINDS` and the dense kinds it alone has
+CPU_KINDS = {**KINDS, "reverse_kl": KIND_RKL, "jeffrey": KIND_JEFF, "reverse_chi_square": KIND_RCHI}
 
 #: a fused row solver, ``run(z, kind, a, a_stride[, offset])`` (module docstring; the offset: :func:`solve_with`)
 FusedRun = Callable[..., Solution]
 
 
-def kind_of(div: Divergence) -> tuple[Optional[int], Optional[float]]:
-    """``(kind, a)`` of a covered divergence (``a`` is ``None`` for the dense kinds), else ``(None, None)``.
+def kind_of(div: Divergence, kinds: Optional[dict[str, int]] = None) -> tuple[Optional[int], Optional[float]]:
+    """``(kind, a)`` of a divergence covered by a solver with ``kinds`` (default :data:`KINDS`; the C row
+    solver's: :data:`CPU_KINDS`; ``a`` is ``None`` for the dense kinds), else ``(None, None)``.
 
     The divergence declares it (the hint ``fused_kind`` of :class:`~softargmax.divergences.SolverHints`):
     no switch on its type here."""
@@ -42,11 +50,13 @@ def kind_of(div: Divergence) -> tuple[Optional[int], Optional[float]]:
     if declared is None:
         return None, None
     name, a = declared
-    return KINDS[name], a
+    kind = (KINDS if kinds is None else kinds).get(name)
+    return (None, None) if kind is None else (kind, a)
 
 
 def solve_with(run: FusedRun, z: Tensor, div: Divergence, a_dtype: torch.dtype = torch.float64,
-               device: Union[str, torch.device] = "cpu", converts_tau: bool = False) -> Optional[Solution]:
+               device: Union[str, torch.device] = "cpu", converts_tau: bool = False,
+               kinds: Optional[dict[str, int]] = None) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` by ``run``, or ``None`` if ``div`` is not covered.
 
     ``a`` goes to ``run`` as a one-element tensor on ``device`` (made there by a fill, not
@@ -54,8 +64,8 @@ def solve_with(run: FusedRun, z: Tensor, div: Divergence, a_dtype: torch.dtype =
     kept, the fill cost a microsecond of every small call).  ``converts_tau``: ``run`` takes
     a fifth argument, the offset ``c`` of the power kind (``None`` for the other kinds), and
     returns ``τ_f = (t + c)/a`` itself, computed in ``z``'s dtype as the two tensor operations
-    here would (the C solver: two operations less per call)."""
-    kind, a = kind_of(div)
+    here would (the C solver: two operations less per call).  ``kinds``: those ``run`` has (:func:`kind_of`)."""
+    kind, a = kind_of(div, kinds)
     if kind is None:
         return None
     value = 1.0 if a is None else a

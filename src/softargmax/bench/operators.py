@@ -43,8 +43,12 @@ def _ours() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         "entmax_a1.3": lambda x: sa.entmax(x, 1.3),
         "entmax_a1.7": lambda x: sa.entmax(x, 1.7),
         "f_alpha1.5": lambda x: sa.f_softargmax(x, "alpha", alpha=1.5),
+        "f_kl": lambda x: sa.f_softargmax(x, "kl"),
+        "f_reverse_kl": lambda x: sa.f_softargmax(x, "reverse_kl"),
+        "f_jeffrey": lambda x: sa.f_softargmax(x, "jeffrey"),
         "f_jensen_shannon": lambda x: sa.f_softargmax(x, "jensen_shannon"),
         "f_squared_hellinger": lambda x: sa.f_softargmax(x, "squared_hellinger"),
+        "f_reverse_chi_square": lambda x: sa.f_softargmax(x, "reverse_chi_square"),
         "alpha_relu": lambda x: sa.alpha_relu(x, 1.5, 0.0),
     }
 

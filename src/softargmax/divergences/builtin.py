@@ -164,7 +164,7 @@ class ReverseKL(Divergence):
 
     name = "reverse_kl"
     hints = SolverHints(newton_power=-1.0, monotone_newton=True, evaluator=_ReverseKLEvaluator,
-                        binary_low_probability=_reverse_kl_binary_low_probability,
+                        fused_kind=("reverse_kl", None), binary_low_probability=_reverse_kl_binary_low_probability,
                         binary_softplus=_reverse_kl_binary_softplus)
 
     def f(self, u: Tensor) -> Tensor:
@@ -264,7 +264,7 @@ class Jeffrey(Divergence):
     """
 
     name = "jeffrey"
-    hints = SolverHints(newton_power=0.0)
+    hints = SolverHints(newton_power=0.0, fused_kind=("jeffrey", None))
 
     def f(self, u: Tensor) -> Tensor:
         return (u - 1) * torch.log(u)
@@ -546,7 +546,7 @@ class ReverseChiSquare(Divergence):
     """
 
     name = "reverse_chi_square"
-    hints = SolverHints(newton_power=-2.0, monotone_newton=True)
+    hints = SolverHints(newton_power=-2.0, monotone_newton=True, fused_kind=("reverse_chi_square", None))
 
     def f(self, u: Tensor) -> Tensor:
         return 0.5 * (1.0 / u - 1)

@@ -95,10 +95,12 @@ class FenchelYoungRowLoss(RowLoss):
         sol = solve(z, div, self.q, candidates_only=True, row_sums=True)
         p = sol.dense_p()
         vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
+        f0 = f_at_zero(div)
+        if not math.isfinite(f0) and self.q is None and target.dense is None and target.owned is None:
+            return _infinite_f0_index_loss(theta, target, vdt, sol.bad_rows), p, sol.bad_rows
         # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
         theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0, dtype=vdt)
         q = None if self.q is None else self.q.expand(theta.shape)
-        f0 = f_at_zero(div)
         if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
             D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
@@ -268,6 +270,25 @@ def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[flo
             torch.ones(R, 1, dtype=dtype, device=keep.device)
         vals = (qt * (div.f(1.0 / qt) - f0)).squeeze(1)
     return vals if target.owned is None else torch.where(target.owned, vals, torch.zeros_like(vals))
+
+
+def _infinite_f0_index_loss(theta: Tensor, target: Target, dtype: torch.dtype, bad_rows: Optional[Tensor]) -> Tensor:
+    r"""The loss values ``[R]`` of class indices for a generator with :math:`f(0) = +\infty` (reverse KL, Jeffrey,
+    reverse χ², ``q = 1``), in closed form: :math:`\Omega(e_c) = f(1) + (n - 1) f(0)` over the row's ``n`` unmasked
+    classes is :math:`+\infty` unless ``n = 1``, where ``p = e_c`` and the loss is 0 (``+∞`` if ``c`` is the masked
+    one: :math:`\langle\theta, y\rangle = -\infty`); 0 in rows not kept, NaN in rows with NaN or ``+∞``.  No
+    ``[R, k]`` temporary: ``n > 1`` is read from the row minimum, the count taken only in rows with a masked entry."""
+    assert target.index is not None  # class indices (the caller checked that the target is not dense)
+    masked = theta.amin(-1) == -math.inf
+    one = torch.full_like(masked, theta.shape[1] == 1)  # n = k in rows with no masked entry
+    if bool(masked.any()):
+        one[masked] = (theta[masked] > -math.inf).sum(-1) == 1
+    hit = theta.gather(1, target.index.unsqueeze(1)).squeeze(1) > -math.inf
+    loss = torch.where(one & hit, 0.0, math.inf).to(dtype)
+    loss = torch.where(target.keep, loss, torch.zeros_like(loss))
+    if bad_rows is not None:
+        loss = loss.masked_fill(bad_rows.reshape(-1), math.nan)
+    return loss
 
 
 def _omega_difference(div: Divergence, theta: Tensor, y: Tensor, p: Tensor, q: Optional[Tensor]) -> Tensor:

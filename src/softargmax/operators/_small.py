@@ -29,7 +29,7 @@ from torch.nn import Parameter
 
 from .._utils.tracing import compiling
 from ..backends.cpu import rows as _cpu_rows
-from ..backends.kinds import kind_of
+from ..backends.kinds import CPU_KINDS, kind_of
 from ..backends.triton.rows import interprets_cpu as _interprets_cpu
 from ..divergences import Divergence
 
@@ -56,7 +56,7 @@ class Mapping:
     __slots__ = ("kind", "a", "dtypes")
 
     def __init__(self, divergence: Divergence) -> None:
-        kind, a = kind_of(divergence)
+        kind, a = kind_of(divergence, CPU_KINDS)
         self.kind = kind
         self.a = 1.0 if a is None else float(a)
         self.dtypes = frozenset(dt for dt in _COVERED_DTYPES

@@ -21,9 +21,20 @@
  *               exact once no candidate is dropped.  a = 1/2: a Newton step, unless the
  *               quadratic's root on the candidates keeps all of them positive and is
  *               >= t, which makes it the exact root.  Returned tau: t in the variable y.
- *   KIND_JS     Jensen-Shannon, g(v) = 1/(2 e^{-v} - 1), Newton on log S from tau = max z.
- *   KIND_HELL   squared Hellinger, g(v) = (1 - v)^{-2}, Newton on S^{-1/2} from tau = max z.
- * The last two are dense (f'(0) = -inf): every pass is over the whole row.
+ * and the dense kinds (f'(0) = -inf: every pass is over the whole row), g(v) = (f*)'(v), with
+ * Newton on (S^rho - 1)/rho (log S at rho = 0), convex in t, so that the steps increase
+ * monotonically to the root from a lower bound (dense_start):
+ *   KIND_JS     Jensen-Shannon, g(v) = 1/(2 e^{-v} - 1), rho = 0.
+ *   KIND_HELL   squared Hellinger, g(v) = (1 - v)^{-2}, rho = -1/2.
+ *   KIND_RKL    reverse KL, g(v) = -1/v, rho = -1.
+ *   KIND_JEFF   Jeffrey, g(v) = 1/W(e^{1 - v}) (Lambert W), rho = -1/2.
+ *   KIND_RCHI   reverse chi-square, g(v) = (-2v)^{-1/2}, rho = -2.
+ * Returned tau of the dense kinds: tau itself.
+ * Jeffrey's Lambert W: Robert M. Corless, Gaston H. Gonnet, David E. G. Hare, David J. Jeffrey and
+ * Donald E. Knuth, "On the Lambert W Function", Advances in Computational Mathematics 5, 1996,
+ * https://doi.org/10.1007/BF02124750 (the asymptotic series, eq. 4.19); F. N. Fritsch, R. E. Shafer
+ * and W. P. Crowley, "Algorithm 443: Solution of the transcendental equation w e^w = x",
+ * Communications of the ACM 16, 1973, https://doi.org/10.1145/361952.361970 (the iteration).
  */
 #include <float.h>
 #include <math.h>
@@ -36,6 +47,8 @@
 double exp(double);
 #pragma omp declare simd notinbranch
 double log(double);
+#pragma omp declare simd notinbranch
+float logf(float);
 #endif
 
 /* b^e for b > 0 as exp(e log b): libmvec's vector exp and log are several times faster
@@ -46,6 +59,9 @@ static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
 #define KIND_POWER 0
 #define KIND_JS 1
 #define KIND_HELL 2
+#define KIND_RKL 3
+#define KIND_JEFF 4
+#define KIND_RCHI 5
 #define MAX_ITER 200
 #define BLOCK 16
 /* candidate lists are padded with -inf to a multiple of this (a vector-math call for a
@@ -165,42 +181,325 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
     return t;
 }
 
-/* Newton for the dense kinds on e (JS: exp(m - z) >= 1; Hellinger: m - z >= 0); returns tau - m. */
-static double iterate_dense(const double *e, long k, int kind, double tol, int *iters) {
-    double t = 0.0, last = INFINITY;
-    int it = 0;
-    for (;;) {
-        double S = 0, Sp = 0;
-        if (kind == KIND_JS) {
-            const double E2 = 2.0 * exp(t);
-#pragma omp simd reduction(+ : S, Sp)
-            for (long j = 0; j < k; j++) {
-                const double g = 1.0 / (e[j] * E2 - 1.0);
-                S += g;
-                Sp += g * g;
-            }
-            Sp += S;
-        } else {
-            const double t1 = t + 1.0;
-#pragma omp simd reduction(+ : S, Sp)
-            for (long j = 0; j < k; j++) {
-                const double r = 1.0 / (t1 + e[j]);
-                S += r * r;
-                Sp += r * r * r;
-            }
-            Sp *= 2.0;
-        }
-        if (it >= MAX_ITER) break;
-        const double resid = fabs(S - 1.0);
-        if (it > 1 && (resid <= tol || resid >= last)) break;
-        if (it > 1) last = resid;
-        const double tn = kind == KIND_JS ? t + S * log(S) / Sp : t + 2.0 * (S * sqrt(S) - S) / Sp;
-        if (!(tn > t)) break;
-        t = tn;
-        it++;
+/* -- the dense kinds (f'(0) = -inf: every entry is in the support) -------------------------------- */
+
+/* S(t_lo) >= 1: the row maximum's own term g(-t_lo) = 1, t_lo = -f'(1) */
+static double dense_t_lo(int kind) {
+    return kind == KIND_RKL ? 1.0 : kind == KIND_RCHI ? 0.5 : 0.0;
+}
+
+/* A lower bound of the root from two row sums a1, a2 of the first pass, or -inf.  Jensen's (g is
+   convex, so S(t) >= nf g(-t - mean e) over the nf finite entries; a1 = the sum of their e, a2 = nf):
+   the t where nf g(-t - mean e) = 1.  JS (a1 = sum y, a2 = sum y^2, y = exp(z - m)): g(v) >= x + x^2
+   with x = e^v / 2, so S(t) >= X a1 + X^2 a2 with X = e^{-t} / 2, which is 1 at
+   t = log((a1 + sqrt(a1^2 + 4 a2)) / 4). */
+static double dense_start(int kind, double a1, double a2) {
+    switch (kind) {
+    case KIND_JS: return log(0.25 * (a1 + sqrt(a1 * a1 + 4.0 * a2)));
+    case KIND_HELL: return sqrt(a2) - 1.0 - a1 / a2;
+    case KIND_RKL: return a2 - a1 / a2;
+    case KIND_RCHI: return 0.5 * a2 * a2 - a1 / a2;
+    case KIND_JEFF: return a2 + log(a2) - 1.0 - a1 / a2;
+    default: return -INFINITY;
     }
-    *iters = it;
-    return t;
+}
+
+/* The Newton step t + phi / |phi'| on phi = (S^rho - 1)/rho (log S at rho = 0), convex in t for each
+   kind (Sp = -S' = the sum of g'), so that the steps increase monotonically to the root from below. */
+static double dense_step(int kind, double t, double S, double Sp) {
+    switch (kind) {
+    case KIND_JS: return t + S * log(S) / Sp;               /* rho = 0 */
+    case KIND_RKL: return t + (S * S - S) / Sp;             /* rho = -1 */
+    case KIND_RCHI: return t + (S * S * S - S) / (2.0 * Sp); /* rho = -2 */
+    default: return t + 2.0 * (S * sqrt(S) - S) / Sp;       /* rho = -1/2: Hellinger, Jeffrey */
+    }
+}
+
+/* Jeffrey: g(v) = 1/W(e^{1 - v}), with W(e^L) for L = 1 + t + e_j >= 1 (so W >= 1), the root w of
+   w + log w = L.  The pass clamps e at JEFF_BIG, where g' = 1/(W (1 + W)) overflows to 0 and so
+   does g = (1 + W) g': masked entries give 0 with no select (a select in a loop with a vector-math
+   call keeps GCC 12 from vectorizing it), and so do entries more than ~1e154 below the row maximum
+   (g < 1e-154 there).  Each pass evaluates W in one of three ways (jeffrey_mode), all exact to the
+   double's rounding (the tests check them against a 50-digit reference):
+   JEFF_COLD   the asymptotic start L - log L + log L / L (exact at L = 1, 8% off at worst, near
+               L = 1.5) and two Fritsch steps (three logs);
+   JEFF_WARM   the previous pass's W, a second-order Taylor step in the change dt of t and one
+               Fritsch step (one log), where jeffrey_mode finds the Taylor step's error small;
+   JEFF_SERIES every L >= JEFF_SERIES_MIN (t large: long flat rows): the asymptotic series of
+               Corless et al. (1996, eq. 4.19) to L^-5, relative error below 1e-18 (one log).  In
+               float rows with every L below JEFF_NARROW, W - L = -log L + ... is computed in
+               float (eight lanes instead of four; jeffrey_dw_float) and added to L in double:
+               logf's error, 4 ulp of log L <= 70, the rounding of L and of the terms change W,
+               >= 993, by 3e-9 of itself at most (float's rounding: 6e-8). */
+#define JEFF_BIG 1e300
+#define JEFF_COLD 0
+#define JEFF_WARM 1
+#define JEFF_SERIES 2
+#define JEFF_SERIES_MIN 1000.0
+#define JEFF_NARROW 1e30
+
+/* One step of Fritsch's iteration (Fritsch, Shafer and Crowley, 1973): from a relative error e
+   to about e^4 / 100 (8e-2 -> 3e-7 -> below the double's rounding), in a form scaled by 1/(1 + w)
+   that does not overflow for w up to JEFF_BIG.  Inlined, not "declare simd": GCC 12 runs a simd
+   clone's lanes one by one through the scalar log. */
+static inline __attribute__((always_inline)) double fritsch_step(double w, double L) {
+    const double r = 1.0 / (1.0 + w);
+    const double a = (L - log(w) - w) * r, b = a * r;
+    const double q = 2.0 + (4.0 / 3.0) * a;
+    return w + w * a * (q - b) / (q - 2.0 * b);
+}
+
+static inline __attribute__((always_inline)) double jeffrey_w_cold(double L) {
+    const double lL = log(L);
+    const double x = L - lL + lL / L;
+    return fritsch_step(fritsch_step(x, L), L);
+}
+
+/* from x = W(e^{L - dt}): W' = x/(1 + x), W'' = x/(1 + x)^3 */
+static inline __attribute__((always_inline)) double jeffrey_w_warm(double x, double dt, double L) {
+    const double d = 1.0 / (1.0 + x);
+    return fritsch_step(x + dt * x * d * (1.0 + 0.5 * dt * d * d), L);
+}
+
+/* the series from l = log L and u = 1/L; its coefficients are multiplied by constant reciprocals (a division by
+   a constant is not turned into a product without -freciprocal-math, and divisions cost this loop
+   most of its time) */
+static inline __attribute__((always_inline)) double jeffrey_w_series_lu(double L, double l, double u) {
+    const double c2 = (6.0 + l * (-9.0 + 2.0 * l)) * (1.0 / 6.0);
+    const double c3 = (-12.0 + l * (36.0 + l * (-22.0 + 3.0 * l))) * (1.0 / 12.0);
+    const double c4 = (60.0 + l * (-300.0 + l * (350.0 + l * (-125.0 + 12.0 * l)))) * (1.0 / 60.0);
+    return (L - l) + u * l * (1.0 + u * (0.5 * (l - 2.0) + u * (c2 + u * (c3 + u * c4))));
+}
+
+static inline __attribute__((always_inline)) double jeffrey_w_series(double L) {
+    return jeffrey_w_series_lu(L, log(L), 1.0 / L);
+}
+
+/* W(e^L) - L in float for float rows (L < JEFF_NARROW, in the series' range): -log L plus the series'
+   terms to L^-3 (their truncation: 1e-13 of W), eight lanes at a time; W is then L plus this in double */
+static inline __attribute__((always_inline)) float jeffrey_dw_float(float L) {
+    const float l = logf(L), u = 1.0f / L;
+    const float c2 = (6.0f + l * (-9.0f + 2.0f * l)) * (1.0f / 6.0f);
+    return u * l * (1.0f + u * (0.5f * (l - 2.0f) + u * c2)) - l;
+}
+
+/* How the pass at t evaluates W after a step dt from a pass in mode prev (-1: the row's first pass;
+   a series pass keeps no W for a warm start).  The warm start's Taylor step has relative error below
+   |W^(3)| |dt|^3 / (6 W) <= |dt|^3 / (200 W) <= 2.5e-6 when |dt|^3 <= 5e-4 W (W >= 1 + t - log(1 + t)
+   for every entry), which one Fritsch step takes below 1e-20. */
+static int jeffrey_mode(double t, double dt, int prev) {
+    if (1.0 + t >= JEFF_SERIES_MIN) return JEFF_SERIES;
+    if (prev != JEFF_COLD && prev != JEFF_WARM) return JEFF_COLD;
+    const double wlo = fmax(1.0, 1.0 + t - log1p(t));
+    return fabs(dt * dt * dt) <= 5e-4 * wlo ? JEFF_WARM : JEFF_COLD;
+}
+
+/* W(e^L) for n arguments L in [1, JEFF_BIG] as a Jeffrey pass computes them in mode (the tests'
+   entry; prev and dt: the warm start's, prev may be NULL otherwise; mode JEFF_SERIES + 1: the series
+   from the float log of float rows, L < JEFF_NARROW). */
+void sa_jeffrey_w(const double *L, const double *prev, double dt, int mode, double *out, long n) {
+    for (long j = 0; j < n; j++)
+        out[j] = mode == JEFF_SERIES + 1 ? L[j] + (double)jeffrey_dw_float((float)L[j])
+                 : mode == JEFF_SERIES ? jeffrey_w_series(L[j])
+                 : mode == JEFF_WARM ? jeffrey_w_warm(prev[j], dt, L[j]) : jeffrey_w_cold(L[j]);
+}
+
+#define DEFINE_DENSE(T, SUFFIX, EPS)                                                                 \
+/* The row maximum, minimum and sum (and *bad set if the row has NaN or +inf), with no select: a select \
+   on the entries' finiteness made this pass seven times slower (GCC 12); rows with masked entries   \
+   (sum -inf) take the sums of their finite entries in a second pass (dense_sums). */                \
+static double row_stats_##SUFFIX(const T *z, long k, int *bad, double *sz_out, double *zmin_out) {   \
+    T mx = -INFINITY, mn = INFINITY;                                                                 \
+    int b = 0;                                                                                       \
+    double sz = 0;                                                                                   \
+    _Pragma("omp simd reduction(max : mx) reduction(min : mn) reduction(| : b) reduction(+ : sz)")   \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const T v = z[j];                                                                            \
+        b |= (v != v) | (v == (T)INFINITY);                                                          \
+        mx = v > mx ? v : mx;                                                                        \
+        mn = v < mn ? v : mn;                                                                        \
+        sz += (double)v;                                                                             \
+    }                                                                                                \
+    *bad = b;                                                                                        \
+    *sz_out = sz;                                                                                    \
+    *zmin_out = (double)mn;                                                                          \
+    return (double)mx;                                                                               \
+}                                                                                                    \
+                                                                                                     \
+/* Jensen's sums over the finite entries: *a1 = the sum of m - z_j, *a2 = their count */             \
+static void dense_sums_##SUFFIX(const T *z, long k, double m, double *a1_out, double *a2_out) {      \
+    double a1 = 0, a2 = 0;                                                                           \
+    _Pragma("omp simd reduction(+ : a1, a2)")                                                        \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const double v = m - (double)z[j];                                                           \
+        const int fin = v < INFINITY;                                                                \
+        a1 += fin ? v : 0.0; a2 += fin ? 1.0 : 0.0;                                                  \
+    }                                                                                                \
+    *a1_out = a1;                                                                                    \
+    *a2_out = a2;                                                                                    \
+}                                                                                                    \
+                                                                                                     \
+/* One pass of a dense kind at t (tau - m): g and g' of every entry, written to p and s in T as the  \
+   output of this t (the last pass's are the result: no pass after the iteration), and their sums    \
+   *S and *Sp in double.  The entries' e_j = m - z_j >= 0 (+inf where masked: g = g' = 0) are computed \
+   from z, except: JS reads e = y = exp(z - m) <= 1 (0 where masked) from the first pass; Jeffrey    \
+   reads e = m - z clamped at JEFF_BIG (where g = g' = 0) when e is not NULL (rows with masked or    \
+   huge entries, and every cold or warm pass), and evaluates W(e^{1 + t + e_j}) as jmode says        \
+   (jeffrey_mode): w[j] holds the previous cold or warm pass's and receives this one's (dt: t's change \
+   since then); narrow (e NULL): T is float and every 1 + t + e_j < JEFF_NARROW. */                  \
+static void eval_dense_##SUFFIX(const T *z, double m, const double *e, double *w, long k, int kind, double t, \
+                              double dt, int jmode, int narrow, T *p, T *s, double *S_out, double *Sp_out) { \
+    double S = 0, Sp = 0;                                                                            \
+    if (kind == KIND_JS) { /* g = 1/(2 e^{t - v} - 1) = y/(2 e^t - y) */                             \
+        const double c = 2.0 * exp(t);                                                               \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = e[j] / (c - e[j]), gp = g + g * g;                                      \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_HELL) {                                                                  \
+        const double t1 = t + 1.0;                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double r = 1.0 / (t1 + (m - (double)z[j])), g = r * r, gp = 2.0 * g * r;           \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_RKL) {                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = 1.0 / (t + (m - (double)z[j])), gp = g * g;                             \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else if (kind == KIND_RCHI) {                                                                  \
+        const double t2 = 2.0 * t;                                                                   \
+        _Pragma("omp simd reduction(+ : S, Sp)")                                                     \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double g = 1.0 / sqrt(t2 + 2.0 * (m - (double)z[j])), gp = g * g * g;              \
+            p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                             \
+        }                                                                                            \
+    } else {                                                                                         \
+        const double t1 = t + 1.0;                                                                   \
+        if (jmode == JEFF_SERIES && narrow) { /* W - L in float (eight lanes), staged in p (T is float) */ \
+            _Pragma("omp simd")                                                                      \
+            for (long j = 0; j < k; j++) p[j] = (T)jeffrey_dw_float((float)(t1 + (m - (double)z[j]))); \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = (t1 + (m - (double)z[j])) + (double)p[j];                           \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+            }                                                                                        \
+        } else if (jmode == JEFF_SERIES && !e) {                                                     \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_series(t1 + (m - (double)z[j]));                          \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+            }                                                                                        \
+        } else if (jmode == JEFF_SERIES) {                                                           \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_series(t1 + e[j]);                                        \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+            }                                                                                        \
+        } else if (jmode == JEFF_WARM) {                                                             \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_warm(w[j], dt, t1 + e[j]);                                \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+            }                                                                                        \
+        } else {                                                                                     \
+            _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
+            for (long j = 0; j < k; j++) {                                                           \
+                const double x = jeffrey_w_cold(t1 + e[j]);                                          \
+                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
+                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    *S_out = S;                                                                                      \
+    *Sp_out = Sp;                                                                                    \
+}                                                                                                    \
+                                                                                                     \
+/* Jeffrey's e = m - z clamped at JEFF_BIG (a separate loop: see JEFF_BIG) */                        \
+static void jeffrey_e_##SUFFIX(const T *z, double m, long k, double *e) {                            \
+    _Pragma("omp simd")                                                                              \
+    for (long j = 0; j < k; j++) {                                                                   \
+        const double v = m - (double)z[j];                                                           \
+        e[j] = v < JEFF_BIG ? v : JEFF_BIG;                                                          \
+    }                                                                                                \
+}                                                                                                    \
+                                                                                                     \
+/* The Newton iteration of a dense kind from t0 (a lower bound of the root, or above it by a rounding \
+   error: then the first step goes down, not below t_lo); p, s and *ssum are those of the last pass. \
+   e: as eval_dense reads it (ebuf: where Jeffrey's is written when a pass needs it); emax: the largest \
+   e_j (+inf: some entry is masked). */                                                              \
+static double iterate_dense_##SUFFIX(const T *z, double m, const double *e, double *ebuf, double *w, long k, \
+                                   int kind, double tol, double t0, double t_lo, double emax, T *p, T *s, \
+                                   T *ssum, int *iters) {                                            \
+    double t = t0, last = INFINITY, dt = 0, S = 0, Sp = 0;                                           \
+    int it = 0, jmode = kind == KIND_JEFF ? jeffrey_mode(t0, 0.0, -1) : 0;                           \
+    for (;;) {                                                                                       \
+        if (kind == KIND_JEFF && !e && (jmode != JEFF_SERIES || !(emax < JEFF_BIG))) {               \
+            jeffrey_e_##SUFFIX(z, m, k, ebuf);                                                       \
+            e = ebuf;                                                                                \
+        }                                                                                            \
+        const int narrow = sizeof(T) == sizeof(float) && !e && 1.0 + t + emax < JEFF_NARROW;         \
+        eval_dense_##SUFFIX(z, m, e, w, k, kind, t, dt, jmode, narrow, p, s, &S, &Sp);               \
+        const double resid = fabs(S - 1.0);                                                          \
+        if (resid <= tol || it >= MAX_ITER || (it > 1 && resid >= last)) break;                      \
+        last = resid;                                                                                \
+        double tn = dense_step(kind, t, S, Sp);                                                      \
+        if (!(tn > t)) {                                                                             \
+            if (!(it == 0 && S < 1.0)) break; /* at the root to rounding */                          \
+            tn = fmax(tn, t_lo);                                                                     \
+            if (!(tn < t)) break;                                                                    \
+        }                                                                                            \
+        dt = tn - t;                                                                                 \
+        if (kind == KIND_JEFF) jmode = jeffrey_mode(fmin(t, tn), dt, jmode);                         \
+        t = tn;                                                                                      \
+        it++;                                                                                        \
+    }                                                                                                \
+    *ssum = (T)Sp;                                                                                   \
+    *iters = it;                                                                                     \
+    return t;                                                                                        \
+}                                                                                                    \
+                                                                                                     \
+static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,             \
+                            double *ebuf, double *w, int *iters) {                                   \
+    int bad;                                                                                         \
+    double sz, zmin;                                                                                 \
+    const double m = row_stats_##SUFFIX(z, k, &bad, &sz, &zmin);                                     \
+    *iters = 0;                                                                                      \
+    if (bad || m == -INFINITY) {                                                                     \
+        const T fill = bad ? (T)NAN : (T)0;                                                          \
+        for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                      \
+        *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                                   \
+    }                                                                                                \
+    /* the row sums of the start (dense_start): JS's from its pass of exp, the others' from the stats \
+       (every entry finite: the sum is), else from a pass over the finite entries */                 \
+    double a1 = (double)k * m - sz, a2 = (double)k;                                                  \
+    const double *e = NULL;                                                                          \
+    if (kind == KIND_JS) {                                                                           \
+        a1 = 0;                                                                                      \
+        a2 = 0;                                                                                      \
+        _Pragma("omp simd reduction(+ : a1, a2)")                                                    \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double y = exp((double)z[j] - m);                                                  \
+            ebuf[j] = y; a1 += y; a2 += y * y;                                                       \
+        }                                                                                            \
+        e = ebuf;                                                                                    \
+    } else if (!(sz > -INFINITY && sz < INFINITY)) {                                                 \
+        dense_sums_##SUFFIX(z, k, m, &a1, &a2);                                                      \
+    }                                                                                                \
+    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                         \
+    const double t_lo = dense_t_lo(kind);                                                            \
+    const double emax = m - zmin; /* +inf: some entry is masked */                                   \
+    const double t = iterate_dense_##SUFFIX(z, m, e, ebuf, w, k, kind, tol, fmax(t_lo, dense_start(kind, a1, a2)), \
+                                          t_lo, emax, p, s, ssum, iters);                            \
+    *tau = (T)(t + m);                                                                               \
+    return 0;                                                                                        \
 }
 
 #define DEFINE_ROWS(T, SUFFIX, EPS, TINY)                                                        \
@@ -304,45 +603,7 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
     return 0;                                                                                    \
 }                                                                                                \
                                                                                                  \
-static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,       \
-                              double *e, int *iters) {                                           \
-    int bad;                                                                                     \
-    const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
-    *iters = 0;                                                                                  \
-    if (bad || m == -INFINITY) {                                                                 \
-        const T fill = bad ? (T)NAN : (T)0;                                                      \
-        for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                  \
-        *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                               \
-    }                                                                                            \
-    if (kind == KIND_JS) {                                                                       \
-        _Pragma("omp simd")                                                                      \
-        for (long j = 0; j < k; j++) e[j] = exp(m - (double)z[j]);                               \
-    } else {                                                                                     \
-        _Pragma("omp simd")                                                                      \
-        for (long j = 0; j < k; j++) e[j] = m - (double)z[j];                                    \
-    }                                                                                            \
-    const double tol = fmax(4 * EPS, 8 * DBL_EPSILON * log2((double)k + 1));                     \
-    const double t = iterate_dense(e, k, kind, tol, iters);                                      \
-    double sp = 0;                                                                               \
-    if (kind == KIND_JS) {                                                                       \
-        const double E2 = 2.0 * exp(t);                                                          \
-        _Pragma("omp simd reduction(+ : sp)")                                                    \
-        for (long j = 0; j < k; j++) {                                                           \
-            const double g = 1.0 / (e[j] * E2 - 1.0);                                            \
-            p[j] = (T)g; s[j] = (T)(g + g * g); sp += g + g * g;                                 \
-        }                                                                                        \
-    } else {                                                                                     \
-        const double t1 = t + 1.0;                                                               \
-        _Pragma("omp simd reduction(+ : sp)")                                                    \
-        for (long j = 0; j < k; j++) {                                                           \
-            const double r = 1.0 / (t1 + e[j]);                                                  \
-            p[j] = (T)(r * r); s[j] = (T)(2.0 * r * r * r); sp += 2.0 * r * r * r;               \
-        }                                                                                        \
-    }                                                                                            \
-    *tau = (T)(t + m);                                                                           \
-    *ssum = (T)sp;                                                                               \
-    return 0;                                                                                    \
-}                                                                                                \
+DEFINE_DENSE(T, SUFFIX, EPS)                                                                     \
                                                                                                  \
 /* Solve rows [r0, r1) with the thread's buffers: buf (2 (k + PAD) doubles), idx (k + PAD), and  \
    srow (k entries, for s when s is NULL).  Returns the most Newton steps of those rows;       \
@@ -362,7 +623,7 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
         const int st = kind == KIND_POWER                                                        \
             ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it, \
                                  sums ? row_sums : NULL, oc, osc)                                \
-            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, &it);                \
+            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, &it);                \
         /* tau_f = (tau + c) / a computed in T, as PyTorch computes it on a T tensor */           \
         if (convert && kind == KIND_POWER) tau_r = (T)(tau_r + (T)offset) / (T)ar;                \
         if (tau) tau[r] = tau_r;                                                                 \

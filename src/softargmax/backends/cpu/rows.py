@@ -10,7 +10,8 @@ OpenMP threads.  It covers the operators of the speed targets, all with ``q = 1`
   the ``"chi_square"`` divergence), except α just above 1 (α - 1 below :data:`MIN_A`);
   sparsemax and 1.5-entmax are exact (Michelot's iteration and its quadratic analogue on
   the candidates);
-* the Jensen–Shannon and squared-Hellinger f-softargmax.
+* the Jensen–Shannon, squared-Hellinger, reverse-KL, Jeffrey and reverse-χ² f-softargmax (the
+  last three on the CPU only: :data:`~softargmax.backends.kinds.CPU_KINDS`).
 
 It returns the same :class:`~softargmax.backends.solution.Solution` (dense candidates) as the
 PyTorch path, which stays the reference and handles everything else (``q``, other
@@ -60,7 +61,7 @@ import torch
 from torch import Tensor
 
 from ...divergences import Divergence
-from ..kinds import KIND_POWER, alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
+from ..kinds import CPU_KINDS, KIND_POWER, alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
 from ..solution import Solution
 from ..switch import Switch
 
@@ -258,7 +259,7 @@ def map_kernel(dtype: torch.dtype) -> Any:
 
     ``fn(z, R, k, kind, a, p, s, sc, threads)`` (pointers as ``data_ptr()`` integers, ``s`` and ``sc``
     ``None`` or ``[R, k]`` and ``[R, 1]``) solves the contiguous rows of ``z`` for ``kind`` and one
-    exponent ``a`` (:func:`~softargmax.backends.kinds.kind_of`, ``1.0`` for the dense kinds), writes the
+    exponent ``a`` (:func:`~softargmax.backends.kinds.kind_of` with :data:`~softargmax.backends.kinds.CPU_KINDS`, ``1.0`` for the dense kinds), writes the
     output ``p`` (NaN in rows with NaN or ``+inf``) and, unless ``None``, the Jacobian weights ``s`` and
     ``sc`` = their row sums clamped below at ``torch.finfo(dtype).tiny``, as :func:`solve` writes them;
     it returns ``2 · iterations + (some row has NaN or +inf)``, negative if out of memory.  The caller
@@ -304,7 +305,7 @@ MIN_A = {torch.float32: 1e-6, torch.float64: 1e-4}
 def covers_divergence(z: Tensor, div: Divergence) -> bool:
     """Whether the operator of ``div`` is covered for rows ``z``: a fused kind, and not
     α - 1 < :data:`MIN_A` (the PyTorch solver keeps full precision there)."""
-    kind, a = kind_of(div)
+    kind, a = kind_of(div, CPU_KINDS)
     return kind is not None and not (a is not None and a < MIN_A.get(z.dtype, 1.0))
 
 
@@ -372,7 +373,7 @@ def probabilities(z: Tensor, div: Divergence) -> Tensor:
     """``solve(z, div).dense_p()`` alone: the C solver writes ``p`` (NaN in rows with NaN or
     ``+inf``) and no Jacobian weights, thresholds or statuses, for callers that need no
     gradient.  The caller has checked that the operator is covered (:func:`softargmax.backends.select`)."""
-    kind, a = kind_of(div)
+    kind, a = kind_of(div, CPU_KINDS)
     assert kind is not None  # covered (the caller asked select())
     p = torch.empty_like(z)
     _call(z, kind, cpu_parameter(1.0 if a is None else a), 0, p, None, None, None, None, None)
@@ -386,7 +387,7 @@ def omega_constants(div: Divergence) -> Optional[tuple[float, float]]:
     / (\alpha(\alpha - 1))`: :math:`f(p) - f(0) = (p^\alpha - \alpha p)/(\alpha(\alpha - 1))`, so ``c = α`` and
     ``scale = 1/(α(α - 1))``; χ² (:math:`f(p) - f(0) = p^2/2`, ``a = 1``): ``c = 0`` and ``scale = 1/2``
     (the constants of the GPU kernels)."""
-    kind, a = kind_of(div)
+    kind, a = kind_of(div, CPU_KINDS)
     if kind != KIND_POWER or a is None:
         return None
     if div.hints.power_offset == 0.0:  # g(v) = [v]_+ (chi-square)
@@ -404,8 +405,8 @@ def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solutio
         return None
     omega = omega_constants(div) if row_sums else None
     if omega is None:
-        return solve_with(_run, z, div, converts_tau=True)
-    return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True)
+        return solve_with(_run, z, div, converts_tau=True, kinds=CPU_KINDS)
+    return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True, kinds=CPU_KINDS)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
