@@ -16,8 +16,8 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
 ``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
 ``k`` in every pass and never stored):
 
-1. a pass over the key blocks for the row maxima ``m``, storing per tile the bound
-   ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) in ``BMAX``:
+1. a pass over the key blocks for the row maxima ``m``, listing the tiles where the bound
+   ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) is positive:
    a tile where it is ``≤ 0`` is skipped from the first Newton pass on.  The same pass bins the
    scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_BINS`` wide in
    ``a (z - m)``, anchored to the running maximum, each score counted in the bin just below it;
@@ -30,10 +30,16 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation), when its residual stops decreasing
    (rounding), when the step vanishes, or after ``max_iter`` passes.  The loop runs while a row
    of the block goes on: its length is set by the data, not fixed;
-3. **block sparsity**: a scratch ``BMAX[bh, query block, key block]`` holds, per tile, the
-   largest ``u`` over its rows at the last ``t`` it was evaluated at (``+inf`` before).  The
-   iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
-   ``t``: it is skipped in the later Newton passes, the output pass and the backward;
+3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
+   blocks) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
+   this ``t`` is positive.  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
+   later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
+   data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
+   tiles as asynchronous copies (``cp.async``) one iteration ahead.  Two halves per query block
+   alternate between the passes (no list is overwritten while it is read); the output pass writes the
+   final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
+   block]`` (the largest ``u`` of each kept tile at the final ``t``, 0 elsewhere), whose columns
+   :func:`attention_bwd_dkdv` lists the same way;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
    of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
    ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
@@ -109,6 +115,8 @@ HIST_MARGIN = tl.constexpr(1e-5)
 HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 #: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
 LN2 = tl.constexpr(0.6931471805599453)
+#: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles
+LIST_CHUNK = tl.constexpr(64)
 
 
 @triton.jit
@@ -270,7 +278,7 @@ def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS, CU_Q, CU_K,
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS, LIST, CU_Q, CU_K,
                   H, HKV, L, S, NQB, NKB, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
@@ -314,6 +322,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)  # a query block past this sequence's end: no work
     n_blocks = tl.cdiv(hi, BLOCK_N)
     bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length and half
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 2)
     # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
     # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
     # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
@@ -322,13 +332,16 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     anchor = tl.full([BLOCK_M], float("-inf"), tl.float32)
     hist = tl.zeros([BLOCK_M], tl.int64)
     inv_w = a * HIST_BINS
+    n_list = 0
     for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                         stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
         m = tl.maximum(m, tl.max(z, 1))
         gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
-        tl.store(BMAX + bmax_base + nb, a * gap + 1.0)
+        keep = a * gap + 1.0 > 0
+        tl.store(LIST + list_base + n_list, nb, mask=keep)
+        n_list += keep.to(tl.int32)
         hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
@@ -337,24 +350,31 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     go = rmask & (empty == 0)
     last = tl.full([BLOCK_M], float("inf"), tl.float32)
     it = 0
+    src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
     while tl.sum(go.to(tl.int32), 0) > 0:
+        tl.debug_barrier()  # the list written by the last pass, complete for every thread
+        dst = NKB - src
+        n_next = 0
         Ssum = tl.zeros([BLOCK_M], tl.float32)
         Sp = tl.zeros([BLOCK_M], tl.float32)
         cnt = tl.zeros([BLOCK_M], tl.float32)
         umin = tl.full([BLOCK_M], float("inf"), tl.float32)
-        for nb in range(n_blocks):
-            if tl.load(BMAX + bmax_base + nb) > 0:
-                offs_n = nb * BLOCK_N + offs_nb
-                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                                stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
-                Ssum += tl.sum(p, 1)
-                Sp += tl.sum(s, 1)
-                if EXACT == 2:
-                    cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
-                    umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
-                umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
-                tl.store(BMAX + bmax_base + nb, umax)
+        for i in range(n_list):
+            nb = tl.load(LIST + list_base + src + i)
+            offs_n = nb * BLOCK_N + offs_nb
+            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
+                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
+            Ssum += tl.sum(p, 1)
+            Sp += tl.sum(s, 1)
+            if EXACT == 2:
+                cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
+                umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
+            keep = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0) > 0
+            tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+            n_next += keep.to(tl.int32)
+        n_list = n_next
+        src = dst
         tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
         go = go & (stop == 0)
         t = tl.where(go, tn, t)
@@ -365,24 +385,31 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     Sp = tl.zeros([BLOCK_M], tl.float32)
     Ssum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(n_blocks):
-        if tl.load(BMAX + bmax_base + nb) > 0:
-            offs_n = nb * BLOCK_N + offs_nb
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-            u = a * (z - m[:, None]) - t[:, None]
-            if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
-                p, s, lg = _powers_log(u, a, FAST_LOG)
-                plogp += tl.sum(p * lg, 1)
-            else:
-                p, s = _powers(u, a, EXACT, FAST_LOG)
-            tl.store(BMAX + bmax_base + nb, tl.max(tl.max(u, 1), 0))
-            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
-                        other=0.0)
-            acc += _mm(_low(p, v, DOT), v, DOT)
-            accw += _mm(_low(s, v, DOT), v, DOT)
-            Ssum += tl.sum(p, 1)
-            Sp += tl.sum(s, 1)
+    tl.debug_barrier()
+    dst = NKB - src
+    n_next = 0
+    for i in range(n_list):
+        nb = tl.load(LIST + list_base + src + i)
+        offs_n = nb * BLOCK_N + offs_nb
+        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
+                        stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+        u = a * (z - m[:, None]) - t[:, None]
+        if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
+            p, s, lg = _powers_log(u, a, FAST_LOG)
+            plogp += tl.sum(p * lg, 1)
+        else:
+            p, s = _powers(u, a, EXACT, FAST_LOG)
+        umax = tl.max(tl.max(u, 1), 0)
+        tl.store(BMAX + bmax_base + nb, umax)
+        keep = umax > 0
+        tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+        n_next += keep.to(tl.int32)
+        v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
+                    other=0.0)
+        acc += _mm(_low(p, v, DOT), v, DOT)
+        accw += _mm(_low(s, v, DOT), v, DOT)
+        Ssum += tl.sum(p, 1)
+        Sp += tl.sum(s, 1)
     plogp = plogp * (LN2 / a)
     w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
     # the output offsets, computed here rather than kept live through the passes (registers)
@@ -401,10 +428,27 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     tl.store(PSUM + row, Ssum, mask=rmask)
     tl.store(PLOGP + row, plogp, mask=rmask)
     tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
+    tl.store(LIST + list_base + 2 * NKB, n_next)  # the kept tiles, for attention_bwd_dq
+    tl.store(LIST + list_base + 2 * NKB + 1, dst)
+
+
+@triton.jit
+def _list_kept(KMAP, stride, OUT, lo, hi, CHUNK: tl.constexpr):
+    """Writes to ``OUT`` the indices ``i`` in ``[lo, hi)`` with ``KMAP[i · stride] > 0`` (the kept tiles of a
+    column of the tile map), in order, and returns their number; ``CHUNK`` of them per step (a prefix
+    sum places them).  A barrier follows: every thread of the program reads the whole list."""
+    n = 0
+    for c0 in range(lo, hi, CHUNK):
+        idx = c0 + tl.arange(0, CHUNK)
+        keep = (tl.load(KMAP + idx.to(tl.int64) * stride, mask=idx < hi, other=0.0) > 0).to(tl.int32)
+        tl.store(OUT + n + tl.cumsum(keep, 0) - 1, idx, mask=keep != 0)
+        n += tl.sum(keep, 0)
+    tl.debug_barrier()
+    return n
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_Q, CU_K,
+def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, LIST, CU_Q, CU_K,
                        H, HKV, L, S, NQB, NKB, scale,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
@@ -459,32 +503,35 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_
         else:
             row0 = bh.to(tl.int64) * L
         mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
-        for mb in range(lo, nq):
-            if tl.load(BMAX + (bh.to(tl.int64) * NQB + mb) * NKB + pid_n) > 0:
-                offs_m = mb * BLOCK_M + offs_mb
-                rmask = offs_m < Lb
-                q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
-                do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
-                             other=0.0)
-                row = row0 + offs_m
-                m = tl.load(MROW + row, mask=rmask, other=0.0)
-                m = tl.where(m == float("-inf"), 0.0, m)
-                t = tl.load(TROW + row, mask=rmask, other=0.0)
-                c = tl.load(CROW + row, mask=rmask, other=0.0)
-                z = _mm(q, kt, DOT) * scale
-                dp = _mm(do, vt, DOT)
-                z = _masked(z, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
-                dz = s * (dp - c[:, None])
-                dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
-                dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
+        # the query blocks whose tile with this key block is kept, listed from the forward's tile map
+        list_base = (bh.to(tl.int64) * NKB + pid_n) * NQB
+        n_list = _list_kept(BMAX + bh.to(tl.int64) * NQB * NKB + pid_n, NKB, LIST + list_base, lo, nq, LIST_CHUNK)
+        for i in range(n_list):
+            mb = tl.load(LIST + list_base + i)
+            offs_m = mb * BLOCK_M + offs_mb
+            rmask = offs_m < Lb
+            q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+            do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
+                         other=0.0)
+            row = row0 + offs_m
+            m = tl.load(MROW + row, mask=rmask, other=0.0)
+            m = tl.where(m == float("-inf"), 0.0, m)
+            t = tl.load(TROW + row, mask=rmask, other=0.0)
+            c = tl.load(CROW + row, mask=rmask, other=0.0)
+            z = _mm(q, kt, DOT) * scale
+            dp = _mm(do, vt, DOT)
+            z = _masked(z, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
+            dz = s * (dp - c[:, None])
+            dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
+            dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
     out = (krow0 + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q, CU_K,
+def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, LIST, CU_Q, CU_K,
                      H, HKV, L, S, NQB, NKB, scale,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
@@ -526,31 +573,27 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q
     m = tl.where(m == float("-inf"), 0.0, m)
     t = tl.load(TROW + row, mask=rmask, other=0.0)
     c = tl.load(CROW + row, mask=rmask, other=0.0)
-    if CAUSAL:
-        hi = tl.minimum(Sb, (pid_m + 1) * BLOCK_M)
-    else:
-        hi = Sb
-    hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)
-    n_blocks = tl.cdiv(hi, BLOCK_N)
-    bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 2)  # the forward's list of this block's kept tiles
+    n_list = tl.load(LIST + list_base + 2 * NKB)
+    list_base += tl.load(LIST + list_base + 2 * NKB + 1)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(n_blocks):
-        if tl.load(BMAX + bmax_base + nb) > 0:
-            offs_n = nb * BLOCK_N + offs_nb
-            nmask = offs_n < Sb
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-            vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
-            k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
-            dp = _mm(do, vt, DOT)
-            if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
-                p, s, lg = _powers_log(a * (z - m[:, None]) - t[:, None], a, FAST_LOG)
-                plg += tl.sum(p * lg * dp, 1)
-            else:
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
-            dz = s * (dp - c[:, None])
-            dq += _mm(_low(dz, k, DOT), k, DOT)
+    for i in range(n_list):
+        nb = tl.load(LIST + list_base + i)
+        offs_n = nb * BLOCK_N + offs_nb
+        nmask = offs_n < Sb
+        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
+                        stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+        vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
+        k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+        dp = _mm(do, vt, DOT)
+        if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
+            p, s, lg = _powers_log(a * (z - m[:, None]) - t[:, None], a, FAST_LOG)
+            plg += tl.sum(p * lg * dp, 1)
+        else:
+            p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
+        dz = s * (dp - c[:, None])
+        dq += _mm(_low(dz, k, DOT), k, DOT)
     plg = plg * (LN2 / a)
     tl.store(DQ + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=rmask[:, None])
