@@ -186,7 +186,8 @@ def test_block_sparsity_is_exact(device):
         nz = (wp.reshape(B, H, nm, block_m, nn_, block_n) > 0).any(-1).any(-2)
         assert stats["kept"] == int(nz.sum()) and stats["block_sparsity"] > 0
         passes = stats["newton_passes"]
-        assert passes.shape == (B, H, nm) and (passes >= 2).all() and (passes < FA.MAX_ITER).all()
+        # (one pass can end a block: its closed-form step certifies the support, no confirming pass)
+        assert passes.shape == (B, H, nm) and (passes >= 1).all() and (passes < FA.MAX_ITER).all()
         torch.testing.assert_close(stats["psum"], torch.ones(B, H, L, device=device), atol=1e-5, rtol=0)
     keep = torch.ones(B, 1, 1, S, dtype=torch.bool, device=device)
     keep[..., :] = False

@@ -348,7 +348,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     else:
         o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
-    rows = _row_buffers(5, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p
+    rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
     bmax = torch.zeros(nb * H, nq, nk, dtype=torch.float32, device=dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
     lists = torch.empty(nb * H, nq, 2 * nk + 2, dtype=torch.int32, device=dev)
@@ -356,7 +356,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
     K.attention_fwd[(nq, nb * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters, lists, cu_q, cu_k,
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], bmax, iters, lists, cu_q, cu_k,
         H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
@@ -435,9 +435,9 @@ class FlashEntmaxAttention(torch.autograd.Function):
                       VARLEN=packed is not None, FAST_LOG=ctx.fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D,
                       **_launch_options(q, warps))
         columns = torch.empty(nb * H, nk, nq, dtype=torch.int32, device=q.device)  # dK, dV's lists of kept tiles
-        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax, columns, cu_q,
-                                             cu_k, H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
-        K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, lists, cu_q, cu_k,
+        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], rows[5], c, bmax, columns,
+                                             cu_q, cu_k, H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
+        K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], rows[5], c, plg, lists, cu_q, cu_k,
                                          H, Hkv, L, S, nq, nk, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
         dalpha = None
         if alpha_grad:
