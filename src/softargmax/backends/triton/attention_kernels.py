@@ -43,7 +43,9 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    alternate between the passes (no list is overwritten while it is read); the output pass writes the
    final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
    block]`` (the largest ``u`` of each kept tile at the final ``t``, 0 elsewhere), whose columns
-   :func:`attention_bwd_dkdv` lists the same way;
+   :func:`attention_bwd_dkdv` lists the same way.  The Newton, output and ``dQ`` loops walk first the tiles that need no mask (whole key blocks at or before the block's first
+   query, no ``attn_mask``: :func:`_free_blocks`; ``u`` straight from the FMA, ``τ = +inf`` on the rows
+   past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
    of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
    ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
@@ -245,12 +247,31 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
 @triton.jit
 def _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, ascale, shift, t, a,
             MASK, mask_base, stride_mm, stride_mn,
-            EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile (``-inf`` outside, masked, above the diagonal) from the
-    dot ``x = q kᵀ``: :func:`_u`."""
+            EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+            EDGE: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile from the dot ``x = q kᵀ`` (:func:`_u`); with ``EDGE``
+    ``-inf`` outside the matrix, where masked and above the diagonal (:func:`_masked`).  Without: a tile
+    inside the matrix and below the diagonal, with no mask (rows past the end: ``shift = +inf``)."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     u = _u(_mm(q, kt, DOT), ascale, shift, t, EXACT)
-    return _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+    if EDGE:
+        u = _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+    return u
+
+
+@triton.jit
+def _free_blocks(pid_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                 HAS_MASK: tl.constexpr):
+    """The key blocks ``[0, n)`` whose tiles with query block ``pid_m`` need no mask: whole blocks of keys
+    (``< S``), below the causal diagonal (every key at or before the block's first query), no ``attn_mask``.
+    The lists walk them first, then the others (the edge tiles: the diagonal's, the last partial one)."""
+    if HAS_MASK != 0:
+        n = pid_m * 0
+    elif CAUSAL:
+        n = tl.minimum((pid_m * BLOCK_M + 1) // BLOCK_N, S // BLOCK_N)
+    else:
+        n = S // BLOCK_N + pid_m * 0
+    return n
 
 
 @triton.jit
@@ -457,8 +478,9 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)  # a query block past this sequence's end: no work
     n_blocks = tl.cdiv(hi, BLOCK_N)
     bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
-    # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length and half
-    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 2)
+    # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length, half
+    # and entries without a mask
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)
     # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
     # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
     # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
@@ -468,6 +490,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     hist = tl.zeros([BLOCK_M], tl.int64)
     inv_w = a * HIST_BINS
     n_list = 0
+    n_free = 0  # the list's entries below n_free_blocks (listed first)
+    n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
     for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
@@ -477,6 +501,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         keep = a * gap + 1.0 > 0
         tl.store(LIST + list_base + n_list, nb, mask=keep)
         n_list += keep.to(tl.int32)
+        n_free += (keep & (nb < n_free_blocks)).to(tl.int32)
         hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
@@ -491,24 +516,29 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         tl.debug_barrier()  # the list written by the last pass, complete for every thread
         dst = NKB - src
         n_next = 0
-        shift = _shift(m, t, a, EXACT)
+        shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
         S2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         Sp2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         n2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         q1 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
         q2 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
         q3 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
-        for i in range(n_list):
-            nb = tl.load(LIST + list_base + src + i)
-            offs_n = nb * BLOCK_N + offs_nb
-            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT)
-            p, s = _powers(u, a, EXACT, FAST_LOG)
-            S2, Sp2, n2, q1, q2, q3 = _support_add(S2, Sp2, n2, q1, q2, q3, p, s, u, EXACT)
-            keep = tl.max(tl.max(u, 1), 0) > 0
-            tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
-            n_next += keep.to(tl.int32)
+        n_next_free = 0
+        for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+            for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+                nb = tl.load(LIST + list_base + src + i)
+                offs_n = nb * BLOCK_N + offs_nb
+                u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                            mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+                S2, Sp2, n2, q1, q2, q3 = _support_add(S2, Sp2, n2, q1, q2, q3, p, s, u, EXACT)
+                keep = tl.max(tl.max(u, 1), 0) > 0
+                tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+                n_next += keep.to(tl.int32)
+            if part == 0:
+                n_next_free = n_next
         n_list = n_next
+        n_free = n_next_free
         src = dst
         Ssum, Sp, cnt, k1, k2, k3 = _support_sums(S2, Sp2, n2, q1, q2, q3, EXACT)
         if EXACT == 0:
@@ -529,29 +559,33 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     tl.debug_barrier()
     dst = NKB - src
     n_next = 0
-    shift = _shift(m, t, a, EXACT)
+    shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
     ascale = a * scale
-    for i in range(n_list):
-        nb = tl.load(LIST + list_base + src + i)
-        offs_n = nb * BLOCK_N + offs_nb
-        u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
-                    stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT)
-        if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
-            p, s, lg = _powers_log(u, a, FAST_LOG)
-            plogp += tl.sum(p * lg, 1)
-        else:
-            p, s = _powers(u, a, EXACT, FAST_LOG)
-        umax = tl.max(tl.max(u, 1), 0)
-        tl.store(BMAX + bmax_base + nb, umax)
-        keep = umax > 0
-        tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
-        n_next += keep.to(tl.int32)
-        v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
-                    other=0.0)
-        acc += _mm(_low(p, v, DOT), v, DOT)
-        accw += _mm(_low(s, v, DOT), v, DOT)
-        Ssum += tl.sum(p, 1)
-        Sp += tl.sum(s, 1)
+    n_next_free = 0
+    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+            nb = tl.load(LIST + list_base + src + i)
+            offs_n = nb * BLOCK_N + offs_nb
+            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+            if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
+                p, s, lg = _powers_log(u, a, FAST_LOG)
+                plogp += tl.sum(p * lg, 1)
+            else:
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+            umax = tl.max(tl.max(u, 1), 0)
+            tl.store(BMAX + bmax_base + nb, umax)
+            keep = umax > 0
+            tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+            n_next += keep.to(tl.int32)
+            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
+                        other=0.0)
+            acc += _mm(_low(p, v, DOT), v, DOT)
+            accw += _mm(_low(s, v, DOT), v, DOT)
+            Ssum += tl.sum(p, 1)
+            Sp += tl.sum(s, 1)
+        if part == 0:
+            n_next_free = n_next
     plogp = plogp * (LN2 / a)
     w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
     # the output offsets, computed here rather than kept live through the passes (registers)
@@ -573,6 +607,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
     tl.store(LIST + list_base + 2 * NKB, n_next)  # the kept tiles, for attention_bwd_dq
     tl.store(LIST + list_base + 2 * NKB + 1, dst)
+    tl.store(LIST + list_base + 2 * NKB + 2, n_next_free)
 
 
 @triton.jit
@@ -727,27 +762,29 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIS
     shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
     ascale = a * scale
     c = tl.load(CROW + row, mask=rmask, other=0.0)
-    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 2)  # the forward's list of this block's kept tiles
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)  # the forward's list of this block's kept tiles
     n_list = tl.load(LIST + list_base + 2 * NKB)
+    n_free = tl.load(LIST + list_base + 2 * NKB + 2)
     list_base += tl.load(LIST + list_base + 2 * NKB + 1)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for i in range(n_list):
-        nb = tl.load(LIST + list_base + i)
-        offs_n = nb * BLOCK_N + offs_nb
-        nmask = offs_n < Sb
-        u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
-                    stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT)
-        vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
-        k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
-        dp = _mm(do, vt, DOT)
-        if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
-            p, s, lg = _powers_log(u, a, FAST_LOG)
-            plg += tl.sum(p * lg * dp, 1)
-        else:
-            p, s = _powers(u, a, EXACT, FAST_LOG)
-        dz = s * (dp - c[:, None])
-        dq += _mm(_low(dz, k, DOT), k, DOT)
+    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+            nb = tl.load(LIST + list_base + i)
+            offs_n = nb * BLOCK_N + offs_nb
+            nmask = offs_n < Sb
+            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+            vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
+            k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+            dp = _mm(do, vt, DOT)
+            if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
+                p, s, lg = _powers_log(u, a, FAST_LOG)
+                plg += tl.sum(p * lg * dp, 1)
+            else:
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+            dz = s * (dp - c[:, None])
+            dq += _mm(_low(dz, k, DOT), k, DOT)
     plg = plg * (LN2 / a)
     tl.store(DQ + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=rmask[:, None])

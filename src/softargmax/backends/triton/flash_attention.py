@@ -334,9 +334,9 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`); returns the output (4-D,
     a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map, the Newton
-    passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 2]`` int32:
-    two halves the passes alternate between, then per query block the number of kept tiles and the offset
-    of the half that lists them)."""
+    passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 3]`` int32:
+    two halves the passes alternate between, then per query block the number of kept tiles, the offset
+    of the half that lists them and how many of them need no mask)."""
     K = _module()
     B, H, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -351,7 +351,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
     bmax = torch.zeros(nb * H, nq, nk, dtype=torch.float32, device=dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
-    lists = torch.empty(nb * H, nq, 2 * nk + 2, dtype=torch.int32, device=dev)
+    lists = torch.empty(nb * H, nq, 2 * nk + 3, dtype=torch.int32, device=dev)
     cu_q, cu_k = _offsets(packed, q.device)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
