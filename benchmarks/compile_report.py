@@ -293,7 +293,7 @@ def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
 
 
 #: the attention kernels' iteration counts and packed batches' offsets
-_ATT = {"ITERS": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
+_ATT = {"ITERS": "*i32", "LIST": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 #: the row kernels' outputs besides p: the bad rows, a bool tensor
 _ROWS = {"BAD": "*u1", "IDX": "*i64", "KEEP": "*u8"}
 #: the loss kernels' target (int64 class indices or float32 rows) and the kept rows (bool viewed as uint8)

@@ -119,3 +119,70 @@ def test_fewer_passes_and_exact(device, mapping, alpha):
     want, _ = sa.attention(q.double(), k.double(), v.double(), mapping=mapping, alpha=alpha, return_weights=True)
     torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=1e-4)
     assert math.isfinite(float(out.abs().max()))
+
+
+@triton.jit
+def _solve(D, T0, T, P, n, max_iter, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The forward's passes on ``ROWS`` rows of ``n`` values ``d = a (z - m)`` from the starts ``T0``: per pass
+    the support's sums over tiles of ``BLOCK_N`` (:func:`AK._support_add`, :func:`AK._support_sums`), then
+    :func:`AK._certified_step`;
+    writes the thresholds and each row's passes."""
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    t = tl.load(T0 + rows)
+    a = 1.0 if EXACT == 1 else 0.5
+    go = rows >= 0
+    passes = tl.zeros([ROWS], tl.int32)
+    last = tl.full([ROWS], float("inf"), tl.float32)
+    it = 0
+    while tl.sum(go.to(tl.int32), 0) > 0:
+        S = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        Sp = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        cnt = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        k1 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
+        k2 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
+        k3 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
+        for nb in range(tl.cdiv(n, BLOCK_N)):
+            offs = nb * BLOCK_N + cols
+            u = tl.load(D + rows[:, None] * n + offs[None, :], mask=offs[None, :] < n, other=float("-inf")) - t[:, None]
+            p, s = AK._powers(u, a, EXACT, False)
+            S, Sp, cnt, k1, k2, k3 = AK._support_add(S, Sp, cnt, k1, k2, k3, p, s, u, EXACT)
+        S, Sp, cnt, k1, k2, k3 = AK._support_sums(S, Sp, cnt, k1, k2, k3, EXACT)
+        tn, done, last = AK._certified_step(t, S, Sp, cnt, k1, k2, k3, it, last, 2 * 1.1920929e-07, max_iter, a,
+                                            EXACT)
+        t = tl.where(go, tn, t)
+        passes = tl.where(go, passes + 1, passes)
+        go = go & (done == 0)
+        it += 1
+    tl.store(T + rows, t)
+    tl.store(P + rows, passes)
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5])
+def test_certified_step_drops_the_smallest_scores(device, alpha):
+    """The closed-form step certifies the support and ends a row's passes.  From a start ``t0`` below the
+    threshold with ``r`` scores in ``(t0, t*]`` (they leave the support), one pass solves the row exactly
+    for ``r`` = 0, 1 and 2 (the candidates that drop the support's ``r`` smallest scores); with ``r = 3``
+    the pass takes a Newton step and a later one certifies.  Against float64 bisection: the threshold to
+    float32 rounding and ``Σp = 1``."""
+    a = alpha - 1
+    exact = 1 if alpha == 2.0 else 2
+    z = _rows(96)[::2]  # 16 rows of each kind r = 0..3 below
+    z = torch.cat([z[i::4] for i in range(4)])
+    d = a * (z - z.max(1, keepdim=True).values)
+    want = _threshold(z, a).double()
+    below = torch.where(d.double() <= want[:, None], d.double(), -math.inf).sort(1, descending=True).values
+    r = torch.arange(4).repeat_interleave(z.shape[0] // 4)
+    upper = torch.where(r == 0, want, below.gather(1, (r - 1).clamp(min=0)[:, None])[:, 0])
+    t0 = ((upper + below.gather(1, r[:, None])[:, 0]) / 2).float()
+    leaving = ((d > t0[:, None]) & (d.double() <= want[:, None])).sum(1)
+    assert (leaving == r).all()
+    t = torch.empty(d.shape[0], dtype=torch.float32, device=device)
+    passes = torch.empty(d.shape[0], dtype=torch.int32, device=device)
+    _solve[(1,)](d.float().to(device).contiguous(), t0.to(device), t, passes, d.shape[1], 100, EXACT=exact,
+                 ROWS=d.shape[0], BLOCK_N=32)
+    t, passes = t.cpu().double(), passes.cpu()
+    assert (t - want).abs().max() <= 1e-6
+    S = ((d.double() - t[:, None]).clamp(min=0) ** (1 / a)).sum(1)
+    assert (S - 1).abs().max() <= 1e-5
+    assert (passes[r <= 2] == 1).all() and (passes[r == 3] >= 2).all(), passes

@@ -16,24 +16,36 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
 ``BLOCK_M`` rows); the ``[BLOCK_M, BLOCK_N]`` score tiles are recomputed from ``q`` and
 ``k`` in every pass and never stored):
 
-1. a pass over the key blocks for the row maxima ``m``, storing per tile the bound
-   ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) in ``BMAX``:
+1. a pass over the key blocks for the row maxima ``m``, listing the tiles where the bound
+   ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) is positive:
    a tile where it is ``≤ 0`` is skipped from the first Newton pass on.  The same pass bins the
    scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_BINS`` wide in
    ``a (z - m)``, anchored to the running maximum, each score counted in the bin just below it;
-2. Newton passes from the start :func:`_hist_start` (Newton steps on the binned row, in
-   registers: below the root, since lowered scores have a lower threshold), each accumulating
-   ``Σp``, ``Σs`` (and for 1.5-entmax the support size and smallest ``u``) per row over the key
-   blocks; the step is the row solver's (:func:`softargmax.backends.triton.row_kernels.newton_step`):
-   Newton on ``S^a`` (exact Michelot step for sparsemax once the support is stable; the
-   closed-form root of the support's quadratic for 1.5-entmax), a row stops when
-   ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation), when its residual stops decreasing
-   (rounding), when the step vanishes, or after ``max_iter`` passes.  The loop runs while a row
-   of the block goes on: its length is set by the data, not fixed;
-3. **block sparsity**: a scratch ``BMAX[bh, query block, key block]`` holds, per tile, the
-   largest ``u`` over its rows at the last ``t`` it was evaluated at (``+inf`` before).  The
-   iterates ``t`` only grow, so a tile with ``BMAX ≤ 0`` has ``p = 0`` for every later
-   ``t``: it is skipped in the later Newton passes, the output pass and the backward;
+2. passes from the start :func:`_hist_start` (Newton steps on the binned row, in registers: below
+   the root, since lowered scores have a lower threshold), each accumulating per row over the key
+   blocks ``Σp``, ``Σs`` and, for sparsemax and 1.5-entmax, the support's size and its three smallest
+   ``u`` (the sums in tile-shaped registers, reduced once per pass).  Sparsemax and 1.5-entmax
+   (:func:`_certified_step`): the root in closed form on the support, or on the support without its
+   one or two smallest scores, ends the row when it is *certified* (the support it assumes is the one
+   at that root), without a confirming pass; else a Newton step on ``S^a`` (below the root).  The
+   general power: the row solver's step (:func:`softargmax.backends.triton.row_kernels.newton_step`),
+   Newton on ``S^a`` until ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation).  Either way a row
+   also stops when its residual stops decreasing (rounding), when the step vanishes, or after
+   ``max_iter`` passes.  The loop runs while a row of the block goes on: its length is set by the
+   data, not fixed.  ``u`` is one FMA per score from the dot and the absolute threshold
+   ``τ = a m + t`` (:func:`_u`; the general power: an FMA and a subtraction);
+3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
+   blocks) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
+   this ``t`` is positive.  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
+   later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
+   data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
+   tiles as asynchronous copies (``cp.async``) one iteration ahead.  Two halves per query block
+   alternate between the passes (no list is overwritten while it is read); the output pass writes the
+   final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
+   block]`` (the largest ``u`` of each kept tile at the final ``t``, 0 elsewhere), whose columns
+   :func:`attention_bwd_dkdv` lists the same way.  The Newton, output and ``dQ`` loops walk first the tiles that need no mask (whole key blocks at or before the block's first
+   query, no ``attn_mask``: :func:`_free_blocks`; ``u`` straight from the FMA, ``τ = +inf`` on the rows
+   past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
    of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
    ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
@@ -109,6 +121,8 @@ HIST_MARGIN = tl.constexpr(1e-5)
 HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 #: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
 LN2 = tl.constexpr(0.6931471805599453)
+#: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles
+LIST_CHUNK = tl.constexpr(64)
 
 
 @triton.jit
@@ -131,14 +145,6 @@ def _log2(x, HW: tl.constexpr):
 
 
 @triton.jit
-def _evaluate(z, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, HW: tl.constexpr):
-    """``(p, s)`` of α-entmax at scores ``z`` (``-inf`` masked): ``u = a (z - m) - t``,
-    ``s = u₊^{1/a - 1}``, ``p = s u`` (one ``log2`` and one ``exp2`` per score; sparsemax and
-    1.5-entmax none).  ``KIND`` is the power kind of the row solver (the only one here)."""
-    return _powers(a * (z - m) - t, a, EXACT, HW)
-
-
-@triton.jit
 def _powers(u, a, EXACT: tl.constexpr, HW: tl.constexpr):
     """``(u₊^{1/a}, u₊^{1/a - 1})``."""
     pos = u > 0
@@ -146,8 +152,8 @@ def _powers(u, a, EXACT: tl.constexpr, HW: tl.constexpr):
         p = tl.where(pos, u, 0.0)
         s = tl.where(pos, 1.0, 0.0)
     elif EXACT == 2:
-        p = tl.where(pos, u * u, 0.0)
-        s = tl.where(pos, u, 0.0)
+        s = tl.maximum(u, 0.0)  # (0 for NaN too)
+        p = s * s
     else:
         p, s, _ = _powers_log(u, a, HW)
     return p, s
@@ -235,25 +241,183 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
     """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     z = _mm(q, kt, DOT) * scale
-    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
+    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, CAUSAL, HAS_MASK)
 
 
 @triton.jit
-def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn,
+def _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, ascale, shift, t, a,
+            MASK, mask_base, stride_mm, stride_mn,
+            EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+            EDGE: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile from the dot ``x = q kᵀ`` (:func:`_u`); with ``EDGE``
+    ``-inf`` outside the matrix, where masked and above the diagonal (:func:`_masked`).  Without: a tile
+    inside the matrix and below the diagonal, with no mask (rows past the end: ``shift = +inf``)."""
+    kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
+    u = _u(_mm(q, kt, DOT), ascale, shift, t, EXACT)
+    if EDGE:
+        u = _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+    return u
+
+
+@triton.jit
+def _free_blocks(pid_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                 HAS_MASK: tl.constexpr):
+    """The key blocks ``[0, n)`` whose tiles with query block ``pid_m`` need no mask: whole blocks of keys
+    (``< S``), below the causal diagonal (every key at or before the block's first query), no ``attn_mask``.
+    The lists walk them first, then the others (the edge tiles: the diagonal's, the last partial one)."""
+    if HAS_MASK != 0:
+        n = pid_m * 0
+    elif CAUSAL:
+        n = tl.minimum((pid_m * BLOCK_M + 1) // BLOCK_N, S // BLOCK_N)
+    else:
+        n = S // BLOCK_N + pid_m * 0
+    return n
+
+
+@triton.jit
+def _u(x, ascale, shift, t, EXACT: tl.constexpr):
+    """``u = a (z - m) - t`` from the dots ``x`` (``z = scale · x``; ``ascale = a · scale``).  Sparsemax and
+    1.5-entmax: one FMA per score from the absolute threshold ``shift = τ = a m + t``, ``u = ascale · x - τ``
+    (the passes solve for ``τ``: its rounding is that of the threshold; an additive mask adds ``a`` times
+    its value).  The general power: ``(ascale · x - a m) - t`` with ``shift = a m``, an FMA and a
+    subtraction, whose rounding is that of ``u`` rather than of ``τ``: its stopping test is
+    ``|Σp - 1| ≤ 2 ε``, which a threshold rounded at the scale of ``|τ|`` could miss."""
+    u = x * ascale - shift[:, None]
+    if EXACT == 0:
+        u = u - t[:, None]
+    return u
+
+
+@triton.jit
+def _shift(m, t, a, EXACT: tl.constexpr):
+    """The per-row ``shift`` of :func:`_u`: ``τ = a m + t`` (sparsemax, 1.5-entmax) or ``a m``."""
+    if EXACT == 0:
+        r = a * m
+    else:
+        r = a * m + t
+    return r
+
+
+@triton.jit
+def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, weight,
             CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
-    """``z`` with the mask applied (``HAS_MASK`` 1: additive float, 2: boolean as bytes) and
-    ``-inf`` outside the matrix and above the causal diagonal."""
+    """``z`` with the mask applied (``HAS_MASK`` 1: additive float, times ``weight``, 2: boolean as bytes)
+    and ``-inf`` outside the matrix and above the causal diagonal."""
     valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
     if HAS_MASK != 0:
         # 64-bit offsets: a full [L, S] mask passes 2^31 entries at L = S = 46341
         moffs = mask_base + offs_m.to(tl.int64)[:, None] * stride_mm + offs_n[None, :] * stride_mn
         if HAS_MASK == 1:
-            z = z + tl.load(MASK + moffs, mask=valid, other=0.0).to(tl.float32)
+            z = z + weight * tl.load(MASK + moffs, mask=valid, other=0.0).to(tl.float32)
         else:
             valid = valid & (tl.load(MASK + moffs, mask=valid, other=0) != 0)
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
     return tl.where(valid, z, float("-inf"))
+
+
+@triton.jit
+def _smallest3(a1, a2, a3, b1, b2, b3):
+    """The three smallest of two sorted triples, sorted."""
+    r3 = tl.minimum(tl.minimum(a3, b3), tl.minimum(tl.maximum(a2, b1), tl.maximum(a1, b2)))
+    return tl.minimum(a1, b1), tl.minimum(tl.maximum(a1, b1), tl.minimum(a2, b2)), r3
+
+
+@triton.jit
+def _support_add(S, Sp, n, k1, k2, k3, p, s, u, EXACT: tl.constexpr):
+    """A tile's scores added to tile-shaped running accumulators (reduced once per pass, by
+    :func:`_support_sums`: no reduction across threads per tile): ``Σp``, ``Σs`` and, for sparsemax and
+    1.5-entmax, the support's size and its three smallest ``u`` per position, sorted (``+inf`` where
+    fewer)."""
+    S += p
+    Sp += s
+    if EXACT != 0:
+        pos = u > 0
+        n += tl.where(pos, 1.0, 0.0)
+        w = tl.where(pos, u, float("inf"))
+        k3 = tl.minimum(k3, tl.maximum(k2, w))
+        k2 = tl.minimum(k2, tl.maximum(k1, w))
+        k1 = tl.minimum(k1, w)
+    return S, Sp, n, k1, k2, k3
+
+
+@triton.jit
+def _support_sums(S, Sp, n, k1, k2, k3, EXACT: tl.constexpr):
+    """The accumulators of :func:`_support_add` reduced per row: ``(Σp, Σs, n, k1 ≤ k2 ≤ k3)`` (the
+    general power: ``Σp``, ``Σs`` and placeholders)."""
+    S = tl.sum(S, 1)
+    Sp = tl.sum(Sp, 1)
+    if EXACT != 0:
+        n = tl.sum(n, 1)
+        k1, k2, k3 = tl.reduce((k1, k2, k3), 1, _smallest3)
+    else:
+        n, k1, k2, k3 = S, S, S, S
+    return S, Sp, n, k1, k2, k3
+
+
+@triton.jit
+def _closed_form(S, Sp, n, EXACT: tl.constexpr):
+    """``(δ, ok)``: the step ``δ`` that solves ``Σ_j (u_j - δ)^{1/a} = 1`` over a fixed support of ``n``
+    scores, from ``S = Σ u^{1/a}`` and ``Sp = Σ u^{1/a - 1}``: 1.5-entmax ``n δ² - 2 Sp δ + S - 1 = 0``,
+    the smaller root in the stable form ``(S - 1) / (Sp + √(Sp² - n (S - 1)))``; sparsemax
+    ``δ = (S - 1) / n``.  ``ok``: a root exists (a support of at least one score)."""
+    if EXACT == 2:
+        disc = Sp * Sp - n * (S - 1.0)
+        den = Sp + tl.sqrt(tl.maximum(disc, 0.0))
+        delta = (S - 1.0) / tl.where(den > 0, den, 1.0)
+        ok = (disc >= 0) & (n > 0)
+    else:
+        delta = (S - 1.0) / tl.maximum(n, 1.0)
+        ok = n > 0
+    return delta, ok
+
+
+@triton.jit
+def _drop(S, Sp, n, k, EXACT: tl.constexpr):
+    """The support's sums without the score ``k`` (``k = +inf``: none)."""
+    there = k < float("inf")
+    kk = tl.where(there, k, 0.0)
+    if EXACT == 2:
+        S = S - kk * kk
+        Sp = Sp - kk
+    else:
+        S = S - kk
+        Sp = Sp - tl.where(there, 1.0, 0.0)
+    return S, Sp, n - tl.where(there, 1.0, 0.0)
+
+
+@triton.jit
+def _certified_step(t, S, Sp, n, k1, k2, k3, it, last, tol, max_iter, a, EXACT: tl.constexpr):
+    """The step after a pass at ``t`` (below the root) for sparsemax and 1.5-entmax: ``(t', done, last)``.
+
+    The support at the root is the scores above it; the sums at ``t`` (``S``, ``Sp``, the support's size
+    ``n`` and its three smallest ``u``, ``k1 ≤ k2 ≤ k3``) give the root in closed form for the support,
+    and for the support without its ``r = 1, 2`` smallest scores.  A candidate ``δ`` is *certified* when
+    the support it assumes is the one at ``t + δ``: ``k_r ≤ δ ≤ k_{r+1}`` (``k_0 = 0``): the scores it
+    keeps stay positive and the ones it drops do not.  Then ``t' = t + δ`` is the threshold (up to the
+    rounding of the sums) and the row is done without another pass.  Otherwise the Newton step on
+    ``S^a`` (below the root) and another pass.  A row is also done when ``|S - 1| ≤ tol`` at ``t``, when
+    the residual stops decreasing (from the third pass: rounding), when the step does not move ``t`` up,
+    or after ``max_iter`` passes."""
+    resid = tl.abs(S - 1.0)
+    stop = (it >= max_iter) | (resid <= tol) | ((it > 1) & (resid >= last))
+    if it > 1:
+        last = resid
+    d0, ok0 = _closed_form(S, Sp, n, EXACT)
+    S1, Sp1, n1 = _drop(S, Sp, n, k1, EXACT)
+    d1, ok1 = _closed_form(S1, Sp1, n1, EXACT)
+    S2, Sp2, n2 = _drop(S1, Sp1, n1, k2, EXACT)
+    d2, ok2 = _closed_form(S2, Sp2, n2, EXACT)
+    c0 = ok0 & (d0 >= 0) & (d0 <= k1)
+    c1 = ok1 & (d1 >= k1) & (d1 <= k2)
+    c2 = ok2 & (d2 >= k2) & (d2 <= k3)
+    cert = c0 | c1 | c2
+    delta = tl.where(c0, d0, tl.where(c1, d1, d2))
+    tn = tl.where(cert, t + delta, newton_update(t, S, Sp, a, KIND_POWER, EXACT))
+    tn = tl.where(stop & (cert == 0), t, tn)
+    tn = tl.where(tn >= t, tn, t)  # never down (rounding), NaN: stays
+    done = stop | cert | (tn == t)
+    return tn, done, last
 
 
 @triton.jit
@@ -270,7 +434,7 @@ def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, ITERS, CU_Q, CU_K,
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, BMAX, ITERS, LIST, CU_Q, CU_K,
                   H, HKV, L, S, NQB, NKB, scale, tol, max_iter,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
@@ -314,6 +478,9 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)  # a query block past this sequence's end: no work
     n_blocks = tl.cdiv(hi, BLOCK_N)
     bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length, half
+    # and entries without a mask
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)
     # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
     # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
     # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
@@ -322,13 +489,19 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     anchor = tl.full([BLOCK_M], float("-inf"), tl.float32)
     hist = tl.zeros([BLOCK_M], tl.int64)
     inv_w = a * HIST_BINS
+    n_list = 0
+    n_free = 0  # the list's entries below n_free_blocks (listed first)
+    n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
     for nb in range(n_blocks):
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                         stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
         m = tl.maximum(m, tl.max(z, 1))
         gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
-        tl.store(BMAX + bmax_base + nb, a * gap + 1.0)
+        keep = a * gap + 1.0 > 0
+        tl.store(LIST + list_base + n_list, nb, mask=keep)
+        n_list += keep.to(tl.int32)
+        n_free += (keep & (nb < n_free_blocks)).to(tl.int32)
         hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
@@ -337,27 +510,45 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     go = rmask & (empty == 0)
     last = tl.full([BLOCK_M], float("inf"), tl.float32)
     it = 0
+    src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
+    ascale = a * scale
     while tl.sum(go.to(tl.int32), 0) > 0:
-        Ssum = tl.zeros([BLOCK_M], tl.float32)
-        Sp = tl.zeros([BLOCK_M], tl.float32)
-        cnt = tl.zeros([BLOCK_M], tl.float32)
-        umin = tl.full([BLOCK_M], float("inf"), tl.float32)
-        for nb in range(n_blocks):
-            if tl.load(BMAX + bmax_base + nb) > 0:
+        tl.debug_barrier()  # the list written by the last pass, complete for every thread
+        dst = NKB - src
+        n_next = 0
+        shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
+        S2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        Sp2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        n2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        q1 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
+        q2 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
+        q3 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
+        n_next_free = 0
+        for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+            for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+                nb = tl.load(LIST + list_base + src + i)
                 offs_n = nb * BLOCK_N + offs_nb
-                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                                stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
-                Ssum += tl.sum(p, 1)
-                Sp += tl.sum(s, 1)
-                if EXACT == 2:
-                    cnt += tl.sum(tl.where(s > 0, 1.0, 0.0), 1)
-                    umin = tl.minimum(umin, tl.min(tl.where(s > 0, s, float("inf")), 1))
-                umax = tl.max(tl.max(a * (z - m[:, None]) - t[:, None], 1), 0)
-                tl.store(BMAX + bmax_base + nb, umax)
-        tn, stop, last = newton_step(t, Ssum, Sp, cnt, umin, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
-        go = go & (stop == 0)
-        t = tl.where(go, tn, t)
+                u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                            mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+                S2, Sp2, n2, q1, q2, q3 = _support_add(S2, Sp2, n2, q1, q2, q3, p, s, u, EXACT)
+                keep = tl.max(tl.max(u, 1), 0) > 0
+                tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+                n_next += keep.to(tl.int32)
+            if part == 0:
+                n_next_free = n_next
+        n_list = n_next
+        n_free = n_next_free
+        src = dst
+        Ssum, Sp, cnt, k1, k2, k3 = _support_sums(S2, Sp2, n2, q1, q2, q3, EXACT)
+        if EXACT == 0:
+            tn, stop, last = newton_step(t, Ssum, Sp, cnt, k1, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
+            go = go & (stop == 0)
+            t = tl.where(go, tn, t)
+        else:
+            tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, k3, it, last, tol, max_iter, a, EXACT)
+            t = tl.where(go, tn, t)
+            go = go & (stop == 0)
         it += 1
     # -- output pass ------------------------------------------------------------------------
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -365,24 +556,36 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     Sp = tl.zeros([BLOCK_M], tl.float32)
     Ssum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(n_blocks):
-        if tl.load(BMAX + bmax_base + nb) > 0:
+    tl.debug_barrier()
+    dst = NKB - src
+    n_next = 0
+    shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
+    ascale = a * scale
+    n_next_free = 0
+    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+            nb = tl.load(LIST + list_base + src + i)
             offs_n = nb * BLOCK_N + offs_nb
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
-            u = a * (z - m[:, None]) - t[:, None]
+            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
             if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
                 p, s, lg = _powers_log(u, a, FAST_LOG)
                 plogp += tl.sum(p * lg, 1)
             else:
                 p, s = _powers(u, a, EXACT, FAST_LOG)
-            tl.store(BMAX + bmax_base + nb, tl.max(tl.max(u, 1), 0))
+            umax = tl.max(tl.max(u, 1), 0)
+            tl.store(BMAX + bmax_base + nb, umax)
+            keep = umax > 0
+            tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
+            n_next += keep.to(tl.int32)
             v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
                         other=0.0)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             Ssum += tl.sum(p, 1)
             Sp += tl.sum(s, 1)
+        if part == 0:
+            n_next_free = n_next
     plogp = plogp * (LN2 / a)
     w = accw / tl.where(Sp > 0, Sp, 1.0)[:, None]
     # the output offsets, computed here rather than kept live through the passes (registers)
@@ -397,14 +600,47 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SSUM, PSUM, PLOGP, BMAX, 
     tl.store(Wv + row[:, None] * HEAD_DIM + offs_d[None, :], w.to(Wv.dtype.element_ty), mask=rmask[:, None])
     tl.store(MROW + row, tl.where(empty, float("-inf"), m), mask=rmask)
     tl.store(TROW + row, t, mask=rmask)
+    tl.store(SHIFT + row, tl.where(empty, float("inf"), shift), mask=rmask)  # (+inf: u = -inf on an empty row)
     tl.store(SSUM + row, Sp, mask=rmask)
     tl.store(PSUM + row, Ssum, mask=rmask)
     tl.store(PLOGP + row, plogp, mask=rmask)
     tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
+    tl.store(LIST + list_base + 2 * NKB, n_next)  # the kept tiles, for attention_bwd_dq
+    tl.store(LIST + list_base + 2 * NKB + 1, dst)
+    tl.store(LIST + list_base + 2 * NKB + 2, n_next_free)
+
+
+@triton.jit
+def _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT: tl.constexpr):
+    """The forward's ``(shift, t)`` of :func:`_u` for the rows ``row``: its saved ``τ`` (``+inf`` on an empty
+    row or past the end: ``u = -inf``), or for the general power ``a m`` (``m = 0`` on an empty row) and ``t``."""
+    if EXACT == 0:
+        m = tl.load(MROW + row, mask=rmask, other=0.0)
+        shift = a * tl.where(m == float("-inf"), 0.0, m)
+        t = tl.load(TROW + row, mask=rmask, other=0.0)
+    else:
+        shift = tl.load(SHIFT + row, mask=rmask, other=float("inf"))
+        t = shift
+    return shift, t
+
+
+@triton.jit
+def _list_kept(KMAP, stride, OUT, lo, hi, CHUNK: tl.constexpr):
+    """Writes to ``OUT`` the indices ``i`` in ``[lo, hi)`` with ``KMAP[i · stride] > 0`` (the kept tiles of a
+    column of the tile map), in order, and returns their number; ``CHUNK`` of them per step (a prefix
+    sum places them).  A barrier follows: every thread of the program reads the whole list."""
+    n = 0
+    for c0 in range(lo, hi, CHUNK):
+        idx = c0 + tl.arange(0, CHUNK)
+        keep = (tl.load(KMAP + idx.to(tl.int64) * stride, mask=idx < hi, other=0.0) > 0).to(tl.int32)
+        tl.store(OUT + n + tl.cumsum(keep, 0) - 1, idx, mask=keep != 0)
+        n += tl.sum(keep, 0)
+    tl.debug_barrier()
+    return n
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_Q, CU_K,
+def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BMAX, LIST, CU_Q, CU_K,
                        H, HKV, L, S, NQB, NKB, scale,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
@@ -459,32 +695,33 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, CROW, BMAX, CU_
         else:
             row0 = bh.to(tl.int64) * L
         mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
-        for mb in range(lo, nq):
-            if tl.load(BMAX + (bh.to(tl.int64) * NQB + mb) * NKB + pid_n) > 0:
-                offs_m = mb * BLOCK_M + offs_mb
-                rmask = offs_m < Lb
-                q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
-                do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
-                             other=0.0)
-                row = row0 + offs_m
-                m = tl.load(MROW + row, mask=rmask, other=0.0)
-                m = tl.where(m == float("-inf"), 0.0, m)
-                t = tl.load(TROW + row, mask=rmask, other=0.0)
-                c = tl.load(CROW + row, mask=rmask, other=0.0)
-                z = _mm(q, kt, DOT) * scale
-                dp = _mm(do, vt, DOT)
-                z = _masked(z, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, CAUSAL, HAS_MASK)
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
-                dz = s * (dp - c[:, None])
-                dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
-                dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
+        # the query blocks whose tile with this key block is kept, listed from the forward's tile map
+        list_base = (bh.to(tl.int64) * NKB + pid_n) * NQB
+        n_list = _list_kept(BMAX + bh.to(tl.int64) * NQB * NKB + pid_n, NKB, LIST + list_base, lo, nq, LIST_CHUNK)
+        for i in range(n_list):
+            mb = tl.load(LIST + list_base + i)
+            offs_m = mb * BLOCK_M + offs_mb
+            rmask = offs_m < Lb
+            q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+            do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
+                         other=0.0)
+            row = row0 + offs_m
+            shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
+            c = tl.load(CROW + row, mask=rmask, other=0.0)
+            u = _u(_mm(q, kt, DOT), a * scale, shift, t, EXACT)
+            dp = _mm(do, vt, DOT)
+            u = _masked(u, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+            p, s = _powers(u, a, EXACT, FAST_LOG)
+            dz = s * (dp - c[:, None])
+            dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
+            dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
     out = (krow0 + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q, CU_K,
+def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIST, CU_Q, CU_K,
                      H, HKV, L, S, NQB, NKB, scale,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
@@ -522,33 +759,30 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, CROW, PLG, BMAX, CU_Q
     mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
     a = tl.load(A + h).to(tl.float32)
     row = row0 + offs_m
-    m = tl.load(MROW + row, mask=rmask, other=0.0)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    t = tl.load(TROW + row, mask=rmask, other=0.0)
+    shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
+    ascale = a * scale
     c = tl.load(CROW + row, mask=rmask, other=0.0)
-    if CAUSAL:
-        hi = tl.minimum(Sb, (pid_m + 1) * BLOCK_M)
-    else:
-        hi = Sb
-    hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)
-    n_blocks = tl.cdiv(hi, BLOCK_N)
-    bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)  # the forward's list of this block's kept tiles
+    n_list = tl.load(LIST + list_base + 2 * NKB)
+    n_free = tl.load(LIST + list_base + 2 * NKB + 2)
+    list_base += tl.load(LIST + list_base + 2 * NKB + 1)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for nb in range(n_blocks):
-        if tl.load(BMAX + bmax_base + nb) > 0:
+    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+            nb = tl.load(LIST + list_base + i)
             offs_n = nb * BLOCK_N + offs_nb
             nmask = offs_n < Sb
-            z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                            stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
+                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
             vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
             dp = _mm(do, vt, DOT)
             if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
-                p, s, lg = _powers_log(a * (z - m[:, None]) - t[:, None], a, FAST_LOG)
+                p, s, lg = _powers_log(u, a, FAST_LOG)
                 plg += tl.sum(p * lg * dp, 1)
             else:
-                p, s = _evaluate(z, m[:, None], t[:, None], a, KIND_POWER, EXACT, FAST_LOG)
+                p, s = _powers(u, a, EXACT, FAST_LOG)
             dz = s * (dp - c[:, None])
             dq += _mm(_low(dz, k, DOT), k, DOT)
     plg = plg * (LN2 / a)

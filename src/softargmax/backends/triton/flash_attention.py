@@ -331,9 +331,12 @@ def _launch_options(q: Tensor, warps: int) -> dict:
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
              scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None, fast: bool = False
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`); returns the output (4-D,
-    a view of a ``[total, H, D]`` tensor for a packed batch) and the saved rows."""
+    a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map, the Newton
+    passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 3]`` int32:
+    two halves the passes alternate between, then per query block the number of kept tiles, the offset
+    of the half that lists them and how many of them need no mask)."""
     K = _module()
     B, H, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -345,20 +348,21 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     else:
         o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
-    rows = _row_buffers(5, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p
+    rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
     bmax = torch.zeros(nb * H, nq, nk, dtype=torch.float32, device=dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
+    lists = torch.empty(nb * H, nq, 2 * nk + 3, dtype=torch.int32, device=dev)
     cu_q, cu_k = _offsets(packed, q.device)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
     K.attention_fwd[(nq, nb * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[2], rows[3], rows[4], bmax, iters, cu_q, cu_k,
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], bmax, iters, lists, cu_q, cu_k,
         H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
         FAST_LOG=fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
-    return o, w, rows, bmax, iters
+    return o, w, rows, bmax, iters, lists
 
 
 def _row_buffers(n: int, length: int, device: torch.device) -> Tensor:
@@ -399,8 +403,8 @@ class FlashEntmaxAttention(torch.autograd.Function):
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
         fast = _fast_log(a, exact)
-        o, w, rows, bmax, _ = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast)
-        ctx.save_for_backward(q, k, v, o, w, rows, bmax, A)
+        o, w, rows, bmax, _, lists = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast)
+        ctx.save_for_backward(q, k, v, o, w, rows, bmax, lists, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact, ctx.packed = mask4, causal, scale, cfg, exact, packed
         ctx.alpha_h, ctx.fast = alpha_h is not None, fast
         ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
@@ -409,7 +413,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, do: Tensor) -> tuple[Optional[Tensor], ...]:
-        q, k, v, o, w, rows, bmax, A = ctx.saved_tensors
+        q, k, v, o, w, rows, bmax, lists, A = ctx.saved_tensors
         K = _module()
         B, H, L, D = q.shape
         Hkv, S = k.shape[1], k.shape[2]
@@ -430,9 +434,10 @@ class FlashEntmaxAttention(torch.autograd.Function):
         consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
                       VARLEN=packed is not None, FAST_LOG=ctx.fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D,
                       **_launch_options(q, warps))
-        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], c, bmax, cu_q, cu_k,
-                                             H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
-        K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], c, plg, bmax, cu_q, cu_k,
+        columns = torch.empty(nb * H, nk, nq, dtype=torch.int32, device=q.device)  # dK, dV's lists of kept tiles
+        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], rows[5], c, bmax, columns,
+                                             cu_q, cu_k, H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
+        K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], rows[5], c, plg, lists, cu_q, cu_k,
                                          H, Hkv, L, S, nq, nk, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
         dalpha = None
         if alpha_grad:
@@ -464,7 +469,7 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     cfg = _config(prep, block_m, block_n)
     A = _kernel_a(q, alpha_h, a)
     exact = _exact(a, alpha_h is not None)
-    _, _, rows, bmax, iters = _forward(q, k, v, A, exact, mask4, bool(is_causal), scale, cfg, packed,
+    _, _, rows, bmax, iters, _ = _forward(q, k, v, A, exact, mask4, bool(is_causal), scale, cfg, packed,
                                        _fast_log(a, exact))
     B, H, L, _ = q.shape
     BM, BN = cfg[0], cfg[1]
