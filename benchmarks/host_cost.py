@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _counting  # noqa: E402
 
-SHAPE = (16, 300)
-FUSED = (32, 16, 300, 16)  # tokens, hidden, vocabulary, chunk_size (tokens per chunk: two chunks)
+SHAPE = (4, 300)  # rows of several lines (one program each); the counts do not depend on the number of rows
+FUSED = (8, 16, 300, 4)  # tokens, hidden, vocabulary, chunk_size (tokens per chunk: two chunks)
 
 
 def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
