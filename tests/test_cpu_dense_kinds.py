@@ -13,27 +13,19 @@ import mpmath
 import numpy as np
 import pytest
 import torch
+from test_cpu_rows import _torch_solve
 
 import softargmax as sa
 from softargmax import backends
 from softargmax.backends.cpu import rows as _cpu_rows
 from softargmax.backends.kinds import CPU_KINDS, KINDS, kind_of
 from softargmax.divergences import get_divergence
-from softargmax.solvers.threshold import solve
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the fused solver is not built")
 
 NEW = ["reverse_kl", "jeffrey", "reverse_chi_square"]
 #: the modes of rows.c's Jeffrey pass (JEFF_COLD, JEFF_WARM, JEFF_SERIES, and the series from a float log)
 COLD, WARM, SERIES, SERIES_FLOAT = 0, 1, 2, 3
-
-
-def _torch_solve(z, div):
-    old = _cpu_rows.set_enabled(False)
-    try:
-        return solve(z, div)
-    finally:
-        _cpu_rows.set_enabled(old)
 
 
 def _jeffrey_w(L, mode, prev=None, dt=0.0):

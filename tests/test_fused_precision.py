@@ -44,8 +44,9 @@ def test_fused_half_chunks_stay_half(triton_device, modes, mapping, extra):
     """bfloat16 on the kernels' route: the chunks are not converted (mode ``"native"``), the loss is
     within two bfloat16 units of the float64 loss of the same bfloat16 logits, each gradient within
     eight units of its largest entry (``G`` is rounded to bfloat16 once, by truncation in Triton's
-    interpreter, and the GEMMs that take it back round their bfloat16 results)."""
-    h, W, b, t = _problem()
+    interpreter, and the GEMMs that take it back round their bfloat16 results).  15 tokens in chunks of 7:
+    two full chunks and a ragged one."""
+    h, W, b, t = _problem(N=15)
     g = torch.Generator().manual_seed(1)
     opts = dict(extra)
     if opts.get("class_weight"):

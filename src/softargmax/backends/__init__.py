@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..divergences import Divergence
 from .cpu import rows as _cpu_rows
+from .kinds import kind_of
 from .solution import Solution
 from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
@@ -38,8 +39,10 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
     ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
     loss values, normmax's normalization); on CPU the pruned PyTorch solution of a sparse generator is
-    cheaper for those than the C solver's dense rows, so no fast path is taken there (a dense generator's
-    candidates are its full rows on either path: the C solver takes it), unless ``row_sums``: the
+    cheaper for those than the C solver's dense rows, so no fast path is taken there (the dense generators
+    that the C solver alone has, reverse KL, Jeffrey and reverse χ², take it: their candidates are the full
+    rows on either path; Jensen–Shannon and Hellinger keep the PyTorch path, whose float32 loss values are
+    closer to float64's), unless ``row_sums``: the
     caller needs ``p`` and the loss values' row sums alone (:meth:`~softargmax.backends.solution.Solution.inner`,
     :meth:`~softargmax.backends.solution.Solution.f_sum`), which the C solver computes in the pass
     that writes ``p`` for α-entmax (:func:`softargmax.backends.cpu.rows.omega_constants`).  ``exact_tau``:
@@ -59,7 +62,8 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     if alpha_relu is not None:
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
     if not gpu and candidates_only and not (div is not None and (
-            not div.sparse or (row_sums and _cpu_rows.omega_constants(div) is not None))):
+            (not div.sparse and kind_of(div)[0] is None)
+            or (row_sums and _cpu_rows.omega_constants(div) is not None))):
         return None
     if exact_tau and div is not None and not div.hints.fused_tau_exact:
         return None
