@@ -23,12 +23,12 @@ import sys
 import time
 
 import torch
+from _common import RESULTS, interleaved_times
 
 import softargmax as sa
 import softargmax.compat.entmax as ours
 from softargmax import bench
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SHAPES = [(64, 4000), (256, 1000), (2048, 64)]
 QUICK_SHAPES = [(8, 500), (64, 64)]
 
@@ -49,24 +49,7 @@ def cases():
 
 def time_interleaved(fns: dict, x: torch.Tensor, pas: str, repeats: int, clock) -> dict:
     """Median milliseconds of each ``fn(x)`` (or ``fn`` + backward), interleaved per repeat."""
-    grad = torch.randn_like(x)
-
-    def call(fn):
-        if pas == "fwd":
-            with torch.no_grad():
-                fn(x)
-        else:
-            xx = x.detach().requires_grad_(True)
-            torch.autograd.grad(fn(xx), xx, grad)
-
-    for fn in fns.values():
-        call(fn)
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = clock()
-            call(fn)
-            times[name].append(clock() - t0)
+    times = interleaved_times(fns, x, pas, repeats, clock, grad=torch.randn_like(x))
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 

@@ -29,24 +29,12 @@ import sys
 import time
 
 import torch
-from _common import RESULTS
+from _common import RESULTS, interleaved_times
 
 import softargmax as sa
 from softargmax.bench.timing import device_name, save, versions
 
 DIVERGENCES = ["kl", "reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]
-
-
-def _runner(fn, x, grad, pas):
-    def run():
-        if pas == "fwd":
-            with torch.no_grad():
-                fn(x)
-        else:
-            xx = x.detach().requires_grad_(True)
-            torch.autograd.grad(fn(xx), xx, grad)
-
-    return run
 
 
 def _loss_memory_child(name, rows, cols):
@@ -110,16 +98,7 @@ def main():
     cases = []
     load = os.getloadavg()
     for pas in ("fwd", "fwd+bwd"):
-        runs = {name: _runner(fn, x, grad, pas) for name, fn in fns.items()}
-        for run in runs.values():
-            run()
-            run()
-        times = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                t0 = clock()
-                run()
-                times[name].append(clock() - t0)
+        times = interleaved_times(fns, x, pas, args.rounds, clock, warmup=2, grad=grad)
         best = {name: min(t) * 1e3 for name, t in times.items()}
         for name in DIVERGENCES:
             case = {"op": name, "pass": pas, "ms": round(best[name], 4), "softmax_ms": round(best["softmax"], 4),
