@@ -237,6 +237,11 @@ static double dense_step(int kind, double t, double S, double Sp) {
 #define JEFF_SERIES 2
 #define JEFF_SERIES_MIN 1000.0
 #define JEFF_NARROW 1e30
+/* Jeffrey's g = 1/x and g' = 1/(x (1 + x)) from x = W(e^{t + 1 + m - z_j}), stored in p[j], s[j] and summed
+   (the statement that ends each of the Jeffrey pass's loops, which differ in how they get x) */
+#define JEFF_PUT(T, x)                                                                               \
+    const double gp_ = 1.0 / ((x) * (1.0 + (x))), g_ = (1.0 + (x)) * gp_;                           \
+    p[j] = (T)g_; s[j] = (T)gp_; S += g_; Sp += gp_
 
 /* One step of Fritsch's iteration (Fritsch, Shafer and Crowley, 1973): from a relative error e
    to about e^4 / 100 (8e-2 -> 3e-7 -> below the double's rounding), in a form scaled by 1/(1 + w)
@@ -385,36 +390,33 @@ static void eval_dense_##SUFFIX(const T *z, double m, const double *e, double *w
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = (t1 + (m - (double)z[j])) + (double)p[j];                           \
-                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+                JEFF_PUT(T, x);                                                                      \
             }                                                                                        \
         } else if (jmode == JEFF_SERIES && !e) {                                                     \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = jeffrey_w_series(t1 + (m - (double)z[j]));                          \
-                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+                JEFF_PUT(T, x);                                                                      \
             }                                                                                        \
         } else if (jmode == JEFF_SERIES) {                                                           \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = jeffrey_w_series(t1 + e[j]);                                        \
-                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                                         \
+                JEFF_PUT(T, x);                                                                      \
             }                                                                                        \
         } else if (jmode == JEFF_WARM) {                                                             \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = jeffrey_w_warm(w[j], dt, t1 + e[j]);                                \
-                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+                w[j] = x;                                                                            \
+                JEFF_PUT(T, x);                                                                      \
             }                                                                                        \
         } else {                                                                                     \
             _Pragma("omp simd reduction(+ : S, Sp)")                                                 \
             for (long j = 0; j < k; j++) {                                                           \
                 const double x = jeffrey_w_cold(t1 + e[j]);                                          \
-                const double gp = 1.0 / (x * (1.0 + x)), g = (1.0 + x) * gp;                         \
-                w[j] = x; p[j] = (T)g; s[j] = (T)gp; S += g; Sp += gp;                               \
+                w[j] = x;                                                                            \
+                JEFF_PUT(T, x);                                                                      \
             }                                                                                        \
         }                                                                                            \
     }                                                                                                \
