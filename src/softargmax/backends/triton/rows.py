@@ -95,6 +95,10 @@ def set_cpu_interpret(flag: bool) -> bool:
     global _cpu_interpret
     if flag and os.environ.get("TRITON_INTERPRET", "0") != "1":
         raise RuntimeError("set_cpu_interpret needs TRITON_INTERPRET=1 set before Triton is imported")
+    if flag:
+        from softargmax.backends.triton import interpreter
+
+        interpreter.install()
     old, _cpu_interpret = _cpu_interpret, bool(flag)
     return old
 
