@@ -7,8 +7,11 @@ the cache's valid positions, causally among themselves.  The cache is contiguous
 hold it) or paged (a block table, as vLLM and FlashInfer hold it); the sequences' valid ranges
 are device tensors, never read back.
 
-The scores are materialized and normalized by the row operators: exact, memory ``O(B·H·L·S)``,
-the reference.
+On the CPU (and wherever the kernels do not cover a call) the scores are materialized and
+normalized by the row operators: exact, memory ``O(B·H·L·S)``, the reference.  On CUDA the
+Triton path (:mod:`softargmax.backends.triton.decoding`) computes the scores split over the
+cache with the query heads of a group packed, solves each row's threshold exactly with the row
+solver, and computes ``P·V`` split over the cache, skipping the tiles outside the support.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_real, check_tensor
+from ..backends.triton import decoding as _decoding
 from .attention import attention_weights
 from .mappings import check_mapping
 
@@ -144,6 +148,13 @@ def decode_attention(
     S = block_table.shape[1] * key.shape[1] if block_table is not None else key.shape[2]
     if B == 0 or query.shape[1] == 0 or S == 0:  # no row, or no key: zero outputs
         return query.new_zeros(*query.shape[:3], value.shape[-1])
+    if _decoding.covers(query, key, value, block_table):
+        lay = _decoding.layout(query, key, block_table, num_splits)
+        end32, start32 = end.to(torch.int32), start.to(torch.int32)
+        table = None if block_table is None else block_table.to(torch.int32)
+        z = _decoding.scores(query, key, end32, start32, scale, lay, table)
+        p = attention_weights(z, mapping, alpha).contiguous()
+        return _decoding.weighted_values(p, value, end32, start32, lay, table)
     return _reference(query, key, value, end, start, scale, mapping, alpha, block_table)
 
 
