@@ -248,6 +248,25 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
     return configs
 
 
+def _decode_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """The decoding kernels (``decoding.layout``'s tiles and warps on CUDA) at D = 64, 128: a group's rows packed
+    in a block of 16 (up to 16 query rows: 4 heads of one query, or one head of 16), 32 or 64 rows, a contiguous
+    cache and a paged one (pages of ``BLOCK_N`` positions, and of 16)."""
+    import torch
+
+    DEC = _mod("decoding")
+    cuda = torch.device("cuda")
+    for dt in DTYPES:
+        for D in HEAD_DIMS:
+            for block_m in (16, 32, DEC.MAX_BLOCK_M):
+                block_n, warps = DEC.blocks(D, cuda, getattr(torch, TORCH_DTYPE[dt]), block_m)
+                for page in (0, block_n, 16):
+                    c = dict(BLOCK_M=block_m, BLOCK_N=min(block_n, page) if page else block_n, HEAD_DIM=D,
+                             DOT=1 if dt == "fp32" else 0, PAGED=page != 0, PAGE=page or 1)
+                    quick = dt == "bf16" and D == 128 and (block_m, page) in ((16, 0), (16, 16), (DEC.MAX_BLOCK_M, 0))
+                    yield dt, c, warps, quick
+
+
 def _attention_stages() -> int:
     return int(_mod("flash_attention").NUM_STAGES)
 
@@ -296,6 +315,8 @@ def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
 _ATT = {"ITERS": "*i32", "LIST": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 #: the row kernels' outputs besides p: the bad rows, a bool tensor
 _ROWS = {"BAD": "*u1", "IDX": "*i64", "KEEP": "*u8"}
+#: the decoding kernels' sequence ends, starts and block table
+_DEC = {"END": "*i32", "START": "*i32", "TABLE": "*i32"}
 #: the loss kernels' target (int64 class indices or float32 rows) and the kept rows (bool viewed as uint8)
 _LOSS = {"IDX": "*i64", "Y": "*fp32", "KEEP": "*u8"}
 
@@ -319,6 +340,8 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("attention_kernels", "attention_bwd_dq", _attention_configs("attention_bwd_dq"), ("Q", "K", "V", "DO", "DQ"), _ATT,
                stages=_attention_stages),
     KernelSpec("attention_kernels", "row_dot", _row_dot_configs, ("X", "Y"), _ATT),
+    KernelSpec("decode_kernels", "decode_scores", _decode_configs, ("Q", "K"), _DEC),
+    KernelSpec("decode_kernels", "decode_pv", _decode_configs, ("V",), _DEC),
 ]
 
 

@@ -10,7 +10,7 @@
 #   env              nvidia-smi, versions, the peers installed                       -> env.txt
 #   sanity           benchmarks/gpu_sanity.py: CUDA, a matmul, one Triton kernel     -> sanity.json
 #                    (no CUDA: the GPU steps after it are skipped)
-#   bench-operators, bench-losses, bench-fused, bench-attention, bench-peers
+#   bench-operators, bench-losses, bench-fused, bench-attention, bench-decode, bench-peers
 #                    benchmarks/run_gpu.py --only SECTION, one process each          -> bench/gpu-SECTION.json
 #                    (each JSON is rewritten after every case: a killed section keeps what it finished)
 #   bench-jax        benchmarks/run_cpu_jax.py on the device JAX finds (XLA on the GPU where a CUDA jaxlib is
@@ -60,10 +60,10 @@ shift
 die() { echo "gpu_all.sh: $*" >&2; exit 2; }
 is_seconds() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 
-ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax
+ALL_STEPS=(wheels env sanity bench-operators bench-losses bench-fused bench-attention bench-decode bench-peers bench-jax
            compile-report tests tests-compile smoke translation-gpu lm-gpu)
 declare -A CAP=([wheels]=60 [env]=30 [sanity]=45 [bench-operators]=100 [bench-losses]=45 [bench-fused]=45
-                [bench-attention]=150 [bench-peers]=75 [bench-jax]=45 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
+                [bench-attention]=150 [bench-decode]=60 [bench-peers]=75 [bench-jax]=45 [compile-report]=60 [tests]=150 [tests-compile]=90 [smoke]=120
                 [translation-gpu]=100000 [lm-gpu]=100000)
 # the time kept back for a later step while an earlier one runs (a hang early on leaves it this much)
 declare -A FLOOR=([tests]=90 [tests-compile]=45 [smoke]=30)
@@ -117,7 +117,7 @@ if [ -n "$STEPS" ]; then
     IFS=, read -r -a wanted <<< "$STEPS"
     for s in "${wanted[@]}"; do
         case "$s" in
-            bench) for b in bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax; do SELECTED[$b]=1; done ;;
+            bench) for b in bench-operators bench-losses bench-fused bench-attention bench-decode bench-peers bench-jax; do SELECTED[$b]=1; done ;;
             *) [ -n "${CAP[$s]+x}" ] || die "--steps: unknown step '$s' (steps: ${ALL_STEPS[*]}, bench)"
                SELECTED[$s]=1 ;;
         esac
@@ -128,7 +128,7 @@ else
     [ -n "$LM_RUNS" ] || unset 'SELECTED[lm-gpu]'
     if [ "$SKIP_TESTS" -eq 1 ]; then unset 'SELECTED[tests]' 'SELECTED[tests-compile]'; fi
     if [ "$SKIP_BENCH" -eq 1 ]; then
-        for b in bench-operators bench-losses bench-fused bench-attention bench-peers bench-jax; do unset "SELECTED[$b]"; done
+        for b in bench-operators bench-losses bench-fused bench-attention bench-decode bench-peers bench-jax; do unset "SELECTED[$b]"; done
     fi
 fi
 
@@ -403,7 +403,7 @@ if [ -n "${SELECTED[sanity]+x}" ]; then
     fi
 fi
 
-for section in operators losses fused attention peers; do
+for section in operators losses fused attention decode peers; do
     step "bench-$section" "$PY" benchmarks/run_gpu.py --only "$section" "${BENCH_ARGS[@]}" \
         --json "$WORK/bench/gpu-$section.json"
 done

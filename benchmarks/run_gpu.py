@@ -1,7 +1,7 @@
 """GPU benchmark of the Triton kernels (issue: GPU kernels): writes benchmarks/results/gpu-<device>.json.
 
     python benchmarks/run_gpu.py                  # full run on the first CUDA device (H100/H200 sizes)
-    python benchmarks/run_gpu.py --only operators # or: losses, fused, attention
+    python benchmarks/run_gpu.py --only operators # or: losses, fused, attention, decode
     python benchmarks/run_gpu.py --smoke          # tiny sizes; with --device cpu it checks the plumbing
 
 Every case is timed as the median of interleaved calls (``softargmax.bench.time_thunks``)
@@ -15,7 +15,8 @@ kernel moves (forward: read x, write p; backward: read p and the incoming gradie
 the gradient) divided by the time, as a fraction of the device's copy bandwidth measured
 in the same run (``y.copy_(x)`` of 1 GiB: read + write).  The attention section
 (``attention_gpu.py``) times the fused α-entmax attention against SDPA, the materialized
-path and AdaSplash when installed.  The JSON follows the operator
+path and AdaSplash when installed; the decode section (``decode_gpu.py``) a decoding step of
+``softargmax.decode_attention`` against SDPA's.  The JSON follows the operator
 benchmark's schema (``"device"`` names the GPU) with ``gbps`` and ``bw_fraction`` added.
 
 The JSON is rewritten after every case, atomically (a temporary file renamed over it), so a
@@ -47,6 +48,7 @@ from softargmax.bench import device_name, entmax_package, save, time_thunks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_gpu  # the attention section, next to this file
+import decode_gpu  # the decode section
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -58,7 +60,7 @@ SMOKE_ATTENTION = (64, 32)
 SMOKE_FUSED = (64, 16, 300)
 
 #: the sections, in the order they run
-SECTIONS = ("operators", "losses", "fused", "attention", "peers")
+SECTIONS = ("operators", "losses", "fused", "attention", "decode", "peers")
 
 OPERATORS = {
     "sparsemax": sa.sparsemax,
@@ -351,6 +353,10 @@ def _section_config(args, only) -> dict:
                             "causal_headdim_length": attention_gpu.chosen_shapes(smoke),
                             "limits_s": [attention_gpu.IMPL_LIMIT_S, attention_gpu.PEER_LIMIT_S],
                             "dtype": "bfloat16"}
+    if "decode" in only:
+        cfg["decode"] = {"cache_lens": list(decode_gpu.SMOKE_CACHE_LENS if smoke else decode_gpu.CACHE_LENS),
+                         "batch_heads_kv_heads_head_dim": list(decode_gpu.SMOKE_SHAPE if smoke else decode_gpu.SHAPE),
+                         "dtype": "bfloat16"}
     if "peers" in only:
         cfg["peer_shapes"] = SMOKE_PEER_SHAPES if smoke else PEER_SHAPES
         cfg["peer_dtypes"] = ["float32", "bfloat16"]
@@ -379,7 +385,7 @@ def main(argv=None) -> int:
     if device.type == "cuda" and not _triton_rows.available():
         print("run_gpu.py: Triton is not importable: the GPU kernels would not run", file=sys.stderr)
         return 2
-    only = set(args.only or ["operators", "losses", "fused", "attention"])
+    only = set(args.only or ["operators", "losses", "fused", "attention", "decode"])
     repeats = args.repeats or (3 if args.smoke else 25)
     vocab = SMOKE_VOCAB if args.smoke else VOCAB_SHAPES
     attention = SMOKE_ATTENTION if args.smoke else ATTENTION_SHAPE
@@ -391,7 +397,7 @@ def main(argv=None) -> int:
     result = {"device": env["device"], "torch": torch.__version__, "softargmax": sa.__version__,
               "triton": env["triton"], "environment": env, "config": _section_config(args, only),
               "complete": False, "sections_done": [], "errors": {}, "copy_gbps": None,
-              "cases": [], "loss_cases": [], "fused": None, "attention": []}
+              "cases": [], "loss_cases": [], "fused": None, "attention": [], "decode": []}
     if "peers" in only:
         result["peers"] = {"operators": [], "fused": []}
     record = Record(path, result)
@@ -410,6 +416,8 @@ def main(argv=None) -> int:
         "attention": lambda: attention_gpu.attention_cases(device, 1 if args.smoke else max(5, repeats // 2),
                                                            smoke=args.smoke, emit=record.adder("attention"),
                                                            save=record.save),
+        "decode": lambda: decode_gpu.decode_cases(device, max(5, repeats), peak_extra_mb, smoke=args.smoke,
+                                                  emit=record.adder("decode")),
         "peers": lambda: run_peers(args, device, repeats, emit_operators=record.adder("peers", "operators"),
                                    emit_fused=record.adder("peers", "fused")),
     }

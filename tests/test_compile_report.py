@@ -119,10 +119,10 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     module replaced by a recorder, over every row length class, dtype and mode the table lists."""
     import torch
 
-    from softargmax.backends.triton import flash_attention, losses, rows
+    from softargmax.backends.triton import decoding, flash_attention, losses, rows
 
     launched = set()
-    for mod in (rows, losses, flash_attention):
+    for mod in (rows, losses, flash_attention, decoding):
         launched |= set(re.findall(r"(?:K|_module\(\))\.(\w+)\[", Path(mod.__file__).read_text(encoding="utf-8")))
     listed = {v.kernel.split(".")[1] for v in CR.variants()}
     assert {"gradient_rows", "softmax_gradient_rows", "solve_block_rows", "jvp_long_rows"} <= launched

@@ -19,7 +19,7 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     result = json.loads(out.read_text())
     assert result["copy_gbps"] > 0 and result["device"]
     assert result["complete"] is True and result["errors"] == {}
-    assert result["sections_done"] == ["operators", "losses", "fused", "attention"]
+    assert result["sections_done"] == ["operators", "losses", "fused", "attention", "decode"]
     env = result["environment"]
     assert env["torch"] and env["python"] and set(env["peers"]) == {"entmax", "adasplash", "liger-kernel",
                                                                     "cut-cross-entropy"}
@@ -45,6 +45,11 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
             assert impls[name]["max_abs_psum_minus_1"] <= 2 * impls[name]["psum_resolution"]
             assert impls[name]["psum_solver"] < 1e-5
             assert 0 <= impls[name]["block_sparsity"] < 1
+    (case,) = result["decode"]  # the decode section's plumbing (the reference path on the CPU)
+    assert case["cache_len"] == 64 and set(case["impls"]) == {"sdpa", "decode_entmax15", "decode_sparsemax",
+                                                              "attention_entmax15"}
+    for r in case["impls"].values():
+        assert r["ms"] > 0 and r["first_call_ms"] > 0 and r["max_abs_error"] < 0.05, r
 
 
 def test_gpu_benchmark_refuses_without_cuda():

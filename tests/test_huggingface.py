@@ -77,3 +77,55 @@ def test_custom_alpha_registration():
     # and it is neither softmax nor 1.5-entmax
     assert (w.double() - w_soft.double()).abs().max() > 1e-2
     assert (w.double() - sa.entmax15(scores)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("impl", ["entmax15", "sparsemax"])
+def test_generate_with_the_cache_takes_decode_attention_and_keeps_the_greedy_tokens(impl, monkeypatch):
+    """A left-padded batch with grouped heads (4 over 2): every step after the prompt goes through
+    softargmax.decode_attention (the mask read as each sequence's range), and the greedy tokens and the
+    logits with the cache are those without it."""
+    import softargmax.integrations.huggingface_attention as HA
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args[3].tolist())  # the sequences' ends in the cache
+        return real(*args, **kwargs)
+
+    real = HA.decode_attention
+    monkeypatch.setattr(HA, "decode_attention", spy)
+    m = _tiny(impl)
+    m.generation_config.pad_token_id = 0
+    ids = torch.randint(1, 97, (2, 7), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :3] = 0  # left padding
+    kw = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        cached = m.generate(ids, use_cache=True, **kw)
+        steps = len(calls)
+        plain = m.generate(ids, use_cache=False, **kw)
+    assert steps == 4 * 2 and len(calls) == steps  # 4 steps after the prompt, 2 layers; none without the cache
+    assert calls[0] == [8, 8] and calls[-1] == [11, 11]
+    assert torch.equal(cached.sequences, plain.sequences)
+    for a, b in zip(cached.logits, plain.logits):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_ranges_refuse_other_masks():
+    """A sliding window, a hole in the keys or an additive mask: no decode ranges (the call keeps attention)."""
+    from softargmax.integrations.huggingface_attention import _decode_ranges
+
+    q, k = torch.zeros(2, 4, 2, 8), torch.zeros(2, 2, 10, 8)
+    pos = torch.arange(10)
+    causal = pos <= 8 + torch.arange(2).view(2, 1)  # [2, 10]: bottom-right causal over the whole cache
+    ends, starts = _decode_ranges(q, k, causal.expand(2, 1, 2, 10))
+    assert ends.tolist() == [10, 10] and starts.tolist() == [0, 0]
+    padded = causal & (pos >= torch.tensor([0, 3]).view(2, 1, 1, 1))
+    ends, starts = _decode_ranges(q, k, padded)
+    assert ends.tolist() == [10, 10] and starts.tolist() == [0, 3]
+    window = causal & (pos > 8 + torch.arange(2).view(2, 1) - 4)
+    assert _decode_ranges(q, k, window.expand(2, 1, 2, 10)) is None  # each query's window starts elsewhere
+    holed = causal.clone()
+    holed[:, 5] = False
+    assert _decode_ranges(q, k, holed.expand(2, 1, 2, 10)) is None
+    assert _decode_ranges(q, k, torch.zeros(2, 1, 2, 10)) is None  # additive

@@ -47,6 +47,7 @@ from .operators.alpha_relu import alpha_relu
 from .operators.attention import attention
 from .operators.binary import f_sigmoid, f_softplus
 from .operators.budget import budget_sparsemax
+from .operators.decoding import decode_attention
 from .operators.entmax import entmax, entmax15, sparsemax
 from .operators.fdiv import f_softargmax, f_softmax
 from .operators.mappings import normalize
@@ -81,6 +82,7 @@ __all__ = [
     "linear_fenchel_young_loss",
     "teacher_target",
     "attention",
+    "decode_attention",
     "normalize",
     "sample",
     "Divergence",

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
+import torch
 from torch import Tensor
 
 from .._utils.extras import require
 from ..operators.attention import attention
+from ..operators.decoding import decode_attention
 
 require("hf", "softargmax.integrations.huggingface_attention")
 
@@ -54,7 +56,11 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         the flash-attention keywords ``cu_seq_lens_q``/``cu_seq_lens_k`` and ``max_length_q``/
         ``max_length_k`` of ``DataCollatorWithFlattening``) attends within each sequence (causal
         unless the module says otherwise), through ``softargmax.attention``'s ``cu_seqlens_q``;
-        its weights are not returned.
+        its weights are not returned.  A decoding step over a cache (1 to 16 new queries against more keys, no
+        weights asked, in evaluation) whose boolean mask is each sequence's contiguous range of keys with the
+        new queries causal aligned bottom-right (left padding included) goes through
+        :func:`softargmax.decode_attention`; the mask is checked to be exactly that (one host
+        synchronization), any other keeps :func:`softargmax.attention`.
 
     Shape:
         - query: :math:`(B, H, L, D)`; key, value: :math:`(B, H_{kv}, S, D)`.
@@ -96,7 +102,12 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         mask = attention_mask
         if mask is not None:
             mask = mask[..., : key.shape[-2]]
-        elif query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
+        ranges = None if want or module.training else _decode_ranges(query, key, mask)
+        if ranges is not None:  # a decoding step over the cache: softargmax.decode_attention
+            out = decode_attention(query, key, value, ranges[0], ranges[1], scale=scaling, mapping=mapping,
+                                   alpha=alpha)
+            return out.transpose(1, 2).contiguous(), None
+        if mask is None and query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
             is_causal = True
         res = attention(
             query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling,
@@ -108,6 +119,42 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
 
     forward.__name__ = f"softargmax_{mapping}_attention"
     return forward
+
+
+#: new queries per sequence up to which a step over a cache takes :func:`softargmax.decode_attention`
+DECODE_MAX_QUERIES = 16
+
+
+def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Optional[tuple[Tensor, Tensor]]:
+    """``(cache_seqlens, cache_starts)`` of :func:`softargmax.decode_attention` when the call is a decoding step
+    (1 to :data:`DECODE_MAX_QUERIES` queries against more keys) whose mask is exactly what those ranges give:
+    each sequence's keys contiguous, the new queries causal among themselves aligned bottom-right (left padding,
+    a cache longer than the sequence); else ``None`` (sliding windows, any other mask, additive masks).
+    The ranges are read off the last query's row of the boolean mask and the whole mask is compared with
+    theirs: one host synchronization (none without a mask, a single query seeing every key); skipped during
+    CUDA-graph capture, where the call keeps :func:`softargmax.attention`."""
+    B, H, L, _ = query.shape
+    S = key.shape[2]
+    if not (1 <= L <= DECODE_MAX_QUERIES and S > L and key.dim() == 4 and key.shape[1] and H % key.shape[1] == 0):
+        return None
+    if mask is None:
+        if L != 1:  # several queries without a mask: Transformers' causal case, kept as it was
+            return None
+        full = torch.full((B,), S, dtype=torch.int32, device=query.device)
+        return full, torch.zeros_like(full)
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-2:] != (L, S):
+        return None
+    if query.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    m = mask[:, 0].expand(B, L, S)
+    last = m[:, -1].to(torch.int32)
+    starts = last.argmax(-1).to(torch.int32)
+    ends = (S - last.flip(-1).argmax(-1)).to(torch.int32)
+    pos = torch.arange(S, device=mask.device)
+    seen = (pos >= starts.view(B, 1, 1)) & (pos <= ends.view(B, 1, 1) - L + torch.arange(L, device=mask.device).view(1, L, 1))
+    if not torch.equal(seen, m):
+        return None
+    return ends, starts
 
 
 def _packed_kwargs(query: Tensor, kwargs: dict) -> Optional[dict]:

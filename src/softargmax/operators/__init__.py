@@ -9,7 +9,8 @@ The public functions of this layer are re-exported at the package root
 * :mod:`.alpha_relu`: α-ReLU, and :mod:`.alpha_relu_tau`, choosing its threshold τ;
 * :mod:`.normmax` and :mod:`.budget`: normmax and budget (capped) sparsemax;
 * :mod:`.mappings`: the one table of mapping names, and :func:`~.mappings.normalize`;
-* :mod:`.attention`: sparse scaled-dot-product attention;
+* :mod:`.attention`: sparse scaled-dot-product attention, and :mod:`.decoding`: its decoding step over a
+  key/value cache;
 * :mod:`.sampling`: drawing from sparsemax, entmax or any f-softargmax of the scores (entmax sampling).
 
 Private: ``_autograd`` (the autograd functions: JVP backward, gradients in q and α),

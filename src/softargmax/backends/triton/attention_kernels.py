@@ -234,6 +234,10 @@ def _low(x, like, DOT: tl.constexpr):
     return r
 
 
+#: the dots and the cast for them, shared with the decoding kernels (:mod:`softargmax.backends.triton.decode_kernels`)
+mm, low = _mm, _low
+
+
 @triton.jit
 def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn,

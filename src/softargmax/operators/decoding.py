@@ -1,0 +1,237 @@
+r"""Sparse decoding: a few new queries per sequence attend to a key/value cache.
+
+:func:`decode_attention` is the serving step of a model trained with :func:`softargmax.attention`:
+each sequence of a batch appends its new tokens to its cache, then its new queries attend to
+the cache's valid positions, causally among themselves.  The cache is contiguous
+(``[B, Hkv, S, D]``, as Hugging Face's caches and FlashAttention's ``flash_attn_with_kvcache``
+hold it) or paged (a block table, as vLLM and FlashInfer hold it); the sequences' valid ranges
+are device tensors, never read back.
+
+On the CPU (and wherever the kernels do not cover a call) the scores are materialized and
+normalized by the row operators: exact, memory ``O(B·H·L·S)``, the reference.  On CUDA the
+Triton path (:mod:`softargmax.backends.triton.decoding`) computes the scores split over the
+cache with the query heads of a group packed, solves each row's threshold exactly with the row
+solver, and computes ``P·V`` split over the cache, skipping the tiles outside the support.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from .._utils.checks import check_real, check_tensor
+from ..backends.triton import decoding as _decoding
+from .attention import attention_weights
+from .mappings import check_mapping
+
+__all__ = ["decode_attention"]
+
+
+def decode_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cache_seqlens: Tensor,
+    cache_starts: Optional[Tensor] = None,
+    *,
+    scale: Optional[float] = None,
+    mapping: str = "entmax15",
+    alpha: Union[float, Tensor, None] = None,
+    block_table: Optional[Tensor] = None,
+    num_splits: Optional[int] = None,
+) -> Tensor:
+    r"""Attention of a few new queries per sequence over a key/value cache (a decoding step).
+
+    Sequence :math:`b` holds its keys at the cache positions :math:`s_b \le j < e_b`
+    (``cache_starts[b]`` and ``cache_seqlens[b]``: left padding before, unused capacity after),
+    the :math:`L` new tokens' keys already written at its last :math:`L` positions.  New query
+    :math:`i` (:math:`0 \le i < L`) sits at position :math:`e_b - L + i` and attends causally,
+    the mask aligned bottom-right (the last query sees the whole valid cache):
+
+    .. math::
+
+        o_{b h i} = \sum_j p_j\, v_{b, g(h), j}, \qquad
+        p = \operatorname{mapping}(z), \qquad
+        z_j = \begin{cases} s\, q_{b h i} \cdot k_{b, g(h), j} & s_b \le j \le e_b - L + i \\
+        -\infty & \text{otherwise,} \end{cases}
+
+    with :math:`s = 1/\sqrt{D}` by default and :math:`g(h) = \lfloor h / (H / H_{kv}) \rfloor` the key/value
+    head of query head :math:`h` (grouped-query attention; multi-query with :math:`H_{kv} = 1`).  This is
+    :func:`softargmax.attention` of the new queries over the sequence's valid keys with the causal mask
+    aligned bottom-right.  A query with no key (:math:`e_b - L + i < s_b`) gets a zero output.
+
+    On CUDA (float16, bfloat16, float32; head dim a power of two in [16, 128]; no gradient asked) the
+    Triton kernels run: the scores split over the cache across many programs (as flash decoding), the
+    query heads of a group packed so that each key tile is read once per group, each row's exact
+    threshold by the row solver, and ``P·V`` split over the cache, skipping the tiles that hold no
+    support; the split count depends on the cache's capacity, not on the lengths (CUDA graphs).
+    Elsewhere (the CPU, float64, a gradient) the weights are materialized: the reference, with memory
+    :math:`O(B H L S)` and the cache never copied (grouped heads are not repeated).
+
+    Args:
+        query: ``[B, H, L, D]`` the new queries (``L`` is typically 1, or a few for speculative decoding).
+        key: the key cache: ``[B, Hkv, S, D]``, or with ``block_table`` the pages ``[N, page_size, Hkv, D]``.
+        value: the value cache, ``key``'s shape but the last size (``Dv``).
+        cache_seqlens: int32/int64 ``[B]``, the end :math:`e_b` (exclusive) of each sequence's keys in
+            the cache, new tokens included; trusted (never read back): :math:`L \le e_b - s_b` and
+            :math:`e_b \le S` are the caller's.
+        cache_starts: int32/int64 ``[B]``, the first position :math:`s_b` of each sequence's keys (left
+            padding). Default: ``None`` (0).
+        scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{D}`).
+        mapping: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or any
+            f-divergence name, as :func:`softargmax.attention`. Default: ``"entmax15"``.
+        alpha: α of ``"entmax"``: a float or a per-head tensor ``(H,)`` (a learned α, at inference).
+            Default: ``None``.
+        block_table: int32/int64 ``[B, pages per sequence]``: page ``block_table[b, n]`` of ``key`` and
+            ``value`` holds sequence :math:`b`'s positions :math:`n \cdot` ``page_size`` to
+            :math:`(n+1) \cdot` ``page_size`` :math:`- 1` (the layout of vLLM and FlashInfer), so
+            :math:`S` = pages per sequence × ``page_size``; entries of pages outside
+            :math:`[s_b, e_b)` are not read. Default: ``None`` (a contiguous cache).
+        num_splits: the number of splits of the cache on the kernel path (``None``: enough programs
+            to fill the GPU); no effect on the reference path. Default: ``None``.
+
+    Returns:
+        the output ``[B, H, L, Dv]`` in ``query``'s dtype.
+
+    Shape:
+        - query: :math:`(B, H, L, D)`; key: :math:`(B, H_{kv}, S, D)`; value: :math:`(B, H_{kv}, S, D_v)`,
+          or paged :math:`(N, P, H_{kv}, D)` and :math:`(N, P, H_{kv}, D_v)` with block_table :math:`(B, S/P)`.
+        - cache_seqlens, cache_starts: :math:`(B)`.
+        - Output: :math:`(B, H, L, D_v)`.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> B, H, Hkv, S, D = 2, 4, 2, 10, 8
+        >>> q = torch.randn(B, H, 1, D)                         # one new token per sequence
+        >>> k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+        >>> lengths = torch.tensor([10, 6])                     # the second sequence fills 6 positions
+        >>> out = sa.decode_attention(q, k, v, lengths, mapping="entmax15")
+        >>> out.shape
+        torch.Size([2, 4, 1, 8])
+        >>> full = sa.attention(q[1:], k[1:, :, :6], v[1:, :, :6], enable_gqa=True)
+        >>> torch.allclose(out[1:], full, atol=1e-6)
+        True
+
+        Left padding: the first sequence's keys start at position 3.
+
+        >>> out = sa.decode_attention(q, k, v, lengths, torch.tensor([3, 0]), mapping="sparsemax")
+        >>> torch.allclose(out[:1], sa.attention(q[:1], k[:1, :, 3:], v[:1, :, 3:], mapping="sparsemax",
+        ...                                      enable_gqa=True), atol=1e-6)
+        True
+
+    References:
+        Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
+        ACL 2019, https://arxiv.org/abs/1905.05702
+
+        Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
+        EMNLP 2019, https://arxiv.org/abs/1909.00015
+
+        Tri Dao, Daniel Haziza, Francisco Massa and Grigory Sizov, *Flash-Decoding for long-context
+        inference*, 2023, https://crfm.stanford.edu/2023/10/12/flashdecoding.html
+
+        Woosuk Kwon et al., *Efficient Memory Management for Large Language Model Serving with
+        PagedAttention*, SOSP 2023, https://arxiv.org/abs/2309.06180 (the paged cache)
+    """
+    _check_tensors(query, key, value, block_table is not None)
+    B = query.shape[0]
+    end = _lengths(cache_seqlens, "cache_seqlens", query)
+    start = torch.zeros_like(end) if cache_starts is None else _lengths(cache_starts, "cache_starts", query)
+    if block_table is not None:
+        _check_table(block_table, query)
+    scale = 1.0 / float(query.shape[-1]) ** 0.5 if scale is None else check_real(scale, "scale",
+                                                                                   "None or a finite number")
+    check_mapping(mapping)
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
+        raise TypeError(f"num_splits must be None or a positive int, got {num_splits!r}")
+    S = block_table.shape[1] * key.shape[1] if block_table is not None else key.shape[2]
+    if B == 0 or query.shape[1] == 0 or S == 0:  # no row, or no key: zero outputs
+        return query.new_zeros(*query.shape[:3], value.shape[-1])
+    if _decoding.covers(query, key, value, block_table):
+        lay = _decoding.layout(query, key, block_table, num_splits)
+        end32, start32 = end.to(torch.int32), start.to(torch.int32)
+        table = None if block_table is None else block_table.to(torch.int32)
+        z = _decoding.scores(query, key, end32, start32, scale, lay, table)
+        p = attention_weights(z, mapping, alpha).contiguous()
+        return _decoding.weighted_values(p, value, end32, start32, lay, table)
+    return _reference(query, key, value, end, start, scale, mapping, alpha, block_table)
+
+
+def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float, mapping: str,
+               alpha: Union[float, Tensor, None], block_table: Optional[Tensor]) -> Tensor:
+    """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``."""
+    if block_table is not None:
+        key, value = _gathered(key, block_table), _gathered(value, block_table)
+    B, H, L, D = query.shape
+    Hkv, S = key.shape[1], key.shape[2]
+    group = H // Hkv
+    q = query.reshape(B, Hkv, group * L, D)  # the query rows of each group, (head, query) order
+    scores = (q @ key.transpose(-2, -1)).view(B, H, L, S) * scale
+    pos = torch.arange(S, device=query.device)
+    last = (end.view(B, 1, 1, 1) - L) + torch.arange(L, device=query.device).view(1, 1, L, 1)
+    keep = (pos >= start.view(B, 1, 1, 1)) & (pos <= last)
+    weights = attention_weights(scores.masked_fill(~keep, float("-inf")), mapping, alpha)
+    return (weights.reshape(B, Hkv, group * L, S) @ value).view(B, H, L, value.shape[-1])
+
+
+def _gathered(cache: Tensor, block_table: Tensor) -> Tensor:
+    """A paged cache ``[N, P, Hkv, D]`` as the contiguous ``[B, Hkv, S, D]`` of the block table's sequences
+    (entries outside ``[0, N)`` read page 0: they are outside the sequences' keys)."""
+    N, _, Hkv, D = cache.shape
+    table = torch.where((block_table >= 0) & (block_table < N), block_table, torch.zeros_like(block_table))
+    pages = cache[table.long()]  # [B, pages per sequence, P, Hkv, D]
+    return pages.reshape(table.shape[0], -1, Hkv, D).transpose(1, 2)
+
+
+def _check_tensors(query: Tensor, key: Tensor, value: Tensor, paged: bool) -> None:
+    """Floating ``[B, H, L, D]`` queries and a cache of query's dtype and device, heads grouped."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(t, name)
+        if t.dim() != 4:
+            what = "[pages, page_size, heads, features] (a paged cache)" if paged and name != "query" else \
+                "[batch, heads, length, features]"
+            raise ValueError(f"{name} must be 4-D {what}, got shape {tuple(t.shape)}")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise TypeError(f"{name} must have query's dtype, got query {query.dtype} and {name} {t.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name} must be on query's device, got query on {query.device} and {name} on {t.device}")
+    B, H, L, D = query.shape
+    if L < 1:
+        raise ValueError(f"query must hold at least one new query (dimension 2), got shape {tuple(query.shape)}")
+    Hkv = key.shape[2] if paged else key.shape[1]
+    if key.shape[-1] != D:
+        raise ValueError(f"query and key must share the feature size, got {D} and {key.shape[-1]}")
+    if not paged and key.shape[0] != B:
+        raise ValueError(f"key must hold query's batch ({B}) of caches, got shape {tuple(key.shape)}")
+    if value.shape[:-1] != key.shape[:-1]:
+        raise ValueError(f"value must have key's shape but the last size, got key {tuple(key.shape)} and value "
+                         f"{tuple(value.shape)}")
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+
+
+def _lengths(t: object, name: str, query: Tensor) -> Tensor:
+    """Per-sequence cache positions: an integer ``[B]`` tensor on query's device (values trusted)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a tensor of one cache position per sequence, got {type(t).__name__}")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be an int32 or int64 tensor, got {t.dtype}")
+    if t.shape != (query.shape[0],):
+        raise ValueError(f"{name} must have shape ({query.shape[0]},): one per sequence, got {tuple(t.shape)}")
+    if t.device != query.device:
+        raise ValueError(f"{name} must be on query's device, got {t.device} and {query.device}")
+    return t
+
+
+def _check_table(block_table: object, query: Tensor) -> None:
+    if not isinstance(block_table, Tensor):
+        raise TypeError(f"block_table must be a tensor of page indices, got {type(block_table).__name__}")
+    if block_table.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"block_table must be an int32 or int64 tensor, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] != query.shape[0]:
+        raise ValueError(f"block_table must have shape ({query.shape[0]}, pages per sequence), got "
+                         f"{tuple(block_table.shape)}")
+    if block_table.device != query.device:
+        raise ValueError(f"block_table must be on query's device, got {block_table.device} and {query.device}")

@@ -1,0 +1,139 @@
+"""Sparse decoding over a key/value cache (softargmax.decode_attention), the reference path: float64
+against a brute force that takes each (sequence, head, query) row on its own (its valid keys gathered
+by hand, the mapping by float64 bisection), with different lengths in one batch, left padding,
+grouped heads and several causal queries; a paged cache against the contiguous one; the argument
+checks."""
+
+import pytest
+import torch
+from conftest import entmax_ref64  # noqa: E402
+
+import softargmax as sa
+
+#: mapping name, its α for the brute force, the alpha argument
+MAPPINGS = [("sparsemax", 2.0, None), ("entmax15", 1.5, None), ("softmax", 1.0, None), ("entmax", 1.25, 1.25)]
+
+
+def _brute_force(q, k, v, ends, starts, alpha, scale=None):
+    """Each row on its own: query i of sequence b sees positions starts[b] .. ends[b] - L + i."""
+    B, H, L, D = q.shape
+    group = H // k.shape[1]
+    scale = D ** -0.5 if scale is None else scale
+    out = torch.zeros(B, H, L, v.shape[-1], dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for i in range(L):
+                keys = list(range(starts[b], ends[b] - L + i + 1))
+                if not keys:
+                    continue
+                kk, vv = k[b, h // group, keys].double(), v[b, h // group, keys].double()
+                al = alpha if not isinstance(alpha, torch.Tensor) else float(alpha[h])
+                p = entmax_ref64((kk @ q[b, h, i].double()) * scale, al)
+                out[b, h, i] = p @ vv
+    return out
+
+
+def _data(B, H, Hkv, L, S, D, seed=0, dtype=torch.float64, Dv=None):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, L, D, generator=gen, dtype=torch.float64) * 1.5
+    k = torch.randn(B, Hkv, S, D, generator=gen, dtype=torch.float64) * 1.5
+    v = torch.randn(B, Hkv, S, Dv or D, generator=gen, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@pytest.mark.parametrize("mapping,alpha_ref,alpha", MAPPINGS)
+def test_mixed_lengths_left_padding_gqa_causal_queries(mapping, alpha_ref, alpha):
+    """Three sequences of different lengths, one left-padded, 4 query heads over 2 key/value heads,
+    3 new queries causal among themselves (bottom-right)."""
+    q, k, v = _data(3, 4, 2, 3, 12, 8)
+    ends, starts = [12, 7, 10], [0, 0, 4]
+    out = sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts), mapping=mapping, alpha=alpha)
+    torch.testing.assert_close(out, _brute_force(q, k, v, ends, starts, alpha_ref), atol=1e-10, rtol=1e-10)
+
+
+def test_per_head_alpha_mqa_and_scale():
+    """A per-head α tensor (a learned α at inference), one key/value head for all (multi-query), a scale."""
+    q, k, v = _data(2, 3, 1, 2, 9, 4, seed=1, Dv=5)
+    alpha = torch.tensor([1.2, 1.5, 2.0], dtype=torch.float64)
+    ends, starts = [9, 5], [2, 0]
+    out = sa.decode_attention(q, k, v, torch.tensor(ends, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32),
+                              mapping="entmax", alpha=alpha, scale=0.7)
+    torch.testing.assert_close(out, _brute_force(q, k, v, ends, starts, alpha, scale=0.7), atol=1e-10, rtol=1e-10)
+
+
+def test_single_query_matches_attention_over_the_valid_cache():
+    """L = 1 is :func:`softargmax.attention` of the query over the valid keys (grouped heads)."""
+    q, k, v = _data(2, 4, 2, 1, 10, 8, seed=2)
+    out = sa.decode_attention(q, k, v, torch.tensor([10, 6]), torch.tensor([0, 1]))
+    torch.testing.assert_close(out[0], sa.attention(q[0], k[0], v[0], enable_gqa=True))
+    torch.testing.assert_close(out[1], sa.attention(q[1], k[1, :, 1:6], v[1, :, 1:6], enable_gqa=True))
+
+
+def test_queries_without_keys_give_zeros_never_nan():
+    """An empty sequence, and a sequence shorter than its new queries: zero outputs where no key is seen."""
+    q, k, v = _data(2, 2, 2, 3, 6, 4, seed=3)
+    out = sa.decode_attention(q, k, v, torch.tensor([0, 2]), mapping="sparsemax")
+    assert torch.isfinite(out).all()
+    assert (out[0] == 0).all() and (out[1, :, 0] == 0).all()
+    torch.testing.assert_close(out, _brute_force(q, k, v, [0, 2], [0, 0], 2.0), atol=1e-10, rtol=1e-10)
+
+
+def _paged(cache, page, gen):
+    """A contiguous cache [B, Hkv, S, D] as shuffled pages [N, page, Hkv, D] and its block table."""
+    B, Hkv, S, D = cache.shape
+    n = S // page
+    order = torch.randperm(B * n, generator=gen)
+    pages = torch.empty(B * n + 1, page, Hkv, D, dtype=cache.dtype)  # one spare page
+    pages[order] = cache.transpose(1, 2).reshape(B * n, page, Hkv, D)
+    return pages, order.view(B, n)
+
+
+def test_paged_cache_matches_contiguous():
+    q, k, v = _data(2, 4, 2, 2, 12, 8, seed=4)
+    gen = torch.Generator().manual_seed(0)
+    kp, table = _paged(k, 4, gen)
+    vp = torch.empty_like(kp)
+    vp[table.reshape(-1)] = v.transpose(1, 2).reshape(-1, 4, 2, 8)
+    ends, starts = torch.tensor([12, 7]), torch.tensor([0, 3])
+    table = table.clone()
+    table[1, 2] = -1  # a page past sequence 1's end: never read
+    want = sa.decode_attention(q, k, v, ends, starts, mapping="entmax15")
+    got = sa.decode_attention(q, kp, vp, ends, starts, mapping="entmax15", block_table=table.to(torch.int32))
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+
+
+def test_input_is_not_modified():
+    q, k, v = _data(1, 2, 1, 2, 5, 4, seed=5)
+    copies = [t.clone() for t in (q, k, v)]
+    sa.decode_attention(q, k, v, torch.tensor([4]))
+    for a, b in zip((q, k, v), copies):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(query=torch.zeros(1, 2, 4)), ValueError, "query must be 4-D"),
+    (dict(query=torch.zeros(1, 2, 0, 4)), ValueError, "at least one new query"),
+    (dict(query=torch.zeros(1, 3, 1, 4)), ValueError, "multiple of the key/value heads"),
+    (dict(key=torch.zeros(1, 2, 5, 4, dtype=torch.float64)), TypeError, "key must have query's dtype"),
+    (dict(key=torch.zeros(2, 2, 5, 4)), ValueError, "key must hold query's batch"),
+    (dict(value=torch.zeros(1, 2, 6, 4)), ValueError, "value must have key's shape"),
+    (dict(key=torch.zeros(1, 2, 5, 3)), ValueError, "feature size"),
+    (dict(cache_seqlens=[5]), TypeError, "cache_seqlens must be a tensor"),
+    (dict(cache_seqlens=torch.tensor([5.0])), TypeError, "cache_seqlens must be an int32 or int64"),
+    (dict(cache_seqlens=torch.tensor([5, 5])), ValueError, r"cache_seqlens must have shape \(1,\)"),
+    (dict(cache_starts=torch.tensor([[0]])), ValueError, "cache_starts must have shape"),
+    (dict(key=torch.zeros(3, 4, 2, 4), value=torch.zeros(3, 4, 2, 4), block_table=torch.zeros(1, 2)), TypeError,
+     "block_table must be an int32 or int64"),
+    (dict(key=torch.zeros(3, 4, 2, 4), value=torch.zeros(3, 4, 2, 4), block_table=torch.zeros(2, 2, dtype=torch.int32)),
+     ValueError, "block_table must have shape"),
+    (dict(scale="x"), TypeError, "scale must be"),
+    (dict(mapping="entmax2"), ValueError, "unknown name"),
+    (dict(num_splits=0), TypeError, "num_splits"),
+    (dict(query=torch.zeros(1, 2, 1, 4, dtype=torch.int64)), TypeError, "query must have a floating-point dtype"),
+])
+def test_bad_arguments_name_the_argument(change, error, match):
+    args = dict(query=torch.zeros(1, 2, 1, 4), key=torch.zeros(1, 2, 5, 4), value=torch.zeros(1, 2, 5, 4),
+                cache_seqlens=torch.tensor([5]))
+    args.update(change)
+    with pytest.raises(error, match=match):
+        sa.decode_attention(**args)

@@ -1,0 +1,151 @@
+"""The Triton path of softargmax.decode_attention (in Triton's interpreter on a CPU): split-K against one
+program per group, grouped heads packed against repeated heads, different lengths and left padding with
+several causal queries against the float64 brute force, a paged cache against the contiguous one, the
+tiles outside the support and outside the sequences never read.  Tiny shapes: the interpreter runs each
+program instance in turn (tens of them per test)."""
+
+import pytest
+import torch
+from test_decoding import _brute_force, _data, _paged  # noqa: E402
+
+import softargmax as sa
+from softargmax.backends.triton import decoding as DEC
+from softargmax.backends.triton import rows as _triton_rows
+
+
+@pytest.fixture
+def device(triton_device):
+    """Where the kernels run; under the interpreter the middle step (the row solver) runs on the CPU solver:
+    the interpreted Triton row solver costs 3 to 11 s per call (it has its own tests, test_triton_rows.py;
+    :func:`test_the_triton_row_solver_in_the_middle` runs the three steps in Triton)."""
+    if triton_device != "cpu":
+        yield triton_device
+        return
+    old = _triton_rows.set_enabled(False)
+    yield triton_device
+    _triton_rows.set_enabled(old)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts the calls of the kernel path (a test that expects it fails if the reference path ran)."""
+    calls = []
+    real = DEC.weighted_values
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(DEC, "weighted_values", counted)
+    return calls
+
+
+def _to(device, *ts, dtype=torch.float32):
+    return [t.to(device=device, dtype=dtype) for t in ts]
+
+
+def _lengths(device, *xs):
+    return [torch.tensor(x, device=device) for x in xs]
+
+
+@pytest.mark.parametrize("mapping,alpha_ref,alpha", [("entmax15", 1.5, None), ("sparsemax", 2.0, None),
+                                                     ("entmax", 1.25, 1.25), ("softmax", 1.0, None)])
+def test_mixed_lengths_left_padding_causal_queries(device, spy, mapping, alpha_ref, alpha):
+    """Three sequences (one left-padded), 2 query heads over 1 key/value head, 3 causal queries, 2 splits of a
+    70-position cache: float32 kernels against the float64 brute force."""
+    q64, k64, v64 = _data(3, 2, 1, 3, 70, 16, seed=10)
+    q, k, v = _to(device, q64, k64, v64)
+    ends, starts = [70, 33, 61], [0, 0, 20]
+    out = sa.decode_attention(q, k, v, *_lengths(device, ends, starts), mapping=mapping, alpha=alpha, num_splits=2)
+    assert spy
+    want = _brute_force(q64, k64, v64, ends, starts, alpha_ref)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_split_k_matches_one_program(device, spy):
+    """The cache split over 3 programs per group against 1 (the same sums, in another order)."""
+    q, k, v = _to(device, *_data(2, 2, 1, 2, 96, 16, seed=11))
+    ends = torch.tensor([96, 50], device=device)
+    one = sa.decode_attention(q, k, v, ends, num_splits=1)
+    three = sa.decode_attention(q, k, v, ends, num_splits=3)
+    assert DEC.layout(q, k, None, 3).splits == 3 and DEC.layout(q, k, None, 1).splits == 1
+    torch.testing.assert_close(three, one, atol=1e-6, rtol=1e-6)
+    assert len(spy) == 2
+
+
+def test_packed_group_matches_repeated_heads(device, spy):
+    """4 query heads over 2 key/value heads (one program per split reads each tile once for its group of 2)
+    against the same cache repeated for each head (4 programs)."""
+    q, k, v = _to(device, *_data(1, 4, 2, 2, 64, 16, seed=12))
+    ends, starts = _lengths(device, [60], [5])
+    packed = sa.decode_attention(q, k, v, ends, starts, mapping="sparsemax", num_splits=1)
+    rep = sa.decode_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), ends, starts,
+                              mapping="sparsemax", num_splits=1)
+    lay = DEC.layout(q, k, None, 1)
+    assert (lay.block_m, lay.chunks) == (16, 1)  # 4 rows of a group, one program per group
+    torch.testing.assert_close(packed, rep, atol=1e-6, rtol=1e-6)
+
+
+def test_paged_matches_contiguous(device, spy):
+    """Pages of 32 positions, shuffled, one table entry past a sequence's end left invalid."""
+    q, k, v = _data(2, 2, 1, 2, 96, 16, seed=13)
+    gen = torch.Generator().manual_seed(1)
+    kp, table = _paged(k, 32, gen)
+    vp = torch.empty_like(kp)
+    vp[table.reshape(-1)] = v.transpose(1, 2).reshape(-1, 32, 1, 16)
+    table = table.clone()
+    table[1, 2] = -1  # sequence 1 ends at 60: its third page is never read
+    q, k, v, kp, vp = _to(device, q, k, v, kp, vp)
+    ends, starts = _lengths(device, [96, 60], [0, 10])
+    want = sa.decode_attention(q, k, v, ends, starts, num_splits=2)
+    got = sa.decode_attention(q, kp, vp, ends, starts, block_table=table.to(device=device, dtype=torch.int32),
+                              num_splits=2)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    assert len(spy) == 2
+
+
+def test_tiles_without_support_and_outside_the_sequence_are_not_read(device, spy):
+    """NaN values in a tile where sparsemax gives every row zero weight, and NaN keys and values in the left
+    padding and past the end: the output stays finite (a tile read would give 0 · NaN = NaN)."""
+    q, k, v = _data(1, 2, 1, 1, 96, 16, seed=14)
+    q = q.abs()
+    k[0, 0, 32:64] = -q[0, 0, 0] - q[0, 1, 0]  # the second tile scores far below the rest for both heads
+    v[0, 0, 32:64] = float("nan")
+    k[0, 0, :8], v[0, 0, :8] = float("nan"), float("nan")    # left padding
+    k[0, 0, 90:], v[0, 0, 90:] = float("nan"), float("nan")  # past the end
+    q, k, v = _to(device, q, k, v)
+    ends, starts = _lengths(device, [90], [8])
+    out = sa.decode_attention(q, k, v, ends, starts, mapping="sparsemax", num_splits=3)
+    assert spy and torch.isfinite(out).all()
+    k64, v64 = k.cpu().double(), v.cpu().double()
+    v64[0, 0, 32:64] = 0.0  # the weights there are zero: any finite values give the same answer
+    want = _brute_force(q.cpu().double(), k64, v64, [90], [8], 2.0)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_bfloat16_within_rounding(device, spy):
+    """bfloat16 inputs: within bfloat16's rounding of the float64 answer on the same (rounded) inputs."""
+    q, k, v = _to(device, *_data(2, 2, 1, 1, 64, 16, seed=15), dtype=torch.bfloat16)
+    out = sa.decode_attention(q, k, v, torch.tensor([64, 40], device=device), num_splits=2)
+    assert out.dtype == torch.bfloat16 and spy
+    want = _brute_force(q.cpu().double(), k.cpu().double(), v.cpu().double(), [64, 40], [0, 0], 1.5)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_gradients_take_the_reference_path(device, spy):
+    """The kernels have no backward: a query that requires a gradient takes the materialized path."""
+    q, k, v = _to(device, *_data(1, 2, 1, 1, 40, 16, seed=16))
+    q.requires_grad_()
+    out = sa.decode_attention(q, k, v, torch.tensor([40], device=device))
+    out.sum().backward()
+    assert not spy and q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_the_triton_row_solver_in_the_middle(triton_device, spy):
+    """The three steps in Triton (scores, the row solver, P·V): 4 rows of 40 keys, one of them left-padded."""
+    q64, k64, v64 = _data(2, 2, 1, 1, 40, 16, seed=17)
+    q, k, v = _to(triton_device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(triton_device, [40, 33], [0, 6]), mapping="sparsemax", num_splits=2)
+    assert spy
+    want = _brute_force(q64, k64, v64, [40, 33], [0, 6], 2.0)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
