@@ -128,7 +128,8 @@ def test_input_is_not_modified():
      ValueError, "block_table must have shape"),
     (dict(scale="x"), TypeError, "scale must be"),
     (dict(mapping="entmax2"), ValueError, "unknown name"),
-    (dict(num_splits=0), TypeError, "num_splits"),
+    (dict(num_splits=0), ValueError, "num_splits"),
+    (dict(num_splits=2.0), TypeError, "num_splits"),
     (dict(query=torch.zeros(1, 2, 1, 4, dtype=torch.int64)), TypeError, "query must have a floating-point dtype"),
 ])
 def test_bad_arguments_name_the_argument(change, error, match):
@@ -137,3 +138,13 @@ def test_bad_arguments_name_the_argument(change, error, match):
     args.update(change)
     with pytest.raises(error, match=match):
         sa.decode_attention(**args)
+
+
+def test_nan_outside_the_sequences_never_reaches_the_output():
+    """An uninitialized cache: NaN keys and values past a sequence's end and in its left padding; the
+    materialized path gives the brute force's answer on the valid positions, with no NaN."""
+    q, k, v = _data(2, 2, 1, 2, 10, 4, seed=7)
+    want = _brute_force(q, k, v, [7, 10], [2, 0], 1.5)
+    k[0, :, 7:], v[0, :, 7:], k[0, :, :2], v[0, :, :2] = (float("nan"),) * 4
+    out = sa.decode_attention(q, k, v, torch.tensor([7, 10]), torch.tensor([2, 0]))
+    torch.testing.assert_close(out, want)

@@ -129,3 +129,25 @@ def test_decode_ranges_refuse_other_masks():
     holed[:, 5] = False
     assert _decode_ranges(q, k, holed.expand(2, 1, 2, 10)) is None
     assert _decode_ranges(q, k, torch.zeros(2, 1, 2, 10)) is None  # additive
+    assert _decode_ranges(q, k, causal.expand(3, 1, 2, 10)) is None  # another batch size: not this call's mask
+
+
+def test_decode_ranges_are_read_once_per_mask_until_it_changes(monkeypatch):
+    """Every layer of a step passes the same mask (sliced to the keys): its ranges are read once (one host
+    synchronization per step, not per layer); a mask changed in place, or another mask, is read again."""
+    from softargmax.integrations import huggingface_attention as hfa
+
+    reads = []
+    real = hfa._ranges_of_mask
+    monkeypatch.setattr(hfa, "_ranges_of_mask", lambda *a: reads.append(1) or real(*a))
+    q, k = torch.zeros(2, 4, 1, 8), torch.zeros(2, 2, 10, 8)
+    mask = (torch.arange(12) >= torch.tensor([0, 3]).view(2, 1, 1, 1)) & (torch.arange(12) < 10)  # [2, 1, 1, 12]
+    for _ in range(3):  # three layers
+        ends, starts = hfa._decode_ranges(q, k, mask[..., :10])
+    assert len(reads) == 1 and ends.tolist() == [10, 10] and starts.tolist() == [0, 3]
+    mask[1, ..., 3] = False  # the next step's padding, written into the same tensor
+    ends, starts = hfa._decode_ranges(q, k, mask[..., :10])
+    assert len(reads) == 2 and starts.tolist() == [0, 4]
+    other = mask.clone()
+    hfa._decode_ranges(q, k, other[..., :10])
+    assert len(reads) == 3

@@ -149,3 +149,31 @@ def test_the_triton_row_solver_in_the_middle(triton_device, spy):
     assert spy
     want = _brute_force(q64, k64, v64, [40, 33], [0, 6], 2.0)
     torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_strided_lengths_and_block_table(device, spy):
+    """Lengths taken every other entry of a longer tensor and a block table with column stride 2 (both int32,
+    so that the conversion keeps their strides): the kernels read them as the contiguous ones."""
+    q, k, v = _data(2, 2, 1, 1, 64, 16, seed=18)
+    gen = torch.Generator().manual_seed(2)
+    kp, table = _paged(k, 16, gen)
+    vp = torch.empty_like(kp)
+    vp[table.reshape(-1)] = v.transpose(1, 2).reshape(-1, 16, 1, 16)
+    q, kp, vp = _to(device, q, kp, vp)
+    table = table.to(device=device, dtype=torch.int32)
+    strided_table = table.t().contiguous().t()
+    assert strided_table.stride(1) != 1 and torch.equal(strided_table, table)
+    ends = torch.tensor([64, 99, 30, 99], dtype=torch.int32, device=device)[::2]
+    got = sa.decode_attention(q, kp, vp, ends, block_table=strided_table, mapping="sparsemax", num_splits=2)
+    want = sa.decode_attention(q, kp, vp, ends.contiguous(), block_table=table, mapping="sparsemax", num_splits=2)
+    assert len(spy) == 2
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_a_learned_alpha_keeps_its_gradient(device, spy):
+    """α per head that requires a gradient: the call takes the differentiable path and α gets a gradient."""
+    q, k, v = _to(device, *_data(1, 2, 1, 1, 40, 16, seed=19))
+    alpha = torch.tensor([1.3, 1.6], device=device, requires_grad=True)
+    out = sa.decode_attention(q, k, v, torch.tensor([40], device=device), mapping="entmax", alpha=alpha)
+    out.sum().backward()
+    assert not spy and alpha.grad is not None and torch.isfinite(alpha.grad).all()

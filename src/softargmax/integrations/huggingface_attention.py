@@ -131,7 +131,8 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Option
     each sequence's keys contiguous, the new queries causal among themselves aligned bottom-right (left padding,
     a cache longer than the sequence); else ``None`` (sliding windows, any other mask, additive masks).
     The ranges are read off the last query's row of the boolean mask and the whole mask is compared with
-    theirs: one host synchronization (none without a mask, a single query seeing every key); skipped during
+    theirs: one host synchronization per step (the layers of a step pass the same mask, whose answer is
+    kept while it is unchanged; none without a mask, a single query seeing every key); skipped during
     CUDA-graph capture, where the call keeps :func:`softargmax.attention`."""
     B, H, L, _ = query.shape
     S = key.shape[2]
@@ -144,8 +145,26 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Option
         return full, torch.zeros_like(full)
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-2:] != (L, S):
         return None
-    if query.is_cuda and torch.cuda.is_current_stream_capturing():
+    if mask.shape[0] not in (1, B) or (query.is_cuda and torch.cuda.is_current_stream_capturing()):
         return None
+    # the layers of a step share one mask: its ranges are read once per step (the host synchronization)
+    base = mask if mask._base is None else mask._base
+    geometry = (tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device)
+    if _LAST_RANGES and _LAST_RANGES[0] is base and _LAST_RANGES[1] == (base._version, geometry):
+        return _LAST_RANGES[2]
+    ranges = _ranges_of_mask(mask, B, L, S)
+    # the mask itself is held (not its address): a later mask cannot be taken for it
+    _LAST_RANGES[:] = [base, (base._version, geometry), ranges]
+    return ranges
+
+
+#: the last mask whose ranges :func:`_decode_ranges` read, its version and view, and the ranges (or ``None``)
+_LAST_RANGES: list = []
+
+
+def _ranges_of_mask(mask: Tensor, B: int, L: int, S: int) -> Optional[tuple[Tensor, Tensor]]:
+    """The ranges read off the last query's row of a boolean ``[B or 1, 1, L, S]`` mask, if the whole mask
+    is what they give (one host synchronization), else ``None``."""
     m = mask[:, 0].expand(B, L, S)
     last = m[:, -1].to(torch.int32)
     starts = last.argmax(-1).to(torch.int32)

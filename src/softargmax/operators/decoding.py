@@ -67,16 +67,17 @@ def decode_attention(
     query heads of a group packed so that each key tile is read once per group, each row's exact
     threshold by the row solver, and ``P·V`` split over the cache, skipping the tiles that hold no
     support; the split count depends on the cache's capacity, not on the lengths (CUDA graphs).
-    Elsewhere (the CPU, float64, a gradient) the weights are materialized: the reference, with memory
-    :math:`O(B H L S)` and the cache never copied (grouped heads are not repeated).
+    Elsewhere (the CPU, float64, a gradient, value heads of another size than the keys') the weights
+    are materialized: the reference, with memory :math:`O(B H L S)`; grouped heads are not repeated (a
+    paged cache is gathered into contiguous sequences there).
 
     Args:
         query: ``[B, H, L, D]`` the new queries (``L`` is typically 1, or a few for speculative decoding).
         key: the key cache: ``[B, Hkv, S, D]``, or with ``block_table`` the pages ``[N, page_size, Hkv, D]``.
         value: the value cache, ``key``'s shape but the last size (``Dv``).
         cache_seqlens: int32/int64 ``[B]``, the end :math:`e_b` (exclusive) of each sequence's keys in
-            the cache, new tokens included; trusted (never read back): :math:`L \le e_b - s_b` and
-            :math:`e_b \le S` are the caller's.
+            the cache, new tokens included; trusted (never read back): :math:`e_b \le S` and a valid
+            ``block_table`` are the caller's.
         cache_starts: int32/int64 ``[B]``, the first position :math:`s_b` of each sequence's keys (left
             padding). Default: ``None`` (0).
         scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{D}`).
@@ -143,15 +144,22 @@ def decode_attention(
     scale = 1.0 / float(query.shape[-1]) ** 0.5 if scale is None else check_real(scale, "scale",
                                                                                    "None or a finite number")
     check_mapping(mapping)
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
-        raise TypeError(f"num_splits must be None or a positive int, got {num_splits!r}")
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+            raise TypeError(f"num_splits must be None or a positive int, got {type(num_splits).__name__}")
+        if num_splits < 1:
+            raise ValueError(f"num_splits must be None or a positive int, got {num_splits}")
+    if isinstance(alpha, Tensor):
+        check_tensor(alpha, "alpha")
     S = block_table.shape[1] * key.shape[1] if block_table is not None else key.shape[2]
-    if B == 0 or query.shape[1] == 0 or S == 0:  # no row, or no key: zero outputs
+    if B == 0 or query.shape[1] == 0 or S == 0:  # no row, or no key: zero outputs (α checked all the same)
+        attention_weights(query.new_zeros(1, query.shape[1], 1, 1), mapping, alpha)
         return query.new_zeros(*query.shape[:3], value.shape[-1])
-    if _decoding.covers(query, key, value, block_table):
+    if _decoding.covers(query, key, value, block_table, alpha):
         lay = _decoding.layout(query, key, block_table, num_splits)
-        end32, start32 = end.to(torch.int32), start.to(torch.int32)
-        table = None if block_table is None else block_table.to(torch.int32)
+        # the kernels index the lengths and the table with unit strides
+        end32, start32 = end.to(torch.int32).contiguous(), start.to(torch.int32).contiguous()
+        table = None if block_table is None else block_table.to(torch.int32).contiguous()
         z = _decoding.scores(query, key, end32, start32, scale, lay, table)
         p = attention_weights(z, mapping, alpha).contiguous()
         return _decoding.weighted_values(p, value, end32, start32, lay, table)
@@ -172,6 +180,10 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
     last = (end.view(B, 1, 1, 1) - L) + torch.arange(L, device=query.device).view(1, 1, L, 1)
     keep = (pos >= start.view(B, 1, 1, 1)) & (pos <= last)
     weights = attention_weights(scores.masked_fill(~keep, float("-inf")), mapping, alpha)
+    # positions outside a sequence may hold anything (an uninitialized or recycled cache, NaN included):
+    # their values are zeroed, as 0 · NaN would otherwise reach the output
+    valid = (pos >= start.view(B, 1)) & (pos < end.view(B, 1))
+    value = value.masked_fill(~valid.view(B, 1, S, 1), 0)
     return (weights.reshape(B, Hkv, group * L, S) @ value).view(B, H, L, value.shape[-1])
 
 
@@ -179,6 +191,8 @@ def _gathered(cache: Tensor, block_table: Tensor) -> Tensor:
     """A paged cache ``[N, P, Hkv, D]`` as the contiguous ``[B, Hkv, S, D]`` of the block table's sequences
     (entries outside ``[0, N)`` read page 0: they are outside the sequences' keys)."""
     N, _, Hkv, D = cache.shape
+    if N == 0:
+        raise ValueError("a paged key/value cache must hold at least one page, got 0 pages")
     table = torch.where((block_table >= 0) & (block_table < N), block_table, torch.zeros_like(block_table))
     pages = cache[table.long()]  # [B, pages per sequence, P, Hkv, D]
     return pages.reshape(table.shape[0], -1, Hkv, D).transpose(1, 2)
@@ -198,6 +212,8 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, paged: bool) -> No
         if t.device != query.device:
             raise ValueError(f"{name} must be on query's device, got query on {query.device} and {name} on {t.device}")
     B, H, L, D = query.shape
+    if D < 1:
+        raise ValueError(f"query must have at least one feature (dimension 3), got shape {tuple(query.shape)}")
     if L < 1:
         raise ValueError(f"query must hold at least one new query (dimension 2), got shape {tuple(query.shape)}")
     Hkv = key.shape[2] if paged else key.shape[1]

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..._utils.extras import LazyModule
+from ..._utils.tracing import without_autograd
 from ..switch import Switch
 
 __all__ = ["available", "set_enabled", "covers", "Layout", "layout", "scores", "weighted_values"]
@@ -60,7 +61,8 @@ def set_enabled(flag: bool) -> bool:
     return _switch.set(flag)
 
 
-def covers(query: Tensor, key: Tensor, value: Tensor, block_table: Optional[Tensor]) -> bool:
+def covers(query: Tensor, key: Tensor, value: Tensor, block_table: Optional[Tensor],
+           alpha: object = None) -> bool:
     """Whether the kernels take the call (module docstring); the shapes are already checked."""
     from . import rows as _triton_rows
 
@@ -69,8 +71,8 @@ def covers(query: Tensor, key: Tensor, value: Tensor, block_table: Optional[Tens
         return False
     if query.dtype not in _DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
         return False
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        return False
+    if not without_autograd(query, key, value, alpha if isinstance(alpha, Tensor) else None):
+        return False  # a gradient (a learned α's too), a torch.func transform, forward-mode AD or a subclass
     D = query.shape[-1]
     if not (16 <= D <= 128 and D & (D - 1) == 0 and value.shape[-1] == D):
         return False
