@@ -208,6 +208,67 @@ def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
             yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16"
 
 
+#: the slice count of a split row, rounded up to a power of two (``NSP``), at which the split kernels that
+#: add up the slices' partial sums are compiled: 4, what 256 rows of 262,144 entries get on 132 multiprocessors
+#: (3 slices); ``NSP`` only sizes a vector of ``ns`` partial sums
+SPLIT_NSP = 4
+
+
+#: the split kernels' quick subset (bfloat16): the general power kind with one α per row, sparsemax as the
+#: operators run it and as its loss does, 1.5-entmax, and Jensen–Shannon (a dense kind: full-row steps in the
+#: row's program, ``Σ s`` from the slices); ``(KIND, EXACT, PER_ROW)`` (with the sums and ``GRAD`` of
+#: :data:`_QUICK_SOLVE` for the write pass)
+_QUICK_SPLIT = ((0, 0, True), (0, 1, False), (0, 2, False), (1, 0, False))
+
+
+def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        yield dt, dict(BLOCK=block, SLOTS=T.LONG_SLOTS), warps, dt == "bf16"
+
+
+def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.LONG_SLOTS), warps,
+                   dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT)
+
+
+def _split_write_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, per_row, sums in _solve_modes():
+            for grad in _grads(per_row, sums):
+                quick = dt == "bf16" and ((kind, exact, per_row, sums, grad) in _QUICK_SOLVE or (kind, sums) == (1, True))
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block),
+                       warps, quick)
+
+
+def _split_finish_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """Launched with the loss row sums, or for the dense kinds' ``Σ s``; it reads float32 partial sums only."""
+    power = int(_mod("row_kernels").KIND_POWER.value)
+    for kind, sums in sorted({(kind, sums) for kind, _, _, sums in _solve_modes() if sums or kind != power}):
+        yield "fp32", dict(KIND=kind, SUMS=sums, NSP=SPLIT_NSP), 1, True
+
+
+def _jvp_split_configs(nsp: bool) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
+    def configs() -> Iterable[tuple[str, dict, int, bool]]:
+        T = _mod("rows")
+        block, warps = T._long_launch()
+        for dt in DTYPES:
+            for kind, exact, per_row in _jvp_modes():
+                c = dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block)
+                if nsp:
+                    c["NSP"] = SPLIT_NSP
+                yield dt, c, warps, dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT
+
+    return configs
+
+
 def _relu_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     for dt in DTYPES:
@@ -305,6 +366,12 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("row_kernels", "jvp_block_rows", _jvp_rows_configs, ("P", "V", "G")),
     KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), _ROWS, streaming=True),
     KernelSpec("row_kernels", "jvp_long_rows", _long_jvp_configs, ("P", "V", "G"), streaming=True),
+    KernelSpec("row_kernels", "split_scan", _split_scan_configs, ("Z",), streaming=True),
+    KernelSpec("row_kernels", "split_solve", _split_solve_configs, ("Z",), _ROWS, streaming=True),
+    KernelSpec("row_kernels", "split_write", _split_write_configs, ("Z", "P"), _ROWS, streaming=True),
+    KernelSpec("row_kernels", "split_finish", _split_finish_configs, ()),
+    KernelSpec("row_kernels", "jvp_split_sums", _jvp_split_configs(False), ("P", "V"), streaming=True),
+    KernelSpec("row_kernels", "jvp_split_write", _jvp_split_configs(True), ("P", "V", "G"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_forward", _relu_configs, ("X", "Y"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_backward", _relu_configs, ("X", "GY", "GX"), streaming=True),
     KernelSpec("loss_kernels", "gradient_rows", _loss_configs("gradient_rows"), ("P", "G"), _LOSS, streaming=True),
