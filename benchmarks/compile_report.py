@@ -95,6 +95,9 @@ class KernelSpec:
     streaming: bool = False
     #: the launcher's ``num_stages`` where it sets one (else Triton's default)
     stages: Optional[Callable[[], int]] = None
+    #: pointer arguments to buffers the launcher allocates itself at 16-byte aligned offsets: aligned even
+    #: where the input is not (``--unaligned``)
+    scratch: tuple[str, ...] = ()
 
 
 FLOAT_SCALARS = {"tol", "omega_c", "omega_scale", "scale", "a", "a_value", "alpha", "tau", "tau_c"}
@@ -366,8 +369,8 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("row_kernels", "jvp_block_rows", _jvp_rows_configs, ("P", "V", "G")),
     KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), _ROWS, streaming=True),
     KernelSpec("row_kernels", "jvp_long_rows", _long_jvp_configs, ("P", "V", "G"), streaming=True),
-    KernelSpec("row_kernels", "split_scan", _split_scan_configs, ("Z",), streaming=True),
-    KernelSpec("row_kernels", "split_solve", _split_solve_configs, ("Z",), _ROWS, streaming=True),
+    KernelSpec("row_kernels", "split_scan", _split_scan_configs, ("Z",), streaming=True, scratch=("CAND",)),
+    KernelSpec("row_kernels", "split_solve", _split_solve_configs, ("Z",), _ROWS, streaming=True, scratch=("CAND",)),
     KernelSpec("row_kernels", "split_write", _split_write_configs, ("Z", "P"), _ROWS, streaming=True),
     KernelSpec("row_kernels", "split_finish", _split_finish_configs, ()),
     KernelSpec("row_kernels", "jvp_split_sums", _jvp_split_configs(False), ("P", "V"), streaming=True),
@@ -477,11 +480,12 @@ def access_widths(ptx: str) -> dict:
 ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
 
 
-def _attrs(fn: Any, signature: dict, aligned: bool) -> dict:
+def _attrs(fn: Any, signature: dict, aligned: bool, scratch: tuple[str, ...] = ()) -> dict:
     """Triton's launch-time specialization: pointers 16-byte aligned and the shape integers multiples of 16
-    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views)."""
+    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views) but the ``scratch``
+    pointers, which the launcher allocates aligned."""
     if not aligned:
-        return {}
+        return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in scratch}
     # the arguments the kernel exempts (``@triton.jit(do_not_specialize=...)``) are never specialized
     params = getattr(fn, "params", [])
     exempt = {p.name for p in params if getattr(p, "do_not_specialize", False)
@@ -513,7 +517,7 @@ def _resource_usage(cubin: bytes) -> str:
 
 
 def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Optional[int] = None,
-          aligned: bool = True) -> tuple[Any, str]:
+          aligned: bool = True, scratch: tuple[str, ...] = ()) -> tuple[Any, str]:
     """``triton.compile`` of the ``@triton.jit`` function ``fn`` for sm_90a (:data:`TARGET`) with the launch-time
     specialization of :func:`_attrs`: the compiled kernel (``.asm["ptx"]``, ``.metadata``) and the text that
     ptxas -v printed (or, for a Triton that prints none, the binary's resource usage in the same words)."""
@@ -525,7 +529,7 @@ def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Option
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
         c = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                                     attrs=_attrs(fn, signature, aligned)), target=GPUTarget(*TARGET),
+                                     attrs=_attrs(fn, signature, aligned, scratch)), target=GPUTarget(*TARGET),
                            options=dict(num_warps=warps, **({"num_stages": stages} if stages else {})))
     text = log.getvalue()
     if _PTXAS_REGS.search(text) is None or _PTXAS_SPILLS.search(text) is None:
@@ -555,7 +559,7 @@ def compile_kernel(index: int, aligned: bool = True) -> tuple[Any, str]:
     spec = _spec(v.kernel)
     fn = getattr(_mod(spec.module), spec.name)
     return build(fn, _signature(fn, spec, v.dtype, v.constexprs), v.constexprs, v.warps,
-                 spec.stages() if spec.stages else None, aligned)
+                 spec.stages() if spec.stages else None, aligned, spec.scratch)
 
 
 def compile_variant(index: int, aligned: bool = True) -> dict:

@@ -248,7 +248,9 @@ def test_quick_report_compiles_for_sm90_without_streaming_spills(tmp_path):
             for key, r in table.items() if r["streaming"] and r["spill_bytes"] > KNOWN_STREAMING_SPILLS.get((spec, *key), 0)}
     assert not over, f"streaming kernels that spill (bytes): {over}"
     assert any(r["barriers"] > 0 for r in rows.values())  # the reductions' barriers are counted
-    assert max(r["widest_ld"] for r in odd_rows.values()) < 16  # no vector access without the alignment
+    # no vector access without the alignment (but from the buffers a launcher allocates itself: split_solve's candidates)
+    assert max(r["widest_ld"] for key, r in odd_rows.items() if not CR._spec(key[0]).scratch) < 16
+    assert all(r["widest_ld"] == 16 for key, r in odd_rows.items() if key[0] == "row_kernels.split_solve")
 
 
 @pytest.mark.slow

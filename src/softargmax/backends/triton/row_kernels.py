@@ -694,9 +694,9 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
     c1 = c0
     c2 = c0
     c3 = c0
-    crow = CAND + row.to(tl.int64) * ns * (SLOTS * BLOCK) + cols
+    crow = CAND + row.to(tl.int64) * ns * (SLOTS * BLOCK)
     for c in range(ns * SLOTS):
-        c0, c1, c2, c3 = _insert(tl.load(crow + c * BLOCK), c0, c1, c2, c3, SLOTS)
+        c0, c1, c2, c3 = _insert(tl.load(crow + c * BLOCK + cols), c0, c1, c2, c3, SLOTS)
     m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
     tl.store(STATE + 2 * row, tl.where(bad, float("inf"), tl.where(empty, float("-inf"), m)))
     tl.store(STATE + 2 * row + 1, t)

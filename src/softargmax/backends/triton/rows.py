@@ -282,8 +282,9 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
         block, warps = _long_launch()
         ns, length = _slices(R, k, z.device, block)
         if ns > 1:
-            # one float32 workspace: the candidates [R, ns, SLOTS, BLOCK], the rows' (maximum, t) [R, 2] and
-            # the slices' partial sums [R, ns, 3]
+            # one float32 workspace: the candidates [R, ns, SLOTS, BLOCK] (at its start: 16-byte aligned whatever z
+            # is, so their loads are vectors; benchmarks/compile_report.py compiles them so), the rows'
+            # (maximum, t) [R, 2] and the slices' partial sums [R, ns, 3]
             n_cand = R * ns * LONG_SLOTS * block
             work = torch.empty(n_cand + 2 * R + 3 * R * ns, dtype=torch.float32, device=z.device)
             cand, state, part = work[:n_cand], work[n_cand:n_cand + 2 * R], work[n_cand + 2 * R:]
