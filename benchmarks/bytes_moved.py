@@ -12,7 +12,11 @@ operators around the kernels (a cast, a clone, a loss's own arithmetic) are coun
 arguments and results (``torch_passes``).
 
 Shapes: a short-row one (64 × 512: rows held in registers) and a long-row one (rows just above
-``rows.BLOCK_ROWS_MAX``: the streamed kernels; two rows, small enough for the interpreter).
+``rows.BLOCK_ROWS_MAX``: the streamed kernels; two rows, small enough for the interpreter).  With
+``--split``, also rows of 262,144 entries split over programs as 256 such rows are on an H100 (132
+multiprocessors: 3 slices per row, ``rows.slice_plan``; two rows are counted, the passes per row do not
+depend on the row count): the split kernels, whose candidate buffer (``SLOTS · BLOCK`` float32 per
+slice, written once and read once) is counted with the rest.
 The losses (Fenchel–Young, forward + backward with class targets) are counted the same way, beside
 ``F.cross_entropy`` counted by the same PyTorch counter, and the fused linear loss per token (logits
 rows moved and allocated, GEMM FLOPs per token and class).
@@ -21,9 +25,11 @@ rows moved and allocated, GEMM FLOPs per token and class).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +45,26 @@ def long_shape() -> tuple[int, int]:
     from softargmax.backends.triton import rows
 
     return 2, rows.BLOCK_ROWS_MAX + rows.BLOCK_ROWS_MAX // 4 + 3
+
+
+#: the split case of ``--split``: the rows and the multiprocessors whose slices are counted (on two rows)
+SPLIT_CASE = (256, 262144)
+H100_MULTIPROCESSORS = 132
+
+
+@contextlib.contextmanager
+def split_as_on(rows_count: int, k: int, multiprocessors: int = H100_MULTIPROCESSORS) -> Iterator[int]:
+    """Inside: every streamed row is split into the slices that ``rows_count`` rows of ``k`` entries get on
+    ``multiprocessors`` multiprocessors (``rows.SPLIT_SLICES``); yields that slice count."""
+    from softargmax.backends.triton import rows
+
+    ns, _ = rows.slice_plan(rows_count, k, multiprocessors, rows._long_launch()[0])
+    old = rows.SPLIT_SLICES
+    rows.SPLIT_SLICES = ns
+    try:
+        yield ns
+    finally:
+        rows.SPLIT_SLICES = old
 
 
 def operators() -> dict[str, Callable[[Any], Any]]:
@@ -161,17 +187,27 @@ def fused_bytes(mapping: str, dtype: Any, shape: tuple[int, int, int, int] = FUS
 
 
 def run(dtypes: list[Any], shapes: Optional[list[tuple[int, int]]] = None, with_losses: bool = True,
-        log: Callable[[str], None] = print) -> dict:
+        log: Callable[[str], None] = print, split: bool = False) -> dict:
     shapes = shapes or [SHORT, long_shape()]
     out: dict[str, Any] = {"floor_passes": FLOOR_PASSES, "operators": [], "losses": []}
     log(f"{'operator':<18} {'dtype':<9} {'shape':<12} {'fwd':>6} {'bwd':>6} {'total':>6} {'/floor':>6} "
         f"{'torch':>6}  launches (fwd | bwd)")
+    cases: list[tuple[tuple[int, int], Optional[int]]] = [(shape, None) for shape in shapes]
+    if split:
+        cases.append(((2, SPLIT_CASE[1]), SPLIT_CASE[0]))
     for dtype in dtypes:
-        for shape in shapes:
+        for shape, as_rows in cases:
             for name in operators():
-                r = operator_bytes(name, shape, dtype)
+                if as_rows is None:
+                    r = operator_bytes(name, shape, dtype)
+                    label = f"{shape[0]}x{shape[1]}"
+                else:
+                    with split_as_on(as_rows, shape[1]) as ns:
+                        r = operator_bytes(name, shape, dtype)
+                    r["split"] = {"as_rows": as_rows, "multiprocessors": H100_MULTIPROCESSORS, "slices": ns}
+                    label = f"{as_rows}x{shape[1]}/{ns}"
                 out["operators"].append(r)
-                log(f"{name:<18} {r['dtype']:<9} {shape[0]}x{shape[1]:<9} {r['forward']['passes']:>6.2f} "
+                log(f"{name:<18} {r['dtype']:<9} {label:<12} {r['forward']['passes']:>6.2f} "
                     f"{r['backward']['passes']:>6.2f} {r['passes']:>6.2f} {r['over_floor']:>6.2f} "
                     f"{r['torch_passes']:>6.2f}  {r['forward']['launches']} | {r['backward']['launches']}")
     if with_losses:
@@ -200,6 +236,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--no-losses", action="store_true")
     ap.add_argument("--json", dest="json_path")
+    ap.add_argument("--split", action="store_true",
+                    help="also 256 x 262,144 split over programs as on an H100 (3 slices; two rows counted)")
     args = ap.parse_args(argv)
     import torch
 
@@ -208,7 +246,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    result = run([getattr(torch, d) for d in args.dtype], with_losses=not args.no_losses)
+    result = run([getattr(torch, d) for d in args.dtype], with_losses=not args.no_losses, split=args.split)
     import triton
 
     result["triton"] = triton.__version__

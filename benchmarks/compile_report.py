@@ -95,6 +95,9 @@ class KernelSpec:
     streaming: bool = False
     #: the launcher's ``num_stages`` where it sets one (else Triton's default)
     stages: Optional[Callable[[], int]] = None
+    #: pointer arguments to buffers the launcher allocates itself at 16-byte aligned offsets: aligned even
+    #: where the input is not (``--unaligned``)
+    scratch: tuple[str, ...] = ()
 
 
 FLOAT_SCALARS = {"tol", "omega_c", "omega_scale", "scale", "a", "a_value", "alpha", "tau", "tau_c"}
@@ -206,6 +209,67 @@ def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
     for dt in DTYPES:
         for kind, exact, per_row in _jvp_modes():
             yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16"
+
+
+#: the slice count of a split row, rounded up to a power of two (``NSP``), at which the split kernels that
+#: add up the slices' partial sums are compiled: 4, what 256 rows of 262,144 entries get on 132 multiprocessors
+#: (3 slices); ``NSP`` only sizes a vector of ``ns`` partial sums
+SPLIT_NSP = 4
+
+
+#: the split kernels' quick subset (bfloat16): the general power kind with one α per row, sparsemax as the
+#: operators run it and as its loss does, 1.5-entmax, and Jensen–Shannon (a dense kind: full-row steps in the
+#: row's program, ``Σ s`` from the slices); ``(KIND, EXACT, PER_ROW)`` (with the sums and ``GRAD`` of
+#: :data:`_QUICK_SOLVE` for the write pass)
+_QUICK_SPLIT = ((0, 0, True), (0, 1, False), (0, 2, False), (1, 0, False))
+
+
+def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        yield dt, dict(BLOCK=block, SLOTS=T.LONG_SLOTS), warps, dt == "bf16"
+
+
+def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.LONG_SLOTS), warps,
+                   dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT)
+
+
+def _split_write_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    T = _mod("rows")
+    block, warps = T._long_launch()
+    for dt in DTYPES:
+        for kind, exact, per_row, sums in _solve_modes():
+            for grad in _grads(per_row, sums):
+                quick = dt == "bf16" and ((kind, exact, per_row, sums, grad) in _QUICK_SOLVE or (kind, sums) == (1, True))
+                yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block),
+                       warps, quick)
+
+
+def _split_finish_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """Launched with the loss row sums, or for the dense kinds' ``Σ s``; it reads float32 partial sums only."""
+    power = int(_mod("row_kernels").KIND_POWER.value)
+    for kind, sums in sorted({(kind, sums) for kind, _, _, sums in _solve_modes() if sums or kind != power}):
+        yield "fp32", dict(KIND=kind, SUMS=sums, NSP=SPLIT_NSP), 1, True
+
+
+def _jvp_split_configs(nsp: bool) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
+    def configs() -> Iterable[tuple[str, dict, int, bool]]:
+        T = _mod("rows")
+        block, warps = T._long_launch()
+        for dt in DTYPES:
+            for kind, exact, per_row in _jvp_modes():
+                c = dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block)
+                if nsp:
+                    c["NSP"] = SPLIT_NSP
+                yield dt, c, warps, dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT
+
+    return configs
 
 
 def _relu_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -326,6 +390,12 @@ KERNELS: list[KernelSpec] = [
     KernelSpec("row_kernels", "jvp_block_rows", _jvp_rows_configs, ("P", "V", "G")),
     KernelSpec("row_kernels", "solve_long_rows", _long_solve_configs, ("Z", "P"), _ROWS, streaming=True),
     KernelSpec("row_kernels", "jvp_long_rows", _long_jvp_configs, ("P", "V", "G"), streaming=True),
+    KernelSpec("row_kernels", "split_scan", _split_scan_configs, ("Z",), streaming=True, scratch=("CAND",)),
+    KernelSpec("row_kernels", "split_solve", _split_solve_configs, ("Z",), _ROWS, streaming=True, scratch=("CAND",)),
+    KernelSpec("row_kernels", "split_write", _split_write_configs, ("Z", "P"), _ROWS, streaming=True),
+    KernelSpec("row_kernels", "split_finish", _split_finish_configs, ()),
+    KernelSpec("row_kernels", "jvp_split_sums", _jvp_split_configs(False), ("P", "V"), streaming=True),
+    KernelSpec("row_kernels", "jvp_split_write", _jvp_split_configs(True), ("P", "V", "G"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_forward", _relu_configs, ("X", "Y"), streaming=True),
     KernelSpec("row_kernels", "alpha_relu_backward", _relu_configs, ("X", "GY", "GX"), streaming=True),
     KernelSpec("loss_kernels", "gradient_rows", _loss_configs("gradient_rows"), ("P", "G"), _LOSS, streaming=True),
@@ -433,11 +503,12 @@ def access_widths(ptx: str) -> dict:
 ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
 
 
-def _attrs(fn: Any, signature: dict, aligned: bool) -> dict:
+def _attrs(fn: Any, signature: dict, aligned: bool, scratch: tuple[str, ...] = ()) -> dict:
     """Triton's launch-time specialization: pointers 16-byte aligned and the shape integers multiples of 16
-    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views)."""
+    (``aligned``: what a launch at 32768 columns gets), or none (odd shapes, offset views) but the ``scratch``
+    pointers, which the launcher allocates aligned."""
     if not aligned:
-        return {}
+        return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in scratch}
     # the arguments the kernel exempts (``@triton.jit(do_not_specialize=...)``) are never specialized
     params = getattr(fn, "params", [])
     exempt = {p.name for p in params if getattr(p, "do_not_specialize", False)
@@ -469,7 +540,7 @@ def _resource_usage(cubin: bytes) -> str:
 
 
 def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Optional[int] = None,
-          aligned: bool = True) -> tuple[Any, str]:
+          aligned: bool = True, scratch: tuple[str, ...] = ()) -> tuple[Any, str]:
     """``triton.compile`` of the ``@triton.jit`` function ``fn`` for sm_90a (:data:`TARGET`) with the launch-time
     specialization of :func:`_attrs`: the compiled kernel (``.asm["ptx"]``, ``.metadata``) and the text that
     ptxas -v printed (or, for a Triton that prints none, the binary's resource usage in the same words)."""
@@ -481,7 +552,7 @@ def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Option
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
         c = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                                     attrs=_attrs(fn, signature, aligned)), target=GPUTarget(*TARGET),
+                                     attrs=_attrs(fn, signature, aligned, scratch)), target=GPUTarget(*TARGET),
                            options=dict(num_warps=warps, **({"num_stages": stages} if stages else {})))
     text = log.getvalue()
     if _PTXAS_REGS.search(text) is None or _PTXAS_SPILLS.search(text) is None:
@@ -511,7 +582,7 @@ def compile_kernel(index: int, aligned: bool = True) -> tuple[Any, str]:
     spec = _spec(v.kernel)
     fn = getattr(_mod(spec.module), spec.name)
     return build(fn, _signature(fn, spec, v.dtype, v.constexprs), v.constexprs, v.warps,
-                 spec.stages() if spec.stages else None, aligned)
+                 spec.stages() if spec.stages else None, aligned, spec.scratch)
 
 
 def compile_variant(index: int, aligned: bool = True) -> dict:

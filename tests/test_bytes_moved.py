@@ -86,6 +86,28 @@ def test_half_precision_long_rows_count_in_their_own_bytes():
     assert r["forward"]["by_tensor"]["p"]["store"] == 1.0
 
 
+def test_split_rows_move_the_one_program_bytes_plus_the_candidates():
+    """Long rows split over programs (3 slices, forced): the one-program kernels' passes plus the candidate
+    buffer, written once and read once (``2 · slices · SLOTS · BLOCK`` float32 per row), and a few scalars
+    per slice; 3 launches forward, 2 backward (the dense kinds' fourth, which adds up ``Σ s``, is counted in
+    test_triton_split_rows).  256 rows of 262,144 get 3 slices on 132 multiprocessors."""
+    from softargmax.backends.triton import rows
+
+    name = "entmax15"
+    shape = BM.long_shape()
+    one = BM.operator_bytes(name, shape, torch.float32)
+    with BM.split_as_on(*BM.SPLIT_CASE) as ns:
+        assert ns == 3
+        split = BM.operator_bytes(name, shape, torch.float32)
+    candidates = 2 * ns * rows.LONG_SLOTS * rows.LONG_BLOCK / shape[1]  # float32 rows: passes of 4 bytes
+    print(f"{name} {shape} in {ns} slices: {split['passes']} passes, one program per row {one['passes']}, "
+          f"candidates {candidates:.3f}; launches {split['forward']['launches']} | {split['backward']['launches']}")
+    assert split["passes"] == pytest.approx(one["passes"] + candidates, abs=0.01)
+    assert split["forward"]["by_tensor"]["p"]["store"] == 1.0 and split["backward"]["by_tensor"]["dx"]["store"] == 1.0
+    assert split["forward"]["launches"] == {"split_scan": 1, "split_solve": 1, "split_write": 1}
+    assert split["backward"]["launches"] == {"jvp_split_sums": 1, "jvp_split_write": 1}
+
+
 @pytest.mark.parametrize("name,dtype", list(BUDGET_LOSSES))
 def test_loss_bytes_within_budget(name, dtype):
     r = BM.loss_bytes(name, SHORT, getattr(torch, dtype))

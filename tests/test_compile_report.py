@@ -112,6 +112,23 @@ def _launched(rec):
     return out
 
 
+def _drive_row_launchers(rows, modes, lengths):
+    """``rows._run`` and its backward on 2 rows of every length in ``lengths``, every dtype and mode, and the
+    losses' launch that writes ``G = p - y`` (with the sums, one α for all rows)."""
+    import torch
+
+    for dt in CR.DTYPES:
+        for k in lengths:
+            z = torch.zeros(2, k, dtype=getattr(torch, CR.TORCH_DTYPE[dt]))
+            for kind, exact, per_row, sums in modes:
+                alpha = torch.full((2,), 1.5) if per_row else None
+                sol = rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums)
+                sol.jvp_kernel(z, 1.0)
+                if sums and not per_row:  # the losses with class indices: the solver writes G = p - y
+                    target = (torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
+                    rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums, target)
+
+
 def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch):
     """A kernel launched by ``rows.py`` / ``losses.py`` / ``flash_attention.py`` that the report does not list
     fails here (add one line to ``KERNELS``); so does a launch of the row or loss kernels (constexprs, tile,
@@ -143,18 +160,17 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     monkeypatch.setattr(rows, "_module", lambda: rec)
     lengths = sorted({1, 2, 3, rows.BLOCK_ROWS_MAX + 1, 3 * rows.BLOCK_ROWS_MAX}
                      | {n + d for i in range(1, rows.BLOCK_ROWS_MAX.bit_length()) for n in [1 << i] for d in (0, 1)})
-    for dt in CR.DTYPES:
-        for k in lengths:
-            z = torch.zeros(2, k, dtype=getattr(torch, CR.TORCH_DTYPE[dt]))
-            for kind, exact, per_row, sums in modes:
-                alpha = torch.full((2,), 1.5) if per_row else None
-                sol = rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums)
-                sol.jvp_kernel(z, 1.0)
-                if sums and not per_row:  # the losses with class indices: the solver writes G = p - y
-                    target = (torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
-                    rows._run(z, kind, exact, alpha, 0.5, 1.0, 0.0, 1.0, sums, target)
+    _drive_row_launchers(rows, modes, lengths)
+    # long rows split over programs (forced: 3 slices, the compiled NSP of 4)
+    monkeypatch.setattr(rows, "SPLIT_SLICES", 3)
+    _drive_row_launchers(rows, modes, [3 * rows.BLOCK_ROWS_MAX])
+    ns = rows._slices(2, 3 * rows.BLOCK_ROWS_MAX, torch.device("cpu"), rows.LONG_BLOCK)[0]
+    assert ns == 3 and 1 << (ns - 1).bit_length() == CR.SPLIT_NSP
+    monkeypatch.setattr(rows, "SPLIT_SLICES", None)
+    split = ("split_scan", "split_solve", "split_write", "split_finish", "jvp_split_sums", "jvp_split_write")
     row_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
-                 if v.kernel.split(".")[1] in ("solve_block_rows", "jvp_block_rows", "solve_long_rows", "jvp_long_rows")}
+                 if v.kernel.split(".")[1] in ("solve_block_rows", "jvp_block_rows", "solve_long_rows", "jvp_long_rows")
+                 + split}
     assert _launched(rec) == row_table
     # rows._tile depends on the length's power of two only: the lengths above see every tile
     for eb in (2, 4):
@@ -215,19 +231,26 @@ def test_quick_report_compiles_for_sm90_without_streaming_spills(tmp_path):
     8 for bfloat16 chunks of 4 elements per thread).  About 20 s on the 2-core CPU machine."""
     report, rows = _report(tmp_path)
     assert report["specialization"] == "aligned" and len(rows) == len(CR.select(quick=True))
-    streaming = ["row_kernels.*long*", "row_kernels.alpha_relu*", "loss_kernels.*"]
+    streaming = ["row_kernels.*long*", "row_kernels.*split_*", "row_kernels.alpha_relu*", "loss_kernels.*"]
     odd, odd_rows = _report(tmp_path, "--unaligned", "--kernels", *streaming)
     assert odd["specialization"] == "none" and len(odd_rows) == len(CR.select(streaming, quick=True))
     for key, r in rows.items():
         assert 1 <= r["regs"] <= 255 and r["ctas_per_sm"] >= 1 and 0 < r["occupancy"] <= 1, key
         if r["streaming"]:  # as wide as a thread's share of a BLOCK allows (bfloat16 long rows: 4 x 2 bytes)
-            width = min(16, r["constexprs"]["BLOCK"] // (32 * r["warps"]) * CR.ELEM_BYTES[r["dtype"]])
-            assert r["widest_ld"] >= width and r["widest_st"] == width, key
+            share = r["constexprs"]["BLOCK"] // (32 * r["warps"])
+            width = min(16, share * CR.ELEM_BYTES[r["dtype"]])
+            assert r["widest_ld"] >= width, key
+            if r["kernel"] == "row_kernels.split_scan":  # it stores float32 candidates, no row
+                assert r["widest_st"] == min(16, share * 4), key
+            elif r["kernel"] not in ("row_kernels.split_solve", "row_kernels.jvp_split_sums"):  # (per-row scalars only)
+                assert r["widest_st"] == width, key
     over = {(spec, *key): r["spill_bytes"] for spec, table in (("aligned", rows), ("none", odd_rows))
             for key, r in table.items() if r["streaming"] and r["spill_bytes"] > KNOWN_STREAMING_SPILLS.get((spec, *key), 0)}
     assert not over, f"streaming kernels that spill (bytes): {over}"
     assert any(r["barriers"] > 0 for r in rows.values())  # the reductions' barriers are counted
-    assert max(r["widest_ld"] for r in odd_rows.values()) < 16  # no vector access without the alignment
+    # no vector access without the alignment (but from the buffers a launcher allocates itself: split_solve's candidates)
+    assert max(r["widest_ld"] for key, r in odd_rows.items() if not CR._spec(key[0]).scratch) < 16
+    assert all(r["widest_ld"] == 16 for key, r in odd_rows.items() if key[0] == "row_kernels.split_solve")
 
 
 @pytest.mark.slow

@@ -595,7 +595,8 @@ class _Launches:
                     counter.ops.append(func.overloadpacket.__name__)
                 return func(*args, **(kwargs or {}))
 
-        names = ["solve_block_rows", "solve_long_rows", "jvp_block_rows", "jvp_long_rows"]
+        names = ["solve_block_rows", "solve_long_rows", "jvp_block_rows", "jvp_long_rows", "split_scan", "split_solve",
+                 "split_write", "split_finish", "jvp_split_sums", "jvp_split_write"]
         monkeypatch.setattr(_triton_rows, "_module", lambda: type("K", (), {n: Wrapped(n) for n in names})())
         self.mode = Mode()
 

@@ -43,6 +43,17 @@ Row layouts:
   otherwise as a lower bound from which the full-row Newton passes continue; the last pass
   writes ``p``.  Forward: 2 reads and 1 write of the row (power kind), plus one read per
   full-row Newton step (the dense kinds, overflowing rows).
+* Split rows (few long rows: too few programs to fill the GPU with one per row) take the same
+  passes over several programs per row, each on a slice of ``L`` entries, in three or four
+  launches with no host synchronization between them: :func:`split_scan` (per slice, the
+  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice),
+  :func:`split_solve` (one program per row: it merges them into the one-program kernel's
+  registers and iterates as it does: for the dense kinds or an overflowing lane, its full-row
+  steps read the row in that one program), :func:`split_write` (per slice, ``p`` and partial row sums)
+  and :func:`split_finish` (the row sums, only where asked or for the dense kinds' ``Σ s``).
+  The threshold is the one-program kernel's (the same candidates and iterations; the dense
+  kinds' ``Σ s`` and the loss row sums are added up in another order).  The backward takes
+  :func:`jvp_split_sums` then :func:`jvp_split_write`, which adds up the ``ns`` partial sums.
 
 The backward kernels recompute ``s`` from ``p`` (``s = p^{1-a}``, ``p + p²``, ``2 p^{3/2}``),
 so the forward writes only ``p``; the streamed one reads ``v`` only where ``s ≠ 0`` for the
@@ -444,38 +455,12 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
 
 
 @triton.jit
-def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
-                    IDX, KEEP, KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
-                    GRAD: tl.constexpr, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
-    """One row per program, streamed in ``BLOCK`` chunks with per-lane accumulators (one
-    reduction per pass, no barrier inside a pass); outputs as :func:`solve_block_rows`.
-
-    Pass 1 reads the row once: every lane keeps its ``SLOTS`` largest scores in registers (NaN
-    counts as ``+inf``), which gives the maximum ``m`` and the candidates.  Newton then runs on
-    those registers.  For the power kind only ``z > m - 1/a`` can be in the support (the
-    iterates start at ``t = -1`` and increase), so when no lane dropped such a score (its
-    smallest kept score is at most ``m - 1/a``) the registers hold every candidate and the
-    threshold is exact without another read.  Otherwise (a lane overflowed, or a dense kind,
-    where every entry counts) the registers' root is a lower bound of the row's (the sum over
-    a subset is smaller), and Newton goes on over the full row from there.  The last pass
-    reads the row and writes ``p`` (``GRAD``: ``G = p - y``)."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    zrow = Z + row.to(tl.int64) * k
-    prow = P + row.to(tl.int64) * k
-    if PER_ROW:
-        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
-    else:
-        a = a_value
-    # -- pass 1: every lane's largest scores ------------------------------------------------
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    for j0 in range(0, k, BLOCK):
-        idx = j0 + cols
-        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
+def _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND: tl.constexpr, EXACT: tl.constexpr,
+                     BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+    """The threshold of a streamed row from every lane's ``SLOTS`` largest scores ``c0 >= c1 >= ...``
+    (NaN counted as ``+inf``): Newton on those registers, then over the full row ``zrow`` where they
+    may not hold every candidate (see :func:`solve_long_rows`).  Returns ``(m, t, Σ s, bad, empty)``
+    (``m`` is 0 in empty and bad rows; ``Σ s`` at the final ``t`` for the power kind)."""
     m = tl.max(c0, 0)
     bad = m == float("inf")
     empty = bad | (m == float("-inf"))
@@ -513,6 +498,43 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
             # the step without another pass to confirm it (the write pass recomputes Σ s there)
             go = go & (tl.abs(S - 1.0) > DENSE_ACCEPT)
         it += 1
+    return m, t, Sp, bad, empty
+
+
+@triton.jit
+def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
+                    IDX, KEEP, KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
+                    GRAD: tl.constexpr, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+    """One row per program, streamed in ``BLOCK`` chunks with per-lane accumulators (one
+    reduction per pass, no barrier inside a pass); outputs as :func:`solve_block_rows`.
+
+    Pass 1 reads the row once: every lane keeps its ``SLOTS`` largest scores in registers (NaN
+    counts as ``+inf``), which gives the maximum ``m`` and the candidates.  Newton then runs on
+    those registers.  For the power kind only ``z > m - 1/a`` can be in the support (the
+    iterates start at ``t = -1`` and increase), so when no lane dropped such a score (its
+    smallest kept score is at most ``m - 1/a``) the registers hold every candidate and the
+    threshold is exact without another read.  Otherwise (a lane overflowed, or a dense kind,
+    where every entry counts) the registers' root is a lower bound of the row's (the sum over
+    a subset is smaller), and Newton goes on over the full row from there.  The last pass
+    reads the row and writes ``p`` (``GRAD``: ``G = p - y``)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    zrow = Z + row.to(tl.int64) * k
+    prow = P + row.to(tl.int64) * k
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    # -- pass 1: every lane's largest scores ------------------------------------------------
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    for j0 in range(0, k, BLOCK):
+        idx = j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
     if SUMS:
         acc_zp = tl.zeros([BLOCK], tl.float32)
@@ -610,6 +632,210 @@ def jvp_long_rows(P, V, G, ALPHA, k, a_value, scale, KIND: tl.constexpr, EXACT: 
         s, sv = _jvp_terms(p, v, a, KIND, EXACT)
         g = tl.where(s != 0, s * (v - c), sv) * scale
         tl.store(G + row * k + idx, g.to(G.dtype.element_ty), mask=inb)
+
+
+@triton.jit
+def _slice_program(ns):
+    """``(row, slice)`` of a split launch's program: ``ns`` programs per row, row by row."""
+    pid = tl.program_id(0)
+    row = pid // ns
+    return row, pid - row * ns
+
+
+@triton.jit
+def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+    """Pass 1 of a split row (one program per slice of ``L`` entries, ``ns`` per row, ``L`` a multiple of
+    ``BLOCK``): every lane's ``SLOTS`` largest scores of the slice (NaN counts as ``+inf``), as
+    :func:`solve_long_rows` keeps them, into ``CAND[row, slice]`` (``[SLOTS, BLOCK]`` float32, ``-inf``
+    in unused slots).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
+    one-program kernel."""
+    row, j = _slice_program(ns)
+    cols = tl.arange(0, BLOCK)
+    start = j.to(tl.int64) * L
+    zrow = Z + row.to(tl.int64) * k
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
+    out = CAND + (row.to(tl.int64) * ns + j) * (SLOTS * BLOCK) + cols
+    tl.store(out, c0)
+    if SLOTS >= 2:
+        tl.store(out + BLOCK, c1)
+    if SLOTS >= 3:
+        tl.store(out + 2 * BLOCK, c2)
+    if SLOTS >= 4:
+        tl.store(out + 3 * BLOCK, c3)
+
+
+@triton.jit
+def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max_iter,
+                KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
+                SLOTS: tl.constexpr):
+    """The threshold of a split row (one program per row), after :func:`split_scan`: every lane merges
+    its slices' kept scores into its ``SLOTS`` largest of the whole row (one read of the small
+    candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass, and the
+    same iterations follow (:func:`_slots_threshold`: Newton on the registers, then, for the dense
+    kinds or a lane that overflowed, full-row steps in this program).  Writes
+    ``STATE[row] = (m, t)`` (``m = +inf`` marks a bad row, ``-inf`` an all-masked one), ``τ_f`` and
+    ``Σ s`` (final for the power kind; the dense kinds' comes from :func:`split_finish`) into ``AUX``,
+    and ``BAD``."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    zrow = Z + row.to(tl.int64) * k
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    crow = CAND + row.to(tl.int64) * ns * (SLOTS * BLOCK)
+    for c in range(ns * SLOTS):
+        c0, c1, c2, c3 = _insert(tl.load(crow + c * BLOCK + cols), c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
+    tl.store(STATE + 2 * row, tl.where(bad, float("inf"), tl.where(empty, float("-inf"), m)))
+    tl.store(STATE + 2 * row + 1, t)
+    tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))
+    tl.store(AUX + 2 * row + 1, Sp)
+    tl.store(BAD + row, bad)
+
+
+@triton.jit
+def split_write(Z, P, STATE, PART, ALPHA, IDX, KEEP, k, L, ns, a_value, omega_c, KIND: tl.constexpr,
+                EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr, GRAD: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """The last pass of a split row, one program per slice: ``p`` (``GRAD``: ``G = p - y``) at the
+    threshold of ``STATE``, as :func:`solve_long_rows` writes it, and the slice's partial sums
+    ``PART[row, slice] = (Σ s, ⟨z, p⟩, raw regularizer sum)`` (the first for the dense kinds, the
+    other two with ``SUMS``), which :func:`split_finish` adds up."""
+    row, j = _slice_program(ns)
+    cols = tl.arange(0, BLOCK)
+    start = j.to(tl.int64) * L
+    zrow = Z + row.to(tl.int64) * k
+    prow = P + row.to(tl.int64) * k
+    m = tl.load(STATE + 2 * row)
+    t = tl.load(STATE + 2 * row + 1)
+    bad = m == float("inf")
+    empty = bad | (m == float("-inf"))
+    m = tl.where(empty, 0.0, m)
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    if SUMS:
+        acc_zp = tl.zeros([BLOCK], tl.float32)
+        acc_om = tl.zeros([BLOCK], tl.float32)
+    if KIND != KIND_POWER:
+        acc_s = tl.zeros([BLOCK], tl.float32)
+    target, keep = _row_target(IDX, KEEP, row, GRAD)
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        inb = idx < k
+        x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
+        x = tl.where(empty, float("-inf"), x)
+        p, s = _evaluate(x, m, t, a, KIND, EXACT)
+        if KIND != KIND_POWER:
+            acc_s += s
+        if SUMS:
+            acc_zp += tl.where(p > 0, x * p, 0.0)
+            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
+        p = tl.where(bad, float("nan"), p)
+        p = _written(p, idx, target, keep, GRAD)
+        tl.store(prow + idx, p.to(P.dtype.element_ty), mask=inb)
+    part = PART + 3 * (row * ns + j)
+    if KIND != KIND_POWER:
+        tl.store(part, tl.sum(acc_s, 0))
+    if SUMS:
+        zp, omega = tl.reduce((acc_zp, acc_om), 0, _sums2)
+        tl.store(part + 1, zp)
+        tl.store(part + 2, omega)
+
+
+@triton.jit
+def split_finish(PART, STATE, AUX, SUMS_OUT, R, ns, omega_scale, KIND: tl.constexpr, SUMS: tl.constexpr,
+                 NSP: tl.constexpr):
+    """The row sums of a split row from its slices' partial sums (one program per row): ``Σ s`` into
+    ``AUX`` (the dense kinds) and, with ``SUMS``, the loss row sums into ``SUMS_OUT`` (NaN in bad rows)."""
+    row = tl.program_id(0)
+    js = tl.arange(0, NSP)
+    part = PART + 3 * (row * ns + js)
+    inb = js < ns
+    if KIND != KIND_POWER:
+        tl.store(AUX + 2 * row + 1, tl.sum(tl.load(part, mask=inb, other=0.0), 0))
+    if SUMS:
+        bad = tl.load(STATE + 2 * row) == float("inf")
+        zp = tl.sum(tl.load(part + 1, mask=inb, other=0.0), 0)
+        omega = tl.sum(tl.load(part + 2, mask=inb, other=0.0), 0)
+        tl.store(SUMS_OUT + row, tl.where(bad, float("nan"), zp))
+        tl.store(SUMS_OUT + R + row, tl.where(bad, float("nan"), omega * omega_scale))
+
+
+@triton.jit
+def jvp_split_sums(P, V, PART, ALPHA, k, L, ns, a_value, KIND: tl.constexpr, EXACT: tl.constexpr,
+                   PER_ROW: tl.constexpr, BLOCK: tl.constexpr):
+    """The backward of a split row, first pass (one program per slice): the slice's ``(Σ s, ⟨s, v⟩)``
+    into ``PART[row, slice]`` (``v`` read only where ``s ≠ 0`` for the power kind)."""
+    row, j = _slice_program(ns)
+    cols = tl.arange(0, BLOCK)
+    start = j.to(tl.int64) * L
+    base = row.to(tl.int64) * k
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    acc_s = tl.zeros([BLOCK], tl.float32)
+    acc_sv = tl.zeros([BLOCK], tl.float32)
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        inb = idx < k
+        p = tl.load(P + base + idx, mask=inb, other=0.0).to(tl.float32)
+        if KIND == KIND_POWER:
+            inb = inb & (p != 0)
+        v = tl.load(V + base + idx, mask=inb, other=0.0).to(tl.float32)
+        s, sv = _jvp_terms(p, v, a, KIND, EXACT)
+        acc_s += s
+        acc_sv += sv
+    ssum, svsum = tl.reduce((acc_s, acc_sv), 0, _sums2)
+    part = PART + 2 * (row * ns + j)
+    tl.store(part, ssum)
+    tl.store(part + 1, svsum)
+
+
+@triton.jit
+def jvp_split_write(P, V, G, PART, ALPHA, k, L, ns, a_value, scale, KIND: tl.constexpr, EXACT: tl.constexpr,
+                    PER_ROW: tl.constexpr, BLOCK: tl.constexpr, NSP: tl.constexpr):
+    """The backward of a split row, second pass (one program per slice): the row's ``⟨s, v⟩/Σs`` from the
+    ``ns`` partial sums of :func:`jvp_split_sums` (every program of the row adds them up the same way),
+    then ``g`` over the slice as :func:`jvp_long_rows` writes it."""
+    row, j = _slice_program(ns)
+    cols = tl.arange(0, BLOCK)
+    start = j.to(tl.int64) * L
+    base = row.to(tl.int64) * k
+    if PER_ROW:
+        a = tl.load(ALPHA + row).to(tl.float32) - 1.0
+    else:
+        a = a_value
+    js = tl.arange(0, NSP)
+    part = PART + 2 * (row * ns + js)
+    ssum = tl.sum(tl.load(part, mask=js < ns, other=0.0), 0)
+    svsum = tl.sum(tl.load(part + 1, mask=js < ns, other=0.0), 0)
+    c = svsum / tl.where(ssum > 0, ssum, 1.0)
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        inb = idx < k
+        p = tl.load(P + base + idx, mask=inb, other=0.0).to(tl.float32)
+        vmask = inb
+        if KIND == KIND_POWER:
+            vmask = inb & (p != 0)
+        v = tl.load(V + base + idx, mask=vmask, other=0.0).to(tl.float32)
+        s, sv = _jvp_terms(p, v, a, KIND, EXACT)
+        g = tl.where(s != 0, s * (v - c), sv) * scale
+        tl.store(G + base + idx, g.to(G.dtype.element_ty), mask=inb)
 
 
 @triton.jit

@@ -18,7 +18,13 @@ Design (the CPU row solver's, mapped to the GPU):
   candidates (each lane keeps its :data:`LONG_SLOTS` largest scores in registers), the
   Newton steps on those registers (plus full-row passes where they are not enough: the
   dense kinds, or a lane that overflowed), and one pass that writes ``p``;
-* one kernel launch per call and no host synchronization: the kernel writes ``p``, ``τ``
+* few long rows (fewer than :data:`SPLIT_ROWS_PER_SM` per multiprocessor) are split over
+  several programs each (:func:`_slices`): the same passes, each program on a slice of the row,
+  and one program per row in between that finds the threshold from every slice's candidates
+  (3 or 4 launches forward, 2 backward, no host synchronization; the same results up to the
+  order of the sums).  Chosen from the launch geometry, not from timings: nothing about the
+  split has been measured on a GPU yet;
+* one kernel launch per call (split rows: a few) and no host synchronization: the kernel writes ``p``, ``τ``
   (already in the f-divergence parametrization), ``Σ s`` and the bad rows (NaN or ``+inf``)
   itself, and reads α as a kernel argument (or one α per row from a tensor); the row sums
   ``⟨z, p⟩`` and ``Σ_j f(p_j) - f(0)`` that make the Fenchel–Young loss values free are
@@ -34,6 +40,7 @@ tensors here (the test suite does this at small sizes).
 
 from __future__ import annotations
 
+import functools
 import os
 from types import ModuleType
 from typing import Optional
@@ -60,6 +67,18 @@ LONG_WARPS = 8
 #: scores each lane of the streamed solver keeps in registers (1 to 4): ``LONG_SLOTS · LONG_BLOCK``
 #: candidates per row; a row where a lane would need more iterates on the full row from there
 LONG_SLOTS = 4
+#: streamed rows are split over several programs each when there are fewer rows than this per
+#: multiprocessor (a program per row would leave the GPU partly idle)
+SPLIT_ROWS_PER_SM = 2
+#: a split aims at about this many programs per multiprocessor in all (rows × slices)
+SPLIT_PROGRAMS_PER_SM = 4
+#: the shortest slice of a split row (entries; rounded up to a multiple of the chunk length)
+SPLIT_MIN_SLICE = 16384
+#: multiprocessors counted for CPU tensors (Triton's interpreter, the tests)
+INTERPRET_MULTIPROCESSORS = 1
+#: when set, every streamed row is split into (at most) this many slices, whatever the rule above: the
+#: interpreter tests and the CPU proxies use it to reach the split kernels on tiny rows
+SPLIT_SLICES: Optional[int] = None
 #: most Newton steps per row
 MAX_ITER = 100
 #: elements per program of the elementwise (α-ReLU) kernels
@@ -182,6 +201,54 @@ def _long_launch() -> tuple[int, int]:
     return override.long_block or LONG_BLOCK, override.long_warps or LONG_WARPS
 
 
+@functools.lru_cache(maxsize=None)
+def _device_multiprocessors(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's multiprocessors (a host query, cached per device, no synchronization), or
+    :data:`INTERPRET_MULTIPROCESSORS` for CPU tensors."""
+    if device.type != "cuda":
+        return INTERPRET_MULTIPROCESSORS
+    return _device_multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, int]:
+    """``(ns, L)``: the streamed kernels' slices per row and slice length (a multiple of ``block``) for ``R``
+    rows of ``k`` entries on ``multiprocessors`` multiprocessors.
+
+    ``ns = 1`` (one program per row) unless there are fewer than :data:`SPLIT_ROWS_PER_SM` rows per
+    multiprocessor; then enough slices for about :data:`SPLIT_PROGRAMS_PER_SM` programs per
+    multiprocessor, none shorter than :data:`SPLIT_MIN_SLICE`.  :data:`SPLIT_SLICES` replaces the rule.
+
+    Examples:
+        >>> from softargmax.backends.triton.rows import slice_plan
+        >>> slice_plan(256, 262144, 132, 1024)   # an H100: 3 slices of 88,064 entries
+        (3, 88064)
+        >>> slice_plan(4096, 32768, 132, 1024)   # enough rows: one program each
+        (1, 32768)
+        >>> slice_plan(32, 32768, 132, 1024)     # decoding: 32 rows, slices of 16,384 at least
+        (2, 16384)
+    """
+    if SPLIT_SLICES is not None:
+        ns = SPLIT_SLICES
+    elif R >= SPLIT_ROWS_PER_SM * multiprocessors:
+        return 1, k
+    else:
+        ns = min(_cdiv(SPLIT_PROGRAMS_PER_SM * multiprocessors, R), k // max(SPLIT_MIN_SLICE, 1))
+    if ns <= 1:
+        return 1, k
+    length = _cdiv(_cdiv(k, ns), block) * block
+    return _cdiv(k, length), length
+
+
+def _slices(R: int, k: int, device: torch.device, block: int) -> tuple[int, int]:
+    """:func:`slice_plan` on ``device`` (the one place where the streamed kernels' split is chosen: the
+    forward and the backward of the same rows get the same slices)."""
+    return slice_plan(R, k, _multiprocessors(device), block)
+
+
 def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value: float, tau_c: float,
          omega_c: float, omega_scale: float, sums: bool,
          target: Optional[tuple[Tensor, Tensor]] = None) -> Solution:
@@ -217,10 +284,29 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
                                               PER_ROW=per_row, SUMS=sums, GRAD=grad, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
     else:
         block, warps = _long_launch()
-        K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
-                                omega_scale, idx, keep, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums,
-                                GRAD=grad, BLOCK=block,
-                                SLOTS=LONG_SLOTS, num_warps=warps)
+        ns, length = _slices(R, k, z.device, block)
+        if ns > 1:
+            # one float32 workspace: the candidates [R, ns, SLOTS, BLOCK] (at its start: 16-byte aligned whatever z
+            # is, so their loads are vectors; benchmarks/compile_report.py compiles them so), the rows'
+            # (maximum, t) [R, 2] and the slices' partial sums [R, ns, 3]
+            n_cand = R * ns * LONG_SLOTS * block
+            work = torch.empty(n_cand + 2 * R + 3 * R * ns, dtype=torch.float32, device=z.device)
+            cand, state, part = work[:n_cand], work[n_cand:n_cand + 2 * R], work[n_cand + 2 * R:]
+            K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=LONG_SLOTS, num_warps=warps)
+            K.split_solve[(R,)](z, cand, state, aux, bad, alpha, k, ns, a_value, tau_c, tol, MAX_ITER,
+                                KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=LONG_SLOTS,
+                                num_warps=warps)
+            K.split_write[(R * ns,)](z, p, state, part, alpha, idx, keep, k, length, ns, a_value, omega_c,
+                                     KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
+                                     num_warps=warps)
+            if sums or kind != KIND_POWER:
+                K.split_finish[(R,)](part, state, aux, row_sums, R, ns, omega_scale, KIND=kind, SUMS=sums,
+                                     NSP=1 << (ns - 1).bit_length(), num_warps=1)
+        else:
+            K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
+                                    omega_scale, idx, keep, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums,
+                                    GRAD=grad, BLOCK=block,
+                                    SLOTS=LONG_SLOTS, num_warps=warps)
 
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, alpha_rows, a_value, scale)
@@ -246,8 +332,17 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, alpha_rows: Optional[Tenso
                                             num_warps=warps)
     else:
         block, warps = _long_launch()
-        K.jvp_long_rows[(R,)](p, v, g, alpha, k, a_value, scale, KIND=kind, EXACT=exact, PER_ROW=per_row,
-                              BLOCK=block, num_warps=warps)
+        ns, length = _slices(R, k, p.device, block)
+        if ns > 1:
+            part = torch.empty(R * ns * 2, dtype=torch.float32, device=p.device)
+            K.jvp_split_sums[(R * ns,)](p, v, part, alpha, k, length, ns, a_value, KIND=kind, EXACT=exact,
+                                        PER_ROW=per_row, BLOCK=block, num_warps=warps)
+            K.jvp_split_write[(R * ns,)](p, v, g, part, alpha, k, length, ns, a_value, scale, KIND=kind, EXACT=exact,
+                                         PER_ROW=per_row, BLOCK=block, NSP=1 << (ns - 1).bit_length(),
+                                         num_warps=warps)
+        else:
+            K.jvp_long_rows[(R,)](p, v, g, alpha, k, a_value, scale, KIND=kind, EXACT=exact, PER_ROW=per_row,
+                                  BLOCK=block, num_warps=warps)
     return g
 
 
