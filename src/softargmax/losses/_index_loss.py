@@ -53,7 +53,7 @@ from ..backends.cpu import rows as cpu_rows
 from ..backends.kinds import CPU_KINDS, KIND_POWER, kind_of
 from ..divergences import Divergence
 from ._omega import f_at_zero, one_hot_omega
-from ._row_losses import FenchelYoungRowLoss, _omega_y, resolve_loss
+from ._row_losses import FenchelYoungRowLoss, omega_y, resolve_loss
 from ._targets import Target
 
 __all__ = ["index_loss", "IndexLoss"]
@@ -111,7 +111,7 @@ _SMOOTHING: dict[tuple[Any, ...], tuple[float, float, float, float]] = {}
 def _smoothing_constants(mapping_key: tuple[Any, ...], div: Divergence, kind: int, eps: float, k: int,
                          dtype: torch.dtype) -> tuple[float, float, float, float]:
     """What the C call needs of label smoothing ε (:func:`softargmax.backends.cpu.rows.index_loss`): ``Ω(y)`` of the
-    smoothed target less its ``k f(0)`` terms as the general path forms it (``_omega_y``: in ``dtype`` for the
+    smoothed target less its ``k f(0)`` terms as the general path forms it (``omega_y``: in ``dtype`` for the
     power kind, in float64 for the conjugate kinds), kept."""
     key = (mapping_key, eps, k, dtype)
     found = _SMOOTHING.get(key)
@@ -119,10 +119,10 @@ def _smoothing_constants(mapping_key: tuple[Any, ...], div: Divergence, kind: in
         cdt = dtype if kind == KIND_POWER else torch.float64
         rows = Target(index=None, dense=torch.empty(1, k, dtype=cdt), keep=torch.ones(1, dtype=torch.bool),
                       item_weight=None, smoothing=eps)
-        omega_y = float(_omega_y(div, rows, None, f_at_zero(div), cdt).to(torch.float64)[0])
+        value = float(omega_y(div, rows, None, f_at_zero(div), cdt).to(torch.float64)[0])
         if len(_SMOOTHING) >= _MAX_ENTRIES:
             _SMOOTHING.clear()
-        found = _SMOOTHING[key] = (eps, eps / k, 1.0 - eps + eps / k, omega_y)
+        found = _SMOOTHING[key] = (eps, eps / k, 1.0 - eps + eps / k, value)
     return found
 
 

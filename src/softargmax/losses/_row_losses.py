@@ -38,7 +38,7 @@ from ._omega import f_at_zero, one_hot_omega
 from ._rows import RowLoss, SplitSolve, SplitValues, kept_rows
 from ._targets import Target
 
-__all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "MAPPINGS"]
+__all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "omega_y", "MAPPINGS"]
 
 #: mapping names the losses accept: those of :mod:`softargmax.operators.mappings` and ``"alpha_relu"``
 MAPPINGS = MAPPING_NAMES + ("alpha_relu",)
@@ -104,7 +104,7 @@ class FenchelYoungRowLoss(RowLoss):
         theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0, dtype=vdt)
         q = None if self.q is None else self.q.expand(theta.shape)
         if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-            D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
+            D = omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
             D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
         # a Fenchel–Young loss is >= 0 (zero iff p = y): the row sums' rounding may leave -1 ulp where p = y
@@ -170,7 +170,7 @@ class FenchelYoungRowLoss(RowLoss):
             return None
         G, zp, omega, bad = out
         vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
-        D = _omega_y(div, target, None, f0, vdt) - omega.to(vdt)
+        D = omega_y(div, target, None, f0, vdt) - omega.to(vdt)
         loss = (zp.to(vdt) - theta_y(theta, target, vdt) + D).clamp_min(0.0)  # >= 0, as in values()
         return kept_rows(loss.masked_fill(bad.squeeze(1), math.nan), target), G, G
 
@@ -222,7 +222,7 @@ class FenchelYoungRowLoss(RowLoss):
             f0_finite = math.isfinite(f0)
         if f0_finite:
             theta_p, omega_p = _p_terms(div, theta, sol.p, q, f0, vdt, sparse=not per_row_alpha)
-            D = _omega_y(div, target, q, f0, vdt) - omega_p
+            D = omega_y(div, target, q, f0, vdt) - omega_p
             partial = theta_p - theta_y(theta, target, vdt) + beta * D
         else:
             p, y, th = sol.p.to(vdt), target.as_dense(theta.shape[1], vdt), theta.to(vdt)
@@ -246,7 +246,7 @@ class FenchelYoungRowLoss(RowLoss):
         return None if spec is None else (spec[0], spec[1], 0.0)
 
 
-def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],
+def omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],
              dtype: torch.dtype) -> Tensor:
     """``Σ_j q_j [f(y_j/q_j) - f(0)]`` per row over the entries with ``y_j > 0`` (this process's
     classes: a class index elsewhere counts 0); ``q``: ``None`` or ``[R, k]``."""
@@ -284,7 +284,7 @@ def _conjugate_loss(div: Divergence, theta: Tensor, target: Target, omega_star: 
     f64 = torch.float64
     # Ω(y) of distributions in the values' dtype (a float64 copy of [R, k] targets would cost more than the loss)
     ody = f64 if target.dense is None or target.smoothing > 0 else dtype
-    vals = omega_star + _omega_y(div, target, None, f0, ody).to(f64)
+    vals = omega_star + omega_y(div, target, None, f0, ody).to(f64)
     if beta != 1.0:
         m = theta.amax(-1).to(f64)  # the shift of z (a row with no finite maximum is not shifted)
         vals = beta * vals + torch.where(torch.isfinite(m), m, torch.zeros_like(m))
