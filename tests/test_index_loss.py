@@ -130,6 +130,18 @@ def test_label_smoothing_and_class_weights_match_the_general_path(mapping, param
 
 
 @needs_c
+def test_bad_class_weights_raise_as_the_general_path(taken):
+    """NaN, infinite or negative class weights are the general path's ValueError, never a loss of this call."""
+    x, t = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    for bad in (math.nan, math.inf, -1.0):
+        w = torch.ones(5)
+        w[2] = bad
+        with pytest.raises(ValueError, match="weight must be finite and non-negative"):
+            sa.entmax15_loss(x, t, weight=w)
+    assert not taken
+
+
+@needs_c
 def test_sparsemax_loss_closed_form(taken):
     """The sparsemax loss of a class index, -x_c + ½ Σ_{j∈S} (x_j² - τ²) + ½ (Martins & Astudillo, 2016,
     eq. 26), in float64 from a brute-force τ, and its gradient sparsemax(x) - e_c."""

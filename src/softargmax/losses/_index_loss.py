@@ -134,7 +134,8 @@ def _plain_weight(weight: object, k: int, dtype: torch.dtype) -> Optional[Tensor
             or weight.device.type != "cpu":
         return None
     w = weight.to(dtype).contiguous()
-    return w if bool(((w >= 0) & torch.isfinite(w)).all()) else None
+    low, high = torch.aminmax(w)  # one pass (NaN: the comparisons below are false)
+    return w if float(low) >= 0 and float(high) < math.inf else None
 
 
 def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], dim: object, ignore_index: object,
