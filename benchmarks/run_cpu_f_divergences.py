@@ -17,7 +17,8 @@ core, and with one thread the CPU time is what the call itself cost.
 ``--loss-memory RxK``: f_divergence_loss's forward and backward with class indices for each
 divergence in a child process of its own, reporting the growth of the child's peak resident memory
 (``ru_maxrss``) over the call, in units of one ``[R, K]`` float32 buffer (the scores, their
-gradient and the targets exist before the baseline is taken).
+gradient and the targets exist before the baseline is taken).  ``--general-path``: the same with the
+one-C-call class-index path switched off (what calls with options it does not take go through).
 """
 
 import argparse
@@ -37,8 +38,13 @@ from softargmax.bench.timing import device_name, save, versions
 DIVERGENCES = ["kl", "reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]
 
 
-def _loss_memory_child(name, rows, cols):
-    """In a child process: the peak memory growth (MB) of one loss forward + backward."""
+def _loss_memory_child(name, rows, cols, general=False):
+    """In a child process: the peak memory growth (MB) of one loss forward + backward (``general``: with the
+    one-C-call class-index path switched off, as for options it does not take)."""
+    if general:
+        from softargmax.losses import functional
+
+        functional._index_call = lambda *args: None
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(rows, cols, generator=gen) * 3).requires_grad_(True)
@@ -52,13 +58,13 @@ def _loss_memory_child(name, rows, cols):
     print(json.dumps({"op": name, "loss": float(loss), "peak_growth_mb": round((peak - base) / 1024, 1)}))
 
 
-def _loss_memory(shape, divergences):
+def _loss_memory(shape, divergences, general=False):
     rows, cols = (int(v) for v in shape.split("x"))
     buffer_mb = rows * cols * 4 / 2**20
     cases = []
     for name in divergences:
-        proc = subprocess.run([sys.executable, __file__, "--loss-memory-child", name, shape], capture_output=True,
-                              text=True, check=True)
+        proc = subprocess.run([sys.executable, __file__, "--loss-memory-child", name, shape]
+                              + (["--general-path"] if general else []), capture_output=True, text=True, check=True)
         case = json.loads(proc.stdout.strip().splitlines()[-1])
         case["buffers"] = round(case["peak_growth_mb"] / buffer_mb, 2)
         cases.append(case)
@@ -77,13 +83,17 @@ def main():
     parser.add_argument("--json", default=os.path.join(RESULTS, "cpu-f-divergences.json"))
     parser.add_argument("--loss-memory", metavar="RxK", help="the losses' peak memory instead of the timings")
     parser.add_argument("--loss-memory-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--general-path", action="store_true",
+                        help="with --loss-memory: the general loss path (the one-C-call class-index path off)")
     args = parser.parse_args()
     if args.loss_memory_child:
         name, shape = args.loss_memory_child
-        _loss_memory_child(name, *(int(v) for v in shape.split("x")))
+        _loss_memory_child(name, *(int(v) for v in shape.split("x")), general=args.general_path)
         return
     if args.loss_memory:
-        result = {"device": device_name(torch.device("cpu")), **versions(), **_loss_memory(args.loss_memory, DIVERGENCES)}
+        result = {"device": device_name(torch.device("cpu")), **versions(),
+                  "path": "general (one-C-call class-index path off)" if args.general_path else "default",
+                  **_loss_memory(args.loss_memory, DIVERGENCES, args.general_path)}
         save(result, args.json)
         print(f"wrote {args.json}")
         return

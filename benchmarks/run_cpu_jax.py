@@ -3,6 +3,7 @@ forward + backward), and the sparsemax loss against optax's multiclass_sparsemax
 
     PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py [--rows 64] [--sizes 1024 32768] [--rounds 9]
         [--json benchmarks/results/cpu-jax.json]
+    PYTHONPATH=jax/src python benchmarks/run_cpu_jax.py --f-divergences --sizes 32000   # every f-divergence
 
 Prints a table (milliseconds per call, wall clock and process CPU time, and each case's ratio to softmax or
 optax) and writes a JSON record with the device, the versions, the sizes, the load average before and after,
@@ -87,18 +88,40 @@ def cases(rows: int, k: int):
     return out
 
 
+F_DIVERGENCES = ["kl", "reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]
+
+
+def f_divergence_cases(rows: int, k: int):
+    """Every built-in f-divergence's ``f_softargmax`` against ``jax.nn.softmax`` (forward, forward + backward) on
+    scores of scale 3, as the PyTorch benchmark ``run_cpu_f_divergences.py`` times them."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(rows, k)) * 3, jnp.float32)
+    v = jnp.asarray(rng.normal(size=(rows, k)), jnp.float32)
+    ops = {"softmax (jax.nn)": lambda t: jax.nn.softmax(t, axis=-1)}
+    ops.update({name: (lambda n: lambda t: sj.f_softargmax(t, n))(name) for name in F_DIVERGENCES})
+    out = []
+    for name, op in ops.items():
+        out.append((f"{name} forward", "softmax (jax.nn) forward", jax.jit(op), (x,)))
+        out.append((f"{name} forward+backward", "softmax (jax.nn) forward+backward", forward_backward(op), (x, v)))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 32768])
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--json", default=os.path.join(RESULTS, "cpu-jax.json"))
+    parser.add_argument("--json", default=None, help="default: results/cpu-jax.json, or cpu-jax-f-divergences.json")
+    parser.add_argument("--f-divergences", action="store_true",
+                        help="every built-in f-divergence's f_softargmax against jax.nn.softmax (scores of scale 3)")
     args = parser.parse_args()
+    if args.json is None:
+        args.json = os.path.join(RESULTS, "cpu-jax-f-divergences.json" if args.f_divergences else "cpu-jax.json")
 
     load_before = os.getloadavg()
     records = []
     for k in args.sizes:
-        cs = cases(args.rows, k)
+        cs = f_divergence_cases(args.rows, k) if args.f_divergences else cases(args.rows, k)
         runs = timed_rounds({name: (fn, fargs) for name, _, fn, fargs in cs}, args.rounds)
         best = {name: (min(w for w, _ in r), min(c for _, c in r)) for name, r in runs.items()}
         for name, baseline, _, _ in cs:
@@ -125,6 +148,7 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
         "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None, "optax": optax.__version__,
         "numpy": np.__version__, "softargmax_jax": sj.__version__, "dtype": "float32", "rows": args.rows,
+        "input": "standard normal * 3" if args.f_divergences else "standard normal",
         "sizes": args.sizes, "rounds": args.rounds, "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "timing": "minimum over interleaved rounds of the seconds per compiled call (jax.jit): wall clock and "

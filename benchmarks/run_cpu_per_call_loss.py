@@ -1,6 +1,7 @@
 """The cost of one loss call, forward + backward, with class indices: 1.5-entmax, sparsemax and α-entmax
-(α = 1.3) losses against ``F.cross_entropy`` in the same run, on small (8 x 100) and larger (64 x 1000)
-batches, float32, one thread.
+(α = 1.3) losses, the Jensen–Shannon, squared-Hellinger and reverse-KL f-divergence losses, and the 1.5-entmax
+loss with label smoothing and with class weights (beside ``F.cross_entropy`` with the same option), against
+``F.cross_entropy`` in the same run, on small (8 x 100) and larger (64 x 1000) batches, float32, one thread.
 
     python benchmarks/run_cpu_per_call_loss.py --label after    # writes benchmarks/results/cpu-per-call-loss-after.json
     python benchmarks/run_cpu_per_call_loss.py --quick          # smoke run, no JSON
@@ -33,12 +34,20 @@ SHAPES = [(8, 100), (64, 1000)]
 BASELINE = "F.cross_entropy"
 
 
-def cases() -> dict:
+def cases(k: int) -> dict:
+    weight = torch.rand(k, generator=torch.Generator().manual_seed(1)) + 0.5
     return {
         BASELINE: F.cross_entropy,
         "entmax15_loss": sa.entmax15_loss,
         "sparsemax_loss": sa.sparsemax_loss,
         "entmax_loss(1.3)": lambda x, t: sa.entmax_loss(x, t, alpha=1.3),
+        "jensen_shannon": lambda x, t: sa.f_divergence_loss(x, t, "jensen_shannon"),
+        "squared_hellinger": lambda x, t: sa.f_divergence_loss(x, t, "squared_hellinger"),
+        "reverse_kl": lambda x, t: sa.f_divergence_loss(x, t, "reverse_kl"),
+        "entmax15_loss(label_smoothing=0.1)": lambda x, t: sa.entmax15_loss(x, t, label_smoothing=0.1),
+        "entmax15_loss(weight)": lambda x, t: sa.entmax15_loss(x, t, weight=weight),
+        "F.cross_entropy(label_smoothing=0.1)": lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+        "F.cross_entropy(weight)": lambda x, t: F.cross_entropy(x, t, weight=weight),
     }
 
 
@@ -53,7 +62,7 @@ def time_shape(shape, rounds: int, calls: int) -> dict:
     torch.manual_seed(0)
     x = (torch.randn(*shape) * 3).requires_grad_()
     t = torch.randint(0, shape[1], (shape[0],))
-    runs = {name: step(fn, x, t) for name, fn in cases().items()}
+    runs = {name: step(fn, x, t) for name, fn in cases(shape[1]).items()}
     for run in runs.values():  # warm-up (and the C solver's build)
         for _ in range(20):
             run()

@@ -19,7 +19,9 @@ from softargmax.losses.functional import fenchel_young
 
 needs_c = pytest.mark.skipif(not cpu_rows.available(), reason="the C row solver does not build here")
 #: the losses the C call covers, as (mapping, parameters)
-COVERED = [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 1.3}), ("chi_square", {}), ("alpha", {"alpha": 1.9})]
+COVERED = [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 1.3}), ("chi_square", {}), ("alpha", {"alpha": 1.9}),
+           ("jensen_shannon", {}), ("squared_hellinger", {}), ("reverse_kl", {}), ("jeffrey", {}),
+           ("reverse_chi_square", {})]
 
 
 def general(x, t, mapping, params, reduction="mean"):
@@ -102,6 +104,44 @@ def test_matches_the_general_path_bit_for_bit(mapping, params, dtype, taken):
 
 
 @needs_c
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mapping,params", [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 1.3}),
+                                            ("jensen_shannon", {}), ("squared_hellinger", {}), ("jeffrey", {})])
+def test_label_smoothing_and_class_weights_match_the_general_path(mapping, params, dtype, taken):
+    """Label smoothing (not for f(0) = inf, where the smoothed loss is finite: the general path), class weights
+    (zero weights included: a NaN mean with a zero gradient) and both: values and gradients as the general path's,
+    within the rounding of the smoothed ⟨θ, y⟩ and of the weights' sum."""
+    x, t = edge_rows(10, 50, dtype)
+    w = torch.rand(50, dtype=dtype, generator=torch.Generator().manual_seed(9)) + 0.2
+    tol = {"rtol": 3e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    cases = [{"weight": w}, {"label_smoothing": 0.1}, {"label_smoothing": 1.0, "weight": w},
+             {"weight": torch.zeros(50, dtype=dtype)}]
+    for opts in cases:
+        for reduction in ("none", "sum", "mean"):
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            la = sa.fenchel_young_loss(xa, t, mapping, reduction=reduction, **opts, **params)
+            lb = fenchel_young(xb, t, mapping, params, LossOptions(reduction=reduction, **opts))
+            la.backward(torch.full_like(la, 0.7))
+            lb.backward(torch.full_like(lb, 0.7))
+            torch.testing.assert_close(la, lb, equal_nan=True, **tol)
+            torch.testing.assert_close(xa.grad, xb.grad, equal_nan=True, **tol)
+    smoothed = 2 if mapping == "jeffrey" else 0  # f(0) = inf: smoothed targets take the general path
+    assert len(taken) == 3 * (len(cases) - smoothed)
+
+
+@needs_c
+def test_bad_class_weights_raise_as_the_general_path(taken):
+    """NaN, infinite or negative class weights are the general path's ValueError, never a loss of this call."""
+    x, t = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    for bad in (math.nan, math.inf, -1.0):
+        w = torch.ones(5)
+        w[2] = bad
+        with pytest.raises(ValueError, match="weight must be finite and non-negative"):
+            sa.entmax15_loss(x, t, weight=w)
+    assert not taken
+
+
+@needs_c
 def test_sparsemax_loss_closed_form(taken):
     """The sparsemax loss of a class index, -x_c + ½ Σ_{j∈S} (x_j² - τ²) + ½ (Martins & Astudillo, 2016,
     eq. 26), in float64 from a brute-force τ, and its gradient sparsemax(x) - e_c."""
@@ -145,8 +185,8 @@ def test_the_general_path_where_not_covered(taken):
     ref = sa.entmax15_loss(x, t)
     assert len(taken) == 1
     calls = [
-        lambda: sa.entmax15_loss(x, t, weight=torch.ones(8)),
-        lambda: sa.entmax15_loss(x, t, label_smoothing=0.1) * 0 + ref,
+        lambda: sa.entmax15_loss(x, t, weight=torch.ones(8, requires_grad=True)),  # the weights' gradient
+        lambda: sa.f_divergence_loss(x, t, "reverse_kl", label_smoothing=0.1) * 0 + ref,  # f(0) = inf, smoothed
         lambda: sa.entmax15_loss(x, t, return_prediction=True)[0],
         lambda: sa.entmax15_loss(x.t(), t, dim=0),  # classes not last
         lambda: sa.entmax15_loss(x.t().contiguous().t(), t),  # not contiguous
@@ -154,7 +194,7 @@ def test_the_general_path_where_not_covered(taken):
         lambda: sa.fenchel_young_loss(x, t, "entmax15", q=torch.ones(8)),
         lambda: sa.entmax_loss(x, t, alpha=1.0) * 0 + ref,  # softmax: not the power kind
         lambda: sa.entmax_loss(x, t, alpha=2.5) * 0 + ref,  # alpha > 2
-        lambda: sa.f_divergence_loss(x, t, "jensen_shannon") * 0 + ref,
+        lambda: sa.f_divergence_loss(x, t, "kl") * 0 + ref,  # softmax
         lambda: sa.entmax15_loss(x.half(), t).float(),
     ]
     for call in calls:

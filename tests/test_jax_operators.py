@@ -183,6 +183,65 @@ def test_long_rows_start_from_their_block_maxima_and_match_pytorch(x64):
         assert_close(gj, gt, 1e-12)
 
 
+DENSE = ["reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
+    """With q = 1 the dense generators start Newton's method from Jensen's lower bound of the root (Jeffrey with
+    Fritsch's Lambert W): short and long rows, masked entries, one finite entry, a large offset, a flat row,
+    against PyTorch in float64 and float32."""
+    from softargmax_jax import _solver
+    from softargmax_jax.divergences import get_divergence
+
+    rng = np.random.default_rng(18)
+    for shape in [(6, 7), (6, 1100), (3, 1500)]:
+        x = rng.normal(size=shape) * 3
+        if shape[0] == 6:
+            x[1] = 0.5
+            x[2, ::3] = -np.inf
+            x[3, 1:] = -np.inf
+            x[4] += 300
+            x[5] *= 30
+        else:  # every row's threshold above 999: Jeffrey's W by the asymptotic series alone
+            x[1, :700] = -np.inf
+            x[2] += 1e4
+        v = rng.normal(size=shape)
+        pj, (gj,) = vjp_jax(lambda t: sj.f_softargmax(t, name), jnp.asarray(x), v=v)
+        pt, (gt,) = vjp_torch(lambda t: sa.f_softargmax(t, name), x, v=v)
+        assert_close(pj, pt, 1e-12)
+        assert_close(gj, gt, 1e-12)
+        x32 = x.astype(np.float32)
+        assert_close(sj.f_softargmax(jnp.asarray(x32), name), sa.f_softargmax(torch.tensor(x32), name), 2e-6)
+        # the start is a lower bound of the root (within rounding)
+        div = get_divergence(name)
+        c, _, _, shift = _solver.shift_rows(jnp.asarray(x))
+        lo, hi = _solver._bounds(div, c, None, shape[1], None)
+        start = _solver._jensen_start(div, c, lo, hi, None)
+        tau = _solver.solve(jnp.asarray(x), div).tau - shift
+        assert np.all(np.asarray(start) <= np.asarray(tau) + 1e-12 * (1 + np.abs(np.asarray(tau))))
+
+
+def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
+    mpmath = pytest.importorskip("mpmath")
+    from softargmax_jax.divergences import _lambertw_exp_fast
+
+    L = np.concatenate([[-700.0, -40.0, -30.0, -29.9, -5.0, 0.0, 0.5, 0.999, 1.0, 1.5, 2.0, 1e3, 1e30, 1e300],
+                        np.linspace(-10, 10, 41), np.geomspace(1, 1e8, 30)])
+
+    def reference(values):
+        with mpmath.workdps(50):
+            return np.array([float(mpmath.lambertw(mpmath.exp(mpmath.mpf(float(v))))) for v in values])
+
+    w = np.asarray(_lambertw_exp_fast(jnp.asarray(L)))
+    assert np.max(np.abs(w / reference(L) - 1)) <= 4.5e-16
+    L32 = L[(L > -80) & (L < 1e30)].astype(np.float32)  # W(e^L) a normal float32 number
+    w32 = np.asarray(_lambertw_exp_fast(jnp.asarray(L32)), np.float64)
+    assert np.max(np.abs(w32 / reference(L32) - 1)) <= 2e-7
+    edges = np.asarray(_lambertw_exp_fast(jnp.asarray([np.inf, -np.inf, np.nan])))
+    assert edges[0] == np.inf and edges[1] == 0 and np.isnan(edges[2])
+
+
 # -- finite differences, jvp = vjp, jit and vmap -------------------------------------------------------------
 
 

@@ -217,6 +217,30 @@ def test_infinite_f0_class_index_loss_in_closed_form(name):
     torch.testing.assert_close(g[[0, 1, 3]], p - torch.nn.functional.one_hot(t[[0, 1, 3]], 5).to(F64))
 
 
+@pytest.mark.parametrize("name", ["reverse_kl", "jeffrey"])
+def test_infinite_f0_class_index_loss_reads_nothing_on_the_host(name, monkeypatch):
+    """The closed form finds the rows with one unmasked class without reading a value on the host (no
+    synchronization on a GPU), with or without masked entries."""
+    from test_loss_fast_paths import SyncCount
+
+    from softargmax._utils.rows import Rows
+    from softargmax.losses import _targets
+    from softargmax.losses._row_losses import _infinite_f0_index_loss
+
+    monkeypatch.setattr(_targets, "values_checkable", lambda t: False)
+    x = torch.randn(5, 6, dtype=F64, generator=torch.Generator().manual_seed(1))
+    x[1, 1:] = -math.inf
+    x[2, :5] = -math.inf
+    t = torch.tensor([0, 0, 1, 2, -100])
+    tgt = _targets.parse_target(t, x, Rows(x, 1), multilabel=False, ignore_index=-100, label_smoothing=0.0,
+                                weight=None)
+    with SyncCount() as c:
+        loss = _infinite_f0_index_loss(x, tgt, F64, None)
+    assert c.names == []
+    assert loss.tolist() == [math.inf, 0.0, math.inf, math.inf, 0.0]
+    assert sa.f_divergence_loss(x[:1, :1], t[:1], name) == 0  # one class
+
+
 def test_bad_targets():
     x = torch.randn(3, 4)
     with pytest.raises(ValueError, match="class index 7 is out of range"):

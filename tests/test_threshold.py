@@ -184,7 +184,7 @@ def test_one_decision_for_the_fast_paths():
     assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
     # the loss values: the C solver computes their row sums for α-entmax; the dense generators that it alone
     # has take it (nothing to prune: their candidates are the full rows on either path), row sums or not;
-    # Jensen–Shannon and Hellinger keep the PyTorch path (its float32 loss values are closer to float64's)
+    # Jensen–Shannon and Hellinger take it for the row sums (the conjugate Ω*, in double), not for the candidates
     assert _kernels.select(z, covered, candidates_only=True, row_sums=True) is cpu
     assert _kernels.select(z, get_divergence("chi_square"), candidates_only=True, row_sums=True) is cpu
     for dense in ("reverse_kl", "jeffrey", "reverse_chi_square"):
@@ -192,7 +192,10 @@ def test_one_decision_for_the_fast_paths():
         assert _kernels.select(z, get_divergence(dense), candidates_only=True) is cpu
         assert _kernels.select(z, get_divergence(dense), q=torch.ones(1, 64), candidates_only=True) is None
     for dense in ("jensen_shannon", "squared_hellinger"):
-        assert _kernels.select(z, get_divergence(dense), candidates_only=True, row_sums=True) is None
+        assert _kernels.select(z, get_divergence(dense), candidates_only=True, row_sums=True) is cpu
+        assert _kernels.select(z, get_divergence(dense), candidates_only=True) is None
+        sol = threshold.solve(z, get_divergence(dense), candidates_only=True, row_sums=True)
+        assert sol.backend == "cpu" and sol.omega_star is not None and sol.zp is None
     assert _kernels.select(z, covered, q=torch.ones(1, 64), candidates_only=True, row_sums=True) is None
     sol = threshold.solve(z, covered, candidates_only=True, row_sums=True)
     assert sol.backend == "cpu" and sol.zp is not None and sol.omega is not None

@@ -169,8 +169,9 @@ def _bounds(div: Divergence, c: Array, q: Optional[Array], k: int,
 
 
 def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
-            axis_name: Optional[str]) -> Array:
-    """The safeguarded Newton iteration on shifted rows ``c``; returns ``τ`` ``[..., 1]``."""
+            axis_name: Optional[str], start: Optional[Array] = None, rows_state: Optional[Array] = None) -> Array:
+    """The safeguarded Newton iteration on shifted rows ``c`` from ``start`` (default ``lo``) inside
+    ``[lo, hi]`` (``rows_state``: ``div.rows_state(c)``); returns ``τ`` ``[..., 1]``."""
     eps = float(jnp.finfo(c.dtype).eps)
     tol = _tolerance(c.dtype, k)
     rho = div.newton_power
@@ -178,7 +179,7 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
 
     def sums(tau: Array) -> tuple[Array, Array]:
-        g, gp = div.g_and_gp(c - tau)
+        g, gp = div.g_and_gp_rows(c, tau, rows_state)
         if q is not None:
             g, gp = g * q, gp * q
         return _rowsum(g, axis_name), _rowsum(gp, axis_name)
@@ -206,8 +207,17 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
 
     done0 = jnp.zeros(lo.shape, bool)
     prev0 = jnp.full(lo.shape, jnp.inf, c.dtype)
-    state = (jnp.int32(0), lo, lo, hi, done0, prev0)
+    state = (jnp.int32(0), lo if start is None else start, lo, hi, done0, prev0)
     return lax.while_loop(cond, body, state)[1]
+
+
+def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str]) -> Optional[Array]:
+    """The dense generators' start of Newton's method (``Divergence.jensen_start``), in ``[lo, hi]``, or ``None``."""
+    terms = div.jensen_terms(c)
+    if terms is None:
+        return None
+    start = div.jensen_start(_rowsum(terms[0], axis_name), _rowsum(terms[1], axis_name))
+    return jnp.clip(jnp.where(jnp.isnan(start), lo, start), lo, jnp.where(jnp.isfinite(hi), hi, jnp.inf))
 
 
 #: rows at least this long start the iteration from the threshold of their block maxima
@@ -438,13 +448,26 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         g, gp = div.g_and_gp(c - tau)
     else:
         lo, hi = _bounds(div, c, q, k, axis_name)
-        if q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
+        # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root
+        start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name)
+        if start is None and q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
             lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
-        tau = _newton(div, c, q, lo, hi, k, max_iter, axis_name)
-        closed = _finish_closed_form(div, c, q, tau, axis_name)
-        if closed is not None:
-            tau = closed
-        g, gp = div.g_and_gp(c - tau)
+        rows_state = div.rows_state(c)
+
+        def run(d: Divergence) -> tuple[Array, Array, Array]:
+            t = _newton(d, c, q, lo, hi, k, max_iter, axis_name, start, rows_state)
+            closed = _finish_closed_form(d, c, q, t, axis_name)
+            if closed is not None:
+                t = closed
+            return (t, *d.g_and_gp_rows(c, t, rows_state))
+
+        # a faster variant where every row starts (and so stays: the iterates increase) above its threshold
+        variant = None if start is None else div.threshold_variant()
+        if variant is None:
+            tau, g, gp = run(div)
+        else:
+            floor, fast = variant
+            tau, g, gp = lax.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None)
         if q is not None:
             g, gp = g * q, gp * q
     nan = jnp.asarray(jnp.nan, c.dtype)

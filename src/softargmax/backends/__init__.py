@@ -41,11 +41,11 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     loss values, normmax's normalization); on CPU the pruned PyTorch solution of a sparse generator is
     cheaper for those than the C solver's dense rows, so no fast path is taken there (the dense generators
     that the C solver alone has, reverse KL, Jeffrey and reverse χ², take it: their candidates are the full
-    rows on either path; Jensen–Shannon and Hellinger keep the PyTorch path, whose float32 loss values are
-    closer to float64's), unless ``row_sums``: the
+    rows on either path), unless ``row_sums``: the
     caller needs ``p`` and the loss values' row sums alone (:meth:`~softargmax.backends.solution.Solution.inner`,
-    :meth:`~softargmax.backends.solution.Solution.f_sum`), which the C solver computes in the pass
-    that writes ``p`` for α-entmax (:func:`softargmax.backends.cpu.rows.omega_constants`).  ``exact_tau``:
+    :meth:`~softargmax.backends.solution.Solution.f_sum`, or ``Solution.omega_star``), which the C solver
+    computes in double with ``p`` for α-entmax, Jensen–Shannon and squared Hellinger
+    (:func:`softargmax.backends.cpu.rows.computes_row_sums`).  ``exact_tau``:
     the caller uses ``τ`` itself (the value of :func:`~softargmax.f_softmax`); a generator
     whose ``τ`` the fused solvers convert with cancellation (``div.hints.fused_tau_exact`` false:
     α near 1) then takes the PyTorch path.
@@ -63,7 +63,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
     if not gpu and candidates_only and not (div is not None and (
             (not div.sparse and kind_of(div)[0] is None)
-            or (row_sums and _cpu_rows.omega_constants(div) is not None))):
+            or (row_sums and _cpu_rows.computes_row_sums(div)))):
         return None
     if exact_tau and div is not None and not div.hints.fused_tau_exact:
         return None

@@ -66,6 +66,12 @@ class Solution:
         zp, omega: ``[R]`` row sums :math:`\langle z, p\rangle` and :math:`\sum_{p_j > 0} f(p_j) - f(0)`
             (``q = 1``) computed by the backend (used by :meth:`inner` and :meth:`f_sum`).
             Default: ``None`` (computed from the candidates).
+        omega_star: ``[R]`` float64, the conjugate of every row,
+            :math:`\Omega^*(z) = \tau + \sum_j [f^*(z_j - \tau) + f(0)]`, which equals
+            :math:`\langle z, p\rangle - \sum_j [f(p_j) - f(0)]` at the root and is stationary in :math:`\tau`
+            (its derivative is :math:`1 - \sum_j p_j`), so the solver's residual enters it at second order
+            (``q = 1``, finite :math:`f(0)`; the C solver's Jensen–Shannon and squared Hellinger, for the loss
+            values).  Default: ``None``.
         backend: which solver ran (``"torch"``, ``"cpu"``, ``"triton"``), for tests and
             diagnostics only. Default: ``"torch"``.
         nan_written: the backend already wrote NaN into ``p`` in the bad rows (then
@@ -105,6 +111,7 @@ class Solution:
     jvp_kernel: Optional[Callable[[Tensor, float], Tensor]] = None
     zp: Optional[Tensor] = None
     omega: Optional[Tensor] = None
+    omega_star: Optional[Tensor] = None
     backend: str = "torch"
     nan_written: bool = False
 

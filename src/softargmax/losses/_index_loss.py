@@ -18,14 +18,21 @@ other (which then runs the general path, with its checks and messages):
   backends' one decision (:func:`softargmax.backends.select`, as the loss values ask it) gives to the C
   solver: CPU, float32 or float64, contiguous, the library built and switched on
   (``SOFTARGMAX_CPU_KERNELS=0`` turns this path off as well), not Triton's interpreter;
-* integer class indices of the scores' shape without the last dimension, no ``q``, temperature 1, no
-  weights, label smoothing, label sets, soft-capping, prediction or process group;
-* a mapping of the C solver's power kind: α-entmax with α in (1, 2] (sparsemax, ``"chi_square"``,
-  1.5-entmax), α - 1 not below :data:`~softargmax.backends.cpu.rows.MIN_A` (``select`` checks it).
+* integer class indices of the scores' shape without the last dimension, no ``q``, temperature 1, no label
+  sets, soft-capping, prediction or process group; label smoothing (not with :math:`f(0) = +\infty`, whose
+  smoothed losses are finite) and class weights (a CPU tensor ``[k]``, finite and non-negative, that needs
+  no gradient) are taken;
+* a mapping of the C solver's (:data:`~softargmax.backends.kinds.CPU_KINDS`): the power kind, α-entmax with α
+  in (1, 2] (sparsemax, ``"chi_square"``, 1.5-entmax), α - 1 not below
+  :data:`~softargmax.backends.cpu.rows.MIN_A` (``select`` checks it); the Jensen–Shannon and squared-Hellinger
+  f-divergences (their values from the rows' conjugate in float64, as the general path forms them); the
+  reverse-KL, Jeffrey and reverse-χ² f-divergences (``+inf``, or 0 where the target is the row's one
+  unmasked class: :math:`f(0) = +\infty`).
 
 The per-row losses and the gradient equal the general path's bit for bit; the reduced loss sums the
 per-row values in float64 and rounds once (the general path sums in the input's dtype), so it may
-differ from it in the last bit.
+differ from it in the last bit.  So may, with label smoothing, ``⟨θ, y⟩`` (its sum of the scores is taken in
+float64) and, with class weights, the mean's denominator (the weights' sum).
 """
 
 from __future__ import annotations
@@ -43,15 +50,16 @@ from torch.nn import Parameter
 from .._utils.tracing import EAGER, graph_mode
 from ..backends import select
 from ..backends.cpu import rows as cpu_rows
-from ..backends.kinds import KIND_POWER, kind_of
+from ..backends.kinds import CPU_KINDS, KIND_POWER, kind_of
 from ..divergences import Divergence
 from ._omega import f_at_zero, one_hot_omega
-from ._row_losses import FenchelYoungRowLoss, resolve_loss
+from ._row_losses import FenchelYoungRowLoss, omega_y, resolve_loss
+from ._targets import Target
 
 __all__ = ["index_loss", "IndexLoss"]
 
-#: what the C call needs of a loss: ``(divergence, a, omega constants, {dtype: f(1) - f(0)})``
-Constants = tuple[Divergence, float, tuple[float, float], dict[torch.dtype, float]]
+#: what the C call needs of a loss: ``(divergence, kind, a, omega constants, {dtype: f(1) - f(0)})``
+Constants = tuple[Divergence, int, float, tuple[float, float], dict[torch.dtype, float]]
 _CONSTANTS: dict[tuple[str, tuple[tuple[str, Any], ...]], Optional[Constants]] = {}
 _MAX_ENTRIES = 256
 _INT64 = (-(2**63), 2**63 - 1)
@@ -78,26 +86,68 @@ def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
     except (TypeError, ValueError):
         return None
     found = None
-    if isinstance(loss, FenchelYoungRowLoss):
+    if isinstance(loss, FenchelYoungRowLoss) and not loss.divergence.hints.softmax:
         div = loss.divergence
-        kind, a = kind_of(div)
+        kind, a = kind_of(div, CPU_KINDS)
         omega = cpu_rows.omega_constants(div)
-        if kind == KIND_POWER and a is not None and omega is not None and f_at_zero(div) < math.inf:
-            found = (div, a, omega, {dt: one_hot_omega(div, dt) for dt in (torch.float32, torch.float64)})
+        f0 = f_at_zero(div)
+        if kind == KIND_POWER and a is not None and omega is not None and f0 < math.inf:
+            found = (div, kind, a, omega, {dt: one_hot_omega(div, dt) for dt in (torch.float32, torch.float64)})
+        elif kind in cpu_rows.CONJUGATE_KINDS and f0 < math.inf:  # the value in float64, rounded once
+            cy = one_hot_omega(div, torch.float64)
+            found = (div, kind, 1.0, (0.0, 1.0), {torch.float32: cy, torch.float64: cy})
+        elif kind is not None and kind != KIND_POWER and f0 == math.inf:  # +inf or 0 (the C call decides)
+            found = (div, kind, 1.0, (0.0, 1.0), {torch.float32: math.inf, torch.float64: math.inf})
     if len(_CONSTANTS) >= _MAX_ENTRIES:
         _CONSTANTS.clear()
     _CONSTANTS[key] = found
     return found
 
 
+#: the constants of label smoothing by ``(mapping key, ε, k, dtype)``: ``(ε, ε/k, 1 - ε + ε/k, Ω(y) less k f(0))``
+_SMOOTHING: dict[tuple[Any, ...], tuple[float, float, float, float]] = {}
+
+
+def _smoothing_constants(mapping_key: tuple[Any, ...], div: Divergence, kind: int, eps: float, k: int,
+                         dtype: torch.dtype) -> tuple[float, float, float, float]:
+    """What the C call needs of label smoothing ε (:func:`softargmax.backends.cpu.rows.index_loss`): ``Ω(y)`` of the
+    smoothed target less its ``k f(0)`` terms as the general path forms it (``omega_y``: in ``dtype`` for the
+    power kind, in float64 for the conjugate kinds), kept."""
+    key = (mapping_key, eps, k, dtype)
+    found = _SMOOTHING.get(key)
+    if found is None:
+        cdt = dtype if kind == KIND_POWER else torch.float64
+        rows = Target(index=None, dense=torch.empty(1, k, dtype=cdt), keep=torch.ones(1, dtype=torch.bool),
+                      item_weight=None, smoothing=eps)
+        value = float(omega_y(div, rows, None, f_at_zero(div), cdt).to(torch.float64)[0])
+        if len(_SMOOTHING) >= _MAX_ENTRIES:
+            _SMOOTHING.clear()
+        found = _SMOOTHING[key] = (eps, eps / k, 1.0 - eps + eps / k, value)
+    return found
+
+
+def _plain_weight(weight: object, k: int, dtype: torch.dtype) -> Optional[Tensor]:
+    """``weight`` as the C call reads it (``[k]``, contiguous, ``dtype``), or ``None`` where the general path must
+    take it: not a plain CPU floating tensor of shape ``(k,)`` with finite non-negative values (the general path
+    says what is wrong), or one that requires a gradient (the general path differentiates the weights)."""
+    if type(weight) is not Tensor or not weight.is_floating_point() or weight.shape != (k,) or weight.requires_grad \
+            or weight.device.type != "cpu":
+        return None
+    w = weight.to(dtype).contiguous()
+    low, high = torch.aminmax(w)  # one pass (NaN: the comparisons below are false)
+    return w if float(low) >= 0 and float(high) < math.inf else None
+
+
 def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], dim: object, ignore_index: object,
-               reduction: object) -> Optional[Tensor]:
+               reduction: object, label_smoothing: object = 0.0, weight: Optional[Tensor] = None) -> Optional[Tensor]:
     """The loss ``mapping`` with its parameters ``params`` (``{"alpha": α}`` or ``{}``) of scores ``x`` against
     class indices ``target``, by one C call, or ``None`` where this path does not take the call (the module
     docstring lists when).  The other options are their defaults (the caller has checked)."""
     if graph_mode() != EAGER or (type(x) is not Tensor and type(x) is not Parameter) or type(target) is not Tensor \
             or target.dtype not in _INDEX_DTYPES or type(dim) is not int or type(ignore_index) is not int \
-            or type(reduction) is not str or reduction not in cpu_rows.INDEX_REDUCTIONS:
+            or type(reduction) is not str or reduction not in cpu_rows.INDEX_REDUCTIONS \
+            or not isinstance(label_smoothing, (float, int)) or isinstance(label_smoothing, bool) \
+            or not 0.0 <= label_smoothing <= 1.0:
         return None
     nd = x.dim()
     if not (dim == -1 or dim == nd - 1) or not _INT64[0] <= ignore_index <= _INT64[1] or target.shape != x.shape[:-1] \
@@ -106,8 +156,20 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     constants = _constants(mapping, params)
     if constants is None:
         return None
-    div, a, omega, cy = constants
+    div, kind, a, omega, cy = constants
     k = x.shape[-1]
+    smoothing = None
+    if label_smoothing > 0:
+        if math.isinf(cy[torch.float64]):  # f(0) = +inf: Ω of a smoothed target is finite, not the C call's
+            return None
+        eps, ys, yc, cy_s = _smoothing_constants((mapping, tuple(params.items())), div, kind, float(label_smoothing),
+                                                 k, x.dtype)
+        smoothing, cy = (eps, ys, yc), {x.dtype: cy_s}
+    w = None
+    if weight is not None:
+        w = _plain_weight(weight, k, x.dtype)
+        if w is None:
+            return None
     rows = x.numel() // k
     # the backends' one decision (softargmax.backends.select): the C solver takes these rows and this operator
     if (nd != 2 and not x.is_contiguous()) or \
@@ -117,7 +179,7 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     t = target if target.dim() == 1 else target.reshape(rows)
     if t.dtype != torch.int64 or not t.is_contiguous():
         t = t.to(torch.int64).contiguous()
-    spec = (rows, a, omega, cy[x.dtype], ignore_index, reduction)
+    spec = (rows, kind, a, omega, cy[x.dtype], ignore_index, reduction, smoothing, w)
     if x.requires_grad and torch.is_grad_enabled():
         # Function.apply less its Python wrapper (a few microseconds, a third of a small call's forward): with no
         # functorch transform active (checked above) the wrapper only unwraps dead functorch wrappers, done here
@@ -127,21 +189,24 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
     return _forward(x, t, spec)[0]
 
 
-#: what :func:`_forward` needs besides the scores and the indices: ``(rows, a, omega constants, f(1) - f(0),
-#: ignore_index, reduction)``
-Spec = tuple[int, float, tuple[float, float], float, int, str]
+#: what :func:`_forward` needs besides the scores and the indices: ``(rows, kind, a, omega constants,
+#: Ω(y) less k f(0), ignore_index, reduction, label smoothing (ε, ε/k, 1 - ε + ε/k) or None, class weights or None)``
+Spec = tuple[int, int, float, tuple[float, float], float, int, str, Optional[tuple[float, float, float]],
+             Optional[Tensor]]
 
 
-def _forward(x: Tensor, t: Tensor, spec: Spec) -> tuple[Tensor, Tensor, int]:
-    """``(loss, G of x's shape, kept rows)``; a class index out of range raises the general path's ``ValueError``."""
-    rows, a, omega, cy, ignore_index, reduction = spec
+def _forward(x: Tensor, t: Tensor, spec: Spec) -> tuple[Tensor, Tensor, int, Optional[Tensor], float]:
+    """``(loss, G of x's shape, kept rows, the rows' weights or None, the mean's denominator)``; a class index out
+    of range raises the general path's ``ValueError``."""
+    rows, kind, a, omega, cy, ignore_index, reduction, smoothing, weight = spec
     try:
-        kept, G, loss = cpu_rows.index_loss(x, rows, a, omega, cy, t, ignore_index, reduction)
+        kept, G, loss, wrow, den = cpu_rows.index_loss(x, rows, kind, a, omega, cy, t, ignore_index, reduction,
+                                                      smoothing, weight)
     except IndexError as err:
         r = int(str(err))
         raise ValueError(f"target: class index {int(t[r])} is out of range [0, {x.shape[-1]}) "
                          f"(ignore_index={ignore_index})") from None
-    return loss, G, kept
+    return loss, G, kept, wrow, den
 
 
 _keep_graph_query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
@@ -183,8 +248,8 @@ class IndexLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, t: Tensor, spec: Spec) -> Tensor:
-        loss, G, kept = _forward(x, t, spec)
-        ctx.G, ctx.kept, ctx.reduction = G, kept, spec[5]
+        loss, G, kept, wrow, den = _forward(x, t, spec)
+        ctx.G, ctx.kept, ctx.reduction, ctx.wrow, ctx.den = G, kept, spec[6], wrow, den
         return loss
 
     @staticmethod
@@ -204,8 +269,19 @@ def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
     keep = _keeps_graph()
     if not keep:  # the returned G is then the only reference: autograd takes it without a copy
         ctx.G = None
-    if ctx.reduction == "none":
-        scale: Optional[Tensor] = grad.unsqueeze(-1)
+    wrow: Optional[Tensor] = ctx.wrow
+    if wrow is not None:  # class weights: the general path's MulBackward by the rows' weights (after DivBackward)
+        if ctx.reduction == "none":
+            factor = grad
+        elif ctx.reduction == "sum":
+            factor = grad.expand(wrow.shape)
+        else:  # the factor grad / Σ w (the weights' sum rounded to the dtype, as the general path sums them), or 0
+            den = _factor(ctx.den, G.dtype)
+            factor = _factor(grad.item() / den.item(), G.dtype) if ctx.den != 0 else _factor(0.0, G.dtype)
+        scale: Optional[Tensor] = (factor * wrow.view(grad.shape if ctx.reduction == "none" else wrow.shape)) \
+            .reshape(G.shape[:-1]).unsqueeze(-1)
+    elif ctx.reduction == "none":
+        scale = grad.unsqueeze(-1)
     elif ctx.reduction == "sum":
         scale = grad
     elif ctx.kept:  # the factor grad / count of the general path's DivBackward (an IEEE division), rounded

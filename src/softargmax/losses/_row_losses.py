@@ -38,7 +38,7 @@ from ._omega import f_at_zero, one_hot_omega
 from ._rows import RowLoss, SplitSolve, SplitValues, kept_rows
 from ._targets import Target
 
-__all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "MAPPINGS"]
+__all__ = ["FenchelYoungRowLoss", "AlphaReLURowLoss", "resolve_loss", "theta_y", "dot_positive", "omega_y", "MAPPINGS"]
 
 #: mapping names the losses accept: those of :mod:`softargmax.operators.mappings` and ``"alpha_relu"``
 MAPPINGS = MAPPING_NAMES + ("alpha_relu",)
@@ -89,8 +89,8 @@ class FenchelYoungRowLoss(RowLoss):
         z = shift_by_row_max(theta, beta) if beta != 1.0 else theta
         if div.hints.softmax:
             return self._softmax_values(z, target)
-        # on CPU the C solver's row sums (α-entmax) or the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost
-        # only the candidates; half-precision
+        # on CPU the C solver's row sums (α-entmax, and the conjugate Ω* of Jensen–Shannon and Hellinger) or
+        # the pruned solution, so Ω(p) and ⟨θ, p⟩ below cost only the candidates; half-precision
         # rows (the GPU kernels, :meth:`solves_in_place_dtype`) give p in their dtype and float32 row sums
         sol = solve(z, div, self.q, candidates_only=True, row_sums=True)
         p = sol.dense_p()
@@ -98,11 +98,13 @@ class FenchelYoungRowLoss(RowLoss):
         f0 = f_at_zero(div)
         if not math.isfinite(f0) and self.q is None and target.dense is None and target.owned is None:
             return _infinite_f0_index_loss(theta, target, vdt, sol.bad_rows), p, sol.bad_rows
+        if sol.omega_star is not None and self.q is None:
+            return _conjugate_loss(div, theta, target, sol.omega_star, beta, f0, vdt), p, sol.bad_rows
         # ⟨θ, p⟩ (p = 0 off the candidates); with β != 1, z was shifted, so a backend's ⟨z, p⟩ is not ⟨θ, p⟩/β
         theta_p = sol.inner(theta, beta, use_row_sums=beta == 1.0, dtype=vdt)
         q = None if self.q is None else self.q.expand(theta.shape)
         if math.isfinite(f0):  # Ω(y) - Ω(p) with the f(0) terms of the zero entries cancelled
-            D = _omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
+            D = omega_y(div, target, q, f0, vdt) - sol.f_sum(div, self.q, f0, vdt)
         else:
             D = _omega_difference(div, theta, target.as_dense(theta.shape[1], theta.dtype), p, q)
         # a Fenchel–Young loss is >= 0 (zero iff p = y): the row sums' rounding may leave -1 ulp where p = y
@@ -168,7 +170,7 @@ class FenchelYoungRowLoss(RowLoss):
             return None
         G, zp, omega, bad = out
         vdt = compute_dtype(theta.dtype)  # the loss values: float32 for half-precision rows
-        D = _omega_y(div, target, None, f0, vdt) - omega.to(vdt)
+        D = omega_y(div, target, None, f0, vdt) - omega.to(vdt)
         loss = (zp.to(vdt) - theta_y(theta, target, vdt) + D).clamp_min(0.0)  # >= 0, as in values()
         return kept_rows(loss.masked_fill(bad.squeeze(1), math.nan), target), G, G
 
@@ -220,7 +222,7 @@ class FenchelYoungRowLoss(RowLoss):
             f0_finite = math.isfinite(f0)
         if f0_finite:
             theta_p, omega_p = _p_terms(div, theta, sol.p, q, f0, vdt, sparse=not per_row_alpha)
-            D = _omega_y(div, target, q, f0, vdt) - omega_p
+            D = omega_y(div, target, q, f0, vdt) - omega_p
             partial = theta_p - theta_y(theta, target, vdt) + beta * D
         else:
             p, y, th = sol.p.to(vdt), target.as_dense(theta.shape[1], vdt), theta.to(vdt)
@@ -244,7 +246,7 @@ class FenchelYoungRowLoss(RowLoss):
         return None if spec is None else (spec[0], spec[1], 0.0)
 
 
-def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],
+def omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],
              dtype: torch.dtype) -> Tensor:
     """``Σ_j q_j [f(y_j/q_j) - f(0)]`` per row over the entries with ``y_j > 0`` (this process's
     classes: a class index elsewhere counts 0); ``q``: ``None`` or ``[R, k]``."""
@@ -272,17 +274,35 @@ def _omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[flo
     return vals if target.owned is None else torch.where(target.owned, vals, torch.zeros_like(vals))
 
 
+def _conjugate_loss(div: Divergence, theta: Tensor, target: Target, omega_star: Tensor, beta: float, f0: float,
+                    dtype: torch.dtype) -> Tensor:
+    r"""The loss values ``[R]`` in ``dtype`` from the solver's conjugate ``omega_star`` ``[R]`` (float64) of the rows
+    ``z = (θ - max θ)/β`` (``z = θ`` at ``β = 1``; ``q = 1``, finite :math:`f(0)`):
+    :math:`\beta\,[\Omega^*(z) + \Omega(y)] + \max\theta - \langle\theta, y\rangle`, summed in float64 and rounded once
+    (``Ω*`` is stationary in ``τ``, so the value is as accurate as float64 allows, with no ``[R, k]`` temporary for
+    class indices); ``≥ 0``, as :meth:`FenchelYoungRowLoss.values` clamps it."""
+    f64 = torch.float64
+    # Ω(y) of distributions in the values' dtype (a float64 copy of [R, k] targets would cost more than the loss)
+    ody = f64 if target.dense is None or target.smoothing > 0 else dtype
+    vals = omega_star + omega_y(div, target, None, f0, ody).to(f64)
+    if beta != 1.0:
+        m = theta.amax(-1).to(f64)  # the shift of z (a row with no finite maximum is not shifted)
+        vals = beta * vals + torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return (vals - theta_y(theta, target, f64)).to(dtype).clamp_min(0.0)
+
+
 def _infinite_f0_index_loss(theta: Tensor, target: Target, dtype: torch.dtype, bad_rows: Optional[Tensor]) -> Tensor:
     r"""The loss values ``[R]`` of class indices for a generator with :math:`f(0) = +\infty` (reverse KL, Jeffrey,
     reverse χ², ``q = 1``), in closed form: :math:`\Omega(e_c) = f(1) + (n - 1) f(0)` over the row's ``n`` unmasked
     classes is :math:`+\infty` unless ``n = 1``, where ``p = e_c`` and the loss is 0 (``+∞`` if ``c`` is the masked
     one: :math:`\langle\theta, y\rangle = -\infty`); 0 in rows not kept, NaN in rows with NaN or ``+∞``.  No
-    ``[R, k]`` temporary: ``n > 1`` is read from the row minimum, the count taken only in rows with a masked entry."""
+    ``[R, k]`` temporary and no host synchronization: ``n <= 1`` where the row's second largest score is ``-∞``
+    (:func:`torch.topk` of two per row)."""
     assert target.index is not None  # class indices (the caller checked that the target is not dense)
-    masked = theta.amin(-1) == -math.inf
-    one = torch.full_like(masked, theta.shape[1] == 1)  # n = k in rows with no masked entry
-    if bool(masked.any()):
-        one[masked] = (theta[masked] > -math.inf).sum(-1) == 1
+    if theta.shape[1] > 1:
+        one = theta.topk(2, -1).values[:, 1] == -math.inf
+    else:
+        one = torch.ones(theta.shape[0], dtype=torch.bool, device=theta.device)
     hit = theta.gather(1, target.index.unsqueeze(1)).squeeze(1) > -math.inf
     loss = torch.where(one & hit, 0.0, math.inf).to(dtype)
     loss = torch.where(target.keep, loss, torch.zeros_like(loss))

@@ -222,11 +222,12 @@ def _index_call(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any],
                 ignore_index: int, reduction: str, label_smoothing: float, weight: Optional[Tensor],
                 return_prediction: bool, softcap: Optional[float], process_group: Optional[ProcessGroup]) -> Optional[Tensor]:
     """The loss by one C call per pass (:func:`softargmax.losses._index_loss.index_loss`) where only ``dim``,
-    ``ignore_index`` and ``reduction`` are set and that path takes the call, else ``None``."""
-    if multilabel is not False or return_prediction is not False or weight is not None or softcap is not None \
-            or process_group is not None or type(label_smoothing) not in (float, int) or label_smoothing != 0:
+    ``ignore_index``, ``reduction``, ``label_smoothing`` and ``weight`` are set and that path takes the call,
+    else ``None``."""
+    if multilabel is not False or return_prediction is not False or softcap is not None \
+            or process_group is not None or type(label_smoothing) not in (float, int):
         return None  # (a bool or an odd type where a number belongs: the general path says what is wrong)
-    return index_loss(x, target, mapping, params, dim, ignore_index, reduction)
+    return index_loss(x, target, mapping, params, dim, ignore_index, reduction, label_smoothing, weight)
 
 
 def sparsemax_loss(x: Tensor, target: Tensor, *, dim: int = -1, multilabel: bool = False, ignore_index: int = -100,

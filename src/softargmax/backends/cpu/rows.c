@@ -468,8 +468,35 @@ static double iterate_dense_##SUFFIX(const T *z, double m, const double *e, doub
     return t;                                                                                        \
 }                                                                                                    \
                                                                                                      \
+/* The conjugate Omega*(z) = tau + sum_j [f*(z_j - tau) + f(0)] of a row solved at t = tau - m (JS and  \
+   Hellinger, whose terms are positive: no cancellation), in double; at the root it equals            \
+   <z, p> - sum_j [f(p_j) - f(0)], and it is stationary in tau (its derivative is 1 - S), so the       \
+   solver's residual enters at second order.  JS: f*(v) + f(0) = -log(1 - e^v / 2) = -log1p(-y_j / c)  \
+   with y = e (exp(z - m), from the first pass) and c = 2 e^t, as log(u) less the rounding of          \
+   u = 1 - x divided by u (the vector log; an accurate log1p); Hellinger: f*(v) + f(0) = 1/(1 - v)    \
+   = 1/(1 + t + m - z_j) (0 where masked). */                                                         \
+static double dense_conjugate_##SUFFIX(const T *z, double m, const double *e, long k, int kind,      \
+                                       double t) {                                                   \
+    double A = 0;                                                                                    \
+    if (kind == KIND_JS) {                                                                           \
+        const double ic = 0.5 * exp(-t);                                                             \
+        _Pragma("omp simd reduction(+ : A)")                                                         \
+        for (long j = 0; j < k; j++) {                                                               \
+            const double x = e[j] * ic, u = 1.0 - x;                                                 \
+            A += ((u - 1.0) + x) / u - log(u);                                                       \
+        }                                                                                            \
+    } else {                                                                                         \
+        const double t1 = t + 1.0;                                                                   \
+        _Pragma("omp simd reduction(+ : A)")                                                         \
+        for (long j = 0; j < k; j++) A += 1.0 / (t1 + (m - (double)z[j]));                           \
+    }                                                                                                \
+    return (t + m) + A;                                                                              \
+}                                                                                                    \
+                                                                                                     \
+/* conj (JS and Hellinger, or NULL): dense_conjugate of the row (NaN in rows with NaN or +inf, 0 in   \
+   rows with every entry -inf, where p = 0) */                                                       \
 static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, T *ssum,             \
-                            double *ebuf, double *w, int *iters) {                                   \
+                            double *ebuf, double *w, int *iters, double *conj) {                     \
     int bad;                                                                                         \
     double sz, zmin;                                                                                 \
     const double m = row_stats_##SUFFIX(z, k, &bad, &sz, &zmin);                                     \
@@ -477,6 +504,7 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
     if (bad || m == -INFINITY) {                                                                     \
         const T fill = bad ? (T)NAN : (T)0;                                                          \
         for (long j = 0; j < k; j++) { p[j] = fill; s[j] = 0; }                                      \
+        if (conj) *conj = bad ? NAN : 0.0;                                                           \
         *tau = bad ? (T)NAN : (T)0; *ssum = 0; return bad ? 2 : 1;                                   \
     }                                                                                                \
     /* the row sums of the start (dense_start): JS's from its pass of exp, the others' from the stats \
@@ -500,6 +528,7 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
     const double emax = m - zmin; /* +inf: some entry is masked */                                   \
     const double t = iterate_dense_##SUFFIX(z, m, e, ebuf, w, k, kind, tol, fmax(t_lo, dense_start(kind, a1, a2)), \
                                           t_lo, emax, p, s, ssum, iters);                            \
+    if (conj) *conj = dense_conjugate_##SUFFIX(z, m, e, k, kind, t);                                 \
     *tau = (T)(t + m);                                                                               \
     return 0;                                                                                        \
 }
@@ -625,13 +654,15 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
         const int st = kind == KIND_POWER                                                        \
             ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it, \
                                  sums ? row_sums : NULL, oc, osc)                                \
-            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, &it);                \
+            : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, &it,    \
+                                 sums && (kind == KIND_JS || kind == KIND_HELL) ? row_sums : NULL);      \
         /* tau_f = (tau + c) / a computed in T, as PyTorch computes it on a T tensor */           \
         if (convert && kind == KIND_POWER) tau_r = (T)(tau_r + (T)offset) / (T)ar;                \
         if (tau) tau[r] = tau_r;                                                                 \
         if (ssum) ssum[r] = ssum_r;                                                              \
         if (status) status[r] = (int8_t)st;                                                      \
         if (sums && kind == KIND_POWER) { sums[2 * r] = row_sums[0]; sums[2 * r + 1] = row_sums[1]; } \
+        if (sums && (kind == KIND_JS || kind == KIND_HELL)) { sums[2 * r] = row_sums[0]; sums[2 * r + 1] = 0; } \
         any_bad |= st == 2;                                                                      \
         most = it > most ? it : most;                                                            \
     }                                                                                            \
@@ -643,9 +674,9 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
    KIND_POWER, write tau_f = (t + offset)/a (in T) instead of t.  s, tau, ssum and status may  \
    be NULL (not written: a caller that needs p alone).  Returns 2 * (the most Newton steps    \
    any row took) + (1 if some row has status 2), or -1 (no memory); status[r] as described at \
-   the top.  sums (KIND_POWER, or NULL): [R, 2], per row <z, p> and osc * sum_j p_j (p_j^a - oc)  \
-   over the support, in double (the Fenchel-Young loss values' row sums; the other kinds leave  \
-   it unwritten).  One thread solves without entering an OpenMP parallel region. */           \
+   the top.  sums (or NULL): [R, 2], in double, the Fenchel-Young loss values' row sums: for     \
+   KIND_POWER per row <z, p> and osc * sum_j p_j (p_j^a - oc) over the support; for KIND_JS and  \
+   KIND_HELL the conjugate Omega*(z) (dense_conjugate) and 0; the other kinds leave it unwritten.  One thread solves without entering an OpenMP parallel region. */           \
 int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, long a_stride,    \
                       T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads, int convert,  \
                       double offset, double *sums, double oc, double osc) {                      \
@@ -720,41 +751,90 @@ void sa_jvp_##SUFFIX(const T *s, const T *v, const T *sc, T *g, long R, long k, 
 DEFINE_ROWS(float, f32, (double)FLT_EPSILON, FLT_MIN)
 DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
 
-/* The Fenchel-Young loss of class indices for the power kind (alpha-entmax, sparsemax), forward
- * and gradient in one call (softargmax.losses._index_loss): per row r with class c = target[r],
- *   G_r = p_r - e_c (written where row_power writes p),
- *   loss_r = max(0, (<z, p> - z_c) + (cy - sum_j [f(p_j) - f(0)]))
- * in T, with every rounding of the PyTorch path (softargmax.losses._row_losses): <z, p> and the
- * f-sum are the solver's double row sums rounded to T, cy = f(1) - f(0) (the target's
- * Omega(e_c) less the k f(0) terms, a constant) is rounded to T by the caller.  Rows whose target
- * is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN and G NaN.
- * `total` (reduction 1: the sum; 2: the mean over the kept rows, NaN with none) is accumulated in
- * double and rounded once; `loss` may be NULL then (the per-row values are not returned).  Returns the
- * number of kept rows, -1 (no memory), or -2 - r with r the first row whose class is outside [0, k)
- * (checked first: nothing is written). */
+/* The Fenchel-Young loss of class indices, forward and gradient in one call
+ * (softargmax.losses._index_loss): per row r with class c = target[r] and the target y = (1 - eps) e_c + eps/k
+ * (eps = 0: no label smoothing), G_r = p_r - y (written where the solver writes p; ys = eps/k and
+ * yc = 1 - eps + eps/k rounded to T by the caller, as the PyTorch path's target rows hold them), and the loss
+ * with <z, y> = (1 - eps) z_c + (eps/k) sum_j z_j (the sum in double; eps = 1: the sum alone):
+ *   KIND_POWER (alpha-entmax, sparsemax): max(0, (<z, p> - <z, y>) + (cy - sum_j [f(p_j) - f(0)])) in T, with
+ *     every rounding of the PyTorch path (softargmax.losses._row_losses): <z, p> and the f-sum are the
+ *     solver's double row sums rounded to T, <z, y> is z_c (smoothed: the double value rounded to T),
+ *     cy = Omega(y) less the k f(0) terms (a constant: f(1) - f(0) for a one-hot y) is rounded to T by the
+ *     caller;
+ *   KIND_JS, KIND_HELL: max(0, (T)((Omega*(z) + cyd) - <z, y>)) with the row's conjugate (dense_conjugate)
+ *     and cyd = cy in double, rounded once (as the PyTorch path forms it from Solution.omega_star);
+ *   KIND_RKL, KIND_JEFF, KIND_RCHI (f(0) = +inf, eps = 0 only): 0 if c is the row's one unmasked class,
+ *     else +inf.
+ * weight (or NULL): per-class weights; the row's loss is then multiplied by w_c in T and w_c is written to
+ * wrow[r] (0 in ignored rows), and the mean divides by the kept rows' weights' sum instead of their count.
+ * Rows whose target is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN
+ * and G NaN.  `total` (reduction 1: the sum; 2: the mean, NaN where the denominator is 0) is accumulated
+ * in double and rounded once, and *den receives the mean's denominator in double; `loss` may be NULL then
+ * (the per-row values are not returned).  Returns the number of kept rows, -1 (no memory), or -2 - r with r
+ * the first row whose class is outside [0, k) (checked first: nothing is written). */
 #define DEFINE_INDEX_LOSS(T, SUFFIX)                                                              \
-static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, double a,                  \
+static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, int kind, double a,        \
                                 const int64_t *target, int64_t ignore, double oc, double osc,    \
-                                T cy, T *G, T *loss, double *buf, int32_t *idx, T *srow) {        \
+                                T cy, double cyd, double eps, T ys, T yc, const T *weight,       \
+                                T *wrow, T *G, T *loss, double *buf, int32_t *idx, T *srow) {    \
     for (long r = r0; r < r1; r++) {                                                              \
         T *gr = G + r * k;                                                                        \
         const int64_t c = target[r];                                                              \
-        if (c == ignore) { memset(gr, 0, (size_t)k * sizeof(T)); loss[r] = 0; continue; }         \
+        if (c == ignore) {                                                                        \
+            memset(gr, 0, (size_t)k * sizeof(T)); loss[r] = 0;                                    \
+            if (wrow) wrow[r] = 0;                                                                \
+            continue;                                                                             \
+        }                                                                                         \
         const T *zr = z + r * k;                                                                  \
+        double zy = (double)zr[c];                                                                \
+        if (eps > 0) { /* <z, y> of the smoothed target, in double */                            \
+            double sz = 0;                                                                        \
+            _Pragma("omp simd reduction(+ : sz)")                                                 \
+            for (long j = 0; j < k; j++) sz += (double)zr[j];                                     \
+            zy = sz * (eps / (double)k);                                                          \
+            if (eps < 1) zy += (double)zr[c] * (1.0 - eps); /* (eps = 1: no 0 * -inf) */           \
+        }                                                                                         \
         int it = 0;                                                                               \
-        T tau_r, ssum_r;                                                                          \
+        T tau_r, ssum_r, l;                                                                       \
         double sums[2];                                                                           \
-        row_power_##SUFFIX(zr, k, a, gr, srow, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it,    \
-                           sums, oc, osc);                                                        \
-        gr[c] = gr[c] - (T)1;                                                                     \
-        const T l = ((T)sums[0] - zr[c]) + (cy - (T)sums[1]);                                     \
-        loss[r] = l < 0 ? (T)0 : l; /* NaN stays NaN (rows with NaN or +inf: sums are NaN) */     \
+        if (kind == KIND_POWER) {                                                                 \
+            row_power_##SUFFIX(zr, k, a, gr, srow, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it,\
+                               sums, oc, osc);                                                    \
+            l = ((T)sums[0] - (eps > 0 ? (T)zy : zr[c])) + (cy - (T)sums[1]);                     \
+            l = l < 0 ? (T)0 : l; /* NaN stays NaN (rows with NaN or +inf: sums are NaN) */       \
+        } else {                                                                                  \
+            const int conj = kind == KIND_JS || kind == KIND_HELL;                               \
+            const int st = row_dense_##SUFFIX(zr, k, kind, gr, srow, &tau_r, &ssum_r, buf,        \
+                                              buf + k + PAD, &it, conj ? sums : NULL);            \
+            if (st == 2) {                                                                        \
+                l = (T)NAN;                                                                       \
+            } else if (conj) {                                                                    \
+                l = (T)((sums[0] + cyd) - zy);                                                    \
+                l = l < 0 ? (T)0 : l;                                                             \
+            } else { /* f(0) = +inf: Omega(e_c) is finite only with one unmasked class, then p = e_c */ \
+                long n = 0;                                                                       \
+                if (zr[c] > -INFINITY)                                                            \
+                    for (long j = 0; j < k; j++) n += zr[j] > -INFINITY;                          \
+                l = n == 1 ? (T)0 : (T)INFINITY;                                                  \
+            }                                                                                     \
+        }                                                                                         \
+        if (eps > 0) {                                                                            \
+            const T pc = gr[c];                                                                   \
+            _Pragma("omp simd")                                                                   \
+            for (long j = 0; j < k; j++) gr[j] = gr[j] - ys;                                      \
+            gr[c] = pc - yc;                                                                      \
+        } else {                                                                                  \
+            gr[c] = gr[c] - (T)1;                                                                 \
+        }                                                                                         \
+        if (weight) { const T w = weight[c]; wrow[r] = w; l = l * w; }                           \
+        loss[r] = l;                                                                              \
     }                                                                                             \
 }                                                                                                 \
                                                                                                   \
-long sa_index_loss_##SUFFIX(const T *z, long R, long k, double a, const int64_t *target,         \
-                            int64_t ignore, double oc, double osc, T cy, T *G, T *loss, T *total, \
-                            int reduction, int nthreads) {                                        \
+long sa_index_loss_##SUFFIX(const T *z, long R, long k, int kind, double a, const int64_t *target, \
+                            int64_t ignore, double oc, double osc, T cy, double cyd, double eps,  \
+                            T ys, T yc, const T *weight, T *wrow, T *G, T *loss, T *total,        \
+                            double *den, int reduction, int nthreads) {                           \
     long kept = 0;                                                                                \
     for (long r = 0; r < R; r++) {                                                                \
         const int64_t c = target[r];                                                              \
@@ -771,8 +851,8 @@ long sa_index_loss_##SUFFIX(const T *z, long R, long k, double a, const int64_t 
         double *buf = (double *)malloc(bytes);                                                    \
         int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                    \
         if (!buf || !idx) failed = 1;                                                             \
-        else index_rows_##SUFFIX(z, 0, R, k, a, target, ignore, oc, osc, cy, G, loss, buf, idx,   \
-                                 (T *)(buf + 2 * (k + PAD)));                                     \
+        else index_rows_##SUFFIX(z, 0, R, k, kind, a, target, ignore, oc, osc, cy, cyd, eps, ys, yc, \
+                                 weight, wrow, G, loss, buf, idx, (T *)(buf + 2 * (k + PAD)));     \
         free(buf);                                                                                \
         free(idx);                                                                                \
     } else {                                                                                      \
@@ -785,17 +865,22 @@ long sa_index_loss_##SUFFIX(const T *z, long R, long k, double a, const int64_t 
             _Pragma("omp for schedule(static)")                                                   \
             for (long r = 0; r < R; r++) {                                                        \
                 if (!ok) continue;                                                                \
-                index_rows_##SUFFIX(z, r, r + 1, k, a, target, ignore, oc, osc, cy, G, loss, buf, \
-                                    idx, (T *)(buf + 2 * (k + PAD)));                             \
+                index_rows_##SUFFIX(z, r, r + 1, k, kind, a, target, ignore, oc, osc, cy, cyd, eps, ys, \
+                                    yc, weight, wrow, G, loss, buf, idx, (T *)(buf + 2 * (k + PAD))); \
             }                                                                                     \
             free(buf);                                                                            \
             free(idx);                                                                            \
         }                                                                                         \
     }                                                                                             \
-    if (!failed && reduction) {                                                                   \
-        double s = 0;                                                                             \
-        for (long r = 0; r < R; r++) s += (double)loss[r];                                        \
-        *total = (T)(reduction == 2 ? s / (double)kept : s);                                      \
+    if (!failed) {                                                                                \
+        double d = (double)kept;                                                                  \
+        if (weight) { d = 0; for (long r = 0; r < R; r++) d += (double)wrow[r]; }                 \
+        if (den) *den = d;                                                                        \
+        if (reduction) {                                                                          \
+            double s = 0;                                                                         \
+            for (long r = 0; r < R; r++) s += (double)loss[r];                                    \
+            *total = (T)(reduction == 2 ? (d == 0 ? NAN : s / d) : s);                            \
+        }                                                                                         \
     }                                                                                             \
     if (own_loss) free(loss);                                                                     \
     return failed ? -1 : kept;                                                                    \

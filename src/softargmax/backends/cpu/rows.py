@@ -61,7 +61,17 @@ import torch
 from torch import Tensor
 
 from ...divergences import Divergence
-from ..kinds import CPU_KINDS, KIND_POWER, alpha_rows_covered, cpu_parameter, kind_of, solve_alpha_rows_with, solve_with
+from ..kinds import (
+    CPU_KINDS,
+    KIND_HELL,
+    KIND_JS,
+    KIND_POWER,
+    alpha_rows_covered,
+    cpu_parameter,
+    kind_of,
+    solve_alpha_rows_with,
+    solve_with,
+)
 from ..solution import Solution
 from ..switch import Switch
 
@@ -322,8 +332,8 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
           sums: Optional[Tensor] = None, omega: tuple[float, float] = (0.0, 1.0)) -> int:
     """One call of the C solver on the rows of ``z``, writing ``p`` (and ``s``, ``tau``, ``ssum``, ``status``
     unless ``None``); with an ``offset`` (the power kind) ``τ_f = (t + offset)/a`` in ``z``'s dtype.
-    ``sums`` (the power kind, float64 ``[R, 2]``, or ``None``): per row ``⟨z, p⟩`` and
-    ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support.
+    ``sums`` (float64 ``[R, 2]``, or ``None``): for the power kind per row ``⟨z, p⟩`` and
+    ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support; for :data:`CONJUGATE_KINDS` ``Ω*(z)`` and 0.
     Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
     threads = threads_for(R, k)
@@ -341,13 +351,15 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float] = None,
-         omega: Optional[tuple[float, float]] = None) -> Solution:
+         omega: Optional[tuple[float, float]] = None, conjugate: bool = False) -> Solution:
     """Solve the rows of ``z`` (:func:`~softargmax.backends.kinds.solve_with`'s ``run``).  With an
     ``offset`` (the power kind) the C code writes ``τ_f = (t + offset)/a`` in ``z``'s dtype.  With
     ``omega`` (the power kind) it also writes the loss values' row sums, ``zp`` and ``omega``
-    (:func:`omega_constants`)."""
+    (:func:`omega_constants`); with ``conjugate`` (:data:`CONJUGATE_KINDS`) the rows' ``Ω*(z)``,
+    ``omega_star``."""
     R = z.shape[0]
-    sums = torch.empty(R, 2, dtype=torch.float64) if omega is not None and kind == KIND_POWER else None
+    wants = (omega is not None and kind == KIND_POWER) or (conjugate and kind in CONJUGATE_KINDS)
+    sums = torch.empty(R, 2, dtype=torch.float64) if wants else None
     p = torch.empty_like(z)
     s = torch.empty_like(z)
     tau = torch.empty(R, 1, dtype=z.dtype)
@@ -365,8 +377,9 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float]
 
     return Solution(tau=tau, p=p, s=s, s_sum=ssum, block_index=None, k=z.shape[1], bad_rows=bad,
                     iterations=ret >> 1, backend="cpu", nan_written=True,  # the C code writes NaN into p in bad rows
-                    zp=None if sums is None else sums[:, 0], omega=None if sums is None else sums[:, 1],
-                    jvp_kernel=jvp_kernel)
+                    zp=None if sums is None or kind != KIND_POWER else sums[:, 0],
+                    omega=None if sums is None or kind != KIND_POWER else sums[:, 1],
+                    omega_star=None if sums is None or kind == KIND_POWER else sums[:, 0], jvp_kernel=jvp_kernel)
 
 
 def probabilities(z: Tensor, div: Divergence) -> Tensor:
@@ -395,18 +408,33 @@ def omega_constants(div: Divergence) -> Optional[tuple[float, float]]:
     return a + 1.0, 1.0 / ((a + 1.0) * a)
 
 
+#: the kinds whose loss values the C solver gives as the conjugate ``Ω*(z)`` of each row (``Solution.omega_star``),
+#: summed in double after the last pass: Jensen–Shannon and squared Hellinger
+CONJUGATE_KINDS = frozenset({KIND_JS, KIND_HELL})
+
+
+def computes_row_sums(div: Divergence) -> bool:
+    """Whether the C solver gives the Fenchel–Young loss values' row sums of ``div`` with ``p`` (``solve(...,
+    row_sums=True)``): ``zp`` and ``omega`` of the power kind (:func:`omega_constants`), or ``omega_star``
+    of :data:`CONJUGATE_KINDS`."""
+    return omega_constants(div) is not None or kind_of(div, CPU_KINDS)[0] in CONJUGATE_KINDS
+
+
 def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
 
-    ``row_sums``: for the power kind (α-entmax), also the Fenchel–Young loss values' row sums
-    ``zp`` and ``omega``, from the pass that writes ``p`` (the dense kinds leave them to
+    ``row_sums``: also the Fenchel–Young loss values' row sums (:func:`computes_row_sums`): for the power
+    kind (α-entmax) ``zp`` and ``omega``, from the pass that writes ``p``; for Jensen–Shannon and squared
+    Hellinger the conjugate ``omega_star`` (the other dense kinds leave them to
     :class:`~softargmax.backends.solution.Solution`, which computes them from ``p``)."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
     omega = omega_constants(div) if row_sums else None
-    if omega is None:
-        return solve_with(_run, z, div, converts_tau=True, kinds=CPU_KINDS)
-    return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True, kinds=CPU_KINDS)
+    if omega is not None:
+        return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True, kinds=CPU_KINDS)
+    if row_sums and kind_of(div, CPU_KINDS)[0] in CONJUGATE_KINDS:
+        return solve_with(functools.partial(_run, conjugate=True), z, div, converts_tau=True, kinds=CPU_KINDS)
+    return solve_with(_run, z, div, converts_tau=True, kinds=CPU_KINDS)
 
 
 def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optional[Solution]:
@@ -433,34 +461,50 @@ def _index_loss_fn(dtype: torch.dtype) -> Any:
         fn = lib.sa_index_loss_f32 if dtype == torch.float32 else lib.sa_index_loss_f64
         real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
         fn.restype = ctypes.c_long
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_double, ctypes.c_void_p,
-                       ctypes.c_int64, ctypes.c_double, ctypes.c_double, real, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_double, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_double, ctypes.c_double, real, ctypes.c_double, ctypes.c_double,
+                       real, real, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         _index_loss_fns[dtype] = fn
     return fn
 
 
-def index_loss(z: Tensor, rows: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
-               ignore_index: int, reduction: str) -> tuple[int, Tensor, Tensor]:
-    r"""The Fenchel–Young loss of the power kind (α-entmax, ``a = α - 1``) against class indices, in one C call.
+def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
+               ignore_index: int, reduction: str, smoothing: Optional[tuple[float, float, float]] = None,
+               weight: Optional[Tensor] = None) -> tuple[int, Tensor, Tensor, Optional[Tensor], float]:
+    r"""The Fenchel–Young loss of a kind of :data:`~softargmax.backends.kinds.CPU_KINDS` against class indices,
+    in one C call.
 
     ``z``: the scores, contiguous, the classes last, ``rows`` rows; ``target``: int64 ``[rows]``,
-    contiguous; ``omega``: :func:`omega_constants`; ``cy``: :math:`f(1) - f(0)`, what a one-hot target adds
-    to :math:`\Omega` beyond the :math:`f(0)` terms, as the caller rounds it.  Returns ``(kept rows,
-    G = p - y`` of ``z``'s shape, the loss``)``: the reduced loss (0-d) for ``"sum"`` and ``"mean"``, the
-    per-row losses (``z``'s shape without the last dimension) for ``"none"``.  Raises ``IndexError`` with
-    the row of the first class index outside ``[0, k)`` (nothing computed)."""
+    contiguous; ``kind`` and ``a`` (``a = α - 1`` of the power kind, 1 for the others): as
+    :func:`~softargmax.backends.kinds.kind_of` gives them; ``omega``: :func:`omega_constants` (the power
+    kind; ``(0, 1)`` for the others); ``cy``: :math:`\Omega(y)` less its :math:`k f(0)` terms
+    (:math:`f(1) - f(0)` for a one-hot target), rounded to ``z``'s dtype by the caller for the power kind
+    (its value is formed in that dtype), in float64 for :data:`CONJUGATE_KINDS` (their value is formed in
+    double from the conjugate and rounded once); the kinds with :math:`f(0) = +\infty` give ``+inf``, or 0
+    where the target is the row's one unmasked class.  ``smoothing``: ``(ε, ε/k, 1 - ε + ε/k)`` of label
+    smoothing (the target ``(1 - ε) e_c + ε/k``; not for :math:`f(0) = +\infty`), or ``None``; ``weight``:
+    per-class weights ``[k]`` (contiguous, ``z``'s dtype) that multiply each row's loss, the mean then
+    divided by the kept rows' weights, or ``None``.  Returns ``(kept rows, G = p - y`` of ``z``'s shape, the
+    loss, the rows' weights ``[rows]`` (0 where ignored; ``None`` without ``weight``), the mean's
+    denominator``)``: the loss is reduced (0-d) for ``"sum"`` and ``"mean"``, per row (``z``'s shape without
+    the last dimension) for ``"none"``.  Raises ``IndexError`` with the row of the first class index
+    outside ``[0, k)`` (nothing computed)."""
     k = z.shape[-1]
     G = torch.empty_like(z)
     none = reduction == "none"
     loss = z.new_empty(z.shape[:-1] if none else ())
+    wrow = None if weight is None else z.new_empty(rows)
+    den = ctypes.c_double(0.0)
+    eps, ys, yc = (0.0, 0.0, 1.0) if smoothing is None else smoothing
     threads = 1 if rows * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows))
     ptr = loss.data_ptr()
     kept: int = _index_loss_fn(z.dtype)(
-        z.data_ptr(), rows, k, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, G.data_ptr(),
-        ptr if none else None, None if none else ptr, INDEX_REDUCTIONS[reduction], threads)
+        z.data_ptr(), rows, k, kind, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, cy, eps, ys, yc,
+        None if weight is None else weight.data_ptr(), None if wrow is None else wrow.data_ptr(), G.data_ptr(),
+        ptr if none else None, None if none else ptr, ctypes.byref(den), INDEX_REDUCTIONS[reduction], threads)
     if kept < -1:
         raise IndexError(-2 - kept)
     if kept < 0:
         raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
-    return kept, G, loss
+    return kept, G, loss, wrow, den.value
