@@ -125,16 +125,12 @@ def _fwd_bwd(fn, x, grad):
     return run
 
 
-def row_slices(shape, device):
-    """Programs per row of the Triton row solver's streamed kernels at ``shape`` on ``device`` (1: one per row; 0:
-    the rows are held in registers), as ``rows.slice_plan`` chooses them: the 256 x 262,144 case is split."""
+def row_slices(shape, device, general_power=False):
+    """Programs per row of the Triton row solver's forward at ``shape`` on ``device`` (1: one per row; 0: the rows
+    are held in registers), as ``rows.forward_slices`` chooses them: the 256 x 262,144 case is split."""
     from softargmax.backends.triton import rows
 
-    R, k = shape
-    if k <= rows.BLOCK_ROWS_MAX:
-        return 0
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    return rows.slice_plan(R, k, sms, rows.LONG_BLOCK)[0]
+    return rows.forward_slices(*shape, device, general_power)
 
 
 def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True, log=print, emit=None):
@@ -164,7 +160,7 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                         "first_call_ms": round(first[name], 3), "softmax_first_call_ms": round(first["softmax"], 3),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
                         "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
-                        "row_slices": row_slices(shape, device),
+                        "row_slices": row_slices(shape, device, general_power=name.startswith("entmax_a")),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)

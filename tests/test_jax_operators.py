@@ -195,7 +195,7 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
     from softargmax_jax.divergences import get_divergence
 
     rng = np.random.default_rng(18)
-    for shape in [(6, 7), (6, 1100), (3, 1500)]:
+    for shape in [(6, 7), (6, 1100), (3, 1500), (3, 1501)]:
         x = rng.normal(size=shape) * 3
         if shape[0] == 6:
             x[1] = 0.5
@@ -203,8 +203,11 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
             x[3, 1:] = -np.inf
             x[4] += 300
             x[5] *= 30
-        else:  # every row's threshold above 999: Jeffrey's W by the asymptotic series alone
+        elif shape[1] == 1500:
             x[1, :700] = -np.inf
+            x[2] += 1e4
+        else:  # long rows, every start at or above 999: Jeffrey's W by the asymptotic series alone (checked below)
+            x[1] *= 0.01 / 3
             x[2] += 1e4
         v = rng.normal(size=shape)
         pj, (gj,) = vjp_jax(lambda t: sj.f_softargmax(t, name), jnp.asarray(x), v=v)
@@ -218,6 +221,8 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
         c, _, _, shift = _solver.shift_rows(jnp.asarray(x))
         lo, hi = _solver._bounds(div, c, None, shape[1], None)
         start = _solver._jensen_start(div, c, lo, hi, None)
+        if shape[1] == 1501 and name == "jeffrey":  # the series branch of the solver's lax.cond is taken
+            assert bool(jnp.all(start >= div.threshold_variant()[0])), np.asarray(start).ravel().tolist()
         tau = _solver.solve(jnp.asarray(x), div).tau - shift
         assert np.all(np.asarray(start) <= np.asarray(tau) + 1e-12 * (1 + np.abs(np.asarray(tau))))
 

@@ -74,6 +74,11 @@ def test_slice_plan_follows_the_rule(monkeypatch):
     monkeypatch.setattr(_triton_rows, "SPLIT_SLICES", None)
     monkeypatch.setattr(_triton_rows, "SPLIT_MIN_SLICE", 8192)
     assert plan(8, 131072, 132, 1024) == (16, 8192)
+    for args, name in [((0, 100, 132, 16), "R"), ((4, 100, 0, 16), "multiprocessors"), ((4, 100, 132, 0), "block"),
+                       ((4, 0, 132, 16), "k")]:
+        with pytest.raises(ValueError, match=f"^{name} must be a positive int"):
+            plan(*args)
+    assert _triton_rows.forward_slices(4, 300, torch.device("cpu")) == 0  # short rows: held in registers
 
 
 #: sparsemax, α near 1 (the kernels' ``t + 1`` variable), the two dense kinds (full-row steps in the row's

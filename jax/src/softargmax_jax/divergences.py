@@ -106,7 +106,22 @@ class Divergence:
         return None
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
-        r"""A lower bound of the root :math:`\tau` of the shifted rows from the row sums of :meth:`jensen_terms`."""
+        r"""A lower bound of the root :math:`\tau` of the shifted rows from the row sums of :meth:`jensen_terms`.
+
+        The contract of an override: for rows ``c`` ``[..., k]`` (maximum 0, ``-inf`` masked) whose
+        :meth:`jensen_terms` are ``(t1, t2)``, ``a1 = t1.sum(-1, keepdims=True)`` and
+        ``a2 = t2.sum(-1, keepdims=True)`` (``[..., 1]``), the returned ``[..., 1]`` thresholds satisfy
+        :math:`\sum_j (f^*)'(c_j - \tau) \ge 1` (at or below the root, within rounding), so that Newton's
+        method on the convex transform rises from them monotonically.  Only called where
+        :meth:`jensen_terms` is not ``None``.
+
+        Args:
+            a1: ``[..., 1]`` the first row sum.
+            a2: ``[..., 1]`` the second row sum.
+
+        Returns:
+            ``[..., 1]`` a lower bound of each row's threshold.
+        """
         raise NotImplementedError
 
     @property

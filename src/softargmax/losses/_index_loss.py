@@ -58,7 +58,10 @@ from ._targets import Target
 
 __all__ = ["index_loss", "IndexLoss"]
 
-#: what the C call needs of a loss: ``(divergence, kind, a, omega constants, {dtype: f(1) - f(0)})``
+#: what the C call needs of a loss: ``(divergence, kind, a, omega constants, {dtype: Ω of a one-hot target})``:
+#: ``f(1) - f(0)`` in each dtype for the power kind; its float64 value for Jensen–Shannon and squared Hellinger
+#: (the C solver forms their values in double); ``+inf`` where ``f(0) = +inf`` (reverse KL, Jeffrey, reverse χ²:
+#: the closed form of the loss needs no Ω, and label smoothing, whose Ω is finite, is refused there)
 Constants = tuple[Divergence, int, float, tuple[float, float], dict[torch.dtype, float]]
 _CONSTANTS: dict[tuple[str, tuple[tuple[str, Any], ...]], Optional[Constants]] = {}
 _MAX_ENTRIES = 256
@@ -74,8 +77,8 @@ _unwrap_if_dead: Optional[Callable[[Tensor], Tensor]] = getattr(getattr(torch._C
 
 def _constants(mapping: str, params: dict[str, Any]) -> Optional[Constants]:
     """The constants of the loss named ``mapping`` with ``params`` (numbers), or ``None`` where the C call does
-    not compute it (not the power kind, an infinite f(0)) or the name or a parameter is invalid (the general path
-    then raises); kept for the valid ones."""
+    not compute it (a divergence that the C solver has no kind for) or the name or a parameter is invalid (the
+    general path then raises); kept for the valid ones."""
     if params and any(type(v) not in (float, int) for v in params.values()):
         return None  # a tensor alpha, a bool...: the general path takes or refuses it
     key = (mapping, tuple(params.items()))
@@ -158,6 +161,12 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
         return None
     div, kind, a, omega, cy = constants
     k = x.shape[-1]
+    rows = x.numel() // k
+    # the backends' one decision (softargmax.backends.select): the C solver takes these rows and this operator
+    # (asked first: a call it does not take pays nothing for the weights and smoothing below)
+    if (nd != 2 and not x.is_contiguous()) or \
+            select(x if nd == 2 else x.view(rows, k), div, candidates_only=True, row_sums=True) is not cpu_rows:
+        return None
     smoothing = None
     if label_smoothing > 0:
         if math.isinf(cy[torch.float64]):  # f(0) = +inf: Ω of a smoothed target is finite, not the C call's
@@ -170,12 +179,6 @@ def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], 
         w = _plain_weight(weight, k, x.dtype)
         if w is None:
             return None
-    rows = x.numel() // k
-    # the backends' one decision (softargmax.backends.select): the C solver takes these rows and this operator
-    if (nd != 2 and not x.is_contiguous()) or \
-            select(x if nd == 2 else x.view(rows, k), div, candidates_only=True, row_sums=True) is not cpu_rows:
-        return None
-    rows = x.numel() // x.shape[-1]
     t = target if target.dim() == 1 else target.reshape(rows)
     if t.dtype != torch.int64 or not t.is_contiguous():
         t = t.to(torch.int64).contiguous()

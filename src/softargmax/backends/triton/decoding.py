@@ -20,7 +20,6 @@ need.  ``SOFTARGMAX_DECODE_KERNELS=0`` (or :func:`set_enabled`) turns the automa
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import NamedTuple, Optional
 
@@ -97,15 +96,6 @@ class Layout(NamedTuple):
     page: int
 
 
-def _sm_count(device: torch.device) -> int:
-    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count_of(index: int) -> int:
-    return int(torch.cuda.get_device_properties(index).multi_processor_count)
-
-
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -141,7 +131,9 @@ def layout(query: Tensor, key: Tensor, block_table: Optional[Tensor], num_splits
         block_n = min(block_n, page)
     tiles = max(1, -(-S // block_n))
     if num_splits is None:
-        target = PROGRAMS_PER_SM * _sm_count(query.device) if query.device.type == "cuda" else 4
+        from . import rows as _triton_rows
+
+        target = PROGRAMS_PER_SM * _triton_rows.multiprocessors(query.device) if query.device.type == "cuda" else 4
         num_splits = -(-target // (B * HKV * chunks))
     splits = max(1, min(int(num_splits), tiles))
     split_len = -(-tiles // splits) * block_n

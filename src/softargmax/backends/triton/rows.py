@@ -206,7 +206,7 @@ def _device_multiprocessors(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
-def _multiprocessors(device: torch.device) -> int:
+def multiprocessors(device: torch.device) -> int:
     """The device's multiprocessors (a host query, cached per device, no synchronization), or
     :data:`INTERPRET_MULTIPROCESSORS` for CPU tensors."""
     if device.type != "cuda":
@@ -231,6 +231,9 @@ def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, i
         >>> slice_plan(32, 32768, 132, 1024)     # decoding: 32 rows, slices of 16,384 at least
         (2, 16384)
     """
+    for name, value in (("R", R), ("k", k), ("multiprocessors", multiprocessors), ("block", block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     if SPLIT_SLICES is not None:
         ns = SPLIT_SLICES
     elif R >= SPLIT_ROWS_PER_SM * multiprocessors:
@@ -243,10 +246,27 @@ def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, i
     return _cdiv(k, length), length
 
 
+def forward_slices(R: int, k: int, device: torch.device, general_power: bool = False) -> int:
+    """Programs per row of the forward kernels on ``R`` rows of ``k`` entries on ``device``, as :func:`_run`
+    launches them (0: the rows are held in registers; 1: one program per row).  ``general_power``: the power
+    kind with neither the sparsemax nor the 1.5-entmax steps, whose register rows end at half the length.
+
+    Examples:
+        >>> import torch
+        >>> from softargmax.backends.triton.rows import forward_slices
+        >>> forward_slices(4, 300, torch.device("cpu"))   # short rows: in registers
+        0
+    """
+    limit = BLOCK_ROWS_MAX // 2 if general_power else BLOCK_ROWS_MAX
+    if k <= limit:
+        return 0
+    return _slices(R, k, device, _long_launch()[0])[0]
+
+
 def _slices(R: int, k: int, device: torch.device, block: int) -> tuple[int, int]:
     """:func:`slice_plan` on ``device`` (the one place where the streamed kernels' split is chosen: the
     forward and the backward of the same rows get the same slices)."""
-    return slice_plan(R, k, _multiprocessors(device), block)
+    return slice_plan(R, k, multiprocessors(device), block)
 
 
 def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value: float, tau_c: float,
