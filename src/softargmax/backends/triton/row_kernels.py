@@ -502,6 +502,43 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND: tl.constex
 
 
 @triton.jit
+def _write_span(zrow, prow, start, L, k, m, t, a, bad, empty, omega_c, target, keep, KIND: tl.constexpr,
+                EXACT: tl.constexpr, SUMS: tl.constexpr, GRAD: tl.constexpr, BLOCK: tl.constexpr):
+    """The last pass over entries ``[start, start + L)`` of a row (``< k``), in ``BLOCK`` chunks: writes ``p`` (``GRAD``:
+    ``G = p - y``; NaN in a bad row) at the threshold ``(m, t)``, and returns the span's ``(Σ s, ⟨z, p⟩,
+    raw regularizer sum)``: the first for the dense kinds, the other two with ``SUMS`` (0.0 where unused).
+    The one write loop of :func:`solve_long_rows` (the whole row) and :func:`split_write` (a slice)."""
+    cols = tl.arange(0, BLOCK)
+    if SUMS:
+        acc_zp = tl.zeros([BLOCK], tl.float32)
+        acc_om = tl.zeros([BLOCK], tl.float32)
+    if KIND != KIND_POWER:
+        acc_s = tl.zeros([BLOCK], tl.float32)
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        inb = idx < k
+        x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
+        x = tl.where(empty, float("-inf"), x)
+        p, s = _evaluate(x, m, t, a, KIND, EXACT)
+        if KIND != KIND_POWER:
+            acc_s += s
+        if SUMS:
+            acc_zp += tl.where(p > 0, x * p, 0.0)
+            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
+        p = tl.where(bad, float("nan"), p)
+        p = _written(p, idx, target, keep, GRAD)
+        tl.store(prow + idx, p.to(prow.dtype.element_ty), mask=inb)
+    s_sum = 0.0
+    zp = 0.0
+    omega = 0.0
+    if KIND != KIND_POWER:
+        s_sum = tl.sum(acc_s, 0)
+    if SUMS:
+        zp, omega = tl.reduce((acc_zp, acc_om), 0, _sums2)
+    return s_sum, zp, omega
+
+
+@triton.jit
 def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, max_iter, omega_c, omega_scale,
                     IDX, KEEP, KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, SUMS: tl.constexpr,
                     GRAD: tl.constexpr, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
@@ -536,30 +573,12 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
         c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
     m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
-    if SUMS:
-        acc_zp = tl.zeros([BLOCK], tl.float32)
-        acc_om = tl.zeros([BLOCK], tl.float32)
-    if KIND != KIND_POWER:
-        acc_s = tl.zeros([BLOCK], tl.float32)
     target, keep = _row_target(IDX, KEEP, row, GRAD)
-    for j0 in range(0, k, BLOCK):
-        idx = j0 + cols
-        inb = idx < k
-        x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
-        x = tl.where(empty, float("-inf"), x)
-        p, s = _evaluate(x, m, t, a, KIND, EXACT)
-        if KIND != KIND_POWER:
-            acc_s += s
-        if SUMS:
-            acc_zp += tl.where(p > 0, x * p, 0.0)
-            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
-        p = tl.where(bad, float("nan"), p)
-        p = _written(p, idx, target, keep, GRAD)
-        tl.store(prow + idx, p.to(P.dtype.element_ty), mask=inb)
+    s_sum, zp, omega = _write_span(zrow, prow, 0, k, k, m, t, a, bad, empty, omega_c, target, keep, KIND, EXACT,
+                                   SUMS, GRAD, BLOCK)
     if KIND != KIND_POWER:
-        Sp = tl.sum(acc_s, 0)
+        Sp = s_sum
     if SUMS:
-        zp, omega = tl.reduce((acc_zp, acc_om), 0, _sums2)
         tl.store(SUMS_OUT + row, tl.where(bad, float("nan"), zp))
         tl.store(SUMS_OUT + R + row, tl.where(bad, float("nan"), omega * omega_scale))
     tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))
@@ -714,7 +733,6 @@ def split_write(Z, P, STATE, PART, ALPHA, IDX, KEEP, k, L, ns, a_value, omega_c,
     ``PART[row, slice] = (Σ s, ⟨z, p⟩, raw regularizer sum)`` (the first for the dense kinds, the
     other two with ``SUMS``), which :func:`split_finish` adds up."""
     row, j = _slice_program(ns)
-    cols = tl.arange(0, BLOCK)
     start = j.to(tl.int64) * L
     zrow = Z + row.to(tl.int64) * k
     prow = P + row.to(tl.int64) * k
@@ -727,31 +745,13 @@ def split_write(Z, P, STATE, PART, ALPHA, IDX, KEEP, k, L, ns, a_value, omega_c,
         a = tl.load(ALPHA + row).to(tl.float32) - 1.0
     else:
         a = a_value
-    if SUMS:
-        acc_zp = tl.zeros([BLOCK], tl.float32)
-        acc_om = tl.zeros([BLOCK], tl.float32)
-    if KIND != KIND_POWER:
-        acc_s = tl.zeros([BLOCK], tl.float32)
     target, keep = _row_target(IDX, KEEP, row, GRAD)
-    for j0 in range(0, L, BLOCK):
-        idx = start + j0 + cols
-        inb = idx < k
-        x = tl.load(zrow + idx, mask=inb, other=float("-inf")).to(tl.float32)
-        x = tl.where(empty, float("-inf"), x)
-        p, s = _evaluate(x, m, t, a, KIND, EXACT)
-        if KIND != KIND_POWER:
-            acc_s += s
-        if SUMS:
-            acc_zp += tl.where(p > 0, x * p, 0.0)
-            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
-        p = tl.where(bad, float("nan"), p)
-        p = _written(p, idx, target, keep, GRAD)
-        tl.store(prow + idx, p.to(P.dtype.element_ty), mask=inb)
+    s_sum, zp, omega = _write_span(zrow, prow, start, L, k, m, t, a, bad, empty, omega_c, target, keep, KIND,
+                                   EXACT, SUMS, GRAD, BLOCK)
     part = PART + 3 * (row * ns + j)
     if KIND != KIND_POWER:
-        tl.store(part, tl.sum(acc_s, 0))
+        tl.store(part, s_sum)
     if SUMS:
-        zp, omega = tl.reduce((acc_zp, acc_om), 0, _sums2)
         tl.store(part + 1, zp)
         tl.store(part + 2, omega)
 
