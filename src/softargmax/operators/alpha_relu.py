@@ -61,7 +61,11 @@ def relu_base(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:
     a = alpha - 1.0
     xc = x if x.dtype == dtype else x.to(dtype)
     t = torch.mul(xc, a) if a != 1.0 else xc.clone()
-    return t.sub_(tau.to(dtype) if isinstance(tau, Tensor) else tau).relu_()  # relu_ is clamp_min_(0), the cheapest call
+    if isinstance(tau, Tensor):
+        t.sub_(tau.to(dtype))
+    elif tau != 0.0:  # (x - 0 is x, -0.0 and NaN included: the pass is skipped)
+        t.sub_(tau)
+    return t.relu_()  # relu_ is clamp_min_(0), the cheapest call
 
 
 def alpha_relu_forward(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:
