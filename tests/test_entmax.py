@@ -78,9 +78,10 @@ def test_values_and_gradients_match_package():
 @pytest.mark.parametrize("fn", [sa.sparsemax, sa.entmax15, lambda t: sa.entmax(t, 1.3), lambda t: sa.entmax(t, 2.7)])
 @pytest.mark.parametrize("k", [6, 300])
 def test_gradcheck_x(fn, k):
-    # well-separated values keep finite differences away from support changes
+    # well-separated values keep finite differences away from support changes; the long rows are checked in
+    # gradcheck's fast mode (random directions: 900 inputs would take 1800 forward calls)
     x = (torch.randperm(3 * k).reshape(3, k).to(F64) / k * 4 / math.pi).requires_grad_()  # no ties with tau
-    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-6, fast_mode=k > 32)
 
 
 def test_gradcheck_alpha_per_row():
