@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import compute_dtype
+from ..backends import TileFlags
 from ._rows import RowsCompute
 from ._targets import Target
 
@@ -93,8 +94,8 @@ class StatsSink:
         the gradient (the row function is called with ``inplace=False``)."""
 
         def compute_and_record(theta: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
-                               overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-            loss, p, G = compute(theta, part, inplace=False, scale=scale)
+                               overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
+            loss, p, G = compute(theta, part, inplace=False, scale=scale, tiles=tiles)
             self.add(p)
             return loss, p, G
 

@@ -49,6 +49,12 @@ Precision and memory:
   1 GiB + 8 KiB per token + 384 MiB.
 * ``softcap=c`` caps the logits as :math:`c \tanh(\theta / c)` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
+* the sparse losses (1.5-entmax, sparsemax, α-ReLU, every mapping whose gradient ``p - y`` has exact
+  zeros), ``reduction`` ``"mean"`` or ``"sum"``, where the GPU kernels run: the loss kernel that
+  writes a chunk's gradient also marks its ``64 × 64`` (tokens × classes) tiles that hold a non-zero
+  entry, and the products ``G W`` and ``Gᵀ h`` are Triton GEMMs that walk the marked tiles only
+  (:mod:`softargmax.backends.triton.tile_gemms`), read on the device: equal to the dense products up
+  to the order of their float32 sums.  The softmax loss (no zero in ``G``) keeps the dense GEMMs.
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
 (``teacher_probs.topk(k)``), both ``[..., k]``: the teacher keeps only its ``k`` most likely
@@ -77,7 +83,7 @@ from torch import Tensor
 
 from .._utils.checks import check_positive_number, compute_dtype
 from .._utils.rows import MetaRows
-from ..backends import kernel_device
+from ..backends import TileFlags, kernel_device
 from ..divergences import Divergence
 from ._linear_chunks import (
     LinearFY,
@@ -85,6 +91,7 @@ from ._linear_chunks import (
     check_linear_arguments,
     chunk_tokens,
     projection_arguments,
+    skips_zero_tiles,
     target_rows,
 )
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
@@ -289,8 +296,8 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
     ``native``: the reduced loss's chunks stay in the input's dtype (:class:`~._linear_chunks.LinearFY`)."""
 
     def compute(th: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
-                overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        return loss.rows(th, part, inplace=inplace, scale=scale, overwrite=overwrite)
+                overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
+        return loss.rows(th, part, inplace=inplace, scale=scale, overwrite=overwrite, tiles=tiles)
 
     sink = StatsSink() if return_stats else None
     if reduction == "none":
@@ -304,7 +311,7 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
                                mean_denominator_tensor(tgt, reduction, compute_dtype(hidden2d.dtype)), chunk_size, softcap,
-                               "native" if native else "compute")
+                               "native" if native else "compute", skips_zero_tiles(loss, hidden2d))
     if sink is None:  # not return_stats
         return value
     return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)
