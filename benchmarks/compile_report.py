@@ -534,7 +534,7 @@ def access_widths(ptx: str) -> dict:
 
 #: integer arguments that a launch at the usual shapes specializes as multiples of 16 (row lengths, row
 #: counts, element counts, strides); Triton does this at launch for every int argument divisible by 16
-ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
+ALIGNED_INTS = re.compile(r"k|R|n|d|L|S|a_stride|stride_\w+")
 
 
 def _attrs(fn: Any, signature: dict, aligned: bool, scratch: tuple[str, ...] = ()) -> dict:
