@@ -26,15 +26,18 @@ and RL-style uses (an entropy bonus, filtering tokens by entropy).  They are det
 Precision and memory:
 
 * float16/bfloat16 inputs on a GPU (the Triton kernels' route), ``reduction`` ``"mean"`` or
-  ``"sum"``: every chunk stays in the input's dtype.  The GEMM writes the logits; the row
+  ``"sum"`` (with ``return_stats``, for the mappings whose solver writes ``p``: not the softmax and
+  α-ReLU losses, whose kernels never form it): every chunk stays in the input's dtype.  The GEMM writes the logits; the row
   solver reads them and writes the prediction (float32 inside the kernels); one loss kernel
   turns it, in place, into the chunk's gradient ``w_i/denominator · (p - y)`` (for the softmax
   loss and the α-ReLU loss with :math:`1 < \alpha \le 2`, whose ``p`` needs no threshold, one kernel
   does the whole row and writes the gradient over the logits); the loss values come from the
   kernels' float32 row sums.  The chunk's buffers are then 4 bytes per token and class in
   bfloat16 (2 for the softmax and α-ReLU losses), against 16 when a chunk is converted
-  to float32 (elsewhere: on the CPU, whose solvers need float32, and for the per-token loss
-  and the statistics).  No value is read on the host.
+  to float32 (elsewhere: on the CPU, whose solvers need float32, for the per-token loss, and for
+  the statistics of the softmax and α-ReLU losses).  With ``return_stats`` the prediction is kept
+  beside its gradient (2 more bytes) and its statistics are computed in float32, 64 rows at a
+  time.  No value is read on the host.
 * the weight gradient is accumulated over the chunks in the weight's dtype, one GEMM per chunk
   that accumulates in float32 inside and rounds the running sum once (as Liger-Kernel does):
   no float32 ``[V, d]`` buffer (2 GiB at V = 131072, d = 4096) and no final copy.  ``n``
@@ -272,9 +275,10 @@ def linear_fenchel_young_loss(
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                            weight_name="class_weight")
     loss = loss.bind(q, temperature, logits_meta, rows)
-    # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it
-    native = (reduction != "none" and not return_stats and hidden.dtype != compute_dtype(hidden.dtype)
-              and kernel_device(hidden) and N > 0 and loss.solves_in_dtype(hidden.new_empty(1, V)))
+    # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it (with
+    # return_stats, where they also give the prediction: the threshold mappings)
+    native = (reduction != "none" and hidden.dtype != compute_dtype(hidden.dtype) and kernel_device(hidden) and N > 0
+              and loss.solves_in_dtype(hidden.new_empty(1, V), prediction=return_stats))
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
         # (the softmax and alpha-ReLU kernels write G over the logits: one buffer; native implies alpha-ReLU's
