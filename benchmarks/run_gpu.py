@@ -549,6 +549,20 @@ def peer_operator_cases(shapes, dtypes, device, repeats, log=print, emit=None):
     return cases
 
 
+def _dense_gemms(fn):
+    """``fn`` with the fused loss's tile-skipping products turned off (its gradients are computed in the forward)."""
+    from softargmax.backends.triton import tile_gemms
+
+    def run(*args):
+        old = tile_gemms.set_enabled(False)
+        try:
+            return fn(*args)
+        finally:
+            tile_gemms.set_enabled(old)
+
+    return run
+
+
 def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
     """Fused linear + loss (bf16): ours (entmax15, KL) against torch linear + cross_entropy,
     Liger's ``LigerFusedLinearCrossEntropyFunction``, Cut-Cross-Entropy's ``linear_cross_entropy``
@@ -561,11 +575,14 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
     Every shape runs on the peer benchmark's logits (``"logits": "benchmark"``: std about 0.02, where
     1.5-entmax keeps about 16% of the classes, scattered); the first shape also on logits with a trained
     model's support clustered by topic (``"logits": "realistic"``, ``fused_inputs.realistic_inputs``),
-    where our sparse losses' backward skips most tiles of the gradient.  ``ours_entmax15``'s case records
+    where our sparse losses' backward skips most tiles of the gradient (``ours_entmax15_dense_gemms``: the same
+    loss with cuBLAS's dense products instead, what the skipping gains or costs).  ``ours_entmax15``'s case records
     ``tiles_skipped``: the share of the gradient's 64 × 64 tiles that are all zero on those inputs
     (``fused_inputs.skipped_tiles``, computed apart from the timed calls)."""
     runs = {
         "ours_entmax15": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="entmax15"),
+        # the same with the dense GEMMs (cuBLAS) instead of the tile-skipping ones: what the skipping gains or costs
+        "ours_entmax15_dense_gemms": _dense_gemms(lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="entmax15")),
         "ours_kl": lambda h, w, t: sa.linear_fenchel_young_loss(h, w, t, mapping="softmax"),
         "torch_linear_ce": lambda h, w, t: F.cross_entropy(F.linear(h, w).float(), t),
     }
@@ -635,7 +652,7 @@ def peer_fused_cases(shapes, device, repeats, log=print, emit=None):
                     "baseline_mb": None if baseline is None else round(baseline, 1), "loss": value}
             if name == "ours_entmax15":
                 case["tiles_skipped"] = skipped
-            if reference is not None and name not in ("ours_entmax15", "ours_kl"):
+            if reference is not None and not name.startswith("ours_"):
                 case["loss_error_vs_ours_kl"] = abs(value - reference)  # ours_kl runs second, before any peer
             record(case)
             log(f"{name:>28} {N}x{H}x{V} {kind}: {ms:9.2f} ms  peak extra {case['peak_extra_mb']} MB  loss {value:.6f}  "

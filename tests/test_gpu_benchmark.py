@@ -112,6 +112,8 @@ def test_the_peer_comparison_records_what_it_could_not_run(monkeypatch):
     for kind in ("benchmark", "realistic"):
         ours = next(c for c in timed if c["op"] == "ours_entmax15" and c["logits"] == kind)
         assert 0 <= ours["tiles_skipped"] <= 1 and ours["ms"] > 0
+        dense = next(c for c in timed if c["op"] == "ours_entmax15_dense_gemms" and c["logits"] == kind)
+        assert dense["loss"] == ours["loss"] and "tiles_skipped" not in dense
     by_op = {c["op"]: c for c in cases if c.get("logits", "benchmark") == "benchmark"}
     assert by_op["torch_linear_cross_entropy"]["skipped"].startswith(
         "torch.nn.functional.linear_cross_entropy is absent in torch")

@@ -234,3 +234,33 @@ def test_skip_is_not_chosen_on_the_cpu():
     from softargmax.losses._row_losses import resolve_loss
 
     assert not _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), torch.zeros(4, 8))
+
+
+def test_skip_is_turned_off_by_its_switch(triton_device):
+    from softargmax.backends.triton import tile_gemms
+    from softargmax.losses._row_losses import resolve_loss
+
+    h = torch.zeros(4, 8, device=triton_device)
+    old = tile_gemms.set_enabled(False)
+    try:
+        assert not tile_gemms.enabled() and not _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h)
+    finally:
+        tile_gemms.set_enabled(old)
+    assert _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h)
+
+
+def test_backprop_chunk_marks_the_tiles_itself_where_no_kernel_did(triton_device):
+    """Marks left unwritten (a row loss that took the PyTorch path) are made from ``G`` (tile_flags): the
+    products still skip, and equal the dense ones."""
+    n, V, d = 70, 200, 24
+    g = torch.Generator().manual_seed(4)
+    G = _sparse_G()
+    W, h = torch.randn(V, d, generator=g), torch.randn(n, d, generator=g)
+    dev = triton_device
+    marks = TF.TileFlags(n, V, torch.device(dev)).reset(n)
+    gh, gw, gb = torch.empty(n, d, device=dev), torch.zeros(V, d, device=dev), torch.zeros(V, device=dev)
+    _linear_chunks.backprop_chunk(G.to(dev), None, torch.float32, W.to(dev), h.to(dev), gh, gw, gb, marks)
+    assert marks.written and marks.flags.cpu().tolist() == [[1, 0, 1, 0], [0, 1, 0, 1]]
+    torch.testing.assert_close(gh.cpu(), G @ W, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw.cpu(), G.T @ h, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gb.cpu(), G.sum(0))

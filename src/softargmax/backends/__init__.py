@@ -29,7 +29,7 @@ from .triton import tile_gemms as _triton_tile_gemms
 
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
            "loss_gradient", "softmax_loss_gradient", "alpha_relu_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device",
-           "tile_backprop", "TileFlags"]
+           "tile_backprop", "skips_tiles", "TileFlags"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -158,6 +158,12 @@ def alpha_relu_loss_gradient(z: Tensor, index: Optional[Tensor], dense: Optional
     kernels run (:func:`softargmax.backends.triton.losses.alpha_relu_gradient`; ``tiles`` as in
     :func:`loss_gradient`), else ``None``."""
     return _triton_losses.alpha_relu_gradient(z, index, dense, keep, alpha, tau, scale, out, tiles)
+
+
+def skips_tiles(x: Tensor) -> bool:
+    """Whether :func:`tile_backprop` may run for tensors on ``x``'s device: where the GPU kernels run and the
+    tile products are on (:func:`softargmax.backends.triton.tile_gemms.set_enabled`)."""
+    return _triton_tile_gemms.enabled() and _triton_rows.usable_device(x)
 
 
 def tile_backprop(G: Tensor, weight: Tensor, h: Tensor, gh: Optional[Tensor], gw: Optional[Tensor],

@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_tensor, compute_dtype
-from ..backends import TileFlags, kernel_device, tile_backprop
+from ..backends import TileFlags, skips_tiles, tile_backprop
 from ._rows import RowLoss, RowsCompute
 from ._targets import Target, rows_of
 
@@ -85,8 +85,9 @@ def skips_zero_tiles(loss: RowLoss, hidden2d: Tensor) -> bool:
     """Whether the fused loss's backward products skip the all-zero tiles of each chunk's gradient ``G``
     (the one place that chooses): a loss whose gradient ``p - y`` has exact zeros (the sparse mappings,
     α-ReLU, normmax, budget sparsemax) where the GPU kernels run; the dense losses (softmax: no entry of
-    ``G`` is zero) keep the dense GEMMs (cuBLAS on a GPU), and so does the CPU."""
-    return loss.sparse_gradient and hidden2d.shape[0] > 0 and kernel_device(hidden2d)
+    ``G`` is zero) keep the dense GEMMs (cuBLAS on a GPU), and so does the CPU, and every loss where the
+    tile products are turned off (:func:`softargmax.backends.triton.tile_gemms.set_enabled`)."""
+    return loss.sparse_gradient and hidden2d.shape[0] > 0 and skips_tiles(hidden2d)
 
 
 def keeps_graph() -> bool:

@@ -8,6 +8,10 @@ The marks become two compacted lists on the device (per token tile, its non-zero
 class tile, its non-zero token tiles: a stable sort and a count of the ``[⌈n/64⌉, ⌈V/64⌉]`` marks),
 so no value is read on the host.  It returns ``False`` where the kernels do not take the tensors
 (the caller then runs the dense GEMMs).
+
+Where few tiles are all zero, the Triton GEMMs do the dense products' work and may be slower than
+cuBLAS: :func:`set_enabled` (or ``SOFTARGMAX_TILE_GEMMS=0`` in the environment) turns them off, so the
+fused loss runs the dense GEMMs for every mapping (for comparisons and for such workloads).
 """
 
 from __future__ import annotations
@@ -19,10 +23,23 @@ import torch
 from torch import Tensor
 
 from ..._utils.extras import LazyModule
+from ..switch import Switch
 from ..tile_flags import TILE_CLASSES, TILE_TOKENS, TileFlags
 from .rows import usable_device
 
-__all__ = ["covers", "tile_lists", "backprop", "feature_block"]
+__all__ = ["covers", "tile_lists", "backprop", "feature_block", "set_enabled", "enabled"]
+
+_switch = Switch("SOFTARGMAX_TILE_GEMMS")
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the tile-skipping products on or off (off: the fused loss runs the dense GEMMs); returns the old setting."""
+    return _switch.set(flag)
+
+
+def enabled() -> bool:
+    """Whether the tile-skipping products are on (:func:`set_enabled`, ``SOFTARGMAX_TILE_GEMMS``)."""
+    return _switch.on
 
 
 def _load() -> ModuleType:
@@ -59,8 +76,8 @@ def covers(G: Tensor, weight: Tensor, h: Tensor) -> bool:
     if not (_rows(G) and _rows(weight) and _rows(h)) or not G.dtype == weight.dtype == h.dtype:
         return False
     n, V = G.shape
-    return (n > 0 and V > 0 and weight.shape[0] == V and h.shape[0] == n and weight.shape[1] == h.shape[1]
-            and usable_device(G) and bool(_module()))
+    return (_switch.on and n > 0 and V > 0 and weight.shape[0] == V and h.shape[0] == n
+            and weight.shape[1] == h.shape[1] and usable_device(G) and bool(_module()))
 
 
 def tile_lists(flags: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
