@@ -24,8 +24,8 @@ def _brute_flags(G):
     return out
 
 
-def _sparse_G(n=70, V=200, seed=0, dtype=torch.float32):
-    """``G`` ``[70, 200]`` (token tiles of 64 and 6, class tiles of 64, 64, 64 and 8) with the tiles
+def _sparse_G(n=70, V=208, seed=0, dtype=torch.float32):
+    """``G`` ``[70, 208]`` (token tiles of 64 and 6, class tiles of 64, 64, 64 and 16) with the tiles
     (0, 0), (0, 2), (1, 1) and (1, 3) holding entries, the others exactly zero."""
     g = torch.Generator().manual_seed(seed)
     G = torch.zeros(n, V)
@@ -55,7 +55,7 @@ def test_loss_kernel_marks_the_nonzero_tiles(triton_device, dense):
     (class 150 of token 5: ``p`` is zero in that whole tile, ``G = -1`` there), none in an ignored row."""
     from softargmax.backends.triton import losses
 
-    n, V = 70, 200
+    n, V = 70, 208
     p = _sparse_G().abs()
     p[:, 128:192] = 0.0  # tile (0, 2) zero in p ...
     index = torch.zeros(n, dtype=torch.long)
@@ -85,7 +85,7 @@ def test_loss_kernel_marks_the_nonzero_tiles(triton_device, dense):
 def test_alpha_relu_loss_kernel_marks_the_nonzero_tiles(triton_device):
     from softargmax.backends.triton import losses
 
-    n, V = 70, 200
+    n, V = 70, 208
     z = torch.full((n, V), -1.0)
     z[:64, :20] = 3.0
     z[64:, 130:140] = 2.0
@@ -106,7 +106,7 @@ def test_products_skip_the_unmarked_tiles_and_equal_the_dense_ones(triton_device
     by far more than rounding); a class tile with no mark leaves its rows of ``gw`` untouched, bit for bit."""
     from softargmax.backends.triton import tile_gemms
 
-    n, V, d = 70, 200, 24
+    n, V, d = 70, 208, 32
     g = torch.Generator().manual_seed(3)
     G = _sparse_G(dtype=dtype)
     flags = TF.tile_flags(G)
@@ -138,6 +138,10 @@ def test_products_skip_the_unmarked_tiles_and_equal_the_dense_ones(triton_device
     assert torch.equal(gw[192:].cpu(), gw0[192:])
     with pytest.raises(ValueError, match="tiles: marks of shape"):
         tile_gemms.backprop(G.to(dev), W.to(dev), h.to(dev), gh, None, TF.TileFlags(n + 64, V, torch.device(dev)))
+    # a vocabulary or a width that is not a multiple of 16 (the kernels' compiled specialization): not taken
+    assert not tile_gemms.backprop(G[:, :200].contiguous().to(dev), W[:200].to(dev), h.to(dev), gh, None, marks)
+    assert not tile_gemms.backprop(G.to(dev), W[:, :24].contiguous().to(dev), h[:, :24].contiguous().to(dev),
+                                   gh[:, :24].contiguous(), None, marks)
 
 
 def test_tile_lists_are_the_marked_tiles_in_order():
@@ -151,11 +155,11 @@ def test_tile_lists_are_the_marked_tiles_in_order():
 
 
 def _topic_problem(dtype=torch.float32):
-    """72 tokens (token tiles of 64 and 8), 200 classes: tokens 0-63 score classes 0-19 high (class tile
+    """72 tokens (token tiles of 64 and 8), 208 classes: tokens 0-63 score classes 0-19 high (class tile
     0), tokens 64-71 classes 130-149 (class tile 2); token 5's target is class 100 (tile 1, outside its
     support).  The tiles (0, 0), (0, 1), (1, 2) hold entries of ``G``; the other five are all zero."""
     g = torch.Generator().manual_seed(0)
-    N, d, V = 72, 8, 200
+    N, d, V = 72, 16, 208
     W = torch.randn(V, d, generator=g) * 0.05
     W[:20, 0] += 4.0
     W[130:150, 1] += 4.0
@@ -252,7 +256,7 @@ def test_skip_is_turned_off_by_its_switch(triton_device):
 def test_backprop_chunk_marks_the_tiles_itself_where_no_kernel_did(triton_device):
     """Marks left unwritten (a row loss that took the PyTorch path) are made from ``G`` (tile_flags): the
     products still skip, and equal the dense ones."""
-    n, V, d = 70, 200, 24
+    n, V, d = 70, 208, 32
     g = torch.Generator().manual_seed(4)
     G = _sparse_G()
     W, h = torch.randn(V, d, generator=g), torch.randn(n, d, generator=g)

@@ -70,10 +70,19 @@ def _rows(t: Tensor) -> bool:
     return t.dim() == 2 and t.stride(1) == 1 and t.dtype in _DTYPES
 
 
+def _aligned(*ts: Tensor) -> bool:
+    """Row strides multiples of 16 elements and 16-byte aligned data: the specialization the kernels are
+    compiled with at the usual shapes (without it their sm_90a builds spill: ``compile_report.py --unaligned``)."""
+    return all(t.stride(0) % 16 == 0 and t.data_ptr() % 16 == 0 for t in ts)
+
+
 def covers(G: Tensor, weight: Tensor, h: Tensor) -> bool:
     """Whether the kernels take ``G`` ``[n, V]``, ``weight`` ``[V, d]`` and ``h`` ``[n, d]``: row-contiguous, one
-    dtype (float32, float16 or bfloat16), non-empty, where the kernels run."""
+    dtype (float32, float16 or bfloat16), non-empty, ``V`` and ``d`` and the row strides multiples of 16 (a
+    vocabulary of 50257 keeps the dense GEMMs), where the kernels run."""
     if not (_rows(G) and _rows(weight) and _rows(h)) or not G.dtype == weight.dtype == h.dtype:
+        return False
+    if G.shape[1] % 16 or weight.shape[1] % 16 or not _aligned(G, weight, h):
         return False
     n, V = G.shape
     return (_switch.on and n > 0 and V > 0 and weight.shape[0] == V and h.shape[0] == n
@@ -97,7 +106,10 @@ def backprop(G: Tensor, weight: Tensor, h: Tensor, gh: Optional[Tensor], gw: Opt
     """``gh = G W`` (written) and ``gw += Gᵀ h`` (``gw`` in any of the three dtypes, summed in float32 and
     rounded once), each ``None`` to skip it, over the tiles marked in ``tiles.flags`` only; ``False`` (nothing
     done) where the kernels do not take the tensors (:func:`covers`).  ``G`` is not modified."""
-    if not covers(G, weight, h) or (gh is not None and not _rows(gh)) or (gw is not None and not _rows(gw)):
+    for out in (gh, gw):
+        if out is not None and not (_rows(out) and _aligned(out)):
+            return False
+    if not covers(G, weight, h):
         return False
     n, V = G.shape
     d = weight.shape[1]
