@@ -268,3 +268,26 @@ def test_backprop_chunk_marks_the_tiles_itself_where_no_kernel_did(triton_device
     torch.testing.assert_close(gh.cpu(), G @ W, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gw.cpu(), G.T @ h, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gb.cpu(), G.sum(0))
+
+
+def test_skipping_reads_no_value_on_the_host(triton_device, monkeypatch):
+    """The marks, their lists and the tile products stay on the device: the fused loss with the skipping,
+    forward + backward in bfloat16 and float32, reads no value on the host beyond the target's validation
+    (none with the checks off, as under CUDA-graph capture)."""
+    from test_loss_fast_paths import SyncCount
+
+    from softargmax.backends.triton import tile_gemms
+    from softargmax.losses import _targets
+
+    monkeypatch.setattr(_targets, "values_checkable", lambda t: False)
+    calls = []
+    backprop = tile_gemms.backprop
+    monkeypatch.setattr(tile_gemms, "backprop", lambda *a: calls.append(1) or backprop(*a))
+    dev = triton_device
+    for dtype in (torch.bfloat16, torch.float32):
+        h, W, t = _topic_problem(dtype)
+        hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
+        with SyncCount() as c:
+            sa.linear_fenchel_young_loss(hh, WW, t.to(dev), chunk_size=40).backward()
+        assert c.names == []
+    assert len(calls) == 4  # two chunks each
