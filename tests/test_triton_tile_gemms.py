@@ -38,6 +38,21 @@ def _sparse_G(n=70, V=208, seed=0, dtype=torch.float32):
     return G.to(dtype)
 
 
+@pytest.mark.parametrize("n,V", [(70, 200), (64, 128), (10, 30), (130, 257), (1, 1)])
+def test_tile_flags_on_ragged_shapes_and_slices(n, V):
+    """Full tiles, a short last token tile and class tile, a row-strided slice of a wider ``G``; NaN marks, -0.0 not."""
+    g = torch.Generator().manual_seed(n * V)
+    for trial in range(6):
+        G = torch.randn(n, V, generator=g)
+        G[torch.rand(n, V, generator=g) < 0.995] = 0.0
+        G[int(torch.randint(0, n, (1,), generator=g)), int(torch.randint(0, V, (1,), generator=g))] = \
+            float("nan") if trial % 2 else -0.0
+        wide = torch.zeros(n, V + 16)
+        wide[:, :V] = G
+        assert torch.equal(TF.tile_flags(G), _brute_flags(G))
+        assert torch.equal(TF.tile_flags(wide[:, :V]), _brute_flags(G))
+
+
 def test_tile_flags_is_the_brute_force_marking():
     G = _sparse_G()
     G[3, 195] = float("nan")  # a NaN marks its tile, (0, 3)
@@ -291,3 +306,27 @@ def test_skipping_reads_no_value_on_the_host(triton_device, monkeypatch):
             sa.linear_fenchel_young_loss(hh, WW, t.to(dev), chunk_size=40).backward()
         assert c.names == []
     assert len(calls) == 4  # two chunks each
+
+
+def test_per_token_loss_skips_zero_tiles(triton_device, monkeypatch):
+    """``reduction="none"``: the backward's products skip the tiles marked from ``G`` (no kernel marks them
+    there), and the gradients of a weighted sum of the per-token losses equal the float64 unfused ones."""
+    from softargmax.backends.triton import tile_gemms
+
+    seen = []
+    backprop = tile_gemms.backprop
+    monkeypatch.setattr(tile_gemms, "backprop", lambda G, w, h, gh, gw, tiles: seen.append(tiles.flags.cpu().clone())
+                        or backprop(G, w, h, gh, gw, tiles))
+    h, W, t = _topic_problem()
+    dev = triton_device
+    hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
+    losses = sa.linear_fenchel_young_loss(hh, WW, t.to(dev), reduction="none", chunk_size=72)
+    g = torch.linspace(0.5, 1.5, 72)
+    gh, gw = torch.autograd.grad((losses * g.to(dev)).sum(), (hh, WW))
+    assert len(seen) == 1 and seen[0].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
+    hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
+    ref = sa.fenchel_young_loss(hd @ Wd.T, t, "entmax15", reduction="none")
+    rh, rw = torch.autograd.grad((ref * g.to(F64)).sum(), (hd, Wd))
+    torch.testing.assert_close(losses.detach().cpu().to(F64), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gh.cpu().to(F64), rh, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(gw.cpu().to(F64), rw, rtol=1e-4, atol=1e-6)

@@ -60,18 +60,26 @@ class TileFlags:
 def tile_flags(G: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """``[⌈n/TILE_TOKENS⌉, ⌈V/TILE_CLASSES⌉]`` ``uint8``: 1 where the tile of ``G`` ``[n, V]`` holds an
     entry that is not zero (NaN counts as not zero), else 0; into ``out`` where given.  On the device
-    of ``G``, no synchronization: the reference of the kernels' marks."""
+    of ``G``, no synchronization, and no temporary of ``G``'s size: the largest and the smallest entry
+    of each tile (two reductions over views of ``G``; a NaN makes both NaN).  The reference of the
+    kernels' marks, and the marks of a ``G`` that no kernel marked."""
     if G.dim() != 2:
         raise ValueError(f"G must be [tokens, classes], got shape {tuple(G.shape)}")
     n, V = G.shape
     mt, kt = -(-n // TILE_TOKENS), -(-V // TILE_CLASSES)
-    nz = G != 0
-    padded = torch.zeros(mt * TILE_TOKENS, kt * TILE_CLASSES, dtype=torch.bool, device=G.device)
-    padded[:n, :V] = nz
-    flags = padded.view(mt, TILE_TOKENS, kt, TILE_CLASSES).any(3).any(1).to(torch.uint8)
-    if out is None:
-        return flags
-    return out.copy_(flags)
+    flags = torch.zeros(mt, kt, dtype=torch.uint8, device=G.device) if out is None else out
+    nf, vf = n - n % TILE_TOKENS, V - V % TILE_CLASSES
+    # the full tiles, then the last (shorter) token tile and class tile: each block viewed as its tiles
+    for r0, r1, tm in ((0, nf, TILE_TOKENS), (nf, n, n - nf)):
+        for c0, c1, tn in ((0, vf, TILE_CLASSES), (vf, V, V - vf)):
+            block = G[r0:r1, c0:c1]
+            if block.numel() == 0:
+                continue
+            tiles = block.reshape(block.shape[0] // tm, tm, block.shape[1] // tn, tn)
+            nz = (tiles.amax(dim=(1, 3)) != 0) | (tiles.amin(dim=(1, 3)) != 0)
+            m0, k0 = r0 // TILE_TOKENS, c0 // TILE_CLASSES
+            flags[m0:m0 + nz.shape[0], k0:k0 + nz.shape[1]] = nz
+    return flags
 
 
 def skipped_fraction(flags: Tensor) -> float:

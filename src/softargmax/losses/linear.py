@@ -310,7 +310,8 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
             predictor = ThresholdPrediction(loss.divergence, loss.beta, loss.q)
         else:  # α-ReLU: the prediction depends on each logit alone
             predictor = ElementwisePrediction(compute)
-        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink)
+        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink,
+                                       skips_zero_tiles(loss, hidden2d))
         value = value.reshape(batch)
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
