@@ -214,7 +214,7 @@ def test_fused_loss_skips_zero_tiles_and_equals_the_unfused_loss(triton_device, 
     hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
     ref = sa.fenchel_young_loss(hd @ Wd.T, t, mapping, **params)
     rh, rw = torch.autograd.grad(ref * 1.5, (hd, Wd))
-    torch.testing.assert_close(float(loss.detach()), float(ref), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(float(loss.detach()), float(ref.detach()), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(gh.cpu().to(F64), rh, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(gw.cpu().to(F64), rw, rtol=1e-4, atol=1e-6)
     seen.clear()
@@ -329,5 +329,35 @@ def test_per_token_loss_skips_zero_tiles(triton_device, monkeypatch):
     ref = sa.fenchel_young_loss(hd @ Wd.T, t, "alpha_relu", tau=1.0, reduction="none")
     rh, rw = torch.autograd.grad((ref * g.to(F64)).sum(), (hd, Wd))
     torch.testing.assert_close(losses.detach().cpu().to(F64), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gh.cpu().to(F64), rh, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(gw.cpu().to(F64), rw, rtol=1e-4, atol=1e-6)
+
+
+def test_vocab_parallel_loss_skips_zero_tiles(triton_device, monkeypatch):
+    """The vocabulary-parallel fused loss (one process here) computes ``G`` with PyTorch: its tiles are
+    marked from ``G`` and the products skip the others; the gradients equal the float64 unfused ones."""
+    import torch.distributed as dist
+
+    from softargmax.backends.triton import tile_gemms
+    from softargmax.losses import distributed
+
+    seen = []
+    backprop = tile_gemms.backprop
+    monkeypatch.setattr(tile_gemms, "backprop", lambda G, w, h, gh, gw, tiles: seen.append(tiles.flags.cpu().clone())
+                        or backprop(G, w, h, gh, gw, tiles))
+    h, W, t = _topic_problem()
+    dev = triton_device
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
+        loss = distributed.linear_fenchel_young_loss(hh, WW, t.to(dev), mapping="alpha_relu", tau=1.0, chunk_size=72)
+        gh, gw = torch.autograd.grad(loss, (hh, WW))
+    finally:
+        dist.destroy_process_group()
+    assert len(seen) == 1 and seen[0].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
+    hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
+    ref = sa.fenchel_young_loss(hd @ Wd.T, t, "alpha_relu", tau=1.0)
+    rh, rw = torch.autograd.grad(ref, (hd, Wd))
+    torch.testing.assert_close(float(loss.detach()), float(ref.detach()), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(gh.cpu().to(F64), rh, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(gw.cpu().to(F64), rw, rtol=1e-4, atol=1e-6)

@@ -106,9 +106,10 @@ class LinearFY(torch.autograd.Function):
     write it over the logits; ``"native"`` keeps the chunk in the input's dtype (half precision on
     the GPU kernels' route), ``"compute"`` converts it to the compute dtype first.
 
-    ``skip`` (with a ``mode``; :func:`skips_zero_tiles` chooses): the loss kernel marks, as it writes
-    ``G``, the ``64 × 64`` tiles that hold a non-zero entry (:mod:`softargmax.backends.tile_flags`),
-    and the products ``G W`` and ``Gᵀ h`` skip the others (:func:`backprop_chunk`), read on the device.
+    ``skip`` (:func:`skips_zero_tiles` chooses): the loss kernel marks, as it writes ``G``, the
+    ``64 × 64`` tiles that hold a non-zero entry (:mod:`softargmax.backends.tile_flags`; without a
+    ``mode``, the vocabulary-parallel loss, they are marked from ``G``), and the products ``G W`` and
+    ``Gᵀ h`` skip the others (:func:`backprop_chunk`), read on the device.
 
     The weight's gradient is accumulated in the weight's dtype (:func:`accumulate_weight_grad`):
     for bfloat16 each chunk's GEMM accumulates in float32 and rounds the running sum once, so
@@ -136,7 +137,7 @@ class LinearFY(torch.autograd.Function):
         # weights sum to 0): the value is NaN, as F.cross_entropy's, and no item moves it
         ginv = (0.0 if math.isnan(inv) else inv) if not isinstance(inv, Tensor) else torch.nan_to_num(inv, nan=0.0)
         # the marks of the chunks' non-zero tiles, one buffer for every chunk
-        tiles = TileFlags(min(chunk, N), V, hidden2d.device) if skip and mode is not None else None
+        tiles = TileFlags(min(chunk, N), V, hidden2d.device) if skip and N else None
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             h = hidden2d[start:end]
@@ -149,18 +150,18 @@ class LinearFY(torch.autograd.Function):
                 t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
                 z = t * softcap
             w = part.item_weight
-            if mode is None:
+            n = end - start
+            marks = None if tiles is None else tiles.reset(n)
+            if mode is None:  # (G's tiles are then marked from G: backprop_chunk)
                 loss, _, G = compute(z, part)
                 G = G.mul_(ginv if w is None else (w * ginv).unsqueeze(1))
             else:
-                n = end - start
                 scale = (w * ginv) if w is not None else \
                     (ginv.expand(n) if isinstance(ginv, Tensor) else torch.full((n,), ginv, dtype=cdt, device=z.device))
-                marks = None if tiles is None else tiles.reset(n)
                 loss, _, G = compute(z, part, inplace=True, scale=scale.to(cdt), overwrite=True, tiles=marks)
             del z
             total = total + (loss if w is None else loss * w).sum()
-            backprop_chunk(G, t, dt, weight, h, None if gh is None else gh[start:end], gw, gb, tiles)
+            backprop_chunk(G, t, dt, weight, h, None if gh is None else gh[start:end], gw, gb, marks)
             del G, t  # the chunk's buffers are freed before the next chunk's are made
         ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None or bias is None else gb.to(bias.dtype))
         return total * inv
