@@ -53,11 +53,13 @@ Precision and memory:
 * ``softcap=c`` caps the logits as :math:`c \tanh(\theta / c)` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
 * the sparse losses (1.5-entmax, sparsemax, α-ReLU, every mapping whose gradient ``p - y`` has exact
-  zeros), ``reduction`` ``"mean"`` or ``"sum"``, where the GPU kernels run: the loss kernel that
-  writes a chunk's gradient also marks its ``64 × 64`` (tokens × classes) tiles that hold a non-zero
-  entry, and the products ``G W`` and ``Gᵀ h`` are Triton GEMMs that walk the marked tiles only
-  (:mod:`softargmax.backends.triton.tile_gemms`), read on the device: equal to the dense products up
-  to the order of their float32 sums.  The softmax loss (no zero in ``G``) keeps the dense GEMMs.
+  zeros), where the GPU kernels run: the loss kernel that writes a chunk's gradient also marks its
+  ``64 × 64`` (tokens × classes) tiles that hold a non-zero entry (with ``reduction="none"`` and in
+  the vocabulary-parallel loss they are marked from ``G``), and the products ``G W`` and ``Gᵀ h`` are
+  Triton GEMMs that walk the marked tiles only (:mod:`softargmax.backends.triton.tile_gemms`), read
+  on the device: equal to the dense products up to the order of their float32 sums.  The softmax loss
+  (no zero in ``G``) keeps the dense GEMMs, and so do shapes whose vocabulary or width is not a
+  multiple of 16.
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
 (``teacher_probs.topk(k)``), both ``[..., k]``: the teacher keeps only its ``k`` most likely
