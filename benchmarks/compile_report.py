@@ -341,17 +341,29 @@ def _row_dot_configs() -> Iterable[tuple[str, dict, int, bool]]:
             yield dt, dict(BLOCK_R=max(1, 1024 // D), HEAD_DIM=D), 4, dt == "bf16" and D == 64
 
 
+def _tiles() -> tuple[int, int]:
+    """The tiles of ``G`` (tokens × classes) that the loss kernels mark and the tile products walk."""
+    T = _mod("tile_gemms")
+    return T.TILE_TOKENS, T.TILE_CLASSES
+
+
 def _loss_configs(name: str) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
     """The loss epilogue kernels (``losses.gradient`` / ``losses.softmax_gradient``): a class index or a dense
     target, with or without a row scale, at the launchers' ``BLOCK`` and warps (the softmax one: 8)."""
 
     def configs() -> Iterable[tuple[str, dict, int, bool]]:
         L = _mod("losses")
+        tm, tn = _tiles()
         block, warps = (L.SOFTMAX_BLOCK, 8) if name == "softmax_gradient_rows" else (L.BLOCK, 4)  # 4: Triton's default
         for dt in DTYPES:
             for dense in (False, True):
                 for scale in (False, True):
-                    yield dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, BLOCK=block), warps, dt == "bf16" and scale
+                    if name == "softmax_gradient_rows":
+                        yield dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, BLOCK=block), warps, dt == "bf16" and scale
+                        continue
+                    for tiles in (False, True) if scale else (False,):  # the fused loss marks tiles with a scale
+                        yield (dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, HAS_TILES=tiles, TM=tm,
+                                        TN=tn, BLOCK=block), warps, dt == "bf16" and scale)
 
     return configs
 
@@ -360,12 +372,28 @@ def _alpha_relu_loss_configs() -> Iterable[tuple[str, dict, int, bool]]:
     """The α-ReLU loss kernel (``losses.alpha_relu_gradient``): a class index or a dense target, with or without a
     row scale, each power (general, α = 2, α = 1.5), one program of 8 warps per row."""
     L = _mod("losses")
+    tm, tn = _tiles()
     for dt in DTYPES:
         for dense in (False, True):
             for scale in (False, True):
                 for exact in (0, 1, 2):
-                    yield (dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, EXACT=exact, BLOCK=L.SOFTMAX_BLOCK), 8,
-                           dt == "bf16" and scale and exact != 1)
+                    for tiles in (False, True) if scale else (False,):  # the fused loss marks tiles with a scale
+                        yield (dt, dict(HAS_DENSE=dense, HAS_SCALE=scale, EXACT=exact, HAS_TILES=tiles,
+                                        TM=tm, TN=tn, BLOCK=L.SOFTMAX_BLOCK), 8,
+                               dt == "bf16" and scale and exact != 1)
+
+
+def _tile_gemm_configs() -> Iterable[tuple[str, dict, int, bool]]:
+    """The fused layer's products that skip G's all-zero tiles (``tile_gemms.backprop``): the launcher's dot mode
+    (tensor cores for half precision, IEEE float32) and feature block per dtype, 4 warps (Triton's default)."""
+    T = _mod("tile_gemms")
+    tm, tn = _tiles()
+    import torch
+
+    for dt in DTYPES:
+        torch_dtype = getattr(torch, TORCH_DTYPE[dt])
+        yield (dt, dict(DOT=1 if dt == "fp32" else 0, TM=tm, TN=tn,
+                        BD=T.feature_block(torch_dtype)), 4, dt == "bf16")
 
 
 def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -381,8 +409,12 @@ _ATT = {"ITERS": "*i32", "LIST": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 _ROWS = {"BAD": "*u1", "IDX": "*i64", "KEEP": "*u8"}
 #: the decoding kernels' sequence ends, starts and block table
 _DEC = {"END": "*i32", "START": "*i32", "TABLE": "*i32"}
-#: the loss kernels' target (int64 class indices or float32 rows) and the kept rows (bool viewed as uint8)
-_LOSS = {"IDX": "*i64", "Y": "*fp32", "KEEP": "*u8"}
+#: the loss kernels' target (int64 class indices or float32 rows), the kept rows (bool viewed as uint8) and
+#: the marks of G's non-zero tiles (uint8)
+_LOSS = {"IDX": "*i64", "Y": "*fp32", "KEEP": "*u8", "FLAGS": "*u8"}
+#: the tile products' lists of marked tiles and their lengths
+_TILE_LISTS = {"LIST": "*i32", "COUNT": "*i32"}
+
 
 #: every Triton kernel of the library: add a kernel here (one line) and every proxy reports it
 KERNELS: list[KernelSpec] = [
@@ -403,6 +435,8 @@ KERNELS: list[KernelSpec] = [
                streaming=True),
     KernelSpec("loss_kernels", "alpha_relu_gradient_rows", _alpha_relu_loss_configs, ("Z", "G"), _LOSS, streaming=True),
     KernelSpec("loss_kernels", "scale_rows", _scale_configs, ("G", "OUT"), streaming=True),
+    KernelSpec("tile_gemm_kernels", "grad_hidden_tiles", _tile_gemm_configs, ("G", "W", "OUT"), _TILE_LISTS),
+    KernelSpec("tile_gemm_kernels", "grad_weight_tiles", _tile_gemm_configs, ("G", "HID", "GW"), _TILE_LISTS),
     KernelSpec("attention_kernels", "attention_fwd", _attention_configs("attention_fwd"), ("Q", "K", "V", "O", "Wv"), _ATT,
                stages=_attention_stages),
     KernelSpec("attention_kernels", "attention_bwd_dkdv", _attention_configs("attention_bwd_dkdv"),
@@ -500,7 +534,7 @@ def access_widths(ptx: str) -> dict:
 
 #: integer arguments that a launch at the usual shapes specializes as multiples of 16 (row lengths, row
 #: counts, element counts, strides); Triton does this at launch for every int argument divisible by 16
-ALIGNED_INTS = re.compile(r"k|R|n|L|S|a_stride|stride_\w+")
+ALIGNED_INTS = re.compile(r"k|R|n|d|L|S|a_stride|stride_\w+")
 
 
 def _attrs(fn: Any, signature: dict, aligned: bool, scratch: tuple[str, ...] = ()) -> dict:

@@ -136,10 +136,11 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     module replaced by a recorder, over every row length class, dtype and mode the table lists."""
     import torch
 
-    from softargmax.backends.triton import decoding, flash_attention, losses, rows
+    from softargmax.backends.tile_flags import TileFlags
+    from softargmax.backends.triton import decoding, flash_attention, losses, rows, tile_gemms
 
     launched = set()
-    for mod in (rows, losses, flash_attention, decoding):
+    for mod in (rows, losses, flash_attention, decoding, tile_gemms):
         launched |= set(re.findall(r"(?:K|_module\(\))\.(\w+)\[", Path(mod.__file__).read_text(encoding="utf-8")))
     listed = {v.kernel.split(".")[1] for v in CR.variants()}
     assert {"gradient_rows", "softmax_gradient_rows", "solve_block_rows", "jvp_long_rows"} <= launched
@@ -188,14 +189,32 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
         for dense in (None, torch.zeros(2, 3000)):
             idx = None if dense is not None else torch.zeros(2, dtype=torch.long)
             for scale in (None, torch.ones(2)):
-                losses.gradient(z, idx, dense, keep, scale)
+                # the fused loss marks G's tiles (always with a row scale)
+                for tiles in (None,) + ((TileFlags(2, 3000, z.device),) if scale is not None else ()):
+                    losses.gradient(z, idx, dense, keep, scale, tiles=tiles)
+                    for alpha in (1.25, 2.0, 1.5):  # the general power, α = 2 and α = 1.5
+                        losses.alpha_relu_gradient(z, idx, dense, keep, alpha, 0.0, scale, tiles=tiles)
                 losses.softmax_gradient(z, idx, dense, keep, scale)
-                for alpha in (1.25, 2.0, 1.5):  # the general power, α = 2 and α = 1.5
-                    losses.alpha_relu_gradient(z, idx, dense, keep, alpha, 0.0, scale)
         losses.scale_rows(z, torch.ones(2))
     loss_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
                   if v.kernel.startswith("loss_kernels.")}
     assert _launched(rec) == loss_table
+    # the tile products of the fused layer's backward
+    rec = _Recorder()
+    monkeypatch.setattr(tile_gemms, "_module", lambda: rec)
+    monkeypatch.setattr(tile_gemms, "covers", lambda *a: True)
+    for dt in CR.DTYPES:
+        G = torch.zeros(100, 3000, dtype=getattr(torch, CR.TORCH_DTYPE[dt]))
+        W, h = G.new_zeros(3000, 16), G.new_zeros(100, 16)
+        marks = TileFlags(100, 3000, G.device)
+        marks.written = True
+        assert tile_gemms.backprop(G, W, h, h.clone(), W.clone(), marks)
+    tile_table = {_key(v.kernel.split(".")[1], v.dtype, v.constexprs, v.warps) for v in CR.variants()
+                  if v.kernel.startswith("tile_gemm_kernels.")}
+    # (the launcher's dot mode 2, the interpreter's widened bfloat16, is for CPU tensors only: not compiled)
+    assert _launched(rec) == {k for k in tile_table if k[1] != "bf16"} | {
+        (name, "bf16", tuple((c, 2 if c == "DOT" else v) for c, v in consts), warps)
+        for name, dt, consts, warps in tile_table if dt == "bf16"}
     # the attention tiles
     fwd = {(v.dtype, v.constexprs["HEAD_DIM"], v.constexprs["BLOCK_M"], v.constexprs["BLOCK_N"], v.warps)
            for v in CR.variants() if v.kernel == "attention_kernels.attention_fwd" and not v.constexprs["HAS_MASK"]}

@@ -72,6 +72,36 @@ def test_fused_half_chunks_stay_half(triton_device, modes, mapping, extra):
         assert float((a.cpu().to(F64) - c).abs().max()) <= 8 * BF16_U * float(c.abs().max())
 
 
+@pytest.mark.parametrize("mapping", ["entmax15", "sparsemax", "softmax", "alpha_relu"])
+def test_fused_half_statistics(triton_device, modes, monkeypatch, mapping):
+    """``return_stats`` in bfloat16 on the kernels' route: the threshold mappings keep their chunks in
+    bfloat16 (mode ``"native"``; the softmax and α-ReLU kernels never form ``p``: ``"compute"``), and the
+    statistics are those of the float64 prediction of the same bfloat16 logits: the support sizes
+    (a bfloat16 ``p`` rounds no positive entry to 0) and the entropy within 1e-2, computed 4 rows at a
+    time (``STATS_ROWS``, lowered here to cross slices within a chunk)."""
+    from softargmax.losses import _prediction_stats
+
+    monkeypatch.setattr(_prediction_stats, "STATS_ROWS", 4)
+    h, W, b, t = _problem(N=15)
+    dev = triton_device
+    hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
+    loss, stats = sa.linear_fenchel_young_loss(hh, WW, t.to(dev), b.to(dev), mapping=mapping, chunk_size=7,
+                                               return_stats=True)
+    loss.backward()
+    assert modes == (["native"] if mapping in ("entmax15", "sparsemax") else ["compute"])
+    logits = torch.addmm(b, h, W.T).to(F64)  # the bfloat16 logits of the fused loss, rounded once
+    p = {"entmax15": sa.entmax15, "sparsemax": sa.sparsemax, "softmax": lambda x: torch.softmax(x, -1),
+         "alpha_relu": lambda x: sa.alpha_relu(x, alpha=1.5)}[mapping](logits)
+    assert stats.entropy.dtype == torch.float32
+    assert torch.equal(stats.support_size.cpu(), (p > 0).sum(-1))
+    # p rounded to bfloat16 (a relative error of at most 2 u, u = 2^-8: the interpreter truncates) moves
+    # H = -Σ p log p by at most 2 u Σ p |log p + 1|
+    H = -torch.special.xlogy(p, p).sum(-1)
+    bound = 2 * BF16_U * torch.where(p > 0, p * (torch.log(p) + 1).abs(), torch.zeros_like(p)).sum(-1)
+    err = (stats.entropy.cpu().to(F64) - H).abs()
+    assert (err <= bound + 1e-6).all(), (err, bound)
+
+
 def test_fused_half_on_the_cpu_converts_the_chunks(modes):
     """Without the kernels (the CPU's C and PyTorch solvers need float32) the chunks are converted."""
     h, W, b, t = _problem()

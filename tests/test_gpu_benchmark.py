@@ -106,7 +106,15 @@ def test_the_peer_comparison_records_what_it_could_not_run(monkeypatch):
     emitted = []
     cases = run_gpu.peer_fused_cases([(16, 8, 50)], torch.device("cpu"), 1, log=lambda *a: None, emit=emitted.append)
     assert cases == emitted
-    by_op = {c["op"]: c for c in cases}
+    # the first shape runs on both kinds of logits, each case says which
+    timed = [c for c in cases if "skipped" not in c]
+    assert {c["logits"] for c in timed} == {"benchmark", "realistic"}
+    for kind in ("benchmark", "realistic"):
+        ours = next(c for c in timed if c["op"] == "ours_entmax15" and c["logits"] == kind)
+        assert 0 <= ours["tiles_skipped"] <= 1 and ours["ms"] > 0
+        dense = next(c for c in timed if c["op"] == "ours_entmax15_dense_gemms" and c["logits"] == kind)
+        assert dense["loss"] == ours["loss"] and "tiles_skipped" not in dense
+    by_op = {c["op"]: c for c in cases if c.get("logits", "benchmark") == "benchmark"}
     assert by_op["torch_linear_cross_entropy"]["skipped"].startswith(
         "torch.nn.functional.linear_cross_entropy is absent in torch")
     assert by_op["liger_flce"]["skipped"].startswith("liger_kernel:") and by_op["cce"]["skipped"].startswith(

@@ -22,11 +22,14 @@ from ..divergences import Divergence
 from .cpu import rows as _cpu_rows
 from .kinds import kind_of
 from .solution import Solution
+from .tile_flags import TileFlags
 from .triton import losses as _triton_losses
 from .triton import rows as _triton_rows
+from .triton import tile_gemms as _triton_tile_gemms
 
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
-           "loss_gradient", "softmax_loss_gradient", "alpha_relu_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device"]
+           "loss_gradient", "softmax_loss_gradient", "alpha_relu_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device",
+           "tile_backprop", "skips_tiles", "TileFlags"]
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -139,18 +142,35 @@ def solve_loss_gradient(z: Tensor, div: Divergence, index: Tensor,
 
 
 def loss_gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
-                  scale: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Optional[Tensor]:
+                  scale: Optional[Tensor] = None, out: Optional[Tensor] = None,
+                  tiles: Optional[TileFlags] = None) -> Optional[Tensor]:
     """``(p - y) · scale`` per row, 0 in rows not kept, in one pass where the GPU loss kernels run
-    (:func:`softargmax.backends.triton.losses.gradient`), else ``None``."""
-    return _triton_losses.gradient(p, index, dense, keep, scale, out)
+    (:func:`softargmax.backends.triton.losses.gradient`; ``tiles``: the marks of its non-zero tiles,
+    written there), else ``None``."""
+    return _triton_losses.gradient(p, index, dense, keep, scale, out, tiles)
 
 
 def alpha_relu_loss_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, alpha: float,
-                             tau: float, scale: Optional[Tensor] = None, out: Optional[Tensor] = None
+                             tau: float, scale: Optional[Tensor] = None, out: Optional[Tensor] = None,
+                             tiles: Optional[TileFlags] = None
                              ) -> Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
     """``(G, Σ p t, ⟨y, z - τ/(α-1)⟩, Σ y^α or None)`` of the α-ReLU loss in one kernel where the GPU loss
-    kernels run (:func:`softargmax.backends.triton.losses.alpha_relu_gradient`), else ``None``."""
-    return _triton_losses.alpha_relu_gradient(z, index, dense, keep, alpha, tau, scale, out)
+    kernels run (:func:`softargmax.backends.triton.losses.alpha_relu_gradient`; ``tiles`` as in
+    :func:`loss_gradient`), else ``None``."""
+    return _triton_losses.alpha_relu_gradient(z, index, dense, keep, alpha, tau, scale, out, tiles)
+
+
+def skips_tiles(x: Tensor) -> bool:
+    """Whether :func:`tile_backprop` may run for tensors on ``x``'s device: where the GPU kernels run and the
+    tile products are on (:func:`softargmax.backends.triton.tile_gemms.set_enabled`)."""
+    return _triton_tile_gemms.enabled() and _triton_rows.usable_device(x)
+
+
+def tile_backprop(G: Tensor, weight: Tensor, h: Tensor, gh: Optional[Tensor], gw: Optional[Tensor],
+                  tiles: TileFlags) -> bool:
+    """``gh = G W`` and ``gw += Gᵀ h`` over the tiles of ``G`` marked in ``tiles`` only, where the GPU kernels
+    run (:func:`softargmax.backends.triton.tile_gemms.backprop`); ``False`` (nothing done) elsewhere."""
+    return _triton_tile_gemms.backprop(G, weight, h, gh, gw, tiles)
 
 
 def scale_loss_gradient(G: Tensor, scale: Tensor, out: Optional[Tensor] = None) -> Optional[Tensor]:

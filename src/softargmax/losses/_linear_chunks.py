@@ -15,7 +15,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_tensor, compute_dtype
-from ._rows import RowsCompute
+from ..backends import TileFlags, skips_tiles, tile_backprop
+from ._rows import RowLoss, RowsCompute
 from ._targets import Target, rows_of
 
 #: default bytes for one chunk's ``[tokens, V]`` buffers (:func:`chunk_tokens`): 384 MiB, 768 tokens of
@@ -80,6 +81,15 @@ def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
 _OUT_DTYPE: list[Optional[bool]] = [None]
 
 
+def skips_zero_tiles(loss: RowLoss, hidden2d: Tensor) -> bool:
+    """Whether the fused loss's backward products skip the all-zero tiles of each chunk's gradient ``G``
+    (the one place that chooses): a loss whose gradient ``p - y`` has exact zeros (the sparse mappings,
+    α-ReLU, normmax, budget sparsemax) where the GPU kernels run; the dense losses (softmax: no entry of
+    ``G`` is zero) keep the dense GEMMs (cuBLAS on a GPU), and so does the CPU, and every loss where the
+    tile products are turned off (:func:`softargmax.backends.triton.tile_gemms.set_enabled`)."""
+    return loss.sparse_gradient and hidden2d.shape[0] > 0 and skips_tiles(hidden2d)
+
+
 def keeps_graph() -> bool:
     """Whether the running backward keeps the graph (``retain_graph=True``): then the buffers an
     autograd function saved must not be overwritten.  ``True`` where torch cannot tell."""
@@ -96,6 +106,11 @@ class LinearFY(torch.autograd.Function):
     write it over the logits; ``"native"`` keeps the chunk in the input's dtype (half precision on
     the GPU kernels' route), ``"compute"`` converts it to the compute dtype first.
 
+    ``skip`` (:func:`skips_zero_tiles` chooses): the loss kernel marks, as it writes ``G``, the
+    ``64 × 64`` tiles that hold a non-zero entry (:mod:`softargmax.backends.tile_flags`; without a
+    ``mode``, the vocabulary-parallel loss, they are marked from ``G``), and the products ``G W`` and
+    ``Gᵀ h`` skip the others (:func:`backprop_chunk`), read on the device.
+
     The weight's gradient is accumulated in the weight's dtype (:func:`accumulate_weight_grad`):
     for bfloat16 each chunk's GEMM accumulates in float32 and rounds the running sum once, so
     ``n`` chunks add at most ``n`` roundings (about 2.5 units of bfloat16 at 32 chunks, measured); the
@@ -106,7 +121,7 @@ class LinearFY(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute, tgt: Target,
                 denom: Union[float, Tensor], chunk: int, softcap: Optional[float],
-                mode: Optional[str] = None) -> Tensor:
+                mode: Optional[str] = None, skip: bool = False) -> Tensor:
         N, d = hidden2d.shape
         V = weight.shape[0]
         dt = hidden2d.dtype
@@ -121,6 +136,8 @@ class LinearFY(torch.autograd.Function):
         # the gradient's factor: 0 where the denominator is NaN (a mean over no kept item, or over items whose
         # weights sum to 0): the value is NaN, as F.cross_entropy's, and no item moves it
         ginv = (0.0 if math.isnan(inv) else inv) if not isinstance(inv, Tensor) else torch.nan_to_num(inv, nan=0.0)
+        # the marks of the chunks' non-zero tiles, one buffer for every chunk
+        tiles = TileFlags(min(chunk, N), V, hidden2d.device) if skip and N else None
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             h = hidden2d[start:end]
@@ -133,17 +150,18 @@ class LinearFY(torch.autograd.Function):
                 t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
                 z = t * softcap
             w = part.item_weight
-            if mode is None:
+            n = end - start
+            marks = None if tiles is None else tiles.reset(n)
+            if mode is None:  # (G's tiles are then marked from G: backprop_chunk)
                 loss, _, G = compute(z, part)
                 G = G.mul_(ginv if w is None else (w * ginv).unsqueeze(1))
             else:
-                n = end - start
                 scale = (w * ginv) if w is not None else \
                     (ginv.expand(n) if isinstance(ginv, Tensor) else torch.full((n,), ginv, dtype=cdt, device=z.device))
-                loss, _, G = compute(z, part, inplace=True, scale=scale.to(cdt), overwrite=True)
+                loss, _, G = compute(z, part, inplace=True, scale=scale.to(cdt), overwrite=True, tiles=marks)
             del z
             total = total + (loss if w is None else loss * w).sum()
-            backprop_chunk(G, t, dt, weight, h, None if gh is None else gh[start:end], gw, gb)
+            backprop_chunk(G, t, dt, weight, h, None if gh is None else gh[start:end], gw, gb, marks)
             del G, t  # the chunk's buffers are freed before the next chunk's are made
         ctx.grads = (gh, None if gw is None else gw.to(weight.dtype), None if gb is None or bias is None else gb.to(bias.dtype))
         return total * inv
@@ -162,24 +180,35 @@ class LinearFY(torch.autograd.Function):
             else:
                 s = grad_out.to(compute_dtype(g.dtype))
                 out.append(g.mul_(s) if in_place else torch.mul(g, s, out=torch.empty_like(g)))
-        return out[0], out[1], out[2], None, None, None, None, None, None
+        return out[0], out[1], out[2], None, None, None, None, None, None, None
 
 
 def backprop_chunk(G: Tensor, tanh: Optional[Tensor], dtype: torch.dtype, weight: Tensor, h: Tensor,
-                   gh: Optional[Tensor], gw: Optional[Tensor], gb: Optional[Tensor]) -> None:
+                   gh: Optional[Tensor], gw: Optional[Tensor], gb: Optional[Tensor],
+                   tiles: Optional[TileFlags] = None) -> None:
     """One chunk's gradient ``G = ∂loss/∂logits`` ``[n, V]`` (scaled; in the input dtype or the
     compute dtype) taken back through the output layer: through the soft-cap first when ``tanh``
     (``tanh(x/c)`` of the chunk, overwritten) is given, then ``gh = G W`` written into ``gh``
-    ``[n, d]``, ``gw += Gᵀ h`` and ``gb += Σ G`` (each skipped when ``None``).  ``G`` is overwritten."""
+    ``[n, d]``, ``gw += Gᵀ h`` and ``gb += Σ G`` (each skipped when ``None``).  ``G`` is overwritten.
+
+    ``tiles``: the marks of ``G``'s non-zero tiles (made from ``G`` here where no kernel wrote them);
+    the two products then skip the unmarked tiles where the GPU kernels take them
+    (:func:`softargmax.backends.tile_backprop`), else run as dense GEMMs.  The soft-cap's factor
+    keeps a zero zero, so the marks stay valid after it."""
     if tanh is not None:
         G.mul_(tanh.mul_(tanh).neg_().add_(1.0))  # d(c·tanh(x/c))/dx = 1 - tanh²
     Gm = G if G.dtype == dtype else G.to(dtype)
+    if gb is not None:
+        gb.add_(G.sum(0, dtype=gb.dtype))
+    if tiles is not None and (gh is not None or gw is not None):
+        if not tiles.written:
+            tiles.mark_from(G)
+        if tile_backprop(Gm, weight, h, gh, gw, tiles):
+            return
     if gh is not None:
         torch.mm(Gm, weight, out=gh)
     if gw is not None:
         accumulate_weight_grad(gw, Gm, h)
-    if gb is not None:
-        gb.add_(G.sum(0, dtype=gb.dtype))
 
 
 def projection_arguments(weight: Optional[Tensor], linear_weight: Optional[Tensor], bias: Optional[Tensor],

@@ -16,7 +16,9 @@ computes the chunk's logits again (one more GEMM per chunk than the reduced loss
 * backward: for each chunk, the logits again (the same GEMM on the same rows), the prediction from
   the stored :math:`\tau` by one elementwise pass, :math:`p = q \odot g(z - \tau)` with
   :math:`z = (\theta - \max_j \theta_j)/\beta` (no threshold search), then
-  :math:`G = g_i w_i (p - y)` and the three GEMMs of the reduced loss.
+  :math:`G = g_i w_i (p - y)` and the three GEMMs of the reduced loss (for the sparse losses where the
+  GPU kernels run, the products skip ``G``'s all-zero tiles, marked from ``G`` by
+  :func:`~softargmax.backends.tile_flags.tile_flags`: :func:`~._linear_chunks.backprop_chunk`).
 
 The alternative, re-solving each chunk in the backward, costs a second threshold search
 (several passes over the row); storing :math:`p` costs ``[tokens, vocabulary]`` memory, which is
@@ -39,6 +41,7 @@ from torch.autograd.function import once_differentiable
 
 from .._utils.checks import compute_dtype
 from .._utils.rows import shift_by_row_max
+from ..backends import TileFlags
 from ..divergences import Divergence
 from ._linear_chunks import backprop_chunk
 from ._prediction_stats import StatsSink
@@ -102,7 +105,7 @@ class LinearFYPerToken(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute,
                 predictor: Union[ThresholdPrediction, ElementwisePrediction], tgt: Target, chunk: int,
-                softcap: Optional[float], sink: Optional[StatsSink]) -> Tensor:
+                softcap: Optional[float], sink: Optional[StatsSink], skip: bool = False) -> Tensor:
         N = hidden2d.shape[0]
         cdt = compute_dtype(hidden2d.dtype)
         losses = torch.empty(N, dtype=cdt, device=hidden2d.device)
@@ -123,6 +126,7 @@ class LinearFYPerToken(torch.autograd.Function):
         ctx.save_for_backward(hidden2d, weight, bias)
         ctx.tau = None if not states or states[0] is None else torch.cat(states)
         ctx.compute, ctx.predictor, ctx.tgt, ctx.chunk, ctx.softcap = compute, predictor, tgt, chunk, softcap
+        ctx.skip = skip
         return losses
 
     @staticmethod
@@ -141,6 +145,8 @@ class LinearFYPerToken(torch.autograd.Function):
         if ctx.tgt.item_weight is not None:
             scale_all = scale_all * ctx.tgt.item_weight
         softcap = ctx.softcap
+        # the marks of each chunk's non-zero tiles, made from G (tile_flags): the products skip the others
+        tiles = TileFlags(min(ctx.chunk, N), V, hidden2d.device) if ctx.skip and N else None
         for start in range(0, N, ctx.chunk):
             end = min(N, start + ctx.chunk)
             h = hidden2d[start:end]
@@ -155,9 +161,10 @@ class LinearFYPerToken(torch.autograd.Function):
             del theta, z
             G = G.mul_(scale_all[start:end].unsqueeze(1))
             backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
-                           None if gh is None else gh[start:end], gw, gb)
+                           None if gh is None else gh[start:end], gw, gb,
+                           None if tiles is None else tiles.reset(end - start))
             del G
             if softcap is not None:
                 del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
         return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),
-                None, None, None, None, None, None)
+                None, None, None, None, None, None, None)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import compute_dtype
+from ..backends import TileFlags
 from ._rows import RowsCompute
 from ._targets import Target
 
@@ -69,6 +70,10 @@ PredictionStats.entropy.__doc__ = (r"Shannon entropy :math:`-\sum_j p_j \log p_j
 PredictionStats.support_size.__doc__ = r"Number of non-zero entries of :math:`p` (``torch.long``)."
 
 
+#: rows of a half-precision prediction converted to float32 at once by :meth:`StatsSink.add`
+STATS_ROWS = 64
+
+
 class StatsSink:
     """Collects the statistics of each chunk's prediction, in the order of the chunks."""
 
@@ -77,8 +82,15 @@ class StatsSink:
         self.support: list[Tensor] = []
 
     def add(self, p: Tensor) -> None:
-        """Record the rows of ``p`` (``[R, V]``)."""
-        self.entropy.append(-torch.special.xlogy(p, p).sum(-1, dtype=compute_dtype(p.dtype)))
+        """Record the rows of ``p`` (``[R, V]``); a half-precision ``p`` (the fused loss's chunks on the GPU
+        kernels' route) is converted to float32 :data:`STATS_ROWS` rows at a time, so each term of the
+        entropy is computed in float32 with no float32 copy of the whole chunk."""
+        cdt = compute_dtype(p.dtype)
+        if p.dtype == cdt or p.shape[0] == 0:
+            self.entropy.append(-torch.special.xlogy(p, p).sum(-1, dtype=cdt))
+        else:
+            self.entropy.append(torch.cat([-torch.special.xlogy(q, q).sum(-1)
+                                           for q in (rows.to(cdt) for rows in p.split(STATS_ROWS))]))
         self.support.append((p > 0).sum(-1))
 
     def result(self, batch_shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> PredictionStats:
@@ -93,8 +105,8 @@ class StatsSink:
         the gradient (the row function is called with ``inplace=False``)."""
 
         def compute_and_record(theta: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
-                               overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-            loss, p, G = compute(theta, part, inplace=False, scale=scale)
+                               overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
+            loss, p, G = compute(theta, part, inplace=False, scale=scale, tiles=tiles)
             self.add(p)
             return loss, p, G
 

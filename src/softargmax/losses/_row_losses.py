@@ -24,6 +24,7 @@ from torch import Tensor
 from .._utils.checks import check_alpha, check_positive_number, check_q, check_tau, compute_dtype
 from .._utils.rows import Rows, shift_by_row_max
 from ..backends import (
+    TileFlags,
     alpha_relu_loss_gradient,
     kernel_device,
     softmax_loss_gradient,
@@ -74,6 +75,7 @@ class FenchelYoungRowLoss(RowLoss):
     def __init__(self, divergence: Divergence, q: Optional[Tensor] = None, beta: float = 1.0) -> None:
         self.divergence, self.q, self.beta = divergence, q, beta
         self.name = divergence.name
+        self.sparse_gradient = divergence.sparse
 
     def __repr__(self) -> str:
         return f"FenchelYoungRowLoss({self.divergence!r})"
@@ -124,7 +126,7 @@ class FenchelYoungRowLoss(RowLoss):
         return solves_half_rows(rows, self.divergence)
 
     def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
-                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+                   overwrite: bool, tiles: Optional[TileFlags] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
         """The rows by one GPU kernel that writes ``G`` itself, ``p`` never formed: only where the caller
         keeps no prediction (``inplace``), with ``β = 1`` and ``q = 1``.
 
@@ -349,6 +351,7 @@ class AlphaReLURowLoss(RowLoss):
     """
 
     name = "alpha_relu"
+    sparse_gradient = True
 
     def __init__(self, alpha: object = 1.5, tau: object = 0.0) -> None:
         alpha = check_alpha(alpha, "alpha", minimum=1.0, strict=True)
@@ -375,15 +378,15 @@ class AlphaReLURowLoss(RowLoss):
                 and kernel_device(rows))
 
     def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
-                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+                   overwrite: bool, tiles: Optional[TileFlags] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
         """The rows by one GPU kernel (:func:`softargmax.backends.alpha_relu_loss_gradient`), ``p`` never
         stored: ``G = (p - y) · scale`` over ``θ`` with ``overwrite`` (else a new tensor) and the value
         from its float32 row sums, as :meth:`_terms` forms it; only where the caller keeps no prediction
-        (``inplace``) and τ is a number."""
+        (``inplace``) and τ is a number.  The kernel marks ``tiles`` (:meth:`RowLoss.rows`)."""
         if not inplace or isinstance(self.tau, Tensor) or target.owned is not None:
             return None
         out = alpha_relu_loss_gradient(theta, target.index, target.dense, target.keep, float(self.alpha),
-                                       float(self.tau), scale, out=theta if overwrite else None)
+                                       float(self.tau), scale, out=theta if overwrite else None, tiles=tiles)
         if out is None:
             return None
         G, spt, zy, ya = out

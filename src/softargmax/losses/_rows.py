@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .._utils.checks import compute_dtype
 from .._utils.rows import Rows
-from ..backends import loss_gradient
+from ..backends import TileFlags, loss_gradient
 from ..backends.solution import Solution
 from ..divergences import Divergence
 from ._targets import Target
@@ -56,6 +56,9 @@ class RowLoss(abc.ABC):
     """
 
     name: str = "loss"
+    #: whether the gradient ``p - y`` can hold exact zeros (outside the support and the target): the
+    #: fused output layer then skips the all-zero tiles of ``G`` (:mod:`softargmax.backends.tile_flags`)
+    sparse_gradient: bool = False
 
     def bind(self, q: Optional[Tensor], temperature: float, like: Tensor, rows: Rows) -> RowLoss:
         """This loss with a reference measure ``q`` and a temperature, checked once, for the rows ``rows``.
@@ -81,7 +84,7 @@ class RowLoss(abc.ABC):
         return False
 
     def rows(self, theta: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None,
-             overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+             overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(loss [R], p [R, k], G = (p - y) · scale [R, k])``; ignored rows have loss 0 and ``G = 0``.
 
         ``inplace``: ``G`` is written over ``p`` (the returned ``p`` is then ``G``); ``scale``: ``[R]``
@@ -89,19 +92,20 @@ class RowLoss(abc.ABC):
         ``overwrite``: ``theta`` is the caller's own buffer, which ``G`` may overwrite (the fused
         loss's logits; the returned ``p`` is then ``G`` too).  ``G`` is written by one pass of the
         GPU loss kernels where they run (:mod:`softargmax.backends.triton.losses`), with no device
-        synchronization on any device.
+        synchronization on any device.  ``tiles``: cleared marks of ``G``'s tiles, which the loss kernel
+        sets where a tile holds a non-zero entry (then ``tiles.written``; elsewhere they stay unwritten).
         """
-        fast = self.fused_rows(theta, target, inplace, scale, overwrite)
+        fast = self.fused_rows(theta, target, inplace, scale, overwrite, tiles)
         if fast is not None:
             return fast
         loss, p, bad = self.values(theta, target)
-        G = scaled_gradient(p, target, inplace, scale)
+        G = scaled_gradient(p, target, inplace, scale, tiles)
         if bad is not None:
             loss = loss.masked_fill(bad.squeeze(1), math.nan)
         return kept_rows(loss, target), p, G
 
     def fused_rows(self, theta: Tensor, target: Target, inplace: bool, scale: Optional[Tensor],
-                   overwrite: bool) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+                   overwrite: bool, tiles: Optional[TileFlags] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
         """:meth:`rows` by a kernel that needs no ``p`` of :meth:`values` (the softmax loss), or ``None``."""
         return None
 
@@ -169,11 +173,14 @@ def p_minus_y(p: Tensor, target: Target, inplace: bool = False, scale: Optional[
     return G
 
 
-def scaled_gradient(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None) -> Tensor:
+def scaled_gradient(p: Tensor, target: Target, inplace: bool = False, scale: Optional[Tensor] = None,
+                    tiles: Optional[TileFlags] = None) -> Tensor:
     """``(p - y) · scale`` per row, zero in ignored rows (``scale``: ``[R]`` or ``None`` for 1); with
-    ``inplace`` written over ``p``.  One pass of the GPU loss kernel where it runs, else :func:`p_minus_y`."""
+    ``inplace`` written over ``p``.  One pass of the GPU loss kernel where it runs (which marks ``tiles``,
+    where given), else :func:`p_minus_y`."""
     if target.owned is None:
-        G = loss_gradient(p, target.index, target.dense, target.keep, scale, out=p if inplace else None)
+        G = loss_gradient(p, target.index, target.dense, target.keep, scale, out=p if inplace else None,
+                          tiles=tiles)
         if G is not None:
             return G
     return p_minus_y(p, target, inplace, scale)

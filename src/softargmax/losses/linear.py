@@ -26,15 +26,18 @@ and RL-style uses (an entropy bonus, filtering tokens by entropy).  They are det
 Precision and memory:
 
 * float16/bfloat16 inputs on a GPU (the Triton kernels' route), ``reduction`` ``"mean"`` or
-  ``"sum"``: every chunk stays in the input's dtype.  The GEMM writes the logits; the row
+  ``"sum"`` (with ``return_stats``, for the mappings whose solver writes ``p``: not the softmax and
+  α-ReLU losses, whose kernels never form it): every chunk stays in the input's dtype.  The GEMM writes the logits; the row
   solver reads them and writes the prediction (float32 inside the kernels); one loss kernel
   turns it, in place, into the chunk's gradient ``w_i/denominator · (p - y)`` (for the softmax
   loss and the α-ReLU loss with :math:`1 < \alpha \le 2`, whose ``p`` needs no threshold, one kernel
   does the whole row and writes the gradient over the logits); the loss values come from the
   kernels' float32 row sums.  The chunk's buffers are then 4 bytes per token and class in
   bfloat16 (2 for the softmax and α-ReLU losses), against 16 when a chunk is converted
-  to float32 (elsewhere: on the CPU, whose solvers need float32, and for the per-token loss
-  and the statistics).  No value is read on the host.
+  to float32 (elsewhere: on the CPU, whose solvers need float32, for the per-token loss, and for
+  the statistics of the softmax and α-ReLU losses).  With ``return_stats`` the prediction is kept
+  beside its gradient (2 more bytes) and its statistics are computed in float32, 64 rows at a
+  time.  No value is read on the host.
 * the weight gradient is accumulated over the chunks in the weight's dtype, one GEMM per chunk
   that accumulates in float32 inside and rounds the running sum once (as Liger-Kernel does):
   no float32 ``[V, d]`` buffer (2 GiB at V = 131072, d = 4096) and no final copy.  ``n``
@@ -49,6 +52,14 @@ Precision and memory:
   1 GiB + 8 KiB per token + 384 MiB.
 * ``softcap=c`` caps the logits as :math:`c \tanh(\theta / c)` (Gemma 2) before the loss;
   the gradient is multiplied in place by ``1 - tanh²``.
+* the sparse losses (1.5-entmax, sparsemax, α-ReLU, every mapping whose gradient ``p - y`` has exact
+  zeros), where the GPU kernels run: the loss kernel that writes a chunk's gradient also marks its
+  ``64 × 64`` (tokens × classes) tiles that hold a non-zero entry (with ``reduction="none"`` and in
+  the vocabulary-parallel loss they are marked from ``G``), and the products ``G W`` and ``Gᵀ h`` are
+  Triton GEMMs that walk the marked tiles only (:mod:`softargmax.backends.triton.tile_gemms`), read
+  on the device: equal to the dense products up to the order of their float32 sums.  The softmax loss
+  (no zero in ``G``) keeps the dense GEMMs, and so do shapes whose vocabulary or width is not a
+  multiple of 16.
 
 Distillation from a teacher's top-k.  ``target=(probs, indices)``, as ``torch.topk`` returns them
 (``teacher_probs.topk(k)``), both ``[..., k]``: the teacher keeps only its ``k`` most likely
@@ -77,7 +88,7 @@ from torch import Tensor
 
 from .._utils.checks import check_positive_number, compute_dtype
 from .._utils.rows import MetaRows
-from ..backends import kernel_device
+from ..backends import TileFlags, kernel_device
 from ..divergences import Divergence
 from ._linear_chunks import (
     LinearFY,
@@ -85,6 +96,7 @@ from ._linear_chunks import (
     check_linear_arguments,
     chunk_tokens,
     projection_arguments,
+    skips_zero_tiles,
     target_rows,
 )
 from ._linear_recompute import ElementwisePrediction, LinearFYPerToken, ThresholdPrediction
@@ -265,9 +277,10 @@ def linear_fenchel_young_loss(
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                            weight_name="class_weight")
     loss = loss.bind(q, temperature, logits_meta, rows)
-    # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it
-    native = (reduction != "none" and not return_stats and hidden.dtype != compute_dtype(hidden.dtype)
-              and kernel_device(hidden) and N > 0 and loss.solves_in_dtype(hidden.new_empty(1, V)))
+    # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it (with
+    # return_stats, where they also give the prediction: the threshold mappings)
+    native = (reduction != "none" and hidden.dtype != compute_dtype(hidden.dtype) and kernel_device(hidden) and N > 0
+              and loss.solves_in_dtype(hidden.new_empty(1, V), prediction=return_stats))
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
         # (the softmax and alpha-ReLU kernels write G over the logits: one buffer; native implies alpha-ReLU's
@@ -289,8 +302,8 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
     ``native``: the reduced loss's chunks stay in the input's dtype (:class:`~._linear_chunks.LinearFY`)."""
 
     def compute(th: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
-                overwrite: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        return loss.rows(th, part, inplace=inplace, scale=scale, overwrite=overwrite)
+                overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
+        return loss.rows(th, part, inplace=inplace, scale=scale, overwrite=overwrite, tiles=tiles)
 
     sink = StatsSink() if return_stats else None
     if reduction == "none":
@@ -299,12 +312,13 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
             predictor = ThresholdPrediction(loss.divergence, loss.beta, loss.q)
         else:  # α-ReLU: the prediction depends on each logit alone
             predictor = ElementwisePrediction(compute)
-        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink)
+        value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink,
+                                       skips_zero_tiles(loss, hidden2d))
         value = value.reshape(batch)
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
                                mean_denominator_tensor(tgt, reduction, compute_dtype(hidden2d.dtype)), chunk_size, softcap,
-                               "native" if native else "compute")
+                               "native" if native else "compute", skips_zero_tiles(loss, hidden2d))
     if sink is None:  # not return_stats
         return value
     return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)

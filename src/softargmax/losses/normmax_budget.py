@@ -70,6 +70,7 @@ class NormmaxRowLoss(RowLoss):
     along the class dimension, ``[R, 1]`` once bound to the rows); rows with α = 1 take the argmax."""
 
     name = "normmax"
+    sparse_gradient = True
 
     def __init__(self, alpha: Union[float, Tensor]) -> None:
         self.alpha = alpha
@@ -125,6 +126,7 @@ class BudgetRowLoss(RowLoss):
     scores with size 1 along the class dimension), ``+∞`` for a target above the cap ``1/B``."""
 
     name = "budget_sparsemax"
+    sparse_gradient = True
 
     def __init__(self, budget: Union[float, Tensor]) -> None:
         self.budget = budget

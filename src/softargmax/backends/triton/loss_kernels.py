@@ -20,7 +20,10 @@ memory, computing in float32:
 and the backward's :func:`scale_rows`: ``G · g_i`` per row (``g`` the incoming gradient of the
 per-row losses), in place, read and written once in ``G``'s dtype.
 
-The target is a class index per row (``y`` one-hot) or dense float32 rows.
+The target is a class index per row (``y`` one-hot) or dense float32 rows.  The sparse losses'
+kernels (:func:`gradient_rows`, :func:`alpha_relu_gradient_rows`) can also mark, as they write ``G``,
+the ``TM × TN`` tiles of ``G`` that hold a non-zero entry (:mod:`softargmax.backends.tile_flags`), for
+the fused output layer's products that skip the others.
 """
 
 import triton
@@ -41,9 +44,21 @@ def _row_scale(KEEP, SCALE, row, HAS_SCALE: tl.constexpr):
 
 
 @triton.jit
-def gradient_rows(P, G, IDX, Y, KEEP, SCALE, k, stride_p, stride_g, stride_y,
-                  HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
-    """``G = (p - y) · s_i`` (0 in rows not kept) for one ``BLOCK`` of one row; ``G`` may be ``P``."""
+def _mark_tiles(FLAGS, g, row, start, k, stride_f, BLOCK: tl.constexpr, TM: tl.constexpr, TN: tl.constexpr):
+    """Marks (stores 1 in ``FLAGS[row // TM, c // TN]``) the ``TN``-column tiles of the columns
+    ``start + [0, BLOCK)`` of one row of ``G`` where ``g`` holds an entry that is not zero (NaN included);
+    ``start`` is a multiple of ``TN``.  Many rows mark a tile: every store writes the same 1."""
+    nz = tl.max(tl.reshape((g != 0).to(tl.int32), [BLOCK // TN, TN]), 1)
+    tiles = start // TN + tl.arange(0, BLOCK // TN)
+    tl.store(FLAGS + (row // TM) * stride_f + tiles, nz.to(tl.uint8), mask=(nz > 0) & (tiles * TN < k))
+
+
+@triton.jit
+def gradient_rows(P, G, IDX, Y, KEEP, SCALE, FLAGS, k, stride_p, stride_g, stride_y, stride_f,
+                  HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_TILES: tl.constexpr, TM: tl.constexpr,
+                  TN: tl.constexpr, BLOCK: tl.constexpr):
+    """``G = (p - y) · s_i`` (0 in rows not kept) for one ``BLOCK`` of one row; ``G`` may be ``P``.  With
+    ``HAS_TILES``, the ``TM × TN`` tiles of ``G`` holding a non-zero are marked in ``FLAGS`` (:func:`_mark_tiles`)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < k
@@ -56,6 +71,8 @@ def gradient_rows(P, G, IDX, Y, KEEP, SCALE, k, stride_p, stride_g, stride_y,
     keep, s = _row_scale(KEEP, SCALE, row, HAS_SCALE)
     g = tl.where(keep, (p - y) * s, 0.0)
     tl.store(G + row * stride_g + cols, g.to(G.dtype.element_ty), mask=mask)
+    if HAS_TILES:
+        _mark_tiles(FLAGS, g, row, tl.program_id(1).to(tl.int64) * BLOCK, k, stride_f, BLOCK, TM, TN)
 
 
 @triton.jit
@@ -123,13 +140,15 @@ def scale_rows(G, SCALE, OUT, k, stride_g, stride_s, stride_o, BLOCK: tl.constex
 
 
 @triton.jit
-def alpha_relu_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, SPT, ZY, YA, k, stride_z, stride_g, stride_y, a, tau, alpha,
-                             HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr, EXACT: tl.constexpr,
+def alpha_relu_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, SPT, ZY, YA, FLAGS, k, stride_z, stride_g, stride_y,
+                             stride_f, a, tau, alpha, HAS_DENSE: tl.constexpr, HAS_SCALE: tl.constexpr,
+                             EXACT: tl.constexpr, HAS_TILES: tl.constexpr, TM: tl.constexpr, TN: tl.constexpr,
                              BLOCK: tl.constexpr):
     """One row of the α-ReLU loss (``a = α - 1``): ``t = [a z - τ]_+``, ``p = t^{1/a}``,
     ``G = (p - y) · s_i`` (0 in rows not kept; ``G`` may be ``Z``), and the float32 row sums
     ``SPT = Σ p t``, ``ZY = ⟨y, z - τ/a⟩`` over ``y > 0`` (class index: ``z_y - τ/a``) and, with a
-    dense target, ``YA = Σ y^α``.  NaN scores give NaN (``p``, ``G`` and ``SPT``); ``-inf`` ones ``p = 0``."""
+    dense target, ``YA = Σ y^α``.  NaN scores give NaN (``p``, ``G`` and ``SPT``); ``-inf`` ones ``p = 0``.
+    With ``HAS_TILES``, the tiles of ``G`` holding a non-zero are marked in ``FLAGS`` (:func:`_mark_tiles`)."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     zrow = Z + row * stride_z
@@ -158,6 +177,8 @@ def alpha_relu_gradient_rows(Z, G, IDX, Y, KEEP, SCALE, SPT, ZY, YA, k, stride_z
             y = tl.where(cols == idx, 1.0, 0.0)
         g = tl.where(keep, (p - y) * s, 0.0)
         tl.store(G + row * stride_g + cols, g.to(G.dtype.element_ty), mask=mask)
+        if HAS_TILES:
+            _mark_tiles(FLAGS, g, row, start, k, stride_f, BLOCK, TM, TN)
     tl.store(SPT + row, tl.sum(spt, 0))
     if HAS_DENSE:
         tl.store(ZY + row, tl.sum(zy, 0))

@@ -9,6 +9,9 @@ Where the row kernels run (CUDA, or CPU tensors under Triton's interpreter:
   ``log Σ e^z`` and ``⟨y, z⟩`` of its value;
 * :func:`alpha_relu_gradient`: the α-ReLU loss from the scores (``p`` elementwise, never stored),
   with the row sums of its value;
+* :func:`gradient` and :func:`alpha_relu_gradient` also mark, given a
+  :class:`~softargmax.backends.tile_flags.TileFlags`, the tiles of ``G`` that hold a non-zero entry
+  (the fused output layer's products skip the others: :mod:`softargmax.backends.triton.tile_gemms`);
 * :func:`scale_rows`: the backward, ``G · g_i`` per row in place (one read and one write of ``G``
   in its dtype, where PyTorch's multiplication of half ``G`` by float32 row factors takes its
   slower mixed-dtype, broadcast path).
@@ -25,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..._utils.extras import LazyModule
+from ..tile_flags import TILE_CLASSES, TILE_TOKENS, TileFlags
 from .rows import usable_device
 
 __all__ = ["covers", "gradient", "softmax_gradient", "alpha_relu_gradient", "scale_rows", "BLOCK", "SOFTMAX_BLOCK"]
@@ -70,18 +74,34 @@ def _args(rows: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: 
     return idx, y, keep.view(torch.uint8) if keep.dtype == torch.bool else keep, sc, y.stride(0) if dense is not None else 0
 
 
+def _tile_args(rows: Tensor, tiles: Optional[TileFlags]) -> tuple[Tensor, int, bool]:
+    """``(FLAGS, stride_f, HAS_TILES)`` of a launch that marks ``tiles`` (checked to tile ``rows``), or does not."""
+    if tiles is None:
+        return rows, 0, False
+    R, k = rows.shape
+    flags = tiles.flags
+    if tuple(flags.shape) != (-(-R // TILE_TOKENS), -(-k // TILE_CLASSES)) or flags.stride(1) != 1:
+        raise ValueError(f"tiles: marks of shape {tuple(flags.shape)} do not tile rows of shape {(R, k)}")
+    tiles.written = True
+    return flags, flags.stride(0), True
+
+
 def gradient(p: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor,
-             scale: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Optional[Tensor]:
+             scale: Optional[Tensor] = None, out: Optional[Tensor] = None,
+             tiles: Optional[TileFlags] = None) -> Optional[Tensor]:
     """``G = (p - y) · scale`` per row (0 where ``keep`` is false) in ``p``'s dtype, into ``out``
-    (``p`` itself for in place; default a new tensor), or ``None`` where not covered."""
+    (``p`` itself for in place; default a new tensor), or ``None`` where not covered.  ``tiles``:
+    cleared marks, set where a tile of ``G`` holds a non-zero entry (and ``tiles.written``)."""
     if not covers(p, index, dense):
         return None
     R, k = p.shape
     G = torch.empty_like(p) if out is None else out
     idx, y, keep8, sc, sy = _args(p, index, dense, keep, scale)
+    flags, sf, has_tiles = _tile_args(p, tiles)
     grid = (R, -(-k // BLOCK))
-    _module().gradient_rows[grid](p, G, idx, y, keep8, sc, k, p.stride(0), G.stride(0), sy,
-                                  HAS_DENSE=dense is not None, HAS_SCALE=scale is not None, BLOCK=BLOCK)
+    _module().gradient_rows[grid](p, G, idx, y, keep8, sc, flags, k, p.stride(0), G.stride(0), sy, sf,
+                                  HAS_DENSE=dense is not None, HAS_SCALE=scale is not None, HAS_TILES=has_tiles,
+                                  TM=TILE_TOKENS, TN=TILE_CLASSES, BLOCK=BLOCK)
     return G
 
 
@@ -105,13 +125,13 @@ def softmax_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor]
 
 
 def alpha_relu_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, alpha: float,
-                        tau: float, scale: Optional[Tensor] = None,
-                        out: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+                        tau: float, scale: Optional[Tensor] = None, out: Optional[Tensor] = None,
+                        tiles: Optional[TileFlags] = None) -> Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
     """``(G, Σ p t, ⟨y, z - τ/a⟩, Σ y^α)`` of the α-ReLU loss (``a = α - 1``, ``t = [a z - τ]_+``,
     ``p = t^{1/a}``): ``G = (p - y) · scale`` per row (0 where ``keep`` is false) in ``z``'s dtype into
     ``out`` (``z`` itself for in place; default a new tensor), the float32 ``[R]`` row sums (``Σ y^α``
     with a dense target only, else ``None``: 1 for class indices); or ``None`` where not covered
-    (``1 < α <= 2``, as the elementwise α-ReLU kernels)."""
+    (``1 < α <= 2``, as the elementwise α-ReLU kernels).  ``tiles``: as in :func:`gradient`."""
     from .rows import relu_exact
 
     if not covers(z, index, dense) or not 0.0 < alpha - 1.0 <= 1.0:
@@ -122,10 +142,11 @@ def alpha_relu_gradient(z: Tensor, index: Optional[Tensor], dense: Optional[Tens
     ya = torch.empty(R, dtype=torch.float32, device=z.device) if dense is not None else spt  # (not written without)
     idx, y, keep8, sc, sy = _args(z, index, dense, keep, scale)
     a = alpha - 1.0
-    _module().alpha_relu_gradient_rows[(R,)](z, G, idx, y, keep8, sc, spt, zy, ya, k, z.stride(0), G.stride(0), sy,
-                                             a, tau, alpha, HAS_DENSE=dense is not None,
-                                             HAS_SCALE=scale is not None, EXACT=relu_exact(a),
-                                             BLOCK=SOFTMAX_BLOCK, num_warps=8)
+    flags, sf, has_tiles = _tile_args(z, tiles)
+    _module().alpha_relu_gradient_rows[(R,)](z, G, idx, y, keep8, sc, spt, zy, ya, flags, k, z.stride(0), G.stride(0),
+                                             sy, sf, a, tau, alpha, HAS_DENSE=dense is not None,
+                                             HAS_SCALE=scale is not None, EXACT=relu_exact(a), HAS_TILES=has_tiles,
+                                             TM=TILE_TOKENS, TN=TILE_CLASSES, BLOCK=SOFTMAX_BLOCK, num_warps=8)
     return G, spt, zy, ya if dense is not None else None
 
 

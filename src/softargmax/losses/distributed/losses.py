@@ -22,6 +22,7 @@ from .._linear_chunks import (
     check_linear_arguments,
     chunk_tokens,
     projection_arguments,
+    skips_zero_tiles,
     target_rows,
 )
 from .._options import LossOptions, LossOutput
@@ -386,7 +387,8 @@ def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target: object, b
 
     h = _CopyToParallel.apply(hidden2d, group) if hidden2d.requires_grad else hidden2d
     softcap = None if options.softcap is None else float(options.softcap)
-    return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator(tgt, options.reduction), chunk_size, softcap)
+    return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator(tgt, options.reduction), chunk_size, softcap,
+                          None, skips_zero_tiles(loss, hidden2d))
 
 
 def _checked_linear(hidden: Tensor, weight: Tensor, target: object, bias: Optional[Tensor],
