@@ -167,6 +167,27 @@ def test_tile_lists_are_the_marked_tiles_in_order():
     assert row_count.tolist() == [3, 0, 2] and col_count.tolist() == [1, 1, 0, 1, 2]
     assert [row_list[m, :c].tolist() for m, c in enumerate(row_count.tolist())] == [[1, 3, 4], [], [0, 4]]
     assert [col_list[k, :c].tolist() for k, c in enumerate(col_count.tolist())] == [[2], [0], [], [0], [0, 2]]
+    # the kernels read a list's entries as adjacent (argsort of the transposed marks keeps their strides)
+    assert row_list.is_contiguous() and col_list.is_contiguous()
+
+
+def test_products_sum_every_token_tile_of_a_class_tile(triton_device):
+    """Every tile marked, three token tiles (130 tokens, the last ragged): each class tile's ``gw`` sums the
+    products of all three token tiles (a kernel that walks its list with a wrong stride adds some twice
+    and others not at all) and ``gh`` sums every class tile, against float64."""
+    from softargmax.backends.triton import tile_gemms
+
+    n, V, d = 130, 208, 16
+    g = torch.Generator().manual_seed(5)
+    G, W, h = torch.randn(n, V, generator=g), torch.randn(V, d, generator=g), torch.randn(n, d, generator=g)
+    dev = triton_device
+    marks = TF.TileFlags(n, V, torch.device(dev)).reset(n)
+    marks.flags.fill_(1)
+    gh = torch.empty(n, d, device=dev)
+    gw = torch.zeros(V, d, device=dev)
+    assert tile_gemms.backprop(G.to(dev), W.to(dev), h.to(dev), gh, gw, marks)
+    torch.testing.assert_close(gh.cpu().to(F64), G.to(F64) @ W.to(F64), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gw.cpu().to(F64), G.to(F64).T @ h.to(F64), rtol=1e-5, atol=1e-4)
 
 
 def _topic_problem(dtype=torch.float32):
@@ -232,7 +253,7 @@ def test_fused_loss_in_bfloat16_skips_with_several_chunks(triton_device, monkeyp
 
     out = {}
     for skip in (True, False):
-        monkeypatch.setattr(linear, "skips_zero_tiles", lambda loss, h2d, s=skip: s)
+        monkeypatch.setattr(linear, "skips_zero_tiles", lambda *args, s=skip: s)
         hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
         loss = sa.linear_fenchel_young_loss(hh, WW, t.to(dev), chunk_size=40, softcap=5.0)
         out[skip] = (loss, *torch.autograd.grad(loss, (hh, WW)))
@@ -240,33 +261,47 @@ def test_fused_loss_in_bfloat16_skips_with_several_chunks(triton_device, monkeyp
         assert float((a.float() - b.float()).abs().max()) <= 2 ** -7 * float(b.float().abs().max())
 
 
-def test_skip_is_chosen_for_sparse_losses_where_the_kernels_run(triton_device):
+def _chooses(name, h, V=208, d=16, **target):
+    """:func:`skips_zero_tiles` for the loss ``name``, hidden states ``h`` and a weight ``[V, d]``, with class
+    indices (``target`` overrides the parsed target's fields)."""
     from softargmax.losses._row_losses import resolve_loss
+    from softargmax.losses._targets import Target
 
-    h = torch.zeros(4, 8, device=triton_device)
-    assert _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h)
-    assert _linear_chunks.skips_zero_tiles(resolve_loss("alpha_relu", {}), h)
-    assert not _linear_chunks.skips_zero_tiles(resolve_loss("softmax", {}), h)
-    assert not _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h[:0])
+    n = h.shape[0]
+    tgt = Target(index=torch.zeros(n, dtype=torch.long, device=h.device), dense=None,
+                 keep=torch.ones(n, dtype=torch.bool, device=h.device), item_weight=None)
+    for key, value in target.items():
+        setattr(tgt, key, value)
+    return _linear_chunks.skips_zero_tiles(resolve_loss(name, {}), h, torch.zeros(V, d, device=h.device), tgt)
+
+
+def test_skip_is_chosen_for_sparse_losses_where_the_kernels_run(triton_device):
+    h = torch.zeros(4, 16, device=triton_device)
+    assert _chooses("entmax15", h) and _chooses("alpha_relu", h)
+    assert not _chooses("softmax", h)
+    assert not _chooses("entmax15", h[:0])
+    # every entry of a smoothed or dense target is non-zero: nothing to skip
+    assert not _chooses("entmax15", h, smoothing=0.1)
+    assert not _chooses("entmax15", h, index=None, dense=torch.full((4, 208), 1 / 208, device=triton_device))
+    # the tile products' specialization: a vocabulary and a width that are multiples of 16
+    assert not _chooses("entmax15", h, V=200) and not _chooses("entmax15", h, d=24)
 
 
 def test_skip_is_not_chosen_on_the_cpu():
-    from softargmax.losses._row_losses import resolve_loss
-
-    assert not _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), torch.zeros(4, 8))
+    assert not _chooses("entmax15", torch.zeros(4, 16))
 
 
 def test_skip_is_turned_off_by_its_switch(triton_device):
     from softargmax.backends.triton import tile_gemms
     from softargmax.losses._row_losses import resolve_loss
 
-    h = torch.zeros(4, 8, device=triton_device)
+    h = torch.zeros(4, 16, device=triton_device)
     old = tile_gemms.set_enabled(False)
     try:
-        assert not tile_gemms.enabled() and not _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h)
+        assert not tile_gemms.enabled() and not _chooses("entmax15", h)
     finally:
         tile_gemms.set_enabled(old)
-    assert _linear_chunks.skips_zero_tiles(resolve_loss("entmax15", {}), h)
+    assert _chooses("entmax15", h)
 
 
 def test_backprop_chunk_marks_the_tiles_itself_where_no_kernel_did(triton_device):

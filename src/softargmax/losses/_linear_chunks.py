@@ -81,13 +81,18 @@ def accumulate_weight_grad(gw: Tensor, Gm: Tensor, h: Tensor) -> None:
 _OUT_DTYPE: list[Optional[bool]] = [None]
 
 
-def skips_zero_tiles(loss: RowLoss, hidden2d: Tensor) -> bool:
+def skips_zero_tiles(loss: RowLoss, hidden2d: Tensor, weight: Tensor, tgt: Target) -> bool:
     """Whether the fused loss's backward products skip the all-zero tiles of each chunk's gradient ``G``
     (the one place that chooses): a loss whose gradient ``p - y`` has exact zeros (the sparse mappings,
-    α-ReLU, normmax, budget sparsemax) where the GPU kernels run; the dense losses (softmax: no entry of
-    ``G`` is zero) keep the dense GEMMs (cuBLAS on a GPU), and so does the CPU, and every loss where the
-    tile products are turned off (:func:`softargmax.backends.triton.tile_gemms.set_enabled`)."""
-    return loss.sparse_gradient and hidden2d.shape[0] > 0 and skips_tiles(hidden2d)
+    α-ReLU, normmax, budget sparsemax) with class-index targets without label smoothing, a vocabulary and a
+    hidden size that are multiples of 16 (the tile products' specialization), where the GPU kernels run.
+    The dense losses (softmax: no entry of ``G`` is zero), dense or smoothed targets (every entry of ``y``
+    is non-zero), other shapes (a vocabulary of 50257), the CPU, and every loss where the tile products are
+    turned off (:func:`softargmax.backends.triton.tile_gemms.set_enabled`) keep the dense GEMMs (cuBLAS on
+    a GPU), and mark no tiles."""
+    V, d = weight.shape
+    return (loss.sparse_gradient and hidden2d.shape[0] > 0 and tgt.dense is None and tgt.topk_index is None
+            and not tgt.smoothing and V % 16 == 0 and d % 16 == 0 and skips_tiles(hidden2d))
 
 
 def keeps_graph() -> bool:

@@ -313,12 +313,12 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
         else:  # α-ReLU: the prediction depends on each logit alone
             predictor = ElementwisePrediction(compute)
         value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink,
-                                       skips_zero_tiles(loss, hidden2d))
+                                       skips_zero_tiles(loss, hidden2d, weight, tgt))
         value = value.reshape(batch)
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,
                                mean_denominator_tensor(tgt, reduction, compute_dtype(hidden2d.dtype)), chunk_size, softcap,
-                               "native" if native else "compute", skips_zero_tiles(loss, hidden2d))
+                               "native" if native else "compute", skips_zero_tiles(loss, hidden2d, weight, tgt))
     if sink is None:  # not return_stats
         return value
     return value, sink.result(batch, compute_dtype(hidden2d.dtype), hidden2d.device)

@@ -95,8 +95,10 @@ def tile_lists(flags: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     ``m``, in increasing order (a stable sort of the unmarked after the marked), ``col_list`` the same per
     class tile.  On the device, no synchronization."""
     unmarked = (flags == 0).to(torch.uint8)
-    row_list = torch.argsort(unmarked, dim=1, stable=True).to(torch.int32)
-    col_list = torch.argsort(unmarked.T, dim=1, stable=True).to(torch.int32)
+    # the kernels read a list's entries as adjacent: argsort keeps its input's strides (those of the
+    # transposed view for col_list), so both lists are made row-contiguous
+    row_list = torch.argsort(unmarked, dim=1, stable=True).to(torch.int32).contiguous()
+    col_list = torch.argsort(unmarked.T, dim=1, stable=True).to(torch.int32).contiguous()
     marked = flags != 0
     return row_list, marked.sum(1, dtype=torch.int32), col_list, marked.sum(0, dtype=torch.int32)
 

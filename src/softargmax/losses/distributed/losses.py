@@ -388,7 +388,7 @@ def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target: object, b
     h = _CopyToParallel.apply(hidden2d, group) if hidden2d.requires_grad else hidden2d
     softcap = None if options.softcap is None else float(options.softcap)
     return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator(tgt, options.reduction), chunk_size, softcap,
-                          None, skips_zero_tiles(loss, hidden2d))
+                          None, skips_zero_tiles(loss, hidden2d, weight, tgt) and not options.label_smoothing)
 
 
 def _checked_linear(hidden: Tensor, weight: Tensor, target: object, bias: Optional[Tensor],
