@@ -293,7 +293,6 @@ def test_skip_is_not_chosen_on_the_cpu():
 
 def test_skip_is_turned_off_by_its_switch(triton_device):
     from softargmax.backends.triton import tile_gemms
-    from softargmax.losses._row_losses import resolve_loss
 
     h = torch.zeros(4, 16, device=triton_device)
     old = tile_gemms.set_enabled(False)
