@@ -35,7 +35,7 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    data, not fixed.  ``u`` is one FMA per score from the dot and the absolute threshold
    ``τ = a m + t`` (:func:`_u`; the general power: an FMA and a subtraction);
 3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
-   blocks) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
+   blocks, rotated under a sliding window so that the mask-free tiles lead) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
    this ``t`` is positive.  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
    later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
    data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
@@ -53,6 +53,15 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
 The general power takes ``log2`` from the GPU's ``lg2.approx.f32`` with ``FAST_LOG`` (the launcher sets it
 when every head's α is at least ``flash_attention.ALPHA_FAST_LOG``; :func:`_log2` gives its error), else
 from ``tl.log2``, a software logarithm of about 30 instructions per score and pass.
+
+**Sliding window** (``WINDOWED``, with ``CAUSAL``): query ``i`` sees keys ``i - window < j ≤ i`` (one
+unsigned comparison in :func:`_masked`; ``window`` a run-time value).  The first pass of a query block
+starts at the key block of its first row's first key (:func:`_window_blocks`) and walks the blocks every
+row sees whole first (:func:`_rotated`), so the lists keep the mask-free tiles in front; ``dK, dV``
+stops at the last query block that sees its key block; ``dQ`` walks the forward's lists.  The tiles
+outside the band are never read: ``O(L · window)`` work.
+
+**Grouped heads**: query head ``h`` reads key/value head ``h // (H / HKV)`` in place (no copy).
 
 **Packed sequences** (``VARLEN``): sequence ``b`` is query rows ``CU_Q[b] : CU_Q[b+1]`` and
 key rows ``CU_K[b] : CU_K[b+1]`` of ``[1, H, total, D]`` views; each program reads its
