@@ -322,7 +322,8 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
 def _decode_configs() -> Iterable[tuple[str, dict, int, bool]]:
     """The decoding kernels (``decoding.layout``'s tiles and warps on CUDA) at D = 64, 128: a group's rows packed
     in a block of 16 (up to 16 query rows: 4 heads of one query, or one head of 16), 32 or 64 rows, a contiguous
-    cache and a paged one (pages of ``BLOCK_N`` positions, and of 16)."""
+    cache and a paged one (pages of ``BLOCK_N`` positions, and of 16); with a sliding window (``WINDOWED``) on a
+    contiguous cache and on pages of ``BLOCK_N``."""
     import torch
 
     DEC = _mod("decoding")
@@ -331,10 +332,11 @@ def _decode_configs() -> Iterable[tuple[str, dict, int, bool]]:
         for D in HEAD_DIMS:
             for block_m in (16, 32, DEC.MAX_BLOCK_M):
                 block_n, warps = DEC.blocks(D, cuda, getattr(torch, TORCH_DTYPE[dt]), block_m)
-                for page in (0, block_n, 16):
+                for page, windowed in ((0, False), (block_n, False), (16, False), (0, True), (block_n, True)):
                     c = dict(BLOCK_M=block_m, BLOCK_N=min(block_n, page) if page else block_n, HEAD_DIM=D,
-                             DOT=1 if dt == "fp32" else 0, PAGED=page != 0, PAGE=page or 1)
-                    quick = dt == "bf16" and D == 128 and (block_m, page) in ((16, 0), (16, 16), (DEC.MAX_BLOCK_M, 0))
+                             DOT=1 if dt == "fp32" else 0, PAGED=page != 0, PAGE=page or 1, WINDOWED=windowed)
+                    quick = (dt == "bf16" and D == 128 and not windowed
+                             and (block_m, page) in ((16, 0), (16, 16), (DEC.MAX_BLOCK_M, 0)))
                     yield dt, c, warps, quick
 
 

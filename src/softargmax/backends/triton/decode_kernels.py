@@ -69,14 +69,24 @@ def _kv_offsets(TABLE, b, hk, n0, offs_n, stride_b, stride_h, stride_n, stride_t
     return r
 
 
+@triton.jit
+def _first_key(start, end, L, window, WINDOWED: tl.constexpr):
+    """The first cache position any new query of the sequence sees: its start, or with ``WINDOWED`` the first
+    query's window start ``END - L + 1 - window`` if later."""
+    first = start
+    if WINDOWED:
+        first = tl.maximum(start, end - L + 1 - window)
+    return first
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def decode_scores(Q, K, Z, END, START, TABLE, H, HKV, L, S, split_len, window, scale,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn, stride_tb,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT: tl.constexpr,
-                  PAGED: tl.constexpr, PAGE: tl.constexpr):
+                  PAGED: tl.constexpr, PAGE: tl.constexpr, WINDOWED: tl.constexpr):
     """The scores ``Z[(b·H + h)·L + i, j]`` of one split of the cache for one group's packed rows (module
-    docstring): ``scale · q·k_j`` inside the row's keys (and its sliding ``window``: ``j > END[b] - L + i - window``;
-    the launcher passes ``S + L`` for none), ``-inf`` elsewhere."""
+    docstring): ``scale · q·k_j`` inside the row's keys (and, with ``WINDOWED``, its sliding ``window``:
+    ``j > END[b] - L + i - window``), ``-inf`` elsewhere."""
     split = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // HKV
@@ -88,7 +98,7 @@ def decode_scores(Q, K, Z, END, START, TABLE, H, HKV, L, S, split_len, window, s
     end = tl.load(END + b)
     start = tl.load(START + b)
     last = end - L + i  # the last key of each query: bottom-right causal
-    first = tl.maximum(start, end - L + 1 - window)  # the first key any query of the sequence sees
+    first = _first_key(start, end, L, window, WINDOWED)
     lo = split * split_len
     hi = tl.minimum(lo + split_len, S)
     for n0 in range(lo, hi, BLOCK_N):
@@ -99,7 +109,8 @@ def decode_scores(Q, K, Z, END, START, TABLE, H, HKV, L, S, split_len, window, s
             inside = (offs_n >= first) & (offs_n < end) & (offs_n < S)  # never read outside the sequence's window
             kt = tl.load(K + kv[None, :] + offs_d[:, None], mask=inside[None, :], other=0.0)
             keep = (offs_n[None, :] >= start) & (offs_n[None, :] <= last[:, None]) & (offs_n[None, :] < S)
-            keep = keep & (offs_n[None, :] > last[:, None] - window)
+            if WINDOWED:
+                keep = keep & (offs_n[None, :] > last[:, None] - window)
             z = tl.where(keep, mm(q, kt, DOT) * scale, z)
         tl.store(Z + rows[:, None] * S + offs_n[None, :], z, mask=row_ok[:, None] & (offs_n[None, :] < S))
 
@@ -108,9 +119,9 @@ def decode_scores(Q, K, Z, END, START, TABLE, H, HKV, L, S, split_len, window, s
 def decode_pv(P, V, PART, END, START, TABLE, H, HKV, L, S, R, split_len, window,
               stride_vb, stride_vh, stride_vn, stride_tb,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT: tl.constexpr,
-              PAGED: tl.constexpr, PAGE: tl.constexpr):
+              PAGED: tl.constexpr, PAGE: tl.constexpr, WINDOWED: tl.constexpr):
     """``PART[split, row] = Σ_j p_j v_j`` over one split of the cache (float32 ``[splits, R, HEAD_DIM]``),
-    only over the sequence's positions from the first query's sliding ``window`` on (``S + L``: none), skipping
+    only over the sequence's positions (with ``WINDOWED``, from the first query's sliding ``window`` on), skipping
     the tiles where every weight is zero."""
     split = tl.program_id(0)
     bh = tl.program_id(1)
@@ -120,7 +131,7 @@ def decode_pv(P, V, PART, END, START, TABLE, H, HKV, L, S, R, split_len, window,
     offs_d = tl.arange(0, HEAD_DIM)
     end = tl.load(END + b)
     start = tl.load(START + b)
-    first = tl.maximum(start, end - L + 1 - window)  # the first key any query of the sequence sees
+    first = _first_key(start, end, L, window, WINDOWED)
     lo = tl.maximum(split * split_len, (first // BLOCK_N) * BLOCK_N)
     hi = tl.minimum(tl.minimum(split * split_len + split_len, end), S)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
