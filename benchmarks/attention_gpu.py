@@ -20,7 +20,13 @@ Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16) and 
 * ``timed_out`` / ``error`` / ``skipped``: what stopped an implementation.
 
 **Shapes**: ``SHAPES`` (causal D = 64 up to L = 32768, causal D = 128 up to 16384, non-causal
-D = 64), or ``QUICK_SHAPES`` with ``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``.
+D = 64), or ``QUICK_SHAPES`` with ``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``; then the ``VARIANTS``
+(``QUICK_VARIANTS``): grouped-query attention, 32 query heads over 8 key/value heads (the fused kernels
+read the grouped heads in place; SDPA with ``enable_gqa=True``; AdaSplash, which takes one key/value head
+per query head, on repeated copies made before the timing), and a causal sliding window (the fused
+kernels and the materialized path with ``window=``; ``sdpa`` there is plain causal SDPA, which has no
+window: its ratio is against attention over the whole causal triangle; AdaSplash is skipped).  A
+variant's case records ``variant``, ``kv_heads`` and ``window``.
 
 **Order and time limits.**  Every case runs SDPA, our kernels and the materialized path
 first; the peers (AdaSplash) run afterwards, over every case again, so a slow peer never costs
@@ -75,6 +81,10 @@ SHAPES = ([(True, 64, n) for n in (1024, 4096, 8192, 16384, 32768)]
 #: benchmarks/gpu_all.sh sets it unless told otherwise)
 QUICK_SHAPES = [(True, 64, 1024), (True, 64, 4096), (True, 64, 16384), (True, 128, 1024), (True, 128, 8192),
                 (False, 64, 4096)]
+#: grouped heads and sliding windows: ``(name, is_causal, head dim, length, query heads, key/value heads, window)``
+VARIANTS = [("gqa_32_over_8", True, 128, 8192, 32, 8, None), ("gqa_32_over_8", True, 64, 16384, 32, 8, None),
+            ("window_4096", True, 64, 16384, 16, 16, 4096), ("window_4096", True, 64, 32768, 16, 16, 4096)]
+QUICK_VARIANTS = [("gqa_32_over_8", True, 128, 4096, 32, 8, None), ("window_1024", True, 64, 16384, 16, 16, 1024)]
 SMOKE_SHAPES = [(True, 16, 32)]
 SMOKE_BH = (1, 1)
 ALPHA = 1.5
@@ -91,6 +101,13 @@ def chosen_shapes(smoke=False):
     if smoke:
         return SMOKE_SHAPES
     return QUICK_SHAPES if os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick" else SHAPES
+
+
+def chosen_variants(smoke=False):
+    """The grouped-head and sliding-window cases of this run (none in a smoke run)."""
+    if smoke:
+        return []
+    return QUICK_VARIANTS if os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick" else VARIANTS
 
 
 class Unsupported(Exception):
@@ -219,26 +236,43 @@ def _adasplash():
 
 # -- implementations ----------------------------------------------------------------------------
 
-def _implementations(device, heads, fused_ok):
-    """``(ours, peers, alpha_h)``: ``{name: fn(q, k, v, causal)}`` run first, then the peers."""
-    alpha_h = torch.linspace(1.2, 1.8, heads, device=device)
+def _alpha(device, heads):
+    """The learned-α implementation's α per head."""
+    return torch.linspace(1.2, 1.8, heads, device=device)
+
+
+def _implementations(device, heads, fused_ok, window=None):
+    """``(ours, peers, alpha_h)``: ``{name: fn(q, k, v, causal)}`` run first, then the peers; ``k``, ``v`` may
+    have fewer heads than ``q`` (grouped: ``enable_gqa``), and ``window`` is a sliding window (a variant)."""
+    alpha_h = _alpha(device, heads)
 
     def materialized(q, k, v, causal):
         old = FA.set_enabled(False)
         try:
-            return sa.attention(q, k, v, is_causal=causal, mapping="entmax15")
+            return sa.attention(q, k, v, is_causal=causal, mapping="entmax15", enable_gqa=k.shape[1] != q.shape[1],
+                                window=window)
         finally:
             FA.set_enabled(old)
 
-    impls = {"sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
+    impls = {"sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                            enable_gqa=k.shape[1] != q.shape[1])}
     if fused_ok:
         impls["fused_entmax15"] = lambda q, k, v, causal: FA.flash_attention(q, k, v, is_causal=causal,
-                                                                             mapping="entmax15")
+                                                                             mapping="entmax15", window=window)
         impls["fused_learned_alpha"] = lambda q, k, v, causal: FA.flash_attention(
-            q, k, v, is_causal=causal, mapping="entmax", alpha=alpha_h.detach().requires_grad_())
+            q, k, v, is_causal=causal, mapping="entmax", alpha=alpha_h.detach().requires_grad_(), window=window)
     impls["materialized_entmax15"] = materialized
     peers = _adasplash() if device.type == "cuda" else {}
+    if window is not None:  # AdaSplash has no sliding window
+        peers = {name: _unsupported("no sliding window") for name in peers}
     return impls, peers, alpha_h
+
+
+def _unsupported(why):
+    def fn(q, k, v, causal):
+        raise Unsupported(why)
+
+    return fn
 
 
 def _fwd_bwd(fn, q, k, v, do, causal):
@@ -323,9 +357,9 @@ def measure(name, fn, q, k, v, do, causal, device, repeats, warmup, limit, clock
     return res
 
 
-def _fused_stats(name, q, k, v, causal, alpha_h):
+def _fused_stats(name, q, k, v, causal, alpha_h, window=None):
     kw = dict(mapping="entmax15") if name == "fused_entmax15" else dict(mapping="entmax", alpha=alpha_h)
-    st = FA.forward_stats(q, k, v, is_causal=causal, **kw)
+    st = FA.forward_stats(q, k, v, is_causal=causal, window=window, **kw)
     nonempty = st["psum"] > 0
     passes = st["newton_passes"].float()
     return {"psum_solver": float((st["psum"][nonempty] - 1).abs().max()),
@@ -335,7 +369,7 @@ def _fused_stats(name, q, k, v, causal, alpha_h):
 
 def _log_line(case, name, r, log):
     causal, (_, _, L, D) = case["causal"], case["shape"]
-    head = f"attention {'causal' if causal else 'full':>6} D={D:<3} L={L:<6} {name:>22}"
+    head = f"attention {case.get('variant', 'causal' if causal else 'full'):>6} D={D:<3} L={L:<6} {name:>22}"
     if "ms" not in r:
         why = r.get("error") or r.get("timed_out") or r.get("skipped") or r.get("stopped")
         log(f"{head}  {why}")
@@ -349,25 +383,26 @@ def _log_line(case, name, r, log):
 class _Runner:
     """Runs one implementation on one case and records it (the state shared across cases)."""
 
-    def __init__(self, device, repeats, warmup, save, log, alpha_h, tuning, clock):
+    def __init__(self, device, repeats, warmup, save, log, tuning, clock):
         self.device, self.repeats, self.warmup, self.clock = device, repeats, warmup, clock
-        self.save, self.log, self.alpha_h, self.tuning = save, log, alpha_h, tuning
-        self.given_up = {}  # (name, causal, D) -> why (a timeout or out of memory)
+        self.save, self.log, self.tuning = save, log, tuning
+        self.given_up = {}  # (name, causal, D, variant) -> why (a timeout or out of memory)
 
     def run(self, case, name, fn, tensors, limit, peer=False):
         causal, D = case["causal"], case["shape"][3]
         q, k, v, do = tensors
-        if (name, causal, D) in self.given_up:
-            res = {"skipped": f"{self.given_up[(name, causal, D)]} at a shorter length"}
+        group = (name, causal, D, case.get("variant"))
+        if group in self.given_up:
+            res = {"skipped": f"{self.given_up[group]} at a shorter length"}
         else:
             try:
                 res = measure(name, fn, q, k, v, do, causal, self.device, self.repeats, self.warmup, limit, self.clock)
             except Unsupported as e:
                 res = {"skipped": str(e)}
             if "timed_out" in res or "OutOfMemory" in res.get("error", ""):
-                self.given_up[(name, causal, D)] = "timed out" if "timed_out" in res else "out of memory"
+                self.given_up[group] = "timed out" if "timed_out" in res else "out of memory"
             if name.startswith("fused") and "ms" in res:
-                res.update(_fused_stats(name, q, k, v, causal, self.alpha_h))
+                res.update(_fused_stats(name, q, k, v, causal, _alpha(self.device, q.shape[1]), case.get("window")))
             base = case["impls"].get("sdpa", {}).get("ms")
             if "ms" in res and base:
                 res["ratio_sdpa"] = round(res["ms"] / base, 3)
@@ -385,23 +420,32 @@ class _Runner:
 
 
 def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=None, impls=None, peers=None,
-                    shapes=None, batch_heads=None, limits=(None, None), tuning=None, clock=time.perf_counter):
+                    shapes=None, batch_heads=None, limits=(None, None), tuning=None, clock=time.perf_counter,
+                    variants=None):
     """Run every case (module docstring); ``emit(case)`` is called once per case when it starts
     (the case dict is then filled in place) and ``save()`` after every implementation.
-    ``impls``/``peers``/``shapes``/``batch_heads``/``limits``/``tuning`` replace the defaults (tests)."""
+    ``impls``/``peers``/``shapes``/``batch_heads``/``limits``/``tuning``/``variants`` replace the defaults
+    (tests; given ``shapes``, no variant runs unless ``variants`` are given too, with the default
+    implementations)."""
     b, heads = batch_heads or (SMOKE_BH if smoke else (B, H))
     fused_ok = FA.available() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
-    default_impls, default_peers, alpha_h = _implementations(device, heads, fused_ok)
+    default_impls, default_peers, _ = _implementations(device, heads, fused_ok)
     impls = default_impls if impls is None else impls
     peers = default_peers if peers is None else peers
-    if tuning is None and peers:
+    if variants is None:
+        variants = chosen_variants(smoke) if shapes is None else []
+    if tuning is None and (peers or (variants and default_peers)):
         tuning = AdaSplashTuning(os.environ.get("SOFTARGMAX_BENCH_ADASPLASH_TUNING", "once"))
-    runner = _Runner(device, repeats, 0 if smoke else max(2, repeats // 5), save or (lambda: None), log, alpha_h,
-                     tuning, clock)
+    runner = _Runner(device, repeats, 0 if smoke else max(2, repeats // 5), save or (lambda: None), log, tuning, clock)
 
-    def inputs(D, L):
+    def inputs(D, L, h=heads, hkv=None, expanded=False):
+        """``q, k, v, dO``: ``k`` and ``v`` with ``hkv`` heads (repeated to ``h`` when ``expanded``)."""
         gen = torch.Generator().manual_seed(0)
-        return [torch.randn(b, heads, L, D, generator=gen).to(device, torch.bfloat16) for _ in range(4)]
+        q, k, v, do = (torch.randn(b, h if i in (0, 3) else (hkv or h), L, D, generator=gen).to(device, torch.bfloat16)
+                       for i in range(4))
+        if expanded and k.shape[1] != h:
+            k, v = (t.repeat_interleave(h // t.shape[1], 1) for t in (k, v))
+        return [q, k, v, do]
 
     cases = []
     for causal, D, L in shapes if shapes is not None else chosen_shapes(smoke):
@@ -415,14 +459,30 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=Non
             runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
         del tensors
         _free(device)
+    variant_peers = {}
+    for variant, causal, D, L, h, hkv, window in variants:
+        case = {"op": "attention", "variant": variant, "causal": causal, "shape": [b, h, L, D], "kv_heads": hkv,
+                "window": window, "dtype": "bfloat16", "pass": "fwd+bwd", "impls": {}}
+        cases.append(case)
+        if emit is not None:
+            emit(case)
+        ours, variant_peers[id(case)], _ = _implementations(device, h, fused_ok, window)
+        tensors = inputs(D, L, h, hkv)
+        for name, fn in ours.items():
+            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
+        del tensors
+        _free(device)
     group = None
-    for case in cases if peers else []:  # the peers last, over every case again
-        causal, (_, _, L, D) = case["causal"], case["shape"]
+    for case in cases:  # the peers last, over every case again
+        causal, (_, h, L, D) = case["causal"], case["shape"]
+        its_peers = variant_peers.get(id(case), peers) if "variant" in case else peers
+        if not its_peers:
+            continue
         if tuning is not None and (causal, D) != group:
             tuning.new_group()
             group = (causal, D)
-        tensors = inputs(D, L)
-        for name, fn in peers.items():
+        tensors = inputs(D, L, h, case.get("kv_heads"), expanded=True)  # the peers take one key/value head per query head
+        for name, fn in its_peers.items():
             runner.run(case, name, fn, tensors, limits[1] or PEER_LIMIT_S, peer=True)
         del tensors
         _free(device)

@@ -387,13 +387,14 @@ def tile_split(L: int, block_m: int, block_n: int) -> float:
 
 
 def case_variant(kernel: str, exact: int, D: int = 64, fast: Optional[bool] = None) -> int:
-    """The index in :func:`compile_report.variants` of ``kernel`` at bfloat16, causal, no mask, dense, ``D``
+    """The index in :func:`compile_report.variants` of ``kernel`` at bfloat16, causal, no mask, no window, dense, ``D``
     (``fast``: its ``FAST_LOG``; by default the hardware's ``log2`` for the general power)."""
     fast = exact == 0 if fast is None else fast
     for i, v in enumerate(CR.variants()):
         c = v.constexprs
         if (v.kernel == f"attention_kernels.{kernel}" and v.dtype == "bf16" and c["EXACT"] == exact and c["CAUSAL"]
-                and not c["HAS_MASK"] and not c["VARLEN"] and c["HEAD_DIM"] == D and c.get("FAST_LOG", False) == fast):
+                and not c["HAS_MASK"] and not c["VARLEN"] and not c.get("WINDOWED", False) and c["HEAD_DIM"] == D
+                and c.get("FAST_LOG", False) == fast):
             return i
     raise LookupError(f"no variant of {kernel} with EXACT={exact}, FAST_LOG={fast}")
 

@@ -286,7 +286,9 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
     """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA (the
     backward's warps: ``flash_attention.backward_warps``): causal without a mask for EXACT 0/1/2 (EXACT 0 with
     the hardware's ``log2``, ``FAST_LOG``, and without), the 1.5-entmax one on a packed variable-length batch
-    (``VARLEN``), and with a boolean mask, not causal (the forward's warps: ``blocks(..., masked=True)``)."""
+    (``VARLEN``), and with a boolean mask, not causal (the forward's warps: ``blocks(..., masked=True)``); with a
+    sliding window (``WINDOWED``): causal for EXACT 0 (``FAST_LOG``)/1/2, packed, and with a boolean mask (the
+    Transformers integration's sliding layers)."""
 
     def configs() -> Iterable[tuple[str, dict, int, bool]]:
         import torch
@@ -296,18 +298,23 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
         for dt in DTYPES:
             dtype = getattr(torch, TORCH_DTYPE[dt])
             for D in HEAD_DIMS:
-                for exact, causal, mask, varlen, fast in ((0, True, 0, False, True), (0, True, 0, False, False),
-                                                          (1, True, 0, False, False), (2, True, 0, False, False),
-                                                          (2, True, 0, True, False), (2, False, 2, False, False)):
+                for exact, causal, mask, varlen, fast, windowed in (
+                        (0, True, 0, False, True, False), (0, True, 0, False, False, False),
+                        (1, True, 0, False, False, False), (2, True, 0, False, False, False),
+                        (2, True, 0, True, False, False), (2, False, 2, False, False, False),
+                        (0, True, 0, False, True, True), (1, True, 0, False, False, True),
+                        (2, True, 0, False, False, True), (2, True, 0, True, False, True),
+                        (2, True, 2, False, False, True)):
                     bm, bn, warps = F.blocks(D, cuda, dtype, masked=mask != 0)
                     if kernel != "attention_fwd":
-                        warps = F.backward_warps(D, cuda, dtype)
+                        warps = F.backward_warps(D, cuda, dtype, masked_window=mask != 0 and windowed)
                     c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen,
                              BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D)
                     if kernel == "attention_bwd_dq":
                         c["ALPHA_GRAD"] = exact == 0
                     c["FAST_LOG"] = fast
-                    yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen
+                    c["WINDOWED"] = windowed
+                    yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen and not windowed
 
     return configs
 
@@ -315,7 +322,8 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
 def _decode_configs() -> Iterable[tuple[str, dict, int, bool]]:
     """The decoding kernels (``decoding.layout``'s tiles and warps on CUDA) at D = 64, 128: a group's rows packed
     in a block of 16 (up to 16 query rows: 4 heads of one query, or one head of 16), 32 or 64 rows, a contiguous
-    cache and a paged one (pages of ``BLOCK_N`` positions, and of 16)."""
+    cache and a paged one (pages of ``BLOCK_N`` positions, and of 16); with a sliding window (``WINDOWED``) on a
+    contiguous cache and on pages of ``BLOCK_N``."""
     import torch
 
     DEC = _mod("decoding")
@@ -324,10 +332,11 @@ def _decode_configs() -> Iterable[tuple[str, dict, int, bool]]:
         for D in HEAD_DIMS:
             for block_m in (16, 32, DEC.MAX_BLOCK_M):
                 block_n, warps = DEC.blocks(D, cuda, getattr(torch, TORCH_DTYPE[dt]), block_m)
-                for page in (0, block_n, 16):
+                for page, windowed in ((0, False), (block_n, False), (16, False), (0, True), (block_n, True)):
                     c = dict(BLOCK_M=block_m, BLOCK_N=min(block_n, page) if page else block_n, HEAD_DIM=D,
-                             DOT=1 if dt == "fp32" else 0, PAGED=page != 0, PAGE=page or 1)
-                    quick = dt == "bf16" and D == 128 and (block_m, page) in ((16, 0), (16, 16), (DEC.MAX_BLOCK_M, 0))
+                             DOT=1 if dt == "fp32" else 0, PAGED=page != 0, PAGE=page or 1, WINDOWED=windowed)
+                    quick = (dt == "bf16" and D == 128 and not windowed
+                             and (block_m, page) in ((16, 0), (16, 16), (DEC.MAX_BLOCK_M, 0)))
                     yield dt, c, warps, quick
 
 

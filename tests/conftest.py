@@ -261,7 +261,7 @@ def triton_device(gpu_when_present):
 #: test files whose kernels run in Triton's interpreter without a GPU (most of the suite's time):
 #: marked ``slow`` there, so ``pytest -m "not slow"`` gives a quick local run; CI runs everything
 INTERPRETED_FILES = ("test_triton_rows.py", "test_triton_split_rows.py", "test_flash_attention.py",
-                     "test_triton_decoding.py", "test_triton_tile_gemms.py")
+                     "test_triton_decoding.py", "test_triton_tile_gemms.py", "test_flash_attention_window.py")
 
 
 #: the folder holding the experiments' datasets (multi30k, snli, ...): pytest's ``--data-dir``, else

@@ -93,6 +93,57 @@ def test_attention_errors():
         sa.attention(q, k[..., :3], v)
 
 
+def _band(L, S, window):
+    """The sliding window by brute force: query i sees key j iff i - window < j <= i."""
+    return torch.tensor([[i - window < j <= i for j in range(S)] for i in range(L)])
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15"])
+def test_sliding_window_is_the_band_mask(mapping):
+    """``window=w`` equals the band as a boolean mask (softmax: SDPA given it), alone, with ``is_causal``, with
+    another mask (both must allow a key) and with more keys than queries; a window as long as the queries is the
+    causal mask; the gradients too."""
+    q, k, v = _qkv(L=9, S=11)
+    band = _band(9, 11, 3)
+    want = sa.attention(q, k, v, attn_mask=band, mapping=mapping)
+    torch.testing.assert_close(sa.attention(q, k, v, window=3, mapping=mapping), want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(sa.attention(q, k, v, window=3, is_causal=True, mapping=mapping), want, atol=1e-12,
+                               rtol=0)
+    if mapping == "softmax":
+        torch.testing.assert_close(want, F.scaled_dot_product_attention(q, k, v, attn_mask=band), atol=1e-12, rtol=0)
+    pad = torch.rand(2, 1, 1, 11, generator=torch.Generator().manual_seed(3)) > 0.3
+    torch.testing.assert_close(sa.attention(q, k, v, attn_mask=pad, window=3, mapping=mapping),
+                               sa.attention(q, k, v, attn_mask=pad & band, mapping=mapping), atol=1e-12, rtol=0)
+    torch.testing.assert_close(sa.attention(q, k, v, window=9, mapping=mapping),
+                               sa.attention(q, k, v, is_causal=True, mapping=mapping), atol=0, rtol=0)
+    qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+    go = torch.randn_like(want)
+    got = torch.autograd.grad(sa.attention(qq, kk, vv, window=3, mapping=mapping), (qq, kk, vv), go)
+    ref = torch.autograd.grad(sa.attention(qq, kk, vv, attn_mask=band, mapping=mapping), (qq, kk, vv), go)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, atol=1e-12, rtol=0)
+
+
+def test_window_checks_and_the_module():
+    q, k, v = _qkv()
+    for bad, error in ((0, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError)):
+        with pytest.raises(error, match="window must be None or a positive int"):
+            sa.attention(q, k, v, window=bad)
+        with pytest.raises(error, match="window must be None or a positive int"):
+            snn.SparseMultiheadAttention(16, 4, window=bad)
+    # the module: its window applied with the padding mask, in its repr
+    mha = snn.SparseMultiheadAttention(16, 4, batch_first=True, mapping="sparsemax", window=2)
+    assert "window=2" in repr(mha)
+    x = torch.randn(2, 6, 16)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 0] = True  # key 0 of the second sequence masked
+    with torch.no_grad():
+        _, w = mha(x, x, x, key_padding_mask=pad, average_attn_weights=False)
+    allowed = _band(6, 6, 2) & ~pad.view(2, 1, 1, 6)
+    assert (w[~allowed.expand_as(w)] == 0).all() and w[allowed.expand_as(w)].gt(0).any()
+    assert (w[1, :, 0] == 0).all()  # the first query of the second sequence sees no key: zeros, never NaN
+
+
 def test_mismatched_dtypes_and_batches_are_named():
     q, k, v = _qkv(dtype=torch.float32)
     for args, name in (((q.double(), k, v), "key"), ((q, k.double(), v), "key"), ((q, k, v.double()), "value")):

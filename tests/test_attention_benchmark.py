@@ -154,3 +154,25 @@ def test_the_quick_list_of_shapes(monkeypatch):
     assert {D for _, D, _ in AG.QUICK_SHAPES} == {64, 128} and {c for c, _, _ in AG.QUICK_SHAPES} == {True, False}
     monkeypatch.delenv("SOFTARGMAX_BENCH_ATTENTION_SHAPES")
     assert AG.chosen_shapes() == AG.SHAPES
+
+
+def test_grouped_heads_and_sliding_window_variants(monkeypatch):
+    """The variant cases (32 query heads over 8 shrunk to 4 over 2; a sliding window) on the CPU with the default
+    implementations (the fused kernels switched off: the interpreter is slow): their records, the grouped
+    inputs as they are, and the window reaching the materialized path."""
+    from softargmax.backends.triton import flash_attention as FA
+
+    monkeypatch.setattr(FA, "available", lambda: False)
+    seen = []
+    real = AG.sa.attention
+    monkeypatch.setattr(AG.sa, "attention", lambda *a, **kw: seen.append((a[1].shape[1], kw["window"])) or real(*a, **kw))
+    variants = [("gqa", True, 16, 12, 4, 2, None), ("window", True, 16, 12, 2, 2, 3)]
+    cases = AG.attention_cases(CPU, repeats=1, shapes=[], variants=variants, batch_heads=(1, 2), log=lambda s: None)
+    assert [c["variant"] for c in cases] == ["gqa", "window"]
+    assert cases[0]["shape"] == [1, 4, 12, 16] and cases[0]["kv_heads"] == 2 and cases[1]["window"] == 3
+    for case in cases:
+        assert set(case["impls"]) == {"sdpa", "materialized_entmax15"}
+        for r in case["impls"].values():
+            assert r["ms"] > 0 and r["max_abs_psum_minus_1"] <= r["psum_resolution"], r
+    assert {(2, None), (2, 3)} == set(seen)  # grouped key/value heads as they are, and the window
+    assert AG.chosen_variants(smoke=True) == [] and {v[4:6] for v in AG.VARIANTS if v[0].startswith("gqa")} == {(32, 8)}

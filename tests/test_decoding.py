@@ -14,8 +14,9 @@ import softargmax as sa
 MAPPINGS = [("sparsemax", 2.0, None), ("entmax15", 1.5, None), ("softmax", 1.0, None), ("entmax", 1.25, 1.25)]
 
 
-def _brute_force(q, k, v, ends, starts, alpha, scale=None):
-    """Each row on its own: query i of sequence b sees positions starts[b] .. ends[b] - L + i."""
+def _brute_force(q, k, v, ends, starts, alpha, scale=None, window=None):
+    """Each row on its own: query i of sequence b sees positions starts[b] .. ends[b] - L + i (with a window, from
+    ends[b] - L + i - window + 1 on)."""
     B, H, L, D = q.shape
     group = H // k.shape[1]
     scale = D ** -0.5 if scale is None else scale
@@ -23,7 +24,8 @@ def _brute_force(q, k, v, ends, starts, alpha, scale=None):
     for b in range(B):
         for h in range(H):
             for i in range(L):
-                keys = list(range(starts[b], ends[b] - L + i + 1))
+                first = starts[b] if window is None else max(starts[b], ends[b] - L + i - window + 1)
+                keys = list(range(first, ends[b] - L + i + 1))
                 if not keys:
                     continue
                 kk, vv = k[b, h // group, keys].double(), v[b, h // group, keys].double()
@@ -49,6 +51,25 @@ def test_mixed_lengths_left_padding_gqa_causal_queries(mapping, alpha_ref, alpha
     ends, starts = [12, 7, 10], [0, 0, 4]
     out = sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts), mapping=mapping, alpha=alpha)
     torch.testing.assert_close(out, _brute_force(q, k, v, ends, starts, alpha_ref), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mapping,alpha_ref,alpha", MAPPINGS[:2])
+def test_sliding_window_bottom_right(mapping, alpha_ref, alpha):
+    """A window of 4 keys for 3 new queries (aligned bottom-right with the cache): three sequences, one whose
+    window is cut by its left padding and one whose first query sees a single key."""
+    q, k, v = _data(3, 4, 2, 3, 12, 8, seed=7)
+    ends, starts = [12, 7, 10], [0, 0, 7]
+    out = sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts), mapping=mapping, alpha=alpha,
+                              window=4)
+    torch.testing.assert_close(out, _brute_force(q, k, v, ends, starts, alpha_ref, window=4), atol=1e-10, rtol=1e-10)
+    kn, vn = k.clone(), v.clone()
+    kn[0, :, :6], vn[0, :, :6] = float("nan"), float("nan")  # before the first query's window (6 to 9): never used
+    nan = sa.decode_attention(q, kn, vn, torch.tensor(ends), torch.tensor(starts), mapping=mapping, alpha=alpha,
+                              window=4)
+    torch.testing.assert_close(nan, out, atol=0, rtol=0)
+    wide = sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts), mapping=mapping, window=12)
+    torch.testing.assert_close(wide, sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts),
+                                                         mapping=mapping), atol=0, rtol=0)
 
 
 def test_per_head_alpha_mqa_and_scale():
@@ -130,6 +151,8 @@ def test_input_is_not_modified():
     (dict(mapping="entmax2"), ValueError, "unknown name"),
     (dict(num_splits=0), ValueError, "num_splits"),
     (dict(num_splits=2.0), TypeError, "num_splits"),
+    (dict(window=0), ValueError, "window must be None or a positive int"),
+    (dict(window=2.0), TypeError, "window must be None or a positive int"),
     (dict(query=torch.zeros(1, 2, 1, 4, dtype=torch.int64)), TypeError, "query must have a floating-point dtype"),
 ])
 def test_bad_arguments_name_the_argument(change, error, match):

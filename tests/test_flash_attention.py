@@ -357,7 +357,7 @@ def signature(fn, consts, dt):
 
 variants = []
 # every value of every constexpr at least once (EXACT, CAUSAL, HAS_MASK, DOT, VARLEN, HEAD_DIM, ALPHA_GRAD, FAST_LOG,
-# the tiles)
+# WINDOWED, the tiles)
 for dt, D, causal, mask, exact, varlen in [("bf16", 64, True, 0, 2, False), ("bf16", 128, False, 1, 0, False),
                                            ("fp16", 64, False, 2, 1, False), ("fp32", 64, True, 0, 0, False),
                                            ("bf16", 128, True, 0, 2, True)]:
@@ -369,7 +369,7 @@ for var in variants:
     BM, BN, warps = F.blocks(D, torch.device("cuda"), dtype, masked=mask != 0)
     bwarps = F.backward_warps(D, torch.device("cuda"), dtype)
     c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen, BLOCK_M=BM,
-             BLOCK_N=BN, HEAD_DIM=D, FAST_LOG=exact == 0 and dt != "fp32")
+             BLOCK_N=BN, HEAD_DIM=D, FAST_LOG=exact == 0 and dt != "fp32", WINDOWED=varlen)  # the packed one windowed
     for fn, cc, w in ((K.attention_fwd, c, warps), (K.attention_bwd_dkdv, c, bwarps),
                       (K.attention_bwd_dq, dict(c, ALPHA_GRAD=exact == 0), bwarps)):
         jobs.append((fn, signature(fn, cc, dt), cc, w, var))
@@ -406,7 +406,7 @@ if __name__ == "__main__":
 
 def test_kernels_compile_for_sm90():
     """Every kernel compiles to an sm_90 binary with every value of each compile-time switch
-    (EXACT 0/1/2, causal, mask, packed sequences, head dims 64 and 128, bfloat16/float16/float32, α gradient); registers, spills and shared
+    (EXACT 0/1/2, causal, mask, packed sequences, a sliding window, head dims 64 and 128, bfloat16/float16/float32, α gradient); registers, spills and shared
     memory of each binary (``cuobjdump --dump-resource-usage``; stack bytes are spills) are
     printed (``-s``): the tile choice of :func:`softargmax.backends.triton.flash_attention.blocks` rests on them."""
     if not FA.available():

@@ -111,6 +111,124 @@ def test_generate_with_the_cache_takes_decode_attention_and_keeps_the_greedy_tok
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def _sliding(attn="eager", window=3):
+    """A tiny Qwen2 whose first layer has a sliding window and the second full attention (``layer_types``)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, use_sliding_window=True, sliding_window=window,
+                      layer_types=["sliding_attention", "full_attention"])
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
+
+
+def _spy_windows(monkeypatch, name):
+    """Records the ``window`` each call of ``softargmax.attention`` / ``decode_attention`` gets from the layers."""
+    import softargmax.integrations.huggingface_attention as HA
+
+    seen = []
+    real = getattr(HA, name)
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("window"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(HA, name, spy)
+    return seen
+
+
+def test_sliding_layers_pass_their_window_and_equal_eager_softmax(monkeypatch):
+    """Transformers passes ``sliding_window`` per layer (3 on the sliding layer, ``None`` on the full one); with
+    softmax the registered function equals eager attention (whose mask holds the band) on a left-padded batch
+    longer than the window, and sparsemax's weights are zero outside the band."""
+    seen = _spy_windows(monkeypatch, "attention")
+    m = _sliding()
+    ids = torch.randint(0, 97, (2, 11))
+    mask = torch.ones(2, 11, dtype=torch.long)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        ref = m(ids, attention_mask=mask).logits
+        H.register("softargmax_softmax", mapping="softmax")
+        m.set_attn_implementation("softargmax_softmax")
+        out = m(ids, attention_mask=mask).logits
+        assert seen == [3, None]
+        keep = mask.bool()
+        torch.testing.assert_close(out[keep], ref[keep], atol=1e-5, rtol=1e-5)
+        m.set_attn_implementation("sparsemax")
+        w = m(ids, output_attentions=True).attentions
+    causal = torch.ones(11, 11, dtype=torch.bool).tril()
+    band = causal.triu(-2)  # i - 3 < j <= i
+    assert (w[0][..., ~band] == 0).all() and (w[1][..., ~causal] == 0).all()
+    assert (w[1][..., ~band] > 0).any()  # the full layer sees past the window
+
+
+def test_sliding_layers_in_a_packed_batch_equal_each_sequence(monkeypatch):
+    """A packed batch (flash-attention keywords, no mask: the band comes from ``sliding_window`` alone) equals each
+    sequence run on its own through eager softmax attention; without the window the sliding layer would see
+    the whole sequence."""
+    import softargmax.integrations.huggingface_attention as HA
+
+    seen = _spy_windows(monkeypatch, "attention")
+    m = _sliding()
+    lengths = [6, 9]
+    ids = torch.randint(0, 97, (1, sum(lengths)))
+    cu = torch.tensor([0, 6, 15], dtype=torch.int32)
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    H.register("softargmax_softmax", mapping="softmax")
+    with torch.no_grad():
+        each = [m(ids[:, a:b]).logits[0] for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())]
+        m.set_attn_implementation("softargmax_softmax")
+        out = m(ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9).logits[0]
+        assert seen == [3, None]
+        torch.testing.assert_close(out, torch.cat(each), atol=1e-5, rtol=1e-5)
+        monkeypatch.setattr(HA, "check_window", lambda *a: None)  # the window ignored: the sliding layer differs
+        wrong = m(ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9).logits[0]
+    assert (wrong - out).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_decode_ranges_with_a_sliding_window(queries):
+    """A decoding step of a sliding layer (1 or 3 new queries, left padding): its mask is read as each sequence's
+    range with the window, and decode_attention with those ranges and the window equals attention with the mask;
+    without the window the mask of several queries is refused."""
+    import softargmax as sa
+    from softargmax.integrations.huggingface_attention import _decode_ranges
+
+    L, S, w = queries, 12, 4
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = torch.randn(2, 4, L, 8, generator=gen), torch.randn(2, 2, S, 8, generator=gen), torch.randn(2, 2, S, 8, generator=gen)
+    pos = torch.arange(S)
+    last = S - L + torch.arange(L).view(L, 1)  # each query's position
+    mask = (pos <= last) & (pos > last - w) & (pos >= torch.tensor([0, 9]).view(2, 1, 1, 1))  # [2, 1, L, S]
+    ends, starts = _decode_ranges(q, k, mask, w)
+    assert ends.tolist() == [S, S]
+    out = sa.decode_attention(q, k, v, ends, starts, window=w)
+    want = sa.attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    if queries > 1:
+        assert _decode_ranges(q, k, mask) is None
+
+
+def test_generate_with_sliding_layers_keeps_the_greedy_tokens(monkeypatch):
+    """Greedy generation over the cache with a sliding layer: every step after the prompt takes decode_attention
+    with the layer's window (3, then ``None`` for the full layer), with the tokens and logits of generation
+    without the cache."""
+    seen = _spy_windows(monkeypatch, "decode_attention")
+    m = _sliding("entmax15")
+    m.generation_config.pad_token_id = 0
+    ids = torch.randint(1, 97, (2, 7), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :3] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        cached = m.generate(ids, use_cache=True, **kw)
+        plain = m.generate(ids, use_cache=False, **kw)
+    assert seen == [3, None] * 4
+    assert torch.equal(cached.sequences, plain.sequences)
+    for a, b in zip(cached.logits, plain.logits):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_decode_ranges_refuse_other_masks():
     """A sliding window, a hole in the keys or an additive mask: no decode ranges (the call keeps attention)."""
     from softargmax.integrations.huggingface_attention import _decode_ranges

@@ -123,6 +123,22 @@ def test_tiles_without_support_and_outside_the_sequence_are_not_read(device, spy
     torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
 
 
+def test_sliding_window_never_reads_before_it(device, spy):
+    """A window of 20 positions for 3 causal queries (bottom-right): two sequences, one left-padded, grouped heads;
+    NaN keys and values before the first query's window (inside the sequence) stay unread, and the output is the
+    float64 brute force's with the window (split over the cache, so that whole splits lie before the window)."""
+    q, k, v = _data(2, 4, 2, 3, 96, 16, seed=16)
+    ends, starts = [90, 70], [0, 5]
+    for b, end in enumerate(ends):  # every position before the first query's window, from the sequence's start
+        k[b, :, starts[b]:end - 3 + 1 - 20], v[b, :, starts[b]:end - 3 + 1 - 20] = float("nan"), float("nan")
+    q, k, v = _to(device, q, k, v)
+    out = sa.decode_attention(q, k, v, *_lengths(device, ends, starts), window=20, num_splits=3)
+    assert spy and torch.isfinite(out).all()
+    k64, v64 = (torch.nan_to_num(t.cpu().double()) for t in (k, v))
+    want = _brute_force(q.cpu().double(), k64, v64, ends, starts, 1.5, window=20)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
 def test_bfloat16_within_rounding(device, spy):
     """bfloat16 inputs: within bfloat16's rounding of the float64 answer on the same (rounded) inputs."""
     q, k, v = _to(device, *_data(2, 2, 1, 1, 64, 16, seed=15), dtype=torch.bfloat16)

@@ -50,6 +50,18 @@ def check_positive_number(value: object, name: str) -> float:
     return value
 
 
+def check_window(window: object, name: str = "window") -> Optional[int]:
+    """A sliding window's size: ``None`` or a positive ``int`` (not a ``bool``)."""
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"{name} must be None or a positive int (the keys each query sees), got "
+                        f"{type(window).__name__}")
+    if window < 1:
+        raise ValueError(f"{name} must be None or a positive int (the keys each query sees), got {window}")
+    return int(window)
+
+
 def check_real(value: object, name: str, what: str = "a finite number") -> float:
     """A finite real number (an ``int`` or a ``float``, not a ``bool``) as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -8,8 +8,9 @@ models that use Transformers' attention-interface registry accept
 ``model.set_attn_implementation``.
 
 The function mirrors Transformers' eager attention: grouped key/value heads are
-repeated, ``scaling`` is the model's, dropout is applied in training only, and the
-returned output is ``[batch, length, heads, head_dim]`` with the per-head weights.
+shared (read in place by the fused kernels, repeated on the materialized path), ``scaling``
+is the model's, dropout is applied in training only, a layer's ``sliding_window`` is honoured,
+and the returned output is ``[batch, length, heads, head_dim]`` with the per-head weights.
 Masks arrive either as booleans (``True`` = may attend, SDPA style) or as additive
 floats; both are handled.  Transformers is an optional dependency (``pip install
 transformers``); nothing is downloaded.
@@ -22,6 +23,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 
+from .._utils.checks import check_window
 from .._utils.extras import require
 from ..operators.attention import attention
 from ..operators.decoding import decode_attention
@@ -62,6 +64,15 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         :func:`softargmax.decode_attention`; the mask is checked to be exactly that (one host
         synchronization), any other keeps :func:`softargmax.attention`.
 
+        The keyword ``sliding_window`` that Transformers passes to attention functions per layer (an
+        int on the sliding layers, ``None`` on the full ones: models such as Gemma 2 or Qwen 2 with
+        ``layer_types`` alternate them; the config's own setting is not read) becomes
+        :func:`softargmax.attention`'s ``window`` (query :math:`i` sees keys :math:`i - w < j \le i`,
+        Transformers' convention): a packed batch, which has no mask, gets its band from it alone;
+        with a mask (which already holds the band) it lets the fused kernels skip the tiles outside
+        the window when the queries and keys are the same positions (no cache before them); a
+        decoding step passes it to :func:`softargmax.decode_attention` (bottom-right aligned).
+
     Shape:
         - query: :math:`(B, H, L, D)`; key, value: :math:`(B, H_{kv}, S, D)`.
         - attention_mask: boolean or additive, broadcastable to :math:`(B, H, L, S)`.
@@ -86,6 +97,7 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
     def forward(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
                 scaling: Optional[float] = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, Any]:
         groups = getattr(module, "num_key_value_groups", 1)
+        window = check_window(kwargs.get("sliding_window"), "sliding_window")
         # the weights only when Transformers asks for them: without them CUDA inputs take the
         # fused kernels (O(L) memory; grouped key/value heads are read as they are)
         want = kwargs.get("output_attentions")
@@ -96,16 +108,16 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
             q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [total, heads, head_dim]
             out = attention(q, k, v, is_causal=kwargs.get("is_causal", getattr(module, "is_causal", True)),
                             scale=scaling, dropout_p=dropout if module.training else 0.0, mapping=mapping,
-                            alpha=alpha, enable_gqa=groups > 1, **packed)
+                            alpha=alpha, enable_gqa=groups > 1, window=window, **packed)
             return out.unsqueeze(0), None
         is_causal = False
         mask = attention_mask
         if mask is not None:
             mask = mask[..., : key.shape[-2]]
-        ranges = None if want or module.training else _decode_ranges(query, key, mask)
+        ranges = None if want or module.training else _decode_ranges(query, key, mask, window)
         if ranges is not None:  # a decoding step over the cache: softargmax.decode_attention
             out = decode_attention(query, key, value, ranges[0], ranges[1], scale=scaling, mapping=mapping,
-                                   alpha=alpha)
+                                   alpha=alpha, window=window)
             return out.transpose(1, 2).contiguous(), None
         if mask is None and query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
             is_causal = True
@@ -113,6 +125,9 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
             query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling,
             dropout_p=dropout if module.training else 0.0, mapping=mapping, alpha=alpha, return_weights=bool(want),
             enable_gqa=groups > 1,
+            # top-left and bottom-right alignment agree when the queries are the keys' positions; else the mask
+            # (Transformers builds it with the band) alone says which keys each query sees
+            window=window if query.shape[2] == key.shape[2] else None,
         )
         out, weights = res if want else (res, None)
         return out.transpose(1, 2).contiguous(), weights
@@ -125,11 +140,13 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
 DECODE_MAX_QUERIES = 16
 
 
-def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Optional[tuple[Tensor, Tensor]]:
+def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor],
+                   window: Optional[int] = None) -> Optional[tuple[Tensor, Tensor]]:
     """``(cache_seqlens, cache_starts)`` of :func:`softargmax.decode_attention` when the call is a decoding step
-    (1 to :data:`DECODE_MAX_QUERIES` queries against more keys) whose mask is exactly what those ranges give:
-    each sequence's keys contiguous, the new queries causal among themselves aligned bottom-right (left padding,
-    a cache longer than the sequence); else ``None`` (sliding windows, any other mask, additive masks).
+    (1 to :data:`DECODE_MAX_QUERIES` queries against more keys) whose mask is exactly what those ranges give
+    (with the sliding ``window`` if one is given): each sequence's keys contiguous, the new queries causal among
+    themselves aligned bottom-right (left padding, a cache longer than the sequence); else ``None`` (a sliding
+    window not given, any other mask, additive masks).
     The ranges are read off the last query's row of the boolean mask and the whole mask is compared with
     theirs: one host synchronization per step (the layers of a step pass the same mask, whose answer is
     kept while it is unchanged; none without a mask, a single query seeing every key); skipped during
@@ -149,10 +166,10 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Option
         return None
     # the layers of a step share one mask: its ranges are read once per step (the host synchronization)
     base = mask if mask._base is None else mask._base
-    geometry = (tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device)
+    geometry = (tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device, window)
     if _LAST_RANGES and _LAST_RANGES[0] is base and _LAST_RANGES[1] == (base._version, geometry):
         return _LAST_RANGES[2]
-    ranges = _ranges_of_mask(mask, B, L, S)
+    ranges = _ranges_of_mask(mask, B, L, S, window)
     # the mask itself is held (not its address): a later mask cannot be taken for it
     _LAST_RANGES[:] = [base, (base._version, geometry), ranges]
     return ranges
@@ -162,15 +179,20 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Option
 _LAST_RANGES: list = []
 
 
-def _ranges_of_mask(mask: Tensor, B: int, L: int, S: int) -> Optional[tuple[Tensor, Tensor]]:
-    """The ranges read off the last query's row of a boolean ``[B or 1, 1, L, S]`` mask, if the whole mask
-    is what they give (one host synchronization), else ``None``."""
+def _ranges_of_mask(mask: Tensor, B: int, L: int, S: int,
+                    window: Optional[int] = None) -> Optional[tuple[Tensor, Tensor]]:
+    """The ranges read off a boolean ``[B or 1, 1, L, S]`` mask (the end from the last query's row, the start from
+    it too or, with a sliding ``window``, from the first query's row: the window cuts the later rows more), if the
+    whole mask is what they give (one host synchronization), else ``None``."""
     m = mask[:, 0].expand(B, L, S)
     last = m[:, -1].to(torch.int32)
-    starts = last.argmax(-1).to(torch.int32)
+    starts = (last if window is None else m[:, 0].to(torch.int32)).argmax(-1).to(torch.int32)
     ends = (S - last.flip(-1).argmax(-1)).to(torch.int32)
     pos = torch.arange(S, device=mask.device)
-    seen = (pos >= starts.view(B, 1, 1)) & (pos <= ends.view(B, 1, 1) - L + torch.arange(L, device=mask.device).view(1, L, 1))
+    final = ends.view(B, 1, 1) - L + torch.arange(L, device=mask.device).view(1, L, 1)  # each query's last key
+    seen = (pos >= starts.view(B, 1, 1)) & (pos <= final)
+    if window is not None:
+        seen = seen & (pos > final - window)
     if not torch.equal(seen, m):
         return None
     return ends, starts

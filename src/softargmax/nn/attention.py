@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._utils.checks import check_alpha, check_broadcastable, check_real, check_tensor
+from .._utils.checks import check_alpha, check_broadcastable, check_real, check_tensor, check_window
 from .._utils.tracing import values_checkable
 from ..operators.attention import MAPPINGS, attention
 from ._parameters import bounded, bounded_logit, initial_value, placed
@@ -60,6 +60,10 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         learn_alpha: learn one α per head, kept in :math:`(1, 2)` by
             :math:`\alpha = 1 + \operatorname{sigmoid}(w)` (Correia et al., 2019); implies
             ``mapping="entmax"``. Default: ``False``.
+        window: a causal sliding window of this many keys: query :math:`i` attends only to keys
+            :math:`i - w < j \le i` (as :func:`softargmax.attention`'s ``window``; combined with
+            ``attn_mask``, ``key_padding_mask`` and ``is_causal``: a key must pass all of them).
+            Default: ``None`` (no window).
 
     Shape:
         - query: :math:`(L, N, E)`, or :math:`(N, L, E)` with ``batch_first``, or :math:`(L, E)` unbatched.
@@ -105,7 +109,8 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
                  vdim: Optional[int] = None, batch_first: bool = False, device: Union[str, torch.device, None] = None,
                  dtype: Optional[torch.dtype] = None, *,
-                 mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5, learn_alpha: bool = False) -> None:
+                 mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5, learn_alpha: bool = False,
+                 window: Optional[int] = None) -> None:
         if add_bias_kv or add_zero_attn:
             raise ValueError("SparseMultiheadAttention: add_bias_kv and add_zero_attn are not supported")
         for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
@@ -119,6 +124,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         if not isinstance(alpha, Tensor):
             check_real(alpha, "alpha", f"a number or a tensor of shape ({num_heads},)")
+        window = check_window(window)
         super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, kdim=kdim, vdim=vdim,
                          batch_first=batch_first, device=device, dtype=dtype)
         if learn_alpha:
@@ -127,6 +133,8 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
             raise ValueError(f"mapping: unknown name {mapping!r}; accepted: {', '.join(MAPPINGS)}")
         self.mapping = mapping
         self.learn_alpha = bool(learn_alpha)
+        #: the causal sliding window (keys per query), or ``None``
+        self.window = window
         # α is validated where it is given, then created on the module's device/dtype (like its weights)
         a = initial_value(alpha)
         if a.dim() == 0:
@@ -195,7 +203,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         alpha = self.alpha.to(q.dtype).view(H, 1, 1) if self.mapping in ("entmax", "alpha") else None
         want = need_weights or self.store_weights  # without the weights CUDA inputs may take the fused kernels
         res = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                        mapping=self.mapping, alpha=alpha, return_weights=want)
+                        mapping=self.mapping, alpha=alpha, return_weights=want, window=self.window)
         out, weights = res if want else (res, None)
         if self.store_weights:
             assert weights is not None  # want
@@ -253,7 +261,8 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
                 raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(m.shape)}")
 
     def extra_repr(self) -> str:
-        return f"mapping={self.mapping!r}, learn_alpha={self.learn_alpha}"
+        window = "" if self.window is None else f", window={self.window}"
+        return f"mapping={self.mapping!r}, learn_alpha={self.learn_alpha}{window}"
 
 
 def convert_attention(module: nn.Module, mapping: str = "entmax15", alpha: Union[float, Tensor] = 1.5,

@@ -12,11 +12,15 @@ conventions of ``torch.nn.functional.scaled_dot_product_attention``:
 * ``dropout_p > 0`` applies dropout to the attention weights (pass 0 in evaluation, as
   modules do);
 * ``enable_gqa=True``: ``key``/``value`` may have fewer heads (dimension -3) than ``query``,
-  each shared by ``H / Hkv`` consecutive query heads (grouped-query attention, as SDPA).
+  each shared by ``H / Hkv`` consecutive query heads (grouped-query attention, as SDPA);
+* ``window=w`` (keyword only, no SDPA counterpart): a causal sliding window, query ``i``
+  attending to keys ``i - w < j <= i`` (top-left aligned like ``is_causal``), combined with
+  ``attn_mask`` when both are given.
 
 On CUDA, ``return_weights=False`` calls with ``dropout_p = 0`` and ``mapping``
 ``"sparsemax"``, ``"entmax15"`` or ``"entmax"`` (float or per-head α) run the fused
-FlashAttention-style Triton kernels (``O(L)`` memory, the weights never stored; coverage in
+FlashAttention-style Triton kernels (``O(L)`` memory, the weights never stored; grouped
+key/value heads read in place, never repeated; the tiles outside a sliding window never read; coverage in
 :mod:`softargmax.backends.triton.flash_attention`, switch: ``SOFTARGMAX_FLASH_ATTENTION=0``); the rest (and
 ``return_weights=True``, dropout, CPU) computes the weights, the reference path.
 
@@ -35,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._utils.checks import check_broadcastable, check_real, check_tensor
+from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
 from ..backends.triton import flash_attention as _flash_attention
 from .mappings import MAPPING_NAMES as MAPPINGS
 from .mappings import normalize
@@ -108,6 +112,7 @@ def attention(
     cu_seqlens_k: Optional[Tensor] = None,
     max_seqlen_q: Optional[int] = None,
     max_seqlen_k: Optional[int] = None,
+    window: Optional[int] = None,
 ) -> Union[Tensor, Any]:  # or (output, weights): Tensor | Any as softargmax.losses' LossOutput
     r"""Sparse attention: ``scaled_dot_product_attention`` with sparsemax, entmax or any f-softargmax.
 
@@ -120,6 +125,17 @@ def attention(
     ``torch.nn.functional.scaled_dot_product_attention`` (the module docstring lists them).  Query rows
     whose keys are all masked get zero weights and a zero output, never NaN.  On CUDA the sparse
     mappings run fused FlashAttention-style kernels when the weights are not returned.
+
+    A sliding window of :math:`w` keys (``window=w``) masks every key outside the causal band
+
+    .. math::
+
+        M_{ij} = -\infty \quad \text{unless} \quad i - w < j \le i,
+
+    so that query :math:`i` sees its own position and the :math:`w - 1` keys before it (aligned
+    top-left as ``is_causal``: query :math:`i` sits at key position :math:`i`; Mistral's and
+    Transformers' ``sliding_window`` convention).  The fused kernels never read the key tiles
+    outside the band: the work grows as :math:`L w`, not :math:`L^2 / 2`.
 
     Args:
         query: ``[..., L, E]`` queries.
@@ -151,6 +167,10 @@ def attention(
             synchronization happens; without them they are read back once and checked
             (increasing from 0 to the total). Default: ``None``.
         max_seqlen_k: the longest key sequence. Default: ``None``.
+        window: a causal sliding window: query :math:`i` attends only to keys :math:`j` with
+            :math:`i - w < j \le i` (``is_causal`` then changes nothing; with ``attn_mask`` a key
+            must be allowed by both; in a packed batch, within each sequence).  A positive int, or
+            ``None`` for no window. Default: ``None``.
 
     Returns:
         the output ``[..., L, Ev]``, and with ``return_weights`` the pair ``(output, weights)``;
@@ -196,6 +216,15 @@ def attention(
         >>> torch.allclose(out[3:], second.transpose(0, 1), atol=1e-6)
         True
 
+        A sliding window of 2 keys: query :math:`i` sees keys :math:`i - 1` and :math:`i`:
+
+        >>> q4 = torch.zeros(4, 2)  # equal scores: uniform weights over the keys each query sees
+        >>> sa.attention(q4, q4, torch.eye(4), mapping="sparsemax", window=2)
+        tensor([[1.0000, 0.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000, 0.0000],
+                [0.0000, 0.5000, 0.5000, 0.0000],
+                [0.0000, 0.0000, 0.5000, 0.5000]])
+
     References:
         Gonçalo M. Correia, Vlad Niculae and André F. T. Martins, *Adaptively Sparse Transformers*,
         EMNLP 2019, https://arxiv.org/abs/1909.00015
@@ -205,22 +234,28 @@ def attention(
 
         Tri Dao, *FlashAttention-2: Faster Attention with Better Parallelism and Work
         Partitioning*, ICLR 2024, https://arxiv.org/abs/2307.08691 (the packed variable-length layout)
+
+        Albert Q. Jiang et al., *Mistral 7B*, 2023, https://arxiv.org/abs/2310.06825 (the causal
+        sliding window)
     """
     _check_tensors(query, key, value)
     dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)
+    window = check_window(window)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         return _packed_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha,
-                                 return_weights, enable_gqa, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                                 return_weights, enable_gqa, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 window)
     gqa, key_batch = _grouping(query, key, value, enable_gqa)
     _check_mask(attn_mask, query, key_batch, key.shape[-2])
+    # the fused kernels read grouped key/value heads in place (query head h reads head h // group)
     fused = None if gqa is None else _flash_attention.maybe_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights)
+        query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights, window=window)
     if fused is not None:
         return fused
-    if gqa and key.shape[-3] != query.shape[-3]:
+    if gqa and key.shape[-3] != query.shape[-3]:  # the materialized path: grouped heads repeated
         group = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
-    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale), mapping, alpha)
+    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale, window), mapping, alpha)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)
     out = weights @ value
@@ -258,7 +293,7 @@ def _packed_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Opti
                       is_causal: bool, scale: float, mapping: str, alpha: Union[float, Tensor, None],
                       return_weights: bool, enable_gqa: bool, cu_seqlens_q: Optional[Tensor],
                       cu_seqlens_k: Optional[Tensor], max_seqlen_q: Optional[int],
-                      max_seqlen_k: Optional[int]) -> Tensor:
+                      max_seqlen_k: Optional[int], window: Optional[int] = None) -> Tensor:
     """:func:`attention` of a packed batch (its ``cu_seqlens_q`` argument)."""
     if cu_seqlens_q is None or cu_seqlens_k is None:
         raise ValueError("a packed batch needs both cu_seqlens_q and cu_seqlens_k")
@@ -289,7 +324,7 @@ def _packed_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Opti
     max_k = _max_length(max_seqlen_k, "max_seqlen_k")
     packed = _flash_attention.Packed(cu_q.to(torch.int32), cu_k.to(torch.int32), max_q, max_k)
     fused = _flash_attention.maybe_attention(query, key, value, None, dropout_p, is_causal, scale, mapping, alpha,
-                                             False, packed)
+                                             False, packed, window)
     if fused is not None:
         return fused
     if lengths is None:
@@ -303,7 +338,7 @@ def _packed_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Opti
                 outs.append(query.new_zeros(Lb, H, value.shape[-1]))
             else:
                 out = attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, mapping=mapping,
-                                alpha=alpha, enable_gqa=enable_gqa)
+                                alpha=alpha, enable_gqa=enable_gqa, window=window)
                 outs.append(out.transpose(0, 1))
         q0, k0 = q0 + Lb, k0 + Sb
     return torch.cat(outs, 0) if outs else query.new_zeros(0, H, value.shape[-1])
@@ -377,13 +412,16 @@ def _check_mask(attn_mask: object, query: Tensor, key_batch: Sequence[int], S: i
                         "the attention scores' shape [..., L, S] =")
 
 
-def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float) -> Tensor:
+def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
+                   window: Optional[int] = None) -> Tensor:
     """``scale · q kᵀ`` with the causal or given mask (a boolean mask as ``-inf``, a float one added in the
-    scores' dtype, as the fused kernels read it)."""
+    scores' dtype, as the fused kernels read it) and the sliding window's band ``i - window < j <= i``."""
     scores = (query @ key.transpose(-2, -1)) * scale
-    if is_causal:
+    if is_causal or window is not None:
         causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-        return scores.masked_fill(~causal, float("-inf"))
+        if window is not None:
+            causal = causal.triu(1 - window)  # j - i > -window
+        scores = scores.masked_fill(~causal, float("-inf"))
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:

@@ -21,7 +21,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_real, check_tensor
+from .._utils.checks import check_real, check_tensor, check_window
 from ..backends.triton import decoding as _decoding
 from .attention import attention_weights
 from .mappings import check_mapping
@@ -41,6 +41,7 @@ def decode_attention(
     alpha: Union[float, Tensor, None] = None,
     block_table: Optional[Tensor] = None,
     num_splits: Optional[int] = None,
+    window: Optional[int] = None,
 ) -> Tensor:
     r"""Attention of a few new queries per sequence over a key/value cache (a decoding step).
 
@@ -61,6 +62,12 @@ def decode_attention(
     head of query head :math:`h` (grouped-query attention; multi-query with :math:`H_{kv} = 1`).  This is
     :func:`softargmax.attention` of the new queries over the sequence's valid keys with the causal mask
     aligned bottom-right.  A query with no key (:math:`e_b - L + i < s_b`) gets a zero output.
+
+    A sliding window of :math:`w` keys (``window=w``) also hides the keys more than :math:`w - 1`
+    positions before the query's own, aligned bottom-right like the causal mask (the query at cache
+    position :math:`e_b - L + i` sees :math:`\max(s_b, e_b - L + i - w + 1) \le j \le e_b - L + i`):
+    the convention of :func:`softargmax.attention`'s ``window`` and of Transformers' ``sliding_window``
+    over a cache.  The kernels do not read the cache tiles before the first query's window.
 
     On CUDA (float16, bfloat16, float32; head dim a power of two in [16, 128]; no gradient asked) the
     Triton kernels run: the scores split over the cache across many programs (as flash decoding), the
@@ -92,6 +99,7 @@ def decode_attention(
             :math:`[s_b, e_b)` are not read. Default: ``None`` (a contiguous cache).
         num_splits: the number of splits of the cache on the kernel path (``None``: enough programs
             to fill the GPU); no effect on the reference path. Default: ``None``.
+        window: a causal sliding window of this many keys (above), or ``None``. Default: ``None``.
 
     Returns:
         the output ``[B, H, L, Dv]`` in ``query``'s dtype.
@@ -122,6 +130,12 @@ def decode_attention(
         ...                                      enable_gqa=True), atol=1e-6)
         True
 
+        A sliding window of 4 keys: the new token of the first sequence (position 9) sees positions 6 to 9.
+
+        >>> out = sa.decode_attention(q, k, v, lengths, window=4)
+        >>> torch.allclose(out[:1], sa.attention(q[:1], k[:1, :, 6:], v[:1, :, 6:], enable_gqa=True), atol=1e-6)
+        True
+
     References:
         Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
         ACL 2019, https://arxiv.org/abs/1905.05702
@@ -144,6 +158,7 @@ def decode_attention(
     scale = 1.0 / float(query.shape[-1]) ** 0.5 if scale is None else check_real(scale, "scale",
                                                                                    "None or a finite number")
     check_mapping(mapping)
+    window = check_window(window)
     if num_splits is not None:
         if isinstance(num_splits, bool) or not isinstance(num_splits, int):
             raise TypeError(f"num_splits must be None or a positive int, got {type(num_splits).__name__}")
@@ -160,14 +175,15 @@ def decode_attention(
         # the kernels index the lengths and the table with unit strides
         end32, start32 = end.to(torch.int32).contiguous(), start.to(torch.int32).contiguous()
         table = None if block_table is None else block_table.to(torch.int32).contiguous()
-        z = _decoding.scores(query, key, end32, start32, scale, lay, table)
+        z = _decoding.scores(query, key, end32, start32, scale, lay, table, window)
         p = attention_weights(z, mapping, alpha).contiguous()
-        return _decoding.weighted_values(p, value, end32, start32, lay, table)
-    return _reference(query, key, value, end, start, scale, mapping, alpha, block_table)
+        return _decoding.weighted_values(p, value, end32, start32, lay, table, window)
+    return _reference(query, key, value, end, start, scale, mapping, alpha, block_table, window)
 
 
 def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float, mapping: str,
-               alpha: Union[float, Tensor, None], block_table: Optional[Tensor]) -> Tensor:
+               alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
+               window: Optional[int] = None) -> Tensor:
     """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``."""
     if block_table is not None:
         key, value = _gathered(key, block_table), _gathered(value, block_table)
@@ -179,10 +195,13 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
     pos = torch.arange(S, device=query.device)
     last = (end.view(B, 1, 1, 1) - L) + torch.arange(L, device=query.device).view(1, 1, L, 1)
     keep = (pos >= start.view(B, 1, 1, 1)) & (pos <= last)
+    if window is not None:
+        keep = keep & (pos > last - window)
     weights = attention_weights(scores.masked_fill(~keep, float("-inf")), mapping, alpha)
-    # positions outside a sequence may hold anything (an uninitialized or recycled cache, NaN included):
-    # their values are zeroed, as 0 · NaN would otherwise reach the output
-    valid = (pos >= start.view(B, 1)) & (pos < end.view(B, 1))
+    # positions outside a sequence (or before its window) may hold anything (an uninitialized or recycled cache,
+    # NaN included): their values are zeroed, as 0 · NaN would otherwise reach the output
+    first = start if window is None else torch.maximum(start, end - L + 1 - window)
+    valid = (pos >= first.view(B, 1)) & (pos < end.view(B, 1))
     value = value.masked_fill(~valid.view(B, 1, S, 1), 0)
     return (weights.reshape(B, Hkv, group * L, S) @ value).view(B, H, L, value.shape[-1])
 

@@ -35,7 +35,7 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    data, not fixed.  ``u`` is one FMA per score from the dot and the absolute threshold
    ``τ = a m + t`` (:func:`_u`; the general power: an FMA and a subtraction);
 3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
-   blocks) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
+   blocks, rotated under a sliding window so that the mask-free tiles lead) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
    this ``t`` is positive.  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
    later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
    data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
@@ -53,6 +53,15 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
 The general power takes ``log2`` from the GPU's ``lg2.approx.f32`` with ``FAST_LOG`` (the launcher sets it
 when every head's α is at least ``flash_attention.ALPHA_FAST_LOG``; :func:`_log2` gives its error), else
 from ``tl.log2``, a software logarithm of about 30 instructions per score and pass.
+
+**Sliding window** (``WINDOWED``, with ``CAUSAL``): query ``i`` sees keys ``i - window < j ≤ i`` (one
+unsigned comparison in :func:`_masked`; ``window`` a run-time value).  The first pass of a query block
+starts at the key block of its first row's first key (:func:`_window_blocks`) and walks the blocks every
+row sees whole first (:func:`_rotated`), so the lists keep the mask-free tiles in front; ``dK, dV``
+stops at the last query block that sees its key block; ``dQ`` walks the forward's lists.  The tiles
+outside the band are never read: ``O(L · window)`` work.
+
+**Grouped heads**: query head ``h`` reads key/value head ``h // (H / HKV)`` in place (no copy).
 
 **Packed sequences** (``VARLEN``): sequence ``b`` is query rows ``CU_Q[b] : CU_Q[b+1]`` and
 key rows ``CU_K[b] : CU_K[b+1]`` of ``[1, H, total, D]`` views; each program reads its
@@ -104,7 +113,8 @@ from .row_kernels import KIND_POWER, newton_step, newton_update
 #: sequence length, head count and mask layout.  The strides of ``q``, ``k``, ``v`` and ``dO``
 #: stay specialized (their divisibility by 16 gives 16-byte loads): with a unit last stride and
 #: a head dim that is a power of two >= 16 they are multiples of 16 whatever the lengths.
-_RUNTIME = ("H", "HKV", "L", "S", "NQB", "NKB", "max_iter", "stride_mb", "stride_mh", "stride_mm", "stride_mn")
+_RUNTIME = ("H", "HKV", "L", "S", "NQB", "NKB", "max_iter", "window", "stride_mb", "stride_mh", "stride_mm",
+            "stride_mn")
 
 #: bins of the start's histogram (``HIST_BINS`` 16-bit counters packed in one int64 per row), each
 #: ``1 / HIST_BINS`` wide in ``d = a (z - m)``: together they cover ``d ∈ (-1, 0]``, where the support is
@@ -240,26 +250,29 @@ mm, low = _mm, _low
 
 @triton.jit
 def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
-                MASK, mask_base, stride_mm, stride_mn,
-                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr):
+                MASK, mask_base, stride_mm, stride_mn, window,
+                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr):
     """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     z = _mm(q, kt, DOT) * scale
-    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, CAUSAL, HAS_MASK)
+    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, window, CAUSAL, HAS_MASK,
+                   WINDOWED)
 
 
 @triton.jit
 def _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, ascale, shift, t, a,
-            MASK, mask_base, stride_mm, stride_mn,
+            MASK, mask_base, stride_mm, stride_mn, window,
             EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-            EDGE: tl.constexpr):
+            WINDOWED: tl.constexpr, EDGE: tl.constexpr):
     """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile from the dot ``x = q kᵀ`` (:func:`_u`); with ``EDGE``
-    ``-inf`` outside the matrix, where masked and above the diagonal (:func:`_masked`).  Without: a tile
-    inside the matrix and below the diagonal, with no mask (rows past the end: ``shift = +inf``)."""
+    ``-inf`` outside the matrix, where masked, above the diagonal and before the window (:func:`_masked`).
+    Without: a tile inside the matrix, below the diagonal and inside the window, with no mask (rows past
+    the end: ``shift = +inf``)."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     u = _u(_mm(q, kt, DOT), ascale, shift, t, EXACT)
     if EDGE:
-        u = _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+        u = _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, window, CAUSAL, HAS_MASK,
+                    WINDOWED)
     return u
 
 
@@ -276,6 +289,43 @@ def _free_blocks(pid_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL:
     else:
         n = S // BLOCK_N + pid_m * 0
     return n
+
+
+@triton.jit
+def _window_blocks(pid_m, n_blocks, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr):
+    """``(first, free0)`` for query block ``pid_m`` under a sliding window: the first key block a row of the
+    block sees (its first row's first key ``pid_m · BLOCK_M - window + 1``) and the first one that every row
+    sees whole (from its last row's first key on; the tiles without a mask are ``[free0, n)`` of
+    :func:`_free_blocks`'s ``n``).  Without a window ``(0, 0)``."""
+    first = n_blocks * 0
+    free0 = first
+    if WINDOWED:
+        first = tl.maximum(pid_m * BLOCK_M - window + 1, 0) // BLOCK_N
+        free0 = tl.maximum(tl.minimum(tl.cdiv(tl.maximum(pid_m * BLOCK_M + BLOCK_M - window, 0), BLOCK_N), n_blocks),
+                           first)
+    return first, free0
+
+
+@triton.jit
+def _rotated(kb, first, free0, n_blocks, WINDOWED: tl.constexpr):
+    """The key block of the first pass's step ``kb`` (from ``first`` to ``n_blocks - 1``): under a window the
+    blocks ``free0, ..., n_blocks - 1`` then ``first, ..., free0 - 1``, so that the tiles without a mask lead the
+    lists (:func:`_window_blocks`); else ``kb``."""
+    nb = kb
+    if WINDOWED:
+        nb = kb + (free0 - first)
+        nb = tl.where(nb >= n_blocks, nb - (n_blocks - first), nb)
+    return nb
+
+
+@triton.jit
+def _is_free(keep, nb, free0, n_free, WINDOWED: tl.constexpr):
+    """Whether a kept tile of key block ``nb`` needs no mask: ``nb < n_free`` (:func:`_free_blocks`), and under a
+    window ``nb ≥ free0`` (:func:`_window_blocks`)."""
+    r = keep & (nb < n_free)
+    if WINDOWED:
+        r = r & (nb >= free0)
+    return r
 
 
 @triton.jit
@@ -303,10 +353,11 @@ def _shift(m, t, a, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, weight,
-            CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, weight, window,
+            CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, WINDOWED: tl.constexpr):
     """``z`` with the mask applied (``HAS_MASK`` 1: additive float, times ``weight``, 2: boolean as bytes)
-    and ``-inf`` outside the matrix and above the causal diagonal."""
+    and ``-inf`` outside the matrix, above the causal diagonal and, with ``WINDOWED`` (always with ``CAUSAL``),
+    outside the sliding window (key ``j`` of query ``i`` is kept when ``i - window < j ≤ i``)."""
     valid = (offs_m[:, None] < L) & (offs_n[None, :] < S)
     if HAS_MASK != 0:
         # 64-bit offsets: a full [L, S] mask passes 2^31 entries at L = S = 46341
@@ -315,7 +366,9 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, weig
             z = z + weight * tl.load(MASK + moffs, mask=valid, other=0.0).to(tl.float32)
         else:
             valid = valid & (tl.load(MASK + moffs, mask=valid, other=0) != 0)
-    if CAUSAL:
+    if WINDOWED:  # (the launcher sets CAUSAL too) 0 <= i - j < window in one unsigned comparison
+        valid = valid & ((offs_m[:, None] - offs_n[None, :]).to(tl.uint32) < window.to(tl.uint32))
+    elif CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
     return tl.where(valid, z, float("-inf"))
 
@@ -439,20 +492,21 @@ def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, BMAX, ITERS, LIST, CU_Q, CU_K,
-                  H, HKV, L, S, NQB, NKB, scale, tol, max_iter,
+                  H, HKV, L, S, NQB, NKB, scale, tol, max_iter, window,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
                   stride_mb, stride_mh, stride_mm, stride_mn,
                   EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                  VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  HEAD_DIM: tl.constexpr):
+                  VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): threshold, output, and the rows the backward needs.
 
     Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
     sequence ``b`` the rows ``CU_Q[b] : CU_Q[b+1]`` (keys ``CU_K[b] : CU_K[b+1]``); the batch
     strides are unused.  ``NQB``/``NKB``: query/key blocks per row of ``BMAX``.  The per-row
     outputs (``Wv`` and the row statistics) are indexed ``(b·H + h)·L + i`` (dense) or
-    ``h·L + CU_Q[b] + i`` (packed); ``O`` by its strides."""
+    ``h·L + CU_Q[b] + i`` (packed); ``O`` by its strides.  ``WINDOWED`` (with ``CAUSAL``): query ``i`` sees
+    keys ``i - window < j ≤ i`` only, and the key blocks wholly before its block's window are never read."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -496,16 +550,18 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     n_list = 0
     n_free = 0  # the list's entries below n_free_blocks (listed first)
     n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
-    for nb in range(n_blocks):
+    first, free0 = _window_blocks(pid_m, n_blocks, window, BLOCK_M, BLOCK_N, WINDOWED)
+    for kb in range(first, n_blocks):
+        nb = _rotated(kb, first, free0, n_blocks, WINDOWED)
         offs_n = nb * BLOCK_N + offs_nb
         z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                        stride_mm, stride_mn, CAUSAL, HAS_MASK, DOT)
+                        stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED)
         m = tl.maximum(m, tl.max(z, 1))
         gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
         keep = a * gap + 1.0 > 0
         tl.store(LIST + list_base + n_list, nb, mask=keep)
         n_list += keep.to(tl.int32)
-        n_free += (keep & (nb < n_free_blocks)).to(tl.int32)
+        n_free += _is_free(keep, nb, free0, n_free_blocks, WINDOWED).to(tl.int32)
         hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
@@ -533,7 +589,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                 nb = tl.load(LIST + list_base + src + i)
                 offs_n = nb * BLOCK_N + offs_nb
                 u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                            mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+                            mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
+                            part == 1)
                 p, s = _powers(u, a, EXACT, FAST_LOG)
                 S2, Sp2, n2, q1, q2, q3 = _support_add(S2, Sp2, n2, q1, q2, q3, p, s, u, EXACT)
                 keep = tl.max(tl.max(u, 1), 0) > 0
@@ -571,7 +628,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
             nb = tl.load(LIST + list_base + src + i)
             offs_n = nb * BLOCK_N + offs_nb
             u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+                        mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
+                        part == 1)
             if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
                 p, s, lg = _powers_log(u, a, FAST_LOG)
                 plogp += tl.sum(p * lg, 1)
@@ -645,15 +703,16 @@ def _list_kept(KMAP, stride, OUT, lo, hi, CHUNK: tl.constexpr):
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BMAX, LIST, CU_Q, CU_K,
-                       H, HKV, L, S, NQB, NKB, scale,
+                       H, HKV, L, S, NQB, NKB, scale, window,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                        stride_mb, stride_mh, stride_mm, stride_mn,
                        EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                       VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       HEAD_DIM: tl.constexpr):
-    """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group,
-    written at rows ``(b·HKV + hk)·S + j`` (dense) or ``hk·S + CU_K[b] + j`` (packed)."""
+                       VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One (batch·kv head, key block): ``dK`` and ``dV`` summed over the query heads of its group (each
+    key and value tile loaded once for the whole group), written at rows ``(b·HKV + hk)·S + j`` (dense)
+    or ``hk·S + CU_K[b] + j`` (packed).  ``WINDOWED``: only the query blocks that see the key block."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // HKV
@@ -684,6 +743,8 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     nq = tl.where(pid_n * BLOCK_N < Sb, tl.cdiv(Lb, BLOCK_M), 0)  # a key block past the sequence: no work
+    if WINDOWED:  # query i sees key j when i < j + window: the last query that sees this block's last key
+        nq = tl.minimum(nq, (pid_n * BLOCK_N + BLOCK_N - 2 + window) // BLOCK_M + 1)
     if CAUSAL:
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
@@ -714,7 +775,8 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
             c = tl.load(CROW + row, mask=rmask, other=0.0)
             u = _u(_mm(q, kt, DOT), a * scale, shift, t, EXACT)
             dp = _mm(do, vt, DOT)
-            u = _masked(u, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, a, CAUSAL, HAS_MASK)
+            u = _masked(u, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, a, window, CAUSAL,
+                        HAS_MASK, WINDOWED)
             p, s = _powers(u, a, EXACT, FAST_LOG)
             dz = s * (dp - c[:, None])
             dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
@@ -726,13 +788,13 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIST, CU_Q, CU_K,
-                     H, HKV, L, S, NQB, NKB, scale,
+                     H, HKV, L, S, NQB, NKB, scale, window,
                      stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
                      stride_mb, stride_mh, stride_mm, stride_mn,
                      EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
-                     VARLEN: tl.constexpr, ALPHA_GRAD: tl.constexpr, FAST_LOG: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                     VARLEN: tl.constexpr, ALPHA_GRAD: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One (batch·head, query block): ``dQ`` (at the rows of the forward's per-row outputs) and,
     with ``ALPHA_GRAD``, ``Σ_j g_j p_j log p_j`` per row."""
     pid_m = tl.program_id(0)
@@ -778,7 +840,8 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIS
             offs_n = nb * BLOCK_N + offs_nb
             nmask = offs_n < Sb
             u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                        mask_base, stride_mm, stride_mn, EXACT, CAUSAL, HAS_MASK, DOT, part == 1)
+                        mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
+                        part == 1)
             vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
             dp = _mm(do, vt, DOT)

@@ -164,10 +164,16 @@ def _unit(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _window(window: Optional[int], S: int, L: int) -> int:
+    """The kernels' ``window`` (``WINDOWED`` when positive): 0 for none or a window wider than any row's keys."""
+    return 0 if window is None or window >= S + L else int(window)
+
+
 def scores(query: Tensor, key: Tensor, end: Tensor, start: Tensor, scale: float, lay: Layout,
-           block_table: Optional[Tensor] = None) -> Tensor:
+           block_table: Optional[Tensor] = None, window: Optional[int] = None) -> Tensor:
     """The float32 scores ``[B, H, L, S]`` (``-inf`` outside each row's keys) by :func:`decode_scores`
-    (``end``, ``start``: int32 ``[B]``; ``block_table``: int32 ``[B, pages per sequence]``)."""
+    (``end``, ``start``: int32 ``[B]``; ``block_table``: int32 ``[B, pages per sequence]``; ``window``: the
+    sliding window of :func:`softargmax.decode_attention`)."""
     K = _module()
     q, k = _unit(query), _unit(key)
     B, H, L, D = q.shape
@@ -175,16 +181,17 @@ def scores(query: Tensor, key: Tensor, end: Tensor, start: Tensor, scale: float,
     S = lay.page * block_table.shape[1] if block_table is not None else k.shape[2]
     z = torch.empty(B, H, L, S, dtype=torch.float32, device=q.device)
     table, stride_tb = _table(block_table, q)
+    win = _window(window, S, L)
     K.decode_scores[(lay.splits, B * HKV, lay.chunks)](
-        q, k, z, end, start, table, H, HKV, L, S, lay.split_len, float(scale),
+        q, k, z, end, start, table, H, HKV, L, S, lay.split_len, win, float(scale),
         q.stride(0), q.stride(1), q.stride(2), *_cache_strides(k, lay.paged), stride_tb,
         BLOCK_M=lay.block_m, BLOCK_N=lay.block_n, HEAD_DIM=D, DOT=_dot_mode(q), PAGED=lay.paged,
-        PAGE=lay.page, num_warps=lay.warps)
+        PAGE=lay.page, WINDOWED=win > 0, num_warps=lay.warps)
     return z
 
 
 def weighted_values(p: Tensor, value: Tensor, end: Tensor, start: Tensor, lay: Layout,
-                    block_table: Optional[Tensor] = None) -> Tensor:
+                    block_table: Optional[Tensor] = None, window: Optional[int] = None) -> Tensor:
     """``p @ v`` ``[B, H, L, D]`` in ``value``'s dtype from the weights ``p`` (float32 ``[B, H, L, S]``,
     contiguous) by :func:`decode_pv`: one float32 partial output per split, summed."""
     K = _module()
@@ -195,10 +202,11 @@ def weighted_values(p: Tensor, value: Tensor, end: Tensor, start: Tensor, lay: L
     R = B * H * L
     part = torch.empty(lay.splits, R, D, dtype=torch.float32, device=p.device)
     table, stride_tb = _table(block_table, p)
+    win = _window(window, S, L)
     K.decode_pv[(lay.splits, B * HKV, lay.chunks)](
-        p, v, part, end, start, table, H, HKV, L, S, R, lay.split_len,
+        p, v, part, end, start, table, H, HKV, L, S, R, lay.split_len, win,
         *_cache_strides(v, lay.paged), stride_tb,
         BLOCK_M=lay.block_m, BLOCK_N=lay.block_n, HEAD_DIM=D, DOT=_dot_mode(v), PAGED=lay.paged,
-        PAGE=lay.page, num_warps=lay.warps)
+        PAGE=lay.page, WINDOWED=win > 0, num_warps=lay.warps)
     out = part[0] if lay.splits == 1 else part.sum(0)
     return out.view(B, H, L, D).to(value.dtype)

@@ -14,6 +14,9 @@ style: ``O(L)`` memory, the ``[L, S]`` weights never exist) when they cover the 
 * ``is_causal`` (top-left aligned, as SDPA), or ``attn_mask`` boolean or additive float,
   broadcastable to ``[B, H, L, S]``, without ``requires_grad``, read in place by the kernels
   (broadcast dimensions as stride 0, booleans as bytes: never expanded nor converted); ``scale``;
+* a causal sliding ``window`` (query ``i`` sees keys ``i - window < j ≤ i``), alone or with
+  ``attn_mask`` (both must allow a key): the key tiles outside the band are never read, in the
+  forward and in both backward kernels (no dense mask is built);
 * packed variable-length batches (:class:`Packed`: ``query [total_q, H, D]``,
   ``key``/``value`` ``[total_k, Hkv, D]`` and the offsets of each sequence, FlashAttention's
   varlen layout), causal or not, without ``attn_mask``;
@@ -37,6 +40,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ..._utils.checks import check_window
 from ..._utils.extras import LazyModule
 from ..switch import Switch
 from .launch import current_attention, merged
@@ -106,14 +110,17 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     return merged(current_attention(), chosen)
 
 
-def backward_warps(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> int:
+def backward_warps(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16,
+                   masked_window: bool = False) -> int:
     """Warps per program of the backward kernels (see :func:`blocks`): 4 for half inputs on a
-    GPU, else the forward's."""
+    GPU, else the forward's; 8 at ``D = 128`` with both an ``attn_mask`` and a sliding window
+    (``masked_window``: the ``dK, dV`` kernel with a boolean mask spills 12 bytes at 255 registers with
+    4 warps, none at 238 with 8, one program per multiprocessor instead of two: the same warps)."""
     override = current_attention().warps
     if override is not None:
         return override
     if device.type == "cuda" and dtype != torch.float32:
-        return 4
+        return 8 if masked_window and head_dim > 64 else 4
     return blocks(head_dim, device, dtype)[2]
 
 
@@ -236,47 +243,63 @@ def _prepare(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
 
 def maybe_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
                     is_causal: bool, scale: float, mapping: str, alpha: object,
-                    return_weights: bool, packed: Optional[Packed] = None) -> Optional[Tensor]:
+                    return_weights: bool, packed: Optional[Packed] = None,
+                    window: Optional[int] = None) -> Optional[Tensor]:
     """The fused output when the kernels cover the call (module docstring), else ``None``."""
     if return_weights or dropout_p > 0 or not _usable_device(query):
         return None
     prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         return None
-    return _apply(prep, is_causal, scale)
+    return _apply(prep, is_causal, scale, window=window)
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
                     is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
                     alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
-                    block_n: Optional[int] = None, packed: Optional[Packed] = None) -> Tensor:
+                    block_n: Optional[int] = None, packed: Optional[Packed] = None,
+                    window: Optional[int] = None) -> Tensor:
     """The fused path explicitly, whatever the device (CPU tensors need ``TRITON_INTERPRET=1``);
     raises ``ValueError`` where it does not cover the call.  ``packed``: a packed batch
     (``query [total_q, H, D]``, ``key``/``value`` ``[total_k, Hkv, D]``; checked by
-    :func:`softargmax.attention`, trusted here)."""
+    :func:`softargmax.attention`, trusted here).  ``window``: the causal sliding window of
+    :func:`softargmax.attention` (query ``i`` sees keys ``i - window < j ≤ i``)."""
     if not available():
         raise RuntimeError("flash_attention needs Triton")
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal cannot both be set")
+    window = check_window(window)
     prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         raise ValueError("flash_attention: the fused kernels do not cover these arguments (see the module docstring)")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    return _apply(prep, is_causal, scale, block_m, block_n)
+    return _apply(prep, is_causal, scale, block_m, block_n, window)
 
 
-def _config(prep: _Prepared, block_m: Optional[int], block_n: Optional[int]) -> tuple[int, int, int, int]:
-    """``(BLOCK_M, BLOCK_N, forward warps, backward warps)``."""
-    q = prep[0]
-    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype, masked=prep[3] is not None)
-    return (block_m or bm, block_n or bn, warps, backward_warps(q.shape[-1], q.device, q.dtype))
+def _config(prep: _Prepared, block_m: Optional[int], block_n: Optional[int],
+            windowed: bool = False) -> tuple[int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, forward warps, backward warps)`` (``windowed``: the kernels' sliding window is on)."""
+    q, masked = prep[0], prep[3] is not None
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype, masked=masked)
+    return (block_m or bm, block_n or bn, warps, backward_warps(q.shape[-1], q.device, q.dtype, masked and windowed))
+
+
+def _kernel_window(window: Optional[int], q: Tensor, packed: Optional[Packed]) -> int:
+    """The kernels' ``window``: 0 (none) where it cuts no key, a window at least as long as the longest
+    query sequence (query ``i < L`` then sees every key ``j ≤ i`` anyway)."""
+    if window is None:
+        return 0
+    longest = packed.max_q if packed is not None else q.shape[2]
+    return 0 if window >= longest else int(window)
 
 
 def _apply(prep: _Prepared, is_causal: bool, scale: float, block_m: Optional[int] = None,
-           block_n: Optional[int] = None) -> Tensor:
+           block_n: Optional[int] = None, window: Optional[int] = None) -> Tensor:
     q, k, v, mask4, a, alpha_h, layout, packed = prep
-    out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, bool(is_causal), float(scale),
-                                     _config(prep, block_m, block_n), packed)
+    causal = bool(is_causal) or window is not None  # a window is causal (alone or with attn_mask)
+    win = _kernel_window(window, q, packed)
+    out = FlashEntmaxAttention.apply(q, k, v, alpha_h, a, mask4, causal, float(scale),
+                                     _config(prep, block_m, block_n, win > 0), packed, win)
     if layout == "3d":
         return out.squeeze(0)
     if layout == "packed":
@@ -330,9 +353,10 @@ def _launch_options(q: Tensor, warps: int) -> dict:
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
-             scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None, fast: bool = False
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`); returns the output (4-D,
+             scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None, fast: bool = False,
+             window: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`; ``window``: the kernels'
+    sliding window, 0 for none, with ``causal``); returns the output (4-D,
     a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map, the Newton
     passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 3]`` int32:
     two halves the passes alternate between, then per query block the number of kept tiles, the offset
@@ -357,11 +381,11 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     tol = 2 * torch.finfo(torch.float32).eps
     K.attention_fwd[(nq, nb * H)](
         q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], bmax, iters, lists, cu_q, cu_k,
-        H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER,
+        H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER, window,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
-        FAST_LOG=fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
+        FAST_LOG=fast, WINDOWED=window > 0, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
     return o, w, rows, bmax, iters, lists
 
 
@@ -399,13 +423,14 @@ class FlashEntmaxAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha_h: Optional[Tensor], a: float,
                 mask4: Optional[Tensor], causal: bool, scale: float, cfg: tuple[int, int, int, int],
-                packed: Optional[Packed] = None) -> Tensor:
+                packed: Optional[Packed] = None, window: int = 0) -> Tensor:
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
         fast = _fast_log(a, exact)
-        o, w, rows, bmax, _, lists = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast)
+        o, w, rows, bmax, _, lists = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast, window)
         ctx.save_for_backward(q, k, v, o, w, rows, bmax, lists, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact, ctx.packed = mask4, causal, scale, cfg, exact, packed
+        ctx.window = window
         ctx.alpha_h, ctx.fast = alpha_h is not None, fast
         ctx.alpha_dtype = alpha_h.dtype if alpha_h is not None else None
         return o
@@ -432,13 +457,15 @@ class FlashEntmaxAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2), *ms)
         consts = dict(EXACT=ctx.exact, CAUSAL=ctx.causal, HAS_MASK=has_mask, DOT=_dot_mode(q),
-                      VARLEN=packed is not None, FAST_LOG=ctx.fast, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D,
-                      **_launch_options(q, warps))
+                      VARLEN=packed is not None, FAST_LOG=ctx.fast, WINDOWED=ctx.window > 0, BLOCK_M=BM, BLOCK_N=BN,
+                      HEAD_DIM=D, **_launch_options(q, warps))
         columns = torch.empty(nb * H, nk, nq, dtype=torch.int32, device=q.device)  # dK, dV's lists of kept tiles
         K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], rows[5], c, bmax, columns,
-                                             cu_q, cu_k, H, Hkv, L, S, nq, nk, ctx.scale, *strides, **consts)
+                                             cu_q, cu_k, H, Hkv, L, S, nq, nk, ctx.scale, ctx.window, *strides,
+                                             **consts)
         K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], rows[5], c, plg, lists, cu_q, cu_k,
-                                         H, Hkv, L, S, nq, nk, ctx.scale, *strides, ALPHA_GRAD=alpha_grad, **consts)
+                                         H, Hkv, L, S, nq, nk, ctx.scale, ctx.window, *strides, ALPHA_GRAD=alpha_grad,
+                                         **consts)
         dalpha = None
         if alpha_grad:
             # ⟨g, ∂p/∂α⟩ = (⟨g,p⟩ - c)/a² - (⟨g, p log p⟩ + H(p) c)/a per row, H(p) = -Σ p log p
@@ -448,19 +475,21 @@ class FlashEntmaxAttention(torch.autograd.Function):
             ent = -rows[4].double().view(B, H, L)
             per_row = (gp - cc) / (a * a) - (plg.double().view(B, H, L) + ent * cc) / a
             dalpha = per_row.sum((0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None, None
 
 
 @torch.no_grad()
 def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
                   is_causal: bool = False, scale: Optional[float] = None, mapping: str = "entmax15",
                   alpha: Union[float, Tensor, None] = None, block_m: Optional[int] = None,
-                  block_n: Optional[int] = None, packed: Optional[Packed] = None) -> dict:
+                  block_n: Optional[int] = None, packed: Optional[Packed] = None,
+                  window: Optional[int] = None) -> dict:
     """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``, or
     ``[1, H, total]`` for a packed batch; 0 for empty rows), ``tiles`` and ``kept`` (the score
-    tiles inside the causal band and those the output pass used), ``block_sparsity = 1 - kept /
-    tiles``, and ``newton_passes`` (``[B, H, query blocks]``: the Newton passes each block of
-    query rows took; blocks past a packed sequence's end count 0)."""
+    tiles inside the causal band, or the sliding window's, and those the output pass used),
+    ``block_sparsity = 1 - kept / tiles``, and ``newton_passes`` (``[B, H, query blocks]``: the
+    Newton passes each block of query rows took; blocks past a packed sequence's end count 0)."""
+    window = check_window(window)
     prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
         raise ValueError("forward_stats: the fused kernels do not cover these arguments")
@@ -469,8 +498,10 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     cfg = _config(prep, block_m, block_n)
     A = _kernel_a(q, alpha_h, a)
     exact = _exact(a, alpha_h is not None)
-    _, _, rows, bmax, iters, _ = _forward(q, k, v, A, exact, mask4, bool(is_causal), scale, cfg, packed,
-                                       _fast_log(a, exact))
+    is_causal = bool(is_causal) or window is not None
+    win = _kernel_window(window, q, packed)
+    _, _, rows, bmax, iters, _ = _forward(q, k, v, A, exact, mask4, is_causal, scale, cfg, packed,
+                                       _fast_log(a, exact), win)
     B, H, L, _ = q.shape
     BM, BN = cfg[0], cfg[1]
     nb, nq, nk = _grid(q, k, cfg, packed)
@@ -482,6 +513,7 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     qi = torch.arange(nq, device=q.device)[:, None]
     kj = torch.arange(nk, device=q.device)[None, :]
     band = torch.stack([(qi * BM < Lb) & (kj * BN < (torch.clamp((qi + 1) * BM, max=Sb) if is_causal else Sb))
+                        & ((kj + 1) * BN - 1 > qi * BM - win if win else True)
                         for Lb, Sb in lengths])  # [sequences, nq, nk]
     band = band.repeat_interleave(H, 0)
     tiles = int(band.sum())
