@@ -293,7 +293,7 @@ def test_the_lm_report_names_the_test_of_resumed_runs():
 
 def test_large_numbers_in_the_lm_report_are_readable():
     """A perplexity of 2.5e43 (reverse χ²'s softmax perplexity in the default run) is not printed with 45 digits."""
-    from softargmax.experiments.lm import _num, _pm
+    from softargmax.experiments.pretraining.report import _num, _pm
 
     assert _pm({"mean": 25128929782637899165727628544955163204386816.0, "std": 0.0}, 1) == "2.5e+43"
     assert _pm({"mean": 6743.52, "std": 114.84}, 1) == "6,743.5 ± 114.8"
@@ -327,7 +327,7 @@ def test_the_plateau_verdict_is_the_rise_over_the_last_fifth_of_the_steps():
 
 
 def test_claims_with_a_loss_that_did_not_converge_are_excluded():
-    from softargmax.experiments.lm import _claim
+    from softargmax.experiments.pretraining.report import _claim
 
     res = _curves_results({"kl": [[[80, 30.0], [100, 31.0]]], "alpha1.5": [[[80, 30.0], [100, 30.1]]]})
     line = _claim(res, "α = 1.5 as good as KL", ("alpha1.5", "kl"), "holds (numbers)")
@@ -389,7 +389,7 @@ def test_a_call_stopped_after_its_runs_trained_keeps_their_records(smoke_run, tm
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lm, "_decoding", stop)
+    monkeypatch.setattr(lm, "draw_samples", stop)  # where lm.run looks it up
     with pytest.raises(KeyboardInterrupt):
         lm.run(preset="smoke", data_dir=str(SHARED), out=str(out), runs=["kl:0", "chi_square:0"], threads=1,
                log=lambda m: None)

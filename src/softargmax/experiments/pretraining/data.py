@@ -15,6 +15,9 @@ offsets of step ``s`` come from a generator seeded with ``(seed, s)`` alone, so 
 at step ``s`` sees exactly the batches an uninterrupted run would, with no generator state to
 save.  Evaluation covers every token of a split once, in consecutive windows of ``context``
 tokens (each window's first prediction has no context).
+
+:func:`load_data` finds the corpus (:func:`.datasets.find`) and reads it as a preset of
+``softargmax reproduce lm`` asks, with the :class:`Vocabulary` that turns token ids back into text.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import gzip
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
+from .. import datasets
+
 if TYPE_CHECKING:
+    from .._common import Log
     from ..nmt.tokenizer import Tokenizer
 
 EOS = "<eos>"
@@ -129,3 +135,32 @@ def eval_windows(stream: Stream, context: int) -> list[tuple[Tensor, Tensor, Ten
         out.append((ids[s: s + rest].view(1, rest), ids[s + 1: s + rest + 1].view(1, rest),
                     sent[s + 1: s + rest + 1].view(1, rest)))
     return out
+
+
+class Vocabulary:
+    """Token ids to text: the words of a word-level vocabulary, or the pieces of a BPE tokenizer."""
+
+    def __init__(self, words: Optional[list] = None, tokenizer: Any = None) -> None:
+        self.words, self.tokenizer = words, tokenizer
+
+    def __len__(self) -> int:
+        return len(self.words) if self.words is not None else len(self.tokenizer)
+
+    def text(self, ids: torch.Tensor) -> str:
+        if self.words is not None:
+            return " ".join(self.words[i] for i in ids.tolist())
+        sp = self.tokenizer.sp
+        return "".join(sp.id_to_piece(i) for i in ids.tolist()).replace("\u2581", " ").strip()
+
+
+def load_data(P: dict, data_dir: Optional[str], download: bool, log: Log) -> tuple[Path, Vocabulary, dict, Optional[str]]:
+    """``(folder, vocabulary, {split: Stream}, tokenizer digest or None)`` of Penn Treebank as the preset ``P`` reads it:
+    word-level (``vocab`` None) or with a BPE tokenizer of ``P["vocab"]`` pieces learned on the training split."""
+    folder = datasets.find("ptb", data_dir, download_missing=download, log=log)
+    lines = {s: read_lines(folder, s) for s in SPLITS}
+    if P.get("vocab") is None:
+        words = build_vocabulary(lines["train"])
+        index = {w: i for i, w in enumerate(words)}
+        return folder, Vocabulary(words=words), {s: encode(lines[s], index) for s in SPLITS}, None
+    tok, streams = subword_streams(lines, P["vocab"])
+    return folder, Vocabulary(tokenizer=tok), streams, tok.digest()
