@@ -263,7 +263,7 @@ def linear_fenchel_young_loss(
     else:
         tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
-                           weight_name="class_weight")
+                           weight_name="class_weight", caller="linear_fenchel_young_loss")
     loss = loss.bind(q, temperature, logits_meta, rows)
     # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it
     native = (reduction != "none" and not return_stats and hidden.dtype != compute_dtype(hidden.dtype)
