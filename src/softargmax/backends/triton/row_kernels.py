@@ -42,11 +42,16 @@ Row layouts:
   Newton steps run on those registers, exactly for the power kind when no lane overflowed,
   otherwise as a lower bound from which the full-row Newton passes continue; the last pass
   writes ``p``.  Forward: 2 reads and 1 write of the row (power kind), plus one read per
-  full-row Newton step (the dense kinds, overflowing rows).
+  full-row Newton step (the dense kinds, overflowing rows).  Jensen–Shannon's pass 1 also sums,
+  per lane, ``e^{z - c0}`` and ``e^{2(z - c0)}`` (``c0`` the lane's running maximum, as an online
+  softmax): the register Newton adds the scores no lane kept as a lower bound of their terms
+  (:func:`_rest_sums`), so its root is within :data:`DENSE_ACCEPT` of the row's on the rows
+  measured and one full-row step (a second-order one) ends the solve.
 * Split rows (few long rows: too few programs to fill the GPU with one per row) take the same
   passes over several programs per row, each on a slice of ``L`` entries, in three or four
   launches with no host synchronization between them: :func:`split_scan` (per slice, the
-  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice),
+  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice, two more
+  rows of ``BLOCK`` for Jensen–Shannon's sums of the scores not kept),
   :func:`split_solve` (one program per row: it merges them into the one-program kernel's
   registers and iterates as it does: for the dense kinds or an overflowing lane, its full-row
   steps read the row in that one program), :func:`split_write` (per slice, ``p`` and partial row sums)
@@ -755,12 +760,14 @@ def _slice_program(ns):
 
 
 @triton.jit
-def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """Pass 1 of a split row (one program per slice of ``L`` entries, ``ns`` per row, ``L`` a multiple of
     ``BLOCK``): every lane's ``SLOTS`` largest scores of the slice (NaN counts as ``+inf``), as
     :func:`solve_long_rows` keeps them, into ``CAND[row, slice]`` (``[SLOTS, BLOCK]`` float32, ``-inf``
-    in unused slots).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
+    in unused slots; with ``REST`` (Jensen–Shannon) two more rows, :func:`_scan_rest`'s sums relative to the
+    slice lane's maximum).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
     one-program kernel."""
+    WIDTH: tl.constexpr = SLOTS + 2 * REST
     row, j = _slice_program(ns)
     cols = tl.arange(0, BLOCK)
     start = j.to(tl.int64) * L
@@ -769,11 +776,19 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
     c1 = c0
     c2 = c0
     c3 = c0
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
     for j0 in range(0, L, BLOCK):
         idx = start + j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
-    out = CAND + (row.to(tl.int64) * ns + j) * (SLOTS * BLOCK) + cols
+        x = tl.where(x == x, x, float("inf"))
+        if REST:
+            e1, e2 = _scan_rest(x, c0, e1, e2)
+        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    out = CAND + (row.to(tl.int64) * ns + j) * (WIDTH * BLOCK) + cols
+    if REST:
+        tl.store(out + SLOTS * BLOCK, e1)
+        tl.store(out + (SLOTS + 1) * BLOCK, e2)
     tl.store(out, c0)
     if SLOTS >= 2:
         tl.store(out + BLOCK, c1)
@@ -786,10 +801,11 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
 @triton.jit
 def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max_iter,
                 KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
-                SLOTS: tl.constexpr):
+                SLOTS: tl.constexpr, REST: tl.constexpr):
     """The threshold of a split row (one program per row), after :func:`split_scan`: every lane merges
     its slices' kept scores into its ``SLOTS`` largest of the whole row (one read of the small
-    candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass, and the
+    candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass (with ``REST``,
+    the slices' sums of :func:`_scan_rest` too, rescaled to the lane's maximum), and the
     same iterations follow (:func:`_slots_threshold`: Newton on the registers, then, for the dense
     kinds or a lane that overflowed, full-row steps in this program).  Writes
     ``STATE[row] = (m, t)`` (``m = +inf`` marks a bad row, ``-inf`` an all-masked one), ``τ_f`` and
@@ -806,11 +822,24 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
     c1 = c0
     c2 = c0
     c3 = c0
-    crow = CAND + row.to(tl.int64) * ns * (SLOTS * BLOCK)
-    for c in range(ns * SLOTS):
-        c0, c1, c2, c3 = _insert(tl.load(crow + c * BLOCK + cols), c0, c1, c2, c3, SLOTS)
-    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, c0, c0, a, tol, max_iter, KIND, EXACT, BLOCK,
-                                            SLOTS, False)
+    WIDTH: tl.constexpr = SLOTS + 2 * REST
+    crow = CAND + row.to(tl.int64) * ns * (WIDTH * BLOCK)
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
+    for j in range(ns):
+        sl = crow + j * (WIDTH * BLOCK) + cols
+        if REST:  # the slice's sums, relative to its lane maximum (its first slot), onto the lane's running one
+            top = tl.load(sl)
+            new = tl.maximum(c0, top)
+            fin = (new > float("-inf")) & (new < float("inf"))
+            old_scale = tl.where(fin, tl.exp(c0 - new), 0.0)
+            scale = tl.where(fin, tl.exp(top - new), 0.0)
+            e1 = e1 * old_scale + tl.load(sl + SLOTS * BLOCK) * scale
+            e2 = e2 * (old_scale * old_scale) + tl.load(sl + (SLOTS + 1) * BLOCK) * (scale * scale)
+        for c in range(SLOTS):
+            c0, c1, c2, c3 = _insert(tl.load(sl + c * BLOCK), c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
+                                            SLOTS, REST)
     tl.store(STATE + 2 * row, tl.where(bad, float("inf"), tl.where(empty, float("-inf"), m)))
     tl.store(STATE + 2 * row + 1, t)
     tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))
