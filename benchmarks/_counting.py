@@ -18,8 +18,10 @@ then records, until it exits,
   ``numpy()`` and ``cpu()`` called on a tensor; each with the innermost stack frame inside
   ``softargmax`` that made it.  Everything is a CPU tensor here, so the counter tells the tensors
   a GPU run would hold on the host apart: those made inside the block from host values only
-  (``torch.zeros(())``, arithmetic on them) and never passed to a kernel.  Reading those is no
-  synchronization (``host_reads``).  The tensors that existed before the block (the inputs), a
+  (``torch.zeros(())``, arithmetic on them) and never passed to a kernel, and the library's pinned
+  host buffers that it reads once their asynchronous copy has completed (the deferred range check of
+  class indices, :mod:`softargmax.losses.index_check`).  Reading those is no synchronization
+  (``host_reads``).  The tensors that existed before the block (the inputs), a
   kernel's arguments and whatever is computed from them are device tensors.  (A tensor allocated
   for the device but filled by PyTorch from host values only would be taken for a host one.)
 
@@ -76,7 +78,8 @@ class Counts:
         """Whether ``t`` was made inside the block from host values only (a factory such as
         ``torch.zeros(())``, or arithmetic on such tensors), never written by a kernel: on a GPU it is
         a CPU tensor (or its reading needs no wait), so reading its value is no synchronization."""
-        return t.untyped_storage().data_ptr() in self._host
+        ptr = t.untyped_storage().data_ptr()
+        return ptr in self._host or any(b.untyped_storage().data_ptr() == ptr for b in _library_host_buffers())
 
     def _mark(self, tensors: list, host: bool) -> None:
         for t in tensors:
@@ -131,6 +134,14 @@ class Counts:
     @property
     def sync_count(self) -> int:
         return sum(self.syncs.values())
+
+
+def _library_host_buffers() -> list:
+    """The library's host buffers that asynchronous copies from the device fill and that it reads only once the
+    copy has completed (the deferred range check of class indices: pinned memory on a GPU): reading them is
+    no synchronization."""
+    check = sys.modules.get("softargmax.losses.index_check")
+    return check.host_buffers() if check is not None else []
 
 
 #: operators that read or write only the indexed entries of their first argument

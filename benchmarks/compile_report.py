@@ -228,7 +228,8 @@ def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     block, warps = T._long_launch()
     for dt in DTYPES:
-        yield dt, dict(BLOCK=block, SLOTS=T.LONG_SLOTS), warps, dt == "bf16"
+        for rest in (False, True):  # (REST: Jensen–Shannon's sums of the scores not kept)
+            yield dt, dict(BLOCK=block, SLOTS=T.LONG_SLOTS, REST=rest), warps, dt == "bf16" and not rest
 
 
 def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -236,7 +237,8 @@ def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     block, warps = T._long_launch()
     for dt in DTYPES:
         for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
-            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.LONG_SLOTS), warps,
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.LONG_SLOTS,
+                            REST=kind == int(_mod("row_kernels").KIND_JS.value)), warps,
                    dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT)
 
 

@@ -6,7 +6,9 @@
 On the CPU the library's Triton kernels run in Triton's interpreter through the GPU launchers, and
 :mod:`_counting` counts the kernel launches and every operation that would synchronize a CUDA
 device with the host (``item()``/``bool()`` of a tensor, data-dependent output sizes, ``tolist()``,
-``cpu()``), with the line of the library that makes it.  PyTorch operators are not launches here;
+``cpu()``), with the line of the library that makes it.  The range check of class indices runs
+as on a GPU (:func:`softargmax.losses.index_check.set_deferred_on_cpu`): on the device, its flag read
+at a later call once its asynchronous copy has landed.  PyTorch operators are not launches here;
 their count (``torch_ops``: every ATen call, views and allocations included) stands for the host
 work and the small kernels a GPU would launch for them; ``allocations`` and ``allocated_bytes`` the
 new tensors the call makes.
@@ -91,13 +93,21 @@ def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
 
 def count(name: str, device: Any = "cpu") -> dict:
     """Launches and synchronizations of one call of case ``name`` (after a first call: warm)."""
+    from softargmax.losses import index_check
+
     _, make = cases()[name]
     call = make(device)
-    call()  # the first call: lazy imports, kernels compiled
-    with _counting.counting() as c:
-        call()
+    # the range check of class indices as on a GPU: on the device, read at a later call (the CPU raises at once)
+    old = index_check.set_deferred_on_cpu(True)
+    try:
+        call()  # the first call: lazy imports, kernels compiled
+        with _counting.counting() as c:
+            call()
+    finally:
+        index_check.set_deferred_on_cpu(old)
     return {"case": name, "launches": sum(c.launches.values()), "kernels": dict(c.launches),
-            "syncs": c.sync_count, "sync_sites": dict(c.syncs), "torch_ops": sum(c.torch_ops.values()),
+            "syncs": c.sync_count, "sync_sites": dict(c.syncs), "host_reads": dict(c.host_reads),
+            "torch_ops": sum(c.torch_ops.values()),
             "allocations": sum(c.allocation_count.values()), "allocated_bytes": sum(c.allocations.values())}
 
 

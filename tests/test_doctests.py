@@ -63,6 +63,7 @@ OPTIONAL = {"softargmax.integrations.huggingface": "transformers"}
 
 #: plumbing with no formula to state (the reason is given)
 NO_MATH = {
+    "softargmax.losses.check_class_indices": "reads a validation flag",
     "softargmax.integrations.huggingface.revert": "undoes apply(): restores a model's forward",
     "softargmax.integrations.huggingface.register": "registers attention functions with Transformers",
     "softargmax.operators.mappings.check_mapping": "validates a mapping name",
@@ -74,6 +75,7 @@ NO_MATH = {
 }
 #: plumbing that implements no paper (the reason is given)
 NO_REFERENCES = {
+    "softargmax.losses.check_class_indices": "reads a validation flag",
     "softargmax.integrations.huggingface.revert": "undoes apply(): restores a model's forward",
     "softargmax.integrations.huggingface.register": "registers attention functions with Transformers",
     "softargmax.operators.mappings.check_mapping": "validates a mapping name",

@@ -623,3 +623,106 @@ def test_one_launch_per_call_and_no_host_sync(k, layout, triton_device, monkeypa
             sol.jvp(v)
         assert len(count.launches) == 2, count.launches
         assert count.device_work() == [], count.device_work()
+
+
+# -- the dense kinds' streamed steps: the second-order step and the register start (interpreter only) --------------
+
+def _dense_sums64(z, m, t, kind):
+    """``(S, Σ s, Σ p'')`` of a float64 row at ``t`` (the kernels' parametrization, module docstring of row_kernels)."""
+    if kind == 1:
+        w = np.exp(z - m - t)
+        p = w / (2 - w)
+        s = p + p * p
+        return p.sum(), s.sum(), ((1 + 2 * p) * s).sum()
+    r = 1 / (1 + t + (m - z))
+    p = r * r
+    return p.sum(), (2 * p * r).sum(), (6 * p * p).sum()
+
+
+def _dense_root64(z, m, kind):
+    lo, hi = 0.0, 100.0  # S decreases in t; S(0) >= 1 (the maximum's entry alone is 1)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _dense_sums64(z, m, mid, kind)[0] > 1 else (lo, mid)
+    return lo
+
+
+try:  # kernels that run the row kernels' helpers alone (Triton's interpreter, at module level: jit reads globals)
+    import triton
+    import triton.language as tl
+
+    from softargmax.backends.triton import row_kernels as K
+except ImportError:  # without Triton the tests below are skipped
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def _second_order_kernel(IN, OUT, KIND: tl.constexpr):
+        t = tl.load(IN)
+        tl.store(OUT, K._second_order(t, tl.load(IN + 1), tl.load(IN + 2), tl.load(IN + 3), KIND))
+
+    @triton.jit
+    def _rest_kernel(Z, OUT, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+        c1 = c0
+        c2 = c0
+        c3 = c0
+        e1 = tl.zeros([BLOCK], tl.float32)
+        e2 = e1
+        for j0 in range(0, k, BLOCK):
+            x = tl.load(Z + j0 + cols, mask=j0 + cols < k, other=float("-inf"))
+            e1, e2 = K._scan_rest(x, c0, e1, e2)
+            c0, c1, c2, c3 = K._insert(x, c0, c1, c2, c3, SLOTS)
+        m = tl.max(c0, 0)
+        r1, r2 = K._rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
+        tl.store(OUT, r1)
+        tl.store(OUT + 1, r2)
+
+
+@pytest.fixture(scope="module")
+def row_kernels():
+    if ON_GPU or triton is None or os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs kernel helpers in Triton's interpreter")
+    return _second_order_kernel, _rest_kernel
+
+
+@pytest.mark.parametrize("kind", [1, 2], ids=["jensen_shannon", "squared_hellinger"])
+def test_second_order_step_leaves_an_error_of_the_residual_cube(kind, row_kernels):
+    """From a point whose residual |S - 1| is at most DENSE_ACCEPT (where the streamed kernel takes the step
+    unconfirmed), the kernels' Chebyshev step lands within about the residual's cube of the float64 root
+    (a Newton step, or the correction's sign flipped, leaves one of its square: 1e3 times more here)."""
+    second_order, _ = row_kernels
+    z = np.random.default_rng(kind).standard_normal(3000) * 3
+    m = z.max()
+    root = _dense_root64(z, m, kind)
+    for shift in (-3e-3, -1e-3, -2e-4):  # below the root, as the monotone iterates are
+        t = root + shift
+        S, Sp, Q = _dense_sums64(z, m, t, kind)
+        resid = abs(S - 1)
+        assert resid <= 4e-3  # (the kernels' DENSE_ACCEPT)
+        out = torch.empty(1)
+        second_order[(1,)](torch.tensor([t, S, Sp, Q], dtype=torch.float32), out, KIND=kind)
+        after = abs(_dense_sums64(z, m, float(out), kind)[0] - 1)
+        assert after <= 1e-2 * resid**3 + 4e-7, (shift, resid, after)  # + float32's rounding of t
+        newton = t + (S * np.log(S) / Sp if kind == 1 else 2 * (S**1.5 - S) / Sp)
+        assert abs(_dense_sums64(z, m, newton, kind)[0] - 1) > 10 * after or resid < 2e-3  # the order shows
+
+
+def test_rest_sums_are_the_sums_over_the_scores_not_kept(row_kernels):
+    """Jensen–Shannon's register start: Σ e^{z - m} and Σ e^{2(z - m)} over the scores no lane kept, against
+    a brute-force float64 sum (masked entries and a lane with no finite score included)."""
+    _, rest = row_kernels
+    BLOCK, SLOTS, k = 16, 2, 150
+    z = torch.randn(k, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    z[::7] = -math.inf
+    z[5::BLOCK] = -math.inf  # lane 5 holds no finite score
+    out = torch.empty(2)
+    rest[(1,)](z.float(), out, k, BLOCK=BLOCK, SLOTS=SLOTS)
+    zz = torch.cat([z.float().double(), torch.full((-k % BLOCK,), -math.inf, dtype=torch.float64)]).view(-1, BLOCK)
+    kept = zz.sort(0, descending=True).values[:SLOTS]
+    m = zz.max()
+    rest_w = torch.exp(zz - m).sum() - torch.exp(kept - m).sum()
+    rest_w2 = torch.exp(2 * (zz - m)).sum() - torch.exp(2 * (kept - m)).sum()
+    torch.testing.assert_close(out.double(), torch.stack([rest_w, rest_w2]), rtol=1e-5, atol=1e-6)
+    assert float(rest_w) > 0.05  # the rest is not negligible here

@@ -3,7 +3,8 @@
 The Fenchel–Young losses of every operator (:mod:`.functional`), the fused linear + loss
 (:mod:`.linear`), a teacher's logits as its target (:mod:`.teacher`), the normmax and
 budget-sparsemax losses (:mod:`.normmax_budget`) and the vocabulary-parallel losses
-(:mod:`.distributed`).
+(:mod:`.distributed`).  On a GPU the range check of class indices is read without waiting for the
+device, at a later call; :func:`check_class_indices` (:mod:`.index_check`) reads it now.
 
 Private: ``_targets`` (targets and reductions), ``_options`` (the options every loss takes, gathered
 once), ``_rows`` (the loss object: :class:`~softargmax.losses._rows.RowLoss`, per-row values and p − y),
@@ -19,3 +20,6 @@ Imports come from :mod:`softargmax.operators` and the layers below it.
 
 from .functional import *  # noqa: F403  (softargmax.losses.entmax15_loss, as before the move)
 from .functional import MAPPINGS, __all__  # noqa: F401
+from .index_check import check_class_indices
+
+__all__ = __all__ + ["check_class_indices"]  # (a new list: functional's is unchanged)

@@ -7,7 +7,7 @@ loss of :mod:`softargmax.losses.distributed` uses it for DTensors whose classes 
 from __future__ import annotations
 
 import copy
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -44,20 +44,34 @@ def one_process_loss(x: Tensor, target: Tensor, mapping: Union[str, Divergence],
             return torch.ops.softargmax.fenchel_young_loss(
                 x, target, o.q, o.weight, *spec, float(o.temperature), dim, o.multilabel, o.ignore_index, o.reduction,
                 float(o.label_smoothing))[0]
-    return row_loss(x, target, dim, loss, options)
+    return row_loss(x, target, dim, loss, options, call_name(mapping, params))
 
 
-def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions) -> LossOutput:
+def call_name(mapping: Union[str, Divergence], params: dict[str, Any]) -> str:
+    """The public call of the loss of ``mapping`` with ``params``, as the messages name it: ``"entmax15_loss"``,
+    ``"entmax_loss(alpha=1.3)"``, ``"the 'jensen_shannon' loss"``."""
+    if mapping in ("sparsemax", "entmax15"):
+        return f"{mapping}_loss"
+    shown = ", ".join(f"{k}={v}" for k, v in params.items() if type(v) in (float, int))  # (no tensor formatted)
+    if mapping in ("entmax", "alpha_relu"):
+        return f"{mapping}_loss({shown})"
+    name = mapping if isinstance(mapping, str) else type(mapping).__name__
+    return f"the {name!r} loss{' (' + shown + ')' if shown else ''}"
+
+
+def row_loss(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions,
+             caller: Optional[str] = None) -> LossOutput:
     """The reduced ``loss`` of scores ``x`` (checked, ``dim`` normalized) against ``target``, and the
-    prediction if ``options.return_prediction``."""
-    rows, tgt, compute = prepare(x, target, dim, loss, options)
+    prediction if ``options.return_prediction``; ``caller`` names the public call in the messages."""
+    rows, tgt, compute = prepare(x, target, dim, loss, options, caller)
     return reduce_rows(x, dim, rows, tgt, compute, options.reduction, options.return_prediction)
 
 
-def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss,
-            options: LossOptions) -> tuple[Rows, Target, RowsCompute]:
+def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss, options: LossOptions,
+            caller: Optional[str] = None) -> tuple[Rows, Target, RowsCompute]:
     """``(rows, parsed target, compute)``; ``compute(theta, inplace=False)`` gives ``(loss, p, p - y)``
-    per row (with ``inplace``, ``p - y`` is written over ``p``).
+    per row (with ``inplace``, ``p - y`` is written over ``p``).  ``caller`` names the public call in the
+    messages (default: the loss's name).
 
     Half-precision scores that the GPU kernels solve as they are (:meth:`RowLoss.solves_in_dtype`)
     stay in their dtype: ``p`` and ``p - y`` are then half-precision tensors and only the per-row
@@ -68,7 +82,8 @@ def prepare(x: Tensor, target: Tensor, dim: int, loss: RowLoss,
     rows = Rows(x, dim, dtype=x.dtype) if native else Rows(x, dim)
     layout = _in_compute_dtype(rows)
     tgt = parse_target(target, x, layout, multilabel=options.multilabel, ignore_index=options.ignore_index,
-                       label_smoothing=options.label_smoothing, weight=options.weight)
+                       label_smoothing=options.label_smoothing, weight=options.weight,
+                       caller=caller if caller is not None else f"the {loss.name!r} loss")
     bound = loss.bind(options.q, options.temperature, x, layout)
     if native and not (rows.R and rows.k and bound.solves_in_dtype(rows.flat, options.return_prediction)):
         rows = Rows(x, dim)  # the PyTorch path: float32 rows

@@ -44,7 +44,7 @@ def _fenchel_young_loss(x: Tensor, target: Tensor, q: Optional[Tensor], weight: 
                         reduction: str, label_smoothing: float) -> tuple[Tensor, Tensor]:
     options = LossOptions(q=q, temperature=temperature, multilabel=multilabel, ignore_index=ignore_index,
                           reduction=reduction, label_smoothing=label_smoothing, weight=weight)
-    rows, tgt, compute = prepare(x, target, dim, _row_loss(mapping, param, tau), options)
+    rows, tgt, compute = prepare(x, target, dim, _row_loss(mapping, param, tau), options, f"the {mapping!r} loss")
     per_row, _, G = compute(rows.flat)
     per_row = per_row.to(x.dtype)
     loss = reduce_loss(per_row, tgt, reduction, tuple(rows.moved_shape[:-1]))

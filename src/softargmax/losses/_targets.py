@@ -31,6 +31,7 @@ from torch import Tensor
 
 from .._utils.rows import Rows
 from .._utils.tracing import values_checkable
+from .index_check import check_on_device, deferred
 
 #: the reductions every loss accepts
 REDUCTIONS = ("mean", "sum", "none")
@@ -140,9 +141,11 @@ def parse_target(
     label_smoothing: float = 0.0,
     weight: Optional[Tensor] = None,
     weight_name: str = "weight",
+    caller: str = "a loss",
 ) -> Target:
     """Validate ``target`` against ``x`` and bring it to rows (see the module docstring);
-    ``weight_name``: how the caller's signature names ``weight``, for the messages."""
+    ``weight_name``: how the caller's signature names ``weight``, for the messages; ``caller``: the public
+    call, as the deferred range check of class indices on a GPU names it (``"entmax15_loss"``)."""
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a torch.Tensor, got {type(target).__name__}")
     k, dtype = rows.k, rows.dtype
@@ -156,7 +159,7 @@ def parse_target(
     if multilabel:
         index, dense, keep = None, _label_set_rows(target, x, rows), torch.ones(rows.R, dtype=torch.bool, device=target.device)
     elif not target.is_floating_point():
-        index, keep = _index_rows(target, x, rows, ignore_index)
+        index, keep = _index_rows(target, x, rows, ignore_index, caller)
         dense = None
     else:
         index, dense, keep = None, _probability_rows(target, x, rows), torch.ones(rows.R, dtype=torch.bool, device=target.device)
@@ -214,8 +217,9 @@ def _label_set_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:
     return t / counts
 
 
-def _index_rows(target: Tensor, x: Tensor, rows: Rows, ignore_index: int) -> tuple[Tensor, Tensor]:
-    """Class indices as ``(index [R] with ignored rows at 0, kept rows [R])``."""
+def _index_rows(target: Tensor, x: Tensor, rows: Rows, ignore_index: int, caller: str) -> tuple[Tensor, Tensor]:
+    """Class indices as ``(index [R] with ignored rows at 0, kept rows [R])``; an index outside ``[0, k)`` raises
+    at once on the CPU, at a later call on a GPU (:mod:`softargmax.losses.index_check`, naming ``caller``)."""
     if target.dtype == torch.bool or target.is_complex():
         raise TypeError(f"target: class indices must be an integer tensor, got {target.dtype}")
     batch_shape = tuple(rows.moved_shape[:-1])
@@ -225,6 +229,9 @@ def _index_rows(target: Tensor, x: Tensor, rows: Rows, ignore_index: int) -> tup
     idx = target.reshape(rows.R).to(torch.long)
     keep = idx != ignore_index
     bad = keep & ((idx < 0) | (idx >= rows.k))
+    if deferred(idx):  # on a GPU: checked on the device, raised at a later call (no host synchronization)
+        check_on_device(idx, bad, caller, rows.k, ignore_index, tuple(x.shape))
+        return torch.where(keep & ~bad, idx, 0), keep  # a bad index reads class 0 (no access outside the row)
     if values_checkable(bad) and bool(bad.any()):
         raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {rows.k}) (ignore_index={ignore_index})")
     return torch.where(keep, idx, torch.zeros_like(idx)), keep

@@ -275,7 +275,7 @@ def linear_fenchel_young_loss(
     else:
         tgt = parse_target(target_rows(target, hidden, V, multilabel), logits_meta, rows, multilabel=multilabel,
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
-                           weight_name="class_weight")
+                           weight_name="class_weight", caller="linear_fenchel_young_loss")
     loss = loss.bind(q, temperature, logits_meta, rows)
     # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it (with
     # return_stats, where they also give the prediction: the threshold mappings)

@@ -222,7 +222,7 @@ def normmax_loss(
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
-    return row_loss(x, target, dim, NormmaxRowLoss(check_alpha(alpha, "alpha", minimum=1.0)), options)
+    return row_loss(x, target, dim, NormmaxRowLoss(check_alpha(alpha, "alpha", minimum=1.0)), options, "normmax_loss")
 
 
 def budget_sparsemax_loss(
@@ -290,4 +290,4 @@ def budget_sparsemax_loss(
     check_tensor(x)
     dim = check_dim(x, dim)
     check_reduction(reduction)
-    return row_loss(x, target, dim, BudgetRowLoss(check_budget(budget)), options)
+    return row_loss(x, target, dim, BudgetRowLoss(check_budget(budget)), options, "budget_sparsemax_loss")

@@ -23,8 +23,8 @@ Stopping: the iterates increase monotonically in exact arithmetic; in float32 a 
 back by rounding, so a row stops when its residual ``|S - 1|`` is below ``tol``, stops
 decreasing (checked from the third evaluation), the step vanishes, or after ``max_iter``.
 The streamed kernel's full-row steps of the dense kinds also stop once the residual is at
-most :data:`DENSE_ACCEPT`, taking that last step unconfirmed (its error is of the residual's
-square): one read of the row less.
+most :data:`DENSE_ACCEPT`, taking that last step unconfirmed as a second-order (Chebyshev) step
+from the same pass's ``Σ p''`` (its error is of the residual's cube): one read of the row less.
 
 Row layouts:
 
@@ -42,11 +42,16 @@ Row layouts:
   Newton steps run on those registers, exactly for the power kind when no lane overflowed,
   otherwise as a lower bound from which the full-row Newton passes continue; the last pass
   writes ``p``.  Forward: 2 reads and 1 write of the row (power kind), plus one read per
-  full-row Newton step (the dense kinds, overflowing rows).
+  full-row Newton step (the dense kinds, overflowing rows).  Jensen–Shannon's pass 1 also sums,
+  per lane, ``e^{z - c0}`` and ``e^{2(z - c0)}`` (``c0`` the lane's running maximum, as an online
+  softmax): the register Newton adds the scores no lane kept as a lower bound of their terms
+  (:func:`_rest_sums`), so its root is within :data:`DENSE_ACCEPT` of the row's on the rows
+  measured and one full-row step (a second-order one) ends the solve.
 * Split rows (few long rows: too few programs to fill the GPU with one per row) take the same
   passes over several programs per row, each on a slice of ``L`` entries, in three or four
   launches with no host synchronization between them: :func:`split_scan` (per slice, the
-  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice),
+  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice, two more
+  rows of ``BLOCK`` for Jensen–Shannon's sums of the scores not kept),
   :func:`split_solve` (one program per row: it merges them into the one-program kernel's
   registers and iterates as it does: for the dense kinds or an overflowing lane, its full-row
   steps read the row in that one program), :func:`split_write` (per slice, ``p`` and partial row sums)
@@ -77,9 +82,11 @@ KIND_JS = tl.constexpr(1)
 KIND_HELL = tl.constexpr(2)
 
 
-#: the streamed dense kinds take a full-row Newton step without confirming it from this
-#: residual ``|S - 1|`` on (the step's error is of its square, below float32 rounding)
-DENSE_ACCEPT = tl.constexpr(1e-4)
+#: the streamed dense kinds take a full-row step without confirming it from this residual
+#: ``|S - 1|`` on: a second-order (Chebyshev) step, from the same pass's ``Σ p''``, whose error is
+#: of the residual's cube (at most about ``6e-3 · 4e-3³ ≈ 4e-10`` on the rows measured, below
+#: float32 rounding, as the Newton step's square from ``1e-4`` was)
+DENSE_ACCEPT = tl.constexpr(4e-3)
 
 #: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
 #: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
@@ -183,6 +190,22 @@ def newton_update(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
     else:
         step = 2.0 * (S * tl.sqrt(S) - S) / Sp
     return t + step
+
+
+@triton.jit
+def _second_order(t, S, Sp, Q, KIND: tl.constexpr):
+    """The dense kinds' Chebyshev step on ``F = log S`` (Jensen–Shannon) or ``F = S^{-1/2} - 1`` (squared
+    Hellinger) from ``S``, ``dS/dt = -Sp`` and ``d²S/dt² = Q`` (:func:`_row_sums`): ``t + d - F'' d² / (2 F')``
+    with the Newton step ``d = -F/F'``; its error is of the residual's cube."""
+    Sp = tl.where(Sp > 0, Sp, 1.0)
+    S = tl.where(S > 0, S, 1.0)
+    if KIND == KIND_JS:
+        d = S * tl.log(S) / Sp
+        tn = t + d + d * d * (Q - Sp * Sp / S) / (2.0 * Sp)
+    else:
+        d = 2.0 * (S * tl.sqrt(S) - S) / Sp
+        tn = t + d - d * d * (0.75 * Sp * Sp / S - 0.5 * Q) / Sp
+    return tn
 
 
 @triton.jit
@@ -415,6 +438,47 @@ def _slot_sums(c0, c1, c2, c3, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr,
 
 
 @triton.jit
+def _scan_rest(x, c0, e1, e2):
+    """Jensen–Shannon's pass 1, per lane, before ``x`` is inserted (NaN already ``+inf``): the running
+    ``Σ e^{z - c0}`` and ``Σ e^{2(z - c0)}`` over the lane's scores, ``c0`` its running maximum (rescaled as it
+    grows, as an online softmax's sum); 0 where no finite maximum is known."""
+    new = tl.maximum(c0, x)
+    fin = (new > float("-inf")) & (new < float("inf"))
+    scale = tl.where(fin, tl.exp(c0 - new), 0.0)
+    e = tl.where(fin, tl.exp(x - new), 0.0)
+    return e1 * scale + e, e2 * (scale * scale) + e * e
+
+
+@triton.jit
+def _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS: tl.constexpr):
+    """``(R1, R2) = (Σ e^{z - m}, Σ e^{2(z - m)})`` over the scores the lanes did not keep (:func:`_scan_rest`'s
+    sums less the kept scores'): Jensen–Shannon's ``p = w/(2 - w) = w/2 + w²/4 + ...`` (``w = e^{z - m - t}``)
+    over those scores is at least ``e^{-t} R1/2 + e^{-2t} R2/4``, which the register Newton adds to the kept
+    scores' sums: its root stays a lower bound of the row's, much closer to it."""
+    f = tl.where(c0 > float("-inf"), tl.exp(c0 - m), 0.0)
+    k1 = tl.zeros_like(c0)
+    k2 = tl.zeros_like(c0)
+    w = tl.where(c0 > float("-inf"), tl.exp(c0 - m), 0.0)
+    k1 += w
+    k2 += w * w
+    if SLOTS >= 2:
+        w = tl.where(c1 > float("-inf"), tl.exp(c1 - m), 0.0)
+        k1 += w
+        k2 += w * w
+    if SLOTS >= 3:
+        w = tl.where(c2 > float("-inf"), tl.exp(c2 - m), 0.0)
+        k1 += w
+        k2 += w * w
+    if SLOTS >= 4:
+        w = tl.where(c3 > float("-inf"), tl.exp(c3 - m), 0.0)
+        k1 += w
+        k2 += w * w
+    r1 = tl.maximum(e1 * f - k1, 0.0)
+    r2 = tl.maximum(e2 * (f * f) - k2, 0.0)
+    return tl.reduce((r1, r2), 0, _sums2)
+
+
+@triton.jit
 def _last_slot(c0, c1, c2, c3, SLOTS: tl.constexpr):
     """Every lane's smallest kept score: all it dropped is at most this."""
     if SLOTS == 1:
@@ -429,8 +493,14 @@ def _last_slot(c0, c1, c2, c3, SLOTS: tl.constexpr):
 
 
 @triton.jit
+def _sums3(a0, b0, c0, a1, b1, c1):
+    return a0 + a1, b0 + b1, c0 + c1
+
+
+@triton.jit
 def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
-    """:func:`_newton_sums` over a full streamed row: per-lane accumulators, one reduction at the end."""
+    """:func:`_newton_sums` over a full streamed row: per-lane accumulators, one reduction at the end.  For the
+    dense kinds ``n`` is ``Q = Σ d²p/dt²`` instead (``(1 + 2p) s``, ``6 p²``), for :func:`_second_order`."""
     cols = tl.arange(0, BLOCK)
     acc_p = tl.zeros([BLOCK], tl.float32)
     acc_s = tl.zeros([BLOCK], tl.float32)
@@ -445,8 +515,15 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
         if EXACT == 2:
             acc_n += tl.where(s > 0, 1.0, 0.0)
             acc_u = tl.minimum(acc_u, tl.where(s > 0, s, float("inf")))
+        elif KIND == KIND_JS:
+            acc_n += (1.0 + 2.0 * p) * s
+        elif KIND == KIND_HELL:
+            acc_n += 6.0 * p * p
     if EXACT == 2:
         S, Sp, n, umin = tl.reduce((acc_p, acc_s, acc_n, acc_u), 0, _sums4)
+    elif KIND != KIND_POWER:
+        S, Sp, n = tl.reduce((acc_p, acc_s, acc_n), 0, _sums3)
+        umin = S
     else:
         S, Sp = tl.reduce((acc_p, acc_s), 0, _sums2)
         n = S
@@ -455,8 +532,8 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
 
 
 @triton.jit
-def _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND: tl.constexpr, EXACT: tl.constexpr,
-                     BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl.constexpr, EXACT: tl.constexpr,
+                     BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """The threshold of a streamed row from every lane's ``SLOTS`` largest scores ``c0 >= c1 >= ...``
     (NaN counted as ``+inf``): Newton on those registers, then over the full row ``zrow`` where they
     may not hold every candidate (see :func:`solve_long_rows`).  Returns ``(m, t, Σ s, bad, empty)``
@@ -477,8 +554,15 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND: tl.constex
     last = float("inf")
     Sp = 0.0
     it = 0
+    if REST:  # Jensen–Shannon: the scores not kept, as a lower bound of their sums (_rest_sums)
+        r1, r2 = _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
     while go:
         S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
+        if REST:
+            q1 = 0.5 * tl.exp(-t) * r1
+            q2 = 0.25 * tl.exp(-2.0 * t) * r2
+            S += q1 + q2
+            Sp += q1 + 2.0 * q2
         tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = stop == 0
         t = tl.where(go, tn, t)
@@ -491,12 +575,20 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND: tl.constex
         S, Sp, n, umin = _row_sums(zrow, k, m, t, a, KIND, EXACT, BLOCK)
         tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = stop == 0
-        t = tl.where(go, tn, t)
         if KIND != KIND_POWER:
             # the dense kinds' transformed S is smooth with bounded curvature: from a residual of
-            # DENSE_ACCEPT the step leaves an error of its square (below the tolerance), so take
-            # the step without another pass to confirm it (the write pass recomputes Σ s there)
-            go = go & (tl.abs(S - 1.0) > DENSE_ACCEPT)
+            # DENSE_ACCEPT the second-order step (n holds Σ p'') leaves an error of its cube (below
+            # the tolerance), so take it without another pass to confirm it (the write pass
+            # recomputes Σ s there)
+            close = tl.abs(S - 1.0) <= DENSE_ACCEPT
+            t2 = _second_order(t, S, Sp, n, KIND)
+            tn = tl.where(close & (t2 == t2), t2, tn)
+            stop = stop | (tn == t) | (tn != tn)
+            go = stop == 0
+            t = tl.where(go, tn, t)
+            go = go & (close == 0)
+        else:
+            t = tl.where(go, tn, t)
         it += 1
     return m, t, Sp, bad, empty
 
@@ -567,11 +659,17 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     c1 = c0
     c2 = c0
     c3 = c0
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
     for j0 in range(0, k, BLOCK):
         idx = j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
-    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
+        x = tl.where(x == x, x, float("inf"))
+        if KIND == KIND_JS:
+            e1, e2 = _scan_rest(x, c0, e1, e2)
+        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
+                                            SLOTS, KIND == KIND_JS)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
     target, keep = _row_target(IDX, KEEP, row, GRAD)
     s_sum, zp, omega = _write_span(zrow, prow, 0, k, k, m, t, a, bad, empty, omega_c, target, keep, KIND, EXACT,
@@ -662,12 +760,14 @@ def _slice_program(ns):
 
 
 @triton.jit
-def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
+def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """Pass 1 of a split row (one program per slice of ``L`` entries, ``ns`` per row, ``L`` a multiple of
     ``BLOCK``): every lane's ``SLOTS`` largest scores of the slice (NaN counts as ``+inf``), as
     :func:`solve_long_rows` keeps them, into ``CAND[row, slice]`` (``[SLOTS, BLOCK]`` float32, ``-inf``
-    in unused slots).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
+    in unused slots; with ``REST`` (Jensen–Shannon) two more rows, :func:`_scan_rest`'s sums relative to the
+    slice lane's maximum).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
     one-program kernel."""
+    WIDTH: tl.constexpr = SLOTS + 2 * REST
     row, j = _slice_program(ns)
     cols = tl.arange(0, BLOCK)
     start = j.to(tl.int64) * L
@@ -676,11 +776,19 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
     c1 = c0
     c2 = c0
     c3 = c0
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
     for j0 in range(0, L, BLOCK):
         idx = start + j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        c0, c1, c2, c3 = _insert(tl.where(x == x, x, float("inf")), c0, c1, c2, c3, SLOTS)
-    out = CAND + (row.to(tl.int64) * ns + j) * (SLOTS * BLOCK) + cols
+        x = tl.where(x == x, x, float("inf"))
+        if REST:
+            e1, e2 = _scan_rest(x, c0, e1, e2)
+        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    out = CAND + (row.to(tl.int64) * ns + j) * (WIDTH * BLOCK) + cols
+    if REST:
+        tl.store(out + SLOTS * BLOCK, e1)
+        tl.store(out + (SLOTS + 1) * BLOCK, e2)
     tl.store(out, c0)
     if SLOTS >= 2:
         tl.store(out + BLOCK, c1)
@@ -693,10 +801,11 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
 @triton.jit
 def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max_iter,
                 KIND: tl.constexpr, EXACT: tl.constexpr, PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
-                SLOTS: tl.constexpr):
+                SLOTS: tl.constexpr, REST: tl.constexpr):
     """The threshold of a split row (one program per row), after :func:`split_scan`: every lane merges
     its slices' kept scores into its ``SLOTS`` largest of the whole row (one read of the small
-    candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass, and the
+    candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass (with ``REST``,
+    the slices' sums of :func:`_scan_rest` too, rescaled to the lane's maximum), and the
     same iterations follow (:func:`_slots_threshold`: Newton on the registers, then, for the dense
     kinds or a lane that overflowed, full-row steps in this program).  Writes
     ``STATE[row] = (m, t)`` (``m = +inf`` marks a bad row, ``-inf`` an all-masked one), ``τ_f`` and
@@ -713,10 +822,24 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
     c1 = c0
     c2 = c0
     c3 = c0
-    crow = CAND + row.to(tl.int64) * ns * (SLOTS * BLOCK)
-    for c in range(ns * SLOTS):
-        c0, c1, c2, c3 = _insert(tl.load(crow + c * BLOCK + cols), c0, c1, c2, c3, SLOTS)
-    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, a, tol, max_iter, KIND, EXACT, BLOCK, SLOTS)
+    WIDTH: tl.constexpr = SLOTS + 2 * REST
+    crow = CAND + row.to(tl.int64) * ns * (WIDTH * BLOCK)
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
+    for j in range(ns):
+        sl = crow + j * (WIDTH * BLOCK) + cols
+        if REST:  # the slice's sums, relative to its lane maximum (its first slot), onto the lane's running one
+            top = tl.load(sl)
+            new = tl.maximum(c0, top)
+            fin = (new > float("-inf")) & (new < float("inf"))
+            old_scale = tl.where(fin, tl.exp(c0 - new), 0.0)
+            scale = tl.where(fin, tl.exp(top - new), 0.0)
+            e1 = e1 * old_scale + tl.load(sl + SLOTS * BLOCK) * scale
+            e2 = e2 * (old_scale * old_scale) + tl.load(sl + (SLOTS + 1) * BLOCK) * (scale * scale)
+        for c in range(SLOTS):
+            c0, c1, c2, c3 = _insert(tl.load(sl + c * BLOCK), c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
+                                            SLOTS, REST)
     tl.store(STATE + 2 * row, tl.where(bad, float("inf"), tl.where(empty, float("-inf"), m)))
     tl.store(STATE + 2 * row + 1, t)
     tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))

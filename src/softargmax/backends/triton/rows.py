@@ -50,7 +50,7 @@ from torch import Tensor
 
 from ..._utils.extras import LazyModule
 from ...divergences import Divergence
-from ..kinds import KIND_POWER, alpha_rows_covered, kind_of
+from ..kinds import KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
 from .launch import current_rows
@@ -306,16 +306,19 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
         block, warps = _long_launch()
         ns, length = _slices(R, k, z.device, block)
         if ns > 1:
-            # one float32 workspace: the candidates [R, ns, SLOTS, BLOCK] (at its start: 16-byte aligned whatever z
-            # is, so their loads are vectors; benchmarks/compile_report.py compiles them so), the rows'
-            # (maximum, t) [R, 2] and the slices' partial sums [R, ns, 3]
-            n_cand = R * ns * LONG_SLOTS * block
+            # one float32 workspace: the candidates [R, ns, SLOTS (+ 2 for Jensen–Shannon's sums of the scores
+            # not kept), BLOCK] (at its start: 16-byte aligned whatever z is, so their loads are vectors;
+            # benchmarks/compile_report.py compiles them so), the rows' (maximum, t) [R, 2] and the slices'
+            # partial sums [R, ns, 3]
+            rest = kind == KIND_JS
+            n_cand = R * ns * (LONG_SLOTS + 2 * rest) * block
             work = torch.empty(n_cand + 2 * R + 3 * R * ns, dtype=torch.float32, device=z.device)
             cand, state, part = work[:n_cand], work[n_cand:n_cand + 2 * R], work[n_cand + 2 * R:]
-            K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=LONG_SLOTS, num_warps=warps)
+            K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=LONG_SLOTS, REST=rest,
+                                    num_warps=warps)
             K.split_solve[(R,)](z, cand, state, aux, bad, alpha, k, ns, a_value, tau_c, tol, MAX_ITER,
                                 KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=LONG_SLOTS,
-                                num_warps=warps)
+                                REST=rest, num_warps=warps)
             K.split_write[(R * ns,)](z, p, state, part, alpha, idx, keep, k, length, ns, a_value, omega_c,
                                      KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
                                      num_warps=warps)
