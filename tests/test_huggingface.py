@@ -151,7 +151,7 @@ def test_sliding_layers_pass_their_window_and_equal_eager_softmax(monkeypatch):
         H.register("softargmax_softmax", mapping="softmax")
         m.set_attn_implementation("softargmax_softmax")
         out = m(ids, attention_mask=mask).logits
-        assert seen == [3, None]
+        assert seen == [None, None]  # with a mask (which holds the band) the mask alone says which keys count
         keep = mask.bool()
         torch.testing.assert_close(out[keep], ref[keep], atol=1e-5, rtol=1e-5)
         m.set_attn_implementation("sparsemax")
@@ -160,6 +160,22 @@ def test_sliding_layers_pass_their_window_and_equal_eager_softmax(monkeypatch):
     band = causal.triu(-2)  # i - 3 < j <= i
     assert (w[0][..., ~band] == 0).all() and (w[1][..., ~causal] == 0).all()
     assert (w[1][..., ~band] > 0).any()  # the full layer sees past the window
+
+
+def test_a_bidirectional_sliding_layer_keeps_its_mask_and_is_refused_without_one():
+    """A non-causal sliding layer (ModernBERT's local layers: a symmetric band) with its mask equals SDPA with
+    that mask, the window not applied as a causal band; without a mask such a call is refused."""
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    pos = torch.arange(9)
+    band = ((pos.view(-1, 1) - pos).abs() < 3).view(1, 1, 9, 9)  # |i - j| < 3
+    layer = torch.nn.Module()
+    layer.is_causal = False
+    forward = H.attention_function("softmax")
+    out, _ = forward(layer, q, k, v, band, scaling=0.5, sliding_window=3, output_attentions=False)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band, scale=0.5)
+    torch.testing.assert_close(out, ref.transpose(1, 2), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="sliding_window=3 on a non-causal attention call without a mask"):
+        forward(layer, q, k, v, None, scaling=0.5, sliding_window=3, output_attentions=False)
 
 
 def test_sliding_layers_in_a_packed_batch_equal_each_sequence(monkeypatch):

@@ -8,6 +8,7 @@ input dtype; inputs are never modified in place.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Union
 
 import torch
@@ -50,16 +51,21 @@ def check_positive_number(value: object, name: str) -> float:
     return value
 
 
+#: the largest sliding window taken: wider ones cut nothing off any sequence a tensor can hold, and are taken as this
+WINDOW_MAX = 2 ** 62
+
+
 def check_window(window: object, name: str = "window") -> Optional[int]:
-    """A sliding window's size: ``None`` or a positive ``int`` (not a ``bool``)."""
+    """A sliding window's size: ``None`` or a positive integer (an ``int`` or any ``numbers.Integral`` such as
+    NumPy's, not a ``bool``), at most :data:`WINDOW_MAX` (a wider one is taken as that: it cuts nothing)."""
     if window is None:
         return None
-    if isinstance(window, bool) or not isinstance(window, int):
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral):
         raise TypeError(f"{name} must be None or a positive int (the keys each query sees), got "
                         f"{type(window).__name__}")
     if window < 1:
         raise ValueError(f"{name} must be None or a positive int (the keys each query sees), got {window}")
-    return int(window)
+    return min(int(window), WINDOW_MAX)
 
 
 def check_real(value: object, name: str, what: str = "a finite number") -> float:

@@ -68,10 +68,12 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         int on the sliding layers, ``None`` on the full ones: models such as Gemma 2 or Qwen 2 with
         ``layer_types`` alternate them; the config's own setting is not read) becomes
         :func:`softargmax.attention`'s ``window`` (query :math:`i` sees keys :math:`i - w < j \le i`,
-        Transformers' convention): a packed batch, which has no mask, gets its band from it alone;
-        with a mask (which already holds the band) it lets the fused kernels skip the tiles outside
-        the window when the queries and keys are the same positions (no cache before them); a
-        decoding step passes it to :func:`softargmax.decode_attention` (bottom-right aligned).
+        Transformers' convention) on causal calls without a mask: a packed batch, which has no mask,
+        gets its band from it alone. A call with a mask keeps the mask alone (Transformers builds it
+        with the band, and a bidirectional sliding layer or a block of image tokens allows keys that a
+        causal band would not); a decoding step whose mask is exactly a causal band over the cache
+        passes it to :func:`softargmax.decode_attention` (bottom-right aligned). A non-causal call
+        without a mask and with a window is refused (``ValueError``).
 
     Shape:
         - query: :math:`(B, H, L, D)`; key, value: :math:`(B, H_{kv}, S, D)`.
@@ -105,8 +107,10 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
             want = getattr(getattr(module, "config", None), "output_attentions", True)
         packed = _packed_kwargs(query, kwargs)
         if packed is not None:  # a packed batch (DataCollatorWithFlattening): each sequence on its own
+            packed_causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
+            _causal_window(window, packed_causal)
             q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [total, heads, head_dim]
-            out = attention(q, k, v, is_causal=kwargs.get("is_causal", getattr(module, "is_causal", True)),
+            out = attention(q, k, v, is_causal=packed_causal,
                             scale=scaling, dropout_p=dropout if module.training else 0.0, mapping=mapping,
                             alpha=alpha, enable_gqa=groups > 1, window=window, **packed)
             return out.unsqueeze(0), None
@@ -121,19 +125,33 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
             return out.transpose(1, 2).contiguous(), None
         if mask is None and query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
             is_causal = True
+        if mask is None and window is not None:
+            _causal_window(window, is_causal or query.shape[2] == 1)
         res = attention(
             query, key, value, attn_mask=mask, is_causal=is_causal, scale=scaling,
             dropout_p=dropout if module.training else 0.0, mapping=mapping, alpha=alpha, return_weights=bool(want),
             enable_gqa=groups > 1,
-            # top-left and bottom-right alignment agree when the queries are the keys' positions; else the mask
-            # (Transformers builds it with the band) alone says which keys each query sees
-            window=window if query.shape[2] == key.shape[2] else None,
+            # a mask holds the band already (Transformers builds it with the window), and it may allow keys a
+            # causal band would not (bidirectional sliding layers, blocks of image tokens): the mask alone
+            # then says which keys each query sees; without a mask the causal band comes from the window
+            window=window if mask is None and is_causal else None,
         )
         out, weights = res if want else (res, None)
         return out.transpose(1, 2).contiguous(), weights
 
     forward.__name__ = f"softargmax_{mapping}_attention"
     return forward
+
+
+def _causal_window(window: Optional[int], causal: bool) -> None:
+    """Refuses a sliding ``window`` on a call with no mask that is not causal: its band (symmetric, as in
+    ModernBERT's local layers, or with bidirectional blocks) is not the causal band that
+    :func:`softargmax.attention`'s ``window`` gives, and without a mask nothing else says which keys each
+    query sees."""
+    if window is not None and not causal:
+        raise ValueError(f"sliding_window={window} on a non-causal attention call without a mask (a packed batch, "
+                         "or no attention_mask): softargmax's window is the causal band i - w < j <= i; pass the "
+                         "layer's mask (Transformers builds it with the band) or use a causal layer")
 
 
 #: new queries per sequence up to which a step over a cache takes :func:`softargmax.decode_attention`

@@ -203,7 +203,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
         alpha = self.alpha.to(q.dtype).view(H, 1, 1) if self.mapping in ("entmax", "alpha") else None
         want = need_weights or self.store_weights  # without the weights CUDA inputs may take the fused kernels
         res = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                        mapping=self.mapping, alpha=alpha, return_weights=want, window=self.window)
+                        mapping=self.mapping, alpha=alpha, return_weights=want, window=getattr(self, "window", None))
         out, weights = res if want else (res, None)
         if self.store_weights:
             assert weights is not None  # want
@@ -261,7 +261,7 @@ class SparseMultiheadAttention(nn.MultiheadAttention):
                 raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(m.shape)}")
 
     def extra_repr(self) -> str:
-        window = "" if self.window is None else f", window={self.window}"
+        window = "" if getattr(self, "window", None) is None else f", window={self.window}"
         return f"mapping={self.mapping!r}, learn_alpha={self.learn_alpha}{window}"
 
 

@@ -133,8 +133,9 @@ def attention(
         M_{ij} = -\infty \quad \text{unless} \quad i - w < j \le i,
 
     so that query :math:`i` sees its own position and the :math:`w - 1` keys before it (aligned
-    top-left as ``is_causal``: query :math:`i` sits at key position :math:`i`; Mistral's and
-    Transformers' ``sliding_window`` convention).  The fused kernels never read the key tiles
+    top-left as ``is_causal``: query :math:`i` sits at key position :math:`i`; Transformers'
+    ``sliding_window`` convention, :math:`w` keys per query, where the Mistral 7B paper counts the
+    positions :math:`i - W` to :math:`i`).  The fused kernels never read the key tiles
     outside the band: the work grows as :math:`L w`, not :math:`L^2 / 2`.
 
     Args:
@@ -235,8 +236,8 @@ def attention(
         Tri Dao, *FlashAttention-2: Faster Attention with Better Parallelism and Work
         Partitioning*, ICLR 2024, https://arxiv.org/abs/2307.08691 (the packed variable-length layout)
 
-        Albert Q. Jiang et al., *Mistral 7B*, 2023, https://arxiv.org/abs/2310.06825 (the causal
-        sliding window)
+        Albert Q. Jiang et al., *Mistral 7B*, 2023, https://arxiv.org/abs/2310.06825 (sliding-window
+        attention; the band here counts :math:`w` keys, as Transformers' ``sliding_window`` does)
     """
     _check_tensors(query, key, value)
     dropout_p, scale = _check_options(query, attn_mask, dropout_p, is_causal, scale)
