@@ -249,7 +249,7 @@ def render_report(results: dict, figures: list) -> str:
         times = rec.get("inference_seconds") or {}
         norm = {b: v / base[b] for b, v in times.items() if base.get(b)}
         lines.append(f"| {display_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
-    lines += _per_sentence(speed, st)
+    lines += _per_sentence(speed, st, S)
     lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
     lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
@@ -501,18 +501,19 @@ def _time_to_bleu(reached: Optional[dict]) -> list:
     return lines
 
 
-def _per_sentence(speed: Optional[dict], st: dict) -> list:
+def _per_sentence(speed: Optional[dict], st: dict, S: dict) -> list:
     """Inference time per sentence at every beam from the interleaved timing, with the ratios to softmax and their
-    95% intervals (none without interleaved timing)."""
+    95% intervals, in the order of the systems ``S`` (none without interleaved timing)."""
     if speed is None:
         return []
     n = st["decoding"]["timing_sentences"]
     beams = [str(b) for b in st["decoding"]["beams_timed"]]
-    lines = ["", f"Per sentence, timed interleaved (milliseconds: the {speed['quantile']:g} quantile of the rounds / "
-             f"{n} sentences; ratio to softmax with its 95% bootstrap interval over the rounds):", "",
+    clock = ", of process CPU time (one torch thread)" if speed.get("clock") == "cpu" else ""
+    lines = ["", f"Per sentence, timed interleaved (wall milliseconds: the {speed['quantile']:g} quantile of the "
+             f"rounds / {n} sentences; ratio to softmax{clock} with its 95% bootstrap interval over the rounds):", "",
              "| output layer | " + " | ".join(f"beam {b}" for b in beams) + " |", "| --- |" + " --- |" * len(beams)]
-    for s, per in speed["inference_seconds"].items():
-        ratios = speed["inference"].get(s, {})
+    for s in [s for s in S if s in speed["inference_seconds"]]:
+        per, ratios = speed["inference_seconds"][s], speed["inference"].get(s, {})
         lines.append(f"| {display_name(s)} | " + " | ".join(
             f"{1e3 * per[b] / n:.1f} ms, {_interval(ratios.get(b))}" if b in per else "–" for b in beams) + " |")
     return lines
