@@ -2,8 +2,8 @@
 # Everything that needs a GPU, in one command that ends by a deadline, with every output in one archive:
 #
 #   bash benchmarks/gpu_all.sh OUT [--budget SECONDS] [--steps LIST] [--cap STEP=SECONDS]... [--dry-run]
-#                                  [--keep] [--translation-runs RUNS] [--lm-runs RUNS] [--data-dir DIR] [--skip-tests]
-#                                  [--skip-bench]
+#                                  [--keep] [--translation-runs RUNS] [--translation-preset gpu|gpu-1call]
+#                                  [--lm-runs RUNS] [--data-dir DIR] [--skip-tests] [--skip-bench]
 #
 # Steps, in order of value, each under `timeout` with at most the time left (OUT/gpu-all/logs/STEP.log):
 #   wheels           .whl/*.whl (the peers, from benchmarks/gpu_wheels.sh) into /tmp/site, on PYTHONPATH after src
@@ -25,8 +25,13 @@
 #                    (datasets: --data-dir, else $SOFTARGMAX_DATA, else .gpu-data/ from gpu_wheels.sh --data)
 #   translation-gpu  with --translation-runs "softmax:1 sparsemax:1" only: those runs of the translation gpu
 #                    preset (a few minutes each, not measured yet), into reports/translation-gpu/ (or
-#                    $TRANSLATION_OUT) beside its committed records; the new records and the log come back
-#                                                                                    -> translation-gpu/
+#                    $TRANSLATION_OUT) beside its committed records, with --resume; --translation-preset gpu-1call
+#                    trains the one-call preset instead (the four systems of one seed in one 9-minute command:
+#                    --translation-runs "softmax:1 sparsemax:1 entmax15:1 alpha_relu:1"; estimated, not measured:
+#                    docs/translation-gpu.md) into reports/translation-gpu-1call/.  The records this call wrote
+#                    (the interleaved timing's records/speed/ too), results.json, report.md, the figures and the
+#                    log come back, also when the deadline stops the step (dry run: the smoke preset, into
+#                    OUT/translation-dry-run unless $TRANSLATION_OUT is set)                  -> translation-gpu/
 #   lm-gpu           with --lm-runs all (every run of the lm gpu preset: Table 3's losses and the learned q, 3 seeds
 #                    each, about 40 s a run on an H100, 10 minutes in all) or --lm-runs "kl:0 alpha1.5+q:1" (those
 #                    runs): into reports/lm-gpu/ (or $LM_OUT), with --resume, beside its committed records; the
@@ -48,7 +53,7 @@
 # unless --keep.  Exit status: 0 when every step selected ran and passed, else 1 (2: bad arguments).
 set -uo pipefail
 
-usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; }
 
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     usage
@@ -71,6 +76,7 @@ BUDGET=
 DRY_RUN=0
 KEEP=0
 TRANSLATION_RUNS=
+TRANSLATION_PRESET=gpu
 LM_RUNS=
 SKIP_TESTS=0
 SKIP_BENCH=0
@@ -96,6 +102,10 @@ while [ $# -gt 0 ]; do
         --translation-runs)
             [ $# -ge 2 ] || die "--translation-runs needs runs such as 'softmax:1 sparsemax:1'"
             TRANSLATION_RUNS=${2//,/ }; shift ;;
+        --translation-preset)
+            [ $# -ge 2 ] || die "--translation-preset needs gpu or gpu-1call"
+            case "$2" in gpu|gpu-1call) ;; *) die "--translation-preset must be gpu or gpu-1call, got '$2'" ;; esac
+            TRANSLATION_PRESET=$2; shift ;;
         --lm-runs)
             [ $# -ge 2 ] || die "--lm-runs needs 'all' or runs such as 'kl:0 alpha1.5+q:1'"
             LM_RUNS=${2//,/ }; shift ;;
@@ -133,7 +143,7 @@ else
 fi
 
 if [ -n "${SELECTED[translation-gpu]+x}" ] && [ -z "$TRANSLATION_RUNS" ]; then
-    die "the translation-gpu step needs --translation-runs (e.g. 'softmax:1 sparsemax:1')"
+    die "the translation-gpu step needs --translation-runs (e.g. 'softmax:1 sparsemax:1'; with --translation-preset gpu-1call 'softmax:1 sparsemax:1 entmax15:1 alpha_relu:1')"
 fi
 
 if [ -n "${SELECTED[lm-gpu]+x}" ] && [ -z "$LM_RUNS" ]; then
@@ -283,6 +293,16 @@ step() {  # step NAME COMMAND...: one step, in the foreground
 }
 
 # --- packing: at the end, on a signal, at the deadline ----------------------------------------------
+translation_back() {  # what the translation step wrote this call, into the archive (after the step, or when packing)
+    [ -f "$WORK/.translation-start" ] && [ -d "${TRANSLATION_OUT:-}" ] || return 0
+    mkdir -p "$WORK/translation-gpu/records"
+    # the records keep their place under records/ (the interleaved timing is records/speed/interleaved.json)
+    (cd "$TRANSLATION_OUT" && find records -name '*.json' -newer "$WORK/.translation-start" \
+        -exec cp --parents {} "$WORK/translation-gpu/" \;) 2> /dev/null
+    find "$TRANSLATION_OUT" -maxdepth 1 \( -name 'results.json' -o -name 'report.md' -o -name '*.png' \
+        -o -name 'log.txt' \) -newer "$WORK/.translation-start" -exec cp {} "$WORK/translation-gpu/" \; 2> /dev/null
+}
+
 truncate_big_logs() {  # logs over 4 MiB keep their first 512 KiB and last 3 MiB
     local f size
     while IFS= read -r -d '' f; do
@@ -299,6 +319,7 @@ pack() {
     PACKED=1
     trap '' TERM INT USR1  # packing is not interrupted
     kill "$WATCHDOG" 2> /dev/null
+    translation_back  # a step stopped by a signal or the deadline: the records of the runs it finished
     local limit=$((16 * 1024 * 1024 - 65536)) size
     {
         echo "# total $((SECONDS - START)) s of a $BUDGET s budget; exit status $FAILED"
@@ -443,16 +464,22 @@ fi
 if [ -n "${SELECTED[translation-gpu]+x}" ]; then
     # into the committed folder: the call checks its records against them and estimates the time per run;
     # --resume: a machine reused for a second call still holds the first call's checkpoints (runs/, which git
-    # ignores), and a call without it refuses to touch them (the checkpoints' fingerprints are checked)
-    TRANSLATION_OUT=${TRANSLATION_OUT:-$REPO/reports/translation-gpu}
+    # ignores), and a call without it refuses to touch them (the checkpoints' fingerprints are checked).
+    # Each preset has its own folder: the setups differ, and records of another setup are refused by name
+    if [ "$DRY_RUN" -eq 1 ]; then
+        TRANSLATION_RUN_PRESET=smoke
+        TRANSLATION_OUT=${TRANSLATION_OUT:-$OUT/translation-dry-run}
+    else
+        TRANSLATION_RUN_PRESET=$TRANSLATION_PRESET
+        if [ "$TRANSLATION_PRESET" = gpu ]; then TRANSLATION_OUT=${TRANSLATION_OUT:-$REPO/reports/translation-gpu}
+        else TRANSLATION_OUT=${TRANSLATION_OUT:-$REPO/reports/translation-$TRANSLATION_PRESET}; fi
+    fi
+    mkdir -p "$TRANSLATION_OUT"
     touch "$WORK/.translation-start"
     # shellcheck disable=SC2086  # the runs are words
-    step translation-gpu "$PY" -m softargmax reproduce translation --preset gpu --device "$DEVICE" \
-        --out "$TRANSLATION_OUT" --runs $TRANSLATION_RUNS --resume "${DATA_ARGS[@]}"
-    mkdir -p "$WORK/translation-gpu/records"
-    find "$TRANSLATION_OUT/records" -name '*.json' -newer "$WORK/.translation-start" \
-        -exec cp {} "$WORK/translation-gpu/records/" \; 2> /dev/null
-    cp "$TRANSLATION_OUT/log.txt" "$WORK/translation-gpu/" 2> /dev/null
+    step translation-gpu "$PY" -m softargmax reproduce translation --preset "$TRANSLATION_RUN_PRESET" \
+        --device "$DEVICE" --out "$TRANSLATION_OUT" --runs $TRANSLATION_RUNS --resume "${DATA_ARGS[@]}"
+    translation_back
 fi
 
 if [ -n "${SELECTED[lm-gpu]+x}" ]; then

@@ -188,12 +188,69 @@ exec "{sys.executable}" "$@"
     assert _summary(out) == {"translation-gpu": ("ok", "0")}
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--runs") + 1:args.index("--runs") + 3] == ["sparsemax:1", "entmax15:1"]
-    assert args[args.index("--out") + 1] == str(folder) and args[args.index("--preset") + 1] == "gpu"
+    assert args[args.index("--out") + 1] == str(folder) and args[args.index("--preset") + 1] == "smoke"  # dry run
     assert "--resume" in args  # a second call on the same machine finds the first one's checkpoints
     names = _archive_names(out)
     assert "gpu-all/translation-gpu/records/sparsemax-seed1.json" in names
     assert "gpu-all/translation-gpu/log.txt" in names
     assert "gpu-all/translation-gpu/records/softmax-seed1.json" not in names  # not new: it stays home
+
+
+def test_translation_one_call_preset_brings_back_what_it_finished_when_the_deadline_stops_it(tmp_path):
+    """``--translation-preset gpu-1call``: the runs of the one-call preset are trained into their own folder; the
+    deadline stops the step during the interleaved timing, and the records of the runs that finished (beside the
+    committed one: only the new ones) come back in their places under records/, with the report written so far.
+    A stand-in for the training writes them and then hangs.  The dry run trains the smoke preset into a folder of
+    its own under OUT unless $TRANSLATION_OUT names one."""
+    folder = tmp_path / "translation-gpu-1call"
+    (folder / "records").mkdir(parents=True)
+    (folder / "records" / "softmax-seed2.json").write_text("{}")  # committed earlier
+    time.sleep(1.1)  # find -newer compares modification times
+    python = tmp_path / "python"
+    python.write_text(f'''#!/bin/sh
+case "$*" in
+  *"reproduce translation"*)
+    echo "$@" >> "{tmp_path}/args"
+    out=$(echo "$@" | sed 's/.*--out \\([^ ]*\\).*/\\1/')
+    mkdir -p "$out/records/speed"
+    for s in softmax sparsemax entmax15 alpha_relu; do echo '{{}}' > "$out/records/$s-seed1.json"; done
+    echo '{{"timing": {{}}}}' > "$out/records/speed/interleaved.json"
+    echo "# report" > "$out/report.md"; echo "{{}}" > "$out/results.json"; echo "trained" > "$out/log.txt"
+    case "$*" in *"--preset gpu-1call"*) exec sleep 1000 ;; esac
+    exit 0 ;;
+esac
+exec "{sys.executable}" "$@"
+''')
+    python.chmod(0o755)
+    runs = "softmax:1 sparsemax:1 entmax15:1 alpha_relu:1"
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), str(out), "--budget", "15", "--steps", "translation-gpu",
+                           "--translation-preset", "gpu-1call", "--translation-runs", runs],
+                          capture_output=True, text=True, timeout=60, env=_env(python, TRANSLATION_OUT=str(folder)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _summary(out) == {"translation-gpu": ("killed (deadline)", "124")}
+    args = (tmp_path / "args").read_text().splitlines()[-1].split()
+    assert args[args.index("--preset") + 1] == "gpu-1call" and args[args.index("--out") + 1] == str(folder)
+    assert args[args.index("--runs") + 1:args.index("--runs") + 5] == runs.split() and "--resume" in args
+    assert args[args.index("--device") + 1] == "cuda"
+    names = _archive_names(out)
+    for f in [f"records/{s}-seed1.json" for s in ("softmax", "sparsemax", "entmax15", "alpha_relu")] + [
+            "records/speed/interleaved.json", "report.md", "results.json", "log.txt"]:
+        assert f"gpu-all/translation-gpu/{f}" in names, f
+    assert "gpu-all/translation-gpu/records/softmax-seed2.json" not in names  # not new: it stays home
+
+    dry = tmp_path / "dry"
+    proc = subprocess.run(["bash", str(SCRIPT), str(dry), "--dry-run", "--budget", "30", "--steps", "translation-gpu",
+                           "--translation-preset", "gpu-1call", "--translation-runs", runs],
+                          capture_output=True, text=True, timeout=60, env=_env(python))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()[-1].split()
+    assert args[args.index("--preset") + 1] == "smoke" and args[args.index("--device") + 1] == "cpu"
+    assert args[args.index("--out") + 1] == str(dry / "translation-dry-run")
+    assert "gpu-all/translation-gpu/records/speed/interleaved.json" in _archive_names(dry)
+    refused = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "x"), "--translation-preset", "full"],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "--translation-preset must be gpu or gpu-1call, got 'full'" in refused.stderr
 
 
 def test_lm_runs_train_into_the_lm_folder_and_bring_back_what_they_wrote(tmp_path):

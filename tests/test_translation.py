@@ -513,6 +513,57 @@ def _toy_call(out, runs=None, overrides=SPLIT_TOY, **kwargs):
         torch.set_num_threads(threads)
 
 
+def test_one_call_preset_is_the_gpu_model_without_selection_and_plans_three_seeds():
+    from softargmax.cli import build_parser
+    from softargmax.experiments import translation
+
+    one, gpu = translation.preset_settings("gpu-1call"), translation.preset_settings("gpu")
+    assert one["model"] == gpu["model"] and one["vocab"] == gpu["vocab"] and one["beams"] == gpu["beams"]
+    cfg, cfg_gpu = TrainConfig(**one["train_cfg"]), TrainConfig(**gpu["train_cfg"])
+    assert cfg.select == "last" and cfg.patience is None  # no early stopping
+    assert (cfg.batch_tokens, cfg.lr, cfg.warmup, cfg.bf16) == (cfg_gpu.batch_tokens, cfg_gpu.lr, cfg_gpu.warmup, True)
+    assert cfg.steps < cfg_gpu.steps and cfg.val_bleu_sentences < cfg_gpu.val_bleu_sentences
+    assert one["timing_sentences"] < gpu["timing_sentences"] and one["inference_repeats"] == 1
+    assert tuple(one["systems"]) == translation.SYSTEMS and tuple(one["seeds"]) == (1, 2, 3)
+    assert "gpu-1call" in translation.SPEED_ROUNDS  # the four systems of a call are timed interleaved
+    args = build_parser().parse_args(["reproduce", "translation", "--preset", "gpu-1call", "--seeds", "1"])
+    assert args.preset == "gpu-1call"
+
+
+#: the one-call preset at toy size: SPLIT_TOY's sizes without early stopping
+ONE_CALL_TOY = {**SPLIT_TOY, "train_cfg": {k: v for k, v in SPLIT_TOY["train_cfg"].items() if k != "patience"}}
+
+
+@needs_data
+def test_one_call_preset_at_toy_size_times_interleaved_and_reports_time_to_bleu(tmp_path, monkeypatch):
+    """The runs of one seed in one call: records, the interleaved timing of their systems, the time to a validation
+    BLEU and the inference time per sentence with their ratios and verdicts; the other seeds are owed."""
+    from softargmax.experiments import translation
+
+    monkeypatch.setitem(translation.SPEED_ROUNDS, "gpu-1call", translation.SPEED_ROUNDS["smoke"])  # fewer rounds
+    threads = torch.get_num_threads()
+    try:
+        results = translation.run(preset="gpu-1call", data_dir=str(SHARED), out=str(tmp_path), threads=1,
+                                  overrides=ONE_CALL_TOY, runs=["softmax:1", "alpha_relu:1"], log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(p.name for p in (tmp_path / "records").glob("*.json")) == ["alpha_relu-seed1.json",
+                                                                             "softmax-seed1.json"]
+    assert (tmp_path / translation.SPEED_FILE).exists() and results["speed"]["seed"] == 1
+    assert sorted(map(tuple, results["plan"]["owed"])) == [("alpha_relu", 2), ("softmax", 2)]
+    reached = results["time_to_bleu"]
+    assert reached["clock"] == "interleaved" and set(reached["systems"]) == {"softmax", "alpha_relu"}
+    for s, e in reached["systems"].items():
+        first = next(h for h in results["systems"][s]["seeds"]["1"]["history"] if h["val_bleu"] >= reached["target"])
+        assert e["step"] == first["step"]
+        assert e["seconds"] == pytest.approx(first["step"] * results["speed"]["seconds_per_step"][s])
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert f"Time to a validation BLEU of {reached['target']:.1f}" in report
+    assert "Per sentence, timed interleaved" in report
+    assert "1.5-ReLU decodes as fast as softmax at beam 1" in report
+    assert "1.5-ReLU reaches the validation BLEU of" in report
+
+
 @pytest.fixture(scope="module")
 def split_runs(tmp_path_factory):
     """``(folder, results of one/, results of two/)``: the toy plan's 4 runs trained by one call into ``one/``

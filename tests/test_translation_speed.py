@@ -53,6 +53,14 @@ def test_the_old_rule_on_the_same_load_flipped_and_the_interleaved_one_does_not(
     assert entry["ratio"] == pytest.approx(1.5, rel=0.05)
 
 
+def test_too_few_rounds_give_no_verdict():
+    times, reference = _rounds(1.5)
+    for n in (1, 2):
+        text = speed.ratio_verdict(speed.ratio_summary(times[:n], reference[:n]), 1.1)
+        assert text.startswith("not shown (too few rounds: ") and f"× from {n} interleaved round" in text, text
+    assert speed.ratio_verdict(speed.ratio_summary(times[:3], reference[:3]), 1.1).startswith("does not hold (")
+
+
 def test_a_ratio_at_the_limit_or_drowned_in_noise_is_not_shown_with_its_variation():
     at_limit = speed.ratio_verdict(speed.ratio_summary(*_rounds(1.1, noise=0.05)), 1.1)
     assert at_limit.startswith("not shown (noisy) (")

@@ -131,10 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     extra = "; ".join(f"{name} also {', '.join(p for p in presets if p not in common)}"
                       for name, presets in PRESET_NAMES.items() if set(presets) - set(common))
     r.add_argument("--preset", choices=sorted({p for v in PRESET_NAMES.values() for p in v}, key=["smoke", "default",
-                   "full", "gpu"].index), default="default", metavar="PRESET",
+                   "full", "gpu", "gpu-1call"].index), default="default", metavar="PRESET",
                    help=f"the run's size (default: default, sized for a CPU with two cores): every experiment takes "
                    f"{' and '.join(common)} (smoke: seconds, as in the tests); {extra} (translation's gpu: "
-                   "Transformer-base on one GPU, 3 seeds; translation's full: the paper's schedule; lm's gpu: a wider, "
+                   "Transformer-base on one GPU, 3 seeds; translation's gpu-1call: the same model, 500 steps, the "
+                   "four systems of one seed in one call; translation's full: the paper's schedule; lm's gpu: a wider, "
                    "deeper decoder with learned q; lm's full: the default with every loss and learned q)")
     r.add_argument("--data-dir", type=_folder, help="folder with the dataset (default: $SOFTARGMAX_DATA, ../shared/data, ./data, cache)")
     net = r.add_mutually_exclusive_group()

@@ -16,5 +16,5 @@ EXPERIMENTS = {
 #: the presets each experiment accepts (its module's ``PRESETS``; a test checks that they agree), for the command
 #: line's help without importing every experiment
 PRESET_NAMES: dict[str, tuple[str, ...]] = {name: ("smoke", "default") for name in EXPERIMENTS}
-PRESET_NAMES["translation"] = ("smoke", "default", "full", "gpu")
+PRESET_NAMES["translation"] = ("smoke", "default", "full", "gpu", "gpu-1call")
 PRESET_NAMES["lm"] = ("smoke", "default", "full", "gpu")

@@ -231,7 +231,7 @@ def pyplot() -> Optional[ModuleType]:
 INVOCATION_KEYS = frozenset({"steps_this_run", "resumed_from_checkpoint", "finished"})
 
 #: keys of timings whose names do not say "second": times relative to each other, the interleaved timing
-TIMING_KEYS = frozenset({"inference_normalized", "speed"})
+TIMING_KEYS = frozenset({"inference_normalized", "speed", "time_to_bleu"})
 
 
 def measurements(results: dict) -> dict:

@@ -3,7 +3,7 @@ r"""Reproduce "Speeding Up Entmax" on real translation data.
 Tezekbayev, Nikoulina, Gallé & Assylbekov, "Speeding Up Entmax", Findings of NAACL 2022,
 https://arxiv.org/abs/2111.06832.
 
-``softargmax reproduce translation --preset {smoke,default,full,gpu}`` trains the same
+``softargmax reproduce translation --preset {smoke,default,full,gpu,gpu-1call}`` trains the same
 Transformer with four output layers under identical settings and seeds — softmax +
 cross-entropy, sparsemax + sparsemax loss, 1.5-entmax + 1.5-entmax loss, 1.5-ReLU +
 1.5-ReLU loss (τ from the untrained model's first batch) — on Multi30k De→En, and
@@ -33,6 +33,15 @@ Presets:
   the step time and τ, a per-seed table with the kept step, the validation curves of
   every run with the kept model marked, and a paired bootstrap test (Koehn, EMNLP 2004,
   pooled over seeds, see :mod:`.nmt.significance`) between every two systems.
+* ``gpu-1call`` (one H100/H200, the four systems of one seed in one command of at most 9 minutes): the
+  ``gpu`` preset's model, vocabulary, batches, schedule, regularization and precision, but 500 steps
+  without model selection or early stopping (the last model is tested), an evaluation every 100 steps with
+  greedy BLEU on 200 validation sentences (the curves of the time to a validation BLEU), the empty-string
+  rate on 100 validation sentences, and inference timed on 32 test sentences at beams 1, 4, 16: once per run,
+  then interleaved across the systems (:func:`time_speed`), whose ratios the report's verdicts use.  Seeds 1,
+  2, 3 are planned; a call trains one seed (``--runs softmax:1 sparsemax:1 entmax15:1 alpha_relu:1``) and
+  later calls add the others into the same folder (its own: the setups of ``gpu`` and ``gpu-1call`` differ,
+  and records of another setup are refused).  Its time is estimated, not measured, in the translation guide.
 
 Run records.  Every finished run (one system, one seed) writes a *run record*,
 ``<out>/records/<system>-seed<n>.json`` (:func:`make_record`, a few hundred kB, written
@@ -177,12 +186,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         beam=5, beams=(1, 4, 16), timing_sentences=200, dev_sentences=None,
         systems=SYSTEMS, seeds=(1, 2, 3), tf32=True, bootstrap_samples=1000,
     ),
+    # one H100/H200 in one command of at most 9 minutes: the gpu preset's model, batches, schedule and precision,
+    # the four systems of one seed per call (seeds 1, 2, 3 planned, records merged), a fixed number of steps
+    # (no model selection, no early stopping), fewer sentences per evaluation, a small timing set; the inference
+    # speed comes from the interleaved timing after training (each run times itself once only)
+    "gpu-1call": dict(
+        train=None, val=None, test=None, vocab=10000,
+        model=dict(d_model=512, heads=8, layers=6, ff=2048, dropout=0.3),
+        train_cfg=dict(steps=500, batch_tokens=8192, warmup=400, lr=0.5, eval_every=100, val_bleu_sentences=200,
+                       weight_decay=0.01, label_smoothing=0.0, select="last", bf16=True, save_every_eval=False),
+        beam=5, beams=(1, 4, 16), timing_sentences=32, dev_sentences=100, inference_repeats=1,
+        systems=SYSTEMS, seeds=(1, 2, 3), tf32=True, bootstrap_samples=1000,
+    ),
 }
 
 #: keys a preset may hold (``run(overrides=...)`` accepts these); a preset with ``seeds`` plans its ``systems``
 #: × ``seeds`` runs, which several calls may train (:func:`.nmt.plan.planned_runs`)
 PRESET_KEYS = {"train", "val", "test", "vocab", "model", "train_cfg", "beam", "beams", "timing_sentences",
-               "dev_sentences", "systems", "seeds", "tf32", "bootstrap_samples"}
+               "dev_sentences", "systems", "seeds", "tf32", "bootstrap_samples", "inference_repeats"}
 
 
 #: this experiment's name on the command line (``softargmax reproduce translation``), in its checkpoints' fingerprints
@@ -329,7 +350,7 @@ def run(
     """Train the chosen runs, write a run record of each, and rebuild the report from every record in ``out``.
 
     Args:
-        preset: ``smoke``, ``default``, ``full`` or ``gpu`` (:data:`PRESETS`).
+        preset: ``smoke``, ``default``, ``full``, ``gpu`` or ``gpu-1call`` (:data:`PRESETS`).
         data_dir: the folder holding Multi30k (see :mod:`.datasets`).
         out: the output folder.
         device: ``cpu``, ``cuda``, ...
@@ -436,7 +457,8 @@ def run(
 #: the interleaved timing per preset (:mod:`.nmt.speed`): rounds of training steps, steps per round, rounds of
 #: translation at every beam size
 SPEED_ROUNDS = {"smoke": dict(rounds=3, steps=1, inference_rounds=1),
-                "default": dict(rounds=10, steps=3, inference_rounds=3)}
+                "default": dict(rounds=10, steps=3, inference_rounds=3),
+                "gpu-1call": dict(rounds=10, steps=3, inference_rounds=3)}
 #: where the interleaved timing is kept: beside the run records (not read as one), so that the report rebuilt from the
 #: records alone (``--render-only``, records copied from other machines) keeps it, and ``--fresh`` moves it aside
 SPEED_FILE = Path("records") / "speed" / "interleaved.json"
@@ -712,7 +734,8 @@ def _train_runs(ctx: distributed.Context, pairs: list, P: dict, model_cfg: Model
         result = evaluate_system(trained, tok, test, dev, P, ctx.device, log=log)
         hyps, stats = result.pop("_hyps"), result.pop("_stats")
         log(f"[{name}] timing inference against beam size ...")
-        result["inference_seconds"] = time_inference({system: trained}, tok, test, P, ctx.device)[system]
+        result["inference_seconds"] = time_inference({system: trained}, tok, test, P, ctx.device,
+                                                     repeats=P.get("inference_repeats", 3))[system]
         result["seed"] = sd
         rec = trained["record"]
         result["resumed_from_checkpoint"] = rec["steps_this_run"] < rec["steps_done"]

@@ -14,7 +14,8 @@ from typing import Iterable, Optional
 from .._common import reproducibility, seed_spread
 from .._progress import summary_table
 from .names import display_name
-from .results import joined_distinct
+from .results import TARGET_SHARE, joined_distinct
+from .speed import ratio_verdict
 from .verdicts import (
     BLEU_MARGIN,
     LEVEL,
@@ -188,6 +189,7 @@ def render_report(results: dict, figures: list) -> str:
             lines.append(f"| {display_name(s)} | {_fmt(speed['seconds_per_step'].get(s), 3)} | "
                          f"{_fmt(speed['cpu_seconds_per_step'].get(s), 3)} | {ours} | "
                          f"{_pm(rec, 'tokens_per_second', nd=0)} | " + " | ".join(f"{_fmt(r)}×" for r in ratios) + " |")
+        lines += _time_to_bleu(results.get("time_to_bleu"))
     else:
         lines += ["", "## Training speed (Table 5)", "",
                   "Seconds per training step and target tokens per second (forward, loss, backward, optimizer; "
@@ -247,6 +249,7 @@ def render_report(results: dict, figures: list) -> str:
         times = rec.get("inference_seconds") or {}
         norm = {b: v / base[b] for b, v in times.items() if base.get(b)}
         lines.append(f"| {display_name(s)} | " + " | ".join(_fmt(norm.get(str(b))) for b in st["decoding"]["beams_timed"]) + " |")
+    lines += _per_sentence(speed, st, S)
     lines += ["", "## Claims checked", ""] + _claims(results) + _selection_claims(S, st)
     lines += ["", "## Discussion", ""] + _discussion(results) + ["", "## Figures", ""]
     lines += [f"![{f}]({f})" for f in figures]
@@ -471,6 +474,51 @@ def _mixed_setups(runs: Iterable[dict]) -> str:
             "differences did not touch what they measure.")
 
 
+def _interval(entry: Optional[dict]) -> str:
+    """A ratio to softmax with its 95% interval (:func:`.speed.ratio_summary`'s entry), or its ratio alone."""
+    if not entry or entry.get("ratio") is None:
+        return "–"
+    return f"{entry['ratio']:.2f}×" + (f" [{entry['ci'][0]:.2f}–{entry['ci'][1]:.2f}]" if entry.get("ci") else "")
+
+
+def _time_to_bleu(reached: Optional[dict]) -> list:
+    """The table of the training time to one validation BLEU (:func:`.results.time_to_bleu`; none without it)."""
+    if not reached:
+        return []
+    how = ("step × the interleaved time per step above, the ratio's 95% interval that of the step times scaled by "
+           "the ratio of the steps" if reached["clock"] == "interleaved" else
+           "each run's own training seconds at that evaluation (not interleaved: the machine's load may differ "
+           "between systems)")
+    lines = ["", f"Time to a validation BLEU of {reached['target']:.1f} (greedy; {100 * TARGET_SHARE:.0f}% of the "
+             f"highest validation BLEU every system reaches; seed {reached['seed']}), the paper's Fig. 2 read in "
+             f"wall time: the first evaluation at or above it, {how}. Evaluations are spaced, so a step count is "
+             "exact only to the evaluation interval.", "",
+             "| output layer | step | validation BLEU there | training time (s) | vs softmax [95% interval] |",
+             "| --- | --- | --- | --- | --- |"]
+    for s, e in reached["systems"].items():
+        lines.append(f"| {display_name(s)} | {e['step']} | {e['val_bleu']:.2f} | {e['seconds']:.1f} | "
+                     f"{_interval(e)} |")
+    return lines
+
+
+def _per_sentence(speed: Optional[dict], st: dict, S: dict) -> list:
+    """Inference time per sentence at every beam from the interleaved timing, with the ratios to softmax and their
+    95% intervals, in the order of the systems ``S`` (none without interleaved timing)."""
+    if speed is None:
+        return []
+    n = st["decoding"]["timing_sentences"]
+    beams = [str(b) for b in st["decoding"]["beams_timed"]]
+    clock = ", of process CPU time (one torch thread)" if speed.get("clock") == "cpu" else ""
+    lines = ["", f"Per sentence, timed interleaved (wall milliseconds: the {speed['quantile']:g} quantile of the "
+             f"rounds / {n} sentences; ratio to softmax{clock} with its 95% bootstrap interval over the rounds):", "",
+             "| output layer | " + " | ".join(f"beam {b}" for b in beams) + " |", "| --- |" + " --- |" * len(beams)]
+    for s in [s for s in S if s in speed["inference_seconds"]]:
+        per, ratios = speed["inference_seconds"][s], speed["inference"].get(s, {})
+        lines.append(f"| {display_name(s)} | " + " | ".join(
+            f"{1e3 * per[b] / n:.1f} ms, {_interval(ratios.get(b))}" if b in per else "–" for b in beams) + " |")
+    return lines
+
+
 def _timing_scope(results: dict) -> str:
     """Which runs the compared timings come from: one device only."""
     st = results["settings"]
@@ -581,6 +629,16 @@ def _claims(results: dict) -> list:
     if {"alpha_relu", "softmax"} <= set(S):
         out.append(f"- 1.5-ReLU trains as fast as softmax (at most {SPEED_MARGIN}× its time per step): "
                    f"{speed_verdict(S, 'alpha_relu', SPEED_MARGIN, results.get('speed'))}.")
+    speed = results.get("speed")
+    if {"alpha_relu", "softmax"} <= set(S) and speed is not None:
+        for b, entry in (speed["inference"].get("alpha_relu") or {}).items():
+            out.append(f"- 1.5-ReLU decodes as fast as softmax at beam {b} (at most {SPEED_MARGIN}× its time per "
+                       f"sentence; Fig. 4): {ratio_verdict(entry, SPEED_MARGIN)}.")
+    reached = (results.get("time_to_bleu") or {}).get("systems", {})
+    if {"alpha_relu", "softmax"} <= set(reached) and speed is not None:
+        out.append(f"- 1.5-ReLU reaches the validation BLEU of {results['time_to_bleu']['target']:.1f} in at most "
+                   f"{SPEED_MARGIN}× softmax's training time (Fig. 2 in wall time): "
+                   f"{ratio_verdict(reached['alpha_relu'] if 'ci' in reached['alpha_relu'] else None, SPEED_MARGIN)}.")
     lo, _ = paper_sorting_ratios(paper)
     for s in ("entmax15", "sparsemax"):
         if {s, "softmax"} <= set(S):

@@ -173,6 +173,9 @@ def results_from_records(found: dict, log: Log = print, speed: Optional[dict] = 
                                "systems": S, "paper": PAPER}
     if interleaved is not None:
         results["speed"] = interleaved
+    reached = time_to_bleu(S, interleaved)
+    if reached is not None:
+        results["time_to_bleu"] = reached
     if len(hyps) > 1:
         log("paired bootstrap resampling of test BLEU ...")
         refs = records[order[0]]["test_references"]
@@ -182,6 +185,70 @@ def results_from_records(found: dict, log: Log = print, speed: Optional[dict] = 
     results["plan"] = plan
     results["runs"] = [_run_entry(found[key][0], records[key]) for key in order]
     return results, stats
+
+
+#: the validation BLEU of "time to BLEU": this share of the highest validation BLEU that every system reaches
+TARGET_SHARE = 0.9
+
+
+def time_to_bleu(S: dict, speed: Optional[dict] = None) -> Optional[dict]:
+    """The training time each system takes to reach one validation BLEU (the paper's Fig. 2 read in wall time).
+
+    The target is :data:`TARGET_SHARE` of the lowest, over the systems, of each system's best validation BLEU (so
+    that every system reaches it), rounded down to 0.1.  A system's time is the first evaluation at or above it:
+    its step × the interleaved time per step (``speed``, :func:`speed_results`; the seed timed there), else the
+    run's own training seconds at that evaluation (the first seed).  With interleaved timing the ratio to softmax
+    is the ratio of the steps times the step-time ratio of the speed claims (:func:`.speed.summarize`: process CPU
+    time on the CPU, wall time on a GPU), with that ratio's bootstrap interval scaled alike (the steps are counted
+    at evaluations, so the interval carries the timing noise, not the evaluations' spacing): the entries read as
+    :func:`.speed.ratio_summary`'s and take :func:`.speed.ratio_verdict`.
+
+    Returns:
+        ``{"target", "seed", "clock": "interleaved" | "run", "systems": {system: {"step", "seconds", "val_bleu",
+        "ratio", "ci", "round_ratios", "rounds"}}}`` (``ci``, ``round_ratios`` and ``rounds`` with interleaved
+        timing only; ``ratio`` where softmax is in); ``None`` when a system has no validation curve.
+
+    Example:
+        >>> S = {"softmax": {"seeds": {"1": {"history": [{"step": 100, "train_seconds": 9.0, "val_bleu": 20.0},
+        ...                                              {"step": 200, "train_seconds": 18.0, "val_bleu": 30.0}]}}},
+        ...      "alpha_relu": {"seeds": {"1": {"history": [{"step": 100, "train_seconds": 10.0, "val_bleu": 28.0},
+        ...                                                 {"step": 200, "train_seconds": 20.0, "val_bleu": 31.0}]}}}}
+        >>> got = time_to_bleu(S)
+        >>> got["target"], got["systems"]["softmax"]["step"], got["systems"]["alpha_relu"]["ratio"]
+        (27.0, 200, 0.5555555555555556)
+    """
+    if not S:
+        return None
+    timing: dict = speed if speed is not None and all(s in speed["seconds_per_step"] for s in S) else {}
+    timed = bool(timing)
+    seed = str(timing["seed"]) if timed else None
+    curves = {}
+    for s, rec in S.items():
+        seeds = rec.get("seeds") or {}
+        key = seed if seed in seeds else next(iter(seeds), None)
+        seed = seed or key
+        history = (seeds.get(key) or {}).get("history") if key is not None else rec.get("history")
+        if not history:
+            return None
+        curves[s] = history
+    target = int(TARGET_SHARE * min(max(e["val_bleu"] for e in h) for h in curves.values()) * 10) / 10
+    out: dict[str, Any] = {}
+    for s, history in curves.items():
+        first = next(e for e in history if e["val_bleu"] >= target)
+        seconds = first["step"] * timing["seconds_per_step"][s] if timed else first["train_seconds"]
+        out[s] = {"step": first["step"], "seconds": seconds, "val_bleu": first["val_bleu"]}
+    if "softmax" in out:
+        base = out["softmax"]
+        for s, entry in out.items():
+            entry["ratio"] = entry["seconds"] / base["seconds"] if base["seconds"] > 0 else None
+            if timed and s in timing["train"]:
+                # the step-time ratio of the speed claims (process CPU time on the CPU), scaled by the steps
+                steps = entry["step"] / base["step"]
+                tr = timing["train"][s]
+                entry.update(ratio=steps * tr["ratio"], ci=[steps * tr["ci"][0], steps * tr["ci"][1]],
+                             round_ratios=[steps * tr["round_ratios"][0], steps * tr["round_ratios"][1]],
+                             rounds=tr["rounds"])
+    return {"target": target, "seed": seed, "clock": "interleaved" if timed else "run", "systems": out}
 
 
 def _run_entry(path: Path, rec: dict) -> dict:

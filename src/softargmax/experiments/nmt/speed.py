@@ -38,6 +38,8 @@ QUANTILE = 0.2
 #: bootstrap resamples of the rounds, and the interval's coverage
 BOOTSTRAP = 2000
 COVERAGE = 0.95
+#: the fewest rounds a verdict is drawn from: with fewer, resampling the rounds cannot show how they vary
+MIN_ROUNDS = 3
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -92,7 +94,8 @@ def ratio_verdict(entry: Optional[dict], limit: float) -> str:
 
     Rule: ``"holds"`` when the 95% interval lies at or below ``limit``, ``"does not hold"``
     when it lies above, otherwise ``"not shown (noisy)"``; the text gives the ratio, the
-    interval and the range of the per-round ratios.
+    interval and the range of the per-round ratios.  Fewer than :data:`MIN_ROUNDS` rounds give
+    ``"not shown (too few rounds)"``: their interval says nothing of the variation.
 
     Example:
         >>> ratio_verdict({"ratio": 0.9, "ci": [0.85, 0.95], "round_ratios": [0.8, 1.0], "rounds": 8}, 1.1)
@@ -101,6 +104,9 @@ def ratio_verdict(entry: Optional[dict], limit: float) -> str:
     if entry is None:
         return "not tested (the systems were not timed interleaved)"
     lo, hi = entry["ci"]
+    if entry["rounds"] < MIN_ROUNDS:
+        return (f"not shown (too few rounds: {entry['ratio']:.2f}× from {entry['rounds']} interleaved round"
+                f"{'s' * (entry['rounds'] > 1)}, at least {MIN_ROUNDS} needed for an interval)")
     verdict = "holds" if hi <= limit else "does not hold" if lo > limit else "not shown (noisy)"
     return (f"{verdict} ({entry['ratio']:.2f}×; 95% interval {lo:.2f}–{hi:.2f}× over {entry['rounds']} interleaved "
             f"rounds, per-round ratios {entry['round_ratios'][0]:.2f}–{entry['round_ratios'][1]:.2f}×)")
