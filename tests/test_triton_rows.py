@@ -395,8 +395,9 @@ def test_fused_linear_loss_matches_reference(triton_device):
 
 def test_uncovered_inputs_fall_back(triton_device):
     z = torch.randn(4, 30, device=triton_device)
-    for name, params in [("alpha", {"alpha": 2.5}), ("alpha", {"alpha": 0.5}), ("reverse_kl", {}), ("kl", {})]:
+    for name, params in [("alpha", {"alpha": 2.5}), ("alpha", {"alpha": 0.5}), ("kl", {})]:
         assert _triton_rows.solve(z, get_divergence(name, **params)) is None
+    assert _triton_rows.solve(z.double(), get_divergence("reverse_kl")) is None  # a covered kind, in float64
     assert _triton_rows.solve(z.double(), get_divergence("chi_square")) is None  # float64: the reference path
     assert _triton_rows.solve(z.t(), get_divergence("chi_square")) is None  # not contiguous
     assert _triton_rows.solve_alpha_rows(z, torch.tensor([[1.5], [2.5], [1.5], [1.5]], device=triton_device)) is None
