@@ -76,6 +76,9 @@ def operators() -> dict[str, Callable[[Any], Any]]:
         "entmax_a1.3": lambda x: sa.entmax(x, 1.3),
         "jensen_shannon": lambda x: sa.f_softargmax(x, "jensen_shannon"),
         "squared_hellinger": lambda x: sa.f_softargmax(x, "squared_hellinger"),
+        "reverse_kl": lambda x: sa.f_softargmax(x, "reverse_kl"),
+        "jeffrey": lambda x: sa.f_softargmax(x, "jeffrey"),
+        "reverse_chi_square": lambda x: sa.f_softargmax(x, "reverse_chi_square"),
         "alpha_relu": lambda x: sa.alpha_relu(x, 1.5, 0.5),
     }
 
@@ -91,6 +94,7 @@ def losses() -> dict[str, Callable[[Any, Any], Any]]:
         "entmax15_loss": sa.entmax15_loss,
         "entmax_loss_a1.3": lambda x, t: sa.entmax_loss(x, t, alpha=1.3),
         "jensen_shannon_loss": lambda x, t: sa.f_divergence_loss(x, t, "jensen_shannon"),
+        "reverse_kl_loss": lambda x, t: sa.f_divergence_loss(x, t, "reverse_kl"),
         "alpha_relu_loss": lambda x, t: sa.alpha_relu_loss(x, t, alpha=1.5, tau=0.5),
     }
 

@@ -114,11 +114,13 @@ def _mod(name: str) -> Any:
 # -- the variants each launcher can choose ----------------------------------------------------------------
 
 def _row_kinds() -> list[tuple[int, int, str]]:
-    """``(KIND, EXACT, name)`` of the row kernels: α-entmax (general, sparsemax, 1.5-entmax), JS, Hellinger."""
+    """``(KIND, EXACT, name)`` of the row kernels: α-entmax (general, sparsemax, 1.5-entmax), JS, Hellinger,
+    reverse KL, Jeffrey, reverse χ²."""
     K = _mod("row_kernels")
     power, js, hell = int(K.KIND_POWER.value), int(K.KIND_JS.value), int(K.KIND_HELL.value)
+    rkl, jeff, rchi = int(K.KIND_RKL.value), int(K.KIND_JEFF.value), int(K.KIND_RCHI.value)
     return [(power, 0, "entmax"), (power, 1, "sparsemax"), (power, 2, "entmax15"), (js, 0, "js"),
-            (hell, 0, "hellinger")]
+            (hell, 0, "hellinger"), (rkl, 0, "reverse_kl"), (jeff, 0, "jeffrey"), (rchi, 0, "reverse_chi_square")]
 
 
 def _solve_modes() -> list[tuple[int, int, bool, bool]]:
@@ -143,8 +145,8 @@ def _grads(per_row: bool, sums: bool) -> tuple[bool, ...]:
 
 
 def _heavy(kind: int, exact: int) -> bool:
-    """The general power kind (a log2 and two exp2 per score): ``rows._run`` gives it half the register rows."""
-    return kind == int(_mod("row_kernels").KIND_POWER.value) and exact == 0
+    """The kinds to which ``rows._run`` gives half the register rows (``rows.heavy_kind``)."""
+    return bool(_mod("rows").heavy_kind(kind, exact))
 
 
 ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -191,6 +193,13 @@ def _jvp_rows_configs() -> Iterable[tuple[str, dict, int, bool]]:
                 yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, **_tile_constexprs(tile)), tile[3], quick
 
 
+def _quick_kind(kind: int) -> bool:
+    """The kinds of the streamed kernels' quick subset: all but reverse KL and reverse χ² (Jeffrey stands for the
+    kinds with ``f(0) = +∞``: the same passes, with its Lambert W the most registers)."""
+    K = _mod("row_kernels")
+    return kind not in (int(K.KIND_RKL.value), int(K.KIND_RCHI.value))
+
+
 #: the streamed kernels' quick subset: bfloat16, every mode (the spills the test refuses are there)
 def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
@@ -199,8 +208,8 @@ def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
         for kind, exact, per_row, sums in _solve_modes():
             for grad in _grads(per_row, sums):
                 yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
-                                SLOTS=T.LONG_SLOTS),
-                       warps, dt == "bf16")
+                                SLOTS=T.long_slots(kind)),
+                       warps, dt == "bf16" and _quick_kind(kind))
 
 
 def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -208,7 +217,7 @@ def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
     block, warps = T._long_launch()
     for dt in DTYPES:
         for kind, exact, per_row in _jvp_modes():
-            yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16"
+            yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16" and _quick_kind(kind)
 
 
 #: the slice count of a split row, rounded up to a power of two (``NSP``), at which the split kernels that
@@ -228,8 +237,10 @@ def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     block, warps = T._long_launch()
     for dt in DTYPES:
-        for rest in (False, True):  # (REST: Jensen–Shannon's sums of the scores not kept)
-            yield dt, dict(BLOCK=block, SLOTS=T.LONG_SLOTS, REST=rest), warps, dt == "bf16" and not rest
+        js = int(_mod("row_kernels").KIND_JS.value)
+        # the slots each kind keeps (rows.long_slots) and REST (Jensen–Shannon's sums of the scores not kept)
+        for slots, rest in sorted({(T.long_slots(kind), kind == js) for kind, _, _ in _row_kinds()}, reverse=True):
+            yield dt, dict(BLOCK=block, SLOTS=slots, REST=rest), warps, dt == "bf16" and slots == T.LONG_SLOTS and not rest
 
 
 def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
@@ -237,7 +248,7 @@ def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     block, warps = T._long_launch()
     for dt in DTYPES:
         for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
-            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.LONG_SLOTS,
+            yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.long_slots(kind),
                             REST=kind == int(_mod("row_kernels").KIND_JS.value)), warps,
                    dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT)
 

@@ -69,6 +69,9 @@ OPERATORS = {
     "entmax_a1.3": lambda x: sa.entmax(x, 1.3),
     "f_jensen_shannon": lambda x: sa.f_softargmax(x, "jensen_shannon"),
     "f_squared_hellinger": lambda x: sa.f_softargmax(x, "squared_hellinger"),
+    "f_reverse_kl": lambda x: sa.f_softargmax(x, "reverse_kl"),
+    "f_jeffrey": lambda x: sa.f_softargmax(x, "jeffrey"),
+    "f_reverse_chi_square": lambda x: sa.f_softargmax(x, "reverse_chi_square"),
     "alpha_relu": lambda x: sa.alpha_relu(x, 1.5, 0.0),
 }
 
@@ -161,7 +164,8 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                         "first_call_ms": round(first[name], 3), "softmax_first_call_ms": round(first["softmax"], 3),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
                         "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
-                        "row_slices": row_slices(shape, device, general_power=name.startswith("entmax_a")),
+                        "row_slices": row_slices(shape, device, general_power=name.startswith("entmax_a") or name in (
+                            "f_reverse_kl", "f_jeffrey", "f_reverse_chi_square")),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)
@@ -180,7 +184,12 @@ def loss_cases(shapes, device, repeats, log=print, emit=None):
     losses = {"sparsemax_loss": sa.sparsemax_loss, "entmax15_loss": sa.entmax15_loss,
               "entmax_loss_a1.3": lambda x, t: sa.entmax_loss(x, t, alpha=1.3),
               "alpha_relu_loss": lambda x, t: sa.alpha_relu_loss(x, t, alpha=1.5, tau=0.3),
-              "entmax15_loss_ls0.1": lambda x, t: sa.entmax15_loss(x, t, label_smoothing=0.1)}
+              "entmax15_loss_ls0.1": lambda x, t: sa.entmax15_loss(x, t, label_smoothing=0.1),
+              # f(0) = +inf: with class indices the value is 0 or +inf in closed form; the time is the row
+              # solver's forward and the gradient p - y
+              "f_reverse_kl_loss": lambda x, t: sa.f_divergence_loss(x, t, "reverse_kl"),
+              "f_jeffrey_loss": lambda x, t: sa.f_divergence_loss(x, t, "jeffrey"),
+              "f_reverse_chi_square_loss": lambda x, t: sa.f_divergence_loss(x, t, "reverse_chi_square")}
     baselines = {"cross_entropy": F.cross_entropy,
                  "cross_entropy_ls0.1": lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1)}
     for dtype in (torch.float32, torch.bfloat16):

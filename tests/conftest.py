@@ -58,7 +58,8 @@ ALL_DIVERGENCES = [
     ("alpha", {"alpha": 0.5}),
 ]
 
-#: the divergences the fused row solvers cover (softargmax.backends.kinds), with q = 1
+#: the divergences the fused row solvers cover (softargmax.backends.kinds), with q = 1, that test_triton_rows runs
+#: at every length and layout (reverse KL, Jeffrey and reverse chi-square: its own tests of those kinds)
 FUSED_COVERED = [
     ("chi_square", {}),
     ("alpha", {"alpha": 2.0}),
@@ -70,7 +71,7 @@ FUSED_COVERED = [
     ("squared_hellinger", {}),
 ]
 
-#: the operators of the C row solver: FUSED_COVERED and the dense kinds it alone has
+#: the operators of the C row solver (and of the Triton one): FUSED_COVERED and the dense kinds with f(0) = +inf
 CPU_FUSED_COVERED = FUSED_COVERED + [
     ("reverse_kl", {}),
     ("jeffrey", {}),

@@ -25,7 +25,8 @@ SHORT = (16, 512)
 
 #: forward + backward passes of each operator today (float32): short rows (registers), long rows (streamed)
 BUDGET_SHORT = {"sparsemax": 5.02, "entmax15": 5.02, "entmax_a1.3": 5.02, "jensen_shannon": 5.02,
-                "squared_hellinger": 5.02, "alpha_relu": 5.0}
+                "squared_hellinger": 5.02, "reverse_kl": 5.02, "jeffrey": 5.02, "reverse_chi_square": 5.02,
+                "alpha_relu": 5.0}
 #: long rows (after the streaming rewrite): the forward reads the row for the maximum and each lane's largest
 #: scores, Newton runs on those in registers, and one pass writes p (3 passes; the power kinds); the backward
 #: reads p twice (a reduction pass, then a write pass) and the incoming gradient only on the support (sparse
@@ -34,9 +35,11 @@ BUDGET_SHORT = {"sparsemax": 5.02, "entmax15": 5.02, "entmax_a1.3": 5.02, "jense
 #: unconfirmed; Jensen–Shannon's register start adds the scores not kept: 2026-12-02, before 5 and 6), and
 #: their backward reads the whole of p and of the incoming gradient twice (5 passes: a dense row).  Before
 #: the rewrite: 8, 8, 8, 12, 12.  Target: 6 everywhere; for the dense kinds 8 (3 + 5) is the floor of
-#: kernels that stream the row (no part of it kept on chip between passes).
+#: kernels that stream the row (no part of it kept on chip between passes).  Reverse KL, Jeffrey and reverse
+#: chi-square (2026-12-02): forward 5, the maximum, Jensen's start, 2 full-row Newton steps, the write.
 BUDGET_LONG = {"sparsemax": 6.01, "entmax15": 6.01, "entmax_a1.3": 6.02, "jensen_shannon": 9.01,
-               "squared_hellinger": 10.01, "alpha_relu": 5.0}
+               "squared_hellinger": 10.01, "reverse_kl": 10.01, "jeffrey": 10.01, "reverse_chi_square": 10.01,
+               "alpha_relu": 5.0}
 #: losses, forward + backward with class targets, kernels and PyTorch operators together, in passes of the
 #: input's dtype (today: float32 ~6.2, bfloat16 ~18.3, i.e. ~37 bytes per element; alpha_relu_loss runs
 #: without a kernel).  F.cross_entropy counted the same way: 8.0.  Targets: at most cross-entropy's.
@@ -78,7 +81,8 @@ def test_operator_passes_within_budget(name, where):
     assert fwd["p"]["store"] == 1.0 and bwd["dx"]["store"] == 1.0  # each output written once
     assert fwd["x"]["load"] >= 1.0 and bwd["x" if name == "alpha_relu" else "p"]["load"] >= 1.0  # α-ReLU: from x
     # the incoming gradient is read where s != 0: all of a dense row, the support of a sparse one
-    assert bwd["dp"]["load"] >= (1.0 if name in ("jensen_shannon", "squared_hellinger", "alpha_relu") else 0.0)
+    dense = ("jensen_shannon", "squared_hellinger", "reverse_kl", "jeffrey", "reverse_chi_square", "alpha_relu")
+    assert bwd["dp"]["load"] >= (1.0 if name in dense else 0.0)
     kernels = {"short": "solve_block_rows", "long": "solve_long_rows"}[where] if name != "alpha_relu" else "alpha_relu_forward"
     assert r["forward"]["launches"] == {kernels: 1}
     assert r["torch_passes"] < 0.05  # the operators' host path moves nothing of the rows' size

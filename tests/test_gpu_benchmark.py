@@ -33,7 +33,9 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     assert all(c["first_call_ms"] > 0 and c["cross_entropy_first_call_ms"] > 0 for c in result["loss_cases"])
     assert result["fused"]["fused"]["first_call_ms"] > 0 and result["fused"]["unfused"]["first_call_ms"] > 0
     assert {c["op"] for c in result["loss_cases"]} == {"sparsemax_loss", "entmax15_loss", "entmax_loss_a1.3",
-                                                       "alpha_relu_loss", "entmax15_loss_ls0.1"}
+                                                       "alpha_relu_loss", "entmax15_loss_ls0.1", "f_reverse_kl_loss",
+                                                       "f_jeffrey_loss", "f_reverse_chi_square_loss"}
+    assert {"f_reverse_kl", "f_jeffrey", "f_reverse_chi_square"} <= {c["op"] for c in result["cases"]}
     assert {c["baseline"] for c in result["loss_cases"] if c["op"].endswith("_ls0.1")} == {"cross_entropy_ls0.1"}
     assert result["fused"]["time_ratio"] > 0
     (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)

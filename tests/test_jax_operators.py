@@ -229,7 +229,7 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
 
 def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
     mpmath = pytest.importorskip("mpmath")
-    from softargmax_jax.divergences import _lambertw_exp_fast
+    from softargmax_jax.divergences import _lambertw_exp_above_one, _lambertw_exp_fast
 
     L = np.concatenate([[-700.0, -40.0, -30.0, -29.9, -5.0, 0.0, 0.5, 0.999, 1.0, 1.5, 2.0, 1e3, 1e30, 1e300],
                         np.linspace(-10, 10, 41), np.geomspace(1, 1e8, 30)])
@@ -245,6 +245,14 @@ def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
     assert np.max(np.abs(w32 / reference(L32) - 1)) <= 2e-7
     edges = np.asarray(_lambertw_exp_fast(jnp.asarray([np.inf, -np.inf, np.nan])))
     assert edges[0] == np.inf and edges[1] == 0 and np.isnan(edges[2])
+    # the solver's W for L >= 1 (no reference measure): its start switches at L = 4; one Fritsch step in float32
+    L1 = np.concatenate([L[L >= 1], [1.0 + 1e-9, 3.99, 4.0, 4.01], np.linspace(1, 8, 57)])
+    ref1 = reference(L1)
+    assert np.max(np.abs(np.asarray(_lambertw_exp_above_one(jnp.asarray(L1))) / ref1 - 1)) <= 4.5e-16
+    keep = L1 < 1e30
+    w1 = np.asarray(_lambertw_exp_above_one(jnp.asarray(L1[keep].astype(np.float32))), np.float64)
+    assert np.max(np.abs(w1 / reference(L1[keep].astype(np.float32)) - 1)) <= 1.2e-7
+    assert float(_lambertw_exp_above_one(jnp.asarray(np.inf))) == np.inf
 
 
 # -- finite differences, jvp = vjp, jit and vmap -------------------------------------------------------------

@@ -26,6 +26,11 @@ from softargmax.backends.triton import rows as _triton_rows
 from softargmax.divergences import get_divergence
 from softargmax.solvers.threshold import solve
 
+try:
+    from softargmax.backends.triton import row_kernels as _row_kernels
+except ImportError:  # no Triton: the tests that need it skip (the triton_device fixture)
+    _row_kernels = None
+
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
 
 COVERED = FUSED_COVERED
@@ -390,8 +395,9 @@ def test_fused_linear_loss_matches_reference(triton_device):
 
 def test_uncovered_inputs_fall_back(triton_device):
     z = torch.randn(4, 30, device=triton_device)
-    for name, params in [("alpha", {"alpha": 2.5}), ("alpha", {"alpha": 0.5}), ("reverse_kl", {}), ("kl", {})]:
+    for name, params in [("alpha", {"alpha": 2.5}), ("alpha", {"alpha": 0.5}), ("kl", {})]:
         assert _triton_rows.solve(z, get_divergence(name, **params)) is None
+    assert _triton_rows.solve(z.double(), get_divergence("reverse_kl")) is None  # a covered kind, in float64
     assert _triton_rows.solve(z.double(), get_divergence("chi_square")) is None  # float64: the reference path
     assert _triton_rows.solve(z.t(), get_divergence("chi_square")) is None  # not contiguous
     assert _triton_rows.solve_alpha_rows(z, torch.tensor([[1.5], [2.5], [1.5], [1.5]], device=triton_device)) is None
@@ -430,7 +436,7 @@ jobs = []
 jvp_sig = {"P": "*{dt}", "V": "*{dt}", "G": "*{dt}", "ALPHA": "*fp32"}
 jvp_scal = {"a_value": "fp32", "scale": "fp32", "KIND": "constexpr", "EXACT": "constexpr", "PER_ROW": "constexpr"}
 tile = {"ROWS": "constexpr", "CH": "constexpr", "LINE": "constexpr", "SPLIT": "constexpr"}
-for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0)]:
+for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (4, 0)]:  # (Jeffrey: the kinds with f(0) = +inf)
     # one warp per row (512), rows split over warps (16384), the streamed kernels; bfloat16 and float32
     for dt, size, k in (("bf16", 2, 512), ("fp32", 4, T.BLOCK_ROWS_MAX)):
         rows, ch, line, warps, split = T._tile(k, size)
@@ -443,7 +449,7 @@ for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0)]:
             jobs.append((K.jvp_block_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, ROWS=rows, CH=ch, LINE=line, SPLIT=split), warps))
     o = {n: v.format(dt="bf16") for n, v in out.items()}
     sig = {"Z": "*bf16", **o, **scal, **flags, "BLOCK": "constexpr", "SLOTS": "constexpr"}
-    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, GRAD=kind != 0 or exact != 0, BLOCK=T.LONG_BLOCK, SLOTS=T.LONG_SLOTS), T.LONG_WARPS))
+    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, GRAD=kind != 0 or exact != 0, BLOCK=T.LONG_BLOCK, SLOTS=T.long_slots(kind)), T.LONG_WARPS))
     sig = {**{n: v.format(dt="bf16") for n, v in jvp_sig.items()}, "k": "i32", **jvp_scal, "BLOCK": "constexpr"}
     jobs.append((K.jvp_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, BLOCK=T.LONG_BLOCK), T.LONG_WARPS))
 for exact in (0, 1, 2):
@@ -468,7 +474,7 @@ def test_kernels_compile_for_sm90():
     proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(done) == 5 * 5 + 6
+    assert len(done) == 6 * 5 + 6
 
 
 @pytest.mark.parametrize("k", [300, 40000])
@@ -542,6 +548,111 @@ def test_half_outputs_within_their_rounding(case, dtype, layout, triton_device):
     ulp = torch.finfo(dtype).eps * (1.0 if dtype == torch.bfloat16 and not ON_GPU else 0.5)
     torch.testing.assert_close(p[ok], ref[ok], atol=1e-6, rtol=ulp * 1.01 + 1e-6)
     assert torch.isnan(p[5]).all() and fast.bad_rows.squeeze(1).tolist() == [False] * 5 + [True]
+
+
+#: the dense kinds with f(0) = +inf: reverse KL, Jeffrey (Lambert W), reverse chi-square
+INFINITE_F0 = [("reverse_kl", {}), ("jeffrey", {}), ("reverse_chi_square", {})]
+
+
+def _infinite_f0_rows(k: int, device) -> torch.Tensor:
+    """:func:`conftest.edge_rows` (random, partly masked, all-masked, NaN, ``+inf``, flat, tied, extreme and tiny
+    scales) and three more: a large offset, one finite entry, a row of scale 30 (Jeffrey's W of ``e^L`` with ``L``
+    in the hundreds)."""
+    gen = torch.Generator().manual_seed(k + 3)
+    z = edge_rows(k, torch.float32, gen)
+    more = torch.randn(3, k, generator=gen)
+    more[0] = more[0] * 2 + 1000.0
+    more[1] = -math.inf
+    more[1, k // 2] = -7.0
+    more[2] *= 30.0
+    return torch.cat([z, more]).to(device)
+
+
+@pytest.mark.parametrize("case", INFINITE_F0, ids=_ids)
+def test_infinite_f0_kinds_within_float32_of_float64(case, layout, triton_device):
+    """Reverse KL, Jeffrey and reverse χ² in the kernels (registers, streamed, streamed with overflowing lanes):
+    ``p``, ``τ`` and ``Σ s`` against the float64 PyTorch solver on the same float32 scores, the edge rows'
+    conventions (zeros, NaN and the bad rows; the uniform row, the one-hot of a single finite entry)."""
+    name, params = case
+    div = get_divergence(name, **params)
+    k = row_length(70, layout)
+    z = _infinite_f0_rows(k, triton_device)
+    fast = solve(z, div)
+    assert fast.backend == "triton", "the Triton path was not taken"
+    with reference_path():
+        ref = solve(z.double(), div)
+    ok = [0, 1, 5, 6, 7, 8, 9, 10, 11]
+    p = fast.dense_p().double()
+    torch.testing.assert_close(p[ok], ref.dense_p()[ok], atol=1e-6, rtol=0)
+    torch.testing.assert_close(fast.tau.double()[ok], ref.tau[ok], atol=1e-5, rtol=2e-6)
+    torch.testing.assert_close(fast.s_sum.double()[ok], ref.s_sum[ok], atol=1e-6, rtol=1e-5)
+    assert fast.bad_rows.squeeze(1).tolist() == [i in (3, 4) for i in range(12)]
+    assert torch.all(p[2] == 0) and float(fast.s_sum[2, 0]) == 0
+    assert torch.isnan(p[3]).all() and torch.isnan(p[4]).all()
+    torch.testing.assert_close(p[5], torch.full((k,), 1.0 / k, dtype=torch.float64, device=p.device), atol=0, rtol=1e-6)
+    assert float(p[10, k // 2]) == 1.0 and float(p[10].sum()) == 1.0
+    torch.testing.assert_close(p[ok].sum(-1), torch.ones(len(ok), dtype=torch.float64, device=p.device), atol=2e-6,
+                               rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["registers", "streamed"], indirect=True)
+def test_infinite_f0_kinds_values_gradients_and_losses(layout, triton_device):
+    """The three kinds' operators (the JVP kernels recompute ``s`` from ``p``: ``p²``, ``p²/(1 + p)``, ``p³``)
+    and Fenchel–Young losses (probability targets: ``⟨z, p⟩`` from the kernel's row sums) against the PyTorch
+    path: values and gradients, a partly masked and an all-masked row (zeros), a NaN row (NaN in that row)."""
+    gen = torch.Generator().manual_seed(8)
+    k = row_length(40, layout)
+    x = (torch.randn(4, k, generator=gen) * 2).to(triton_device)
+    x[0, : k // 2] = -math.inf
+    x[1] = -math.inf
+    x[2, 3] = math.nan
+    v = torch.randn(4, k, generator=gen).to(triton_device)
+    y = torch.softmax(torch.randn(2, k, generator=gen), -1).to(triton_device)
+    for name, _ in INFINITE_F0:
+        p, g = _value_and_grad(lambda t, d: sa.f_softargmax(t, name, dim=d), x, v, -1)
+        with reference_path():
+            p_ref, g_ref = _value_and_grad(lambda t, d: sa.f_softargmax(t, name, dim=d), x, v, -1)
+        torch.testing.assert_close(p, p_ref, atol=2e-6, rtol=1e-5, equal_nan=True)
+        torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4, equal_nan=True)
+        assert torch.all(p[1] == 0) and torch.all(g[1] == 0) and torch.isnan(g[2]).all()
+        assert torch.all(g[0, : k // 2] == 0) and not torch.isnan(g[[0, 3]]).any()
+        out = []
+        for ctx in (contextlib.nullcontext(), reference_path()):
+            with ctx:
+                xx = x[[3, 0]].clone().requires_grad_()
+                yy = torch.where(xx.detach() > -math.inf, y, torch.zeros_like(y))
+                loss = sa.f_divergence_loss(xx, yy / yy.sum(-1, keepdim=True), name, reduction="sum")
+                loss.backward()
+                out.append((loss.detach(), xx.grad))
+        torch.testing.assert_close(out[0][0], out[1][0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[0][1], out[1][1], atol=1e-6, rtol=1e-5)
+
+
+def test_lambert_w_of_exp_to_float32_rounding(triton_device):
+    """Jeffrey's ``W(e^L)`` (one Fritsch step from a Taylor or asymptotic start, no branch) against a float64
+    Newton iteration on ``w + log w = L`` run to convergence, over ``L`` from 1 to ``1e30`` (around the start's
+    switch at 4 too) and ``+∞``: within float32's epsilon relative (from the asymptotic start alone, one
+    step is 2.8e-7 off)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def w_kernel(L_ptr, W_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        L = tl.load(L_ptr + offs, mask=offs < n, other=1.0)
+        tl.store(W_ptr + offs, _row_kernels._lambert_w_exp(L), mask=offs < n)
+
+    L64 = torch.cat([torch.tensor([1.0, 1.0 + 1e-6, 1.5, 2.0, 3.99, 4.0, 4.01, 7.0, 999.0, 1000.5]),
+                     torch.logspace(0, 30, 200, dtype=torch.float64)]).float().double()
+    w = L64.clone()  # Newton on w + log w = L from w = L (above the root): decreasing to it
+    for _ in range(100):
+        w = w - (w + torch.log(w) - L64) * w / (w + 1)
+    L = torch.cat([L64.float(), torch.tensor([math.inf])]).to(triton_device)
+    out = torch.empty_like(L)
+    w_kernel[(1,)](L, out, L.numel(), BLOCK=256)
+    out = out.cpu().double()
+    assert float(((out[:-1] - w) / w).abs().max()) <= EPS32
+    assert out[-1] == math.inf and float(out[0]) == 1.0
 
 
 def test_row_sums_are_optional(triton_device):

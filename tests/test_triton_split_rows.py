@@ -81,9 +81,11 @@ def test_slice_plan_follows_the_rule(monkeypatch):
     assert _triton_rows.forward_slices(4, 300, torch.device("cpu")) == 0  # short rows: held in registers
 
 
-#: sparsemax, α near 1 (the kernels' ``t + 1`` variable), the two dense kinds (full-row steps in the row's
-#: program, ``Σ s`` added up from the slices); 1.5-entmax and α = 1.3 are in the gradient and loss tests
-CASES = [("chi_square", {}), ("alpha", {"alpha": 1.05}), ("jensen_shannon", {}), ("squared_hellinger", {})]
+#: sparsemax, α near 1 (the kernels' ``t + 1`` variable), the dense kinds (full-row steps in the row's
+#: program, ``Σ s`` added up from the slices; reverse KL, Jeffrey and reverse χ² also read the row once for
+#: Jensen's start); 1.5-entmax and α = 1.3 are in the gradient and loss tests
+CASES = [("chi_square", {}), ("alpha", {"alpha": 1.05}), ("jensen_shannon", {}), ("squared_hellinger", {}),
+         ("reverse_kl", {}), ("jeffrey", {}), ("reverse_chi_square", {})]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0] + "".join(f"-{v}" for v in c[1].values()))
@@ -105,7 +107,8 @@ def test_split_matches_one_program_and_reference(case, split, monkeypatch):
     assert not fast.bad_rows.any()
 
 
-@pytest.mark.parametrize("case", [("chi_square", {}), ("jensen_shannon", {})], ids=["sparsemax", "js"])
+@pytest.mark.parametrize("case", [("chi_square", {}), ("jensen_shannon", {}), ("jeffrey", {})],
+                         ids=["sparsemax", "js", "jeffrey"])
 def test_split_edge_rows(case, split):
     """All-masked, NaN and ``+inf`` rows, one finite entry (in the short last slice), a flat row:
     what the one-program kernel gives (zeros, NaN rows flagged bad, a one-hot, the uniform row)."""

@@ -172,25 +172,37 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
             axis_name: Optional[str], start: Optional[Array] = None, rows_state: Optional[Array] = None) -> Array:
     """The safeguarded Newton iteration on shifted rows ``c`` from ``start`` (default ``lo``) inside
     ``[lo, hi]`` (``rows_state``: ``div.rows_state(c)``); returns ``τ`` ``[..., 1]``."""
+    return _newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, False)[0]
+
+
+def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
+                   axis_name: Optional[str], start: Optional[Array], rows_state: Optional[Array],
+                   values: bool) -> tuple[Array, Optional[Array], Optional[Array], Optional[Array]]:
+    """:func:`_newton`, and with ``values`` also ``(g, g', Σ g')`` at the returned ``τ`` (times ``q``), from the
+    loop's last evaluation: a row stops where its evaluation says so and keeps its ``τ`` from then on, so the
+    evaluation that ended the loop is at every row's final ``τ`` (a row stopped by ``max_iter`` alone is
+    evaluated once more): no pass over the rows after the loop."""
     eps = float(jnp.finfo(c.dtype).eps)
     tol = _tolerance(c.dtype, k)
     rho = div.newton_power
     monotone = div.monotone
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
 
-    def sums(tau: Array) -> tuple[Array, Array]:
+    def evaluate(tau: Array) -> tuple[Array, Array]:
         g, gp = div.g_and_gp_rows(c, tau, rows_state)
         if q is not None:
             g, gp = g * q, gp * q
-        return _rowsum(g, axis_name), _rowsum(gp, axis_name)
+        return g, gp
 
     def cond(state: tuple) -> Array:
-        it, _, _, _, done, _ = state
-        return (it < max_iter) & ~jnp.all(done)
+        return (state[0] < max_iter) & ~jnp.all(state[4])
 
     def body(state: tuple) -> tuple:
-        it, tau, lo, hi, done, prev = state
-        S, Sp = sums(tau)
+        it, tau, lo, hi, done, prev = state[:6]
+        g, gp = evaluate(tau)
+        # (XLA's CPU backend fuses the two sums with their producer; one variadic reduction of the pair, lax.reduce,
+        # took 2.5 times as long at 64 x 32000)
+        S, Sp = _rowsum(g, axis_name), _rowsum(gp, axis_name)
         resid = S - 1
         ares = jnp.abs(resid)
         done = done | (ares <= tol) | (hi - lo <= 4 * eps * (1 + jnp.abs(tau)))
@@ -203,12 +215,25 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
         inside = (new > lo) & (new < hi)
         new = jnp.where(inside, new, 0.5 * (lo + hi))
         tau = jnp.where(done, tau, new)
-        return it + 1, tau, lo, hi, done, ares
+        return (it + 1, tau, lo, hi, done, ares) + ((g, gp, Sp) if values else ())
 
     done0 = jnp.zeros(lo.shape, bool)
     prev0 = jnp.full(lo.shape, jnp.inf, c.dtype)
     state = (jnp.int32(0), lo if start is None else start, lo, hi, done0, prev0)
-    return lax.while_loop(cond, body, state)[1]
+    if values:
+        zeros = jnp.zeros(jnp.broadcast_shapes(c.shape, () if q is None else q.shape), c.dtype)
+        state = state + (zeros, zeros, prev0)
+    out = lax.while_loop(cond, body, state)
+    tau = out[1]
+    if not values:
+        return tau, None, None, None
+
+    def again(_: None) -> tuple[Array, Array, Array]:
+        g, gp = evaluate(tau)
+        return g, gp, _rowsum(gp, axis_name)
+
+    # rows stopped by max_iter (or a loop that never ran) moved after their last evaluation
+    return (tau, *lax.cond(jnp.all(out[4]), lambda _: out[6:9], again, None))
 
 
 def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str]) -> Optional[Array]:
@@ -380,6 +405,11 @@ def _sparsemax_offset(div: Divergence) -> Optional[float]:
     return None
 
 
+def _closes_in_form(div: Divergence) -> bool:
+    """Whether :func:`_finish_closed_form` replaces Newton's ``τ`` for ``div`` (sparsemax, 1.5-entmax)."""
+    return isinstance(div, ChiSquare) or (isinstance(div, AlphaDivergence) and div.a in (1.0, 0.5))
+
+
 def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Array,
                         axis_name: Optional[str]) -> Optional[Array]:
     """The exact ``τ`` of sparsemax and 1.5-entmax on the support found by Newton's method, or ``None``."""
@@ -401,6 +431,43 @@ def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Arra
         t = mean - jnp.sqrt(jnp.maximum((1 - var) / Q, 0.0))
         return 2 * (t + 1)
     return None
+
+
+def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int,
+                  axis_name: Optional[str]) -> tuple[Array, Array, Array, Optional[Array]]:
+    """``(τ, g, g', Σ g' or None)`` of the shifted rows ``c`` by the safeguarded Newton iteration (:func:`solve`'s
+    general case; ``g`` and ``g'`` times ``q``)."""
+    if q is None:
+        div = div.rows_variant()
+    lo, hi = _bounds(div, c, q, k, axis_name)
+    # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root
+    start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name)
+    if start is None and q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
+        lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
+    rows_state = div.rows_state(c)
+
+    closes = _closes_in_form(div)
+    carry = div.values_in_loop and not closes
+
+    def run(d: Divergence) -> tuple[Array, Array, Array, Optional[Array]]:
+        t, g, gp, sp = _newton_values(d, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, carry)
+        if carry:
+            assert g is not None and gp is not None  # (values=True)
+            return t, g, gp, sp
+        closed = _finish_closed_form(d, c, q, t, axis_name)
+        if closed is not None:
+            t = closed
+        g, gp = d.g_and_gp_rows(c, t, rows_state)
+        if q is not None:
+            g, gp = g * q, gp * q
+        return t, g, gp, None
+
+    # a faster variant where every row starts (and so stays: the iterates increase) above its threshold
+    variant = None if start is None else div.threshold_variant()
+    if variant is None:
+        return run(div)
+    floor, fast = variant
+    return lax.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None)
 
 
 def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Optional[str] = None,
@@ -447,29 +514,7 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         tau, s_known = _entmax15(c, lo, k, max_iter, axis_name)
         g, gp = div.g_and_gp(c - tau)
     else:
-        lo, hi = _bounds(div, c, q, k, axis_name)
-        # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root
-        start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name)
-        if start is None and q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
-            lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
-        rows_state = div.rows_state(c)
-
-        def run(d: Divergence) -> tuple[Array, Array, Array]:
-            t = _newton(d, c, q, lo, hi, k, max_iter, axis_name, start, rows_state)
-            closed = _finish_closed_form(d, c, q, t, axis_name)
-            if closed is not None:
-                t = closed
-            return (t, *d.g_and_gp_rows(c, t, rows_state))
-
-        # a faster variant where every row starts (and so stays: the iterates increase) above its threshold
-        variant = None if start is None else div.threshold_variant()
-        if variant is None:
-            tau, g, gp = run(div)
-        else:
-            floor, fast = variant
-            tau, g, gp = lax.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None)
-        if q is not None:
-            g, gp = g * q, gp * q
+        tau, g, gp, s_known = _solve_newton(div, c, q, k, max_iter, axis_name)
     nan = jnp.asarray(jnp.nan, c.dtype)
     p = jnp.where(finite, g, jnp.where(bad, nan, 0.0))
     s = jnp.where(finite, gp, jnp.where(bad, nan, 0.0))

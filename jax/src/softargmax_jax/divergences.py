@@ -69,6 +69,11 @@ class Divergence:
     f_zero: Optional[float] = None
     newton_power: float = 0.0
     monotone = False
+    #: the Newton loop keeps its last evaluation's ``g`` and ``g'`` (two arrays the size of the rows, written every
+    #: iteration) instead of evaluating them once more after it: worth it where an evaluation costs more than those
+    #: writes (Jeffrey's Lambert W: 6.3x -> 4.8x jax.nn.softmax forward at 64 x 32000 on the CPU; the cheaper
+    #: generators were slower with it)
+    values_in_loop = False
 
     def f(self, u: Array) -> Array:
         raise NotImplementedError
@@ -92,6 +97,12 @@ class Divergence:
         at or above the bracket's lower end, with ``state = rows_state(c)``: a generator may evaluate it faster
         there than elementwise (the default: ``g_and_gp(c - tau)``)."""
         return self.g_and_gp(c - tau)
+
+    def rows_variant(self) -> Divergence:
+        """A generator equal to this one whose :meth:`g_and_gp_rows` may assume rows shifted to maximum 0, no reference
+        measure and thresholds ``τ >= -f'(1)`` (the solver's iterates there; a generator may evaluate faster with
+        that), or itself (the default)."""
+        return self
 
     def threshold_variant(self) -> Optional[tuple[float, Divergence]]:
         """``(τ_min, variant)``: a generator equal to this one whose :meth:`g_and_gp_rows` is faster but holds only
@@ -277,6 +288,24 @@ def _lambertw_exp_fast(L: Array) -> Array:
     return jnp.where(L == jnp.inf, jnp.inf, jnp.where(jnp.isnan(L), L, w))
 
 
+def _lambertw_exp_above_one(L: Array) -> Array:
+    r""":math:`W(e^L)` for :math:`L \ge 1` (``+inf`` for ``+inf``), branch-free, exact to the rounding of the dtype:
+    Fritsch's steps from a start within 1.2% (below :math:`L = 4` the Taylor polynomial
+    :math:`1 + d/2 + d^2/16 - d^3/192` in :math:`d = L - 1`, above it :math:`L - \log L + \log L / L`), after
+    which one step leaves :math:`3\cdot 10^{-11}` (float32 and below: one step, two logs per element) and two
+    leave float64's rounding (three logs); no exp."""
+    fin = L < jnp.inf
+    Lf = jnp.where(fin, L, 1.0)
+    lL = jnp.log(Lf)
+    d = Lf - 1
+    w = jnp.where(Lf < 4.0, 1 + d * (0.5 + d * (0.0625 - d * (1.0 / 192.0))), Lf - lL + lL / Lf)
+    one = jnp.ones((), L.dtype)
+    w = _fritsch_step(w, Lf, one)
+    if jnp.finfo(L.dtype).bits > 32:
+        w = _fritsch_step(w, Lf, one)
+    return jnp.where(fin, w, L)
+
+
 #: from this L on, :func:`_lambertw_exp_series` is exact to float64's rounding
 _SERIES_MIN = 1000.0
 
@@ -311,6 +340,7 @@ class Jeffrey(_JensenStart):
     f_zero = math.inf
     newton_power = -0.5
     monotone = True
+    values_in_loop = True
 
     def f(self, u: Array) -> Array:
         return (u - 1) * jnp.log(u)
@@ -327,12 +357,26 @@ class Jeffrey(_JensenStart):
         g = 1.0 / w  # w = +inf (a masked entry): g = g' = 0
         return g, g / (1.0 + w)
 
+    def rows_variant(self) -> Divergence:
+        # shifted rows, q = 1, τ >= -f'(1) = 0: every L = 1 + τ - c >= 1
+        return _JeffreyAboveOne()
+
     def threshold_variant(self) -> Optional[tuple[float, Divergence]]:
         # every L = 1 + τ - c >= 1 + τ: from τ = 999 on, the asymptotic series alone (one log per entry)
         return _SERIES_MIN - 1.0, _JeffreySeries()
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         return a2 + jnp.log(a2) - 1.0 - a1 / a2
+
+
+class _JeffreyAboveOne(Jeffrey):
+    r"""Jeffrey on shifted rows without a reference measure at thresholds ``τ >= 0``, where every
+    :math:`L = 1 + τ - c_j \ge 1`: :math:`W` by :func:`_lambertw_exp_above_one` (:meth:`Jeffrey.rows_variant`)."""
+
+    def g_and_gp_rows(self, c: Array, tau: Array, state: Optional[Array]) -> tuple[Array, Array]:
+        w = _lambertw_exp_above_one(1 + tau - c)
+        g = 1.0 / w  # w = +inf (a masked entry): g = g' = 0
+        return g, g / (1.0 + w)
 
 
 class _JeffreySeries(Jeffrey):

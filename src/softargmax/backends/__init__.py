@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..divergences import Divergence
 from .cpu import rows as _cpu_rows
-from .kinds import kind_of
+from .kinds import INFINITE_F0_KINDS, kind_of
 from .solution import Solution
 from .tile_flags import TileFlags
 from .triton import losses as _triton_losses
@@ -30,6 +30,10 @@ from .triton import tile_gemms as _triton_tile_gemms
 __all__ = ["select", "solve", "probabilities", "solve_alpha_rows", "alpha_relu_forward", "alpha_relu_backward",
            "loss_gradient", "softmax_loss_gradient", "alpha_relu_loss_gradient", "scale_loss_gradient", "solve_loss_gradient", "solves_half_rows", "kernel_device",
            "tile_backprop", "skips_tiles", "TileFlags"]
+
+#: the kinds of a dense generator whose candidates-only calls take the C solver on the CPU (their candidates are
+#: the full rows on either path): those with ``f(0) = +∞``, and ``None`` (no fused kind: no backend covers it)
+_FULL_ROW_CANDIDATES = frozenset({None, *INFINITE_F0_KINDS})
 
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
@@ -43,7 +47,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
     loss values, normmax's normalization); on CPU the pruned PyTorch solution of a sparse generator is
     cheaper for those than the C solver's dense rows, so no fast path is taken there (the dense generators
-    that the C solver alone has, reverse KL, Jeffrey and reverse χ², take it: their candidates are the full
+    with ``f(0) = +∞``, reverse KL, Jeffrey and reverse χ², take it: their candidates are the full
     rows on either path), unless ``row_sums``: the
     caller needs ``p`` and the loss values' row sums alone (:meth:`~softargmax.backends.solution.Solution.inner`,
     :meth:`~softargmax.backends.solution.Solution.f_sum`, or ``Solution.omega_star``), which the C solver
@@ -65,7 +69,7 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     if alpha_relu is not None:
         return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
     if not gpu and candidates_only and not (div is not None and (
-            (not div.sparse and kind_of(div)[0] is None)
+            (not div.sparse and kind_of(div)[0] in _FULL_ROW_CANDIDATES)
             or (row_sums and _cpu_rows.computes_row_sums(div)))):
         return None
     if exact_tau and div is not None and not div.hints.fused_tau_exact:

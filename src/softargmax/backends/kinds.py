@@ -11,10 +11,8 @@ every row of a contiguous ``[R, k]`` matrix with ``q = 1`` for one of three kind
   ``(t + 1)/a`` for the α-divergence, ``t`` itself for ``"chi_square"``.
 * ``KIND_JS`` and ``KIND_HELL``: the Jensen–Shannon and squared-Hellinger f-softargmax;
   ``Solution.tau`` is already ``τ_f``.
-
-The C row solver alone (:data:`CPU_KINDS`) also has the reverse-KL, Jeffrey and reverse-χ²
-f-softargmax (``KIND_RKL``, ``KIND_JEFF``, ``KIND_RCHI``; dense, ``Solution.tau`` is ``τ_f``);
-:func:`kind_of` names them only for a backend that passes :data:`CPU_KINDS`.
+* ``KIND_RKL``, ``KIND_JEFF`` and ``KIND_RCHI``: the reverse-KL, Jeffrey and reverse-χ²
+  f-softargmax (dense, ``f(0) = +∞``: :data:`INFINITE_F0_KINDS`); ``Solution.tau`` is ``τ_f``.
 """
 
 from __future__ import annotations
@@ -32,17 +30,20 @@ KIND_POWER, KIND_JS, KIND_HELL, KIND_RKL, KIND_JEFF, KIND_RCHI = 0, 1, 2, 3, 4, 
 
 #: the kinds of the hint ``fused_kind`` (:class:`softargmax.divergences.SolverHints`) that every fused
 #: row solver has (C and Triton)
-KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL}
-#: the kinds of the C row solver: :data:`KINDS` and the dense kinds it alone has
-CPU_KINDS = {**KINDS, "reverse_kl": KIND_RKL, "jeffrey": KIND_JEFF, "reverse_chi_square": KIND_RCHI}
+KINDS = {"power": KIND_POWER, "js": KIND_JS, "hellinger": KIND_HELL, "reverse_kl": KIND_RKL,
+         "jeffrey": KIND_JEFF, "reverse_chi_square": KIND_RCHI}
+#: the kinds of the C row solver: :data:`KINDS` (the Triton row solver has the same ones)
+CPU_KINDS = dict(KINDS)
+#: the dense kinds with ``f(0) = +∞`` (reverse KL, Jeffrey, reverse χ²): no loss row sum of ``f(p) - f(0)``
+INFINITE_F0_KINDS = frozenset({KIND_RKL, KIND_JEFF, KIND_RCHI})
 
 #: a fused row solver, ``run(z, kind, a, a_stride[, offset])`` (module docstring; the offset: :func:`solve_with`)
 FusedRun = Callable[..., Solution]
 
 
 def kind_of(div: Divergence, kinds: Optional[dict[str, int]] = None) -> tuple[Optional[int], Optional[float]]:
-    """``(kind, a)`` of a divergence covered by a solver with ``kinds`` (default :data:`KINDS`; the C row
-    solver's: :data:`CPU_KINDS`; ``a`` is ``None`` for the dense kinds), else ``(None, None)``.
+    """``(kind, a)`` of a divergence covered by a solver with ``kinds`` (default :data:`KINDS`, which both row
+    solvers have; ``a`` is ``None`` for the dense kinds), else ``(None, None)``.
 
     The divergence declares it (the hint ``fused_kind`` of :class:`~softargmax.divergences.SolverHints`):
     no switch on its type here."""

@@ -133,8 +133,8 @@ class SolverHints:
             :mod:`softargmax.backends.kinds`) have this generator's row math: ``("power", a)`` for
             :math:`g(v) = [c + a v]_+^{1/a}` with :math:`a \in (0, 1]` and :math:`c` = ``power_offset``
             (α-entmax, sparsemax), ``("js", None)`` (Jensen–Shannon), ``("hellinger", None)``
-            (squared Hellinger); the C row solver alone also has ``("reverse_kl", None)``,
-            ``("jeffrey", None)`` and ``("reverse_chi_square", None)``.  A new generator whose ``g`` is
+            (squared Hellinger), ``("reverse_kl", None)``, ``("jeffrey", None)`` and
+            ``("reverse_chi_square", None)`` (both row solvers have every kind).  A new generator whose ``g`` is
             one of these declares it and takes the fast paths with no other change. Default: ``None``.
         power_offset: :math:`c` of the power kind: 1 for the α-divergence (:math:`\tau = (t + 1)/a`
             from the root :math:`t` of :math:`\sum_j [a z_j - t]_+^{1/a} = 1`), 0 for chi-square

@@ -18,6 +18,28 @@ Kinds (all with ``q = 1``), in the solver's own variable ``t``:
   ``p = w / (2 - w)``, ``s = p + p²``; Newton on ``log S`` from ``t = 0``.
 * ``KIND_HELL`` (squared Hellinger, dense): ``t = τ - m``, ``r = 1/(1 + t + m - z)``,
   ``p = r²``, ``s = 2 r³``; Newton on ``S^{-1/2}`` from ``t = 0``.
+* ``KIND_RKL`` (reverse KL, dense): ``t = τ - m``, ``p = 1/(t + m - z)``, ``s = p²``; Newton on
+  ``S^{-1}``.
+* ``KIND_JEFF`` (Jeffrey, dense): ``t = τ - m``, ``p = 1/W`` with ``W = W(e^L)`` the Lambert W of
+  ``e^L``, ``L = 1 + t + m - z``, ``s = 1/(W (1 + W))``; Newton on ``S^{-1/2}``.  ``W`` is the root of
+  ``w + log w = L`` (``L >= 1``), branch-free: one step of Fritsch's iteration from a start within 1.2%
+  (a Taylor polynomial below ``L = 4``, the asymptotic ``L - log L + log L / L`` above;
+  :func:`_lambert_w_exp`).
+* ``KIND_RCHI`` (reverse χ², dense): ``t = τ - m``, ``p = (2 (t + m - z))^{-1/2}``, ``s = p³``;
+  Newton on ``S^{-2}``.
+
+These last three start from Jensen's lower bound of the root (:func:`_jensen_start`: ``g`` is
+convex, so ``S(t) >= n g(-t - ē)`` over the ``n`` finite entries with mean ``ē`` of ``m - z``),
+raised to ``-f'(1)`` (:func:`_t_lo`, where the row maximum's own term is 1), as the C row solver
+does; their transforms are convex in ``t``, so the steps increase to the root, and a start above it
+by rounding is followed by one step down, never below ``-f'(1)``.  Their ``f(0)`` is ``+∞``: the
+losses never use the regularizer row sum, which is 0 for them.
+
+References (Jeffrey's Lambert W): Robert M. Corless, Gaston H. Gonnet, David E. G. Hare, David J.
+Jeffrey and Donald E. Knuth, *On the Lambert W Function*, Advances in Computational Mathematics 5,
+1996, https://doi.org/10.1007/BF02124750 (the asymptotic start); F. N. Fritsch, R. E. Shafer and
+W. P. Crowley, *Algorithm 443: Solution of the transcendental equation w e^w = x*, Communications
+of the ACM 16, 1973, https://doi.org/10.1145/361952.361970 (the iteration).
 
 Stopping: the iterates increase monotonically in exact arithmetic; in float32 a step may go
 back by rounding, so a row stops when its residual ``|S - 1|`` is below ``tol``, stops
@@ -80,6 +102,9 @@ import triton.language as tl
 KIND_POWER = tl.constexpr(0)
 KIND_JS = tl.constexpr(1)
 KIND_HELL = tl.constexpr(2)
+KIND_RKL = tl.constexpr(3)
+KIND_JEFF = tl.constexpr(4)
+KIND_RCHI = tl.constexpr(5)
 
 
 #: the streamed dense kinds take a full-row step without confirming it from this residual
@@ -97,6 +122,59 @@ NEAR_ONE = tl.constexpr(0.25)
 def _near_offset(a):
     """1.0 where the power kind's variable is ``t + 1`` (``a < NEAR_ONE``), else 0.0."""
     return tl.where(a < NEAR_ONE, 1.0, 0.0)
+
+
+@triton.jit
+def _t_lo(KIND: tl.constexpr):
+    """The dense kinds' lowest ``t = τ - m``, ``-f'(1)``: the row maximum's own term is 1 there, so ``S >= 1``."""
+    if KIND == KIND_RKL:
+        t = 1.0
+    elif KIND == KIND_RCHI:
+        t = 0.5
+    else:
+        t = 0.0
+    return t
+
+
+@triton.jit
+def _jensen_start(a1, a2, KIND: tl.constexpr):
+    """Jensen's lower bound of ``t`` (reverse KL, Jeffrey, reverse χ²) from ``a1 = Σ (m - z)`` and ``a2 = n``
+    over the ``n`` finite entries (module docstring), raised to :func:`_t_lo` (also where ``n = 0``)."""
+    n = tl.where(a2 > 0, a2, 1.0)
+    mean = a1 / n
+    if KIND == KIND_RKL:
+        start = n - mean
+    elif KIND == KIND_RCHI:
+        start = 0.5 * n * n - mean
+    else:
+        start = n + tl.log(n) - 1.0 - mean
+    return tl.where(start > _t_lo(KIND), start, _t_lo(KIND))
+
+
+@triton.jit
+def _fritsch_step(w, L):
+    """One step of Fritsch's iteration for ``w + log w = L`` (relative error ``e`` to about ``e⁴/100``), in
+    the form scaled by ``1/(1 + w)`` that does not overflow (the C row solver's)."""
+    r = 1.0 / (1.0 + w)
+    a = (L - tl.log(w) - w) * r
+    b = a * r
+    q = 2.0 + 1.3333333333333333 * a
+    return w + w * a * (q - b) / (q - 2.0 * b)
+
+
+@triton.jit
+def _lambert_w_exp(L):
+    """``W(e^L)`` for ``L >= 1`` (``+∞`` at ``L = +∞``), branch-free: one Fritsch step from a start within
+    1.2% (below ``L = 4`` the Taylor polynomial ``1 + d/2 + d²/16 - d³/192`` at ``d = L - 1``, above it the
+    asymptotic ``L - log L + log L / L``), 3e-11 off in exact arithmetic, so float32's rounding alone
+    (the asymptotic start alone is 8% off near ``L = 1.5``: one step left 2.8e-7, two logs more)."""
+    fin = L < float("inf")
+    Lf = tl.where(fin, L, 1.0)
+    lL = tl.log(Lf)
+    d = Lf - 1.0
+    w = tl.where(Lf < 4.0, 1.0 + d * (0.5 + d * (0.0625 - d * 0.005208333333333333)), Lf - lL + lL / Lf)
+    w = _fritsch_step(w, Lf)
+    return tl.where(fin, w, float("inf"))
 
 
 @triton.jit
@@ -129,10 +207,20 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
         w = tl.exp(x - m - t)  # in [0, 1]: t >= 0 throughout
         p = w / (2.0 - w)
         s = p + p * p
-    else:
+    elif KIND == KIND_HELL:
         r = 1.0 / (1.0 + t + (m - x))
         p = r * r
         s = 2.0 * p * r
+    elif KIND == KIND_RKL:
+        p = 1.0 / (t + (m - x))  # 0 where masked (m - x = +inf)
+        s = p * p
+    elif KIND == KIND_RCHI:
+        p = 1.0 / tl.sqrt(2.0 * (t + (m - x)))
+        s = p * p * p
+    else:
+        w = _lambert_w_exp(1.0 + t + (m - x))
+        p = 1.0 / w
+        s = p / (1.0 + w)  # 1/(W (1 + W)): 0 where W overflows or is +inf
     return p, s
 
 
@@ -140,15 +228,18 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
 def _omega_terms(x, m, t, a, p, c, KIND: tl.constexpr):
     """Per entry, the raw term of the regularizer's row sum (0 where ``p = 0``):
     ``p^α - c p = p (d - t - c)`` (power), ``f(p) - f(0)`` (Jensen–Shannon:
-    ``p log p - (p+1) log((p+1)/2) - log 2``; squared Hellinger: ``p - 2 √p``)."""
+    ``p log p - (p+1) log((p+1)/2) - log 2``; squared Hellinger: ``p - 2 √p``); 0 for the kinds
+    with ``f(0) = +∞`` (reverse KL, Jeffrey, reverse χ²: the losses never use it)."""
     pos = p > 0
     if KIND == KIND_POWER:
         w = p * (a * (x - m) - (t - _near_offset(a)) - c)
     elif KIND == KIND_JS:
         pp = tl.where(pos, p, 1.0)
         w = pp * tl.log(pp) - (pp + 1.0) * tl.log(0.5 * (pp + 1.0)) - 0.6931471805599453
-    else:
+    elif KIND == KIND_HELL:
         w = p - 2.0 * tl.sqrt(p)
+    else:
+        w = tl.zeros_like(p)
     return tl.where(pos, w, 0.0)
 
 
@@ -165,14 +256,21 @@ def _s_from_p(p, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             s = tl.where(pos, tl.exp2((1.0 - a) * tl.log2(tl.where(pos, p, 1.0))), 0.0)
     elif KIND == KIND_JS:
         s = p + p * p
-    else:
+    elif KIND == KIND_HELL:
         s = 2.0 * p * tl.sqrt(p)
+    elif KIND == KIND_RKL:
+        s = p * p
+    elif KIND == KIND_RCHI:
+        s = p * p * p
+    else:
+        s = p * p / (1.0 + p)  # Jeffrey: p = 1/W, s = 1/(W (1 + W))
     return tl.where(p == p, s, p)
 
 
 @triton.jit
 def newton_update(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
-    """One Newton step (``dS/dt = -Sp``): on ``S^a``, ``log S`` or ``S^{-1/2}``."""
+    """One Newton step (``dS/dt = -Sp``): on ``S^a``, ``log S``, ``S^{-1/2}``, ``S^{-1}`` or ``S^{-2}``; the
+    kinds of :func:`_jensen_start` never step below :func:`_t_lo` (from a start above the root by rounding)."""
     Sp = tl.where(Sp > 0, Sp, 1.0)
     S = tl.where(S > 0, S, 1.0)
     if KIND == KIND_POWER:
@@ -187,9 +285,16 @@ def newton_update(t, S, Sp, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             step = -S * em1 / Sp
     elif KIND == KIND_JS:
         step = S * tl.log(S) / Sp
-    else:
+    elif KIND == KIND_RKL:
+        step = (S * S - S) / Sp
+    elif KIND == KIND_RCHI:
+        step = (S * S * S - S) / (2.0 * Sp)
+    else:  # Hellinger, Jeffrey
         step = 2.0 * (S * tl.sqrt(S) - S) / Sp
-    return t + step
+    tn = t + step
+    if KIND >= KIND_RKL:
+        tn = tl.where(tn < _t_lo(KIND), _t_lo(KIND), tn)  # (NaN stays NaN)
+    return tn
 
 
 @triton.jit
@@ -356,6 +461,11 @@ def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol,
     m = tl.where(empty, 0.0, m)
     if KIND == KIND_POWER:
         t = _near_offset(a) - 1.0
+    elif KIND >= KIND_RKL:
+        fin = x > float("-inf")
+        a1, a2 = tl.reduce((tl.where(fin, m[None, :, None] - x, 0.0), tl.where(fin, 1.0, 0.0)), FIRST, _sums2)
+        a1, a2 = tl.reduce((a1, a2), SECOND, _sums2)
+        t = _jensen_start(a1, a2, KIND)
     else:
         t = tl.zeros([ROWS], tl.float32)
     go = rmask & (empty == 0)
@@ -372,10 +482,15 @@ def solve_block_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol,
     # a row's last evaluation was at its final t (t changes only while the row goes on): Sp is Σ s there
     p, _ = _evaluate(x, m[None, :, None], t[None, :, None], a[None, :, None], KIND, EXACT)
     if SUMS:
-        zp, omega = tl.reduce((tl.where(p > 0, x * p, 0.0),
-                               _omega_terms(x, m[None, :, None], t[None, :, None], a[None, :, None], p, omega_c, KIND)),
-                              FIRST, _sums2)
-        zp, omega = tl.reduce((zp, omega), SECOND, _sums2)
+        if KIND >= KIND_RKL:  # f(0) = +inf: the regularizer sum is 0 (never used), <z, p> alone
+            zp = tl.sum(tl.sum(tl.where(p > 0, x * p, 0.0), FIRST), SECOND)
+            omega = tl.zeros_like(zp)
+        else:
+            zp, omega = tl.reduce((tl.where(p > 0, x * p, 0.0),
+                                   _omega_terms(x, m[None, :, None], t[None, :, None], a[None, :, None], p, omega_c,
+                                                KIND)),
+                                  FIRST, _sums2)
+            zp, omega = tl.reduce((zp, omega), SECOND, _sums2)
         tl.store(SUMS_OUT + rows, tl.where(bad, float("nan"), zp), mask=rmask)
         tl.store(SUMS_OUT + R + rows, tl.where(bad, float("nan"), omega * omega_scale), mask=rmask)
     p = tl.where(bad[None, :, None], float("nan"), p)
@@ -499,8 +614,8 @@ def _sums3(a0, b0, c0, a1, b1, c1):
 
 @triton.jit
 def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
-    """:func:`_newton_sums` over a full streamed row: per-lane accumulators, one reduction at the end.  For the
-    dense kinds ``n`` is ``Q = Σ d²p/dt²`` instead (``(1 + 2p) s``, ``6 p²``), for :func:`_second_order`."""
+    """:func:`_newton_sums` over a full streamed row: per-lane accumulators, one reduction at the end.  For
+    Jensen–Shannon and Hellinger ``n`` is ``Q = Σ d²p/dt²`` instead (``(1 + 2p) s``, ``6 p²``), for :func:`_second_order`."""
     cols = tl.arange(0, BLOCK)
     acc_p = tl.zeros([BLOCK], tl.float32)
     acc_s = tl.zeros([BLOCK], tl.float32)
@@ -521,7 +636,7 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
             acc_n += 6.0 * p * p
     if EXACT == 2:
         S, Sp, n, umin = tl.reduce((acc_p, acc_s, acc_n, acc_u), 0, _sums4)
-    elif KIND != KIND_POWER:
+    elif KIND == KIND_JS or KIND == KIND_HELL:
         S, Sp, n = tl.reduce((acc_p, acc_s, acc_n), 0, _sums3)
         umin = S
     else:
@@ -532,12 +647,29 @@ def _row_sums(zrow, k, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr, BLOCK: 
 
 
 @triton.jit
+def _jensen_sums(zrow, k, m, BLOCK: tl.constexpr):
+    """``(Σ (m - z), n)`` over the ``n`` finite entries of a streamed row (:func:`_jensen_start`'s sums)."""
+    cols = tl.arange(0, BLOCK)
+    acc_e = tl.zeros([BLOCK], tl.float32)
+    acc_n = tl.zeros([BLOCK], tl.float32)
+    for j0 in range(0, k, BLOCK):
+        idx = j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        fin = x > float("-inf")
+        acc_e += tl.where(fin, m - x, 0.0)
+        acc_n += tl.where(fin, 1.0, 0.0)
+    return tl.reduce((acc_e, acc_n), 0, _sums2)
+
+
+@triton.jit
 def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl.constexpr, EXACT: tl.constexpr,
                      BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """The threshold of a streamed row from every lane's ``SLOTS`` largest scores ``c0 >= c1 >= ...``
     (NaN counted as ``+inf``): Newton on those registers, then over the full row ``zrow`` where they
-    may not hold every candidate (see :func:`solve_long_rows`).  Returns ``(m, t, Σ s, bad, empty)``
-    (``m`` is 0 in empty and bad rows; ``Σ s`` at the final ``t`` for the power kind)."""
+    may not hold every candidate (see :func:`solve_long_rows`); the kinds of :func:`_jensen_start` take
+    the row's maximum alone from them and start the full-row steps from Jensen's bound (one more read of
+    the row).  Returns ``(m, t, Σ s, bad, empty)`` (``m`` is 0 in empty and bad rows; ``Σ s`` at the
+    final ``t`` for the power kind)."""
     m = tl.max(c0, 0)
     bad = m == float("inf")
     empty = bad | (m == float("-inf"))
@@ -548,26 +680,32 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl
         t = -1.0 + _near_offset(a)
     else:
         full = True
-        t = 0.0
-    # -- Newton on the registers --------------------------------------------------------------
-    go = empty == 0
-    last = float("inf")
+        t = _t_lo(KIND)
     Sp = 0.0
-    it = 0
-    if REST:  # Jensen–Shannon: the scores not kept, as a lower bound of their sums (_rest_sums)
-        r1, r2 = _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
-    while go:
-        S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
-        if REST:
-            q1 = 0.5 * tl.exp(-t) * r1
-            q2 = 0.25 * tl.exp(-2.0 * t) * r2
-            S += q1 + q2
-            Sp += q1 + 2.0 * q2
-        tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
-        go = stop == 0
-        t = tl.where(go, tn, t)
-        it += 1
-    # -- Newton over the full row, from the registers' root (a lower bound) ------------------
+    if KIND >= KIND_RKL:
+        # Jensen's bound over the full row (one read) instead of the registers' root, which stays far
+        # below the row's where the tail is heavy (reverse KL's g = 1/(t + m - z) decays slowly)
+        a1, a2 = _jensen_sums(zrow, k, m, BLOCK)
+        t = _jensen_start(a1, a2, KIND)
+    else:
+        # -- Newton on the registers ----------------------------------------------------------
+        go = empty == 0
+        last = float("inf")
+        it = 0
+        if REST:  # Jensen–Shannon: the scores not kept, as a lower bound of their sums (_rest_sums)
+            r1, r2 = _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
+        while go:
+            S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
+            if REST:
+                q1 = 0.5 * tl.exp(-t) * r1
+                q2 = 0.25 * tl.exp(-2.0 * t) * r2
+                S += q1 + q2
+                Sp += q1 + 2.0 * q2
+            tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
+            go = stop == 0
+            t = tl.where(go, tn, t)
+            it += 1
+    # -- Newton over the full row, from the registers' root or Jensen's bound (lower bounds) --
     go = (empty == 0) & full
     last = float("inf")
     it = 2  # the stopping tests apply from the first full evaluation
@@ -575,7 +713,7 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl
         S, Sp, n, umin = _row_sums(zrow, k, m, t, a, KIND, EXACT, BLOCK)
         tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
         go = stop == 0
-        if KIND != KIND_POWER:
+        if KIND == KIND_JS or KIND == KIND_HELL:
             # the dense kinds' transformed S is smooth with bounded curvature: from a residual of
             # DENSE_ACCEPT the second-order step (n holds Σ p'') leaves an error of its cube (below
             # the tolerance), so take it without another pass to confirm it (the write pass
@@ -616,7 +754,8 @@ def _write_span(zrow, prow, start, L, k, m, t, a, bad, empty, omega_c, target, k
             acc_s += s
         if SUMS:
             acc_zp += tl.where(p > 0, x * p, 0.0)
-            acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
+            if KIND < KIND_RKL:  # (f(0) = +inf: the regularizer sum stays 0)
+                acc_om += _omega_terms(x, m, t, a, p, omega_c, KIND)
         p = tl.where(bad, float("nan"), p)
         p = _written(p, idx, target, keep, GRAD)
         tl.store(prow + idx, p.to(prow.dtype.element_ty), mask=inb)

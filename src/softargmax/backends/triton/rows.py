@@ -1,8 +1,8 @@
 r"""The GPU row solver: Triton kernels behind the same :class:`~softargmax.backends.solution.Solution`.
 
 CUDA tensors of the operators the fused row solvers cover (:mod:`softargmax.backends.kinds`:
-α-entmax for α ∈ (1, 2] with a float α or one α per row, sparsemax, the Jensen–Shannon
-and squared-Hellinger f-softargmax, all with ``q = 1``) and α-ReLU with a float τ go
+α-entmax for α ∈ (1, 2] with a float α or one α per row, sparsemax, the Jensen–Shannon,
+squared-Hellinger, reverse-KL, Jeffrey and reverse-χ² f-softargmax, all with ``q = 1``) and α-ReLU with a float τ go
 through the kernels of :mod:`softargmax.backends.triton.row_kernels`; everything else stays on the
 PyTorch path, which remains the reference.  Triton is optional: without it (or with
 ``SOFTARGMAX_GPU_KERNELS=0``) CUDA tensors take the PyTorch path, with the same results.
@@ -50,7 +50,7 @@ from torch import Tensor
 
 from ..._utils.extras import LazyModule
 from ...divergences import Divergence
-from ..kinds import KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
+from ..kinds import INFINITE_F0_KINDS, KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
 from .launch import current_rows
@@ -195,6 +195,20 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
     return 1, block // line, line, warps, True
 
 
+def heavy_kind(kind: int, exact: int) -> bool:
+    """Whether the register kernels hold half as many scores per thread for ``(kind, exact)`` (:func:`_tile`'s
+    ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind (a log2 and two exp2 per
+    score) and the kinds with ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per
+    thread in the sm_90a compile report."""
+    return (kind == KIND_POWER and exact == 0) or kind in INFINITE_F0_KINDS
+
+
+def long_slots(kind: int) -> int:
+    """The scores each lane of the streamed solver keeps for ``kind``: :data:`LONG_SLOTS`, or 1 for the kinds with
+    ``f(0) = +∞``, which take the row maximum alone from them (their Newton steps start from Jensen's bound)."""
+    return 1 if kind in INFINITE_F0_KINDS else LONG_SLOTS
+
+
 def _long_launch() -> tuple[int, int]:
     """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and :data:`LONG_WARPS`, or a tuning run's."""
     override = current_rows()
@@ -249,7 +263,8 @@ def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, i
 def forward_slices(R: int, k: int, device: torch.device, general_power: bool = False) -> int:
     """Programs per row of the forward kernels on ``R`` rows of ``k`` entries on ``device``, as :func:`_run`
     launches them (0: the rows are held in registers; 1: one program per row).  ``general_power``: the power
-    kind with neither the sparsemax nor the 1.5-entmax steps, whose register rows end at half the length.
+    kind with neither the sparsemax nor the 1.5-entmax steps, or another kind of :func:`heavy_kind`, whose
+    register rows end at half the length.
 
     Examples:
         >>> import torch
@@ -258,7 +273,7 @@ def forward_slices(R: int, k: int, device: torch.device, general_power: bool = F
         0
     """
     limit = BLOCK_ROWS_MAX // 2 if general_power else BLOCK_ROWS_MAX
-    if k <= limit:
+    if k <= limit:  # (the same limit for the kinds of heavy_kind)
         return 0
     return _slices(R, k, device, _long_launch()[0])[0]
 
@@ -293,9 +308,9 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     grad = target is not None
     idx, keep = (target[0], target[1].view(torch.uint8)) if target is not None else (aux, aux)  # not read without GRAD
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
-    # the general power kind (log2/exp2 per score) needs more registers: 8 scores per thread, so
-    # its register rows end at 8192 (32 warps)
-    heavy = kind == KIND_POWER and exact == 0
+    # the general power kind (log2/exp2 per score) and the kinds with f(0) = +inf (Jeffrey's Lambert W) need
+    # more registers: 8 scores per thread, so their register rows end at 8192 (32 warps)
+    heavy = heavy_kind(kind, exact)
     limit = BLOCK_ROWS_MAX // 2 if heavy else BLOCK_ROWS_MAX
     if k <= limit:
         rows, ch, line, warps, split = _tile(k, z.element_size(), heavy)
@@ -305,19 +320,19 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     else:
         block, warps = _long_launch()
         ns, length = _slices(R, k, z.device, block)
+        slots = long_slots(kind)
         if ns > 1:
             # one float32 workspace: the candidates [R, ns, SLOTS (+ 2 for Jensen–Shannon's sums of the scores
             # not kept), BLOCK] (at its start: 16-byte aligned whatever z is, so their loads are vectors;
             # benchmarks/compile_report.py compiles them so), the rows' (maximum, t) [R, 2] and the slices'
             # partial sums [R, ns, 3]
             rest = kind == KIND_JS
-            n_cand = R * ns * (LONG_SLOTS + 2 * rest) * block
+            n_cand = R * ns * (slots + 2 * rest) * block
             work = torch.empty(n_cand + 2 * R + 3 * R * ns, dtype=torch.float32, device=z.device)
             cand, state, part = work[:n_cand], work[n_cand:n_cand + 2 * R], work[n_cand + 2 * R:]
-            K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=LONG_SLOTS, REST=rest,
-                                    num_warps=warps)
+            K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=slots, REST=rest, num_warps=warps)
             K.split_solve[(R,)](z, cand, state, aux, bad, alpha, k, ns, a_value, tau_c, tol, MAX_ITER,
-                                KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=LONG_SLOTS,
+                                KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=slots,
                                 REST=rest, num_warps=warps)
             K.split_write[(R * ns,)](z, p, state, part, alpha, idx, keep, k, length, ns, a_value, omega_c,
                                      KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
@@ -329,7 +344,7 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
             K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
                                     omega_scale, idx, keep, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums,
                                     GRAD=grad, BLOCK=block,
-                                    SLOTS=LONG_SLOTS, num_warps=warps)
+                                    SLOTS=slots, num_warps=warps)
 
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, alpha_rows, a_value, scale)
