@@ -116,8 +116,8 @@ def test_the_flag_is_read_only_once_its_copy_has_landed(deferred):
     sa.entmax15_loss(X, torch.tensor([0, 1, 1, -1]))  # a new bad call, its copy in flight
     assert event.records == 2 and not event.ready
     with pytest.raises(ValueError, match="class index -1"):
-        ic.check_class_indices()  # waits
-    assert event.waits == 1
+        ic.check_class_indices()  # waits: for the copy in flight (the good calls), then for one covering the bad one
+    assert event.waits == 2
     ic.check_class_indices()
 
 
@@ -171,3 +171,34 @@ def test_cuda_deferred_check():
     sa.entmax15_loss(x, torch.tensor([0, 1, 1, -2], device="cuda"))
     with pytest.raises(ValueError, match="class index -2"):
         ic.check_class_indices("cuda")
+
+
+def test_a_later_bad_call_is_reported_after_an_earlier_one(deferred):
+    """Two bad calls, the first copy covering the first only: its report clears what it covered, not the second
+    call's entry, which the next report names."""
+    event = Event()
+    ic._FLAGS[torch.device("cpu")] = ic.DeviceFlag(torch.device("cpu"), event=event)
+    sa.entmax15_loss(X, torch.tensor([0, 7, 1, 1]))  # its copy in flight
+    sa.sparsemax_loss(X, torch.tensor([0, 1, 9, 1]))  # queued after the copy
+    event.ready = True
+    with pytest.raises(ValueError, match=r"call of entmax15_loss .* class index 7"):
+        sa.entmax15_loss(X, torch.tensor([0, 1, 1, 1]))
+    with pytest.raises(ValueError, match=r"call of sparsemax_loss .* class index 9"):
+        ic.check_class_indices()
+    ic.check_class_indices()  # both reported: clear
+
+
+def test_the_smallest_int64_index_is_bad(deferred):
+    sa.entmax15_loss(X, torch.tensor([0, -(2**63), 1, 1]))
+    with pytest.raises(ValueError, match="out of range"):
+        ic.check_class_indices()
+
+
+def test_traced_losses_keep_a_bad_index_and_fail_in_the_kernel(deferred):
+    """A loss that torch.compile traces (normmax, a prediction returned) cannot read the flag: the bad index is
+    kept, and reading it fails as PyTorch's own gather does, instead of a loss computed with class 0."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: sa.entmax15_loss(x, y, return_prediction=True)[0], backend="aot_eager")
+    with pytest.raises(Exception, match=r"out of bounds|out of range|index"):
+        f(X, torch.tensor([0, 1, 9, 2]))
+    ic.check_class_indices()

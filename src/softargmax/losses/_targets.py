@@ -229,9 +229,11 @@ def _index_rows(target: Tensor, x: Tensor, rows: Rows, ignore_index: int, caller
     idx = target.reshape(rows.R).to(torch.long)
     keep = idx != ignore_index
     bad = keep & ((idx < 0) | (idx >= rows.k))
-    if deferred(idx):  # on a GPU: checked on the device, raised at a later call (no host synchronization)
-        check_on_device(idx, bad, caller, rows.k, ignore_index, tuple(x.shape))
-        return torch.where(keep & ~bad, idx, 0), keep  # a bad index reads class 0 (no access outside the row)
+    if deferred(idx) and check_on_device(idx, bad, caller, rows.k, ignore_index, tuple(x.shape)):
+        # on a GPU: checked on the device, raised at a later call (no host synchronization); a bad index reads
+        # class 0 (no access outside the row).  Where the check cannot run (tracing, CUDA-graph capture), the
+        # index is kept as it is, and the kernel that reads it fails as PyTorch's own gather does
+        return torch.where(keep & ~bad, idx, 0), keep
     if values_checkable(bad) and bool(bad.any()):
         raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {rows.k}) (ignore_index={ignore_index})")
     return torch.where(keep, idx, torch.zeros_like(idx)), keep

@@ -23,13 +23,21 @@ for the copy (a synchronization) and reads the flag; call it after a loss call t
 call (in a debugging run, or once per epoch).  Only the first bad call before a report is named.
 
 The check is skipped, as every value check of the library is, while ``torch.compile``,
-``torch.export`` or ``torch.jit.trace`` traces (the traced operators check at run time), during
-CUDA-graph capture, and for tensor subclasses (fake tensors); the bad rows are computed with class 0
-there as well.
+``torch.export`` or ``torch.jit.trace`` traces, during CUDA-graph capture, and for tensor subclasses
+(fake tensors).  There the index is kept as it is, and a bad one fails in the kernel that reads it, as
+PyTorch's own gather does (a device-side assertion on a GPU); the losses that run as one traced operator
+(class indices without ``return_prediction``) check at run time as in eager mode.
+
+The flag of a device assumes its loss calls come from one stream at a time (the usual training loop);
+calls from several threads are serialized by a lock.  A bad index of the last calls before the program
+ends, with no later loss call to report it, is reported at exit on standard error.
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
+import threading
 from typing import Any, Optional, Union
 
 import torch
@@ -72,18 +80,26 @@ class DeviceFlag:
         self.count += 1
         n = self.count
         self.calls[n] = (caller, k, ignore_index, shape)
-        some = torch.where(bad, index, _LOW).amax()  # the largest bad index, or _LOW
+        # the largest bad index, or _LOW (an index of -2**63 itself counts as -2**63 + 1, still bad)
+        some = torch.where(bad, index.clamp_min(_LOW + 1), _LOW).amax()
         self.state[1 + n % LOG].copy_(some)
         torch.maximum(self.state[0], some, out=self.state[0])
         if not self.pending:
-            self.host.copy_(self.state, non_blocking=True)
-            if self.event is not None:  # behind the copy, on the stream of the flag's device
-                self.event.record(torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None)
-            self.pending, self.copied = True, n
+            self._start_copy()
+
+    def _start_copy(self) -> None:
+        """Copy the flag to the host behind the calls queued so far (asynchronously), covering them."""
+        self.host.copy_(self.state, non_blocking=True)
+        if self.event is not None:  # behind the copy, on the stream of the flag's device
+            self.event.record(torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None)
+        self.pending, self.copied = True, self.count
 
     def poll(self, wait: bool) -> None:
-        """Read the flag if its copy has landed (``wait``: wait for it) and raise the ``ValueError`` of a bad
-        call it reports; the flag is then cleared."""
+        """Read the flag if its copy has landed (``wait``: wait for it; a copy is started first if calls are
+        left that none covers) and raise the ``ValueError`` of a bad call it reports; what it reported is
+        then cleared, and a copy of the calls left is started."""
+        if not self.pending and wait and self.calls:
+            self._start_copy()
         if not self.pending:
             return
         if self.event is not None:
@@ -102,8 +118,19 @@ class DeviceFlag:
         for n in covered:
             del self.calls[n]
         if not bad:
+            if wait and self.calls:  # calls made after that copy: waiting covers them too
+                self._start_copy()
+                self.poll(wait=True)
             return
-        self.state.fill_(_LOW)  # cleared behind the calls already queued (a device fill)
+        # clear what this report covers, behind the calls already queued (device fills): the log entries of
+        # the covered calls (not those a later, uncovered call has taken over), and the running maximum, which
+        # is then that of the entries left (the bad calls queued after the copy stay to be reported)
+        later = {n % LOG for n in self.calls}
+        for slot in {n % LOG for n in covered} - later:
+            self.state[1 + slot].fill_(_LOW)
+        torch.amax(self.state[1:], 0, out=self.state[0])
+        if self.calls:  # calls queued after the copy: the next poll reads them
+            self._start_copy()
         hint = ("On a GPU the check is read a few calls late, without waiting for the device: call "
                 "softargmax.losses.check_class_indices() after a loss call to raise there")
         if call is None or first is None:  # its log entry was overwritten: more than LOG calls ran before the copy
@@ -117,6 +144,7 @@ class DeviceFlag:
 
 
 _FLAGS: dict[torch.device, DeviceFlag] = {}
+_LOCK = threading.Lock()  # the flags' host state (counts, pending copy, calls) is updated by one thread at a time
 _deferred_on_cpu = False
 
 
@@ -135,17 +163,22 @@ def deferred(index: Tensor) -> bool:
 
 
 def check_on_device(index: Tensor, bad: Tensor, caller: str, k: int, ignore_index: int,
-                    shape: tuple[int, ...]) -> None:
+                    shape: tuple[int, ...]) -> bool:
     """The deferred check of one loss call: raise the ``ValueError`` of an earlier call whose result has
-    landed, then fold this call's bad rows ``bad`` of ``index`` into its device's flag.  Nothing is checked
-    where values cannot be read (tracing, CUDA-graph capture, tensor subclasses)."""
-    if type(index) is not Tensor or type(bad) is not Tensor or index.numel() == 0 or not values_checkable(index):
-        return
-    flag = _FLAGS.get(index.device)
-    if flag is None:
-        flag = _FLAGS[index.device] = DeviceFlag(index.device)
-    flag.poll(wait=False)
-    flag.record(index, bad, caller, k, ignore_index, shape)
+    landed, then fold this call's bad rows ``bad`` of ``index`` into its device's flag.  ``False`` (nothing
+    checked) where values cannot be read (tracing, CUDA-graph capture, tensor subclasses); ``True`` for no
+    indices (nothing to check)."""
+    if type(index) is not Tensor or type(bad) is not Tensor or not values_checkable(index):
+        return False
+    if index.numel() == 0:
+        return True
+    with _LOCK:
+        flag = _FLAGS.get(index.device)
+        if flag is None:
+            flag = _FLAGS[index.device] = DeviceFlag(index.device)
+        flag.poll(wait=False)  # (an earlier call's error stops this call before its indices are read)
+        flag.record(index, bad, caller, k, ignore_index, shape)
+    return True
 
 
 def check_class_indices(device: Optional[Union[torch.device, str, int]] = None) -> None:
@@ -176,8 +209,21 @@ def check_class_indices(device: Optional[Union[torch.device, str, int]] = None) 
         if d.type == "cuda" and d.index is None:
             d = torch.device("cuda", torch.cuda.current_device())
         flags = [_FLAGS[d]] if d in _FLAGS else []
-    for flag in flags:
-        flag.poll(wait=True)
+    with _LOCK:
+        for flag in flags:
+            flag.poll(wait=True)
+
+
+@atexit.register
+def _report_at_exit() -> None:
+    """A bad class index of the last loss calls, which no later call reported: one line on standard error."""
+    for flag in list(_FLAGS.values()):
+        try:
+            flag.poll(wait=True)
+        except ValueError as err:
+            print(f"softargmax: {err}", file=sys.stderr)
+        except Exception:  # noqa: BLE001  (the device may be gone at exit: nothing more to say)
+            pass
 
 
 def host_buffers() -> list[Tensor]:
