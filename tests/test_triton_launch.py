@@ -110,8 +110,8 @@ def test_attention_tiles_and_warps_reach_the_kernels(monkeypatch):
     seen = []
     real = FA.FlashEntmaxAttention.apply
     # the launch configuration (BLOCK_M, BLOCK_N, forward warps, backward warps) is the argument before the
-    # packed-sequence offsets
-    monkeypatch.setattr(FA.FlashEntmaxAttention, "apply", lambda *a: seen.append(a[-2]) or real(*a))
+    # packed-sequence offsets and the window
+    monkeypatch.setattr(FA.FlashEntmaxAttention, "apply", lambda *a: seen.append(a[-3]) or real(*a))
     with overridden(attention=AttentionLaunch(block_m=32, block_n=16, warps=2)):
         assert FA.blocks(16, q.device, q.dtype) == (32, 16, 2)
         tuned = FA.flash_attention(q, k, v, mapping="entmax15", is_causal=True)
