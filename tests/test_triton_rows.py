@@ -570,9 +570,11 @@ def _infinite_f0_rows(k: int, device) -> torch.Tensor:
 
 @pytest.mark.parametrize("case", INFINITE_F0, ids=_ids)
 def test_infinite_f0_kinds_within_float32_of_float64(case, layout, triton_device):
-    """Reverse KL, Jeffrey and reverse χ² in the kernels (registers, streamed, streamed with overflowing lanes):
+    """Reverse KL, Jeffrey and reverse χ² in the kernels (registers, streamed):
     ``p``, ``τ`` and ``Σ s`` against the float64 PyTorch solver on the same float32 scores, the edge rows'
     conventions (zeros, NaN and the bad rows; the uniform row, the one-hot of a single finite entry)."""
+    if layout == "streamed-overflow":
+        pytest.skip("these kinds keep one score per lane (rows.long_slots): the streamed case is this one")
     name, params = case
     div = get_divergence(name, **params)
     k = row_length(70, layout)
@@ -626,6 +628,19 @@ def test_infinite_f0_kinds_values_gradients_and_losses(layout, triton_device):
                 out.append((loss.detach(), xx.grad))
         torch.testing.assert_close(out[0][0], out[1][0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(out[0][1], out[1][1], atol=1e-6, rtol=1e-5)
+
+
+def test_infinite_f0_losses_of_half_rows_against_float64(triton_device):
+    """bfloat16 scores with probability targets: the loss value of reverse KL, Jeffrey and reverse χ² (which sums
+    ``f(p)`` outside the kernel) within 0.5% of float64's (from ``p`` rounded to bfloat16 it was 3.7% off)."""
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 4000, generator=gen) * 2
+    y = torch.softmax(torch.randn(2, 4000, generator=gen), -1)
+    for name, _ in INFINITE_F0:
+        got = sa.f_divergence_loss(x.bfloat16().to(triton_device), y.to(triton_device), name, reduction="none")
+        with reference_path():
+            ref = sa.f_divergence_loss(x.bfloat16().double(), y.double(), name, reduction="none")
+        assert float(((got.double().cpu() - ref) / ref).abs().max()) <= 5e-3, name
 
 
 def test_lambert_w_of_exp_to_float32_rounding(triton_device):

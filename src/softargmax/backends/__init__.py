@@ -129,8 +129,10 @@ def kernel_device(t: Tensor) -> bool:
 
 def solves_half_rows(z: Tensor, div: Divergence) -> bool:
     """Whether half-precision rows ``z`` ``[R, k]`` are solved as they are (``p`` in their dtype and the
-    float32 row sums of the loss value): the Triton kernels cover them; every other solver needs float32."""
-    return select(z, div, candidates_only=True) is _triton_rows
+    float32 row sums of the loss value): the Triton kernels cover them, except the kinds with ``f(0) = +∞``,
+    whose loss value sums ``f(p)`` outside the kernel (from ``p`` rounded to half precision it was off by
+    several percent); every other solver needs float32."""
+    return kind_of(div)[0] not in INFINITE_F0_KINDS and select(z, div, candidates_only=True) is _triton_rows
 
 
 def solve_loss_gradient(z: Tensor, div: Divergence, index: Tensor,
