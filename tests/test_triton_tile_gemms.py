@@ -190,6 +190,21 @@ def test_products_sum_every_token_tile_of_a_class_tile(triton_device):
     torch.testing.assert_close(gw.cpu().to(F64), G.to(F64).T @ h.to(F64), rtol=1e-5, atol=1e-4)
 
 
+def _spy_marks(monkeypatch) -> list:
+    """Records ``(tiles.written, the marks)`` of every call of the tile products, which still run."""
+    from softargmax.backends.triton import tile_gemms
+
+    seen = []
+    backprop = tile_gemms.backprop
+
+    def spy(G, weight, h, gh, gw, tiles):
+        seen.append((tiles.written, tiles.flags.cpu().clone()))
+        return backprop(G, weight, h, gh, gw, tiles)
+
+    monkeypatch.setattr(tile_gemms, "backprop", spy)
+    return seen
+
+
 def _topic_problem(dtype=torch.float32):
     """72 tokens (token tiles of 64 and 8), 208 classes: tokens 0-63 score classes 0-19 high (class tile
     0), tokens 64-71 classes 130-149 (class tile 2); token 5's target is class 100 (tile 1, outside its
@@ -215,16 +230,7 @@ def test_fused_loss_skips_zero_tiles_and_equals_the_unfused_loss(triton_device, 
     marks, the target's tile included) and its gradients equal the float64 unfused loss's; the softmax
     loss (no zero in ``G``) keeps the dense products.  (Sparsemax's marks come from the same kernel as
     1.5-entmax's, ``gradient_rows``; α-ReLU's from its own.)"""
-    from softargmax.backends.triton import tile_gemms
-
-    seen = []
-    backprop = tile_gemms.backprop
-
-    def spy(G, weight, h, gh, gw, tiles):
-        seen.append((tiles.written, tiles.flags.cpu().clone()))
-        return backprop(G, weight, h, gh, gw, tiles)
-
-    monkeypatch.setattr(tile_gemms, "backprop", spy)
+    seen = _spy_marks(monkeypatch)
     h, W, t = _topic_problem()
     dev = triton_device
     hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
@@ -345,12 +351,8 @@ def test_per_token_loss_skips_zero_tiles(triton_device, monkeypatch):
     """``reduction="none"``: the backward's products skip the tiles marked from ``G`` (no kernel marks them
     there), and the gradients of a weighted sum of the per-token losses equal the float64 unfused ones
     (α-ReLU, whose prediction needs no solver: the interpreter's row solver costs seconds here)."""
-    from softargmax.backends.triton import tile_gemms
 
-    seen = []
-    backprop = tile_gemms.backprop
-    monkeypatch.setattr(tile_gemms, "backprop", lambda G, w, h, gh, gw, tiles: seen.append(tiles.flags.cpu().clone())
-                        or backprop(G, w, h, gh, gw, tiles))
+    seen = _spy_marks(monkeypatch)
     h, W, t = _topic_problem()
     dev = triton_device
     hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
@@ -358,7 +360,7 @@ def test_per_token_loss_skips_zero_tiles(triton_device, monkeypatch):
                                           chunk_size=72)
     g = torch.linspace(0.5, 1.5, 72)
     gh, gw = torch.autograd.grad((losses * g.to(dev)).sum(), (hh, WW))
-    assert len(seen) == 1 and seen[0].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
+    assert len(seen) == 1 and seen[0][1].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
     hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
     ref = sa.fenchel_young_loss(hd @ Wd.T, t, "alpha_relu", tau=1.0, reduction="none")
     rh, rw = torch.autograd.grad((ref * g.to(F64)).sum(), (hd, Wd))
@@ -372,13 +374,9 @@ def test_vocab_parallel_loss_skips_zero_tiles(triton_device, monkeypatch):
     marked from ``G`` and the products skip the others; the gradients equal the float64 unfused ones."""
     import torch.distributed as dist
 
-    from softargmax.backends.triton import tile_gemms
     from softargmax.losses import distributed
 
-    seen = []
-    backprop = tile_gemms.backprop
-    monkeypatch.setattr(tile_gemms, "backprop", lambda G, w, h, gh, gw, tiles: seen.append(tiles.flags.cpu().clone())
-                        or backprop(G, w, h, gh, gw, tiles))
+    seen = _spy_marks(monkeypatch)
     h, W, t = _topic_problem()
     dev = triton_device
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -388,7 +386,7 @@ def test_vocab_parallel_loss_skips_zero_tiles(triton_device, monkeypatch):
         gh, gw = torch.autograd.grad(loss, (hh, WW))
     finally:
         dist.destroy_process_group()
-    assert len(seen) == 1 and seen[0].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
+    assert len(seen) == 1 and seen[0][1].tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
     hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
     ref = sa.fenchel_young_loss(hd @ Wd.T, t, "alpha_relu", tau=1.0)
     rh, rw = torch.autograd.grad(ref, (hd, Wd))
