@@ -8,7 +8,9 @@ On the CPU the library's Triton kernels run in Triton's interpreter through the 
 device with the host (``item()``/``bool()`` of a tensor, data-dependent output sizes, ``tolist()``,
 ``cpu()``), with the line of the library that makes it.  The range check of class indices runs
 as on a GPU (:func:`softargmax.losses.index_check.set_deferred_on_cpu`): on the device, its flag read
-at a later call once its asynchronous copy has landed.  PyTorch operators are not launches here;
+at a later call once its asynchronous copy has landed.  The vocabulary-parallel loss and fused loss
+(``distributed`` cases) run over a group of one process (gloo; NCCL on CUDA): their first round's
+table is read on the host, and carries their class-index range check.  PyTorch operators are not launches here;
 their count (``torch_ops``: every ATen call, views and allocations included) stands for the host
 work and the small kernels a GPU would launch for them; ``allocations`` and ``allocated_bytes`` the
 new tensors the call makes.
