@@ -153,3 +153,24 @@ def test_per_token_half_chunk_buffers_are_half_the_bytes(triton_device, monkeypa
     assert 2 * native <= wide, counts
     # the GEMMs' logits alone, 2 chunks x 2 passes x 8 tokens x V in bfloat16, are in both
     assert native >= 4 * 8 * V * 2
+
+
+def test_per_token_half_chunks_hold_as_many_tokens_as_the_reduced_ones(triton_device, monkeypatch):
+    """The default chunk of a bfloat16 per-token call counts the buffers it makes: as many tokens as the reduced
+    loss's chunk at the same budget (logits and ``p``/``G``, 4 bytes per class: 5 tokens of V = 48 in 960 bytes),
+    not the float32 route's extra buffer (2 tokens)."""
+    chunks = {}
+    for cls, key in ((_linear_recompute.LinearFYPerToken, "none"), (linear.LinearFY, "sum")):
+        forward = cls.forward
+
+        def spy(ctx, *args, forward=forward, key=key):
+            chunks[key] = args[6]
+            return forward(ctx, *args)
+
+        monkeypatch.setattr(cls, "forward", staticmethod(spy))
+    h, W, _, t, _ = _problem()
+    dev = triton_device
+    for reduction in ("none", "sum"):
+        sa.linear_fenchel_young_loss(h.to(dev).requires_grad_(), W.to(dev), t.to(dev), mapping="entmax15",
+                                     reduction=reduction, memory_budget=5 * 48 * 4)
+    assert chunks == {"none": 5, "sum": 5}
