@@ -174,3 +174,35 @@ def test_per_token_half_chunks_hold_as_many_tokens_as_the_reduced_ones(triton_de
         sa.linear_fenchel_young_loss(h.to(dev).requires_grad_(), W.to(dev), t.to(dev), mapping="entmax15",
                                      reduction=reduction, memory_budget=5 * 48 * 4)
     assert chunks == {"none": 5, "sum": 5}
+
+
+@pytest.mark.parametrize("kind", ["probabilities", "top-k", "label sets"])
+def test_per_token_half_chunks_with_dense_targets(triton_device, native_flags, kind):
+    """Probability vectors, a teacher's top-k (dense per chunk) and label sets on bfloat16 per-token chunks:
+    values exact to float32 and gradients within eight bfloat16 units, against float64."""
+    h, W, _, _, gout = _problem()
+    N, V = h.shape[0], W.shape[0]
+    g = torch.Generator().manual_seed(2)
+    soft = torch.softmax(torch.randn(N, V, generator=g) * 2, -1)
+    top = soft.topk(5)
+    labels = (torch.rand(N, V, generator=g) < 0.1).float()
+    labels[:, 0] = 1.0
+    if kind == "top-k":
+        rest = (1 - top.values.sum(-1, keepdim=True)) / (V - 5)
+        target, ref_target, opts = (top.values, top.indices), rest.expand(N, V).scatter(1, top.indices, top.values), {}
+    else:
+        target = soft if kind == "probabilities" else labels
+        ref_target, opts = target, ({"multilabel": True} if kind == "label sets" else {})
+    dev = triton_device
+    hh, WW = h.to(dev).requires_grad_(), W.to(dev).requires_grad_()
+    dev_target = tuple(a.to(dev) for a in target) if isinstance(target, tuple) else target.to(dev)
+    loss = sa.linear_fenchel_young_loss(hh, WW, dev_target, mapping="entmax15", chunk_size=7, reduction="none", **opts)
+    grads = torch.autograd.grad(loss, (hh, WW), gout.to(dev))
+    assert native_flags == [True]
+    hd, Wd = h.to(F64).requires_grad_(), W.to(F64).requires_grad_()
+    logits = (h @ W.T).to(F64) + (hd @ Wd.T - (hd @ Wd.T).detach())
+    ref = sa.fenchel_young_loss(logits, ref_target.to(F64), "entmax15", reduction="none", **opts)
+    ref_grads = torch.autograd.grad(ref, (hd, Wd), gout.to(F64))
+    torch.testing.assert_close(loss.detach().cpu().to(F64), ref.detach(), rtol=1e-5, atol=1e-6)
+    for a, c in zip(grads, ref_grads):
+        assert float((a.cpu().to(F64) - c).abs().max()) <= 8 * BF16_U * float(c.abs().max())
