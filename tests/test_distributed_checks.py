@@ -65,8 +65,8 @@ def test_bad_class_index_raises_at_the_call(group, deferred, kind, bad):
 
 @pytest.mark.parametrize("kind", ["unfused", "fused"])
 def test_ignored_and_edge_indices_pass(group, kind):
-    """0 and K - 1 are in range; an ignore_index outside [0, K) and every row ignored raise nothing; an
-    ignore_index inside [0, K) is skipped (not counted as the largest index)."""
+    """0 and K - 1 are in range; every row ignored raises nothing (the table says no index was kept); the rows of
+    an ignore_index of K + 2 are skipped by the range check (not counted as the largest index)."""
     h, W, t = _problem()
     t[0], t[1] = 0, 9
     call = _calls(h, W, {})[kind]
