@@ -47,6 +47,8 @@ BUDGETS.update({"sparsemax_loss": (2, 0), "entmax15_loss": (2, 0), "entmax_loss_
 #: (losses/_row_losses.py; with its nonzero in the unfused loss).  Before: 6 and 9 (the range check, and the
 #: fused loss's mean denominator read as a float).
 DISTRIBUTED_SITES = {"vocab_parallel_loss_entmax15": 1, "linear_vocab_parallel_loss_entmax15": CHUNKS}
+#: On a GPU (NCCL, a group of one) the same budgets hold if the first round's buffer reaches the device without a
+#: blocking copy (it is copied from pinned memory, non_blocking): not run on a GPU yet.
 #: Launches: each rank's own root of its slice (the solver's kernel, the start of the split Newton solve), per
 #: solve, and the unfused loss's backward scaling of G.
 BUDGETS.update({"vocab_parallel_loss_entmax15": (2, 5),

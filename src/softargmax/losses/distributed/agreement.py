@@ -198,7 +198,10 @@ def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.de
     for name, v in fields.items():
         host[_SLOT[name]] = int(v)
     host[_SLOT["error"]] = int(error is not None)
-    buf = torch.tensor(host, dtype=torch.int64, device=device)
+    buf = torch.tensor(host, dtype=torch.int64)
+    # to a GPU from pinned memory, without waiting (a blocking copy from the host would synchronize: the one
+    # synchronization of the round is the reading of its table below)
+    buf = buf.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else buf.to(device)
     for name, t in (tensors or {}).items():
         buf[_SLOT[name]] = t
     out = [torch.empty_like(buf) for _ in range(world)]
