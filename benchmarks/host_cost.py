@@ -8,7 +8,9 @@ On the CPU the library's Triton kernels run in Triton's interpreter through the 
 device with the host (``item()``/``bool()`` of a tensor, data-dependent output sizes, ``tolist()``,
 ``cpu()``), with the line of the library that makes it.  The range check of class indices runs
 as on a GPU (:func:`softargmax.losses.index_check.set_deferred_on_cpu`): on the device, its flag read
-at a later call once its asynchronous copy has landed.  PyTorch operators are not launches here;
+at a later call once its asynchronous copy has landed.  The vocabulary-parallel loss and fused loss
+(``distributed`` cases) run over a group of one process (gloo; NCCL on CUDA): their first round's
+table is read on the host, and carries their class-index range check.  PyTorch operators are not launches here;
 their count (``torch_ops``: every ATen call, views and allocations included) stands for the host
 work and the small kernels a GPU would launch for them; ``allocations`` and ``allocated_bytes`` the
 new tensors the call makes.
@@ -20,11 +22,12 @@ On a GPU, :func:`cuda_syncs` counts the same synchronizations with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _counting  # noqa: E402
@@ -35,7 +38,9 @@ FUSED = (8, 16, 300, 4)  # tokens, hidden, vocabulary, chunk_size (tokens per ch
 
 def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
     """``{name: (kind, make)}``: ``make(device)`` prepares the inputs and returns the call to count.
-    Kinds: ``forward``/``backward`` of a row operator, ``loss`` (forward + backward), ``fused``."""
+    Kinds: ``forward``/``backward`` of a row operator, ``loss`` (forward + backward), ``fused``, and
+    ``distributed``: the vocabulary-parallel loss and fused loss (forward + backward) over a group of one
+    process (:func:`process_group`)."""
     import torch
 
     import softargmax as sa
@@ -73,6 +78,25 @@ def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
 
         return make
 
+    def vocab_parallel(fused_call: bool) -> Callable[[Any], Callable[[], Any]]:
+        # the classes split over a group of one process (every round of the split loss is made, and counted)
+        from softargmax.losses import distributed
+
+        def make(device: Any) -> Callable[[], Any]:
+            gen = torch.Generator().manual_seed(0)
+            if fused_call:
+                N, H, V, chunk = FUSED
+                h = (torch.randn(N, H, generator=gen) / H**0.5).to(device).requires_grad_(True)
+                w = (torch.randn(V, H, generator=gen) * 0.1).to(device).requires_grad_(True)
+                t = torch.randint(0, V, (N,), generator=gen).to(device)
+                return lambda: torch.autograd.grad(
+                    distributed.linear_fenchel_young_loss(h, w, t, mapping="entmax15", chunk_size=chunk), (h, w))
+            x = (torch.randn(*SHAPE, generator=gen) * 3).to(device).requires_grad_(True)
+            t = torch.randint(0, SHAPE[1], (SHAPE[0],), generator=gen).to(device)
+            return lambda: torch.autograd.grad(distributed.fenchel_young_loss(x, t, "entmax15"), x)
+
+        return make
+
     ops = {"sparsemax": sa.sparsemax, "entmax15": sa.entmax15, "entmax_a1.3": lambda x: sa.entmax(x, 1.3),
            "jensen_shannon": lambda x: sa.f_softargmax(x, "jensen_shannon"),
            "squared_hellinger": lambda x: sa.f_softargmax(x, "squared_hellinger"),
@@ -88,21 +112,42 @@ def cases() -> dict[str, tuple[str, Callable[[Any], Callable[[], Any]]]]:
         out[name] = ("loss", loss(lfn))
     out["linear_loss_kl"] = ("fused", fused("softmax"))
     out["linear_loss_entmax15"] = ("fused", fused("entmax15"))
+    out["vocab_parallel_loss_entmax15"] = ("distributed", vocab_parallel(False))
+    out["linear_vocab_parallel_loss_entmax15"] = ("distributed", vocab_parallel(True))
     return out
+
+
+@contextlib.contextmanager
+def process_group(kind: str, device: Any = "cpu") -> Iterator[None]:
+    """For the ``distributed`` cases: a group of this one process (gloo on the CPU, NCCL on CUDA, whose
+    all-gather gloo does not take) while none is initialized (destroyed after), so that the
+    vocabulary-parallel losses make their rounds."""
+    import torch.distributed as dist
+
+    made = kind == "distributed" and not dist.is_initialized()
+    if made:
+        backend = "nccl" if str(device).startswith("cuda") else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if made:
+            dist.destroy_process_group()
 
 
 def count(name: str, device: Any = "cpu") -> dict:
     """Launches and synchronizations of one call of case ``name`` (after a first call: warm)."""
     from softargmax.losses import index_check
 
-    _, make = cases()[name]
+    kind, make = cases()[name]
     call = make(device)
     # the range check of class indices as on a GPU: on the device, read at a later call (the CPU raises at once)
     old = index_check.set_deferred_on_cpu(True)
     try:
-        call()  # the first call: lazy imports, kernels compiled
-        with _counting.counting() as c:
-            call()
+        with process_group(kind, device):
+            call()  # the first call: lazy imports, kernels compiled
+            with _counting.counting() as c:
+                call()
     finally:
         index_check.set_deferred_on_cpu(old)
     return {"case": name, "launches": sum(c.launches.values()), "kernels": dict(c.launches),
@@ -126,22 +171,23 @@ def cuda_sync_sites(name: str) -> list[str]:
 
     import torch
 
-    _, make = cases()[name]
-    call = make("cuda")
-    call()
-    torch.cuda.synchronize()
-    gc.collect()
-    gc.disable()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                call()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    finally:
-        gc.enable()
+    kind, make = cases()[name]
+    with process_group(kind, "cuda"):
+        call = make("cuda")
+        call()
+        torch.cuda.synchronize()
+        gc.collect()
+        gc.disable()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    call()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+        finally:
+            gc.enable()
     return [f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}" for w in caught
             if "synchroniz" in str(w.message)]
 

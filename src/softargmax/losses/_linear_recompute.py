@@ -20,7 +20,17 @@ computes the chunk's logits again (one more GEMM per chunk than the reduced loss
   GPU kernels run, the products skip ``G``'s all-zero tiles, marked from ``G`` by
   :func:`~softargmax.backends.tile_flags.tile_flags`: :func:`~._linear_chunks.backprop_chunk`).
 
-The alternative, re-solving each chunk in the backward, costs a second threshold search
+That is the float32 path (the CPU, and rows the GPU kernels do not solve in half precision).  Where
+the kernels solve half-precision chunks as they are (the reduced loss's ``"native"`` chunks), the
+per-token loss keeps them so too and re-solves instead (``native`` of :class:`LinearFYPerToken`): the
+forward takes the values from the kernels' float32 row sums, and the backward recomputes each
+chunk's logits and calls the kernel that writes :math:`G = g_i w_i (p - y)` over them in the input's
+dtype, one launch (two with the scaling) that costs a threshold search again but no float32
+``[tokens, vocabulary]`` buffer and no PyTorch elementwise pass over one; a threshold read off a
+half-precision :math:`p` would carry its rounding (:math:`2^{-8}` relative in bfloat16) into every
+entry of the recomputed prediction at once.
+
+The alternative on the float32 path, re-solving each chunk in the backward, costs a second threshold search
 (several passes over the row); storing :math:`p` costs ``[tokens, vocabulary]`` memory, which is
 what the fused loss avoids.  :math:`\tau_i` is read off the forward's prediction at its largest
 entry :math:`j`: on the support :math:`p_j = q_j g(z_j - \tau)` with :math:`g = (f^*)' = (f')^{-1}`,
@@ -99,16 +109,51 @@ def _logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], cdt: torch.dtype)
     return logits.to(cdt)
 
 
+def _native_chunk(h: Tensor, weight: Tensor, bias: Optional[Tensor],
+                  softcap: Optional[float]) -> tuple[Tensor, Optional[Tensor]]:
+    """A chunk's logits in the input's dtype, soft-capped where asked: ``(θ, tanh(z/c) or None)``."""
+    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
+    if softcap is None:
+        return z, None
+    t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
+    return t * softcap, t
+
+
 class LinearFYPerToken(torch.autograd.Function):
-    """Per-token fused loss ``[N]`` (module docstring); ``sink``: a :class:`~._prediction_stats.StatsSink` or ``None``."""
+    """Per-token fused loss ``[N]`` (module docstring); ``sink``: a :class:`~._prediction_stats.StatsSink` or ``None``.
+
+    ``native``: every chunk stays in the input's dtype (half precision where the GPU kernels solve it, as the
+    reduced loss's chunks do, :class:`~._linear_chunks.LinearFY`): the forward takes the value from the row
+    kernels' float32 sums and keeps no threshold, and the backward solves each chunk again with the kernel
+    that writes ``G = g_i w_i (p - y)`` in the input's dtype over the logits (the reduced loss's call, its
+    row scale the incoming per-token gradient), so no float32 ``[tokens, V]`` buffer is made in either pass,
+    and ``G`` is the reduced loss's to its rounding."""
 
     @staticmethod
     def forward(ctx: Any, hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], compute: RowsCompute,
                 predictor: Union[ThresholdPrediction, ElementwisePrediction], tgt: Target, chunk: int,
-                softcap: Optional[float], sink: Optional[StatsSink], skip: bool = False) -> Tensor:
+                softcap: Optional[float], sink: Optional[StatsSink], skip: bool = False, native: bool = False) -> Tensor:
         N = hidden2d.shape[0]
         cdt = compute_dtype(hidden2d.dtype)
         losses = torch.empty(N, dtype=cdt, device=hidden2d.device)
+        ctx.compute, ctx.predictor, ctx.tgt, ctx.chunk, ctx.softcap = compute, predictor, tgt, chunk, softcap
+        ctx.skip, ctx.native = skip, native
+        ctx.save_for_backward(hidden2d, weight, bias)
+        if native:
+            ctx.tau = None
+            for start in range(0, N, chunk):
+                end = min(N, start + chunk)
+                theta, _ = _native_chunk(hidden2d[start:end], weight, bias, softcap)
+                part = rows_of(tgt, start, end)
+                if sink is None:  # G is written over the chunk's own logits (discarded: the backward solves again)
+                    loss = compute(theta, part, inplace=True, overwrite=True)[0]
+                else:
+                    loss, p, _ = compute(theta, part, inplace=False)
+                    sink.add(p)
+                    del p
+                losses[start:end] = loss if part.item_weight is None else loss * part.item_weight
+                del theta
+            return losses
         states: list[Any] = []  # the predictor's per-chunk state: [R, 1] thresholds, or None
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
@@ -123,10 +168,7 @@ class LinearFYPerToken(torch.autograd.Function):
             if sink is not None:
                 sink.add(p)
             del theta, p
-        ctx.save_for_backward(hidden2d, weight, bias)
         ctx.tau = None if not states or states[0] is None else torch.cat(states)
-        ctx.compute, ctx.predictor, ctx.tgt, ctx.chunk, ctx.softcap = compute, predictor, tgt, chunk, softcap
-        ctx.skip = skip
         return losses
 
     @staticmethod
@@ -150,6 +192,15 @@ class LinearFYPerToken(torch.autograd.Function):
         for start in range(0, N, ctx.chunk):
             end = min(N, start + ctx.chunk)
             h = hidden2d[start:end]
+            marks = None if tiles is None else tiles.reset(end - start)
+            if ctx.native:  # the chunk solved again by the kernel that writes the scaled G (class docstring)
+                theta, t = _native_chunk(h, weight, bias, softcap)
+                G = ctx.compute(theta, rows_of(ctx.tgt, start, end), inplace=True, scale=scale_all[start:end],
+                                overwrite=True, tiles=marks)[2]
+                del theta
+                backprop_chunk(G, t, hidden2d.dtype, weight, h, None if gh is None else gh[start:end], gw, gb, marks)
+                del G, t
+                continue
             z = _logits(h, weight, bias, cdt)
             if softcap is not None:
                 t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
@@ -161,10 +212,9 @@ class LinearFYPerToken(torch.autograd.Function):
             del theta, z
             G = G.mul_(scale_all[start:end].unsqueeze(1))
             backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
-                           None if gh is None else gh[start:end], gw, gb,
-                           None if tiles is None else tiles.reset(end - start))
+                           None if gh is None else gh[start:end], gw, gb, marks)
             del G
             if softcap is not None:
                 del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
         return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),
-                None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None)

@@ -28,6 +28,13 @@ The check is skipped, as every value check of the library is, while ``torch.comp
 PyTorch's own gather does (a device-side assertion on a GPU); the losses that run as one traced operator
 (class indices without ``return_prediction``) check at run time as in eager mode.
 
+The vocabulary-parallel losses (:mod:`softargmax.losses.distributed`) do not defer: their first round, an
+all-gather whose table every rank reads on the host anyway, carries the smallest and the largest kept class
+index, computed on the device, and each rank checks them against the global number of classes there.  The
+``ValueError`` is then raised at the call itself, on every rank at once; a check raised a few calls late
+could be read at different calls on different ranks, and a rank that did not raise would wait in the next
+collective for the ones that did.
+
 The flag of a device assumes its loss calls come from one stream at a time (the usual training loop);
 calls from several threads are serialized by a lock.  A bad index of the last calls before the program
 ends, with no later loss call to report it, is reported at exit on standard error.

@@ -13,10 +13,12 @@ the parameters, instead of two ``tokens × vocab`` tensors.
 ``reduction`` is ``"mean"`` or ``"sum"`` (the pre-computed gradients are scaled by the
 incoming scalar gradient), or ``"none"``: the loss of every token, of the target's batch shape
 (ignored tokens give 0 and item weights multiply each token's loss, as in
-``torch.nn.functional.cross_entropy``), whose backward takes any per-token gradient.  Its forward
-keeps one threshold per token and its backward computes each chunk's logits again: one more GEMM
-per chunk, and the prediction from the stored thresholds in one elementwise pass (re-solving would
-cost a second threshold search; storing the prediction, ``[tokens, V]`` memory).
+``torch.nn.functional.cross_entropy``), whose backward takes any per-token gradient.  Its backward
+computes each chunk's logits again (one more GEMM per chunk).  With float32 chunks the forward keeps
+one threshold per token and the backward forms the prediction from it in one elementwise pass
+(re-solving would cost a second threshold search in PyTorch; storing the prediction, ``[tokens, V]``
+memory); with half-precision chunks on the kernels' route the backward solves each chunk again with
+the kernel that writes the scaled gradient, as the reduced loss's forward does (below).
 
 ``return_stats=True`` also returns :class:`PredictionStats`: per token, the number of non-zero
 entries of the prediction :math:`p` and its Shannon entropy :math:`-\sum_j p_j \log p_j` (nats),
@@ -25,8 +27,8 @@ and RL-style uses (an entropy bonus, filtering tokens by entropy).  They are det
 
 Precision and memory:
 
-* float16/bfloat16 inputs on a GPU (the Triton kernels' route), ``reduction`` ``"mean"`` or
-  ``"sum"`` (with ``return_stats``, for the mappings whose solver writes ``p``: not the softmax and
+* float16/bfloat16 inputs on a GPU (the Triton kernels' route), every ``reduction`` (with
+  ``return_stats``, for the mappings whose solver writes ``p``: not the softmax and
   α-ReLU losses, whose kernels never form it): every chunk stays in the input's dtype.  The GEMM writes the logits; the row
   solver reads them and writes the prediction (float32 inside the kernels); one loss kernel
   turns it, in place, into the chunk's gradient ``w_i/denominator · (p - y)`` (for the softmax
@@ -34,8 +36,12 @@ Precision and memory:
   does the whole row and writes the gradient over the logits); the loss values come from the
   kernels' float32 row sums.  The chunk's buffers are then 4 bytes per token and class in
   bfloat16 (2 for the softmax and α-ReLU losses), against 16 when a chunk is converted
-  to float32 (elsewhere: on the CPU, whose solvers need float32, for the per-token loss, and for
-  the statistics of the softmax and α-ReLU losses).  With ``return_stats`` the prediction is kept
+  to float32 (elsewhere: on the CPU, whose solvers need float32, for the statistics of the
+  softmax and α-ReLU losses, and in the vocabulary-parallel loss, whose split solver runs in
+  PyTorch).  With ``reduction="none"`` the forward takes the values from the same kernels and keeps
+  nothing per token, and the backward solves each chunk again, its row scale the incoming
+  per-token gradient times the item weight: the same buffers in both passes, and ``G`` that of the
+  reduced loss (with a gradient of ones, equal to the ``"sum"`` loss's).  With ``return_stats`` the prediction is kept
   beside its gradient (2 more bytes) and its statistics are computed in float32, 64 rows at a
   time.  No value is read on the host.
 * the weight gradient is accumulated over the chunks in the weight's dtype, one GEMM per chunk
@@ -277,9 +283,9 @@ def linear_fenchel_young_loss(
                            ignore_index=ignore_index, label_smoothing=label_smoothing, weight=class_weight,
                            weight_name="class_weight", caller="linear_fenchel_young_loss")
     loss = loss.bind(q, temperature, logits_meta, rows)
-    # the reduced loss computes each chunk in the input's dtype where the GPU kernels take it (with
-    # return_stats, where they also give the prediction: the threshold mappings)
-    native = (reduction != "none" and hidden.dtype != compute_dtype(hidden.dtype) and kernel_device(hidden) and N > 0
+    # the chunks stay in the input's dtype where the GPU kernels take them (with return_stats, where they also
+    # give the prediction: the threshold mappings), for every reduction
+    native = (hidden.dtype != compute_dtype(hidden.dtype) and kernel_device(hidden) and N > 0
               and loss.solves_in_dtype(hidden.new_empty(1, V), prediction=return_stats))
     if chunk_size is None:
         # per-token losses and statistics keep the prediction beside its gradient: one more buffer
@@ -288,8 +294,8 @@ def linear_fenchel_young_loss(
         in_place = (isinstance(loss, FenchelYoungRowLoss) and loss.divergence.hints.softmax) or \
             isinstance(loss, AlphaReLURowLoss)
         chunk_size = chunk_tokens(V, hidden.dtype, budget, softcap is not None, chunk_target=topk,
-                                  extra_buffers=int(reduction == "none" or return_stats), native=native,
-                                  in_place=native and in_place)
+                                  extra_buffers=int(return_stats or (reduction == "none" and not native)),
+                                  native=native, in_place=native and in_place)
     return _chunked(hidden2d, weight, bias, loss, tgt, reduction, chunk_size, softcap, return_stats,
                     tuple(hidden.shape[:-1]), native)
 
@@ -299,7 +305,8 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
              native: bool = False) -> LossOutput:
     """The fused loss of the bound row loss ``loss`` over ``hidden2d``'s chunks: reduced (gradients
     computed in the forward) or per token (the backward recomputes the chunks), and the statistics.
-    ``native``: the reduced loss's chunks stay in the input's dtype (:class:`~._linear_chunks.LinearFY`)."""
+    ``native``: the chunks stay in the input's dtype (:class:`~._linear_chunks.LinearFY`,
+    :class:`~._linear_recompute.LinearFYPerToken`)."""
 
     def compute(th: Tensor, part: Target, inplace: bool = True, scale: Optional[Tensor] = None,
                 overwrite: bool = False, tiles: Optional[TileFlags] = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -313,7 +320,7 @@ def _chunked(hidden2d: Tensor, weight: Tensor, bias: Optional[Tensor], loss: Row
         else:  # α-ReLU: the prediction depends on each logit alone
             predictor = ElementwisePrediction(compute)
         value = LinearFYPerToken.apply(hidden2d, weight, bias, compute, predictor, tgt, chunk_size, softcap, sink,
-                                       skips_zero_tiles(loss, hidden2d, weight, tgt))
+                                       skips_zero_tiles(loss, hidden2d, weight, tgt), native)
         value = value.reshape(batch)
     else:
         value = LinearFY.apply(hidden2d, weight, bias, compute if sink is None else sink.recording(compute), tgt,

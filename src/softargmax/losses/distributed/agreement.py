@@ -9,6 +9,13 @@ parameters, the options, checksums of the class-index targets and of a per-row Î
 size and offset, and whether its own argument checks failed), and every rank makes the same
 checks on the same table, so every rank raises the same ``ValueError`` naming the first
 disagreement.
+
+The table is read on the host (the one synchronization of the round), so the value checks that need
+only a few numbers ride on it: the smallest and the largest kept class index (checked against the
+global number of classes once the slices are known, :func:`~.targets.make_plan`) and whether a rank's
+class weights hold a negative entry are computed on the device and written into the table, instead
+of being read on the host each by a synchronization of its own; every rank then raises the same
+``ValueError`` at the call itself, before any other collective.
 """
 
 from __future__ import annotations
@@ -88,17 +95,24 @@ SLOTS = (
     ("classes", None, None),
     ("offset", None, None),
     ("weight_len", None, None),
+    ("weight_negative", None, None),
+    ("index_low", None, None),
+    ("index_high", None, None),
 )
 _SLOT = {name: i for i, (name, _, _) in enumerate(SLOTS)}
 
 
 @dataclass
 class Split:
-    """The class slices every rank holds: ``sizes[r]`` classes from ``offsets[r]`` on (``K`` in all)."""
+    """The class slices every rank holds: ``sizes[r]`` classes from ``offsets[r]`` on (``K`` in all), and for
+    class-index targets the smallest and the largest kept index, ``(low, high)`` (``(0, -1)`` for none),
+    read from the first round's table: the range check of :func:`~.targets.make_plan` needs no other
+    host synchronization."""
 
     sizes: list[int]
     offsets: list[int]
     K: int
+    index_range: Optional[tuple[int, int]] = None
 
 
 def float_bits(v: float) -> int:
@@ -184,7 +198,10 @@ def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.de
     for name, v in fields.items():
         host[_SLOT[name]] = int(v)
     host[_SLOT["error"]] = int(error is not None)
-    buf = torch.tensor(host, dtype=torch.int64, device=device)
+    buf = torch.tensor(host, dtype=torch.int64)
+    # to a GPU from pinned memory, without waiting (a blocking copy from the host would synchronize: the one
+    # synchronization of the round is the reading of its table below)
+    buf = buf.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else buf.to(device)
     for name, t in (tensors or {}).items():
         buf[_SLOT[name]] = t
     out = [torch.empty_like(buf) for _ in range(world)]
@@ -202,7 +219,10 @@ def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.de
         if what is not None and fmt is not None and len(set(column)) > 1:  # (both or neither)
             raise ValueError(_disagreement(what, column, fmt))
     sizes = [row[_SLOT["classes"]] for row in table]
-    split = Split(sizes, [sum(sizes[:r]) for r in range(world)], sum(sizes))
+    index_range = None
+    if table[0][_SLOT["target"]] == TARGET_KINDS.index("class indices"):  # (the ranks agreed on the indices)
+        index_range = (min(row[_SLOT["index_low"]] for row in table), max(row[_SLOT["index_high"]] for row in table))
+    split = Split(sizes, [sum(sizes[:r]) for r in range(world)], sum(sizes), index_range)
     if table[0][_SLOT["offset_given"]]:
         _check_offsets([row[_SLOT["offset"]] for row in table], split)
     for r, row in enumerate(table):
@@ -210,6 +230,9 @@ def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.de
         if row[_SLOT["weight"]] and n not in (sizes[r], split.K):
             raise ValueError(f"weight must have shape ({sizes[r]},) (rank {r}'s classes) or ({split.K},) (all classes); "
                              f"rank {r}'s has shape ({n},)")
+    negative = [r for r, row in enumerate(table) if row[_SLOT["weight_negative"]]]
+    if negative:
+        raise ValueError(f"weight must be non-negative ({_ranks(negative)}: a negative class weight)")
     return split
 
 

@@ -28,7 +28,7 @@ from .._linear_chunks import (
 from .._options import LossOptions, LossOutput
 from .._row_losses import resolve_loss
 from .._rows import RowLoss
-from .._targets import Target, check_reduction, mean_denominator, reduce_loss
+from .._targets import Target, check_reduction, mean_denominator_tensor, reduce_loss
 from .agreement import agree, call_fields, float_bits
 from .collectives import all_reduce, group_info
 from .dtensor import dtensor_loss
@@ -387,7 +387,9 @@ def linear_vocab_parallel_loss(hidden: Tensor, weight: Tensor, target: object, b
 
     h = _CopyToParallel.apply(hidden2d, group) if hidden2d.requires_grad else hidden2d
     softcap = None if options.softcap is None else float(options.softcap)
-    return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator(tgt, options.reduction), chunk_size, softcap,
+    # the mean's denominator stays on the device (NaN where no item is kept), as in the one-process fused loss
+    return LinearFY.apply(h, weight, bias, compute, tgt, mean_denominator_tensor(tgt, options.reduction, cdt),
+                          chunk_size, softcap,
                           None, skips_zero_tiles(loss, hidden2d, weight, tgt) and not options.label_smoothing)
 
 

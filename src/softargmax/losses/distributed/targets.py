@@ -79,9 +79,7 @@ def local_target(target: object, local_shape: Sequence[int], rows_to: Callable[[
         if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.dim() != 1:
             raise ValueError(f"weight must be a floating tensor of shape (k,) (this rank's classes) or (K,) (all classes), "
                              f"got {type(weight).__name__ if not isinstance(weight, Tensor) else tuple(weight.shape)}")
-        if bool((weight.detach() < 0).any()):
-            raise ValueError("weight must be non-negative")
-        weight = weight.detach().to(dtype)
+        weight = weight.detach().to(dtype)  # (its sign is checked in the first round: target_fields)
     if multilabel:
         if tuple(target.shape) != tuple(local_shape):
             raise ValueError(f"target: with multilabel=True it must have the local input's shape {tuple(local_shape)}, got {tuple(target.shape)}")
@@ -106,10 +104,25 @@ def local_target(target: object, local_shape: Sequence[int], rows_to: Callable[[
 
 def target_fields(local: LocalTarget, ignore_index: int,
                   label_smoothing: float) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """What :func:`~.agreement.agree` compares of the target: ``(fields, tensors)``."""
+    """What :func:`~.agreement.agree` compares and checks of the target: ``(fields, tensors)``; the tensors are
+    computed on the device and read with the round's table (no synchronization of their own): the checksum of the
+    class indices, their smallest and largest kept entry (``0`` and ``-1`` with none kept), and whether a class
+    weight is negative."""
     fields = {"target": local.kind, "ignore_index": int(ignore_index), "label_smoothing": float_bits(label_smoothing),
               "weight": local.weight is not None, "weight_len": 0 if local.weight is None else local.weight.shape[0]}
-    return fields, ({"indices": checksum(local.index)} if local.index is not None else {})
+    tensors: dict[str, Tensor] = {}
+    if local.weight is not None and local.weight.numel():
+        tensors["weight_negative"] = (local.weight < 0).any()
+    if local.index is not None:
+        idx = local.index
+        tensors["indices"] = checksum(idx)
+        if idx.numel():
+            keep = idx != ignore_index
+            tensors["index_low"] = torch.where(keep, idx, 0).amin()
+            tensors["index_high"] = torch.where(keep, idx, -1).amax()
+        else:
+            fields["index_high"] = -1
+    return fields, tensors
 
 
 def make_plan(local: LocalTarget, R: int, k: int, dtype: torch.dtype, device: torch.device, split: Split,
@@ -125,9 +138,13 @@ def make_plan(local: LocalTarget, R: int, k: int, dtype: torch.dtype, device: to
     if local.index is not None:
         idx = local.index
         keep = idx != ignore_index
-        bad = keep & ((idx < 0) | (idx >= K))
-        if bool(bad.any()):
-            raise ValueError(f"target: class index {int(idx[bad][0])} is out of range [0, {K}) (ignore_index={ignore_index})")
+        # the smallest and largest kept index came with the first round's table (target_fields): checked on the
+        # host without a synchronization of its own, the same on every rank, before any other collective
+        assert split.index_range is not None  # agree() reads it for class-index targets
+        low, high = split.index_range
+        if low < 0 or high >= K:
+            raise ValueError(f"target: class index {low if low < 0 else high} is out of range [0, {K}) "
+                             f"(ignore_index={ignore_index})")
         index = torch.where(keep, idx, torch.zeros_like(idx))
     plan = Plan(group, rank, world, sizes, offset, K, index, dense, keep, weight, local.kind == 2)
     if local.kind == 2:
