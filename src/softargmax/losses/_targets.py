@@ -292,18 +292,10 @@ def _empty_and_safe(denom: Tensor) -> tuple[Tensor, Tensor]:
     return empty, torch.where(empty, 1.0, denom)
 
 
-def mean_denominator(target: Target, reduction: str) -> float:
-    """What a reduced sum of item losses is divided by: the kept items' count or weight for
-    ``"mean"`` (NaN when it is zero, as ``F.cross_entropy``), else 1."""
-    if reduction != "mean":
-        return 1.0
-    denom = float(target.keep.sum()) if target.item_weight is None else float(target.item_weight.sum())
-    return math.nan if denom == 0 else denom
-
-
 def mean_denominator_tensor(target: Target, reduction: str, dtype: torch.dtype) -> Union[float, Tensor]:
-    """:func:`mean_denominator` left on the device (a 0-d tensor for ``"mean"``, NaN where zero), so
-    that no value is read on the host; ``1.0`` for the other reductions."""
+    """What a reduced sum of item losses is divided by, left on the device so that no value is read on the
+    host: for ``"mean"`` a 0-d tensor of the kept items' count or weight (NaN when it is zero, as
+    ``F.cross_entropy``); ``1.0`` for the other reductions."""
     if reduction != "mean":
         return 1.0
     denom = (target.keep.sum() if target.item_weight is None else target.item_weight.sum()).to(dtype)
