@@ -85,6 +85,11 @@ MAX_ITER = 100
 ELEMENTWISE_BLOCK = 1024
 #: scores per thread of the register kernels (one warp holds ``32 ·`` this many of a row)
 PER_THREAD = 16
+#: the row kernels' ``EXACT`` of the general power kind with one ``a = α - 1 >= NEAR_ONE`` for every row
+#: (``row_kernels.EXACT_FAR``: the hardware ``log2``), and that bound (``row_kernels.NEAR_ONE``, below which the
+#: kernels iterate on ``t + 1``)
+EXACT_FAR = 3
+NEAR_ONE = 0.25
 
 _switch = Switch("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
@@ -176,8 +181,7 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
     memory (compiled for sm_90a at 512 float32 scores: 16-32 KiB of shared memory and 520-1041
     instructions per step with 64-128 shared stores, against 200-304 and none for one warp, the
     same in both versions).  Longer rows are split over ``BLOCK / (32 · PER_THREAD)`` warps
-    (``SPLIT``, one row per program).  ``heavy`` (the general power kind, a log2 and two exp2 per
-    score): half as many scores per thread.  Chosen from ptxas reports for sm_90, not from
+    (``SPLIT``, one row per program).  ``heavy`` (:func:`heavy_kind`): half as many scores per thread.  Chosen from ptxas reports for sm_90, not from
     timings; a tuning run replaces ``ROWS`` and the warps
     (:func:`softargmax.backends.triton.launch.overridden`).
     """
@@ -197,9 +201,12 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
 
 def heavy_kind(kind: int, exact: int) -> bool:
     """Whether the register kernels hold half as many scores per thread for ``(kind, exact)`` (:func:`_tile`'s
-    ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind (a log2 and two exp2 per
-    score) and the kinds with ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per
-    thread in the sm_90a compile report."""
+    ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind with ``EXACT = 0`` (one α
+    per row or α < 1.25: a software log2 and the ``log(1 + w)`` correction per score) and the kinds with
+    ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per thread in the sm_90a compile
+    report.  :data:`EXACT_FAR` (the hardware log2) holds 16 without spilling (at most 64 registers at 32 warps,
+    with the loss row sums and the gradient written too), so its rows stay in registers up to
+    :data:`BLOCK_ROWS_MAX`, read once, as sparsemax's."""
     return (kind == KIND_POWER and exact == 0) or kind in INFINITE_F0_KINDS
 
 
@@ -209,10 +216,15 @@ def long_slots(kind: int) -> int:
     return 1 if kind in INFINITE_F0_KINDS else LONG_SLOTS
 
 
-def _long_launch() -> tuple[int, int]:
-    """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and :data:`LONG_WARPS`, or a tuning run's."""
+def _long_launch(elem_bytes: int = 4) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` of the streamed kernels for scores of ``elem_bytes`` bytes: :data:`LONG_BLOCK` and
+    :data:`LONG_WARPS`, with as many fewer warps as the scores are narrower than float32 (4 for float16 and
+    bfloat16), so that every thread loads and stores ``LONG_BLOCK / (32 · warps)`` contiguous scores, 16 bytes
+    (one ``ld.global.v4.b32``; with 8 warps a thread's 4 half-precision scores were 8 bytes); or a tuning run's.
+    The chunk, and so the candidates each row keeps, stays the same."""
     override = current_rows()
-    return override.long_block or LONG_BLOCK, override.long_warps or LONG_WARPS
+    warps = max(1, LONG_WARPS * elem_bytes // 4)
+    return override.long_block or LONG_BLOCK, override.long_warps or warps
 
 
 @functools.lru_cache(maxsize=None)
@@ -318,7 +330,7 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
                                               omega_c, omega_scale, idx, keep, KIND=kind, EXACT=exact,
                                               PER_ROW=per_row, SUMS=sums, GRAD=grad, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
     else:
-        block, warps = _long_launch()
+        block, warps = _long_launch(z.element_size())
         ns, length = _slices(R, k, z.device, block)
         slots = long_slots(kind)
         if ns > 1:
@@ -369,7 +381,7 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, alpha_rows: Optional[Tenso
                                             PER_ROW=per_row, ROWS=rows, CH=ch, LINE=line, SPLIT=split,
                                             num_warps=warps)
     else:
-        block, warps = _long_launch()
+        block, warps = _long_launch(p.element_size())
         ns, length = _slices(R, k, p.device, block)
         if ns > 1:
             part = torch.empty(R * ns * 2, dtype=torch.float32, device=p.device)
@@ -407,7 +419,7 @@ def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Te
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+    return _run(z, kind, row_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
 
 
 def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
@@ -441,6 +453,20 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
         return None
     alpha = alpha2d.detach().reshape(-1).to(device=z.device, dtype=torch.float32).contiguous()
     return _run(z, KIND_POWER, 0, alpha, 1.0, 1.0, 0.0, 1.0, True)
+
+
+def row_exact(a: float) -> int:
+    """The row solver's ``EXACT`` for one ``a = α - 1`` for every row: :func:`relu_exact`'s 1 (sparsemax) and 2
+    (1.5-entmax), :data:`EXACT_FAR` for the general power with ``a >= NEAR_ONE`` (α >= 1.25: the hardware
+    ``log2``, no ``t + 1`` variable), else 0 (α near 1, and one α per row).
+
+    Examples:
+        >>> from softargmax.backends.triton.rows import row_exact
+        >>> [row_exact(a) for a in (1.0, 0.5, 0.3, 0.1)]
+        [1, 2, 3, 0]
+    """
+    exact = relu_exact(a)
+    return EXACT_FAR if exact == 0 and a >= NEAR_ONE else exact
 
 
 def relu_exact(a: float) -> int:
