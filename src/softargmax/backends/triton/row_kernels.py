@@ -616,6 +616,30 @@ def _scan_rest(x, c0, e1, e2):
 
 
 @triton.jit
+def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
+    """Pass 1 of a streamed row over its entries ``[start, start + L)`` (``< k``) in ``BLOCK`` chunks, lane ``j``
+    seeing the columns ``≡ j`` modulo ``BLOCK``: every lane's ``SLOTS`` largest scores ``c0 >= c1 >= c2 >= c3``
+    (:func:`_insert`; NaN counts as ``+inf``, ``-inf`` in unused slots) and, with ``REST`` (Jensen–Shannon),
+    :func:`_scan_rest`'s sums ``e1, e2`` (else 0).  Returns ``(c0, c1, c2, c3, e1, e2)``: the one first pass of
+    :func:`solve_long_rows` (the whole row) and :func:`split_scan` (a slice)."""
+    cols = tl.arange(0, BLOCK)
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        x = tl.where(x == x, x, float("inf"))
+        if REST:
+            e1, e2 = _scan_rest(x, c0, e1, e2)
+        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    return c0, c1, c2, c3, e1, e2
+
+
+@triton.jit
 def _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS: tl.constexpr):
     """``(R1, R2) = (Σ e^{z - m}, Σ e^{2(z - m)})`` over the scores the lanes did not keep (:func:`_scan_rest`'s
     sums less the kept scores'): Jensen–Shannon's ``p = w/(2 - w) = w/2 + w²/4 + ...`` (``w = e^{z - m - t}``)
@@ -840,7 +864,6 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     a subset is smaller), and Newton goes on over the full row from there.  The last pass
     reads the row and writes ``p`` (``GRAD``: ``G = p - y``)."""
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
     zrow = Z + row.to(tl.int64) * k
     prow = P + row.to(tl.int64) * k
     if PER_ROW:
@@ -848,19 +871,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     else:
         a = a_value
     # -- pass 1: every lane's largest scores ------------------------------------------------
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
-    for j0 in range(0, k, BLOCK):
-        idx = j0 + cols
-        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        x = tl.where(x == x, x, float("inf"))
-        if KIND == KIND_JS:
-            e1, e2 = _scan_rest(x, c0, e1, e2)
-        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    c0, c1, c2, c3, e1, e2 = scan_lanes(zrow, 0, k, k, BLOCK, SLOTS, KIND == KIND_JS)
     m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
                                             SLOTS, KIND == KIND_JS)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
@@ -963,21 +974,7 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST
     WIDTH: tl.constexpr = SLOTS + 2 * REST
     row, j = _slice_program(ns)
     cols = tl.arange(0, BLOCK)
-    start = j.to(tl.int64) * L
-    zrow = Z + row.to(tl.int64) * k
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
-    for j0 in range(0, L, BLOCK):
-        idx = start + j0 + cols
-        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        x = tl.where(x == x, x, float("inf"))
-        if REST:
-            e1, e2 = _scan_rest(x, c0, e1, e2)
-        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    c0, c1, c2, c3, e1, e2 = scan_lanes(Z + row.to(tl.int64) * k, j.to(tl.int64) * L, L, k, BLOCK, SLOTS, REST)
     out = CAND + (row.to(tl.int64) * ns + j) * (WIDTH * BLOCK) + cols
     if REST:
         tl.store(out + SLOTS * BLOCK, e1)

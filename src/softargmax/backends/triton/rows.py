@@ -272,22 +272,44 @@ def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, i
     return _cdiv(k, length), length
 
 
-def forward_slices(R: int, k: int, device: torch.device, general_power: bool = False) -> int:
-    """Programs per row of the forward kernels on ``R`` rows of ``k`` entries on ``device``, as :func:`_run`
-    launches them (0: the rows are held in registers; 1: one program per row).  ``general_power``: the power
-    kind with neither the sparsemax nor the 1.5-entmax steps, or another kind of :func:`heavy_kind`, whose
-    register rows end at half the length.
+def forward_slices(R: int, k: int, device: torch.device, kind: int = KIND_POWER, exact: int = 1) -> int:
+    """Programs per row of the forward kernels of ``(kind, exact)`` (as :func:`_run` launches them; the default:
+    sparsemax) on ``R`` rows of ``k`` entries on ``device`` (0: the rows are held in registers; 1: one program per
+    row).  The kinds of :func:`heavy_kind` hold register rows up to half the length (:func:`register_limit`).
 
     Examples:
         >>> import torch
-        >>> from softargmax.backends.triton.rows import forward_slices
+        >>> from softargmax.backends.triton.rows import KIND_POWER, forward_slices
         >>> forward_slices(4, 300, torch.device("cpu"))   # short rows: in registers
         0
+        >>> forward_slices(4, 12000, torch.device("cpu")), forward_slices(4, 12000, torch.device("cpu"), KIND_POWER, 0)
+        (0, 1)
     """
-    limit = BLOCK_ROWS_MAX // 2 if general_power else BLOCK_ROWS_MAX
-    if k <= limit:  # (the same limit for the kinds of heavy_kind)
+    if k <= register_limit(kind, exact):
         return 0
     return _slices(R, k, device, _long_launch()[0])[0]
+
+
+def register_limit(kind: int, exact: int) -> int:
+    """The longest rows the register kernels hold for ``(kind, exact)``: :data:`BLOCK_ROWS_MAX`, or half of it for
+    the kinds of :func:`heavy_kind` (8 scores per thread: their rows end at 8192 with 32 warps)."""
+    return BLOCK_ROWS_MAX // 2 if heavy_kind(kind, exact) else BLOCK_ROWS_MAX
+
+
+def operator_kind(div: Divergence) -> Optional[tuple[int, int]]:
+    """``(kind, exact)`` of the row kernels that solve the operator of ``div`` (:func:`row_exact` for the power
+    kind, 0 for the others), or ``None`` where no kernel has it; what :func:`solve` launches.
+
+    Examples:
+        >>> from softargmax.divergences import get_divergence
+        >>> from softargmax.backends.triton.rows import operator_kind
+        >>> operator_kind(get_divergence("alpha", alpha=1.3)), operator_kind(get_divergence("jensen_shannon"))
+        ((0, 3), (1, 0))
+    """
+    kind, a = kind_of(div)
+    if kind is None:
+        return None
+    return kind, row_exact(a) if kind == KIND_POWER and a is not None else 0
 
 
 def _slices(R: int, k: int, device: torch.device, block: int) -> tuple[int, int]:
@@ -320,12 +342,8 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     grad = target is not None
     idx, keep = (target[0], target[1].view(torch.uint8)) if target is not None else (aux, aux)  # not read without GRAD
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
-    # the general power kind (log2/exp2 per score) and the kinds with f(0) = +inf (Jeffrey's Lambert W) need
-    # more registers: 8 scores per thread, so their register rows end at 8192 (32 warps)
-    heavy = heavy_kind(kind, exact)
-    limit = BLOCK_ROWS_MAX // 2 if heavy else BLOCK_ROWS_MAX
-    if k <= limit:
-        rows, ch, line, warps, split = _tile(k, z.element_size(), heavy)
+    if k <= register_limit(kind, exact):
+        rows, ch, line, warps, split = _tile(k, z.element_size(), heavy_kind(kind, exact))
         K.solve_block_rows[(_cdiv(R, rows),)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER,
                                               omega_c, omega_scale, idx, keep, KIND=kind, EXACT=exact,
                                               PER_ROW=per_row, SUMS=sums, GRAD=grad, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
@@ -413,7 +431,7 @@ def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Te
         return None
     if kind != KIND_POWER:
         return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
-    assert a is not None  # the power kind carries its exponent a = α - 1
+    assert a is not None  # the power kind carries its exponent a = α - 1 (operator_kind's exact: row_exact)
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
