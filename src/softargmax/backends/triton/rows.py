@@ -204,9 +204,11 @@ def heavy_kind(kind: int, exact: int) -> bool:
     ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind with ``EXACT = 0`` (one α
     per row or α < 1.25: a software log2 and the ``log(1 + w)`` correction per score) and the kinds with
     ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per thread in the sm_90a compile
-    report.  :data:`EXACT_FAR` (the hardware log2) holds 16 without spilling (at most 64 registers at 32 warps,
-    with the loss row sums and the gradient written too), so its rows stay in registers up to
-    :data:`BLOCK_ROWS_MAX`, read once, as sparsemax's."""
+    report.  :data:`EXACT_FAR` (the hardware log2) holds 16: its rows stay in registers up to
+    :data:`BLOCK_ROWS_MAX`, read once, as sparsemax's (sm_90a, Triton 3.6: no spill in the 33 float16 and the 33
+    bfloat16 variants, 63-126 registers; float32 spills 24 bytes at 8192 columns, 16 warps, without the gradient,
+    2 of its 33; the backward's 32-warp tile spills 16-48 bytes as every kind's does; with Triton 3.9 the loss
+    variants of the 32-warp bfloat16 tile spill 12-44 bytes, the operator's none)."""
     return (kind == KIND_POWER and exact == 0) or kind in INFINITE_F0_KINDS
 
 
