@@ -114,12 +114,13 @@ def _mod(name: str) -> Any:
 # -- the variants each launcher can choose ----------------------------------------------------------------
 
 def _row_kinds() -> list[tuple[int, int, str]]:
-    """``(KIND, EXACT, name)`` of the row kernels: α-entmax (general, sparsemax, 1.5-entmax), JS, Hellinger,
-    reverse KL, Jeffrey, reverse χ²."""
+    """``(KIND, EXACT, name)`` of the row kernels: α-entmax (general: α near 1 or one α per row, and one α >= 1.25
+    for all rows, ``EXACT_FAR``; sparsemax, 1.5-entmax), JS, Hellinger, reverse KL, Jeffrey, reverse χ²."""
     K = _mod("row_kernels")
     power, js, hell = int(K.KIND_POWER.value), int(K.KIND_JS.value), int(K.KIND_HELL.value)
     rkl, jeff, rchi = int(K.KIND_RKL.value), int(K.KIND_JEFF.value), int(K.KIND_RCHI.value)
-    return [(power, 0, "entmax"), (power, 1, "sparsemax"), (power, 2, "entmax15"), (js, 0, "js"),
+    far = int(K.EXACT_FAR.value)
+    return [(power, 0, "entmax"), (power, far, "entmax_far"), (power, 1, "sparsemax"), (power, 2, "entmax15"), (js, 0, "js"),
             (hell, 0, "hellinger"), (rkl, 0, "reverse_kl"), (jeff, 0, "jeffrey"), (rchi, 0, "reverse_chi_square")]
 
 
@@ -203,8 +204,8 @@ def _quick_kind(kind: int) -> bool:
 #: the streamed kernels' quick subset: bfloat16, every mode (the spills the test refuses are there)
 def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
-    block, warps = T._long_launch()
     for dt in DTYPES:
+        block, warps = T._long_launch(ELEM_BYTES[dt])
         for kind, exact, per_row, sums in _solve_modes():
             for grad in _grads(per_row, sums):
                 yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
@@ -214,8 +215,8 @@ def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
 
 def _long_jvp_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
-    block, warps = T._long_launch()
     for dt in DTYPES:
+        block, warps = T._long_launch(ELEM_BYTES[dt])
         for kind, exact, per_row in _jvp_modes():
             yield dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block), warps, dt == "bf16" and _quick_kind(kind)
 
@@ -235,8 +236,8 @@ _QUICK_SPLIT = ((0, 0, True), (0, 1, False), (0, 2, False), (1, 0, False))
 
 def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
-    block, warps = T._long_launch()
     for dt in DTYPES:
+        block, warps = T._long_launch(ELEM_BYTES[dt])
         js = int(_mod("row_kernels").KIND_JS.value)
         # the slots each kind keeps (rows.long_slots) and REST (Jensen–Shannon's sums of the scores not kept)
         for slots, rest in sorted({(T.long_slots(kind), kind == js) for kind, _, _ in _row_kinds()}, reverse=True):
@@ -245,8 +246,8 @@ def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
 
 def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
-    block, warps = T._long_launch()
     for dt in DTYPES:
+        block, warps = T._long_launch(ELEM_BYTES[dt])
         for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
             yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.long_slots(kind),
                             REST=kind == int(_mod("row_kernels").KIND_JS.value)), warps,
@@ -255,8 +256,8 @@ def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
 
 def _split_write_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
-    block, warps = T._long_launch()
     for dt in DTYPES:
+        block, warps = T._long_launch(ELEM_BYTES[dt])
         for kind, exact, per_row, sums in _solve_modes():
             for grad in _grads(per_row, sums):
                 quick = dt == "bf16" and ((kind, exact, per_row, sums, grad) in _QUICK_SOLVE or (kind, sums) == (1, True))
@@ -274,8 +275,8 @@ def _split_finish_configs() -> Iterable[tuple[str, dict, int, bool]]:
 def _jvp_split_configs(nsp: bool) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
     def configs() -> Iterable[tuple[str, dict, int, bool]]:
         T = _mod("rows")
-        block, warps = T._long_launch()
         for dt in DTYPES:
+            block, warps = T._long_launch(ELEM_BYTES[dt])
             for kind, exact, per_row in _jvp_modes():
                 c = dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block)
                 if nsp:

@@ -129,12 +129,26 @@ def _fwd_bwd(fn, x, grad):
     return run
 
 
-def row_slices(shape, device, general_power=False):
-    """Programs per row of the Triton row solver's forward at ``shape`` on ``device`` (1: one per row; 0: the rows
-    are held in registers), as ``rows.forward_slices`` chooses them: the 256 x 262,144 case is split."""
-    from softargmax.backends.triton import rows
+#: the divergence of each operator of :data:`OPERATORS` that the Triton row solver runs (``rows.operator_kind``
+#: gives its kernels' kind; α-ReLU is elementwise)
+OPERATOR_DIVERGENCES = {"sparsemax": ("chi_square", {}), "entmax15": ("alpha", {"alpha": 1.5}),
+                        "entmax_a1.3": ("alpha", {"alpha": 1.3}), "f_jensen_shannon": ("jensen_shannon", {}),
+                        "f_squared_hellinger": ("squared_hellinger", {}), "f_reverse_kl": ("reverse_kl", {}),
+                        "f_jeffrey": ("jeffrey", {}), "f_reverse_chi_square": ("reverse_chi_square", {})}
 
-    return rows.forward_slices(*shape, device, general_power)
+
+def row_slices(shape, device, op=None):
+    """Programs per row of the Triton row solver's forward of operator ``op`` at ``shape`` on ``device`` (1: one
+    per row; 0: the rows are held in registers), as ``rows.forward_slices`` chooses them for the operator's kind
+    (``rows.operator_kind``; without a row kind, sparsemax's): the 256 x 262,144 case is split."""
+    from softargmax.backends.triton import rows
+    from softargmax.divergences import get_divergence
+
+    kind = None
+    if op in OPERATOR_DIVERGENCES:
+        name, params = OPERATOR_DIVERGENCES[op]
+        kind = rows.operator_kind(get_divergence(name, **params))
+    return rows.forward_slices(*shape, device, *(kind or ()))
 
 
 def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True, log=print, emit=None):
@@ -164,8 +178,7 @@ def operator_cases(shapes, dtypes, device, repeats, copy_gbps, with_package=True
                         "first_call_ms": round(first[name], 3), "softmax_first_call_ms": round(first["softmax"], 3),
                         "ratio": round(ms / times["softmax"], 3), "target": target(name, shape),
                         "gbps": round(gbps, 1), "bw_fraction": float(f"{gbps / copy_gbps:.3g}"),
-                        "row_slices": row_slices(shape, device, general_power=name.startswith("entmax_a") or name in (
-                            "f_reverse_kl", "f_jeffrey", "f_reverse_chi_square")),
+                        "row_slices": row_slices(shape, device, name),
                         "entmax_pkg": {v: round(times[f"pkg:{name}:{v}"] / times["softmax"], 2)
                                        for v in package.get(name, {})}}
                 cases.append(case)

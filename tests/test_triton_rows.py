@@ -248,6 +248,71 @@ def test_per_row_alpha_partly_outside_the_kernels(triton_device):
         torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-3)
 
 
+def far_power_rows(k: int, gen: torch.Generator) -> torch.Tensor:
+    """Rows for the general power kind's evaluation: random, flat, half masked, one finite entry, a large offset
+    (``z + 3e4``: ``z - m`` must be taken before the scale), a large and a tiny scale, and a near tie."""
+    z = torch.randn(8, k, dtype=torch.float64, generator=gen) * 3
+    z[1] = 0.75
+    z[2, : k // 2] = -math.inf
+    z[3] = -math.inf
+    z[3, k // 2] = 2.0
+    z[4] += 3e4
+    z[5] *= 1e3
+    z[6] *= 1e-3
+    z[7, : max(1, k // 3)] = z[7].max() + 1e-6
+    return z
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.3, 1.8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_far_power_against_float64(alpha, dtype, layout, triton_device):
+    """α >= 1.25 for every row takes the kernels' general power with one log2 per score (``EXACT_FAR``: ``p = s u``,
+    the hardware log2 on a GPU, no ``t + 1`` variable): ``p`` and ``τ`` within float32 rounding of the PyTorch
+    path in float64 on the same (rounded) scores, ``Σ p = 1``, masked entries 0, in every layout, from float32 and
+    bfloat16 rows (``p`` written in bfloat16: its rounding)."""
+    div = get_divergence("alpha", alpha=alpha)
+    assert _triton_rows.operator_kind(div) == (_triton_rows.KIND_POWER, _triton_rows.EXACT_FAR)
+    k = row_length(300, layout)
+    z = far_power_rows(k, torch.Generator().manual_seed(int(alpha * 100))).to(dtype)
+    fast = solve(z.to(triton_device), div)
+    assert fast.backend == "triton", "the Triton path was not taken"
+    with reference_path():
+        exact = solve(z.double(), div)
+    tol = dict(atol=2e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=2.0 ** -9, rtol=2.0 ** -8)
+    p = fast.dense_p().cpu().double()
+    torch.testing.assert_close(p, exact.dense_p(), **tol)
+    torch.testing.assert_close(fast.tau.cpu().double(), exact.tau, atol=1e-5, rtol=1e-6)
+    if dtype == torch.float32:
+        torch.testing.assert_close(p.sum(-1), torch.ones(8, dtype=torch.float64), atol=3e-6, rtol=0)
+    assert bool((p[torch.isinf(z)] == 0).all())
+
+
+def test_row_exact_constants():
+    """The launcher's ``EXACT_FAR`` and ``NEAR_ONE`` are the kernels' (rows.py does not import Triton); α >= 1.25
+    takes ``EXACT_FAR``, α near 1, 1.5 and 2 keep theirs; ``EXACT_FAR`` holds as many scores per thread as sparsemax
+    (it does not spill at 16), ``EXACT = 0`` half as many."""
+    if _row_kernels is None:
+        pytest.skip("Triton is not installed")
+    assert _triton_rows.EXACT_FAR == _row_kernels.EXACT_FAR.value
+    assert _triton_rows.NEAR_ONE == _row_kernels.NEAR_ONE.value
+    assert [_triton_rows.row_exact(a) for a in (1.0, 0.5, 0.3, 0.25, 0.2499, 0.05)] == [1, 2, 3, 3, 0, 0]
+    power = _triton_rows.KIND_POWER
+    assert [_triton_rows.heavy_kind(power, e) for e in (0, 1, 2, _triton_rows.EXACT_FAR)] == [True, False, False, False]
+
+
+def test_streamed_half_rows_move_16_bytes_per_thread(monkeypatch):
+    """The streamed kernels give every thread ``BLOCK / (32 · warps)`` contiguous scores: 16 bytes for float32,
+    float16 and bfloat16 alike (half as many warps for the 2-byte types, the same chunk), so that Triton emits
+    ``ld.global.v4.b32`` (benchmarks/row_proxies.py reads it in the PTX); a tuning run's warps win."""
+    from softargmax.backends.triton.launch import RowLaunch, overridden
+
+    for elem_bytes in (4, 2):
+        block, warps = _triton_rows._long_launch(elem_bytes)
+        assert block == _triton_rows.LONG_BLOCK and block // (32 * warps) * elem_bytes == 16
+    with overridden(rows=RowLaunch(long_warps=8)):
+        assert _triton_rows._long_launch(2)[1] == 8
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs(dtype, triton_device):
     gen = torch.Generator().manual_seed(5)
@@ -789,17 +854,7 @@ if triton is not None:
 
     @triton.jit
     def _rest_kernel(Z, OUT, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
-        cols = tl.arange(0, BLOCK)
-        c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-        c1 = c0
-        c2 = c0
-        c3 = c0
-        e1 = tl.zeros([BLOCK], tl.float32)
-        e2 = e1
-        for j0 in range(0, k, BLOCK):
-            x = tl.load(Z + j0 + cols, mask=j0 + cols < k, other=float("-inf"))
-            e1, e2 = K._scan_rest(x, c0, e1, e2)
-            c0, c1, c2, c3 = K._insert(x, c0, c1, c2, c3, SLOTS)
+        c0, c1, c2, c3, e1, e2 = K.scan_lanes(Z, 0, k, k, BLOCK, SLOTS, True)
         m = tl.max(c0, 0)
         r1, r2 = K._rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
         tl.store(OUT, r1)

@@ -81,6 +81,34 @@ def test_slice_plan_follows_the_rule(monkeypatch):
     assert _triton_rows.forward_slices(4, 300, torch.device("cpu")) == 0  # short rows: held in registers
 
 
+def test_forward_slices_follow_the_operator_kind():
+    """``rows.forward_slices`` takes ``(kind, exact)`` and decides the register limit where ``rows._run`` does: at
+    12,000 columns α = 1.3 (``EXACT_FAR``), sparsemax and Jensen–Shannon stay in registers, α = 1.05 (``EXACT = 0``)
+    and Jeffrey are streamed.  ``benchmarks/run_gpu.py`` asks ``rows.operator_kind`` of each operator's divergence
+    (no list of operator names), and each divergence it names is the one its operator solves (the same ``p``)."""
+    import importlib.util
+    import os
+
+    cpu = torch.device("cpu")
+    for name, params, expect in [("alpha", {"alpha": 1.3}, 0), ("chi_square", {}, 0), ("jensen_shannon", {}, 0),
+                                 ("alpha", {"alpha": 1.05}, 1), ("jeffrey", {}, 1)]:
+        kind = _triton_rows.operator_kind(get_divergence(name, **params))
+        assert _triton_rows.forward_slices(4, 12000, cpu, *kind) == expect, name
+    assert _triton_rows.operator_kind(get_divergence("kl")) is None
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "run_gpu.py")
+    spec = importlib.util.spec_from_file_location("run_gpu_for_test", path)
+    run_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_gpu)
+    assert set(run_gpu.OPERATOR_DIVERGENCES) == set(run_gpu.OPERATORS) - {"alpha_relu"}
+    assert run_gpu.row_slices((4, 12000), cpu, "entmax_a1.3") == 0
+    assert run_gpu.row_slices((4, 12000), cpu, "f_jeffrey") == run_gpu.row_slices((4, 20000), cpu, "sparsemax") == 1
+    x = torch.randn(3, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2
+    with reference_path():
+        for op, (name, params) in run_gpu.OPERATOR_DIVERGENCES.items():
+            torch.testing.assert_close(run_gpu.OPERATORS[op](x), solve(x, get_divergence(name, **params)).dense_p(),
+                                       atol=1e-9, rtol=1e-7, msg=op)
+
+
 #: sparsemax, α near 1 (the kernels' ``t + 1`` variable), the dense kinds (full-row steps in the row's
 #: program, ``Σ s`` added up from the slices; reverse KL, Jeffrey and reverse χ² also read the row once for
 #: Jensen's start); 1.5-entmax and α = 1.3 are in the gradient and loss tests

@@ -10,7 +10,10 @@ Kinds (all with ``q = 1``), in the solver's own variable ``t``:
   maximum, ``p = [d - t]_+^{1/a}``, ``s = [d - t]_+^{1/a - 1}``; Newton on ``S^a`` from
   ``t = -1``.  For ``a < NEAR_ONE`` the kernels hold ``t + 1`` instead of ``t`` and take
   ``log(1 + w)`` of the base ``1 + w`` without cancellation, so ``p`` keeps full float32
-  precision as α → 1.  ``EXACT = 1`` (sparsemax): Michelot's step, exact once the support is
+  precision as α → 1.  The general power costs one ``log2`` and one ``exp2`` per score
+  (:func:`_general_power`: ``p = s u``); with one ``a >= NEAR_ONE`` for every row (:data:`EXACT_FAR`)
+  the ``log2`` is the GPU's ``lg2.approx.f32`` and the ``t + 1`` variable is left out.
+  ``EXACT = 1`` (sparsemax): Michelot's step, exact once the support is
   stable.  ``EXACT = 2`` (1.5-entmax): the root of the support's quadratic when it keeps
   every candidate positive (then exact), else a Newton step.  Only ``z > m - 1/a`` can be
   in the support: the long-row kernel collects those candidates once and iterates on them.
@@ -96,6 +99,8 @@ returned) that pass writes the loss's gradient ``G = p - y`` instead of ``p`` (`
 with no separate epilogue pass.  One launch per call, no host synchronization.
 """
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -120,6 +125,52 @@ DENSE_ACCEPT_HELLINGER = tl.constexpr(1e-3)
 #: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
 #: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
 NEAR_ONE = tl.constexpr(0.25)
+
+#: ``EXACT`` of the general power kind for one ``a >= NEAR_ONE`` (α >= 1.25) for every row (``rows.row_exact``):
+#: no ``t + 1`` variable and no ``log(1 + w)`` correction, and ``log2`` by the GPU's ``lg2.approx.f32``
+#: (:func:`fast_log2`); ``EXACT = 0`` (one α per row, or α < 1.25) keeps both and the software ``tl.log2``
+EXACT_FAR = tl.constexpr(3)
+
+#: ``log2`` by ``lg2.approx.f32`` (inline PTX) rather than ``tl.log2`` (a software logarithm of about 25
+#: instructions): off under Triton's interpreter, which runs no inline assembly (decided by
+#: ``TRITON_INTERPRET`` when this module is imported)
+HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+
+
+@triton.jit
+def fast_log2(x):
+    """``log2 x`` for ``x > 0`` (subnormals included), float32: on a GPU the hardware's ``lg2.approx.f32``
+    (one MUFU instruction; absolute error at most about ``2^-22`` for ``x`` in ``[1/2, 2]``, relative error
+    about ``2^-22`` elsewhere, PTX ISA), under the interpreter ``tl.log2``.  In the power
+    ``u^{1/a - 1} = 2^{(1/a - 1) log2 u}`` that is a relative error of at most ``(1/a) 2^-22 ln 2``, ``6.6e-7``
+    for ``a >= NEAR_ONE`` (``5.5e-7`` at α = 1.3), where float32's rounding of the product ``(1/a - 1) log2 u``
+    alone costs ``|(1/a - 1) log2 u| 2^-24 ln 2``; every pass evaluates the same powers, so the threshold
+    solves the row for them to the solver's tolerance."""
+    if HW_LOG2:
+        r = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    else:
+        r = tl.log2(x)
+    return r
+
+
+@triton.jit
+def _general_power(u, w, a, EXACT: tl.constexpr):
+    """``(p, s) = (u₊^{1/a}, u₊^{1/a - 1})`` of the general power kind from one ``log2`` and one ``exp2`` per
+    score: ``s = 2^{(1/a - 1) log2 u}`` and ``p = s u`` (``1/a - 1`` is per row, not per score).  ``EXACT = 0``:
+    ``u = 1 + w`` near α = 1 (:func:`_near_offset`), whose ``log2`` is taken from ``w`` without cancellation
+    (Kahan: ``log2(u) w / (u - 1)``, or ``w log2 e`` where ``u`` rounds to 1), and the software ``tl.log2``;
+    :data:`EXACT_FAR`: :func:`fast_log2` of ``u`` itself (``w`` unused)."""
+    pos = u > 0
+    uu = tl.where(pos, u, 1.0)
+    if EXACT == EXACT_FAR:
+        lu = fast_log2(uu)
+    else:
+        lu = tl.log2(uu)
+        near1p = tl.where(uu != 1.0, lu * (w / (uu - 1.0)), w * 1.4426950408889634)
+        lu = tl.where(_near_offset(a) > 0, near1p, lu)
+    s = tl.where(pos, tl.exp2(lu * (1.0 / a - 1.0)), 0.0)
+    return s * uu, s
 
 
 @triton.jit
@@ -187,11 +238,11 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
     (power kind with ``a < NEAR_ONE``: ``t`` holds ``t + 1``, see :func:`_near_offset`)."""
     if KIND == KIND_POWER:
         if EXACT == 0:
-            c = _near_offset(a)
             w = a * (x - m) - t
-            u = w + c
+            u = w + _near_offset(a)
         else:
             u = a * (x - m) - t
+            w = u
         pos = u > 0
         if EXACT == 1:
             p = tl.where(pos, u, 0.0)
@@ -200,13 +251,7 @@ def _evaluate(x, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             p = tl.where(pos, u * u, 0.0)
             s = tl.where(pos, u, 0.0)
         else:
-            uu = tl.where(pos, u, 1.0)
-            lu = tl.log2(uu)
-            # log2(1 + w) with w exact (Kahan): log2(u) w / (u - 1), or w log2(e) when u rounds to 1
-            near1p = tl.where(uu != 1.0, lu * (w / (uu - 1.0)), w * 1.4426950408889634)
-            lu = tl.where(c > 0, near1p, lu)
-            p = tl.where(pos, tl.exp2(lu / a), 0.0)
-            s = tl.where(pos, tl.exp2(lu * (1.0 / a - 1.0)), 0.0)
+            p, s = _general_power(u, w, a, EXACT)
     elif KIND == KIND_JS:
         w = tl.exp(x - m - t)  # in [0, 1]: t >= 0 throughout
         p = w / (2.0 - w)
@@ -256,6 +301,8 @@ def _s_from_p(p, a, KIND: tl.constexpr, EXACT: tl.constexpr):
             s = tl.where(pos, 1.0, 0.0)
         elif EXACT == 2:
             s = tl.sqrt(tl.where(pos, p, 0.0))
+        elif EXACT == EXACT_FAR:
+            s = tl.where(pos, tl.exp2((1.0 - a) * fast_log2(tl.where(pos, p, 1.0))), 0.0)
         else:
             s = tl.where(pos, tl.exp2((1.0 - a) * tl.log2(tl.where(pos, p, 1.0))), 0.0)
     elif KIND == KIND_JS:
@@ -569,6 +616,30 @@ def _scan_rest(x, c0, e1, e2):
 
 
 @triton.jit
+def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
+    """Pass 1 of a streamed row over its entries ``[start, start + L)`` (``< k``) in ``BLOCK`` chunks, lane ``j``
+    seeing the columns ``≡ j`` modulo ``BLOCK``: every lane's ``SLOTS`` largest scores ``c0 >= c1 >= c2 >= c3``
+    (:func:`_insert`; NaN counts as ``+inf``, ``-inf`` in unused slots) and, with ``REST`` (Jensen–Shannon),
+    :func:`_scan_rest`'s sums ``e1, e2`` (else 0).  Returns ``(c0, c1, c2, c3, e1, e2)``: the one first pass of
+    :func:`solve_long_rows` (the whole row) and :func:`split_scan` (a slice)."""
+    cols = tl.arange(0, BLOCK)
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    e1 = tl.zeros([BLOCK], tl.float32)
+    e2 = e1
+    for j0 in range(0, L, BLOCK):
+        idx = start + j0 + cols
+        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
+        x = tl.where(x == x, x, float("inf"))
+        if REST:
+            e1, e2 = _scan_rest(x, c0, e1, e2)
+        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    return c0, c1, c2, c3, e1, e2
+
+
+@triton.jit
 def _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS: tl.constexpr):
     """``(R1, R2) = (Σ e^{z - m}, Σ e^{2(z - m)})`` over the scores the lanes did not keep (:func:`_scan_rest`'s
     sums less the kept scores'): Jensen–Shannon's ``p = w/(2 - w) = w/2 + w²/4 + ...`` (``w = e^{z - m - t}``)
@@ -793,7 +864,6 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     a subset is smaller), and Newton goes on over the full row from there.  The last pass
     reads the row and writes ``p`` (``GRAD``: ``G = p - y``)."""
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
     zrow = Z + row.to(tl.int64) * k
     prow = P + row.to(tl.int64) * k
     if PER_ROW:
@@ -801,19 +871,7 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     else:
         a = a_value
     # -- pass 1: every lane's largest scores ------------------------------------------------
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
-    for j0 in range(0, k, BLOCK):
-        idx = j0 + cols
-        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        x = tl.where(x == x, x, float("inf"))
-        if KIND == KIND_JS:
-            e1, e2 = _scan_rest(x, c0, e1, e2)
-        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    c0, c1, c2, c3, e1, e2 = scan_lanes(zrow, 0, k, k, BLOCK, SLOTS, KIND == KIND_JS)
     m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
                                             SLOTS, KIND == KIND_JS)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
@@ -916,21 +974,7 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST
     WIDTH: tl.constexpr = SLOTS + 2 * REST
     row, j = _slice_program(ns)
     cols = tl.arange(0, BLOCK)
-    start = j.to(tl.int64) * L
-    zrow = Z + row.to(tl.int64) * k
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
-    for j0 in range(0, L, BLOCK):
-        idx = start + j0 + cols
-        x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
-        x = tl.where(x == x, x, float("inf"))
-        if REST:
-            e1, e2 = _scan_rest(x, c0, e1, e2)
-        c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    c0, c1, c2, c3, e1, e2 = scan_lanes(Z + row.to(tl.int64) * k, j.to(tl.int64) * L, L, k, BLOCK, SLOTS, REST)
     out = CAND + (row.to(tl.int64) * ns + j) * (WIDTH * BLOCK) + cols
     if REST:
         tl.store(out + SLOTS * BLOCK, e1)

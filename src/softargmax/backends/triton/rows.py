@@ -85,6 +85,11 @@ MAX_ITER = 100
 ELEMENTWISE_BLOCK = 1024
 #: scores per thread of the register kernels (one warp holds ``32 ·`` this many of a row)
 PER_THREAD = 16
+#: the row kernels' ``EXACT`` of the general power kind with one ``a = α - 1 >= NEAR_ONE`` for every row
+#: (``row_kernels.EXACT_FAR``: the hardware ``log2``), and that bound (``row_kernels.NEAR_ONE``, below which the
+#: kernels iterate on ``t + 1``)
+EXACT_FAR = 3
+NEAR_ONE = 0.25
 
 _switch = Switch("SOFTARGMAX_GPU_KERNELS")
 _cpu_interpret = False
@@ -176,8 +181,7 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
     memory (compiled for sm_90a at 512 float32 scores: 16-32 KiB of shared memory and 520-1041
     instructions per step with 64-128 shared stores, against 200-304 and none for one warp, the
     same in both versions).  Longer rows are split over ``BLOCK / (32 · PER_THREAD)`` warps
-    (``SPLIT``, one row per program).  ``heavy`` (the general power kind, a log2 and two exp2 per
-    score): half as many scores per thread.  Chosen from ptxas reports for sm_90, not from
+    (``SPLIT``, one row per program).  ``heavy`` (:func:`heavy_kind`): half as many scores per thread.  Chosen from ptxas reports for sm_90, not from
     timings; a tuning run replaces ``ROWS`` and the warps
     (:func:`softargmax.backends.triton.launch.overridden`).
     """
@@ -197,9 +201,14 @@ def _tile(k: int, elem_bytes: int = 4, heavy: bool = False) -> tuple[int, int, i
 
 def heavy_kind(kind: int, exact: int) -> bool:
     """Whether the register kernels hold half as many scores per thread for ``(kind, exact)`` (:func:`_tile`'s
-    ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind (a log2 and two exp2 per
-    score) and the kinds with ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per
-    thread in the sm_90a compile report."""
+    ``heavy``, and register rows up to ``BLOCK_ROWS_MAX / 2``): the general power kind with ``EXACT = 0`` (one α
+    per row or α < 1.25: a software log2 and the ``log(1 + w)`` correction per score) and the kinds with
+    ``f(0) = +∞`` (Jensen's start, Jeffrey's Lambert W), which spill at 16 scores per thread in the sm_90a compile
+    report.  :data:`EXACT_FAR` (the hardware log2) holds 16: its rows stay in registers up to
+    :data:`BLOCK_ROWS_MAX`, read once, as sparsemax's (sm_90a, Triton 3.6: no spill in the 33 float16 and the 33
+    bfloat16 variants, 63-126 registers; float32 spills 24 bytes at 8192 columns, 16 warps, without the gradient,
+    2 of its 33; the backward's 32-warp tile spills 16-48 bytes as every kind's does; with Triton 3.9 the loss
+    variants of the 32-warp bfloat16 tile spill 12-44 bytes, the operator's none)."""
     return (kind == KIND_POWER and exact == 0) or kind in INFINITE_F0_KINDS
 
 
@@ -209,10 +218,15 @@ def long_slots(kind: int) -> int:
     return 1 if kind in INFINITE_F0_KINDS else LONG_SLOTS
 
 
-def _long_launch() -> tuple[int, int]:
-    """``(BLOCK, num_warps)`` of the streamed kernels: :data:`LONG_BLOCK` and :data:`LONG_WARPS`, or a tuning run's."""
+def _long_launch(elem_bytes: int = 4) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` of the streamed kernels for scores of ``elem_bytes`` bytes: :data:`LONG_BLOCK` and
+    :data:`LONG_WARPS`, with as many fewer warps as the scores are narrower than float32 (4 for float16 and
+    bfloat16), so that every thread loads and stores ``LONG_BLOCK / (32 · warps)`` contiguous scores, 16 bytes
+    (one ``ld.global.v4.b32``; with 8 warps a thread's 4 half-precision scores were 8 bytes); or a tuning run's.
+    The chunk, and so the candidates each row keeps, stays the same."""
     override = current_rows()
-    return override.long_block or LONG_BLOCK, override.long_warps or LONG_WARPS
+    warps = max(1, LONG_WARPS * elem_bytes // 4)
+    return override.long_block or LONG_BLOCK, override.long_warps or warps
 
 
 @functools.lru_cache(maxsize=None)
@@ -260,22 +274,44 @@ def slice_plan(R: int, k: int, multiprocessors: int, block: int) -> tuple[int, i
     return _cdiv(k, length), length
 
 
-def forward_slices(R: int, k: int, device: torch.device, general_power: bool = False) -> int:
-    """Programs per row of the forward kernels on ``R`` rows of ``k`` entries on ``device``, as :func:`_run`
-    launches them (0: the rows are held in registers; 1: one program per row).  ``general_power``: the power
-    kind with neither the sparsemax nor the 1.5-entmax steps, or another kind of :func:`heavy_kind`, whose
-    register rows end at half the length.
+def forward_slices(R: int, k: int, device: torch.device, kind: int = KIND_POWER, exact: int = 1) -> int:
+    """Programs per row of the forward kernels of ``(kind, exact)`` (as :func:`_run` launches them; the default:
+    sparsemax) on ``R`` rows of ``k`` entries on ``device`` (0: the rows are held in registers; 1: one program per
+    row).  The kinds of :func:`heavy_kind` hold register rows up to half the length (:func:`register_limit`).
 
     Examples:
         >>> import torch
-        >>> from softargmax.backends.triton.rows import forward_slices
+        >>> from softargmax.backends.triton.rows import KIND_POWER, forward_slices
         >>> forward_slices(4, 300, torch.device("cpu"))   # short rows: in registers
         0
+        >>> forward_slices(4, 12000, torch.device("cpu")), forward_slices(4, 12000, torch.device("cpu"), KIND_POWER, 0)
+        (0, 1)
     """
-    limit = BLOCK_ROWS_MAX // 2 if general_power else BLOCK_ROWS_MAX
-    if k <= limit:  # (the same limit for the kinds of heavy_kind)
+    if k <= register_limit(kind, exact):
         return 0
     return _slices(R, k, device, _long_launch()[0])[0]
+
+
+def register_limit(kind: int, exact: int) -> int:
+    """The longest rows the register kernels hold for ``(kind, exact)``: :data:`BLOCK_ROWS_MAX`, or half of it for
+    the kinds of :func:`heavy_kind` (8 scores per thread: their rows end at 8192 with 32 warps)."""
+    return BLOCK_ROWS_MAX // 2 if heavy_kind(kind, exact) else BLOCK_ROWS_MAX
+
+
+def operator_kind(div: Divergence) -> Optional[tuple[int, int]]:
+    """``(kind, exact)`` of the row kernels that solve the operator of ``div`` (:func:`row_exact` for the power
+    kind, 0 for the others), or ``None`` where no kernel has it; what :func:`solve` launches.
+
+    Examples:
+        >>> from softargmax.divergences import get_divergence
+        >>> from softargmax.backends.triton.rows import operator_kind
+        >>> operator_kind(get_divergence("alpha", alpha=1.3)), operator_kind(get_divergence("jensen_shannon"))
+        ((0, 3), (1, 0))
+    """
+    kind, a = kind_of(div)
+    if kind is None:
+        return None
+    return kind, row_exact(a) if kind == KIND_POWER and a is not None else 0
 
 
 def _slices(R: int, k: int, device: torch.device, block: int) -> tuple[int, int]:
@@ -308,17 +344,13 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
     grad = target is not None
     idx, keep = (target[0], target[1].view(torch.uint8)) if target is not None else (aux, aux)  # not read without GRAD
     tol = 2 * torch.finfo(torch.float32).eps  # below rounding: the iterations stop when the residual stalls
-    # the general power kind (log2/exp2 per score) and the kinds with f(0) = +inf (Jeffrey's Lambert W) need
-    # more registers: 8 scores per thread, so their register rows end at 8192 (32 warps)
-    heavy = heavy_kind(kind, exact)
-    limit = BLOCK_ROWS_MAX // 2 if heavy else BLOCK_ROWS_MAX
-    if k <= limit:
-        rows, ch, line, warps, split = _tile(k, z.element_size(), heavy)
+    if k <= register_limit(kind, exact):
+        rows, ch, line, warps, split = _tile(k, z.element_size(), heavy_kind(kind, exact))
         K.solve_block_rows[(_cdiv(R, rows),)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER,
                                               omega_c, omega_scale, idx, keep, KIND=kind, EXACT=exact,
                                               PER_ROW=per_row, SUMS=sums, GRAD=grad, ROWS=rows, CH=ch, LINE=line, SPLIT=split, num_warps=warps)
     else:
-        block, warps = _long_launch()
+        block, warps = _long_launch(z.element_size())
         ns, length = _slices(R, k, z.device, block)
         slots = long_slots(kind)
         if ns > 1:
@@ -369,7 +401,7 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, alpha_rows: Optional[Tenso
                                             PER_ROW=per_row, ROWS=rows, CH=ch, LINE=line, SPLIT=split,
                                             num_warps=warps)
     else:
-        block, warps = _long_launch()
+        block, warps = _long_launch(p.element_size())
         ns, length = _slices(R, k, p.device, block)
         if ns > 1:
             part = torch.empty(R * ns * 2, dtype=torch.float32, device=p.device)
@@ -401,13 +433,13 @@ def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Te
         return None
     if kind != KIND_POWER:
         return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
-    assert a is not None  # the power kind carries its exponent a = α - 1
+    assert a is not None  # the power kind carries its exponent a = α - 1 (operator_kind's exact: row_exact)
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, relu_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+    return _run(z, kind, row_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
 
 
 def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
@@ -441,6 +473,20 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor, checked: bool = False) -> Optio
         return None
     alpha = alpha2d.detach().reshape(-1).to(device=z.device, dtype=torch.float32).contiguous()
     return _run(z, KIND_POWER, 0, alpha, 1.0, 1.0, 0.0, 1.0, True)
+
+
+def row_exact(a: float) -> int:
+    """The row solver's ``EXACT`` for one ``a = α - 1`` for every row: :func:`relu_exact`'s 1 (sparsemax) and 2
+    (1.5-entmax), :data:`EXACT_FAR` for the general power with ``a >= NEAR_ONE`` (α >= 1.25: the hardware
+    ``log2``, no ``t + 1`` variable), else 0 (α near 1, and one α per row).
+
+    Examples:
+        >>> from softargmax.backends.triton.rows import row_exact
+        >>> [row_exact(a) for a in (1.0, 0.5, 0.3, 0.1)]
+        [1, 2, 3, 0]
+    """
+    exact = relu_exact(a)
+    return EXACT_FAR if exact == 0 and a >= NEAR_ONE else exact
 
 
 def relu_exact(a: float) -> int:
