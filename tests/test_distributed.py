@@ -499,6 +499,14 @@ def _worker_data_parallel(rank, world):
         torch.set_default_dtype(torch.float32)
 
 
+def _weights(k, bad_rank, value):
+    """This rank's ``k`` class weights: ones, with ``value`` at entry 3 on the rank where ``bad_rank`` holds."""
+    w = torch.ones(k)
+    if bad_rank:
+        w[3] = value
+    return w
+
+
 def _disagree_cases(rank, V):
     """``{name: (call, message pattern on rank 0, on rank 1)}``: calls on 2 ranks that disagree."""
     import softargmax as sa
@@ -552,6 +560,13 @@ def _disagree_cases(rank, V):
         "gap": (lambda: fy(x[:, on_ranks(slice(0, 4), slice(6, 10))], idx % 8, process_group=group,
                            class_offset=on_ranks(0, 6)),
                 r"no rank holds the classes \[4, 6\)"),
+        # only rank 1's own slice of the weights is bad: the sign and finiteness ride on the first round's
+        # table, so rank 0 must raise too instead of waiting in the next collective
+        "negative weight on one rank": (lambda: sa.entmax15_loss(xl, idx, weight=_weights(k, one, -0.5), process_group=group),
+                                        r"weight must be finite and non-negative \(rank 1: a negative, infinite or NaN class weight\)"),
+        "NaN weight on one rank, fused": (lambda: sa.linear_fenchel_young_loss(h, W[sl], idx, class_weight=_weights(k, one, float("nan")),
+                                                                              chunk_size=4, process_group=group),
+                                          r"weight must be finite and non-negative \(rank 1: a negative, infinite or NaN class weight\)"),
         "fused rows": (lambda: sa.linear_fenchel_young_loss(h[:6] if one else h, W[sl], idx[:6] if one else idx,
                                                             chunk_size=4, process_group=group),
                        r"the number of rows: rank 0 has 8, rank 1 has 6"),

@@ -41,7 +41,9 @@ Precision and memory:
   PyTorch).  With ``reduction="none"`` the forward takes the values from the same kernels and keeps
   nothing per token, and the backward solves each chunk again, its row scale the incoming
   per-token gradient times the item weight: the same buffers in both passes, and ``G`` that of the
-  reduced loss (with a gradient of ones, equal to the ``"sum"`` loss's).  With ``return_stats`` the prediction is kept
+  reduced loss (with a gradient of ones, equal to the ``"sum"`` loss's).  With ``softcap=c`` the capped
+  logits are rounded to the chunk's dtype before the solve, in every reduction (about ``c · 2⁻⁹`` per logit
+  in bfloat16).  With ``return_stats`` the prediction is kept
   beside its gradient (2 more bytes) and its statistics are computed in float32, 64 rows at a
   time.  No value is read on the host.
 * the weight gradient is accumulated over the chunks in the weight's dtype, one GEMM per chunk

@@ -13,7 +13,7 @@ disagreement.
 The table is read on the host (the one synchronization of the round), so the value checks that need
 only a few numbers ride on it: the smallest and the largest kept class index (checked against the
 global number of classes once the slices are known, :func:`~.targets.make_plan`) and whether a rank's
-class weights hold a negative entry are computed on the device and written into the table, instead
+class weights hold a negative, infinite or NaN entry are computed on the device and written into the table, instead
 of being read on the host each by a synchronization of its own; every rank then raises the same
 ``ValueError`` at the call itself, before any other collective.
 """
@@ -95,7 +95,7 @@ SLOTS = (
     ("classes", None, None),
     ("offset", None, None),
     ("weight_len", None, None),
-    ("weight_negative", None, None),
+    ("weight_bad", None, None),
     ("index_low", None, None),
     ("index_high", None, None),
 )
@@ -230,9 +230,9 @@ def agree(group: Optional[ProcessGroup], rank: int, world: int, device: torch.de
         if row[_SLOT["weight"]] and n not in (sizes[r], split.K):
             raise ValueError(f"weight must have shape ({sizes[r]},) (rank {r}'s classes) or ({split.K},) (all classes); "
                              f"rank {r}'s has shape ({n},)")
-    negative = [r for r, row in enumerate(table) if row[_SLOT["weight_negative"]]]
-    if negative:
-        raise ValueError(f"weight must be non-negative ({_ranks(negative)}: a negative class weight)")
+    bad = [r for r, row in enumerate(table) if row[_SLOT["weight_bad"]]]
+    if bad:
+        raise ValueError(f"weight must be finite and non-negative ({_ranks(bad)}: a negative, infinite or NaN class weight)")
     return split
 
 

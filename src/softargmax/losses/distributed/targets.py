@@ -107,12 +107,13 @@ def target_fields(local: LocalTarget, ignore_index: int,
     """What :func:`~.agreement.agree` compares and checks of the target: ``(fields, tensors)``; the tensors are
     computed on the device and read with the round's table (no synchronization of their own): the checksum of the
     class indices, their smallest and largest kept entry (``0`` and ``-1`` with none kept), and whether a class
-    weight is negative."""
+    weight is negative, infinite or NaN."""
     fields = {"target": local.kind, "ignore_index": int(ignore_index), "label_smoothing": float_bits(label_smoothing),
               "weight": local.weight is not None, "weight_len": 0 if local.weight is None else local.weight.shape[0]}
     tensors: dict[str, Tensor] = {}
     if local.weight is not None and local.weight.numel():
-        tensors["weight_negative"] = (local.weight < 0).any()
+        w = local.weight
+        tensors["weight_bad"] = ~((w >= 0) & torch.isfinite(w)).all()  # as the one-process losses refuse
     if local.index is not None:
         idx = local.index
         tensors["indices"] = checksum(idx)
