@@ -120,9 +120,8 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
         iterations = max(iterations, sol.iterations)
         if sol.bad_rows is not None:
             bad.append((r0, sol.bad_rows))
-        if zp is not None:  # ⟨z, p⟩ over p > 0 (0 · (-inf) is not NaN), in float64
-            g64 = g.to(f64)
-            zp[r0:r1] = torch.where(g64 > 0, zb.to(f64) * g64, torch.zeros_like(g64)).sum(-1)
+        if zp is not None:  # ⟨z, p⟩ over p > 0 (0 · (-inf) is not NaN), the products summed in float64
+            zp[r0:r1] = torch.where(g > 0, zb * g, torch.zeros_like(g)).sum(-1, dtype=f64)
             if omega is not None:  # f(p) - f(0) in p's dtype (f of float64 rows costs as much as the solve)
                 omega[r0:r1] = _f_sum(div, g, f0)
     bad_rows = None
