@@ -95,6 +95,27 @@ def test_entmax15_by_hand_with_q_is_the_builtin_in_float64(small_blocks):
         torch.testing.assert_close(a, b, atol=1e-13, rtol=1e-11)
 
 
+def test_sparse_loss_by_hand_is_the_builtin_in_float64(small_blocks, monkeypatch):
+    """The loss of α = 1.5 by hand with class indices on rows long enough to be pruned (each block pruned
+    to its candidates, p scattered into the full rows): value and gradient against the built-in α-divergence
+    (1.5-entmax) in float64, a masked and a NaN row included."""
+    monkeypatch.setattr(row_blocks, "BLOCK_ELEMENTS", 3 * 512)
+    x, y = _rows(R=8, k=512, seed=4)
+    x[1, ::2] = -math.inf
+    x[5, 7] = math.nan
+    y[1] = 4
+    out = []
+    for div in (entmax15_by_hand(), AlphaDivergence(1.5)):
+        xr = x.clone().requires_grad_(True)
+        loss = sa.f_divergence_loss(xr, y, div, reduction="none")
+        (g,) = torch.autograd.grad(loss.sum(), xr)
+        out.append((loss, g))
+    assert ((out[0][1] == 0) & torch.isfinite(x)).any()  # sparse
+    assert torch.isnan(out[0][0][5]) and torch.isnan(out[0][1][5]).all()
+    for a, b in zip(*out):
+        torch.testing.assert_close(a, b, atol=1e-13, rtol=1e-11, equal_nan=True)
+
+
 def test_rows_do_not_depend_on_the_blocks(monkeypatch):
     """The same rows solved in blocks of 1, 3 and all rows: p equal to rounding, τ too."""
     x, _ = _rows(R=7, k=40, seed=3)
@@ -160,3 +181,10 @@ def test_full_size_allocations():
     with count:
         sol = threshold.solve(x, div)
     assert count.count == 2 and sol.s is not None, count.count
+    # α = 1.5: a constant row leaves no block to prune away, so the whole batch's candidates were its full rows
+    # (the generic solver over them: 365 full-size allocations); pruned block by block, only that row's block is
+    x[0] = 0.5
+    count.count = 0
+    with count:
+        sa.f_divergence_loss(x, y, entmax15_by_hand())
+    assert count.count == 1, count.count

@@ -11,6 +11,8 @@ whole ``[R, k]`` rows every step then streams the rows through memory several ti
 Here the rows are cut into blocks of about :data:`BLOCK_ELEMENTS` entries and each block is solved
 completely (bracket, Newton steps, the output) before the next one, so every Newton step runs on data
 in cache: the rows are read from memory once per solve, and the temporaries are the size of a block.
+This path takes the rows whose candidates are the full rows (a dense generator, a reference measure), and
+a sparse generator's rows for the loss values, each block pruned to its candidates as whole rows would be.
 The outputs are written into ``p`` (and ``s``, the Jacobian weights) allocated once, so the only full-size
 buffers are those the fused kinds also return; with ``row_sums`` (the Fenchel–Young loss values) ``s`` is
 not kept, and the loss value's row sums :math:`\langle z, p\rangle` and :math:`\sum_{p_j > 0} [f(p_j) - f(0)]`
@@ -41,21 +43,23 @@ __all__ = ["covers", "solve_row_blocks", "BLOCK_ELEMENTS"]
 #: entries per block of rows (256 KiB of float32: the block and the generator's temporaries stay in cache)
 BLOCK_ELEMENTS = 1 << 16
 
-#: ``(z, q) -> Solution`` of a block of rows (``q``: ``None`` or the block's ``[r|1, k]``), candidates the full rows
+#: ``(z, q) -> Solution`` of a block of rows (``q``: ``None`` or the block's ``[r|1, k]``)
 BlockSolve = Callable[[Tensor, Optional[Tensor]], Solution]
 
 
-def covers(z: Tensor, div: Divergence, q: Optional[Tensor], prune: bool) -> bool:
+def covers(z: Tensor, div: Divergence, q: Optional[Tensor], prune: bool, row_sums: bool = False) -> bool:
     """Whether :func:`solve_row_blocks` takes these rows: CPU rows of a generator that only the generic
     evaluator solves (no hint ``evaluator``, no fused kind, not softmax nor α-entmax with α > 2), whose
-    candidates are the full rows (a dense generator, a reference measure ``q`` ``[R|1, k]``, or no pruning)."""
+    candidates are the full rows (a dense generator, a reference measure ``q`` ``[R|1, k]``, or no pruning), or
+    the loss values' solve (``row_sums``: each block pruned as the whole rows would be, ``p`` scattered into the
+    full rows, which the loss needs anyway; an operator keeps the pruned candidates and their small ``s``)."""
     hints = div.hints
     if z.device.type != "cpu" or z.dim() != 2 or hints.evaluator is not None or hints.fused_kind is not None \
             or hints.softmax or steep_power(div) is not None:
         return False
     if q is not None and (q.dim() != 2 or q.shape[0] not in (1, z.shape[0])):
         return False
-    return not (prune and q is None and div.sparse)
+    return row_sums or not (prune and q is None and div.sparse)
 
 
 def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_block: BlockSolve,
@@ -71,7 +75,7 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
         z: the rows, contiguous, on the CPU.
         div: the generator.
         q: the reference measure, ``None`` or ``[R|1, k]``.
-        solve_block: ``(z, q) -> Solution`` of a block of rows, its candidates the full rows.
+        solve_block: ``(z, q) -> Solution`` of a block of rows (its candidates pruned or the full rows).
         row_sums: keep no Jacobian weights, compute the loss value's row sums. Default: ``False``.
 
     Returns:
@@ -110,11 +114,11 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
         r1 = min(R, r0 + step)
         zb = z[r0:r1]
         sol = solve_block(zb, None if q is None else (q if q.shape[0] == 1 else q[r0:r1]))
-        g = sol.p
+        g = sol.p if sol.block_index is None else sol.scatter(sol.p)  # (a pruned block: zeros off its candidates)
         p[r0:r1] = g
         if s is not None:
             assert sol.s is not None  # the PyTorch solver keeps the Jacobian weights
-            s[r0:r1] = sol.s
+            s[r0:r1] = sol.scatter(sol.s)
         tau[r0:r1] = sol.tau
         s_sum[r0:r1] = sol.s_sum
         iterations = max(iterations, sol.iterations)

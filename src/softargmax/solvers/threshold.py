@@ -287,9 +287,9 @@ def solve(
                                   row_sums=row_sums)
         if backend is not None:
             return backend.solve(z, divergence, row_sums=candidates_only or row_sums)  # the loss values' row sums
-    if trace is None and row_blocks.covers(z, divergence, q, prune):  # a block of rows at a time, in cache
+    if trace is None and row_blocks.covers(z, divergence, q, prune, row_sums):  # a block of rows at a time, in cache
         return row_blocks.solve_row_blocks(
-            z, divergence, q, lambda zb, qb: _solve_rows(zb, divergence, qb, False, max_iter, None), row_sums=row_sums)
+            z, divergence, q, lambda zb, qb: _solve_rows(zb, divergence, qb, prune, max_iter, None), row_sums=row_sums)
     return _solve_rows(z, divergence, q, prune, max_iter, trace)
 
 
