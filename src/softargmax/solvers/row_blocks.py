@@ -69,7 +69,10 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
 
     ``row_sums``: the caller needs ``p`` and the loss value's row sums alone: ``s`` is ``None``, and ``zp``
     :math:`= \langle z, p\rangle` and (``q = None``, finite :math:`f(0)`) ``omega``
-    :math:`= \sum_{p_j > 0} [f(p_j) - f(0)]` are set, per row ``[R]`` in float64.
+    :math:`= \sum_{p_j > 0} [f(p_j) - f(0)]` and ``omega_star``
+    :math:`= \langle z, p\rangle - \sum_j [f(p_j) - f(0)] - \tau (\sum_j p_j - 1)` (the conjugate
+    :math:`\Omega^*(z)`, stationary in :math:`p` at :math:`p_j = g(z_j - \tau)`: the rounding of ``p`` enters at
+    second order) are set, per row ``[R]`` in float64.
 
     Args:
         z: the rows, contiguous, on the CPU.
@@ -108,6 +111,7 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
     zp = torch.empty(R, dtype=f64) if row_sums else None
     f0 = float(div.f(torch.zeros((), dtype=f64))) if row_sums and q is None else math.inf
     omega = torch.empty(R, dtype=f64) if math.isfinite(f0) else None
+    omega_star = torch.empty(R, dtype=f64) if omega is not None else None
     bad: list[tuple[int, Tensor]] = []
     iterations = 0
     for r0 in range(0, R, step):
@@ -126,15 +130,19 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
             bad.append((r0, sol.bad_rows))
         if zp is not None:  # ⟨z, p⟩ over p > 0 (0 · (-inf) is not NaN), the products summed in float64
             zp[r0:r1] = torch.where(g > 0, zb * g, torch.zeros_like(g)).sum(-1, dtype=f64)
-            if omega is not None:  # f(p) - f(0) in p's dtype (f of float64 rows costs as much as the solve)
-                omega[r0:r1] = _f_sum(div, g, f0)
+            if omega is not None and omega_star is not None:  # f(p) - f(0) in p's dtype (f of float64 rows
+                omega[r0:r1] = _f_sum(div, g, f0)           # costs as much as the solve)
+                # Ω* = ⟨z, p⟩ - Σ [f(p) - f(0)] - τ (Σ p - 1): stationary in p at p = g(z - τ), so the rounding of p
+                # enters at second order (the loss values take it, in float64)
+                S = g.sum(-1, dtype=f64)
+                omega_star[r0:r1] = zp[r0:r1] - omega[r0:r1] - sol.tau.squeeze(1).to(f64) * (S - 1)
     bad_rows = None
     if bad:
         bad_rows = torch.zeros(R, 1, dtype=torch.bool)
         for r0, b in bad:
             bad_rows[r0:r0 + b.shape[0]] = b
     return Solution(tau=tau, p=p, s=s, s_sum=s_sum, block_index=None, k=k, bad_rows=bad_rows,
-                    iterations=iterations, zp=zp, omega=omega)
+                    iterations=iterations, zp=zp, omega=omega, omega_star=omega_star)
 
 
 def _f_sum(div: Divergence, p: Tensor, f0: float) -> Tensor:
