@@ -207,3 +207,26 @@ def test_float32_loss_values_within_an_ulp_of_float64():
     ref = F.cross_entropy(x.float().double(), y, reduction="none")
     ulps = (loss - ref).abs() / (torch.finfo(torch.float32).eps * ref.abs())
     assert float(ulps.max()) <= 1.0, float(ulps.max())
+
+
+def test_g_prime_by_autograd_evaluates_g_once():
+    """A user's generator without ``g'``: each Newton evaluation calls ``g`` once (differentiated by autograd;
+    it was called twice) and gives the declared ``g'``'s values, masked entries 0."""
+    calls = []
+
+    def g(v):
+        calls.append(1)
+        return torch.exp(v - 1)
+
+    plain = CustomDivergence(f=lambda u: torch.special.xlogy(u, u), f_prime=lambda u: torch.log(u) + 1,
+                             conj=lambda v: torch.exp(v - 1), conj_prime=g)
+    v = torch.tensor([[-1.0, 0.5, -math.inf]], dtype=F64)
+    got, ref = plain.conj_prime_and_prime2(v), kl_by_hand().conj_prime_and_prime2(v)
+    assert len(calls) == 1 and not got[0].requires_grad
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=0, rtol=1e-15)
+    x, _ = _rows(R=4, k=30, seed=7)
+    calls.clear()
+    sol = threshold.solve(x, plain)
+    assert len(calls) == sol.iterations + 1, (len(calls), sol.iterations)
+    torch.testing.assert_close(sol.p, torch.softmax(x, -1), atol=1e-15, rtol=1e-12)
