@@ -5,6 +5,7 @@ benchmarks/results/cpu-f-divergences.json.
     python benchmarks/run_cpu_f_divergences.py --rounds 5 --json /tmp/f.json
     python benchmarks/run_cpu_f_divergences.py --threads 1 --clock cpu   # a loaded machine: CPU time
     python benchmarks/run_cpu_f_divergences.py --loss-memory 2048x32000  # the losses' peak memory
+    python benchmarks/run_cpu_f_divergences.py --by-hand --json /tmp/h.json  # and KL as a user's generator
 
 Each call is timed once per round, the callables interleaved within a round (a slow phase of a
 shared machine slows them alike); the reported time is the minimum over the rounds, after two
@@ -15,7 +16,7 @@ other jobs, a wall-clock time jumps by the scheduler's time slices whenever a th
 core, and with one thread the CPU time is what the call itself cost.
 
 ``--loss-memory RxK``: f_divergence_loss's forward and backward with class indices for each
-divergence in a child process of its own, reporting the growth of the child's peak resident memory
+divergence (and KL written by hand as a user's generator, ``kl_by_hand``) in a child process of its own, reporting the growth of the child's peak resident memory
 (``ru_maxrss``) over the call, in units of one ``[R, K]`` float32 buffer (the scores, their
 gradient and the targets exist before the baseline is taken).  ``--general-path``: the same with the
 one-C-call class-index path switched off (what calls with options it does not take go through).
@@ -36,6 +37,17 @@ import softargmax as sa
 from softargmax.bench.timing import device_name, save, versions
 
 DIVERGENCES = ["kl", "reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]
+#: the loss memory also of a user's generator: KL from its functions, no hints (the generic solver)
+BY_HAND = ["kl_by_hand"]
+
+
+def _divergence(name):
+    """A built-in divergence's name, or ``"kl_by_hand"``: KL as a user declares it (``g = (f')⁻¹`` and ``g'``)."""
+    if name != "kl_by_hand":
+        return name
+    return sa.CustomDivergence(f=lambda u: torch.special.xlogy(u, u), f_prime=lambda u: torch.log(u) + 1,
+                               conj=lambda v: torch.exp(v - 1), conj_prime=lambda v: torch.exp(v - 1),
+                               conj_prime2=lambda v: torch.exp(v - 1), name=name)
 
 
 def _loss_memory_child(name, rows, cols, general=False):
@@ -49,13 +61,14 @@ def _loss_memory_child(name, rows, cols, general=False):
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(rows, cols, generator=gen) * 3).requires_grad_(True)
     target = torch.randint(0, cols, (rows,), generator=gen)
-    sa.f_divergence_loss(x[:2].detach(), target[:2], name)  # builds or loads the C library
+    div = _divergence(name)
+    sa.f_divergence_loss(x[:2].detach(), target[:2], div)  # builds or loads the C library
     x.grad = torch.zeros_like(x)  # the gradient's buffer exists before the baseline
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    loss = sa.f_divergence_loss(x, target, name)
+    loss = sa.f_divergence_loss(x, target, div)
     loss.backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"op": name, "loss": float(loss), "peak_growth_mb": round((peak - base) / 1024, 1)}))
+    print(json.dumps({"op": name, "loss": float(loss.detach()), "peak_growth_mb": round((peak - base) / 1024, 1)}))
 
 
 def _loss_memory(shape, divergences, general=False):
@@ -85,6 +98,8 @@ def main():
     parser.add_argument("--loss-memory-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--general-path", action="store_true",
                         help="with --loss-memory: the general loss path (the one-C-call class-index path off)")
+    parser.add_argument("--by-hand", action="store_true",
+                        help="also time KL written by hand as a user's generator (kl_by_hand: the generic solver)")
     args = parser.parse_args()
     if args.loss_memory_child:
         name, shape = args.loss_memory_child
@@ -93,7 +108,7 @@ def main():
     if args.loss_memory:
         result = {"device": device_name(torch.device("cpu")), **versions(),
                   "path": "general (one-C-call class-index path off)" if args.general_path else "default",
-                  **_loss_memory(args.loss_memory, DIVERGENCES, args.general_path)}
+                  **_loss_memory(args.loss_memory, DIVERGENCES + BY_HAND, args.general_path)}
         save(result, args.json)
         print(f"wrote {args.json}")
         return
@@ -103,14 +118,15 @@ def main():
     x = (torch.randn(rows, cols, generator=gen) * 3).to(getattr(torch, args.dtype))
     grad = torch.randn(rows, cols, generator=gen).to(x.dtype)
     fns = {"softmax": lambda t: torch.softmax(t, -1)}
-    fns.update({name: (lambda n: lambda t: sa.f_softargmax(t, n))(name) for name in DIVERGENCES})
+    timed = DIVERGENCES + (BY_HAND if args.by_hand else [])
+    fns.update({name: (lambda d: lambda t: sa.f_softargmax(t, d))(_divergence(name)) for name in timed})
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     cases = []
     load = os.getloadavg()
     for pas in ("fwd", "fwd+bwd"):
         times = interleaved_times(fns, x, pas, args.rounds, clock, warmup=2, grad=grad)
         best = {name: min(t) * 1e3 for name, t in times.items()}
-        for name in DIVERGENCES:
+        for name in timed:
             case = {"op": name, "pass": pas, "ms": round(best[name], 4), "softmax_ms": round(best["softmax"], 4),
                     "ratio": round(best[name] / best["softmax"], 3)}
             cases.append(case)

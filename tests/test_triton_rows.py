@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import FUSED_COVERED, edge_rows, entmax15_sort, sparsemax_sort
+from conftest import FUSED_COVERED, INFINITE_F0_COVERED, edge_rows, entmax15_sort, sparsemax_sort
 
 import softargmax as sa
 from softargmax.backends.cpu import rows as _cpu_rows
@@ -124,10 +124,18 @@ def _assert_s_sum_close(fast, ref, z, div, ok, tol):
     assert bool((err[ok] <= allowed[ok]).all()), (err[ok] / allowed[ok]).squeeze(1).tolist()
 
 
+def _skip_overflow_of_one_slot_kinds(case, layout):
+    """The kinds with f(0) = +inf keep one score per lane (rows.long_slots): for them the streamed layout with
+    overflowing lanes is the streamed one, run already."""
+    if layout == "streamed-overflow" and case in INFINITE_F0_COVERED:
+        pytest.skip("one slot per lane: the streamed case")
+
+
 @pytest.mark.parametrize("case", COVERED, ids=_ids)
 @pytest.mark.parametrize("k", LENGTHS)
 def test_solution_matches_reference(case, k, layout, triton_device):
     name, params = case
+    _skip_overflow_of_one_slot_kinds(case, layout)
     div = get_divergence(name, **params)
     k = row_length(k, layout)
     z = edge_rows(k, torch.float32, torch.Generator().manual_seed(k), triton_device)
@@ -593,11 +601,12 @@ def test_float32_within_1e6_of_float64(case, k, layout, triton_device):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", EXACTNESS[:3] + EXACTNESS[5:], ids=_ids)
+@pytest.mark.parametrize("case", EXACTNESS[:3] + EXACTNESS[5:] + INFINITE_F0_COVERED, ids=_ids)
 def test_half_outputs_within_their_rounding(case, dtype, layout, triton_device):
     """Half rows read and written as they are: ``p`` is the float64 answer on the same scores
     rounded once (half an ulp, plus float32's error), and NaN rows stay NaN."""
     name, params = case
+    _skip_overflow_of_one_slot_kinds(case, layout)
     div = get_divergence(name, **params)
     k = row_length(300, layout)
     z = _hard_rows(k, dtype, triton_device)
@@ -616,7 +625,7 @@ def test_half_outputs_within_their_rounding(case, dtype, layout, triton_device):
 
 
 #: the dense kinds with f(0) = +inf: reverse KL, Jeffrey (Lambert W), reverse chi-square
-INFINITE_F0 = [("reverse_kl", {}), ("jeffrey", {}), ("reverse_chi_square", {})]
+INFINITE_F0 = INFINITE_F0_COVERED
 
 
 def _infinite_f0_rows(k: int, device) -> torch.Tensor:

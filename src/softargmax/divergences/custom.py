@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+import torch
 from torch import Tensor
 
 from .base import Divergence
@@ -104,3 +105,14 @@ class CustomDivergence(Divergence):
         if self._cp2 is not None:
             return self._cp2(v)
         return super().conj_prime2(v)
+
+    def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``(g(v), g'(v))``; without ``conj_prime2``, ``g`` once, differentiated by autograd (the generic
+        solver's Newton step evaluated ``g`` twice: alone, then again under autograd for ``g'``)."""
+        if self._cp2 is not None:
+            return self._cp(v), self._cp2(v)
+        with torch.enable_grad():
+            vv = v.detach().requires_grad_(True)
+            g = self._cp(vv)
+            (gp,) = torch.autograd.grad(g.sum(), vv)
+        return g.detach(), torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))

@@ -40,7 +40,10 @@ The operators the fused row solvers cover (α-entmax with α ∈ (1, 2], Jensen�
 squared Hellinger; ``q = None``; :mod:`softargmax.backends.kinds`) go, through
 :mod:`softargmax.backends`, to the C row solver on CPU (:mod:`softargmax.backends.cpu.rows`) and
 to the Triton kernels on CUDA (:mod:`softargmax.backends.triton.rows`); both follow the same
-method row by row and return the same :class:`~softargmax.backends.solution.Solution`.
+method row by row and return the same :class:`~softargmax.backends.solution.Solution`.  On the CPU the
+generators that only the generic evaluator solves (a user's, whose candidates are the full rows) are
+solved a block of rows at a time, every Newton step of a block in cache
+(:mod:`softargmax.solvers.row_blocks`).
 
 Rows whose maximum is ``-inf`` (everything masked) give :math:`p = 0`; rows containing
 NaN or ``+inf`` are reported in ``Solution.bad_rows`` and their output is NaN.
@@ -62,6 +65,7 @@ from torch import Tensor
 from .. import backends as _kernels
 from ..backends.solution import Solution
 from ..divergences import Divergence
+from . import row_blocks
 from .newton import (
     MAX_ITER,
     RowSums,
@@ -240,7 +244,8 @@ def solve(
         row_sums: the caller needs ``p`` and the Fenchel–Young loss values' row sums
             (:meth:`~softargmax.backends.solution.Solution.inner` and
             :meth:`~softargmax.backends.solution.Solution.f_sum`) alone; on CPU the C solver then
-            takes α-entmax (it computes them in the pass that writes ``p``). Default: ``False``.
+            takes α-entmax (it computes them in the pass that writes ``p``), and the row-block solver
+            keeps no Jacobian weights ``s``. Default: ``False``.
 
     Returns:
         a :class:`~softargmax.backends.solution.Solution`: ``tau`` (f-divergence parametrization),
@@ -282,6 +287,15 @@ def solve(
                                   row_sums=row_sums)
         if backend is not None:
             return backend.solve(z, divergence, row_sums=candidates_only or row_sums)  # the loss values' row sums
+    if trace is None and row_blocks.covers(z, divergence, q, prune, row_sums):  # a block of rows at a time, in cache
+        return row_blocks.solve_row_blocks(
+            z, divergence, q, lambda zb, qb: _solve_rows(zb, divergence, qb, prune, max_iter, None), row_sums=row_sums)
+    return _solve_rows(z, divergence, q, prune, max_iter, trace)
+
+
+def _solve_rows(z: Tensor, divergence: Divergence, q: Optional[Tensor], prune: bool, max_iter: int,
+                trace: Optional[list[Tensor]]) -> Solution:
+    """The PyTorch solver on the rows ``z`` at once (:func:`solve` once no fast path took them)."""
     rows = _candidates(z, divergence, q, prune)
     eps = torch.finfo(z.dtype).eps
     # at rounding level: a looser tolerance left float32 rows 2.7e-6 from Σ p = 1 (reverse KL,
