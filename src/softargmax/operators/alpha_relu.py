@@ -9,8 +9,11 @@ the entmax parametrization: with the τ that 1.5-entmax would compute,
 1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.operators.alpha_relu_tau` estimates it.
 
 Derivatives: :math:`\partial p/\partial x = p^{2-\alpha}` (diagonal) and :math:`\partial p/\partial \tau = -p^{2-\alpha}/(\alpha-1)`.  For
-α = 1.5 these are :math:`\sqrt{p}`, so the backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
-multiplication.
+α = 1.5 these are :math:`\sqrt{p}`, so the PyTorch path's backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
+multiplication.  Where a fused kernel takes the call (:func:`softargmax.backends.alpha_relu_forward`: the Triton
+kernels with a float τ on the GPU; on the CPU the C library's for contiguous float32/float64 tensors with one τ or
+one τ per row), the forward is one pass that writes ``p`` and the backward one pass that recomputes the base from
+``x`` (saved, no copy) and writes the gradient (and sums τ's): one allocation each way, as a ReLU's.
 
 References:
 
@@ -72,10 +75,9 @@ def alpha_relu_forward(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Te
     """:class:`AlphaReLUFunction`'s output without the autograd function, for calls that need no
     gradient (:func:`softargmax._utils.tracing.without_autograd`): the same operations, the power
     taken in place."""
-    if not isinstance(tau, Tensor):
-        y = _kernels.alpha_relu_forward(x, alpha, tau)
-        if y is not None:
-            return y
+    fused = _kernels.alpha_relu_forward(x, alpha, tau)
+    if fused is not None:
+        return fused[0]
     p = power_of_base_(relu_base(x, tau, alpha), alpha - 1.0)
     return p.to(x.dtype) if p.dtype != x.dtype else p
 
@@ -139,13 +141,17 @@ class AlphaReLUFunction(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
         ctx.tau_dtype = tau.dtype if isinstance(tau, Tensor) else None
-        ctx.kernel_tau = None
-        if not isinstance(tau, Tensor):
-            y = _kernels.alpha_relu_forward(x, alpha, tau)  # GPU: one elementwise kernel each way
-            if y is not None:
+        # a fused kernel (Triton on the GPU, the C library on the CPU): one elementwise pass each way, the
+        # backward recomputes the base from x
+        fused = _kernels.alpha_relu_forward(x, alpha, tau)
+        ctx.kernel = None if fused is None else fused[1]
+        if fused is not None:
+            if isinstance(tau, Tensor):
+                ctx.save_for_backward(x, tau)
+            else:
                 ctx.save_for_backward(x)
                 ctx.kernel_tau = tau
-                return y
+            return fused[0]
         t = relu_base(x, tau, alpha)
         p = power_of_base(t, alpha - 1.0)
         ctx.save_for_backward(t)
@@ -154,9 +160,12 @@ class AlphaReLUFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
-        if ctx.kernel_tau is not None:
-            (x,) = ctx.saved_tensors
-            return _kernels.alpha_relu_backward(x, grad_out, ctx.alpha, ctx.kernel_tau), None, None
+        if ctx.kernel is not None:
+            saved = ctx.saved_tensors
+            gx, gtau = _kernels.alpha_relu_backward(ctx.kernel, saved[0], grad_out, ctx.alpha,
+                                                    saved[1] if len(saved) > 1 else ctx.kernel_tau,
+                                                    ctx.needs_input_grad[1])
+            return (gx if ctx.needs_input_grad[0] else None), gtau, None
         (t,) = ctx.saved_tensors
         a = ctx.alpha - 1.0
         # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}

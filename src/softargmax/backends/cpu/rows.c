@@ -751,6 +751,162 @@ void sa_jvp_##SUFFIX(const T *s, const T *v, const T *sc, T *g, long R, long k, 
 DEFINE_ROWS(float, f32, (double)FLT_EPSILON, FLT_MIN)
 DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
 
+/* -- alpha-ReLU (softargmax.operators.alpha_relu), elementwise ------------------------------------
+ * p = [a x - tau]_+^{1/a} with a = alpha - 1 > 0, and the backward dx = g [a x - tau]_+^{1/a - 1}
+ * (= g p^{2 - alpha}), with one tau for the whole tensor or one per row of k entries (taus).  The
+ * base t = [x a - tau]_+ is formed in T with the PyTorch path's roundings (x a, then minus tau, each
+ * rounded to T; a = 1: no product; NaN stays NaN, -inf gives 0), so that the exact forms are bit for
+ * bit that path's: a = 1 (alpha = 2) p = t, d = 1[t > 0] (NaN at NaN); a = 1/2 (alpha = 1.5) p = t^2,
+ * d = t; a = 2 (alpha = 3) p = sqrt(t), d = 1/sqrt(t) (0 at t = 0 and NaN).  Other a: the powers are
+ * exp(e log t) in double (pow_pos) rounded to T, d is 0 at t = 0 and, where 1/a - 1 < 0, at NaN (the
+ * PyTorch path's where(t > 0, ...)).  dx = g d in T.  The forward reads x and writes p; the backward
+ * reads x and g and writes dx (and the sums of dx for tau's gradient): one pass each, no temporary.
+ * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row). */
+#define RELU_BLOCK 4096
+#define RELU_CHUNK 256
+
+#define DEFINE_ALPHA_RELU(T, SUFFIX)                                                                  \
+static inline T relu_base_##SUFFIX(T x, T aT, int unit, T tau) {                                      \
+    const T t = (unit ? x : x * aT) - tau;                                                            \
+    return t < 0 ? (T)0 : t; /* NaN stays NaN */                                                      \
+}                                                                                                     \
+                                                                                                      \
+static void relu_fwd_span_##SUFFIX(const T *x, T *p, long n, double a, T tau) {                      \
+    const T aT = (T)a;                                                                                \
+    if (a == 1.0) {                                                                                   \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) p[j] = relu_base_##SUFFIX(x[j], aT, 1, tau);                     \
+    } else if (a == 0.5) {                                                                            \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) { const T t = relu_base_##SUFFIX(x[j], aT, 0, tau); p[j] = t * t; } \
+    } else if (a == 2.0) {                                                                            \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) p[j] = sqrt(relu_base_##SUFFIX(x[j], aT, 0, tau));              \
+    } else { /* in chunks: the bases, their powers (vectorized), the results */                      \
+        const double e = 1.0 / a;                                                                     \
+        double buf[RELU_CHUNK];                                                                       \
+        for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
+            const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
+            const T *xc = x + i0;                                                                     \
+            T *pc = p + i0;                                                                           \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = relu_base_##SUFFIX(xc[j], aT, 0, tau);                                    \
+                pc[j] = t;                                                                            \
+                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
+            }                                                                                         \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) pc[j] = pc[j] > 0 ? (T)buf[j] : pc[j];                       \
+        }                                                                                             \
+    }                                                                                                 \
+}                                                                                                     \
+                                                                                                      \
+/* dx = g d over n entries; returns the sum of dx in double when want_sum (else 0) */                 \
+static double relu_bwd_span_##SUFFIX(const T *x, const T *g, T *gx, long n, double a, T tau,          \
+                                      int want_sum) {                                                 \
+    const T aT = (T)a;                                                                                \
+    double s = 0;                                                                                     \
+    if (a == 0.5) {                                                                                   \
+        if (want_sum) {                                                                               \
+            _Pragma("omp simd reduction(+ : s)")                                                      \
+            for (long j = 0; j < n; j++) {                                                            \
+                const T v = g[j] * relu_base_##SUFFIX(x[j], aT, 0, tau);                              \
+                gx[j] = v;                                                                            \
+                s += (double)v;                                                                       \
+            }                                                                                         \
+        } else {                                                                                      \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < n; j++) gx[j] = g[j] * relu_base_##SUFFIX(x[j], aT, 0, tau);        \
+        }                                                                                             \
+    } else if (a == 1.0 || a == 2.0) {                                                                \
+        const int unit = a == 1.0;                                                                    \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) {                                                                \
+            const T t = relu_base_##SUFFIX(x[j], aT, unit, tau);                                      \
+            const T d = unit ? (t > 0 ? (T)1 : t * (T)0) : (t > 0 ? (T)1 / (T)sqrt(t) : (T)0);       \
+            gx[j] = g[j] * d;                                                                         \
+        }                                                                                             \
+        if (want_sum) {                                                                               \
+            _Pragma("omp simd reduction(+ : s)")                                                      \
+            for (long j = 0; j < n; j++) s += (double)gx[j];                                          \
+        }                                                                                             \
+    } else {                                                                                          \
+        const double e = (1.0 - a) / a;                                                               \
+        const T at_zero_nan = e < 0 ? (T)0 : (T)NAN; /* d at NaN: where(t > 0, t^e, 0) if e < 0 */    \
+        double buf[RELU_CHUNK];                                                                       \
+        for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
+            const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
+            const T *xc = x + i0, *gc = g + i0;                                                       \
+            T *oc = gx + i0;                                                                          \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = relu_base_##SUFFIX(xc[j], aT, 0, tau);                                    \
+                oc[j] = t;                                                                            \
+                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
+            }                                                                                         \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = oc[j];                                                                    \
+                const T d = t > 0 ? (T)buf[j] : t == 0 ? (T)0 : at_zero_nan;                          \
+                oc[j] = gc[j] * d;                                                                    \
+            }                                                                                         \
+            if (want_sum) {                                                                           \
+                _Pragma("omp simd reduction(+ : s)")                                                  \
+                for (long j = 0; j < m; j++) s += (double)oc[j];                                      \
+            }                                                                                         \
+        }                                                                                             \
+    }                                                                                                 \
+    return s;                                                                                         \
+}                                                                                                     \
+                                                                                                      \
+/* p of the contiguous [R, k] entries x: tau (rounded to T) for all, or taus[r] (T) for row r */      \
+void sa_relu_fwd_##SUFFIX(const T *x, long R, long k, double a, double tau, const T *taus, T *p,      \
+                          int nthreads) {                                                             \
+    if (taus) {                                                                                       \
+        _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
+        for (long r = 0; r < R; r++) relu_fwd_span_##SUFFIX(x + r * k, p + r * k, k, a, taus[r]);    \
+        return;                                                                                       \
+    }                                                                                                 \
+    const long n = R * k, blocks = (n + RELU_BLOCK - 1) / RELU_BLOCK;                                 \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")             \
+    for (long b = 0; b < blocks; b++) {                                                               \
+        const long i0 = b * RELU_BLOCK;                                                               \
+        relu_fwd_span_##SUFFIX(x + i0, p + i0, n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau); \
+    }                                                                                                 \
+}                                                                                                     \
+                                                                                                      \
+/* dx of the contiguous [R, k] entries x with incoming gradient g (contiguous, T), tau or taus as     \
+   sa_relu_fwd; unless gtau is NULL the sums of dx in double: gtau[0] over all entries (one tau) or    \
+   gtau[r] over row r (taus) */                                                                       \
+void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long R, long k, double a, double tau, const T *taus, \
+                          T *gx, double *gtau, int nthreads) {                                        \
+    const int want = gtau != NULL;                                                                    \
+    if (taus) {                                                                                       \
+        _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
+        for (long r = 0; r < R; r++) {                                                                \
+            const double s = relu_bwd_span_##SUFFIX(x + r * k, g + r * k, gx + r * k, k, a, taus[r], want); \
+            if (want) gtau[r] = s;                                                                    \
+        }                                                                                             \
+        return;                                                                                       \
+    }                                                                                                 \
+    const long n = R * k, blocks = (n + RELU_BLOCK - 1) / RELU_BLOCK;                                 \
+    double total = 0;                                                                                 \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(+ : total)") \
+    for (long b = 0; b < blocks; b++) {                                                               \
+        const long i0 = b * RELU_BLOCK;                                                               \
+        total += relu_bwd_span_##SUFFIX(x + i0, g + i0, gx + i0, n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, \
+                                        a, (T)tau, want);                                             \
+    }                                                                                                 \
+    if (want) gtau[0] = total;                                                                        \
+}
+
+DEFINE_ALPHA_RELU(float, f32)
+DEFINE_ALPHA_RELU(double, f64)
+
 /* The Fenchel-Young loss of class indices, forward and gradient in one call
  * (softargmax.losses._index_loss): per row r with class c = target[r] and the target y = (1 - eps) e_c + eps/k
  * (eps = 0: no label smoothing), G_r = p_r - y (written where the solver writes p; ys = eps/k and

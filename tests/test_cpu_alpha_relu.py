@@ -1,0 +1,190 @@
+"""α-ReLU's C kernels on the CPU (softargmax.backends.cpu.rows.alpha_relu_forward / _backward).
+
+Against the PyTorch path (the fused path switched off): bit for bit at α = 2 and 1.5 (the same
+roundings), within a rounding of the power elsewhere; against float64 finite differences
+(gradcheck, x and a tensor τ); that the C path is taken (a spy on its entries) where it
+covers the call, and not where it does not (τ per column, bfloat16, non-contiguous x).
+"""
+
+import math
+
+import pytest
+import torch
+
+import softargmax as sa
+from softargmax.backends.cpu import rows as _cpu_rows
+
+pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the C kernels are not built")
+
+F32, F64 = torch.float32, torch.float64
+EXACT = (1.5, 2.0)
+ALPHAS = (1.5, 2.0, 3.0, 1.3, 1.7, 2.5, 5.0)
+#: entries every row of the edge tensors holds somewhere: masks, overflow, NaN, signed zeros, the extremes
+EDGES = [-math.inf, math.inf, math.nan, 0.0, -0.0, 1e30, -1e30, 1e-30, 3e38, 1e-40]
+
+
+def _edge_x(rows, k, dtype, seed=0):
+    x = torch.randn(rows, k, dtype=dtype, generator=torch.Generator().manual_seed(seed)) * 3
+    x[0, : len(EDGES)] = torch.tensor(EDGES, dtype=dtype)
+    x[1] = -math.inf  # a fully masked row
+    return x
+
+
+def _tau(kind, rows, dtype):
+    return {"float": 0.3, "zero": 0.0, "scalar": torch.tensor(-0.2, dtype=dtype),
+            "row": torch.linspace(-0.5, 0.7, rows, dtype=dtype).reshape(rows, 1)}[kind]
+
+
+def _run(x, alpha, tau, w, fused):
+    """p, dL/dx and (a tensor τ) dL/dτ of L = Σ p w, on the C path or the PyTorch path."""
+    old = _cpu_rows.set_enabled(fused)
+    try:
+        xx = x.detach().requires_grad_(True)
+        tt = tau.detach().requires_grad_(True) if isinstance(tau, torch.Tensor) else tau
+        p = sa.alpha_relu(xx, alpha, tt)
+        grads = torch.autograd.grad((p * w).sum(), [xx] + ([tt] if isinstance(tt, torch.Tensor) else []))
+        return (p.detach(),) + tuple(grads)
+    finally:
+        _cpu_rows.set_enabled(old)
+
+
+class _Spy:
+    """Counts the calls of the C entries (forward, backward) by dtype."""
+
+    def __init__(self, monkeypatch):
+        self.fwd = self.bwd = 0
+        for dtype, (fwd, bwd) in list(_cpu_rows.RELU_KERNELS.items()):
+            def f(*args, _fn=fwd):
+                self.fwd += 1
+                return _fn(*args)
+
+            def b(*args, _fn=bwd):
+                self.bwd += 1
+                return _fn(*args)
+
+            monkeypatch.setitem(_cpu_rows.RELU_KERNELS, dtype, (f, b))
+
+
+@pytest.mark.parametrize("tau_kind", ["float", "zero", "scalar", "row"])
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_matches_the_pytorch_path_on_edge_rows(dtype, alpha, tau_kind, monkeypatch):
+    x = _edge_x(6, 23, dtype)
+    w = torch.randn(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    tau = _tau(tau_kind, 6, dtype)
+    spy = _Spy(monkeypatch)
+    fused = _run(x, alpha, tau, w, True)
+    assert (spy.fwd, spy.bwd) == (1, 1)
+    ref = _run(x, alpha, tau, w, False)
+    assert (spy.fwd, spy.bwd) == (1, 1)
+    for a, b in zip(fused, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape
+    p, gx = fused[:2]
+    assert torch.equal(p.isnan(), ref[0].isnan()) and torch.equal(gx.isnan(), ref[1].isnan())
+    assert (p[1] == 0).all() and (gx[1] == 0).all()  # a masked row: 0, never NaN
+    if alpha in EXACT:  # the same roundings: bit for bit
+        assert torch.equal(p.nan_to_num(), ref[0].nan_to_num())
+        assert torch.equal(gx.nan_to_num(), ref[1].nan_to_num())
+    else:  # the power exp(e log t) in double, rounded once, against PyTorch's pow in the dtype
+        tol = dict(rtol=4e-6, atol=1e-30) if dtype == F32 else dict(rtol=1e-13, atol=1e-300)
+        torch.testing.assert_close(p, ref[0], equal_nan=True, **tol)
+        torch.testing.assert_close(gx, ref[1], equal_nan=True, **tol)
+    if isinstance(tau, torch.Tensor):  # dL/dτ: summed in double here, in the dtype there
+        torch.testing.assert_close(fused[2], ref[2], equal_nan=True, rtol=1e-5 if dtype == F32 else 1e-12,
+                                   atol=1e-5 if dtype == F32 else 1e-12)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 3.0, 1.3, 2.5])
+@pytest.mark.parametrize("tau_kind", ["scalar", "row"])
+def test_gradcheck_x_and_tau(alpha, tau_kind, monkeypatch):
+    """Finite differences in float64; the entries stay away from the kink t = 0 (α = 2: a step there)."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(5, 9, dtype=F64, generator=g) * 4 - 2).requires_grad_()
+    tau = (torch.tensor(0.15, dtype=F64) if tau_kind == "scalar"
+           else torch.rand(5, 1, dtype=F64, generator=g) * 0.4 - 0.2).requires_grad_()
+    t = (alpha - 1) * x.detach() - tau.detach()
+    assert t.abs().min() > 1e-3
+    spy = _Spy(monkeypatch)
+    assert torch.autograd.gradcheck(lambda a, b: sa.alpha_relu(a, alpha, b), (x, tau), atol=1e-7, rtol=1e-6)
+    assert spy.fwd > 0 and spy.bwd > 0
+
+
+def test_the_power_against_float64():
+    """α = 1.3, float32: the power and the derivative of the float32 base t = [0.3 x - 0.1]_+ (as both paths form
+    it) against float64 powers (the C path rounds once)."""
+    x = torch.randn(50, 40, generator=torch.Generator().manual_seed(4)) * 3
+    xx = x.clone().requires_grad_()
+    p = sa.alpha_relu(xx, 1.3, 0.1)
+    p.backward(torch.ones_like(p))
+    t = torch.clamp(x * 0.3 - 0.1, min=0).double()
+    ref_p, ref_d = t ** (1 / 0.3), t ** (0.7 / 0.3)
+    torch.testing.assert_close(p.double(), ref_p, rtol=1.2e-7, atol=0)
+    torch.testing.assert_close(xx.grad.double(), ref_d, rtol=1.2e-7, atol=0)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 1.3])
+@pytest.mark.parametrize("tau_kind", ["float", "scalar", "row"])
+def test_threads_give_the_same_result(tau_kind, alpha, monkeypatch):
+    """Above the parallel threshold the entries are split over threads (in blocks, the last one partial): the
+    same values as one thread."""
+    x = _edge_x(512, 81, F32, seed=5)
+    x[0, 2] = 1.0  # (no NaN in dL/dτ)
+    w = torch.randn(x.shape, generator=torch.Generator().manual_seed(6))
+    tau = _tau(tau_kind, 512, F32)
+    assert x.numel() >= _cpu_rows.PARALLEL_MIN_ELEMENTS
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = _run(x, alpha, tau, w, True)
+        monkeypatch.setattr(_cpu_rows, "PARALLEL_MIN_ELEMENTS", 10**9)
+        one = _run(x, alpha, tau, w, True)
+    finally:
+        torch.set_num_threads(old)
+    ref = _run(x, alpha, tau, w, False)
+    for a, b, c in zip(two[:2], one[:2], ref[:2]):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())
+        torch.testing.assert_close(a, c, rtol=0 if alpha == 1.5 else 4e-6, atol=0, equal_nan=True)
+    if tau_kind == "row":  # one sum per row: the same in any split
+        assert torch.equal(two[2].nan_to_num(), one[2].nan_to_num())
+    elif tau_kind == "scalar":  # one sum of per-thread sums: its order depends on the split
+        torch.testing.assert_close(two[2], one[2], rtol=1e-6, atol=0, equal_nan=True)
+    if tau_kind != "float":
+        torch.testing.assert_close(two[2], ref[2], rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_no_gradient_calls_and_expanded_gradients(monkeypatch):
+    spy = _Spy(monkeypatch)
+    x = torch.randn(7, 12, dtype=F64)
+    with torch.no_grad():
+        p = sa.alpha_relu(x, 1.5, 0.1)
+    assert (spy.fwd, spy.bwd) == (1, 0)
+    assert torch.equal(p, torch.clamp(0.5 * x - 0.1, min=0) ** 2)
+    xx = x.clone().requires_grad_()
+    sa.alpha_relu(xx, 1.5, 0.1).sum().backward()  # the incoming gradient is an expanded scalar
+    assert (spy.fwd, spy.bwd) == (2, 1)
+    assert torch.equal(xx.grad, torch.clamp(0.5 * x - 0.1, min=0))
+    tau = torch.zeros(7, 1, dtype=F64, requires_grad=True)  # τ alone needs a gradient
+    sa.alpha_relu(x, 1.5, tau).sum().backward()
+    torch.testing.assert_close(tau.grad, -torch.clamp(0.5 * x, min=0).sum(-1, keepdim=True) / 0.5)
+
+
+def test_what_the_c_path_does_not_take(monkeypatch):
+    """A τ per column, bfloat16, a non-contiguous x and an empty x take the PyTorch path, with the same results."""
+    spy = _Spy(monkeypatch)
+    x = torch.randn(6, 10, generator=torch.Generator().manual_seed(7)) * 2
+    col = torch.linspace(-0.3, 0.3, 10)
+    torch.testing.assert_close(sa.alpha_relu(x, 1.5, col), torch.clamp(0.5 * x - col, min=0) ** 2)
+    h = x.to(torch.bfloat16)
+    t = torch.clamp(h.float() * 0.5 - 0.1, min=0)  # computed in float32, rounded once
+    assert torch.equal(sa.alpha_relu(h, 1.5, 0.1), (t * t).to(torch.bfloat16))
+    assert torch.equal(sa.alpha_relu(x.t(), 2.0, 0.1), torch.clamp(x.t() - 0.1, min=0))
+    assert sa.alpha_relu(torch.empty(0, 4), 1.5).shape == (0, 4)
+    assert (spy.fwd, spy.bwd) == (0, 0)
+    old = _cpu_rows.set_enabled(False)
+    try:
+        sa.alpha_relu(x, 1.5, 0.1)
+    finally:
+        _cpu_rows.set_enabled(old)
+    assert spy.fwd == 0
+    sa.alpha_relu(x, 1.5, 0.1)  # and the same call with the path on takes it
+    assert spy.fwd == 1
