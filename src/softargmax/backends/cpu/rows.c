@@ -907,6 +907,34 @@ void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long R, long k, double a, doub
 DEFINE_ALPHA_RELU(float, f32)
 DEFINE_ALPHA_RELU(double, f64)
 
+/* -- the class-index loss's class weights and backward (softargmax.losses._index_loss) ------------
+ * sa_weights_ok: whether the k class weights are all finite and >= 0 (NaN is not), one pass.
+ * sa_scale_rows: the backward's out[r, :] = G[r, :] * s_r in T, with s_r = (T)((T)f * wrow[r]) (the general
+ * path's MulBackward of the rows' weights after its DivBackward) or s_r = (T)f where wrow is NULL; out may
+ * be G (in place); rows split over nthreads. */
+#define DEFINE_INDEX_SCALE(T, SUFFIX)                                                                 \
+int sa_weights_ok_##SUFFIX(const T *w, long k) {                                                      \
+    int ok = 1;                                                                                       \
+    _Pragma("omp simd reduction(& : ok)")                                                             \
+    for (long j = 0; j < k; j++) ok &= (w[j] >= 0) & (w[j] < (T)INFINITY);                            \
+    return ok;                                                                                        \
+}                                                                                                     \
+                                                                                                      \
+void sa_scale_rows_##SUFFIX(const T *G, T *out, long R, long k, const T *wrow, double f, int nthreads) { \
+    const T fT = (T)f;                                                                                \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")             \
+    for (long r = 0; r < R; r++) {                                                                    \
+        const T s = wrow ? fT * wrow[r] : fT;                                                         \
+        const T *gr = G + r * k;                                                                      \
+        T *o = out + r * k;                                                                           \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < k; j++) o[j] = gr[j] * s;                                                \
+    }                                                                                                 \
+}
+
+DEFINE_INDEX_SCALE(float, f32)
+DEFINE_INDEX_SCALE(double, f64)
+
 /* The Fenchel-Young loss of class indices, forward and gradient in one call
  * (softargmax.losses._index_loss): per row r with class c = target[r] and the target y = (1 - eps) e_c + eps/k
  * (eps = 0: no label smoothing), G_r = p_r - y (written where the solver writes p; ys = eps/k and

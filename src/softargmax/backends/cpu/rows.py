@@ -110,6 +110,9 @@ JVP_KERNELS: dict[torch.dtype, Any] = {}
 #: α-ReLU's entries ``(sa_relu_fwd_*, sa_relu_bwd_*)`` by dtype (:func:`alpha_relu_forward`,
 #: :func:`alpha_relu_backward`), filled when the library loads
 RELU_KERNELS: dict[torch.dtype, tuple[Any, Any]] = {}
+#: the class-index loss's entries ``(sa_weights_ok_*, sa_scale_rows_*)`` by dtype (:func:`weights_ok`,
+#: :func:`scale_rows`), filled when the library loads
+INDEX_KERNELS: dict[torch.dtype, tuple[Any, Any]] = {}
 
 
 def _cache_dir() -> Path:
@@ -239,12 +242,15 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
                            ctypes.c_long, ctypes.c_double, ctypes.c_int]
             JVP_KERNELS[dtype] = fn
         _relu_signatures(lib)
+        _index_signatures(lib)
         module = _python_entries(path, lib)
         if module is not None:  # the same functions without ctypes's cost per call
             MAP_KERNELS.update({torch.float32: module.map_f32, torch.float64: module.map_f64})
             JVP_KERNELS.update({torch.float32: module.jvp_f32, torch.float64: module.jvp_f64})
             RELU_KERNELS.update({torch.float32: (module.relu_fwd_f32, module.relu_bwd_f32),
                                  torch.float64: (module.relu_fwd_f64, module.relu_bwd_f64)})
+            INDEX_KERNELS.update({torch.float32: (module.weights_ok_f32, module.scale_rows_f32),
+                                  torch.float64: (module.weights_ok_f64, module.scale_rows_f64)})
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -477,6 +483,37 @@ def _index_loss_fn(dtype: torch.dtype) -> Any:
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         _index_loss_fns[dtype] = fn
     return fn
+
+
+def _index_signatures(lib: ctypes.CDLL) -> None:
+    """The ctypes signatures of ``sa_weights_ok_*`` and ``sa_scale_rows_*``, into :data:`INDEX_KERNELS`."""
+    ptr = ctypes.c_void_p
+    for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64")):
+        ok, scale = getattr(lib, "sa_weights_ok_" + suffix), getattr(lib, "sa_scale_rows_" + suffix)
+        ok.restype, scale.restype = ctypes.c_int, None
+        ok.argtypes = [ptr, ctypes.c_long]
+        scale.argtypes = [ptr, ptr, ctypes.c_long, ctypes.c_long, ptr, ctypes.c_double, ctypes.c_int]
+        INDEX_KERNELS[dtype] = (ok, scale)
+
+
+def weights_ok(w: Tensor) -> bool:
+    """Whether the class weights ``w`` (``[k]``, contiguous, float32 or float64) are all finite and non-negative,
+    in one C pass (the library is loaded: :func:`covers`)."""
+    return bool(INDEX_KERNELS[w.dtype][0](w.data_ptr(), w.shape[0]))
+
+
+def scale_rows(G: Tensor, factor: float, wrow: Optional[Tensor] = None, in_place: bool = True) -> Tensor:
+    """``G`` ``[..., k]`` (contiguous, float32 or float64) times ``s_r`` per row in one C pass, with
+    ``s_r = (factor · wrow[r])`` rounded to ``G``'s dtype (``factor`` rounded first), or ``factor`` rounded where
+    ``wrow`` (``[rows]``, contiguous, ``G``'s dtype) is ``None``: the products a 0-d factor's and then the row
+    weights' multiplications would give, bit for bit.  In place unless ``in_place`` is false (then a new tensor)."""
+    k = G.shape[-1]
+    n = G.numel()
+    rows = n // k if k else 0
+    out = G if in_place else torch.empty_like(G)
+    INDEX_KERNELS[G.dtype][1](G.data_ptr(), out.data_ptr(), rows, k, None if wrow is None else wrow.data_ptr(),
+                              factor, 1 if n < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows)))
+    return out
 
 
 def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,

@@ -1,7 +1,7 @@
 /* The small calls' entries of rows.c as a CPython extension module, _sa_cpu_rows (appended to rows.c when
  * Python's headers are found; softargmax.backends.cpu.rows builds and loads it).  Each function takes
  * Python integers (pointers as data_ptr() values, None for NULL) and floats, as the ctypes signatures of
- * sa_map_*, sa_jvp_*, sa_relu_fwd_* and sa_relu_bwd_* do, for a fraction of ctypes's cost per call (which is most of a small call's time).
+ * sa_map_*, sa_jvp_*, sa_relu_fwd_*, sa_relu_bwd_*, sa_weights_ok_* and sa_scale_rows_* do, for a fraction of ctypes's cost per call (which is most of a small call's time).
  * The GIL is released around the C call, as ctypes does. */
 
 static int sa_py_ptr(PyObject *o, void **out) {
@@ -86,6 +86,37 @@ static PyObject *sa_py_relu_bwd_##SUFFIX(PyObject *self, PyObject *const *args, 
 SA_PY_RELU_ENTRIES(float, f32)
 SA_PY_RELU_ENTRIES(double, f64)
 
+/* the class-index loss's entries: weights_ok(w, k) -> bool and scale_rows(G, out, R, k, wrow, f, threads), as
+ * sa_weights_ok_* and sa_scale_rows_* */
+#define SA_PY_INDEX_ENTRIES(T, SUFFIX)                                                            \
+static PyObject *sa_py_weights_ok_##SUFFIX(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
+    void *w;                                                                                     \
+    (void)self;                                                                                  \
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "weights_ok: 2 arguments"); return NULL; } \
+    if (sa_py_ptr(args[0], &w)) return NULL;                                                     \
+    const long k = PyLong_AsLong(args[1]);                                                       \
+    if (PyErr_Occurred()) return NULL;                                                           \
+    return PyBool_FromLong(sa_weights_ok_##SUFFIX((const T *)w, k));                             \
+}                                                                                                \
+                                                                                                 \
+static PyObject *sa_py_scale_rows_##SUFFIX(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
+    void *G, *out, *wrow;                                                                        \
+    (void)self;                                                                                  \
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "scale_rows: 7 arguments"); return NULL; } \
+    if (sa_py_ptr(args[0], &G) || sa_py_ptr(args[1], &out) || sa_py_ptr(args[4], &wrow)) return NULL; \
+    const long R = PyLong_AsLong(args[2]), k = PyLong_AsLong(args[3]);                           \
+    const double f = PyFloat_AsDouble(args[5]);                                                  \
+    const int threads = (int)PyLong_AsLong(args[6]);                                             \
+    if (PyErr_Occurred()) return NULL;                                                           \
+    Py_BEGIN_ALLOW_THREADS                                                                       \
+    sa_scale_rows_##SUFFIX((const T *)G, (T *)out, R, k, (const T *)wrow, f, threads);           \
+    Py_END_ALLOW_THREADS                                                                         \
+    Py_RETURN_NONE;                                                                              \
+}
+
+SA_PY_INDEX_ENTRIES(float, f32)
+SA_PY_INDEX_ENTRIES(double, f64)
+
 static PyMethodDef sa_py_methods[] = {
     {"map_f32", (PyCFunction)(void (*)(void))sa_py_map_f32, METH_FASTCALL, "sa_map_f32"},
     {"map_f64", (PyCFunction)(void (*)(void))sa_py_map_f64, METH_FASTCALL, "sa_map_f64"},
@@ -95,6 +126,10 @@ static PyMethodDef sa_py_methods[] = {
     {"relu_fwd_f64", (PyCFunction)(void (*)(void))sa_py_relu_fwd_f64, METH_FASTCALL, "sa_relu_fwd_f64"},
     {"relu_bwd_f32", (PyCFunction)(void (*)(void))sa_py_relu_bwd_f32, METH_FASTCALL, "sa_relu_bwd_f32"},
     {"relu_bwd_f64", (PyCFunction)(void (*)(void))sa_py_relu_bwd_f64, METH_FASTCALL, "sa_relu_bwd_f64"},
+    {"weights_ok_f32", (PyCFunction)(void (*)(void))sa_py_weights_ok_f32, METH_FASTCALL, "sa_weights_ok_f32"},
+    {"weights_ok_f64", (PyCFunction)(void (*)(void))sa_py_weights_ok_f64, METH_FASTCALL, "sa_weights_ok_f64"},
+    {"scale_rows_f32", (PyCFunction)(void (*)(void))sa_py_scale_rows_f32, METH_FASTCALL, "sa_scale_rows_f32"},
+    {"scale_rows_f64", (PyCFunction)(void (*)(void))sa_py_scale_rows_f64, METH_FASTCALL, "sa_scale_rows_f64"},
     {NULL, NULL, 0, NULL},
 };
 
