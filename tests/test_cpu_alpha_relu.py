@@ -188,3 +188,19 @@ def test_what_the_c_path_does_not_take(monkeypatch):
     assert spy.fwd == 0
     sa.alpha_relu(x, 1.5, 0.1)  # and the same call with the path on takes it
     assert spy.fwd == 1
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_create_graph_refuses_a_second_derivative(fused):
+    """Both paths' backward is once differentiable: a gradient made with create_graph=True says so when
+    differentiated again (not a silent zero)."""
+    old = _cpu_rows.set_enabled(fused)
+    try:
+        x = torch.randn(3, 4, dtype=F64, requires_grad=True)
+        v = torch.randn(3, 4, dtype=F64, requires_grad=True)  # an incoming gradient that needs one itself
+        (g,) = torch.autograd.grad(sa.alpha_relu(x, 1.5, 0.1), x, v, create_graph=True)
+        assert torch.equal(g.detach(), v.detach() * torch.clamp(0.5 * x.detach() - 0.1, min=0))
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            g.sum().backward()
+    finally:
+        _cpu_rows.set_enabled(old)

@@ -26,12 +26,14 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
+from torch.nn import Parameter
 
 from .. import backends as _kernels
 from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
 from .._utils.rows import sum_to
-from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode, without_autograd
+from .._utils.tracing import EAGER, GRAPH, LIBRARY_OPS, graph_mode, without_autograd
 
 __all__ = ["alpha_relu", "alpha_relu_graph"]
 
@@ -158,32 +160,41 @@ class AlphaReLUFunction(torch.autograd.Function):
         return p.to(x.dtype) if p.dtype != x.dtype else p
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
-        if ctx.kernel is not None:
-            saved = ctx.saved_tensors
-            gx, gtau = _kernels.alpha_relu_backward(ctx.kernel, saved[0], grad_out, ctx.alpha,
-                                                    saved[1] if len(saved) > 1 else ctx.kernel_tau,
-                                                    ctx.needs_input_grad[1])
-            return (gx if ctx.needs_input_grad[0] else None), gtau, None
-        (t,) = ctx.saved_tensors
-        a = ctx.alpha - 1.0
-        # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
-        if a == 1.0:
-            d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
-        elif a == 0.5:
-            d = t
-        else:
-            e = (1.0 - a) / a
-            d = t ** e
-            if e < 0:
-                d = torch.where(t > 0, d, torch.zeros_like(d))
-        g = grad_out.to(t.dtype) * d
-        grad_x = g.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
-        grad_tau = None
-        if ctx.needs_input_grad[1]:
-            grad_tau = sum_to(-g / a, ctx.tau_shape).to(ctx.tau_dtype)
-        return grad_x, grad_tau, None
+        if torch.is_grad_enabled():  # create_graph=True: once_differentiable's error on a second derivative
+            return _backward_once(ctx, grad_out)
+        return _backward(ctx, grad_out)  # (the engine runs it with grad mode off: no no_grad() block needed)
+
+
+def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
+    """:meth:`AlphaReLUFunction.backward`."""
+    if ctx.kernel is not None:
+        saved = ctx.saved_tensors
+        gx, gtau = _kernels.alpha_relu_backward(ctx.kernel, saved[0], grad_out, ctx.alpha,
+                                                saved[1] if len(saved) > 1 else ctx.kernel_tau,
+                                                ctx.needs_input_grad[1])
+        return (gx if ctx.needs_input_grad[0] else None), gtau, None
+    (t,) = ctx.saved_tensors
+    a = ctx.alpha - 1.0
+    # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
+    if a == 1.0:
+        d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
+    elif a == 0.5:
+        d = t
+    else:
+        e = (1.0 - a) / a
+        d = t ** e
+        if e < 0:
+            d = torch.where(t > 0, d, torch.zeros_like(d))
+    g = grad_out.to(t.dtype) * d
+    grad_x = g.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+    grad_tau = None
+    if ctx.needs_input_grad[1]:
+        grad_tau = sum_to(-g / a, ctx.tau_shape).to(ctx.tau_dtype)
+    return grad_x, grad_tau, None
+
+
+_backward_once = once_differentiable(_backward)
 
 
 def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -> Tensor:
@@ -241,6 +252,22 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         return alpha_relu_graph(x, alpha, tau)
     if not isinstance(tau, Tensor) and mode == LIBRARY_OPS:  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)
-    if mode != LIBRARY_OPS and without_autograd(x, tau if isinstance(tau, Tensor) else None):
+    tau_t = tau if isinstance(tau, Tensor) else None
+    if mode != LIBRARY_OPS and without_autograd(x, tau_t):
         return alpha_relu_forward(x, tau, alpha)  # no gradient: the forward without the autograd function's cost
+    if mode == EAGER and _plain(x) and (tau_t is None or _plain(tau_t)) and forward_ad._current_level < 0 \
+            and not _functorch_active():
+        # Function.apply less its Python wrapper (a few microseconds of a small call): with no functorch transform
+        # active the wrapper only unwraps dead functorch wrappers, done here
+        return _apply(_unwrap_if_dead(x), tau if tau_t is None else _unwrap_if_dead(tau_t), alpha)
     return AlphaReLUFunction.apply(x, tau, alpha)
+
+
+def _plain(t: Tensor) -> bool:
+    return type(t) is Tensor or type(t) is Parameter
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+#: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`AlphaReLUFunction`
+_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, AlphaReLUFunction)
