@@ -204,3 +204,66 @@ def test_create_graph_refuses_a_second_derivative(fused):
             g.sum().backward()
     finally:
         _cpu_rows.set_enabled(old)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 1.3])
+@pytest.mark.parametrize("tau_kind", ["float", "scalar", "row"])
+def test_an_expanded_gradient_is_read_without_a_copy(alpha, tau_kind, monkeypatch):
+    """An incoming gradient that is one value expanded (a sum's backward) is read as that value (no contiguous
+    copy), with the same results as the PyTorch path; over threads and blocks, the last one partial."""
+    x = _edge_x(300, 130, F32, seed=8)
+    x[0, 2] = 1.0  # (no NaN in dL/dτ)
+    tau = _tau(tau_kind, 300, F32)
+    strides = []
+    fwd, bwd = _cpu_rows.RELU_KERNELS[F32]
+    monkeypatch.setitem(_cpu_rows.RELU_KERNELS, F32, (fwd, lambda *a: strides.append(a[2]) or bwd(*a)))
+    out = []
+    for fused in (True, False):
+        old, threads = _cpu_rows.set_enabled(fused), torch.get_num_threads()
+        try:
+            torch.set_num_threads(2)
+            xx = x.clone().requires_grad_()
+            tt = tau.clone().requires_grad_() if isinstance(tau, torch.Tensor) else tau
+            p = sa.alpha_relu(xx, alpha, tt)
+            p.backward(torch.tensor(0.7).expand_as(p))
+            out.append((xx.grad, tt.grad if isinstance(tt, torch.Tensor) else None))
+        finally:
+            _cpu_rows.set_enabled(old)
+            torch.set_num_threads(threads)
+    assert strides == [0]
+    (ga, ta), (gb, tb) = out
+    torch.testing.assert_close(ga, gb, rtol=0 if alpha == 1.5 else 4e-6, atol=0, equal_nan=True)
+    if ta is not None:
+        torch.testing.assert_close(ta, tb, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_ctypes_entries_compute_what_the_python_entries_compute(tmp_path, monkeypatch):
+    """The library built without Python's headers (its ctypes entries, the fallback): α-ReLU's forward and
+    backward and the class-index loss's weight check and row scaling write the same bits."""
+    import ctypes
+
+    python_relu, python_index = dict(_cpu_rows.RELU_KERNELS), dict(_cpu_rows.INDEX_KERNELS)
+    monkeypatch.setattr(_cpu_rows, "PYTHON_ENTRIES", False)
+    monkeypatch.setenv("SOFTARGMAX_CACHE_DIR", str(tmp_path))
+    path = _cpu_rows._build()
+    lib = ctypes.CDLL(str(path))
+    assert _cpu_rows._python_entries(path, lib) is None
+    monkeypatch.setattr(_cpu_rows, "RELU_KERNELS", {})
+    monkeypatch.setattr(_cpu_rows, "INDEX_KERNELS", {})
+    _cpu_rows._relu_signatures(lib)
+    _cpu_rows._index_signatures(lib)
+    x = _edge_x(9, 16, F32, seed=9)
+    g = torch.randn(9, 16, generator=torch.Generator().manual_seed(10))
+    taus = torch.linspace(-0.3, 0.3, 9)
+    outs = []
+    for relu, index in ((_cpu_rows.RELU_KERNELS[F32], _cpu_rows.INDEX_KERNELS[F32]), (python_relu[F32], python_index[F32])):
+        p, gx, sums = torch.empty_like(x), torch.empty_like(x), torch.empty(9, dtype=F64)
+        relu[0](x.data_ptr(), 9, 16, 0.3, 0.0, taus.data_ptr(), p.data_ptr(), 1)
+        relu[1](x.data_ptr(), g.data_ptr(), 1, 9, 16, 0.3, 0.0, taus.data_ptr(), gx.data_ptr(), sums.data_ptr(), 1)
+        scaled = torch.empty_like(g)
+        index[1](g.data_ptr(), scaled.data_ptr(), 9, 16, taus.data_ptr(), 0.7, 1)
+        ok = [bool(index[0](w.data_ptr(), 2)) for w in (torch.tensor([0.0, 1.0]), torch.tensor([1.0, -1.0]))]
+        outs.append((p, gx, sums, scaled, torch.tensor(ok)))
+    for a, b in zip(*outs):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
+    assert outs[0][4].tolist() == [True, False]

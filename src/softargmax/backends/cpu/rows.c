@@ -863,6 +863,20 @@ static double relu_bwd_span_##SUFFIX(const T *x, const T *g, T *gx, long n, doub
     return s;                                                                                         \
 }                                                                                                     \
                                                                                                       \
+/* relu_bwd_span with g contiguous (gs = 1) or one value for every entry (gs = 0: an expanded gradient,  \
+   read from a chunk filled with it) */                                                               \
+static double relu_bwd_range_##SUFFIX(const T *x, const T *g, long gs, T *gx, long n, double a, T tau,  \
+                                      int want_sum) {                                                 \
+    if (gs) return relu_bwd_span_##SUFFIX(x, g, gx, n, a, tau, want_sum);                             \
+    T gbuf[RELU_CHUNK];                                                                               \
+    for (long j = 0; j < RELU_CHUNK; j++) gbuf[j] = g[0];                                             \
+    double s = 0;                                                                                     \
+    for (long i0 = 0; i0 < n; i0 += RELU_CHUNK)                                                       \
+        s += relu_bwd_span_##SUFFIX(x + i0, gbuf, gx + i0, n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK, a, tau, \
+                                    want_sum);                                                        \
+    return s;                                                                                         \
+}                                                                                                     \
+                                                                                                      \
 /* p of the contiguous [R, k] entries x: tau (rounded to T) for all, or taus[r] (T) for row r */      \
 void sa_relu_fwd_##SUFFIX(const T *x, long R, long k, double a, double tau, const T *taus, T *p,      \
                           int nthreads) {                                                             \
@@ -879,16 +893,17 @@ void sa_relu_fwd_##SUFFIX(const T *x, long R, long k, double a, double tau, cons
     }                                                                                                 \
 }                                                                                                     \
                                                                                                       \
-/* dx of the contiguous [R, k] entries x with incoming gradient g (contiguous, T), tau or taus as     \
-   sa_relu_fwd; unless gtau is NULL the sums of dx in double: gtau[0] over all entries (one tau) or    \
-   gtau[r] over row r (taus) */                                                                       \
-void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long R, long k, double a, double tau, const T *taus, \
-                          T *gx, double *gtau, int nthreads) {                                        \
+/* dx of the contiguous [R, k] entries x with incoming gradient g (T; contiguous, gs = 1, or one value \
+   for all, gs = 0), tau or taus as sa_relu_fwd; unless gtau is NULL the sums of dx in double: gtau[0] \
+   over all entries (one tau) or gtau[r] over row r (taus) */                                         \
+void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long gs, long R, long k, double a, double tau,       \
+                          const T *taus, T *gx, double *gtau, int nthreads) {                         \
     const int want = gtau != NULL;                                                                    \
     if (taus) {                                                                                       \
         _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
         for (long r = 0; r < R; r++) {                                                                \
-            const double s = relu_bwd_span_##SUFFIX(x + r * k, g + r * k, gx + r * k, k, a, taus[r], want); \
+            const double s = relu_bwd_range_##SUFFIX(x + r * k, g + gs * r * k, gs, gx + r * k, k, a, taus[r], \
+                                                     want);                                           \
             if (want) gtau[r] = s;                                                                    \
         }                                                                                             \
         return;                                                                                       \
@@ -898,8 +913,8 @@ void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long R, long k, double a, doub
     _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(+ : total)") \
     for (long b = 0; b < blocks; b++) {                                                               \
         const long i0 = b * RELU_BLOCK;                                                               \
-        total += relu_bwd_span_##SUFFIX(x + i0, g + i0, gx + i0, n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, \
-                                        a, (T)tau, want);                                             \
+        total += relu_bwd_range_##SUFFIX(x + i0, g + gs * i0, gs, gx + i0,                           \
+                                         n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau, want); \
     }                                                                                                 \
     if (want) gtau[0] = total;                                                                        \
 }

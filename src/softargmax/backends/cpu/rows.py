@@ -567,7 +567,7 @@ def _relu_signatures(lib: ctypes.CDLL) -> None:
         fwd, bwd = getattr(lib, "sa_relu_fwd_" + suffix), getattr(lib, "sa_relu_bwd_" + suffix)
         fwd.restype = bwd.restype = None
         fwd.argtypes = [ptr, long_, long_, double, double, ptr, ptr, ctypes.c_int]
-        bwd.argtypes = [ptr, ptr, long_, long_, double, double, ptr, ptr, ptr, ctypes.c_int]
+        bwd.argtypes = [ptr, ptr, long_, long_, long_, double, double, ptr, ptr, ptr, ctypes.c_int]
         RELU_KERNELS[dtype] = (fwd, bwd)
 
 
@@ -632,12 +632,17 @@ def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: Union[float,
     n = x.numel()
     R = n // k
     v = grad if grad.dtype == x.dtype else grad.to(x.dtype)
-    v = v if v.is_contiguous() else v.contiguous()
+    gs = 1  # the C pass reads v contiguous, or one value for all entries (an expanded scalar: a sum's gradient)
+    if not v.is_contiguous():
+        if not any(v.stride()):
+            gs = 0
+        else:
+            v = v.contiguous()
     gx = torch.empty_like(x)
     t = taus[1]
     want = tau_grad and isinstance(tau, Tensor)
     sums = torch.empty(R if t is not None else 1, dtype=torch.float64) if want else None
-    RELU_KERNELS[x.dtype][1](x.data_ptr(), v.data_ptr(), R, k, alpha - 1.0, taus[0],
+    RELU_KERNELS[x.dtype][1](x.data_ptr(), v.data_ptr(), gs, R, k, alpha - 1.0, taus[0],
                              None if t is None else t.data_ptr(), gx.data_ptr(),
                              None if sums is None else sums.data_ptr(), _relu_threads(n))
     if sums is None:

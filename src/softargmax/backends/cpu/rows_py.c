@@ -49,7 +49,7 @@ SA_PY_ENTRIES(float, f32)
 SA_PY_ENTRIES(double, f64)
 
 /* alpha-ReLU's entries: relu_fwd(x, R, k, a, tau, taus, p, threads) and
- * relu_bwd(x, g, R, k, a, tau, taus, gx, gtau, threads), as sa_relu_fwd_* and sa_relu_bwd_* */
+ * relu_bwd(x, g, gs, R, k, a, tau, taus, gx, gtau, threads), as sa_relu_fwd_* and sa_relu_bwd_* */
 #define SA_PY_RELU_ENTRIES(T, SUFFIX)                                                             \
 static PyObject *sa_py_relu_fwd_##SUFFIX(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
     void *x, *taus, *p;                                                                          \
@@ -69,15 +69,15 @@ static PyObject *sa_py_relu_fwd_##SUFFIX(PyObject *self, PyObject *const *args, 
 static PyObject *sa_py_relu_bwd_##SUFFIX(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
     void *x, *g, *taus, *gx, *gtau;                                                              \
     (void)self;                                                                                  \
-    if (nargs != 10) { PyErr_SetString(PyExc_TypeError, "relu_bwd: 10 arguments"); return NULL; } \
-    if (sa_py_ptr(args[0], &x) || sa_py_ptr(args[1], &g) || sa_py_ptr(args[6], &taus)           \
-        || sa_py_ptr(args[7], &gx) || sa_py_ptr(args[8], &gtau)) return NULL;                    \
-    const long R = PyLong_AsLong(args[2]), k = PyLong_AsLong(args[3]);                           \
-    const double a = PyFloat_AsDouble(args[4]), tau = PyFloat_AsDouble(args[5]);                 \
-    const int threads = (int)PyLong_AsLong(args[9]);                                             \
+    if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "relu_bwd: 11 arguments"); return NULL; } \
+    if (sa_py_ptr(args[0], &x) || sa_py_ptr(args[1], &g) || sa_py_ptr(args[7], &taus)           \
+        || sa_py_ptr(args[8], &gx) || sa_py_ptr(args[9], &gtau)) return NULL;                    \
+    const long gs = PyLong_AsLong(args[2]), R = PyLong_AsLong(args[3]), k = PyLong_AsLong(args[4]); \
+    const double a = PyFloat_AsDouble(args[5]), tau = PyFloat_AsDouble(args[6]);                 \
+    const int threads = (int)PyLong_AsLong(args[10]);                                            \
     if (PyErr_Occurred()) return NULL;                                                           \
     Py_BEGIN_ALLOW_THREADS                                                                       \
-    sa_relu_bwd_##SUFFIX((const T *)x, (const T *)g, R, k, a, tau, (const T *)taus, (T *)gx,     \
+    sa_relu_bwd_##SUFFIX((const T *)x, (const T *)g, gs, R, k, a, tau, (const T *)taus, (T *)gx, \
                          (double *)gtau, threads);                                               \
     Py_END_ALLOW_THREADS                                                                         \
     Py_RETURN_NONE;                                                                              \
