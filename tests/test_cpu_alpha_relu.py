@@ -267,3 +267,16 @@ def test_ctypes_entries_compute_what_the_python_entries_compute(tmp_path, monkey
     for a, b in zip(*outs):
         assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
     assert outs[0][4].tolist() == [True, False]
+
+
+def test_threads_are_at_most_the_blocks_or_rows():
+    """One thread below the parallel threshold; above it at most one per block of entries (one τ) or per row."""
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(16)
+        assert _cpu_rows._relu_threads(1, 100, False) == 1
+        assert _cpu_rows._relu_threads(1, 33000, False) == -(-33000 // _cpu_rows.RELU_BLOCK) == 9
+        assert _cpu_rows._relu_threads(3, 20000, True) == 3
+        assert _cpu_rows._relu_threads(1000, 1000, False) == _cpu_rows._relu_threads(1000, 1000, True) == 16
+    finally:
+        torch.set_num_threads(old)

@@ -762,7 +762,7 @@ DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
  * PyTorch path's where(t > 0, ...)).  dx = g d in T.  The forward reads x and writes p; the backward
  * reads x and g and writes dx (and the sums of dx for tau's gradient): one pass each, no temporary.
  * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row). */
-#define RELU_BLOCK 4096
+#define RELU_BLOCK 4096 /* softargmax.backends.cpu.rows.RELU_BLOCK: at most one thread per block */
 #define RELU_CHUNK 256
 
 #define DEFINE_ALPHA_RELU(T, SUFFIX)                                                                  \

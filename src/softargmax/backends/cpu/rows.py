@@ -598,8 +598,17 @@ def covers_alpha_relu(x: Tensor, alpha: float, tau: Union[float, Tensor] = 0.0) 
             and not _compiling() and bool(_load()))
 
 
-def _relu_threads(n: int) -> int:
-    return 1 if n < PARALLEL_MIN_ELEMENTS else torch.get_num_threads()
+#: the entries of one thread's block in the C α-ReLU with one τ (``RELU_BLOCK`` in ``rows.c``)
+RELU_BLOCK = 4096
+
+
+def _relu_threads(R: int, k: int, per_row: bool) -> int:
+    """The OpenMP threads of the C α-ReLU: one below :data:`PARALLEL_MIN_ELEMENTS`, else at most one per row
+    (one τ per row) or per block of :data:`RELU_BLOCK` entries (one τ)."""
+    n = R * k
+    if n < PARALLEL_MIN_ELEMENTS:
+        return 1
+    return max(1, min(torch.get_num_threads(), R if per_row else -(-n // RELU_BLOCK)))
 
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Optional[Tensor]:
@@ -615,7 +624,7 @@ def alpha_relu_forward(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Op
     p = torch.empty_like(x)
     t = taus[1]
     RELU_KERNELS[x.dtype][0](x.data_ptr(), n // k, k, alpha - 1.0, taus[0], None if t is None else t.data_ptr(),
-                             p.data_ptr(), _relu_threads(n))
+                             p.data_ptr(), _relu_threads(n // k, k, t is not None))
     return p
 
 
@@ -644,7 +653,7 @@ def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: Union[float,
     sums = torch.empty(R if t is not None else 1, dtype=torch.float64) if want else None
     RELU_KERNELS[x.dtype][1](x.data_ptr(), v.data_ptr(), gs, R, k, alpha - 1.0, taus[0],
                              None if t is None else t.data_ptr(), gx.data_ptr(),
-                             None if sums is None else sums.data_ptr(), _relu_threads(n))
+                             None if sums is None else sums.data_ptr(), _relu_threads(R, k, t is not None))
     if sums is None:
         return gx, None
     assert isinstance(tau, Tensor)
