@@ -1,9 +1,10 @@
 """α-ReLU's C kernels on the CPU (softargmax.backends.cpu.rows.alpha_relu_forward / _backward).
 
 Against the PyTorch path (the fused path switched off): bit for bit at α = 2 and 1.5 (the same
-roundings), within a rounding of the power elsewhere; against float64 finite differences
-(gradcheck, x and a tensor τ); that the C path is taken (a spy on its entries) where it
-covers the call, and not where it does not (τ per column, bfloat16, non-contiguous x).
+roundings; bfloat16 computed in float32 and rounded once, as there), within a rounding of the power
+elsewhere; against float64 finite differences (gradcheck, x and a tensor τ); that the C path is taken
+(a spy on its entries) where it covers the call, and not where it does not (τ per column, float16,
+non-contiguous x).
 """
 
 import math
@@ -16,7 +17,7 @@ from softargmax.backends.cpu import rows as _cpu_rows
 
 pytestmark = pytest.mark.skipif(not _cpu_rows.available(), reason="no C compiler: the C kernels are not built")
 
-F32, F64 = torch.float32, torch.float64
+F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
 EXACT = (1.5, 2.0)
 ALPHAS = (1.5, 2.0, 3.0, 1.3, 1.7, 2.5, 5.0)
 #: entries every row of the edge tensors holds somewhere: masks, overflow, NaN, signed zeros, the extremes
@@ -67,7 +68,7 @@ class _Spy:
 
 @pytest.mark.parametrize("tau_kind", ["float", "zero", "scalar", "row"])
 @pytest.mark.parametrize("alpha", ALPHAS)
-@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("dtype", [F32, F64, BF16])
 def test_matches_the_pytorch_path_on_edge_rows(dtype, alpha, tau_kind, monkeypatch):
     x = _edge_x(6, 23, dtype)
     w = torch.randn(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
@@ -85,13 +86,14 @@ def test_matches_the_pytorch_path_on_edge_rows(dtype, alpha, tau_kind, monkeypat
     if alpha in EXACT:  # the same roundings: bit for bit
         assert torch.equal(p.nan_to_num(), ref[0].nan_to_num())
         assert torch.equal(gx.nan_to_num(), ref[1].nan_to_num())
-    else:  # the power exp(e log t) in double, rounded once, against PyTorch's pow in the dtype
-        tol = dict(rtol=4e-6, atol=1e-30) if dtype == F32 else dict(rtol=1e-13, atol=1e-300)
+    else:  # the power exp(e log t) in double, rounded once, against PyTorch's pow in the (compute) dtype
+        tol = {F32: dict(rtol=4e-6, atol=1e-30), F64: dict(rtol=1e-13, atol=1e-300),
+               BF16: dict(rtol=8e-3, atol=1e-30)}[dtype]
         torch.testing.assert_close(p, ref[0], equal_nan=True, **tol)
         torch.testing.assert_close(gx, ref[1], equal_nan=True, **tol)
-    if isinstance(tau, torch.Tensor):  # dL/dτ: summed in double here, in the dtype there
-        torch.testing.assert_close(fused[2], ref[2], equal_nan=True, rtol=1e-5 if dtype == F32 else 1e-12,
-                                   atol=1e-5 if dtype == F32 else 1e-12)
+    if isinstance(tau, torch.Tensor):  # dL/dτ: summed in double here, in the compute dtype there
+        tol = dict(rtol=1e-12, atol=1e-12) if dtype == F64 else dict(rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fused[2], ref[2], equal_nan=True, **tol)
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0, 3.0, 1.3, 2.5])
@@ -169,14 +171,14 @@ def test_no_gradient_calls_and_expanded_gradients(monkeypatch):
 
 
 def test_what_the_c_path_does_not_take(monkeypatch):
-    """A τ per column, bfloat16, a non-contiguous x and an empty x take the PyTorch path, with the same results."""
+    """A τ per column, float16, a non-contiguous x and an empty x take the PyTorch path, with the same results."""
     spy = _Spy(monkeypatch)
     x = torch.randn(6, 10, generator=torch.Generator().manual_seed(7)) * 2
     col = torch.linspace(-0.3, 0.3, 10)
     torch.testing.assert_close(sa.alpha_relu(x, 1.5, col), torch.clamp(0.5 * x - col, min=0) ** 2)
-    h = x.to(torch.bfloat16)
+    h = x.to(torch.float16)
     t = torch.clamp(h.float() * 0.5 - 0.1, min=0)  # computed in float32, rounded once
-    assert torch.equal(sa.alpha_relu(h, 1.5, 0.1), (t * t).to(torch.bfloat16))
+    assert torch.equal(sa.alpha_relu(h, 1.5, 0.1), (t * t).to(torch.float16))
     assert torch.equal(sa.alpha_relu(x.t(), 2.0, 0.1), torch.clamp(x.t() - 0.1, min=0))
     assert sa.alpha_relu(torch.empty(0, 4), 1.5).shape == (0, 4)
     assert (spy.fwd, spy.bwd) == (0, 0)
@@ -280,3 +282,23 @@ def test_threads_are_at_most_the_blocks_or_rows():
         assert _cpu_rows._relu_threads(1000, 1000, False) == _cpu_rows._relu_threads(1000, 1000, True) == 16
     finally:
         torch.set_num_threads(old)
+
+
+def test_bfloat16_is_computed_in_float32_and_rounded_once(monkeypatch):
+    """bfloat16 on the C path: p and the gradient are the float32 values (from the bfloat16 inputs) rounded to
+    bfloat16 once, NaN included; dL/dτ is summed from the unrounded float32 products."""
+    spy = _Spy(monkeypatch)
+    x = _edge_x(40, 30, F32, seed=11).to(BF16)
+    g = torch.randn(40, 30, generator=torch.Generator().manual_seed(12)).to(BF16)
+    tau = torch.linspace(-0.4, 0.4, 40).reshape(40, 1).requires_grad_()
+    xx = x.clone().requires_grad_()
+    p = sa.alpha_relu(xx, 1.5, tau)
+    p.backward(g)
+    assert (spy.fwd, spy.bwd) == (1, 1) and p.dtype == xx.grad.dtype == BF16 and tau.grad.dtype == F32
+    t = torch.clamp(x.float() * 0.5 - tau.detach(), min=0)
+    assert torch.equal(p.float().nan_to_num(), (t * t).to(BF16).float().nan_to_num())
+    assert torch.equal(p.isnan(), (t * t).isnan())
+    prod = g.float() * t
+    assert torch.equal(xx.grad.float().nan_to_num(), prod.to(BF16).float().nan_to_num())
+    torch.testing.assert_close(tau.grad, -prod.sum(-1, keepdim=True).double().to(F32) / 0.5, equal_nan=True,
+                               rtol=1e-6, atol=1e-6)

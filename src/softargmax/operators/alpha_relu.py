@@ -11,8 +11,8 @@ the entmax parametrization: with the τ that 1.5-entmax would compute,
 Derivatives: :math:`\partial p/\partial x = p^{2-\alpha}` (diagonal) and :math:`\partial p/\partial \tau = -p^{2-\alpha}/(\alpha-1)`.  For
 α = 1.5 these are :math:`\sqrt{p}`, so the PyTorch path's backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
 multiplication.  Where a fused kernel takes the call (:func:`softargmax.backends.alpha_relu_forward`: the Triton
-kernels with a float τ on the GPU; on the CPU the C library's for contiguous float32/float64 tensors with one τ or
-one τ per row), the forward is one pass that writes ``p`` and the backward one pass that recomputes the base from
+kernels with a float τ on the GPU; on the CPU the C library's for contiguous float32, float64 and bfloat16 tensors
+with one τ or one τ per row), the forward is one pass that writes ``p`` and the backward one pass that recomputes the base from
 ``x`` (saved, no copy) and writes the gradient (and sums τ's): one allocation each way, as a ReLU's.
 
 References:

@@ -759,52 +759,71 @@ DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
  * bit that path's: a = 1 (alpha = 2) p = t, d = 1[t > 0] (NaN at NaN); a = 1/2 (alpha = 1.5) p = t^2,
  * d = t; a = 2 (alpha = 3) p = sqrt(t), d = 1/sqrt(t) (0 at t = 0 and NaN).  Other a: the powers are
  * exp(e log t) in double (pow_pos) rounded to T, d is 0 at t = 0 and, where 1/a - 1 < 0, at NaN (the
- * PyTorch path's where(t > 0, ...)).  dx = g d in T.  The forward reads x and writes p; the backward
+ * PyTorch path's where(t > 0, ...)).  dx = g d in T.  bfloat16 entries are computed in float (T) and
+ * rounded once when stored, as the PyTorch path computes them in float32 and converts.  The forward reads x and writes p; the backward
  * reads x and g and writes dx (and the sums of dx for tau's gradient): one pass each, no temporary.
  * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row). */
 #define RELU_BLOCK 4096 /* softargmax.backends.cpu.rows.RELU_BLOCK: at most one thread per block */
 #define RELU_CHUNK 256
 
-#define DEFINE_ALPHA_RELU(T, SUFFIX)                                                                  \
+/* bfloat16 storage: its bits are the top half of a float's; to bfloat16 rounds to nearest even, a NaN to
+   the quiet NaN 0x7FC0 (PyTorch's conversion) */
+static inline float bf16_load(uint16_t v) {
+    union { uint32_t u; float f; } c;
+    c.u = (uint32_t)v << 16;
+    return c.f;
+}
+static inline uint16_t bf16_store(float f) {
+    union { uint32_t u; float f; } c;
+    c.f = f;
+    const uint16_t r = (uint16_t)((c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16);
+    return f != f ? (uint16_t)0x7FC0 : r;
+}
+#define SA_SAME(v) (v)
+
+/* S: the stored type, T: the compute type (float for bfloat16), LD/ST: the conversions between them */
+#define DEFINE_ALPHA_RELU(S, T, SUFFIX, LD, ST)                                                       \
 static inline T relu_base_##SUFFIX(T x, T aT, int unit, T tau) {                                      \
     const T t = (unit ? x : x * aT) - tau;                                                            \
     return t < 0 ? (T)0 : t; /* NaN stays NaN */                                                      \
 }                                                                                                     \
                                                                                                       \
-static void relu_fwd_span_##SUFFIX(const T *x, T *p, long n, double a, T tau) {                      \
+static void relu_fwd_span_##SUFFIX(const S *x, S *p, long n, double a, T tau) {                      \
     const T aT = (T)a;                                                                                \
     if (a == 1.0) {                                                                                   \
         _Pragma("omp simd")                                                                           \
-        for (long j = 0; j < n; j++) p[j] = relu_base_##SUFFIX(x[j], aT, 1, tau);                     \
+        for (long j = 0; j < n; j++) p[j] = ST(relu_base_##SUFFIX(LD(x[j]), aT, 1, tau));             \
     } else if (a == 0.5) {                                                                            \
         _Pragma("omp simd")                                                                           \
-        for (long j = 0; j < n; j++) { const T t = relu_base_##SUFFIX(x[j], aT, 0, tau); p[j] = t * t; } \
+        for (long j = 0; j < n; j++) { const T t = relu_base_##SUFFIX(LD(x[j]), aT, 0, tau); p[j] = ST(t * t); } \
     } else if (a == 2.0) {                                                                            \
         _Pragma("omp simd")                                                                           \
-        for (long j = 0; j < n; j++) p[j] = sqrt(relu_base_##SUFFIX(x[j], aT, 0, tau));              \
+        for (long j = 0; j < n; j++) p[j] = ST((T)sqrt(relu_base_##SUFFIX(LD(x[j]), aT, 0, tau)));    \
     } else { /* in chunks: the bases, their powers (vectorized), the results */                      \
         const double e = 1.0 / a;                                                                     \
         double buf[RELU_CHUNK];                                                                       \
+        T tb[RELU_CHUNK];                                                                             \
         for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
             const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
-            const T *xc = x + i0;                                                                     \
-            T *pc = p + i0;                                                                           \
+            const S *xc = x + i0;                                                                     \
+            S *pc = p + i0;                                                                           \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) {                                                            \
-                const T t = relu_base_##SUFFIX(xc[j], aT, 0, tau);                                    \
-                pc[j] = t;                                                                            \
+                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
+                tb[j] = t;                                                                            \
                 buf[j] = t > 0 ? (double)t : 1.0;                                                     \
             }                                                                                         \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
             _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) pc[j] = pc[j] > 0 ? (T)buf[j] : pc[j];                       \
+            for (long j = 0; j < m; j++) pc[j] = ST(tb[j] > 0 ? (T)buf[j] : tb[j]);                   \
         }                                                                                             \
     }                                                                                                 \
 }                                                                                                     \
                                                                                                       \
-/* dx = g d over n entries; returns the sum of dx in double when want_sum (else 0) */                 \
-static double relu_bwd_span_##SUFFIX(const T *x, const T *g, T *gx, long n, double a, T tau,          \
+/* dx = g d over n entries, in T and then stored; returns the sum of the products g d (before they are \
+   stored) in double when want_sum (else 0) */                                                        \
+static double relu_bwd_span_##SUFFIX(const S *x, const S *g, S *gx, long n, double a, T tau,          \
                                       int want_sum) {                                                 \
     const T aT = (T)a;                                                                                \
     double s = 0;                                                                                     \
@@ -812,51 +831,48 @@ static double relu_bwd_span_##SUFFIX(const T *x, const T *g, T *gx, long n, doub
         if (want_sum) {                                                                               \
             _Pragma("omp simd reduction(+ : s)")                                                      \
             for (long j = 0; j < n; j++) {                                                            \
-                const T v = g[j] * relu_base_##SUFFIX(x[j], aT, 0, tau);                              \
-                gx[j] = v;                                                                            \
+                const T v = LD(g[j]) * relu_base_##SUFFIX(LD(x[j]), aT, 0, tau);                      \
+                gx[j] = ST(v);                                                                        \
                 s += (double)v;                                                                       \
             }                                                                                         \
         } else {                                                                                      \
             _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < n; j++) gx[j] = g[j] * relu_base_##SUFFIX(x[j], aT, 0, tau);        \
+            for (long j = 0; j < n; j++) gx[j] = ST(LD(g[j]) * relu_base_##SUFFIX(LD(x[j]), aT, 0, tau)); \
         }                                                                                             \
     } else if (a == 1.0 || a == 2.0) {                                                                \
         const int unit = a == 1.0;                                                                    \
-        _Pragma("omp simd")                                                                           \
+        _Pragma("omp simd reduction(+ : s)")                                                          \
         for (long j = 0; j < n; j++) {                                                                \
-            const T t = relu_base_##SUFFIX(x[j], aT, unit, tau);                                      \
+            const T t = relu_base_##SUFFIX(LD(x[j]), aT, unit, tau);                                  \
             const T d = unit ? (t > 0 ? (T)1 : t * (T)0) : (t > 0 ? (T)1 / (T)sqrt(t) : (T)0);       \
-            gx[j] = g[j] * d;                                                                         \
-        }                                                                                             \
-        if (want_sum) {                                                                               \
-            _Pragma("omp simd reduction(+ : s)")                                                      \
-            for (long j = 0; j < n; j++) s += (double)gx[j];                                          \
+            const T v = LD(g[j]) * d;                                                                 \
+            gx[j] = ST(v);                                                                            \
+            s += want_sum ? (double)v : 0.0;                                                          \
         }                                                                                             \
     } else {                                                                                          \
         const double e = (1.0 - a) / a;                                                               \
         const T at_zero_nan = e < 0 ? (T)0 : (T)NAN; /* d at NaN: where(t > 0, t^e, 0) if e < 0 */    \
         double buf[RELU_CHUNK];                                                                       \
+        T tb[RELU_CHUNK];                                                                             \
         for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
             const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
-            const T *xc = x + i0, *gc = g + i0;                                                       \
-            T *oc = gx + i0;                                                                          \
+            const S *xc = x + i0, *gc = g + i0;                                                       \
+            S *oc = gx + i0;                                                                          \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) {                                                            \
-                const T t = relu_base_##SUFFIX(xc[j], aT, 0, tau);                                    \
-                oc[j] = t;                                                                            \
+                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
+                tb[j] = t;                                                                            \
                 buf[j] = t > 0 ? (double)t : 1.0;                                                     \
             }                                                                                         \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
-            _Pragma("omp simd")                                                                       \
+            _Pragma("omp simd reduction(+ : s)")                                                      \
             for (long j = 0; j < m; j++) {                                                            \
-                const T t = oc[j];                                                                    \
+                const T t = tb[j];                                                                    \
                 const T d = t > 0 ? (T)buf[j] : t == 0 ? (T)0 : at_zero_nan;                          \
-                oc[j] = gc[j] * d;                                                                    \
-            }                                                                                         \
-            if (want_sum) {                                                                           \
-                _Pragma("omp simd reduction(+ : s)")                                                  \
-                for (long j = 0; j < m; j++) s += (double)oc[j];                                      \
+                const T v = LD(gc[j]) * d;                                                            \
+                oc[j] = ST(v);                                                                        \
+                s += want_sum ? (double)v : 0.0;                                                      \
             }                                                                                         \
         }                                                                                             \
     }                                                                                                 \
@@ -865,10 +881,10 @@ static double relu_bwd_span_##SUFFIX(const T *x, const T *g, T *gx, long n, doub
                                                                                                       \
 /* relu_bwd_span with g contiguous (gs = 1) or one value for every entry (gs = 0: an expanded gradient,  \
    read from a chunk filled with it) */                                                               \
-static double relu_bwd_range_##SUFFIX(const T *x, const T *g, long gs, T *gx, long n, double a, T tau,  \
+static double relu_bwd_range_##SUFFIX(const S *x, const S *g, long gs, S *gx, long n, double a, T tau,  \
                                       int want_sum) {                                                 \
     if (gs) return relu_bwd_span_##SUFFIX(x, g, gx, n, a, tau, want_sum);                             \
-    T gbuf[RELU_CHUNK];                                                                               \
+    S gbuf[RELU_CHUNK];                                                                               \
     for (long j = 0; j < RELU_CHUNK; j++) gbuf[j] = g[0];                                             \
     double s = 0;                                                                                     \
     for (long i0 = 0; i0 < n; i0 += RELU_CHUNK)                                                       \
@@ -878,7 +894,7 @@ static double relu_bwd_range_##SUFFIX(const T *x, const T *g, long gs, T *gx, lo
 }                                                                                                     \
                                                                                                       \
 /* p of the contiguous [R, k] entries x: tau (rounded to T) for all, or taus[r] (T) for row r */      \
-void sa_relu_fwd_##SUFFIX(const T *x, long R, long k, double a, double tau, const T *taus, T *p,      \
+void sa_relu_fwd_##SUFFIX(const S *x, long R, long k, double a, double tau, const T *taus, S *p,      \
                           int nthreads) {                                                             \
     if (taus) {                                                                                       \
         _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
@@ -893,11 +909,11 @@ void sa_relu_fwd_##SUFFIX(const T *x, long R, long k, double a, double tau, cons
     }                                                                                                 \
 }                                                                                                     \
                                                                                                       \
-/* dx of the contiguous [R, k] entries x with incoming gradient g (T; contiguous, gs = 1, or one value \
-   for all, gs = 0), tau or taus as sa_relu_fwd; unless gtau is NULL the sums of dx in double: gtau[0] \
+/* dx of the contiguous [R, k] entries x with incoming gradient g (S; contiguous, gs = 1, or one value \
+   for all, gs = 0), tau or taus as sa_relu_fwd; unless gtau is NULL the sums of g d in double: gtau[0] \
    over all entries (one tau) or gtau[r] over row r (taus) */                                         \
-void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long gs, long R, long k, double a, double tau,       \
-                          const T *taus, T *gx, double *gtau, int nthreads) {                         \
+void sa_relu_bwd_##SUFFIX(const S *x, const S *g, long gs, long R, long k, double a, double tau,       \
+                          const T *taus, S *gx, double *gtau, int nthreads) {                         \
     const int want = gtau != NULL;                                                                    \
     if (taus) {                                                                                       \
         _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
@@ -919,8 +935,9 @@ void sa_relu_bwd_##SUFFIX(const T *x, const T *g, long gs, long R, long k, doubl
     if (want) gtau[0] = total;                                                                        \
 }
 
-DEFINE_ALPHA_RELU(float, f32)
-DEFINE_ALPHA_RELU(double, f64)
+DEFINE_ALPHA_RELU(float, float, f32, SA_SAME, SA_SAME)
+DEFINE_ALPHA_RELU(double, double, f64, SA_SAME, SA_SAME)
+DEFINE_ALPHA_RELU(uint16_t, float, bf16, bf16_load, bf16_store)
 
 /* -- the class-index loss's class weights and backward (softargmax.losses._index_loss) ------------
  * sa_weights_ok: whether the k class weights are all finite and >= 0 (NaN is not), one pass.

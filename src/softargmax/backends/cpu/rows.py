@@ -248,7 +248,8 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             MAP_KERNELS.update({torch.float32: module.map_f32, torch.float64: module.map_f64})
             JVP_KERNELS.update({torch.float32: module.jvp_f32, torch.float64: module.jvp_f64})
             RELU_KERNELS.update({torch.float32: (module.relu_fwd_f32, module.relu_bwd_f32),
-                                 torch.float64: (module.relu_fwd_f64, module.relu_bwd_f64)})
+                                 torch.float64: (module.relu_fwd_f64, module.relu_bwd_f64),
+                                 torch.bfloat16: (module.relu_fwd_bf16, module.relu_bwd_bf16)})
             INDEX_KERNELS.update({torch.float32: (module.weights_ok_f32, module.scale_rows_f32),
                                   torch.float64: (module.weights_ok_f64, module.scale_rows_f64)})
         return lib
@@ -563,7 +564,7 @@ def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, fl
 def _relu_signatures(lib: ctypes.CDLL) -> None:
     """The ctypes signatures of ``sa_relu_fwd_*`` and ``sa_relu_bwd_*``, into :data:`RELU_KERNELS`."""
     ptr, long_, double = ctypes.c_void_p, ctypes.c_long, ctypes.c_double
-    for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64")):
+    for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64"), (torch.bfloat16, "bf16")):
         fwd, bwd = getattr(lib, "sa_relu_fwd_" + suffix), getattr(lib, "sa_relu_bwd_" + suffix)
         fwd.restype = bwd.restype = None
         fwd.argtypes = [ptr, long_, long_, double, double, ptr, ptr, ctypes.c_int]
@@ -571,11 +572,14 @@ def _relu_signatures(lib: ctypes.CDLL) -> None:
         RELU_KERNELS[dtype] = (fwd, bwd)
 
 
+_RELU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
 def _relu_taus(x: Tensor, tau: Union[float, Tensor]) -> Optional[tuple[float, Optional[Tensor]]]:
     """α-ReLU's τ as the C entries read it: ``(τ, None)`` for one τ (a float, or a tensor of one element),
     ``(0.0, τ per row)`` for a tensor of one τ per row of ``x`` (``x``'s shape with a last dimension of 1, or
-    that shape less leading dimensions of 1: ``[R]``, contiguous, ``x``'s dtype), ``None`` for the other
-    shapes (a τ per column...)."""
+    that shape less leading dimensions of 1: ``[R]``, contiguous, ``x``'s compute dtype, float32 for
+    bfloat16), ``None`` for the other shapes (a τ per column...)."""
     if not isinstance(tau, Tensor):
         return tau, None
     n = tau.numel()
@@ -584,15 +588,15 @@ def _relu_taus(x: Tensor, tau: Union[float, Tensor]) -> Optional[tuple[float, Op
     k = x.shape[-1]
     if tau.dim() == 0 or tau.shape[-1] != 1 or n * k != x.numel() or tau.device != x.device:
         return None
-    return 0.0, tau.detach().reshape(n).to(x.dtype).contiguous()
+    return 0.0, tau.detach().reshape(n).to(torch.float32 if x.dtype == torch.bfloat16 else x.dtype).contiguous()
 
 
 def covers_alpha_relu(x: Tensor, alpha: float, tau: Union[float, Tensor] = 0.0) -> bool:
-    """Whether the C α-ReLU takes ``x`` (the fused path on, float32 or float64, contiguous, not empty, a plain
-    tensor, not while ``torch.compile`` traces, the library loads) with this τ (:func:`_relu_taus`: one τ, or
-    one per row); any α > 1."""
+    """Whether the C α-ReLU takes ``x`` (the fused path on, float32, float64 or bfloat16 (computed in float32),
+    contiguous, not empty, a plain tensor, not while ``torch.compile`` traces, the library loads) with this τ
+    (:func:`_relu_taus`: one τ, or one per row); any α > 1."""
     return (_switch.on and (type(x) is Tensor or type(x) is torch.nn.Parameter) and x.device.type == "cpu"
-            and x.dtype in (torch.float32, torch.float64) and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
+            and x.dtype in _RELU_DTYPES and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
             and (not isinstance(tau, Tensor) or (type(tau) in (Tensor, torch.nn.Parameter)
                                                  and (tau.numel() == 1 or tau.shape[-1:] == (1,))))
             and not _compiling() and bool(_load()))

@@ -50,7 +50,7 @@ SA_PY_ENTRIES(double, f64)
 
 /* alpha-ReLU's entries: relu_fwd(x, R, k, a, tau, taus, p, threads) and
  * relu_bwd(x, g, gs, R, k, a, tau, taus, gx, gtau, threads), as sa_relu_fwd_* and sa_relu_bwd_* */
-#define SA_PY_RELU_ENTRIES(T, SUFFIX)                                                             \
+#define SA_PY_RELU_ENTRIES(S, T, SUFFIX)                                                             \
 static PyObject *sa_py_relu_fwd_##SUFFIX(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { \
     void *x, *taus, *p;                                                                          \
     (void)self;                                                                                  \
@@ -61,7 +61,7 @@ static PyObject *sa_py_relu_fwd_##SUFFIX(PyObject *self, PyObject *const *args, 
     const int threads = (int)PyLong_AsLong(args[7]);                                             \
     if (PyErr_Occurred()) return NULL;                                                           \
     Py_BEGIN_ALLOW_THREADS                                                                       \
-    sa_relu_fwd_##SUFFIX((const T *)x, R, k, a, tau, (const T *)taus, (T *)p, threads);          \
+    sa_relu_fwd_##SUFFIX((const S *)x, R, k, a, tau, (const T *)taus, (S *)p, threads);          \
     Py_END_ALLOW_THREADS                                                                         \
     Py_RETURN_NONE;                                                                              \
 }                                                                                                \
@@ -77,14 +77,15 @@ static PyObject *sa_py_relu_bwd_##SUFFIX(PyObject *self, PyObject *const *args, 
     const int threads = (int)PyLong_AsLong(args[10]);                                            \
     if (PyErr_Occurred()) return NULL;                                                           \
     Py_BEGIN_ALLOW_THREADS                                                                       \
-    sa_relu_bwd_##SUFFIX((const T *)x, (const T *)g, gs, R, k, a, tau, (const T *)taus, (T *)gx, \
+    sa_relu_bwd_##SUFFIX((const S *)x, (const S *)g, gs, R, k, a, tau, (const T *)taus, (S *)gx, \
                          (double *)gtau, threads);                                               \
     Py_END_ALLOW_THREADS                                                                         \
     Py_RETURN_NONE;                                                                              \
 }
 
-SA_PY_RELU_ENTRIES(float, f32)
-SA_PY_RELU_ENTRIES(double, f64)
+SA_PY_RELU_ENTRIES(float, float, f32)
+SA_PY_RELU_ENTRIES(double, double, f64)
+SA_PY_RELU_ENTRIES(uint16_t, float, bf16)
 
 /* the class-index loss's entries: weights_ok(w, k) -> bool and scale_rows(G, out, R, k, wrow, f, threads), as
  * sa_weights_ok_* and sa_scale_rows_* */
@@ -126,6 +127,8 @@ static PyMethodDef sa_py_methods[] = {
     {"relu_fwd_f64", (PyCFunction)(void (*)(void))sa_py_relu_fwd_f64, METH_FASTCALL, "sa_relu_fwd_f64"},
     {"relu_bwd_f32", (PyCFunction)(void (*)(void))sa_py_relu_bwd_f32, METH_FASTCALL, "sa_relu_bwd_f32"},
     {"relu_bwd_f64", (PyCFunction)(void (*)(void))sa_py_relu_bwd_f64, METH_FASTCALL, "sa_relu_bwd_f64"},
+    {"relu_fwd_bf16", (PyCFunction)(void (*)(void))sa_py_relu_fwd_bf16, METH_FASTCALL, "sa_relu_fwd_bf16"},
+    {"relu_bwd_bf16", (PyCFunction)(void (*)(void))sa_py_relu_bwd_bf16, METH_FASTCALL, "sa_relu_bwd_bf16"},
     {"weights_ok_f32", (PyCFunction)(void (*)(void))sa_py_weights_ok_f32, METH_FASTCALL, "sa_weights_ok_f32"},
     {"weights_ok_f64", (PyCFunction)(void (*)(void))sa_py_weights_ok_f64, METH_FASTCALL, "sa_weights_ok_f64"},
     {"scale_rows_f32", (PyCFunction)(void (*)(void))sa_py_scale_rows_f32, METH_FASTCALL, "sa_scale_rows_f32"},
