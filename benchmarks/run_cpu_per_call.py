@@ -12,7 +12,8 @@ and ``torch.inference_mode``, one thread.
 forward of sparsemax, 1.5-entmax and α-entmax (α = 1.3) at 4×16 against ``torch.softmax``; forward +
 backward (``torch.autograd.grad`` of ``(p * w).sum()``) of sparsemax and 1.5-entmax at 4×16 and
 64×64 against softmax's; α-ReLU (α = 1.5) at 2048×64 with 2 threads, forward (``torch.no_grad``) and
-forward + backward, against softmax's.  Each case reports, per callable, the minimum and the median
+forward + backward, against softmax's, with α-ReLU's PyTorch path beside it (the C kernels switched off for
+its calls: the code before them, timed in the same rounds).  Each case reports, per callable, the minimum and the median
 over the interleaved rounds (each round times ``calls`` consecutive calls), and the ratios of the
 minima and of the medians to the baseline.  One-thread cases use the process's CPU time; the
 2-thread α-ReLU cases use both the CPU time (which counts both threads' work) and the wall clock.
@@ -38,6 +39,7 @@ import time
 import torch
 
 import softargmax as sa
+from softargmax.backends.cpu import rows as cpu_rows
 from softargmax.bench.timing import cpu_model, save, versions
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -105,6 +107,14 @@ def _small_cases() -> list:
     softmax = lambda t: torch.softmax(t, -1)  # noqa: E731
     mappings = {"sparsemax": sa.sparsemax, "entmax15": sa.entmax15}
     relu = lambda t: sa.alpha_relu(t, 1.5, 0.0)  # noqa: E731
+
+    def relu_torch(t):  # the PyTorch path (the C library's switch off for this call): the code before the C kernels
+        old = cpu_rows.set_enabled(False)
+        try:
+            return relu(t)
+        finally:
+            cpu_rows.set_enabled(old)
+
     cpu, both = ("cpu",), ("cpu", "wall")
     return [
         ("fwd 4x16", (4, 16), 1, cpu, 2000, 25,
@@ -115,9 +125,11 @@ def _small_cases() -> list:
         ("fwd+bwd 64x64", (64, 64), 1, cpu, 100, 25,
          {"torch.softmax": fwd_bwd(softmax), **{n: fwd_bwd(f) for n, f in mappings.items()}}),
         ("alpha_relu fwd 2048x64", (2048, 64), 2, both, 50, 25,
-         {"torch.softmax": fwd_no_grad(softmax), "alpha_relu(1.5)": fwd_no_grad(relu)}),
+         {"torch.softmax": fwd_no_grad(softmax), "alpha_relu(1.5)": fwd_no_grad(relu),
+          "alpha_relu(1.5) PyTorch path": fwd_no_grad(relu_torch)}),
         ("alpha_relu fwd+bwd 2048x64", (2048, 64), 2, both, 20, 25,
-         {"torch.softmax": fwd_bwd(softmax), "alpha_relu(1.5)": fwd_bwd(relu)}),
+         {"torch.softmax": fwd_bwd(softmax), "alpha_relu(1.5)": fwd_bwd(relu),
+          "alpha_relu(1.5) PyTorch path": fwd_bwd(relu_torch)}),
     ]
 
 

@@ -8,6 +8,10 @@ loss with label smoothing and with class weights (beside ``F.cross_entropy`` wit
 
 To compare two checkouts, run the script alternately with ``PYTHONPATH`` pointing at each
 (``--label before`` / ``--label after``): the load of a shared machine then weighs on both alike.
+``--merge`` combines such runs of one checkout into one file (per shape and case the smallest of the runs'
+minima, the median of their medians, and each run's ratios):
+
+    python benchmarks/run_cpu_per_call_loss.py --label after --merge run1.json run2.json
 
 Each call is ``loss(x, target).backward()`` on a leaf ``x`` whose gradient is reset first.  Every
 sample times ``--calls`` consecutive calls with the CPU time of this process (``time.process_time``:
@@ -18,6 +22,7 @@ minimum and the median per call over the rounds, in microseconds, and each loss'
 """
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -80,6 +85,27 @@ def time_shape(shape, rounds: int, calls: int) -> dict:
             "ratio_median": {n: us_med[n] / us_med[BASELINE] for n in runs if n != BASELINE}}
 
 
+def merge(paths: list, label: str) -> dict:
+    """One result from several runs' files (module docstring)."""
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            runs.append(json.load(f))
+    rows = []
+    for i, row in enumerate(runs[0]["rows"]):
+        same = [r["rows"][i] for r in runs]
+        assert all(o["shape"] == row["shape"] for o in same)
+        us_min = {n: min(o["us_min"][n] for o in same) for n in row["us_min"]}
+        us_med = {n: statistics.median(o["us_median"][n] for o in same) for n in row["us_median"]}
+        rows.append({"shape": row["shape"], "calls_per_sample": row["calls_per_sample"], "rounds": row["rounds"],
+                     "us_min": us_min, "us_median": us_med,
+                     "ratio_min": {n: us_min[n] / us_min[BASELINE] for n in us_min if n != BASELINE},
+                     "ratio_median": {n: us_med[n] / us_med[BASELINE] for n in us_med if n != BASELINE},
+                     "runs_ratio_min": [o["ratio_min"] for o in same]})
+    head = {k: v for k, v in runs[0].items() if k not in ("rows", "label", "note")}
+    return {**head, "label": label, "runs": len(runs), "merged_from": [r.get("label") for r in runs], "rows": rows}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--label", default="after")
@@ -87,7 +113,19 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--json", default=None)
     ap.add_argument("--note", default=None, help="a note kept in the JSON (the commit measured, the load)")
+    ap.add_argument("--merge", nargs="+", metavar="RUN_JSON", help="combine these runs' files instead of measuring")
     args = ap.parse_args(argv)
+    if args.merge:
+        result = merge(args.merge, args.label)
+        if args.note:
+            result["note"] = args.note
+        for row in result["rows"]:
+            print(f"{str(tuple(row['shape'])):<12} " + "  ".join(
+                f"{n}: {row['us_min'][n]:.1f}/{row['us_median'][n]:.1f}us" for n in row["us_min"]))
+        path = args.json or str(RESULTS / f"cpu-per-call-loss-{args.label}.json")
+        save(result, path)
+        print("wrote", path)
+        return 0
     torch.set_num_threads(1)
     rounds = 3 if args.quick else args.rounds
     rows = []

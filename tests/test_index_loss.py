@@ -260,3 +260,83 @@ def test_autograd_semantics(taken):
     with torch.no_grad():
         assert not sa.entmax15_loss(x, t).requires_grad
     assert len(taken) == 3
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_class_weights_bit_for_bit_and_against_the_weighted_mean(dtype, taken, monkeypatch):
+    """Class weights, F.cross_entropy's convention: the weighted mean divides Σ_r w_{c_r} ℓ_r by the kept rows'
+    Σ_r w_{c_r} (ignored rows count in neither).  With weights that are multiples of 1/8 (their sums exact in any
+    order) the values and gradients equal the general path's bit for bit (reductions "sum" and "mean", incoming
+    gradients 1, 0.7 and 3), also with retain_graph (G kept); against the weighted mean formed here from the
+    unweighted per-row losses, and its gradient; one C pass scales G (the backward's products in C)."""
+    x, t = edge_rows(12, 40, dtype, seed=5)
+    x[2, 0] = 0.5  # (no NaN row: the weighted mean is then finite)
+    t[7] = -100
+    w = (torch.randint(0, 24, (40,), generator=torch.Generator().manual_seed(6)) / 8).to(dtype)
+    w[t[0]] = 0.0  # a kept row of weight 0
+    scaled = []
+    scale_rows = cpu_rows.scale_rows
+    monkeypatch.setattr(cpu_rows, "scale_rows", lambda *a, **k: scaled.append(1) or scale_rows(*a, **k))
+    for reduction in ("sum", "mean"):
+        for g in (1.0, 0.7, 3.0):
+            for retain in (False, True):
+                xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+                la = sa.entmax15_loss(xa, t, weight=w, reduction=reduction)
+                lb = fenchel_young(xb, t, "entmax15", {}, LossOptions(reduction=reduction, weight=w))
+                la.backward(torch.full_like(la, g), retain_graph=retain)
+                lb.backward(torch.full_like(lb, g))
+                assert same(la.detach(), lb.detach()) and same(xa.grad, xb.grad), (reduction, g, retain)
+    assert len(taken) == 12 and len(scaled) == 12
+    # the weighted mean from the unweighted per-row losses (float64), and its gradient
+    xc = x.clone().requires_grad_()
+    loss = sa.entmax15_loss(xc, t, weight=w)
+    loss.backward()
+    x64 = x.double().requires_grad_()
+    rows = general(x64, t, "entmax15", {}, "none")
+    keep = t != -100
+    wr = torch.where(keep, w.double()[t.clamp(min=0)], 0.0)
+    ref = (wr * rows).sum() / wr.sum()
+    ref.backward()
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(loss.double(), ref.detach(), **tol)
+    torch.testing.assert_close(xc.grad.double(), x64.grad, **tol)
+
+
+@needs_c
+def test_class_weights_of_an_all_ignored_batch(taken):
+    """As F.cross_entropy with weights: "mean" over no kept row is NaN with a zero gradient, "sum" is 0."""
+    x = torch.randn(3, 5, requires_grad=True)
+    t = torch.full((3,), -100)
+    w = torch.rand(5) + 0.5
+    loss = sa.entmax15_loss(x, t, weight=w)
+    ref = F.cross_entropy(x.detach(), t, weight=w)
+    assert math.isnan(float(loss.detach())) and math.isnan(float(ref))
+    loss.backward()
+    assert torch.equal(x.grad, torch.zeros(3, 5))
+    x.grad = None
+    total = sa.entmax15_loss(x, t, weight=w, reduction="sum")
+    total.backward()
+    assert float(total.detach()) == 0.0 and torch.equal(x.grad, torch.zeros(3, 5))
+    assert len(taken) == 2
+
+
+@needs_c
+def test_class_weights_are_checked_in_c_without_a_host_read(taken, monkeypatch):
+    """The weights' check (finite, non-negative) is one C pass: no aminmax, no tensor read on the host; a float64
+    weight with float32 scores is converted first (a value past float32's range is then infinite: the general
+    path takes the call)."""
+    monkeypatch.setattr(torch, "aminmax", None)
+    x, t = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    ok = sa.entmax15_loss(x, t, weight=torch.full((5,), 0.5, dtype=torch.float64))
+    torch.testing.assert_close(ok, sa.entmax15_loss(x, t))
+    assert len(taken) == 2
+    w = torch.ones(5, dtype=torch.float64)
+    w[1] = 1e300
+    sa.entmax15_loss(x, t, weight=w)
+    assert len(taken) == 2
+    with pytest.raises(ValueError, match="weight must be finite and non-negative"):
+        sa.entmax15_loss(x, t, weight=-w)
+    assert len(taken) == 2
+    assert cpu_rows.weights_ok(torch.tensor([0.0, 1.0, 3e38])) and not cpu_rows.weights_ok(torch.tensor([-0.5, 1.0]))
+    assert not cpu_rows.weights_ok(torch.tensor([1.0, math.nan])) and cpu_rows.weights_ok(torch.tensor([-0.0]))

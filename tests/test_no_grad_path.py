@@ -106,6 +106,13 @@ class _Count:
             return original_small(*args)
 
         monkeypatch.setattr(_small, "_apply", counted_small)
+        original_relu = _alpha_relu_module._apply  # α-ReLU's: Function.apply less its Python wrapper
+
+        def counted_relu(*args):
+            self.calls += 1
+            return original_relu(*args)
+
+        monkeypatch.setattr(_alpha_relu_module, "_apply", counted_relu)
 
 
 @pytest.mark.parametrize("name", list(CALLS))

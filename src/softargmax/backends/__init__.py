@@ -14,7 +14,7 @@ reference and gives the same results.  Every backend returns the same
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Optional
+from typing import Optional, Union
 
 from torch import Tensor
 
@@ -38,11 +38,12 @@ _FULL_ROW_CANDIDATES = frozenset({None, *INFINITE_F0_KINDS})
 
 def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] = None,
            alpha_rows: Optional[Tensor] = None, alpha_relu: Optional[float] = None,
-           candidates_only: bool = False, exact_tau: bool = False, row_sums: bool = False) -> Optional[ModuleType]:
+           relu_tau: Union[float, Tensor] = 0.0, candidates_only: bool = False, exact_tau: bool = False,
+           row_sums: bool = False) -> Optional[ModuleType]:
     """The backend module whose kernels cover this call, or ``None`` (the PyTorch path).
 
     Exactly one of ``div`` (a normalized mapping with ``q``), ``alpha_rows`` (α-entmax
-    with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU with a float τ) names
+    with one α per row, ``[R, 1]``) or ``alpha_relu`` (α of α-ReLU, with its τ ``relu_tau``) names
     the operator.  ``x`` is the ``[R, k]`` rows to solve (or α-ReLU's input).
     ``candidates_only``: the caller computes with the candidates only (the Fenchel–Young
     loss values, normmax's normalization); on CPU the pruned PyTorch solution of a sparse generator is
@@ -59,7 +60,9 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
 
     The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
     kernels run go to them (:func:`softargmax.backends.triton.rows.covers`), other CPU tensors to
-    the C solver (:func:`softargmax.backends.cpu.rows.covers`); the operator must be one the
+    the C solver (:func:`softargmax.backends.cpu.rows.covers`); α-ReLU goes to the Triton kernels with a
+    float τ and 1 < α <= 2, to the C library's with one τ or one τ per row
+    (:func:`softargmax.backends.cpu.rows.covers_alpha_relu`); the operator must be one the
     backend covers (``backend.covers_divergence``: a kind of :func:`softargmax.backends.kinds.kind_of`,
     and the backend's own limits, such as the C solver's rows near α = 1).
     """
@@ -67,7 +70,10 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
         return None
     gpu = _triton_rows.usable_device(x)
     if alpha_relu is not None:
-        return _triton_rows if gpu and _triton_rows.covers_alpha_relu(x, alpha_relu) else None
+        if gpu:
+            return _triton_rows if not isinstance(relu_tau, Tensor) and _triton_rows.covers_alpha_relu(x, alpha_relu) \
+                else None
+        return _cpu_rows if _cpu_rows.covers_alpha_relu(x, alpha_relu, relu_tau) else None
     if not gpu and candidates_only and not (div is not None and (
             (not div.sparse and kind_of(div)[0] in _FULL_ROW_CANDIDATES)
             or (row_sums and _cpu_rows.computes_row_sums(div)))):
@@ -108,16 +114,25 @@ def solve_alpha_rows(z: Tensor, alpha2d: Tensor) -> Optional[Solution]:
     return None if backend is None else backend.solve_alpha_rows(z, alpha2d, checked=True)
 
 
-def alpha_relu_forward(x: Tensor, alpha: float, tau: float) -> Optional[Tensor]:
-    """α-ReLU with a float τ by the Triton kernel (``x``'s dtype), or ``None`` (then :func:`alpha_relu_backward` is not used)."""
-    if select(x, alpha_relu=alpha) is None:
+def alpha_relu_forward(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Optional[tuple[Tensor, ModuleType]]:
+    """α-ReLU by a fused kernel, ``(output in x's dtype, the backend that computed it)``, or ``None`` (the
+    PyTorch path): the Triton kernel (a float τ) or the C library's (one τ, or one per row).  The backward
+    of an output is :func:`alpha_relu_backward` with that backend, from ``x``."""
+    backend = select(x, alpha_relu=alpha, relu_tau=tau)
+    if backend is None:
         return None
-    return _triton_rows.alpha_relu_forward(x, alpha, tau)
+    y = backend.alpha_relu_forward(x, alpha, tau)
+    return None if y is None else (y, backend)
 
 
-def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: float) -> Tensor:
-    """The gradient paired with a :func:`alpha_relu_forward` that returned a tensor."""
-    return _triton_rows.alpha_relu_backward(x, grad, alpha, tau)
+def alpha_relu_backward(backend: ModuleType, x: Tensor, grad: Tensor, alpha: float, tau: Union[float, Tensor],
+                        tau_grad: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """``(∂L/∂x, ∂L/∂τ or None)`` of an output of :func:`alpha_relu_forward` by the same ``backend``
+    (``tau_grad``: τ's too, for a tensor τ; the Triton kernels take a float τ only)."""
+    if backend is _cpu_rows:
+        return _cpu_rows.alpha_relu_backward(x, grad, alpha, tau, tau_grad)
+    assert not isinstance(tau, Tensor)  # select() gives the Triton kernels a float τ only
+    return _triton_rows.alpha_relu_backward(x, grad, alpha, tau), None
 
 
 # -- the Fenchel–Young loss epilogue (the GPU loss kernels; None: the PyTorch path) -------------

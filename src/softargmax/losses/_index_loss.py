@@ -136,9 +136,10 @@ def _plain_weight(weight: object, k: int, dtype: torch.dtype) -> Optional[Tensor
     if type(weight) is not Tensor or not weight.is_floating_point() or weight.shape != (k,) or weight.requires_grad \
             or weight.device.type != "cpu":
         return None
-    w = weight.to(dtype).contiguous()
-    low, high = torch.aminmax(w)  # one pass (NaN: the comparisons below are false)
-    return w if float(low) >= 0 and float(high) < math.inf else None
+    w = weight if weight.dtype == dtype else weight.to(dtype)
+    if not w.is_contiguous():
+        w = w.contiguous()
+    return w if cpu_rows.weights_ok(w) else None  # one C pass, no tensor and no host read (NaN: refused)
 
 
 def index_loss(x: Tensor, target: Tensor, mapping: str, params: dict[str, Any], dim: object, ignore_index: object,
@@ -221,22 +222,15 @@ def _keeps_graph() -> bool:
     return True if _keep_graph_query is None else bool(_keep_graph_query())
 
 
-#: 0-d tensors of the backward's factors by ``(value, dtype)`` (a Python number would cost a tensor per call:
-#: a few microseconds of a small call's backward); cleared when it grows past :data:`_MAX_ENTRIES`
-_FACTORS: dict[tuple[float, torch.dtype], Tensor] = {}
-
-
-def _factor(value: float, dtype: torch.dtype) -> Tensor:
-    """``value`` rounded to ``dtype`` (float32 or float64) as a 0-d tensor, kept (never written)."""
-    if dtype == torch.float32:
-        value = struct.unpack("f", struct.pack("f", value))[0]
-    key = (value, dtype)
-    f = _FACTORS.get(key)
-    if f is None:
-        if len(_FACTORS) >= _MAX_ENTRIES:
-            _FACTORS.clear()
-        f = _FACTORS[key] = torch.tensor(value, dtype=dtype)
-    return f
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (float32 or float64), to nearest (``±inf`` past float32's range)."""
+    if dtype != torch.float32:
+        return value
+    try:
+        rounded: float = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return rounded
 
 
 class IndexLoss(torch.autograd.Function):
@@ -245,8 +239,10 @@ class IndexLoss(torch.autograd.Function):
     unless the graph is kept (``retain_graph=True``).  ``"mean"`` over no kept row has the value NaN and the
     gradient 0, as ``F.cross_entropy``.
 
-    The factor of ``"mean"`` is formed on the host from the incoming scalar, ``grad / count`` rounded to the
-    dtype (what the general path's ``DivBackward`` computes, an IEEE division), and kept as a 0-d tensor: the
+    The factor of ``"mean"`` is formed on the host from the incoming scalar, ``grad / count`` (with class
+    weights ``grad / Σ w``, the sum rounded to the dtype) rounded to the dtype (what the general path's
+    ``DivBackward`` computes, an IEEE division); one C pass multiplies each row of ``G`` by it (with class
+    weights by its product with the row's weight, rounded, as the general path's ``MulBackward``): the
     gradient equals the general path's bit for bit."""
 
     @staticmethod
@@ -273,28 +269,22 @@ def _backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:
     if not keep:  # the returned G is then the only reference: autograd takes it without a copy
         ctx.G = None
     wrow: Optional[Tensor] = ctx.wrow
-    if wrow is not None:  # class weights: the general path's MulBackward by the rows' weights (after DivBackward)
-        if ctx.reduction == "none":
-            factor = grad
-        elif ctx.reduction == "sum":
-            factor = grad.expand(wrow.shape)
-        else:  # the factor grad / Σ w (the weights' sum rounded to the dtype, as the general path sums them), or 0
-            den = _factor(ctx.den, G.dtype)
-            factor = _factor(grad.item() / den.item(), G.dtype) if ctx.den != 0 else _factor(0.0, G.dtype)
-        scale: Optional[Tensor] = (factor * wrow.view(grad.shape if ctx.reduction == "none" else wrow.shape)) \
-            .reshape(G.shape[:-1]).unsqueeze(-1)
-    elif ctx.reduction == "none":
-        scale = grad.unsqueeze(-1)
-    elif ctx.reduction == "sum":
-        scale = grad
-    elif ctx.kept:  # the factor grad / count of the general path's DivBackward (an IEEE division), rounded
-        g = grad.item()
-        scale = None if g == 1.0 and ctx.kept == 1 else _factor(g / ctx.kept, G.dtype)
+    if ctx.reduction == "none":  # a factor per row: PyTorch's product (with class weights, after theirs)
+        scale = grad.unsqueeze(-1) if wrow is None else (grad * wrow.view(grad.shape)).unsqueeze(-1)
+        return (G * scale if keep else G.mul_(scale)), None, None
+    g = grad.item()
+    if ctx.reduction == "sum":
+        factor = g
+    elif wrow is not None:  # grad / Σ w (the weights' sum rounded to the dtype, as the general path sums them), or 0
+        factor = _rounded(g / _rounded(ctx.den, G.dtype), G.dtype) if ctx.den != 0 else 0.0
+    elif ctx.kept:  # grad / count of the general path's DivBackward (an IEEE division), rounded
+        if g == 1.0 and ctx.kept == 1:
+            return (G.clone() if keep else G), None, None
+        factor = g / ctx.kept
     else:  # "mean" of no kept row: G is 0, as F.cross_entropy's gradient
-        scale = None
-    if scale is None:
         return (G.clone() if keep else G), None, None
-    return (G * scale if keep else G.mul_(scale)), None, None
+    # one C pass: G times the factor rounded to the dtype (and, with class weights, by the row's weight)
+    return cpu_rows.scale_rows(G, factor, wrow, in_place=not keep), None, None
 
 
 _backward_once = once_differentiable(_backward)

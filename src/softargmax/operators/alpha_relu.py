@@ -9,8 +9,11 @@ the entmax parametrization: with the τ that 1.5-entmax would compute,
 1.5-ReLU reproduces 1.5-entmax; :mod:`softargmax.operators.alpha_relu_tau` estimates it.
 
 Derivatives: :math:`\partial p/\partial x = p^{2-\alpha}` (diagonal) and :math:`\partial p/\partial \tau = -p^{2-\alpha}/(\alpha-1)`.  For
-α = 1.5 these are :math:`\sqrt{p}`, so the backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
-multiplication.
+α = 1.5 these are :math:`\sqrt{p}`, so the PyTorch path's backward stores :math:`[(\alpha-1)x - \tau]_+` and costs one
+multiplication.  Where a fused kernel takes the call (:func:`softargmax.backends.alpha_relu_forward`: the Triton
+kernels with a float τ on the GPU; on the CPU the C library's for contiguous float32, float64 and bfloat16 tensors
+with one τ or one τ per row), the forward is one pass that writes ``p`` and the backward one pass that recomputes the base from
+``x`` (saved, no copy) and writes the gradient (and sums τ's): one allocation each way, as a ReLU's.
 
 References:
 
@@ -23,12 +26,14 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
+from torch.nn import Parameter
 
 from .. import backends as _kernels
 from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
 from .._utils.rows import sum_to
-from .._utils.tracing import GRAPH, LIBRARY_OPS, graph_mode, without_autograd
+from .._utils.tracing import EAGER, GRAPH, LIBRARY_OPS, graph_mode, without_autograd
 
 __all__ = ["alpha_relu", "alpha_relu_graph"]
 
@@ -72,10 +77,9 @@ def alpha_relu_forward(x: Tensor, tau: Union[float, Tensor], alpha: float) -> Te
     """:class:`AlphaReLUFunction`'s output without the autograd function, for calls that need no
     gradient (:func:`softargmax._utils.tracing.without_autograd`): the same operations, the power
     taken in place."""
-    if not isinstance(tau, Tensor):
-        y = _kernels.alpha_relu_forward(x, alpha, tau)
-        if y is not None:
-            return y
+    fused = _kernels.alpha_relu_forward(x, alpha, tau)
+    if fused is not None:
+        return fused[0]
     p = power_of_base_(relu_base(x, tau, alpha), alpha - 1.0)
     return p.to(x.dtype) if p.dtype != x.dtype else p
 
@@ -139,42 +143,58 @@ class AlphaReLUFunction(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.tau_shape = tau.shape if isinstance(tau, Tensor) else None
         ctx.tau_dtype = tau.dtype if isinstance(tau, Tensor) else None
-        ctx.kernel_tau = None
-        if not isinstance(tau, Tensor):
-            y = _kernels.alpha_relu_forward(x, alpha, tau)  # GPU: one elementwise kernel each way
-            if y is not None:
+        # a fused kernel (Triton on the GPU, the C library on the CPU): one elementwise pass each way, the
+        # backward recomputes the base from x
+        fused = _kernels.alpha_relu_forward(x, alpha, tau)
+        ctx.kernel = None if fused is None else fused[1]
+        if fused is not None:
+            if isinstance(tau, Tensor):
+                ctx.save_for_backward(x, tau)
+            else:
                 ctx.save_for_backward(x)
                 ctx.kernel_tau = tau
-                return y
+            return fused[0]
         t = relu_base(x, tau, alpha)
         p = power_of_base(t, alpha - 1.0)
         ctx.save_for_backward(t)
         return p.to(x.dtype) if p.dtype != x.dtype else p
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
-        if ctx.kernel_tau is not None:
-            (x,) = ctx.saved_tensors
-            return _kernels.alpha_relu_backward(x, grad_out, ctx.alpha, ctx.kernel_tau), None, None
-        (t,) = ctx.saved_tensors
-        a = ctx.alpha - 1.0
-        # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
-        if a == 1.0:
-            d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
-        elif a == 0.5:
-            d = t
-        else:
-            e = (1.0 - a) / a
-            d = t ** e
-            if e < 0:
-                d = torch.where(t > 0, d, torch.zeros_like(d))
-        g = grad_out.to(t.dtype) * d
-        grad_x = g.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
-        grad_tau = None
-        if ctx.needs_input_grad[1]:
-            grad_tau = sum_to(-g / a, ctx.tau_shape).to(ctx.tau_dtype)
-        return grad_x, grad_tau, None
+        if torch.is_grad_enabled():  # create_graph=True: once_differentiable's error on a second derivative
+            return _backward_once(ctx, grad_out)
+        return _backward(ctx, grad_out)  # (the engine runs it with grad mode off: no no_grad() block needed)
+
+
+def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
+    """:meth:`AlphaReLUFunction.backward`."""
+    if ctx.kernel is not None:
+        saved = ctx.saved_tensors
+        gx, gtau = _kernels.alpha_relu_backward(ctx.kernel, saved[0], grad_out, ctx.alpha,
+                                                saved[1] if len(saved) > 1 else ctx.kernel_tau,
+                                                ctx.needs_input_grad[1])
+        return (gx if ctx.needs_input_grad[0] else None), gtau, None
+    (t,) = ctx.saved_tensors
+    a = ctx.alpha - 1.0
+    # ∂p/∂x = p^{2-α} = t^{(2-α)/(α-1)}
+    if a == 1.0:
+        d = torch.where(t > 0, torch.ones_like(t), t.clamp(max=0))  # NaN (a NaN score) stays NaN
+    elif a == 0.5:
+        d = t
+    else:
+        e = (1.0 - a) / a
+        d = t ** e
+        if e < 0:
+            d = torch.where(t > 0, d, torch.zeros_like(d))
+    g = grad_out.to(t.dtype) * d
+    grad_x = g.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+    grad_tau = None
+    if ctx.needs_input_grad[1]:
+        grad_tau = sum_to(-g / a, ctx.tau_shape).to(ctx.tau_dtype)
+    return grad_x, grad_tau, None
+
+
+_backward_once = once_differentiable(_backward)
 
 
 def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -> Tensor:
@@ -232,6 +252,22 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
         return alpha_relu_graph(x, alpha, tau)
     if not isinstance(tau, Tensor) and mode == LIBRARY_OPS:  # one opaque operator for the compiler (softargmax.operators._library_ops)
         return torch.ops.softargmax.alpha_relu(x, alpha, tau)
-    if mode != LIBRARY_OPS and without_autograd(x, tau if isinstance(tau, Tensor) else None):
+    tau_t = tau if isinstance(tau, Tensor) else None
+    if mode != LIBRARY_OPS and without_autograd(x, tau_t):
         return alpha_relu_forward(x, tau, alpha)  # no gradient: the forward without the autograd function's cost
+    if mode == EAGER and _plain(x) and (tau_t is None or _plain(tau_t)) and forward_ad._current_level < 0 \
+            and not _functorch_active():
+        # Function.apply less its Python wrapper (a few microseconds of a small call): with no functorch transform
+        # active the wrapper only unwraps dead functorch wrappers, done here
+        return _apply(_unwrap_if_dead(x), tau if tau_t is None else _unwrap_if_dead(tau_t), alpha)
     return AlphaReLUFunction.apply(x, tau, alpha)
+
+
+def _plain(t: Tensor) -> bool:
+    return type(t) is Tensor or type(t) is Parameter
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+#: ``torch.autograd.Function.apply``'s last step, the C++ ``apply`` bound to :class:`AlphaReLUFunction`
+_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, AlphaReLUFunction)

@@ -751,6 +751,222 @@ void sa_jvp_##SUFFIX(const T *s, const T *v, const T *sc, T *g, long R, long k, 
 DEFINE_ROWS(float, f32, (double)FLT_EPSILON, FLT_MIN)
 DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
 
+/* -- alpha-ReLU (softargmax.operators.alpha_relu), elementwise ------------------------------------
+ * p = [a x - tau]_+^{1/a} with a = alpha - 1 > 0, and the backward dx = g [a x - tau]_+^{1/a - 1}
+ * (= g p^{2 - alpha}), with one tau for the whole tensor or one per row of k entries (taus).  The
+ * base t = [x a - tau]_+ is formed in T with the PyTorch path's roundings (x a, then minus tau, each
+ * rounded to T; a = 1: no product; NaN stays NaN, -inf gives 0), so that the exact forms are bit for
+ * bit that path's: a = 1 (alpha = 2) p = t, d = 1[t > 0] (NaN at NaN); a = 1/2 (alpha = 1.5) p = t^2,
+ * d = t; a = 2 (alpha = 3) p = sqrt(t), d = 1/sqrt(t) (0 at t = 0 and NaN).  Other a: the powers are
+ * exp(e log t) in double (pow_pos) rounded to T, d is 0 at t = 0 and, where 1/a - 1 < 0, at NaN (the
+ * PyTorch path's where(t > 0, ...)).  dx = g d in T.  bfloat16 entries are computed in float (T) and
+ * rounded once when stored, as the PyTorch path computes them in float32 and converts.  The forward reads x and writes p; the backward
+ * reads x and g and writes dx (and the sums of dx for tau's gradient): one pass each, no temporary.
+ * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row). */
+#define RELU_BLOCK 4096 /* softargmax.backends.cpu.rows.RELU_BLOCK: at most one thread per block */
+#define RELU_CHUNK 256
+
+/* bfloat16 storage: its bits are the top half of a float's; to bfloat16 rounds to nearest even, a NaN to
+   the quiet NaN 0x7FC0 (PyTorch's conversion) */
+static inline float bf16_load(uint16_t v) {
+    union { uint32_t u; float f; } c;
+    c.u = (uint32_t)v << 16;
+    return c.f;
+}
+static inline uint16_t bf16_store(float f) {
+    union { uint32_t u; float f; } c;
+    c.f = f;
+    const uint16_t r = (uint16_t)((c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16);
+    return f != f ? (uint16_t)0x7FC0 : r;
+}
+#define SA_SAME(v) (v)
+
+/* S: the stored type, T: the compute type (float for bfloat16), LD/ST: the conversions between them */
+#define DEFINE_ALPHA_RELU(S, T, SUFFIX, LD, ST)                                                       \
+static inline T relu_base_##SUFFIX(T x, T aT, int unit, T tau) {                                      \
+    const T t = (unit ? x : x * aT) - tau;                                                            \
+    return t < 0 ? (T)0 : t; /* NaN stays NaN */                                                      \
+}                                                                                                     \
+                                                                                                      \
+static void relu_fwd_span_##SUFFIX(const S *x, S *p, long n, double a, T tau) {                      \
+    const T aT = (T)a;                                                                                \
+    if (a == 1.0) {                                                                                   \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) p[j] = ST(relu_base_##SUFFIX(LD(x[j]), aT, 1, tau));             \
+    } else if (a == 0.5) {                                                                            \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) { const T t = relu_base_##SUFFIX(LD(x[j]), aT, 0, tau); p[j] = ST(t * t); } \
+    } else if (a == 2.0) {                                                                            \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < n; j++) p[j] = ST((T)sqrt(relu_base_##SUFFIX(LD(x[j]), aT, 0, tau)));    \
+    } else { /* in chunks: the bases, their powers (vectorized), the results */                      \
+        const double e = 1.0 / a;                                                                     \
+        double buf[RELU_CHUNK];                                                                       \
+        T tb[RELU_CHUNK];                                                                             \
+        for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
+            const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
+            const S *xc = x + i0;                                                                     \
+            S *pc = p + i0;                                                                           \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
+                tb[j] = t;                                                                            \
+                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
+            }                                                                                         \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) pc[j] = ST(tb[j] > 0 ? (T)buf[j] : tb[j]);                   \
+        }                                                                                             \
+    }                                                                                                 \
+}                                                                                                     \
+                                                                                                      \
+/* dx = g d over n entries, in T and then stored; returns the sum of the products g d (before they are \
+   stored) in double when want_sum (else 0) */                                                        \
+static double relu_bwd_span_##SUFFIX(const S *x, const S *g, S *gx, long n, double a, T tau,          \
+                                      int want_sum) {                                                 \
+    const T aT = (T)a;                                                                                \
+    double s = 0;                                                                                     \
+    if (a == 0.5) {                                                                                   \
+        if (want_sum) {                                                                               \
+            _Pragma("omp simd reduction(+ : s)")                                                      \
+            for (long j = 0; j < n; j++) {                                                            \
+                const T v = LD(g[j]) * relu_base_##SUFFIX(LD(x[j]), aT, 0, tau);                      \
+                gx[j] = ST(v);                                                                        \
+                s += (double)v;                                                                       \
+            }                                                                                         \
+        } else {                                                                                      \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < n; j++) gx[j] = ST(LD(g[j]) * relu_base_##SUFFIX(LD(x[j]), aT, 0, tau)); \
+        }                                                                                             \
+    } else if (a == 1.0 || a == 2.0) {                                                                \
+        const int unit = a == 1.0;                                                                    \
+        _Pragma("omp simd reduction(+ : s)")                                                          \
+        for (long j = 0; j < n; j++) {                                                                \
+            const T t = relu_base_##SUFFIX(LD(x[j]), aT, unit, tau);                                  \
+            const T d = unit ? (t > 0 ? (T)1 : t * (T)0) : (t > 0 ? (T)1 / (T)sqrt(t) : (T)0);       \
+            const T v = LD(g[j]) * d;                                                                 \
+            gx[j] = ST(v);                                                                            \
+            s += want_sum ? (double)v : 0.0;                                                          \
+        }                                                                                             \
+    } else {                                                                                          \
+        const double e = (1.0 - a) / a;                                                               \
+        const T at_zero_nan = e < 0 ? (T)0 : (T)NAN; /* d at NaN: where(t > 0, t^e, 0) if e < 0 */    \
+        double buf[RELU_CHUNK];                                                                       \
+        T tb[RELU_CHUNK];                                                                             \
+        for (long i0 = 0; i0 < n; i0 += RELU_CHUNK) {                                                 \
+            const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
+            const S *xc = x + i0, *gc = g + i0;                                                       \
+            S *oc = gx + i0;                                                                          \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
+                tb[j] = t;                                                                            \
+                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
+            }                                                                                         \
+            _Pragma("omp simd")                                                                       \
+            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            _Pragma("omp simd reduction(+ : s)")                                                      \
+            for (long j = 0; j < m; j++) {                                                            \
+                const T t = tb[j];                                                                    \
+                const T d = t > 0 ? (T)buf[j] : t == 0 ? (T)0 : at_zero_nan;                          \
+                const T v = LD(gc[j]) * d;                                                            \
+                oc[j] = ST(v);                                                                        \
+                s += want_sum ? (double)v : 0.0;                                                      \
+            }                                                                                         \
+        }                                                                                             \
+    }                                                                                                 \
+    return s;                                                                                         \
+}                                                                                                     \
+                                                                                                      \
+/* relu_bwd_span with g contiguous (gs = 1) or one value for every entry (gs = 0: an expanded gradient,  \
+   read from a chunk filled with it) */                                                               \
+static double relu_bwd_range_##SUFFIX(const S *x, const S *g, long gs, S *gx, long n, double a, T tau,  \
+                                      int want_sum) {                                                 \
+    if (gs) return relu_bwd_span_##SUFFIX(x, g, gx, n, a, tau, want_sum);                             \
+    S gbuf[RELU_CHUNK];                                                                               \
+    for (long j = 0; j < RELU_CHUNK; j++) gbuf[j] = g[0];                                             \
+    double s = 0;                                                                                     \
+    for (long i0 = 0; i0 < n; i0 += RELU_CHUNK)                                                       \
+        s += relu_bwd_span_##SUFFIX(x + i0, gbuf, gx + i0, n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK, a, tau, \
+                                    want_sum);                                                        \
+    return s;                                                                                         \
+}                                                                                                     \
+                                                                                                      \
+/* p of the contiguous [R, k] entries x: tau (rounded to T) for all, or taus[r] (T) for row r */      \
+void sa_relu_fwd_##SUFFIX(const S *x, long R, long k, double a, double tau, const T *taus, S *p,      \
+                          int nthreads) {                                                             \
+    if (taus) {                                                                                       \
+        _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
+        for (long r = 0; r < R; r++) relu_fwd_span_##SUFFIX(x + r * k, p + r * k, k, a, taus[r]);    \
+        return;                                                                                       \
+    }                                                                                                 \
+    const long n = R * k, blocks = (n + RELU_BLOCK - 1) / RELU_BLOCK;                                 \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")             \
+    for (long b = 0; b < blocks; b++) {                                                               \
+        const long i0 = b * RELU_BLOCK;                                                               \
+        relu_fwd_span_##SUFFIX(x + i0, p + i0, n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau); \
+    }                                                                                                 \
+}                                                                                                     \
+                                                                                                      \
+/* dx of the contiguous [R, k] entries x with incoming gradient g (S; contiguous, gs = 1, or one value \
+   for all, gs = 0), tau or taus as sa_relu_fwd; unless gtau is NULL the sums of g d in double: gtau[0] \
+   over all entries (one tau) or gtau[r] over row r (taus) */                                         \
+void sa_relu_bwd_##SUFFIX(const S *x, const S *g, long gs, long R, long k, double a, double tau,       \
+                          const T *taus, S *gx, double *gtau, int nthreads) {                         \
+    const int want = gtau != NULL;                                                                    \
+    if (taus) {                                                                                       \
+        _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")         \
+        for (long r = 0; r < R; r++) {                                                                \
+            const double s = relu_bwd_range_##SUFFIX(x + r * k, g + gs * r * k, gs, gx + r * k, k, a, taus[r], \
+                                                     want);                                           \
+            if (want) gtau[r] = s;                                                                    \
+        }                                                                                             \
+        return;                                                                                       \
+    }                                                                                                 \
+    const long n = R * k, blocks = (n + RELU_BLOCK - 1) / RELU_BLOCK;                                 \
+    double total = 0;                                                                                 \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(+ : total)") \
+    for (long b = 0; b < blocks; b++) {                                                               \
+        const long i0 = b * RELU_BLOCK;                                                               \
+        total += relu_bwd_range_##SUFFIX(x + i0, g + gs * i0, gs, gx + i0,                           \
+                                         n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau, want); \
+    }                                                                                                 \
+    if (want) gtau[0] = total;                                                                        \
+}
+
+DEFINE_ALPHA_RELU(float, float, f32, SA_SAME, SA_SAME)
+DEFINE_ALPHA_RELU(double, double, f64, SA_SAME, SA_SAME)
+DEFINE_ALPHA_RELU(uint16_t, float, bf16, bf16_load, bf16_store)
+
+/* -- the class-index loss's class weights and backward (softargmax.losses._index_loss) ------------
+ * sa_weights_ok: whether the k class weights are all finite and >= 0 (NaN is not), one pass.
+ * sa_scale_rows: the backward's out[r, :] = G[r, :] * s_r in T, with s_r = (T)((T)f * wrow[r]) (the general
+ * path's MulBackward of the rows' weights after its DivBackward) or s_r = (T)f where wrow is NULL; out may
+ * be G (in place); rows split over nthreads. */
+#define DEFINE_INDEX_SCALE(T, SUFFIX)                                                                 \
+int sa_weights_ok_##SUFFIX(const T *w, long k) {                                                      \
+    int ok = 1;                                                                                       \
+    _Pragma("omp simd reduction(& : ok)")                                                             \
+    for (long j = 0; j < k; j++) ok &= (w[j] >= 0) & (w[j] < (T)INFINITY);                            \
+    return ok;                                                                                        \
+}                                                                                                     \
+                                                                                                      \
+void sa_scale_rows_##SUFFIX(const T *G, T *out, long R, long k, const T *wrow, double f, int nthreads) { \
+    const T fT = (T)f;                                                                                \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)")             \
+    for (long r = 0; r < R; r++) {                                                                    \
+        const T s = wrow ? fT * wrow[r] : fT;                                                         \
+        const T *gr = G + r * k;                                                                      \
+        T *o = out + r * k;                                                                           \
+        _Pragma("omp simd")                                                                           \
+        for (long j = 0; j < k; j++) o[j] = gr[j] * s;                                                \
+    }                                                                                                 \
+}
+
+DEFINE_INDEX_SCALE(float, f32)
+DEFINE_INDEX_SCALE(double, f64)
+
 /* The Fenchel-Young loss of class indices, forward and gradient in one call
  * (softargmax.losses._index_loss): per row r with class c = target[r] and the target y = (1 - eps) e_c + eps/k
  * (eps = 0: no label smoothing), G_r = p_r - y (written where the solver writes p; ys = eps/k and

@@ -11,7 +11,9 @@ OpenMP threads.  It covers the operators of the speed targets, all with ``q = 1`
   sparsemax and 1.5-entmax are exact (Michelot's iteration and its quadratic analogue on
   the candidates);
 * the Jensen–Shannon, squared-Hellinger, reverse-KL, Jeffrey and reverse-χ² f-softargmax (the
-  last three on the CPU only: :data:`~softargmax.backends.kinds.CPU_KINDS`).
+  last three on the CPU only: :data:`~softargmax.backends.kinds.CPU_KINDS`);
+* α-ReLU, elementwise, forward and backward in one pass each (:func:`alpha_relu_forward`,
+  :func:`alpha_relu_backward`), with one τ or one τ per row.
 
 It returns the same :class:`~softargmax.backends.solution.Solution` (dense candidates) as the
 PyTorch path, which stays the reference and handles everything else (``q``, other
@@ -60,6 +62,7 @@ from typing import Any, Literal, Optional, Union
 import torch
 from torch import Tensor
 
+from ..._utils.tracing import compiling as _compiling
 from ...divergences import Divergence
 from ..kinds import (
     CPU_KINDS,
@@ -75,7 +78,8 @@ from ..kinds import (
 from ..solution import Solution
 from ..switch import Switch
 
-__all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows", "probabilities"]
+__all__ = ["available", "enabled", "set_enabled", "solve", "solve_alpha_rows", "probabilities", "alpha_relu_forward",
+           "alpha_relu_backward", "covers_alpha_relu"]
 
 SOURCE = Path(__file__).with_name("rows.c")
 #: the C source as it was when this module was imported: the library is built from these bytes, so that the
@@ -103,6 +107,12 @@ MAP_KERNELS: dict[torch.dtype, Any] = {}
 #: the backward's entry ``sa_jvp_*`` by dtype (:func:`jvp`; ``fn(s, v, sc, g, R, k, scale, threads)``, pointers as
 #: ``data_ptr()`` integers), filled when the library loads
 JVP_KERNELS: dict[torch.dtype, Any] = {}
+#: α-ReLU's entries ``(sa_relu_fwd_*, sa_relu_bwd_*)`` by dtype (:func:`alpha_relu_forward`,
+#: :func:`alpha_relu_backward`), filled when the library loads
+RELU_KERNELS: dict[torch.dtype, tuple[Any, Any]] = {}
+#: the class-index loss's entries ``(sa_weights_ok_*, sa_scale_rows_*)`` by dtype (:func:`weights_ok`,
+#: :func:`scale_rows`), filled when the library loads
+INDEX_KERNELS: dict[torch.dtype, tuple[Any, Any]] = {}
 
 
 def _cache_dir() -> Path:
@@ -231,10 +241,17 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
                            ctypes.c_long, ctypes.c_double, ctypes.c_int]
             JVP_KERNELS[dtype] = fn
+        _relu_signatures(lib)
+        _index_signatures(lib)
         module = _python_entries(path, lib)
         if module is not None:  # the same functions without ctypes's cost per call
             MAP_KERNELS.update({torch.float32: module.map_f32, torch.float64: module.map_f64})
             JVP_KERNELS.update({torch.float32: module.jvp_f32, torch.float64: module.jvp_f64})
+            RELU_KERNELS.update({torch.float32: (module.relu_fwd_f32, module.relu_bwd_f32),
+                                 torch.float64: (module.relu_fwd_f64, module.relu_bwd_f64),
+                                 torch.bfloat16: (module.relu_fwd_bf16, module.relu_bwd_bf16)})
+            INDEX_KERNELS.update({torch.float32: (module.weights_ok_f32, module.scale_rows_f32),
+                                  torch.float64: (module.weights_ok_f64, module.scale_rows_f64)})
         return lib
     except Exception as err:  # no compiler, no OpenMP, read-only cache...: fall back
         warnings.warn(f"softargmax: the fused CPU row solver is unavailable ({err}); "
@@ -469,6 +486,37 @@ def _index_loss_fn(dtype: torch.dtype) -> Any:
     return fn
 
 
+def _index_signatures(lib: ctypes.CDLL) -> None:
+    """The ctypes signatures of ``sa_weights_ok_*`` and ``sa_scale_rows_*``, into :data:`INDEX_KERNELS`."""
+    ptr = ctypes.c_void_p
+    for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64")):
+        ok, scale = getattr(lib, "sa_weights_ok_" + suffix), getattr(lib, "sa_scale_rows_" + suffix)
+        ok.restype, scale.restype = ctypes.c_int, None
+        ok.argtypes = [ptr, ctypes.c_long]
+        scale.argtypes = [ptr, ptr, ctypes.c_long, ctypes.c_long, ptr, ctypes.c_double, ctypes.c_int]
+        INDEX_KERNELS[dtype] = (ok, scale)
+
+
+def weights_ok(w: Tensor) -> bool:
+    """Whether the class weights ``w`` (``[k]``, contiguous, float32 or float64) are all finite and non-negative,
+    in one C pass (the library is loaded: :func:`covers`)."""
+    return bool(INDEX_KERNELS[w.dtype][0](w.data_ptr(), w.shape[0]))
+
+
+def scale_rows(G: Tensor, factor: float, wrow: Optional[Tensor] = None, in_place: bool = True) -> Tensor:
+    """``G`` ``[..., k]`` (contiguous, float32 or float64) times ``s_r`` per row in one C pass, with
+    ``s_r = (factor · wrow[r])`` rounded to ``G``'s dtype (``factor`` rounded first), or ``factor`` rounded where
+    ``wrow`` (``[rows]``, contiguous, ``G``'s dtype) is ``None``: the products a 0-d factor's and then the row
+    weights' multiplications would give, bit for bit.  In place unless ``in_place`` is false (then a new tensor)."""
+    k = G.shape[-1]
+    n = G.numel()
+    rows = n // k if k else 0
+    out = G if in_place else torch.empty_like(G)
+    INDEX_KERNELS[G.dtype][1](G.data_ptr(), out.data_ptr(), rows, k, None if wrow is None else wrow.data_ptr(),
+                              factor, 1 if n < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows)))
+    return out
+
+
 def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, float], cy: float, target: Tensor,
                ignore_index: int, reduction: str, smoothing: Optional[tuple[float, float, float]] = None,
                weight: Optional[Tensor] = None) -> tuple[int, Tensor, Tensor, Optional[Tensor], float]:
@@ -508,3 +556,109 @@ def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, fl
     if kept < 0:
         raise MemoryError("softargmax: the CPU row solver could not allocate its row buffers")
     return kept, G, loss, wrow, den.value
+
+
+# -- α-ReLU (elementwise) -------------------------------------------------------------------------------
+
+
+def _relu_signatures(lib: ctypes.CDLL) -> None:
+    """The ctypes signatures of ``sa_relu_fwd_*`` and ``sa_relu_bwd_*``, into :data:`RELU_KERNELS`."""
+    ptr, long_, double = ctypes.c_void_p, ctypes.c_long, ctypes.c_double
+    for dtype, suffix in ((torch.float32, "f32"), (torch.float64, "f64"), (torch.bfloat16, "bf16")):
+        fwd, bwd = getattr(lib, "sa_relu_fwd_" + suffix), getattr(lib, "sa_relu_bwd_" + suffix)
+        fwd.restype = bwd.restype = None
+        fwd.argtypes = [ptr, long_, long_, double, double, ptr, ptr, ctypes.c_int]
+        bwd.argtypes = [ptr, ptr, long_, long_, long_, double, double, ptr, ptr, ptr, ctypes.c_int]
+        RELU_KERNELS[dtype] = (fwd, bwd)
+
+
+_RELU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def _relu_taus(x: Tensor, tau: Union[float, Tensor]) -> Optional[tuple[float, Optional[Tensor]]]:
+    """α-ReLU's τ as the C entries read it: ``(τ, None)`` for one τ (a float, or a tensor of one element),
+    ``(0.0, τ per row)`` for a tensor of one τ per row of ``x`` (``x``'s shape with a last dimension of 1, or
+    that shape less leading dimensions of 1: ``[R]``, contiguous, ``x``'s compute dtype, float32 for
+    bfloat16), ``None`` for the other shapes (a τ per column...)."""
+    if not isinstance(tau, Tensor):
+        return tau, None
+    n = tau.numel()
+    if n == 1:
+        return float(tau), None
+    k = x.shape[-1]
+    if tau.dim() == 0 or tau.shape[-1] != 1 or n * k != x.numel() or tau.device != x.device:
+        return None
+    return 0.0, tau.detach().reshape(n).to(torch.float32 if x.dtype == torch.bfloat16 else x.dtype).contiguous()
+
+
+def covers_alpha_relu(x: Tensor, alpha: float, tau: Union[float, Tensor] = 0.0) -> bool:
+    """Whether the C α-ReLU takes ``x`` (the fused path on, float32, float64 or bfloat16 (computed in float32),
+    contiguous, not empty, a plain tensor, not while ``torch.compile`` traces, the library loads) with this τ
+    (:func:`_relu_taus`: one τ, or one per row); any α > 1."""
+    return (_switch.on and (type(x) is Tensor or type(x) is torch.nn.Parameter) and x.device.type == "cpu"
+            and x.dtype in _RELU_DTYPES and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
+            and (not isinstance(tau, Tensor) or (type(tau) in (Tensor, torch.nn.Parameter)
+                                                 and (tau.numel() == 1 or tau.shape[-1:] == (1,))))
+            and not _compiling() and bool(_load()))
+
+
+#: the entries of one thread's block in the C α-ReLU with one τ (``RELU_BLOCK`` in ``rows.c``)
+RELU_BLOCK = 4096
+
+
+def _relu_threads(R: int, k: int, per_row: bool) -> int:
+    """The OpenMP threads of the C α-ReLU: one below :data:`PARALLEL_MIN_ELEMENTS`, else at most one per row
+    (one τ per row) or per block of :data:`RELU_BLOCK` entries (one τ)."""
+    n = R * k
+    if n < PARALLEL_MIN_ELEMENTS:
+        return 1
+    return max(1, min(torch.get_num_threads(), R if per_row else -(-n // RELU_BLOCK)))
+
+
+def alpha_relu_forward(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Optional[Tensor]:
+    r"""α-ReLU :math:`[(\alpha-1) x - \tau]_+^{1/(\alpha-1)}` of a covered ``x`` (:func:`covers_alpha_relu`)
+    in one C pass, a new tensor of ``x``'s shape and dtype, or ``None`` for a τ the C entry does not take
+    (:func:`_relu_taus`).  The roundings are the PyTorch path's (module ``softargmax.operators.alpha_relu``):
+    bit for bit at α = 2, 1.5 and 3, within a rounding of the power elsewhere."""
+    taus = _relu_taus(x, tau)
+    if taus is None:
+        return None
+    k = x.shape[-1]
+    n = x.numel()
+    p = torch.empty_like(x)
+    t = taus[1]
+    RELU_KERNELS[x.dtype][0](x.data_ptr(), n // k, k, alpha - 1.0, taus[0], None if t is None else t.data_ptr(),
+                             p.data_ptr(), _relu_threads(n // k, k, t is not None))
+    return p
+
+
+def alpha_relu_backward(x: Tensor, grad: Tensor, alpha: float, tau: Union[float, Tensor],
+                        tau_grad: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    r"""The pair of :func:`alpha_relu_forward`: ``(∂L/∂x, ∂L/∂τ or None)`` with
+    :math:`\partial L/\partial x = g\,[(\alpha-1)x - \tau]_+^{1/(\alpha-1) - 1}` (in ``x``'s dtype, one C pass
+    that recomputes the base from ``x``) and, with ``tau_grad`` and a tensor τ,
+    :math:`\partial L/\partial \tau = -\sum \partial L/\partial x / (\alpha - 1)` over the entries each τ
+    covers (summed in double, ``τ``'s shape and dtype)."""
+    taus = _relu_taus(x, tau)
+    assert taus is not None  # the forward took it
+    k = x.shape[-1]
+    n = x.numel()
+    R = n // k
+    v = grad if grad.dtype == x.dtype else grad.to(x.dtype)
+    gs = 1  # the C pass reads v contiguous, or one value for all entries (an expanded scalar: a sum's gradient)
+    if not v.is_contiguous():
+        if not any(v.stride()):
+            gs = 0
+        else:
+            v = v.contiguous()
+    gx = torch.empty_like(x)
+    t = taus[1]
+    want = tau_grad and isinstance(tau, Tensor)
+    sums = torch.empty(R if t is not None else 1, dtype=torch.float64) if want else None
+    RELU_KERNELS[x.dtype][1](x.data_ptr(), v.data_ptr(), gs, R, k, alpha - 1.0, taus[0],
+                             None if t is None else t.data_ptr(), gx.data_ptr(),
+                             None if sums is None else sums.data_ptr(), _relu_threads(R, k, t is not None))
+    if sums is None:
+        return gx, None
+    assert isinstance(tau, Tensor)
+    return gx, sums.mul_(-1.0 / (alpha - 1.0)).to(tau.dtype).reshape(tau.shape)
