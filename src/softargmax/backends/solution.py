@@ -70,8 +70,9 @@ class Solution:
             :math:`\Omega^*(z) = \tau + \sum_j [f^*(z_j - \tau) + f(0)]`, which equals
             :math:`\langle z, p\rangle - \sum_j [f(p_j) - f(0)]` at the root and is stationary in :math:`\tau`
             (its derivative is :math:`1 - \sum_j p_j`), so the solver's residual enters it at second order
-            (``q = 1``, finite :math:`f(0)`; the C solver's Jensen–Shannon and squared Hellinger, for the loss
-            values).  Default: ``None``.
+            (``q = 1``, finite :math:`f(0)`; the C solver's Jensen–Shannon and squared Hellinger, and
+            :mod:`softargmax.solvers.row_blocks` for a generator no backend covers, for the loss values).
+            Default: ``None``.
         backend: which solver ran (``"torch"``, ``"cpu"``, ``"triton"``), for tests and
             diagnostics only. Default: ``"torch"``.
         nan_written: the backend already wrote NaN into ``p`` in the bad rows (then
