@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import needs_cuda
 
 transformers = pytest.importorskip("transformers")
 
@@ -411,3 +412,22 @@ def test_static_cache_eager_and_compiled_keep_the_greedy_tokens(family, monkeypa
     # one graph for every step; Transformers' sliding static layer compiles a second one when it fills (a guard on
     # its Python length, the same with its own eager attention)
     assert counters["stats"]["unique_graphs"] == (1 if family == "llama" else 2) and not counters["graph_break"]
+
+
+@needs_cuda
+def test_gpu_static_cache_under_cuda_graphs_keeps_the_greedy_tokens():
+    """On a GPU, generate with a static cache and Transformers' default compilation of the steps
+    (mode="reduce-overhead": CUDA graphs) with fullgraph=True: the tokens of the eager static-cache run."""
+    from transformers import CompileConfig
+
+    m = _tiny("entmax15").cuda()
+    m.generation_config.pad_token_id = 0
+    ids = torch.randint(1, 97, (2, 7), generator=torch.Generator().manual_seed(3)).cuda()
+    mask = torch.ones(2, 7, dtype=torch.long, device="cuda")
+    mask[1, :3] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation="static")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = m.generate(ids, disable_compile=True, **kw)
+        graphs = m.generate(ids, compile_config=CompileConfig(fullgraph=True), **kw)
+    assert torch.equal(graphs, eager)

@@ -3,11 +3,12 @@ program per group, grouped heads packed against repeated heads, different length
 several causal queries against the float64 brute force, chunked prefills (blocks of 16 new queries) with
 a window and over pages, a boolean mask with bounding ranges, a paged cache against the contiguous one,
 the tiles outside the support and outside the sequences never read, the kernels as one operator under
-torch.compile.  Tiny shapes: the interpreter runs each
+torch.compile; on a GPU only, a step without host synchronization replayed in a CUDA graph.  Tiny shapes: the interpreter runs each
 program instance in turn (tens of them per test)."""
 
 import pytest
 import torch
+from conftest import needs_cuda
 from test_decoding import _blocks, _brute_force, _data, _paged  # noqa: E402
 
 import softargmax as sa
@@ -268,3 +269,43 @@ def test_compiled_calls_take_the_kernels_as_one_operator(device, spy):
         args = (q, k, v, *_lengths(device, ends, starts), mask)
         torch.testing.assert_close(compiled(*args), step(*args), atol=0, rtol=0)
     assert len(spy) == 4 and counters["stats"]["unique_graphs"] == 1
+
+
+@needs_cuda
+def test_gpu_step_without_synchronization_replays_in_a_cuda_graph():
+    """A step of 3 new queries with a mask (bfloat16, 8 query heads over 2) reads nothing back to the host, and a
+    CUDA graph captured once replays it for other lengths, starts and masks with eager's outputs."""
+    gen = torch.Generator().manual_seed(40)
+    B, H, Hkv, L, S, D = 2, 8, 2, 3, 512, 64
+    q, k, v = (torch.randn(*shape, generator=gen).cuda().bfloat16()
+               for shape in ((B, H, L, D), (B, Hkv, S, D), (B, Hkv, S, D)))
+    ends = torch.tensor([512, 300], dtype=torch.int32, device="cuda")
+    starts = torch.tensor([0, 40], dtype=torch.int32, device="cuda")
+    mask = torch.ones(B, 1, L, S, dtype=torch.bool, device="cuda")
+
+    def step():
+        return sa.decode_attention(q, k, v, ends, starts, attn_mask=mask)
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    for new_ends, new_starts in (([400, 128], [0, 17]), ([512, 64], [100, 0])):
+        ends.copy_(torch.tensor(new_ends))
+        starts.copy_(torch.tensor(new_starts))
+        mask.fill_(True)
+        mask[..., new_starts[0] + 30] = False  # a hole
+        graph.replay()
+        torch.testing.assert_close(static_out, step(), atol=1e-6, rtol=1e-6)
