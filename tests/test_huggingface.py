@@ -294,6 +294,27 @@ def test_decode_ranges_bound_any_boolean_mask():
     assert _decode_ranges(q, torch.zeros(2, 2, 2, 8), causal[:, :2].expand(2, 1, 2, 2)) is None  # no cache before
 
 
+def test_step_ranges_are_read_once_per_mask_until_it_changes(monkeypatch):
+    """Every layer of a step passes the same mask (sliced to the keys): in eager calls its ranges are read once; a
+    mask changed in place, or another mask, is read again."""
+    from softargmax.integrations import huggingface_attention as hfa
+
+    reads = []
+    real = hfa._bounding_ranges
+    monkeypatch.setattr(hfa, "_bounding_ranges", lambda *a: reads.append(1) or real(*a))
+    q, k = torch.zeros(2, 4, 1, 8), torch.zeros(2, 2, 10, 8)
+    mask = (torch.arange(12) >= torch.tensor([0, 3]).view(2, 1, 1, 1)) & (torch.arange(12) < 10)  # [2, 1, 1, 12]
+    for _ in range(3):  # three layers
+        ends, starts, _, _ = hfa._decode_ranges(q, k, mask[..., :10])
+    assert len(reads) == 1 and ends.tolist() == [10, 10] and starts.tolist() == [0, 3]
+    mask[1, ..., 3] = False  # the next step's padding, written into the same tensor
+    ends, starts, _, _ = hfa._decode_ranges(q, k, mask[..., :10])
+    assert len(reads) == 2 and starts.tolist() == [0, 4]
+    other = mask.clone()
+    hfa._decode_ranges(q, k, other[..., :10])
+    assert len(reads) == 3
+
+
 def test_a_step_compiles_whole_and_equals_attention_with_its_mask():
     """The function on a step over the cache under torch.compile(fullgraph=True) (no host synchronization, no
     data-dependent Python: a static cache's step compiles whole), with masks of different paddings, holes and a
