@@ -296,7 +296,8 @@ def test_decode_ranges_bound_any_boolean_mask():
 
 def test_step_ranges_are_read_once_per_mask_until_it_changes(monkeypatch):
     """Every layer of a step passes the same mask (sliced to the keys): in eager calls its ranges are read once; a
-    mask changed in place, or another mask, is read again."""
+    mask changed in place, or another mask, is read again; two masks that alternate (sliding and full layers) are
+    each read once."""
     from softargmax.integrations import huggingface_attention as hfa
 
     reads = []
@@ -313,6 +314,14 @@ def test_step_ranges_are_read_once_per_mask_until_it_changes(monkeypatch):
     other = mask.clone()
     hfa._decode_ranges(q, k, other[..., :10])
     assert len(reads) == 3
+    for _ in range(3):  # a sliding and a full layer in turn: two masks a step, each read once
+        hfa._decode_ranges(q, k, mask[..., :10])
+        hfa._decode_ranges(q, k, other[..., :10])
+    assert len(reads) == 3
+    third = mask.clone()
+    hfa._decode_ranges(q, k, third[..., :10])
+    hfa._decode_ranges(q, k, mask[..., :10])  # the oldest of two kept masks made room for the third
+    assert len(reads) == 5
 
 
 def test_a_step_compiles_whole_and_equals_attention_with_its_mask():

@@ -185,8 +185,10 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor], window: O
     return ends, starts, mask, None
 
 
-#: eager calls: the last mask whose ranges :func:`_step_ranges` read, its version and view, and the ranges
+#: eager calls: the last masks whose ranges :func:`_step_ranges` read (two: a model whose sliding and full layers
+#: alternate passes two masks a step), each with its version and view, and the ranges; the latest last
 _LAST_RANGES: list = []
+_KEPT_MASKS = 2
 
 
 def _step_ranges(mask: Tensor, B: int, L: int, S: int) -> tuple[Tensor, Tensor]:
@@ -197,11 +199,12 @@ def _step_ranges(mask: Tensor, B: int, L: int, S: int) -> tuple[Tensor, Tensor]:
         return _bounding_ranges(mask, B, L, S)
     base = mask if mask._base is None else mask._base
     key = (base._version, tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device)
-    if _LAST_RANGES and _LAST_RANGES[0] is base and _LAST_RANGES[1] == key:
-        return _LAST_RANGES[2]
+    for kept, kept_key, ranges in _LAST_RANGES:
+        if kept is base and kept_key == key:
+            return ranges
     ranges = _bounding_ranges(mask, B, L, S)
-    # the mask itself is held (not its address): a later mask cannot be taken for it
-    _LAST_RANGES[:] = [base, key, ranges]
+    # the masks themselves are held (not their addresses): a later mask cannot be taken for one of them
+    _LAST_RANGES[:] = _LAST_RANGES[1 - _KEPT_MASKS:] + [(base, key, ranges)]
     return ranges
 
 
