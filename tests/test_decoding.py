@@ -1,8 +1,9 @@
 """Sparse decoding over a key/value cache (softargmax.decode_attention), the reference path: float64
 against a brute force that takes each (sequence, head, query) row on its own (its valid keys gathered
 by hand, the mapping by float64 bisection), with different lengths in one batch, left padding,
-grouped heads and several causal queries; a paged cache against the contiguous one; the argument
-checks."""
+grouped heads and several causal queries; chunked prefills (more new queries than one pass holds,
+taken in blocks); a boolean mask with ranges that only bound it; a paged cache against the contiguous
+one; the argument checks."""
 
 import pytest
 import torch
@@ -14,9 +15,9 @@ import softargmax as sa
 MAPPINGS = [("sparsemax", 2.0, None), ("entmax15", 1.5, None), ("softmax", 1.0, None), ("entmax", 1.25, 1.25)]
 
 
-def _brute_force(q, k, v, ends, starts, alpha, scale=None, window=None):
+def _brute_force(q, k, v, ends, starts, alpha, scale=None, window=None, mask=None):
     """Each row on its own: query i of sequence b sees positions starts[b] .. ends[b] - L + i (with a window, from
-    ends[b] - L + i - window + 1 on)."""
+    ends[b] - L + i - window + 1 on; with a boolean mask [B or 1, 1, L, S], only where it is true)."""
     B, H, L, D = q.shape
     group = H // k.shape[1]
     scale = D ** -0.5 if scale is None else scale
@@ -25,7 +26,8 @@ def _brute_force(q, k, v, ends, starts, alpha, scale=None, window=None):
         for h in range(H):
             for i in range(L):
                 first = starts[b] if window is None else max(starts[b], ends[b] - L + i - window + 1)
-                keys = list(range(first, ends[b] - L + i + 1))
+                keys = [j for j in range(first, min(ends[b] - L + i + 1, k.shape[2]))
+                        if mask is None or mask[b % mask.shape[0], 0, i, j]]
                 if not keys:
                     continue
                 kk, vv = k[b, h // group, keys].double(), v[b, h // group, keys].double()
@@ -154,6 +156,10 @@ def test_input_is_not_modified():
     (dict(window=0), ValueError, "window must be None or a positive int"),
     (dict(window=2.0), TypeError, "window must be None or a positive int"),
     (dict(query=torch.zeros(1, 2, 1, 4, dtype=torch.int64)), TypeError, "query must have a floating-point dtype"),
+    (dict(attn_mask=torch.ones(1, 1, 1, 5)), TypeError, "attn_mask must be a boolean tensor"),
+    (dict(attn_mask=[True]), TypeError, "attn_mask must be None or a boolean tensor"),
+    (dict(attn_mask=torch.ones(1, 1, 2, 5, dtype=torch.bool)), ValueError, "attn_mask of shape"),
+    (dict(attn_mask=torch.ones(1, 1, 1, 4, dtype=torch.bool)), ValueError, "attn_mask of shape"),
 ])
 def test_bad_arguments_name_the_argument(change, error, match):
     args = dict(query=torch.zeros(1, 2, 1, 4), key=torch.zeros(1, 2, 5, 4), value=torch.zeros(1, 2, 5, 4),
@@ -171,3 +177,82 @@ def test_nan_outside_the_sequences_never_reaches_the_output():
     k[0, :, 7:], v[0, :, 7:], k[0, :, :2], v[0, :, :2] = (float("nan"),) * 4
     out = sa.decode_attention(q, k, v, torch.tensor([7, 10]), torch.tensor([2, 0]))
     torch.testing.assert_close(out, want)
+
+
+def _blocks(monkeypatch, n, B, H, S):
+    """Sets the scores budget so that one pass takes ``n`` (a multiple of 16) new queries; returns the passes' query
+    counts as the calls record them."""
+    from softargmax.operators import decoding as D
+
+    monkeypatch.setattr(D, "SCORES_BUDGET", n * B * H * S)
+    passes = []
+    real = D._one_pass
+
+    def counted(query, *args):
+        passes.append(query.shape[2])
+        return real(query, *args)
+
+    monkeypatch.setattr(D, "_one_pass", counted)
+    return passes
+
+
+@pytest.mark.parametrize("L", [17, 40])
+@pytest.mark.parametrize("window", [None, 9])
+def test_chunked_prefill_in_blocks_of_queries(monkeypatch, L, window):
+    """L new queries appended to caches of different lengths (one left-padded, one whose first new queries see no
+    key of their own... before its start), 4 query heads over 2, taken 16 queries per pass: each block bottom-right
+    aligned at its own end, against the float64 brute force of the whole call."""
+    B, H, S = 3, 4, 64
+    q, k, v = _data(B, H, 2, L, S, 8, seed=20 + L)
+    ends, starts = [64, L + 5, 50], [0, 0, 12]
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    out = sa.decode_attention(q, k, v, torch.tensor(ends), torch.tensor(starts), window=window)
+    assert passes == [16] * (L // 16) + [L % 16]
+    torch.testing.assert_close(out, _brute_force(q, k, v, ends, starts, 1.5, window=window), atol=1e-10, rtol=1e-10)
+
+
+def test_query_blocks_follow_the_budget():
+    from softargmax.operators.decoding import SCORES_BUDGET, query_block
+
+    assert query_block(1, 32, 16, 4096) == 16                   # fits: one pass
+    assert query_block(1, 32, 2048, 4096) == SCORES_BUDGET // (32 * 4096)
+    assert query_block(2, 32, 2048, 1 << 20) == 16              # never fewer than 16
+    assert query_block(1, 3, 1000, 100_000) % 16 == 0
+
+
+def test_chunked_prefill_over_a_paged_cache(monkeypatch):
+    """40 new queries over a paged cache (pages of 4, shuffled), blocks of 16: the contiguous cache's answer."""
+    q, k, v = _data(2, 4, 2, 40, 64, 8, seed=21)
+    gen = torch.Generator().manual_seed(3)
+    kp, table = _paged(k, 4, gen)
+    vp = torch.empty_like(kp)
+    vp[table.reshape(-1)] = v.transpose(1, 2).reshape(-1, 4, 2, 8)
+    ends, starts = torch.tensor([64, 52]), torch.tensor([3, 0])
+    passes = _blocks(monkeypatch, 16, 2, 4, 64)
+    got = sa.decode_attention(q, kp, vp, ends, starts, mapping="sparsemax", block_table=table)
+    assert passes == [16, 16, 8]
+    want = _brute_force(q, k, v, [64, 52], [3, 0], 2.0)
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_a_mask_with_bounding_ranges_is_attention_with_the_mask(monkeypatch):
+    """A boolean mask with holes and keys after a query's own position (a bidirectional block), ranges that only
+    bound it (the end past S), 20 new queries in blocks of 16: attention with the mask, and the brute force."""
+    B, H, L, S = 2, 4, 20, 48
+    q, k, v = _data(B, H, 2, L, S, 8, seed=22)
+    gen = torch.Generator().manual_seed(4)
+    mask = torch.rand(B, 1, L, S, generator=gen) < 0.6
+    mask[..., :2] = False  # the first keys of every row hidden: the ranges start at 2
+    mask[1, :, 3] = False  # a row of sequence 1 that sees nothing
+    pos = torch.arange(S)
+    first = torch.where(mask[:, 0], pos, S).amin((1, 2))
+    bound = torch.where(mask[:, 0], pos + L - torch.arange(L).view(L, 1), 0).amax((1, 2))
+    assert (bound > S).all()
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    out = sa.decode_attention(q, k, v, bound, first, attn_mask=mask, mapping="sparsemax")
+    assert passes == [16, 4]
+    torch.testing.assert_close(out, sa.attention(q, k, v, attn_mask=mask, mapping="sparsemax", enable_gqa=True),
+                               atol=1e-12, rtol=1e-12)
+    want = _brute_force(q, k, v, bound.tolist(), first.tolist(), 2.0, mask=mask)
+    torch.testing.assert_close(out, want, atol=1e-10, rtol=1e-10)
+    assert (out[1, :, 3] == 0).all()

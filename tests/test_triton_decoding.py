@@ -1,12 +1,15 @@
 """The Triton path of softargmax.decode_attention (in Triton's interpreter on a CPU): split-K against one
 program per group, grouped heads packed against repeated heads, different lengths and left padding with
-several causal queries against the float64 brute force, a paged cache against the contiguous one, the
-tiles outside the support and outside the sequences never read.  Tiny shapes: the interpreter runs each
+several causal queries against the float64 brute force, chunked prefills (blocks of 16 new queries) with
+a window and over pages, a boolean mask with bounding ranges, a paged cache against the contiguous one,
+the tiles outside the support and outside the sequences never read, the kernels as one operator under
+torch.compile; on a GPU only, a step without host synchronization replayed in a CUDA graph.  Tiny shapes: the interpreter runs each
 program instance in turn (tens of them per test)."""
 
 import pytest
 import torch
-from test_decoding import _brute_force, _data, _paged  # noqa: E402
+from conftest import needs_cuda
+from test_decoding import _blocks, _brute_force, _data, _paged  # noqa: E402
 
 import softargmax as sa
 from softargmax.backends.triton import decoding as DEC
@@ -193,3 +196,116 @@ def test_a_learned_alpha_keeps_its_gradient(device, spy):
     out = sa.decode_attention(q, k, v, torch.tensor([40], device=device), mapping="entmax", alpha=alpha)
     out.sum().backward()
     assert not spy and alpha.grad is not None and torch.isfinite(alpha.grad).all()
+
+
+@pytest.mark.parametrize("L,window", [(17, None), (40, None), (40, 24)])
+def test_chunked_prefill_in_blocks(device, spy, monkeypatch, L, window):
+    """L new queries over caches of different lengths (one left-padded, one whose first queries sit before its
+    start), 4 query heads over 2, 16 queries per pass, split over the cache: float32 kernels against the float64
+    brute force of the whole call."""
+    B, H, S = 3, 4, 96
+    q64, k64, v64 = _data(B, H, 2, L, S, 16, seed=30 + L)
+    ends, starts = [96, L + 20, 70], [0, 0, 40]
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    q, k, v = _to(device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(device, ends, starts), window=window, num_splits=2)
+    assert passes == [16] * (L // 16) + [L % 16] and len(spy) == len(passes)
+    want = _brute_force(q64, k64, v64, ends, starts, 1.5, window=window)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_chunked_prefill_over_pages(device, spy, monkeypatch):
+    """40 new queries over shuffled pages of 16 positions (tiles of one page), blocks of 16: float32 kernels
+    against the float64 brute force."""
+    q64, k64, v64 = _data(2, 2, 1, 40, 96, 16, seed=31)
+    gen = torch.Generator().manual_seed(5)
+    kp, table = _paged(k64, 16, gen)
+    vp = torch.empty_like(kp)
+    vp[table.reshape(-1)] = v64.transpose(1, 2).reshape(-1, 16, 1, 16)
+    q, kp, vp = _to(device, q64, kp, vp)
+    passes = _blocks(monkeypatch, 16, 2, 2, 96)
+    got = sa.decode_attention(q, kp, vp, *_lengths(device, [96, 75], [0, 9]), mapping="sparsemax", num_splits=2,
+                              block_table=table.to(device=device, dtype=torch.int32))
+    assert passes == [16, 16, 8] and len(spy) == 3
+    want = _brute_force(q64, k64, v64, [96, 75], [0, 9], 2.0)
+    torch.testing.assert_close(got.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_a_mask_with_bounding_ranges(device, spy):
+    """A boolean mask with holes and a bidirectional block, ranges that only bound it (the ends past S): the
+    kernels give attention with the mask (float64, the reference path)."""
+    B, H, L, S = 2, 2, 6, 64
+    q64, k64, v64 = _data(B, H, 1, L, S, 16, seed=32)
+    gen = torch.Generator().manual_seed(6)
+    mask = torch.rand(B, 1, L, S, generator=gen) < 0.5
+    mask[..., :20] = False
+    pos = torch.arange(S)
+    first = torch.where(mask[:, 0], pos, S).amin((1, 2))
+    bound = torch.where(mask[:, 0], pos + L - torch.arange(L).view(L, 1), 0).amax((1, 2))
+    assert (bound > S).all() and (first >= 20).all()
+    q, k, v = _to(device, q64, k64, v64)
+    k[..., :20, :], v[..., :20, :] = float("nan"), float("nan")  # before the ranges: never read
+    out = sa.decode_attention(q, k, v, bound.to(device), first.to(device), attn_mask=mask.to(device), num_splits=2)
+    assert spy and torch.isfinite(out).all()
+    want = sa.attention(q64, k64, v64, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_compiled_calls_take_the_kernels_as_one_operator(device, spy):
+    """Under torch.compile(fullgraph=True) the kernel path is the opaque softargmax::decode_attention operator (the
+    lengths stay tensors: no graph break, no recompilation when they change): eager's outputs."""
+    q, k, v = _to(device, *_data(2, 4, 2, 3, 64, 16, seed=33))
+
+    def step(q, k, v, ends, starts, mask):
+        return sa.decode_attention(q, k, v, ends, starts, attn_mask=mask, mapping="sparsemax", num_splits=2)
+
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    mask = torch.ones(1, 1, 3, 64, dtype=torch.bool, device=device)
+    for ends, starts in (([64, 40], [0, 5]), ([50, 33], [2, 0])):
+        args = (q, k, v, *_lengths(device, ends, starts), mask)
+        torch.testing.assert_close(compiled(*args), step(*args), atol=0, rtol=0)
+    assert len(spy) == 4 and counters["stats"]["unique_graphs"] == 1
+
+
+@needs_cuda
+def test_gpu_step_without_synchronization_replays_in_a_cuda_graph():
+    """A step of 3 new queries with a mask (bfloat16, 8 query heads over 2) reads nothing back to the host, and a
+    CUDA graph captured once replays it for other lengths, starts and masks with eager's outputs."""
+    gen = torch.Generator().manual_seed(40)
+    B, H, Hkv, L, S, D = 2, 8, 2, 3, 512, 64
+    q, k, v = (torch.randn(*shape, generator=gen).cuda().bfloat16()
+               for shape in ((B, H, L, D), (B, Hkv, S, D), (B, Hkv, S, D)))
+    ends = torch.tensor([512, 300], dtype=torch.int32, device="cuda")
+    starts = torch.tensor([0, 40], dtype=torch.int32, device="cuda")
+    mask = torch.ones(B, 1, L, S, dtype=torch.bool, device="cuda")
+
+    def step():
+        return sa.decode_attention(q, k, v, ends, starts, attn_mask=mask)
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    for new_ends, new_starts in (([400, 128], [0, 17]), ([512, 64], [100, 0])):
+        ends.copy_(torch.tensor(new_ends))
+        starts.copy_(torch.tensor(new_starts))
+        mask.fill_(True)
+        mask[..., new_starts[0] + 30] = False  # a hole
+        graph.replay()
+        torch.testing.assert_close(static_out, step(), atol=1e-6, rtol=1e-6)

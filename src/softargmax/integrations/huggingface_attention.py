@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .._utils.checks import check_window
 from .._utils.extras import require
+from .._utils.tracing import compiling
 from ..operators.attention import attention
 from ..operators.decoding import decode_attention
 
@@ -58,11 +59,13 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         the flash-attention keywords ``cu_seq_lens_q``/``cu_seq_lens_k`` and ``max_length_q``/
         ``max_length_k`` of ``DataCollatorWithFlattening``) attends within each sequence (causal
         unless the module says otherwise), through ``softargmax.attention``'s ``cu_seqlens_q``;
-        its weights are not returned.  A decoding step over a cache (1 to 16 new queries against more keys, no
-        weights asked, in evaluation) whose boolean mask is each sequence's contiguous range of keys with the
-        new queries causal aligned bottom-right (left padding included) goes through
-        :func:`softargmax.decode_attention`; the mask is checked to be exactly that (one host
-        synchronization), any other keeps :func:`softargmax.attention`.
+        its weights are not returned.  A step over a cache (new queries against more keys: a decoding step, a
+        few speculative tokens or a chunk of a prefill; no weights asked, in evaluation) with a boolean mask goes
+        through :func:`softargmax.decode_attention` with that mask and ranges read off it that bound it (each
+        sequence's first key, and its end such that every query's causal band holds its keys): the result is
+        attention with the mask, and the kernels read only the ranges; no host synchronization, so
+        ``torch.compile`` traces the step whole (``fullgraph=True``, a static cache).  Other calls (additive
+        masks, several queries without a mask) keep :func:`softargmax.attention`.
 
         The keyword ``sliding_window`` that Transformers passes to attention functions per layer (an
         int on the sliding layers, ``None`` on the full ones: models such as Gemma 2 or Qwen 2 with
@@ -71,8 +74,8 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         Transformers' convention) on causal calls without a mask: a packed batch, which has no mask,
         gets its band from it alone. A call with a mask keeps the mask alone (Transformers builds it
         with the band, and a bidirectional sliding layer or a block of image tokens allows keys that a
-        causal band would not); a decoding step whose mask is exactly a causal band over the cache
-        passes it to :func:`softargmax.decode_attention` (bottom-right aligned). A non-causal call
+        causal band would not), on a step over the cache too (the mask goes to
+        :func:`softargmax.decode_attention`, whose ranges start at the first query's window). A non-causal call
         without a mask and with a window is refused (``ValueError``).
 
     Shape:
@@ -119,9 +122,10 @@ def attention_function(mapping: str, alpha: Union[float, Tensor, None] = None) -
         if mask is not None:
             mask = mask[..., : key.shape[-2]]
         ranges = None if want or module.training else _decode_ranges(query, key, mask, window)
-        if ranges is not None:  # a decoding step over the cache: softargmax.decode_attention
-            out = decode_attention(query, key, value, ranges[0], ranges[1], scale=scaling, mapping=mapping,
-                                   alpha=alpha, window=window)
+        if ranges is not None:  # a step over the cache: softargmax.decode_attention
+            ends, starts, step_mask, step_window = ranges
+            out = decode_attention(query, key, value, ends, starts, scale=scaling, mapping=mapping, alpha=alpha,
+                                   window=step_window, attn_mask=step_mask)
             return out.transpose(1, 2).contiguous(), None
         if mask is None and query.shape[2] > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
             is_causal = True
@@ -154,66 +158,67 @@ def _causal_window(window: Optional[int], causal: bool) -> None:
                          "layer's mask (Transformers builds it with the band) or use a causal layer")
 
 
-#: new queries per sequence up to which a step over a cache takes :func:`softargmax.decode_attention`
-DECODE_MAX_QUERIES = 16
+def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor], window: Optional[int] = None
+                   ) -> Optional[tuple[Tensor, Tensor, Optional[Tensor], Optional[int]]]:
+    """``(cache_seqlens, cache_starts, attn_mask, window)`` of :func:`softargmax.decode_attention` when the call is a
+    step over a cache (new queries against more keys: a decoding step or a chunk of a prefill, any number of
+    queries), else ``None`` (additive masks, masks per head, several queries without a mask).
 
-
-def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor],
-                   window: Optional[int] = None) -> Optional[tuple[Tensor, Tensor]]:
-    """``(cache_seqlens, cache_starts)`` of :func:`softargmax.decode_attention` when the call is a decoding step
-    (1 to :data:`DECODE_MAX_QUERIES` queries against more keys) whose mask is exactly what those ranges give
-    (with the sliding ``window`` if one is given): each sequence's keys contiguous, the new queries causal among
-    themselves aligned bottom-right (left padding, a cache longer than the sequence); else ``None`` (a sliding
-    window not given, any other mask, additive masks).
-    The ranges are read off the last query's row of the boolean mask and the whole mask is compared with
-    theirs: one host synchronization per step (the layers of a step pass the same mask, whose answer is
-    kept while it is unchanged; none without a mask, a single query seeing every key); skipped during
-    CUDA-graph capture, where the call keeps :func:`softargmax.attention`."""
+    A boolean mask goes with the call, and the ranges only bound it (:func:`_bounding_ranges`): the result is
+    attention with that mask whatever its pattern (left padding, a sliding window, which the mask holds, holes,
+    bidirectional blocks), computed from tensors alone (no host synchronization: ``torch.compile`` traces it whole,
+    and a CUDA graph can hold it).  Without a mask a single query sees every key, with the ``window`` if given."""
     B, H, L, _ = query.shape
     S = key.shape[2]
-    if not (1 <= L <= DECODE_MAX_QUERIES and S > L and key.dim() == 4 and key.shape[1] and H % key.shape[1] == 0):
+    if not (1 <= L < S and key.dim() == 4 and key.shape[1] and H % key.shape[1] == 0):
         return None
     if mask is None:
         if L != 1:  # several queries without a mask: Transformers' causal case, kept as it was
             return None
         full = torch.full((B,), S, dtype=torch.int32, device=query.device)
-        return full, torch.zeros_like(full)
+        return full, torch.zeros_like(full), None, window
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-2:] != (L, S):
         return None
-    if mask.shape[0] not in (1, B) or (query.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if mask.shape[0] not in (1, B):
         return None
-    # the layers of a step share one mask: its ranges are read once per step (the host synchronization)
+    ends, starts = _step_ranges(mask, B, L, S)
+    return ends, starts, mask, None
+
+
+#: eager calls: the last masks whose ranges :func:`_step_ranges` read (two: a model whose sliding and full layers
+#: alternate passes two masks a step), each with its version and view, and the ranges; the latest last
+_LAST_RANGES: list = []
+_KEPT_MASKS = 2
+
+
+def _step_ranges(mask: Tensor, B: int, L: int, S: int) -> tuple[Tensor, Tensor]:
+    """:func:`_bounding_ranges`, read once per mask in eager calls (the layers of a step share one mask, sliced to
+    their keys: about 0.1 ms a layer on a CPU at 2,048 keys); while ``torch.compile`` traces, or a CUDA graph or
+    ``torch.jit.trace`` records, always computed (a Python cache would be baked into the graph)."""
+    if compiling() or torch.jit.is_tracing() or (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return _bounding_ranges(mask, B, L, S)
     base = mask if mask._base is None else mask._base
-    geometry = (tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device, window)
-    if _LAST_RANGES and _LAST_RANGES[0] is base and _LAST_RANGES[1] == (base._version, geometry):
-        return _LAST_RANGES[2]
-    ranges = _ranges_of_mask(mask, B, L, S, window)
-    # the mask itself is held (not its address): a later mask cannot be taken for it
-    _LAST_RANGES[:] = [base, (base._version, geometry), ranges]
+    key = (base._version, tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device)
+    for kept, kept_key, ranges in _LAST_RANGES:
+        if kept is base and kept_key == key:
+            return ranges
+    ranges = _bounding_ranges(mask, B, L, S)
+    # the masks themselves are held (not their addresses): a later mask cannot be taken for one of them
+    _LAST_RANGES[:] = _LAST_RANGES[1 - _KEPT_MASKS:] + [(base, key, ranges)]
     return ranges
 
 
-#: the last mask whose ranges :func:`_decode_ranges` read, its version and view, and the ranges (or ``None``)
-_LAST_RANGES: list = []
-
-
-def _ranges_of_mask(mask: Tensor, B: int, L: int, S: int,
-                    window: Optional[int] = None) -> Optional[tuple[Tensor, Tensor]]:
-    """The ranges read off a boolean ``[B or 1, 1, L, S]`` mask (the end from the last query's row, the start from
-    it too or, with a sliding ``window``, from the first query's row: the window cuts the later rows more), if the
-    whole mask is what they give (one host synchronization), else ``None``."""
-    m = mask[:, 0].expand(B, L, S)
-    last = m[:, -1].to(torch.int32)
-    starts = (last if window is None else m[:, 0].to(torch.int32)).argmax(-1).to(torch.int32)
-    ends = (S - last.flip(-1).argmax(-1)).to(torch.int32)
-    pos = torch.arange(S, device=mask.device)
-    final = ends.view(B, 1, 1) - L + torch.arange(L, device=mask.device).view(1, L, 1)  # each query's last key
-    seen = (pos >= starts.view(B, 1, 1)) & (pos <= final)
-    if window is not None:
-        seen = seen & (pos > final - window)
-    if not torch.equal(seen, m):
-        return None
-    return ends, starts
+def _bounding_ranges(mask: Tensor, B: int, L: int, S: int) -> tuple[Tensor, Tensor]:
+    """Ranges whose bottom-right causal band holds every key a boolean ``[B or 1, 1, L, S]`` mask allows: the start
+    of sequence ``b`` is the first key any of its queries sees, its end the least ``e`` with ``e - L + i`` at least
+    the last key query ``i`` sees (the exact range for a causal mask; past ``S`` when a query sees later keys)."""
+    m = mask[:, 0]  # [B or 1, L, S]
+    cols = m.any(1)  # the keys some query sees
+    starts = torch.where(cols.any(-1), cols.to(torch.uint8).argmax(-1), 0)
+    last = (S - 1) - m.flip(-1).to(torch.uint8).argmax(-1)  # each query's last key (where it sees one)
+    rows = torch.arange(L, device=mask.device)
+    ends = torch.where(m.any(-1), last + (L - rows), 0).amax(-1)
+    return ends.to(torch.int32).expand(B), starts.to(torch.int32).expand(B)
 
 
 def _packed_kwargs(query: Tensor, kwargs: dict) -> Optional[dict]:

@@ -8,10 +8,13 @@ hold it) or paged (a block table, as vLLM and FlashInfer hold it); the sequences
 are device tensors, never read back.
 
 On the CPU (and wherever the kernels do not cover a call) the scores are materialized and
-normalized by the row operators: exact, memory ``O(B·H·L·S)``, the reference.  On CUDA the
-Triton path (:mod:`softargmax.backends.triton.decoding`) computes the scores split over the
-cache with the query heads of a group packed, solves each row's threshold exactly with the row
-solver, and computes ``P·V`` split over the cache, skipping the tiles outside the support.
+normalized by the row operators: exact, the reference.  On CUDA the Triton path
+(:mod:`softargmax.backends.triton.decoding`) computes the scores split over the cache with the
+query heads of a group packed, solves each row's threshold exactly with the row solver, and
+computes ``P·V`` split over the cache, skipping the tiles outside the support.  Either path holds
+the float32 scores of at most :data:`SCORES_BUDGET` entries at once: many new queries (a chunked
+prefill) are taken in consecutive blocks of queries, each block bottom-right aligned at its own end.
+While ``torch.compile`` traces, the kernel path is one opaque operator (``softargmax::decode_attention``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._utils.checks import check_real, check_tensor, check_window
+from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
+from .._utils.tracing import CUSTOM_OPS, use_custom_ops
 from ..backends.triton import decoding as _decoding
+from ._library_ops import define
 from .attention import attention_weights
 from .mappings import check_mapping
 
-__all__ = ["decode_attention"]
+__all__ = ["decode_attention", "SCORES_BUDGET"]
+
+#: the float32 scores one pass holds at most (``B·H·L'·S`` entries, 128 MiB): a call with more new queries takes
+#: them in blocks of ``L'`` (a multiple of 16, at least 16) queries; shapes alone decide it (CUDA graphs, compile)
+SCORES_BUDGET = 1 << 25
 
 
 def decode_attention(
@@ -42,8 +51,9 @@ def decode_attention(
     block_table: Optional[Tensor] = None,
     num_splits: Optional[int] = None,
     window: Optional[int] = None,
+    attn_mask: Optional[Tensor] = None,
 ) -> Tensor:
-    r"""Attention of a few new queries per sequence over a key/value cache (a decoding step).
+    r"""Attention of new queries over a key/value cache (a decoding step, or a chunk of a prefill).
 
     Sequence :math:`b` holds its keys at the cache positions :math:`s_b \le j < e_b`
     (``cache_starts[b]`` and ``cache_seqlens[b]``: left padding before, unused capacity after),
@@ -55,13 +65,27 @@ def decode_attention(
 
         o_{b h i} = \sum_j p_j\, v_{b, g(h), j}, \qquad
         p = \operatorname{mapping}(z), \qquad
-        z_j = \begin{cases} s\, q_{b h i} \cdot k_{b, g(h), j} & s_b \le j \le e_b - L + i \\
-        -\infty & \text{otherwise,} \end{cases}
+        z_j = \begin{cases} s\, q_{b h i} \cdot k_{b, g(h), j} & s_b \le j \le e_b - L + i,\ j < S
+        \text{ and } m_{b h i j} \\ -\infty & \text{otherwise,} \end{cases}
 
     with :math:`s = 1/\sqrt{D}` by default and :math:`g(h) = \lfloor h / (H / H_{kv}) \rfloor` the key/value
     head of query head :math:`h` (grouped-query attention; multi-query with :math:`H_{kv} = 1`).  This is
     :func:`softargmax.attention` of the new queries over the sequence's valid keys with the causal mask
-    aligned bottom-right.  A query with no key (:math:`e_b - L + i < s_b`) gets a zero output.
+    aligned bottom-right, and :math:`m` the boolean ``attn_mask`` (all true without one).  A query with no key
+    gets a zero output.
+
+    Any number :math:`L` of new queries: one token (:math:`L = 1`), a few (speculative decoding), or a chunk
+    of a prompt appended to a non-empty cache (chunked prefill).  The float32 scores of one pass hold at most
+    :data:`SCORES_BUDGET` entries: more queries are taken in consecutive blocks of :math:`L'` queries (a
+    multiple of 16), block :math:`c` as a call of its own whose sequences end at :math:`e_b - L + (c + 1) L'`,
+    so that the bottom-right alignment holds in each block; the result is the same.
+
+    ``attn_mask`` (boolean, ``True`` = may attend) hides more keys: with a mask that already holds each row's
+    keys, the ranges need only bound them (:math:`s_b` at most the first key any query of sequence :math:`b`
+    sees, :math:`e_b - L + i` at least the last key query :math:`i` sees; :math:`e_b` may then pass :math:`S`),
+    and the result is :func:`softargmax.attention` with that mask, whatever its pattern.  The kernels read the
+    keys and values in :math:`[s_b, \min(e_b, S))` only, so the ranges should be tight; positions inside them
+    that the mask hides must hold finite values (their weights are zero).
 
     A sliding window of :math:`w` keys (``window=w``) also hides the keys more than :math:`w - 1`
     positions before the query's own, aligned bottom-right like the causal mask (the query at cache
@@ -79,12 +103,13 @@ def decode_attention(
     paged cache is gathered into contiguous sequences there).
 
     Args:
-        query: ``[B, H, L, D]`` the new queries (``L`` is typically 1, or a few for speculative decoding).
+        query: ``[B, H, L, D]`` the new queries (``L`` is typically 1, a few for speculative decoding, or a
+            prompt's chunk).
         key: the key cache: ``[B, Hkv, S, D]``, or with ``block_table`` the pages ``[N, page_size, Hkv, D]``.
         value: the value cache, ``key``'s shape but the last size (``Dv``).
         cache_seqlens: int32/int64 ``[B]``, the end :math:`e_b` (exclusive) of each sequence's keys in
-            the cache, new tokens included; trusted (never read back): :math:`e_b \le S` and a valid
-            ``block_table`` are the caller's.
+            the cache, new tokens included; trusted (never read back): a valid ``block_table`` is the
+            caller's; positions from :math:`S` on hold no key.
         cache_starts: int32/int64 ``[B]``, the first position :math:`s_b` of each sequence's keys (left
             padding). Default: ``None`` (0).
         scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{D}`).
@@ -100,6 +125,8 @@ def decode_attention(
         num_splits: the number of splits of the cache on the kernel path (``None``: enough programs
             to fill the GPU); no effect on the reference path. Default: ``None``.
         window: a causal sliding window of this many keys (above), or ``None``. Default: ``None``.
+        attn_mask: a boolean mask broadcastable to ``[B, H, L, S]`` (``True`` = may attend; e.g. Transformers'
+            ``[B, 1, L, S]`` mask), combined with the ranges, or ``None``. Default: ``None``.
 
     Returns:
         the output ``[B, H, L, Dv]`` in ``query``'s dtype.
@@ -107,7 +134,7 @@ def decode_attention(
     Shape:
         - query: :math:`(B, H, L, D)`; key: :math:`(B, H_{kv}, S, D)`; value: :math:`(B, H_{kv}, S, D_v)`,
           or paged :math:`(N, P, H_{kv}, D)` and :math:`(N, P, H_{kv}, D_v)` with block_table :math:`(B, S/P)`.
-        - cache_seqlens, cache_starts: :math:`(B)`.
+        - cache_seqlens, cache_starts: :math:`(B)`; attn_mask: broadcastable to :math:`(B, H, L, S)`.
         - Output: :math:`(B, H, L, D_v)`.
 
     Examples:
@@ -136,6 +163,14 @@ def decode_attention(
         >>> torch.allclose(out[:1], sa.attention(q[:1], k[:1, :, 6:], v[:1, :, 6:], enable_gqa=True), atol=1e-6)
         True
 
+        A chunked prefill: 40 new queries appended to a cache of 24 positions (64 in all), each causal.
+
+        >>> q, k, v = torch.randn(1, 4, 40, 8), torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8)
+        >>> out = sa.decode_attention(q, k, v, torch.tensor([64]))
+        >>> causal = torch.ones(40, 64, dtype=torch.bool).tril(24)     # query i sees keys 0 .. 24 + i
+        >>> torch.allclose(out, sa.attention(q, k, v, attn_mask=causal, enable_gqa=True), atol=1e-6)
+        True
+
     References:
         Ben Peters, Vlad Niculae and André F. T. Martins, *Sparse Sequence-to-Sequence Models*,
         ACL 2019, https://arxiv.org/abs/1905.05702
@@ -150,7 +185,7 @@ def decode_attention(
         PagedAttention*, SOSP 2023, https://arxiv.org/abs/2309.06180 (the paged cache)
     """
     _check_tensors(query, key, value, block_table is not None)
-    B = query.shape[0]
+    B, H, L, _ = query.shape
     end = _lengths(cache_seqlens, "cache_seqlens", query)
     start = torch.zeros_like(end) if cache_starts is None else _lengths(cache_starts, "cache_starts", query)
     if block_table is not None:
@@ -167,23 +202,78 @@ def decode_attention(
     if isinstance(alpha, Tensor):
         check_tensor(alpha, "alpha")
     S = block_table.shape[1] * key.shape[1] if block_table is not None else key.shape[2]
-    if B == 0 or query.shape[1] == 0 or S == 0:  # no row, or no key: zero outputs (α checked all the same)
-        attention_weights(query.new_zeros(1, query.shape[1], 1, 1), mapping, alpha)
+    mask = _mask(attn_mask, query, S)
+    if B == 0 or H == 0 or S == 0:  # no row, or no key: zero outputs (α checked all the same)
+        attention_weights(query.new_zeros(1, H, 1, 1), mapping, alpha)
         return query.new_zeros(*query.shape[:3], value.shape[-1])
+    args = (scale, mapping, alpha, block_table, num_splits, window)
+    step = query_block(B, H, L, S)
+    if step >= L:
+        return _one_pass(query, key, value, end, start, mask, *args)
+    # a block of queries is a call of its own whose sequences end where its last query sits (bottom-right)
+    outs = [_one_pass(query[:, :, c:c + step], key, value, end - (L - min(L, c + step)), start,
+                      None if mask is None or mask.shape[2] == 1 else mask[:, :, c:c + step], *args)
+            for c in range(0, L, step)]
+    return torch.cat(outs, 2)
+
+
+def query_block(B: int, H: int, L: int, S: int) -> int:
+    """The new queries one pass takes: all ``L`` when their float32 scores fit :data:`SCORES_BUDGET`, else the
+    largest multiple of 16 that fits (at least 16)."""
+    fit = SCORES_BUDGET // max(1, B * H * S)
+    return L if fit >= L else max(16, fit // 16 * 16)
+
+
+def _one_pass(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+              scale: float, mapping: str, alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
+              num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    """One pass over the cache: the kernels where they cover the call (an opaque operator while compiling), else
+    the reference."""
     if _decoding.covers(query, key, value, block_table, alpha):
-        lay = _decoding.layout(query, key, block_table, num_splits)
-        # the kernels index the lengths and the table with unit strides
-        end32, start32 = end.to(torch.int32).contiguous(), start.to(torch.int32).contiguous()
-        table = None if block_table is None else block_table.to(torch.int32).contiguous()
-        z = _decoding.scores(query, key, end32, start32, scale, lay, table, window)
-        p = attention_weights(z, mapping, alpha).contiguous()
-        return _decoding.weighted_values(p, value, end32, start32, lay, table, window)
-    return _reference(query, key, value, end, start, scale, mapping, alpha, block_table, window)
+        if use_custom_ops():
+            return torch.ops.softargmax.decode_attention(
+                query, key, value, end, start, mask, block_table, alpha if isinstance(alpha, Tensor) else None,
+                None if alpha is None or isinstance(alpha, Tensor) else float(alpha), scale, mapping, num_splits,
+                window)
+        return _kernels(query, key, value, end, start, mask, scale, mapping, alpha, block_table, num_splits, window)
+    return _reference(query, key, value, end, start, scale, mapping, alpha, block_table, window, mask)
+
+
+def _kernels(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+             scale: float, mapping: str, alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
+             num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    """The Triton path: the split-K scores, the row solver, the split-K ``P·V``."""
+    lay = _decoding.layout(query, key, block_table, num_splits)
+    # the kernels index the lengths and the table with unit strides
+    end32, start32 = end.to(torch.int32).contiguous(), start.to(torch.int32).contiguous()
+    table = None if block_table is None else block_table.to(torch.int32).contiguous()
+    z = _decoding.scores(query, key, end32, start32, scale, lay, table, window)
+    if mask is not None:
+        z.masked_fill_(~mask, float("-inf"))  # the scores' own buffer
+    p = attention_weights(z, mapping, alpha).contiguous()
+    return _decoding.weighted_values(p, value, end32, start32, lay, table, window)
+
+
+def _kernels_op(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+                block_table: Optional[Tensor], alpha: Optional[Tensor], alpha_value: Optional[float], scale: float,
+                mapping: str, num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    return _kernels(query, key, value, end, start, mask, scale, mapping, alpha if alpha is not None else alpha_value,
+                    block_table, num_splits, window)
+
+
+def _kernels_fake(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+                  block_table: Optional[Tensor], alpha: Optional[Tensor], alpha_value: Optional[float], scale: float,
+                  mapping: str, num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    return query.new_empty(*query.shape[:3], value.shape[-1])
+
+
+#: the kernel path as one operator for ``torch.compile`` (no gradient: the kernels run only without one)
+_OPERATOR = define("softargmax::decode_attention", _kernels_op, _kernels_fake) if CUSTOM_OPS else None
 
 
 def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float, mapping: str,
                alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
-               window: Optional[int] = None) -> Tensor:
+               window: Optional[int] = None, mask: Optional[Tensor] = None) -> Tensor:
     """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``."""
     if block_table is not None:
         key, value = _gathered(key, block_table), _gathered(value, block_table)
@@ -197,6 +287,8 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
     keep = (pos >= start.view(B, 1, 1, 1)) & (pos <= last)
     if window is not None:
         keep = keep & (pos > last - window)
+    if mask is not None:
+        keep = keep & mask
     weights = attention_weights(scores.masked_fill(~keep, float("-inf")), mapping, alpha)
     # positions outside a sequence (or before its window) may hold anything (an uninitialized or recycled cache,
     # NaN included): their values are zeroed, as 0 · NaN would otherwise reach the output
@@ -258,6 +350,21 @@ def _lengths(t: object, name: str, query: Tensor) -> Tensor:
     if t.device != query.device:
         raise ValueError(f"{name} must be on query's device, got {t.device} and {query.device}")
     return t
+
+
+def _mask(attn_mask: object, query: Tensor, S: int) -> Optional[Tensor]:
+    """A boolean mask broadcastable to ``[B, H, L, S]``, as a 4-D view (``None`` stays ``None``)."""
+    if attn_mask is None:
+        return None
+    if not isinstance(attn_mask, Tensor):
+        raise TypeError(f"attn_mask must be None or a boolean tensor, got {type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool:
+        raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
+    if attn_mask.device != query.device:
+        raise ValueError(f"attn_mask must be on query's device, got {attn_mask.device} and {query.device}")
+    shape = (*query.shape[:3], S)
+    check_broadcastable(attn_mask, torch.empty(shape, device="meta"), "attn_mask", "the scores' shape [B, H, L, S] =")
+    return attn_mask[(None,) * (4 - attn_mask.dim())]
 
 
 def _check_table(block_table: object, query: Tensor) -> None:

@@ -2,7 +2,8 @@ r"""Triton kernels of sparse decoding: a few new queries per sequence against a 
 
 Imported only by :mod:`softargmax.backends.triton.decoding`.  A decode step of ``B`` sequences, ``H``
 query heads over ``HKV`` key/value heads (a group of ``G = H / HKV`` query heads shares one), ``L``
-new queries per sequence (1 to 16) and a cache of ``S`` positions runs in three steps; the first and
+new queries per sequence (one token, a few, or a block of a prefill's chunk: any number, packed
+``BLOCK_M`` rows per program) and a cache of ``S`` positions runs in three steps; the first and
 the last are these kernels, the middle one the row solver:
 
 1. :func:`decode_scores` writes the float32 scores ``z = scale · q·k_j`` of every row
