@@ -199,11 +199,13 @@ class Solution:
         return sum_f_minus_f0(div, self.p, q_c, f0)
 
 
-def sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: Union[float, Tensor]) -> Tensor:
-    """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``."""
+def sum_f_minus_f0(div: Divergence, p: Tensor, q: Optional[Tensor], f0: Union[float, Tensor],
+                   dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``Σ_j q_j [f(p_j/q_j) - f(0)]`` over the entries with ``p_j > 0``, each term in ``p``'s dtype, summed in
+    ``dtype`` (default: ``p``'s)."""
     pos = p > 0
     ratio = p if q is None else p / q
     vals = div.f(torch.where(pos, ratio, torch.ones_like(ratio))) - f0
     if q is not None:
         vals = vals * q
-    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1)
+    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1, dtype=dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -95,11 +95,7 @@ class Divergence(abc.ABC):
 
     def conj_prime2(self, v: Tensor) -> Tensor:
         """:math:`g'(v)`, the Jacobian weights; by default the derivative of :meth:`conj_prime` by autograd."""
-        with torch.enable_grad():
-            vv = v.detach().requires_grad_(True)
-            g = self.conj_prime(vv)
-            (gp,) = torch.autograd.grad(g.sum(), vv)
-        return torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))
+        return conj_prime_by_autograd(self.conj_prime, v)[1]
 
     def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         """``(g(v), g'(v))``; subclasses override this to share work between the two."""
@@ -113,3 +109,13 @@ class Divergence(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def conj_prime_by_autograd(conj_prime: Callable[[Tensor], Tensor], v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(g(v), g'(v))`` from one evaluation of ``g = conj_prime``, differentiated by autograd (``g'`` is 0 where
+    ``v`` is not finite); also under ``torch.no_grad`` and ``torch.inference_mode``, which record no graph."""
+    with torch.inference_mode(False), torch.enable_grad():
+        vv = (v.clone() if v.is_inference() else v.detach()).requires_grad_(True)
+        g = conj_prime(vv)
+        (gp,) = torch.autograd.grad(g.sum(), vv)
+    return g.detach(), torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-import torch
 from torch import Tensor
 
-from .base import Divergence
+from .base import Divergence, conj_prime_by_autograd
 from .hints import SolverHints
 
 __all__ = ["CustomDivergence"]
@@ -109,10 +108,9 @@ class CustomDivergence(Divergence):
     def conj_prime_and_prime2(self, v: Tensor) -> tuple[Tensor, Tensor]:
         """``(g(v), g'(v))``; without ``conj_prime2``, ``g`` once, differentiated by autograd (the generic
         solver's Newton step evaluated ``g`` twice: alone, then again under autograd for ``g'``)."""
+        cls = type(self)
+        if cls.conj_prime is not CustomDivergence.conj_prime or cls.conj_prime2 is not CustomDivergence.conj_prime2:
+            return super().conj_prime_and_prime2(v)  # a subclass's own g or g' is the one to call
         if self._cp2 is not None:
             return self._cp(v), self._cp2(v)
-        with torch.enable_grad():
-            vv = v.detach().requires_grad_(True)
-            g = self._cp(vv)
-            (gp,) = torch.autograd.grad(g.sum(), vv)
-        return g.detach(), torch.where(torch.isfinite(v), gp, torch.zeros_like(gp))
+        return conj_prime_by_autograd(self._cp, v)

@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ..backends.solution import Solution
+from ..backends.solution import Solution, sum_f_minus_f0
 from ..divergences import Divergence
 from .steep_power import steep_power
 
@@ -128,10 +128,11 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
         iterations = max(iterations, sol.iterations)
         if sol.bad_rows is not None:
             bad.append((r0, sol.bad_rows))
-        if zp is not None:  # ⟨z, p⟩ over p > 0 (0 · (-inf) is not NaN), the products summed in float64
-            zp[r0:r1] = torch.where(g > 0, zb * g, torch.zeros_like(g)).sum(-1, dtype=f64)
+        if zp is not None:  # ⟨z, p⟩ over p > 0 (0 · (-inf) is not NaN), each product in float64 (z may be large:
+            # a float32 product's rounding is relative to z_j, which Ω*'s stationarity does not remove)
+            zp[r0:r1] = torch.where(g > 0, zb.to(f64) * g.to(f64), torch.zeros((), dtype=f64)).sum(-1)
             if omega is not None and omega_star is not None:  # f(p) - f(0) in p's dtype (f of float64 rows
-                omega[r0:r1] = _f_sum(div, g, f0)           # costs as much as the solve)
+                omega[r0:r1] = sum_f_minus_f0(div, g, None, f0, f64)  # costs as much as the solve)
                 # Ω* = ⟨z, p⟩ - Σ [f(p) - f(0)] - τ (Σ p - 1): stationary in p at p = g(z - τ), so the rounding of p
                 # enters at second order (the loss values take it, in float64)
                 S = g.sum(-1, dtype=f64)
@@ -143,10 +144,3 @@ def solve_row_blocks(z: Tensor, div: Divergence, q: Optional[Tensor], solve_bloc
             bad_rows[r0:r0 + b.shape[0]] = b
     return Solution(tau=tau, p=p, s=s, s_sum=s_sum, block_index=None, k=k, bad_rows=bad_rows,
                     iterations=iterations, zp=zp, omega=omega, omega_star=omega_star)
-
-
-def _f_sum(div: Divergence, p: Tensor, f0: float) -> Tensor:
-    """``Σ_j [f(p_j) - f(0)]`` per row over the entries with ``p_j > 0``, each term in ``p``'s dtype, summed in float64."""
-    pos = p > 0
-    vals = div.f(torch.where(pos, p, torch.ones_like(p))) - f0
-    return torch.where(pos, vals, torch.zeros_like(vals)).sum(-1, dtype=torch.float64)
