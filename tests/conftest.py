@@ -39,6 +39,9 @@ except ImportError:  # hypothesis is a test dependency; without it the property 
 # passes compiles the many small test functions in about 40% less time (the same IEEE arithmetic)
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
+#: the heaviest test files first, split between the pytest-xdist workers (tests/xdist_order.py)
+pytest_plugins = ["xdist_order"]
+
 if not torch.cuda.is_available():
     # the Triton kernels run in Triton's interpreter on CPU tensors (must be set before
     # Triton is imported; softargmax imports it only when a kernel is first needed)
