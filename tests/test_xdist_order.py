@@ -48,6 +48,7 @@ def test_without_workers_the_order_is_pytests(monkeypatch):
     xdist_order.pytest_collection_modifyitems(None, items)
     assert items == before
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setattr(xdist_order, "HEAVY", {"test_translation.py": 2.0, "test_lm.py": 1.0})
     xdist_order.pytest_collection_modifyitems(None, items)
     # two workers: first batches of two tests, the heaviest file opening the first, the next one the second
     assert [i.path.name for i in items] == ["test_translation.py", "test_types.py", "test_lm.py"]
