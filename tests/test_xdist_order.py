@@ -57,3 +57,14 @@ def test_without_workers_the_order_is_pytests(monkeypatch):
 def test_the_heavy_files_exist():
     here = Path(__file__).parent
     assert [n for n in HEAVY if not (here / n).is_file()] == []
+
+
+def test_a_heavy_file_goes_where_its_tests_fit_and_one_too_big_keeps_its_place():
+    """First batches of 16 tests: e (12 tests) fills one, so f (6) goes to the other although it is the least loaded;
+    g (20 tests) fits in none and keeps its place among the light tests."""
+    names = ["light.py"] * 90 + ["e.py"] * 12 + ["f.py"] * 6 + ["g.py"] * 20
+    order = plan(names, 2, {"g.py": 30.0, "e.py": 20.0, "f.py": 1.0, "h.py": 5.0})
+    assert sorted(order) == list(range(len(names)))
+    first, second = ([names[i] for i in order[j * 16:(j + 1) * 16]] for j in range(2))
+    assert first[:12] == ["e.py"] * 12 and second[:6] == ["f.py"] * 6
+    assert [names[i] for i in order[32:]] == ["light.py"] * (90 - 4 - 10) + ["g.py"] * 20
