@@ -22,6 +22,8 @@ import torch
 # two threads in one process; under pytest-xdist (the README runs `-n 2`) the cores are shared
 # among the workers: OpenMP threads beyond the cores spin against each other
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+#: the thread count the tests start with (each gets back the count it started with: ``_keep_torch_threads``)
+TORCH_THREADS = torch.get_num_threads()
 
 # Property-based tests (tests/test_properties.py): a fixed, derandomized example budget in CI;
 # HYPOTHESIS_PROFILE=thorough runs many more examples locally.
@@ -38,6 +40,9 @@ except ImportError:  # hypothesis is a test dependency; without it the property 
 # JAX (the tests of softargmax_jax, tests/test_jax_*.py): XLA's CPU backend without its expensive LLVM
 # passes compiles the many small test functions in about 40% less time (the same IEEE arithmetic)
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
+
+#: the heaviest test files first, split between the pytest-xdist workers (tests/xdist_order.py)
+pytest_plugins = ["xdist_order"]
 
 if not torch.cuda.is_available():
     # the Triton kernels run in Triton's interpreter on CPU tensors (must be set before
@@ -206,6 +211,17 @@ def rng():
 def _seed_every_test():
     """Tests draw random inputs; a fixed seed per test keeps every run identical."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """A test that changes torch's thread count gives it back: an in-process ``softargmax bench`` sets 2 threads and
+    keeps them, and every later test of that pytest-xdist worker ran with 2 threads; with two workers on the two cores
+    of CI, OpenMP's threads spun against each other (the translation smoke test took 8x its time)."""
+    n = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 @pytest.fixture(params=["fused", "torch"])

@@ -219,14 +219,6 @@ def _repeatable(results: dict) -> str:
     return json.dumps(measurements(results), sort_keys=True)
 
 
-@needs_ptb
-def test_lm_rerun_with_the_same_seed_is_identical(smoke_run):
-    _, first = smoke_run("lm", *SMOKE)
-    _, again = smoke_run("lm", *SMOKE, again=True)
-    assert _repeatable(first) == _repeatable(again)
-    assert '"seed' in _repeatable(first)
-
-
 #: the run killed by the resume test, and the line after which it is killed: printed once its step-4 checkpoint is
 #: written (the runs before it have finished)
 KILLED_RUN = "alpha1.5-seed1"
@@ -372,7 +364,10 @@ def test_lm_runs_from_two_calls_merge_into_the_report_of_one(smoke_run, tmp_path
     for r in (merged, whole):
         r["settings"].pop("this_call")
         r["settings"].pop("training_processes")
+    # every number but the timings, as a rerun with the same seed must give them: the first three runs retrained in
+    # this process after the session's smoke run, the other seven in fresh processes
     assert _repeatable(merged) == _repeatable(whole)
+    assert '"seed' in _repeatable(whole)  # the comparison covers the settings, seeds included
     assert "**Runs owed.**" not in (out / "report.md").read_text()
 
 

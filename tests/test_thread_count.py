@@ -1,0 +1,18 @@
+"""Each test starts with the suite's torch thread count (conftest's ``_keep_torch_threads``), whatever the tests before
+it set: ``softargmax bench`` run in-process sets 2 threads and keeps them."""
+
+import torch
+from conftest import TORCH_THREADS
+
+from softargmax.cli import main
+
+
+def test_an_in_process_bench_changes_the_thread_count(tmp_path):
+    assert torch.get_num_threads() == TORCH_THREADS
+    assert main(["bench", "--quick", "--shapes", "4x30", "--ops", "sparsemax", "--threads", str(TORCH_THREADS + 1),
+                 "--repeats", "1", "--json", str(tmp_path / "b.json")]) == 0
+    assert torch.get_num_threads() == TORCH_THREADS + 1
+
+
+def test_the_next_test_has_the_suites_count_again():
+    assert torch.get_num_threads() == TORCH_THREADS
