@@ -8,12 +8,13 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .memory import attention_fn, measure
-from .timing import device_name, time_thunks, versions
+from .timing import device_name, restores_threads, time_thunks, versions
 
 ATTENTION_LENGTHS = (128, 256, 512, 1024, 2048)
 ATTENTION_VARIANTS = ("sdpa", "softmax", "sparsemax", "entmax15", "entmax_per_head")
 
 
+@restores_threads
 def run_attention(lengths: Sequence[int] = ATTENTION_LENGTHS, heads: int = 8, threads: Optional[int] = 2,
                   repeats: int = 5, memory: bool = True, log: Callable[[str], object] = print) -> dict[str, Any]:
     """Causal self-attention forward+backward (batch 1, ``heads`` × 64 features) vs ``scaled_dot_product_attention``."""

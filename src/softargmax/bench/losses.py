@@ -12,7 +12,7 @@ import softargmax as sa
 
 from .memory import measure
 from .operators import QUICK_SHAPES  # noqa: F401  (the CLI's quick shapes, shared)
-from .timing import device_name, ratio_row, targets, time_thunks, versions
+from .timing import device_name, ratio_row, restores_threads, targets, time_thunks, versions
 
 LOSS_SHAPES = [(64, 32000)]
 FUSED_SHAPE = (4096, 512, 32000)  # tokens, hidden, vocabulary
@@ -125,6 +125,7 @@ def torch_fused_case(shape: Sequence[int] = FUSED_SHAPE, threads: int = 2, repea
     return case
 
 
+@restores_threads
 def run_losses(shapes: Optional[Iterable[Sequence[int]]] = None, threads: Optional[int] = 2, repeats: int = 20,
                warmup: int = 3, with_package: bool = True, fused: bool = True,
                fused_shape: Sequence[int] = FUSED_SHAPE, seed: int = 0,

@@ -20,7 +20,7 @@ import torch
 
 import softargmax as sa
 
-from .timing import device_name, ratio_row, targets, time_calls, versions
+from .timing import device_name, ratio_row, restores_threads, targets, time_calls, versions
 
 LONG = [tuple(s) for s in targets()["shapes"]["long"]]
 SHORT = [tuple(s) for s in targets()["shapes"]["short"]]
@@ -68,6 +68,7 @@ def entmax_package() -> dict[str, dict[str, Callable[[torch.Tensor], torch.Tenso
     }
 
 
+@restores_threads
 def run(
     shapes: Optional[Iterable[Sequence[int]]] = None,
     ops: Optional[Sequence[str]] = None,

@@ -14,11 +14,27 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
 from .._utils.files import atomic_write
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def restores_threads(fn: _F) -> _F:
+    """``fn`` (a benchmark that sets torch's intra-op threads for its timings) with torch's thread count put back
+    as it was when it returns or raises: a benchmark called in-process (the CLI's, a notebook's) leaves the
+    caller's threads alone."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        before = torch.get_num_threads()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(before)
+    return wrapper  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=None)
