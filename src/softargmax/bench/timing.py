@@ -34,7 +34,7 @@ def restores_threads(fn: _F) -> _F:
             return fn(*args, **kwargs)
         finally:
             torch.set_num_threads(before)
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature; mypy sees a plain callable
 
 
 @functools.lru_cache(maxsize=None)
