@@ -210,9 +210,10 @@ def decode_attention(
     step = query_block(B, H, L, S)
     if step >= L:
         return _one_pass(query, key, value, end, start, mask, *args)
-    # a block of queries is a call of its own whose sequences end where its last query sits (bottom-right)
+    # a block of queries is a call of its own whose sequences end where its last query sits (bottom-right); a mask
+    # of one query row (broadcast over the queries: a padding mask) holds for every block as it is
     outs = [_one_pass(query[:, :, c:c + step], key, value, end - (L - min(L, c + step)), start,
-                      None if mask is None or mask.shape[2] == 1 else mask[:, :, c:c + step], *args)
+                      mask if mask is None or mask.shape[2] == 1 else mask[:, :, c:c + step], *args)
             for c in range(0, L, step)]
     return torch.cat(outs, 2)
 
