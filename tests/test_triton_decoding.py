@@ -309,3 +309,16 @@ def test_gpu_step_without_synchronization_replays_in_a_cuda_graph():
         mask[..., new_starts[0] + 30] = False  # a hole
         graph.replay()
         torch.testing.assert_close(static_out, step(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("end,window", [(100, 40), (40, 30), (100, 2 ** 62)])
+def test_a_window_wider_than_the_cache_binds_when_the_end_passes_it(device, spy, end, window):
+    """Ends past the cache (ranges that bound a mask) with a window at least as wide as the cache: the window still
+    cuts the keys before ``end - window`` (all of them at end 100, window 40; none with the widest window), as the
+    float64 brute force says."""
+    q64, k64, v64 = _data(1, 1, 1, 1, 32, 16, seed=15)
+    q, k, v = _to(device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(device, [end], [0]), window=window)
+    assert spy
+    want = _brute_force(q64, k64, v64, [end], [0], 1.5, window=window)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
