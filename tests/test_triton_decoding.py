@@ -14,6 +14,7 @@ from test_decoding import _blocks, _brute_force, _data, _paged  # noqa: E402
 import softargmax as sa
 from softargmax.backends.triton import decoding as DEC
 from softargmax.backends.triton import rows as _triton_rows
+from softargmax.divergences import get_divergence
 
 
 @pytest.fixture
@@ -269,6 +270,27 @@ def test_compiled_calls_take_the_kernels_as_one_operator(device, spy):
         args = (q, k, v, *_lengths(device, ends, starts), mask)
         torch.testing.assert_close(compiled(*args), step(*args), atol=0, rtol=0)
     assert len(spy) == 4 and counters["stats"]["unique_graphs"] == 1
+
+
+def test_compiled_calls_carry_a_divergence_object(device, spy):
+    """A built-in Divergence as the mapping under torch.compile(fullgraph=True) (α = 1.25, chi-square) crosses the
+    operator by its name and parameter (the kernels run): eager's outputs, and the float64 brute force for α = 1.25."""
+    q64, k64, v64 = _data(1, 2, 1, 2, 32, 16, seed=34)
+    q, k, v = _to(device, q64, k64, v64)
+    ends = torch.tensor([32], device=device)
+    for div in (get_divergence("alpha", alpha=1.25), get_divergence("chi_square")):
+        torch._dynamo.reset()
+        spy.clear()
+        eager = sa.decode_attention(q, k, v, ends, mapping=div)
+        compiled = torch.compile(lambda q, k, v, e: sa.decode_attention(q, k, v, e, mapping=div), fullgraph=True,
+                                 backend="aot_eager")
+        torch.testing.assert_close(compiled(q, k, v, ends), eager, atol=1e-6, rtol=1e-6)
+        assert len(spy) == 2
+    want = _brute_force(q64, k64, v64, [32], [0], 1.25)
+    alpha = get_divergence("alpha", alpha=1.25)
+    out = torch.compile(lambda q, k, v, e: sa.decode_attention(q, k, v, e, mapping=alpha), fullgraph=True,
+                        backend="aot_eager")(q, k, v, ends)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
 
 
 @needs_cuda
