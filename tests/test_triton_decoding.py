@@ -215,6 +215,21 @@ def test_chunked_prefill_in_blocks(device, spy, monkeypatch, L, window):
     torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
 
 
+def test_chunked_prefill_in_blocks_with_a_padding_mask(device, spy, monkeypatch):
+    """A padding mask [B, 1, 1, S] (one query row, broadcast over the queries), 40 new queries in blocks of 16: every
+    block keeps it; float32 kernels against the float64 brute force."""
+    B, H, L, S = 2, 2, 40, 64
+    q64, k64, v64 = _data(B, H, 1, L, S, 16, seed=35)
+    pad = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    pad[1, ..., :30] = False
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    q, k, v = _to(device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(device, [64, 64], [0, 0]), attn_mask=pad.to(device), num_splits=2)
+    assert passes == [16, 16, 8] and len(spy) == 3
+    want = _brute_force(q64, k64, v64, [64, 64], [0, 0], 1.5, mask=pad.expand(B, 1, L, S))
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
 def test_chunked_prefill_over_pages(device, spy, monkeypatch):
     """40 new queries over shuffled pages of 16 positions (tiles of one page), blocks of 16: float32 kernels
     against the float64 brute force."""
