@@ -256,3 +256,23 @@ def test_a_mask_with_bounding_ranges_is_attention_with_the_mask(monkeypatch):
     want = _brute_force(q, k, v, bound.tolist(), first.tolist(), 2.0, mask=mask)
     torch.testing.assert_close(out, want, atol=1e-10, rtol=1e-10)
     assert (out[1, :, 3] == 0).all()
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 1, 64), (64,), (1, 64), ()])
+def test_a_mask_broadcast_over_the_queries_holds_in_every_block(monkeypatch, shape):
+    """A padding mask of one query row ([B, 1, 1, S], [S], [1, S], 0-D), 40 new queries in blocks of 16: the one-pass
+    answer and the float64 brute force (each block keeps the mask, none drops it)."""
+    B, H, L, S = 2, 2, 40, 64
+    q, k, v = _data(B, H, 2, L, S, 8, seed=23)
+    gen = torch.Generator().manual_seed(5)
+    mask = torch.rand(shape, generator=gen) < 0.6 if shape else torch.tensor(False)
+    if len(shape) == 4:
+        mask[1, ..., :30] = False  # sequence 1 left-padded by the mask alone
+    ends, starts = torch.tensor([64, 64]), torch.tensor([0, 0])
+    one = sa.decode_attention(q, k, v, ends, starts, attn_mask=mask, mapping="sparsemax")
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    out = sa.decode_attention(q, k, v, ends, starts, attn_mask=mask, mapping="sparsemax")
+    assert passes == [16, 16, 8]
+    torch.testing.assert_close(out, one, atol=1e-12, rtol=1e-12)
+    want = _brute_force(q, k, v, [64, 64], [0, 0], 2.0, mask=mask.expand(B, 1, L, S))
+    torch.testing.assert_close(out, want, atol=1e-10, rtol=1e-10)

@@ -461,3 +461,44 @@ def test_gpu_static_cache_under_cuda_graphs_keeps_the_greedy_tokens():
         eager = m.generate(ids, disable_compile=True, **kw)
         graphs = m.generate(ids, compile_config=CompileConfig(fullgraph=True), **kw)
     assert torch.equal(graphs, eager)
+
+
+def test_generate_under_inference_mode_keeps_the_greedy_tokens():
+    """Under torch.inference_mode the masks are inference tensors (no version counter): their ranges are read
+    uncached, and the greedy tokens are those under no_grad."""
+    m = _tiny("entmax15")
+    m.generation_config.pad_token_id = 0
+    ids = torch.randint(1, 97, (2, 7), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :3] = 0  # left padding
+    kw = dict(attention_mask=mask, max_new_tokens=3, do_sample=False)
+    with torch.no_grad():
+        want = m.generate(ids, **kw)
+    with torch.inference_mode():
+        got = m.generate(ids, **kw)
+    assert torch.equal(got, want)
+
+
+def test_the_range_cache_does_not_keep_a_large_mask_of_several_queries():
+    """A static cache's prompt mask (several query rows, over 1 MiB) is not held by the range cache after the call
+    (computed uncached, the right ranges); a decoding step's mask of one query row is kept."""
+    import gc
+    import weakref
+
+    from softargmax.integrations import huggingface_attention as hfa
+
+    B, L, S = 1, 600, 2048  # 1.2 MB of booleans
+    q, k = torch.zeros(B, 2, L, 8), torch.zeros(B, 2, S, 8)
+    mask = torch.ones(B, 1, L, S, dtype=torch.bool).tril(S - L)
+    ends, starts, _, _ = hfa._decode_ranges(q, k, mask)
+    assert ends.tolist() == [S] and starts.tolist() == [0]
+    gone = weakref.ref(mask)
+    del mask
+    gc.collect()
+    assert gone() is None
+    step = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    hfa._decode_ranges(q[:, :, :1], k, step)
+    kept = weakref.ref(step)
+    del step
+    gc.collect()
+    assert kept() is not None

@@ -14,6 +14,7 @@ from test_decoding import _blocks, _brute_force, _data, _paged  # noqa: E402
 import softargmax as sa
 from softargmax.backends.triton import decoding as DEC
 from softargmax.backends.triton import rows as _triton_rows
+from softargmax.divergences import get_divergence
 
 
 @pytest.fixture
@@ -214,6 +215,21 @@ def test_chunked_prefill_in_blocks(device, spy, monkeypatch, L, window):
     torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
 
 
+def test_chunked_prefill_in_blocks_with_a_padding_mask(device, spy, monkeypatch):
+    """A padding mask [B, 1, 1, S] (one query row, broadcast over the queries), 40 new queries in blocks of 16: every
+    block keeps it; float32 kernels against the float64 brute force."""
+    B, H, L, S = 2, 2, 40, 64
+    q64, k64, v64 = _data(B, H, 1, L, S, 16, seed=35)
+    pad = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    pad[1, ..., :30] = False
+    passes = _blocks(monkeypatch, 16, B, H, S)
+    q, k, v = _to(device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(device, [64, 64], [0, 0]), attn_mask=pad.to(device), num_splits=2)
+    assert passes == [16, 16, 8] and len(spy) == 3
+    want = _brute_force(q64, k64, v64, [64, 64], [0, 0], 1.5, mask=pad.expand(B, 1, L, S))
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
 def test_chunked_prefill_over_pages(device, spy, monkeypatch):
     """40 new queries over shuffled pages of 16 positions (tiles of one page), blocks of 16: float32 kernels
     against the float64 brute force."""
@@ -271,6 +287,27 @@ def test_compiled_calls_take_the_kernels_as_one_operator(device, spy):
     assert len(spy) == 4 and counters["stats"]["unique_graphs"] == 1
 
 
+def test_compiled_calls_carry_a_divergence_object(device, spy):
+    """A built-in Divergence as the mapping under torch.compile(fullgraph=True) (α = 1.25, chi-square) crosses the
+    operator by its name and parameter (the kernels run): eager's outputs, and the float64 brute force for α = 1.25."""
+    q64, k64, v64 = _data(1, 2, 1, 2, 32, 16, seed=34)
+    q, k, v = _to(device, q64, k64, v64)
+    ends = torch.tensor([32], device=device)
+    for div in (get_divergence("alpha", alpha=1.25), get_divergence("chi_square")):
+        torch._dynamo.reset()
+        spy.clear()
+        eager = sa.decode_attention(q, k, v, ends, mapping=div)
+        compiled = torch.compile(lambda q, k, v, e: sa.decode_attention(q, k, v, e, mapping=div), fullgraph=True,
+                                 backend="aot_eager")
+        torch.testing.assert_close(compiled(q, k, v, ends), eager, atol=1e-6, rtol=1e-6)
+        assert len(spy) == 2
+    want = _brute_force(q64, k64, v64, [32], [0], 1.25)
+    alpha = get_divergence("alpha", alpha=1.25)
+    out = torch.compile(lambda q, k, v, e: sa.decode_attention(q, k, v, e, mapping=alpha), fullgraph=True,
+                        backend="aot_eager")(q, k, v, ends)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)
+
+
 @needs_cuda
 def test_gpu_step_without_synchronization_replays_in_a_cuda_graph():
     """A step of 3 new queries with a mask (bfloat16, 8 query heads over 2) reads nothing back to the host, and a
@@ -309,3 +346,16 @@ def test_gpu_step_without_synchronization_replays_in_a_cuda_graph():
         mask[..., new_starts[0] + 30] = False  # a hole
         graph.replay()
         torch.testing.assert_close(static_out, step(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("end,window", [(100, 40), (40, 30), (100, 2 ** 62)])
+def test_a_window_wider_than_the_cache_binds_when_the_end_passes_it(device, spy, end, window):
+    """Ends past the cache (ranges that bound a mask) with a window at least as wide as the cache: the window still
+    cuts the keys before ``end - window`` (all of them at end 100, window 40; none with the widest window), as the
+    float64 brute force says."""
+    q64, k64, v64 = _data(1, 1, 1, 1, 32, 16, seed=15)
+    q, k, v = _to(device, q64, k64, v64)
+    out = sa.decode_attention(q, k, v, *_lengths(device, [end], [0]), window=window)
+    assert spy
+    want = _brute_force(q64, k64, v64, [end], [0], 1.5, window=window)
+    torch.testing.assert_close(out.cpu().double(), want, atol=2e-5, rtol=1e-4)

@@ -189,15 +189,23 @@ def _decode_ranges(query: Tensor, key: Tensor, mask: Optional[Tensor], window: O
 #: alternate passes two masks a step), each with its version and view, and the ranges; the latest last
 _LAST_RANGES: list = []
 _KEPT_MASKS = 2
+#: the most bytes a kept mask of several query rows may hold (a static cache's prompt mask [B, 1, L, capacity] is
+#: not kept alive after the call); a mask of one query row (a decoding step) is kept whatever its size
+_KEPT_BYTES = 1 << 20
 
 
 def _step_ranges(mask: Tensor, B: int, L: int, S: int) -> tuple[Tensor, Tensor]:
     """:func:`_bounding_ranges`, read once per mask in eager calls (the layers of a step share one mask, sliced to
     their keys: about 0.1 ms a layer on a CPU at 2,048 keys); while ``torch.compile`` traces, or a CUDA graph or
-    ``torch.jit.trace`` records, always computed (a Python cache would be baked into the graph)."""
+    ``torch.jit.trace`` records, always computed (a Python cache would be baked into the graph), and for masks that
+    are inference tensors (``torch.inference_mode``: they keep no version counter) or that hold several query rows
+    and more than :data:`_KEPT_BYTES` (the cache would keep them alive).  A kept mask is known again by its version
+    counter: a change in place is seen, a change through ``.data`` (which does not count) is not."""
     if compiling() or torch.jit.is_tracing() or (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
         return _bounding_ranges(mask, B, L, S)
     base = mask if mask._base is None else mask._base
+    if base.is_inference() or (L > 1 and base.numel() * base.element_size() > _KEPT_BYTES):
+        return _bounding_ranges(mask, B, L, S)
     key = (base._version, tuple(mask.shape), mask.stride(), mask.storage_offset(), B, mask.device)
     for kept, kept_key, ranges in _LAST_RANGES:
         if kept is base and kept_key == key:

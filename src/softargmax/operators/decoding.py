@@ -19,7 +19,7 @@ While ``torch.compile`` traces, the kernel path is one opaque operator (``softar
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ from torch import Tensor
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
 from .._utils.tracing import CUSTOM_OPS, use_custom_ops
 from ..backends.triton import decoding as _decoding
-from ._library_ops import define
+from ._library_ops import define, divergence_spec
 from .attention import attention_weights
 from .mappings import check_mapping
 
@@ -114,7 +114,8 @@ def decode_attention(
             padding). Default: ``None`` (0).
         scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{D}`).
         mapping: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or any
-            f-divergence name, as :func:`softargmax.attention`. Default: ``"entmax15"``.
+            f-divergence name, or a :class:`~softargmax.divergences.Divergence`, as :func:`softargmax.attention`
+            (while ``torch.compile`` traces, a user's generator takes the reference path). Default: ``"entmax15"``.
         alpha: α of ``"entmax"``: a float or a per-head tensor ``(H,)`` (a learned α, at inference).
             Default: ``None``.
         block_table: int32/int64 ``[B, pages per sequence]``: page ``block_table[b, n]`` of ``key`` and
@@ -210,9 +211,10 @@ def decode_attention(
     step = query_block(B, H, L, S)
     if step >= L:
         return _one_pass(query, key, value, end, start, mask, *args)
-    # a block of queries is a call of its own whose sequences end where its last query sits (bottom-right)
+    # a block of queries is a call of its own whose sequences end where its last query sits (bottom-right); a mask
+    # of one query row (broadcast over the queries: a padding mask) holds for every block as it is
     outs = [_one_pass(query[:, :, c:c + step], key, value, end - (L - min(L, c + step)), start,
-                      None if mask is None or mask.shape[2] == 1 else mask[:, :, c:c + step], *args)
+                      mask if mask is None or mask.shape[2] == 1 else mask[:, :, c:c + step], *args)
             for c in range(0, L, step)]
     return torch.cat(outs, 2)
 
@@ -230,13 +232,28 @@ def _one_pass(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Ten
     """One pass over the cache: the kernels where they cover the call (an opaque operator while compiling), else
     the reference."""
     if _decoding.covers(query, key, value, block_table, alpha):
-        if use_custom_ops():
+        if not use_custom_ops():
+            return _kernels(query, key, value, end, start, mask, scale, mapping, alpha, block_table, num_splits,
+                            window)
+        carried = _operator_mapping(mapping, alpha)
+        if carried is not None:  # else (a user's generator) the reference, which the compiler traces
             return torch.ops.softargmax.decode_attention(
                 query, key, value, end, start, mask, block_table, alpha if isinstance(alpha, Tensor) else None,
-                None if alpha is None or isinstance(alpha, Tensor) else float(alpha), scale, mapping, num_splits,
-                window)
-        return _kernels(query, key, value, end, start, mask, scale, mapping, alpha, block_table, num_splits, window)
+                carried[1], scale, carried[0], num_splits, window)
     return _reference(query, key, value, end, start, scale, mapping, alpha, block_table, window, mask)
+
+
+def _operator_mapping(mapping: Any, alpha: Union[float, Tensor, None]) -> Optional[tuple[str, Optional[float]]]:
+    """The mapping (checked: a name or a :class:`~softargmax.divergences.Divergence`) as the operator's ``(mapping,
+    alpha_value)`` arguments (a name and a float α), or ``None`` where they cannot carry it: a divergence crosses by
+    the name and parameter from which the registry rebuilds it (:func:`divergence_spec`; none for a user's
+    generator, nor with an ``alpha`` too)."""
+    if isinstance(mapping, str):
+        return mapping, None if alpha is None or isinstance(alpha, Tensor) else float(alpha)
+    spec = divergence_spec(mapping) if alpha is None else None
+    if spec is None:
+        return None
+    return spec[0], spec[1] if spec[0] == "alpha" else None
 
 
 def _kernels(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],

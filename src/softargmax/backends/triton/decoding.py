@@ -164,9 +164,10 @@ def _unit(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _window(window: Optional[int], S: int, L: int) -> int:
-    """The kernels' ``window`` (``WINDOWED`` when positive): 0 for none or a window wider than any row's keys."""
-    return 0 if window is None or window >= S + L else int(window)
+def _window(window: Optional[int]) -> int:
+    """The kernels' ``window`` (``WINDOWED`` when positive): 0 for none.  A window is kept however wide: the ends
+    may pass ``S`` (ranges that bound a mask), and whether it cuts a row depends on them (device values)."""
+    return 0 if window is None else int(window)
 
 
 def scores(query: Tensor, key: Tensor, end: Tensor, start: Tensor, scale: float, lay: Layout,
@@ -181,7 +182,7 @@ def scores(query: Tensor, key: Tensor, end: Tensor, start: Tensor, scale: float,
     S = lay.page * block_table.shape[1] if block_table is not None else k.shape[2]
     z = torch.empty(B, H, L, S, dtype=torch.float32, device=q.device)
     table, stride_tb = _table(block_table, q)
-    win = _window(window, S, L)
+    win = _window(window)
     K.decode_scores[(lay.splits, B * HKV, lay.chunks)](
         q, k, z, end, start, table, H, HKV, L, S, lay.split_len, win, float(scale),
         q.stride(0), q.stride(1), q.stride(2), *_cache_strides(k, lay.paged), stride_tb,
@@ -202,7 +203,7 @@ def weighted_values(p: Tensor, value: Tensor, end: Tensor, start: Tensor, lay: L
     R = B * H * L
     part = torch.empty(lay.splits, R, D, dtype=torch.float32, device=p.device)
     table, stride_tb = _table(block_table, p)
-    win = _window(window, S, L)
+    win = _window(window)
     K.decode_pv[(lay.splits, B * HKV, lay.chunks)](
         p, v, part, end, start, table, H, HKV, L, S, R, lay.split_len, win,
         *_cache_strides(v, lay.paged), stride_tb,
