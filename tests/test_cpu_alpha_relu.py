@@ -206,6 +206,34 @@ def test_float64_powers_within_an_ulp(alpha):
     assert worst <= 2.0, worst
 
 
+@pytest.mark.parametrize("tau_kind", ["float", "scalar", "row"])
+def test_x_modified_in_place_before_the_backward(tau_kind, monkeypatch):
+    """The C path saves x (no copy) and recomputes the base from it: x changed in place after the call raises
+    PyTorch's in-place error at the backward (as documented), never a gradient of the changed x; the PyTorch
+    path, which saves the base, gives the gradient of the x of the call."""
+    w = torch.randn(4, 6, generator=torch.Generator().manual_seed(9))
+    tau = _tau(tau_kind, 4, F32)
+    ref = _run(w * 2, 1.3, tau, torch.ones(4, 6), False)[1]
+    for fused in (True, False):
+        old = _cpu_rows.set_enabled(fused)
+        spy = _Spy(monkeypatch)
+        try:
+            ww = w.clone().requires_grad_()
+            h = ww * 2  # a non-leaf activation, its buffer reused after the call
+            p = sa.alpha_relu(h, 1.3, tau)
+            h.mul_(0)
+            if fused:
+                with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                    p.sum().backward()
+                assert spy.fwd == 1 and spy.bwd == 0
+            else:
+                p.sum().backward()
+                torch.testing.assert_close(ww.grad, 2 * ref)
+                assert spy.fwd == 0
+        finally:
+            _cpu_rows.set_enabled(old)
+
+
 def test_no_gradient_calls_and_expanded_gradients(monkeypatch):
     spy = _Spy(monkeypatch)
     x = torch.randn(7, 12, dtype=F64)
