@@ -325,7 +325,7 @@ def test_class_weights_of_an_all_ignored_batch(taken):
 def test_class_weights_are_checked_in_c_without_a_host_read(taken, monkeypatch):
     """The weights' check (finite, non-negative) is one C pass: no aminmax, no tensor read on the host; a float64
     weight with float32 scores is converted first (a value past float32's range is then infinite: the general
-    path takes the call)."""
+    path takes the call and raises, with the C library on or off, where the loss was a silent NaN)."""
     monkeypatch.setattr(torch, "aminmax", None)
     x, t = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
     ok = sa.entmax15_loss(x, t, weight=torch.full((5,), 0.5, dtype=torch.float64))
@@ -333,10 +333,21 @@ def test_class_weights_are_checked_in_c_without_a_host_read(taken, monkeypatch):
     assert len(taken) == 2
     w = torch.ones(5, dtype=torch.float64)
     w[1] = 1e300
-    sa.entmax15_loss(x, t, weight=w)
+    for fused in (True, False):
+        old = cpu_rows.set_enabled(fused)
+        try:
+            for reduction in ("mean", "sum", "none"):
+                with pytest.raises(ValueError, match=r"weight must be finite in the scores' dtype \(torch.float32\)"):
+                    sa.entmax15_loss(x, t, weight=w, reduction=reduction)
+        finally:
+            cpu_rows.set_enabled(old)
     assert len(taken) == 2
+    x64 = x.double()  # (in float64 the weight is finite: taken by the C call)
+    torch.testing.assert_close(sa.entmax15_loss(x64, t, weight=w, reduction="none"),
+                               sa.entmax15_loss(x64, t, reduction="none") * w[t])
+    assert len(taken) == 4
     with pytest.raises(ValueError, match="weight must be finite and non-negative"):
         sa.entmax15_loss(x, t, weight=-w)
-    assert len(taken) == 2
+    assert len(taken) == 4
     assert cpu_rows.weights_ok(torch.tensor([0.0, 1.0, 3e38])) and not cpu_rows.weights_ok(torch.tensor([-0.5, 1.0]))
     assert not cpu_rows.weights_ok(torch.tensor([1.0, math.nan])) and cpu_rows.weights_ok(torch.tensor([-0.0]))
