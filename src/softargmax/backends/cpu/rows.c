@@ -1007,8 +1007,9 @@ DEFINE_INDEX_SCALE(double, f64)
  * weight (or NULL): per-class weights; the row's loss is then multiplied by w_c in T and w_c is written to
  * wrow[r] (0 in ignored rows), and the mean divides by the kept rows' weights' sum instead of their count.
  * Rows whose target is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN
- * and G NaN.  `total` (reduction 1: the sum; 2: the mean, NaN where the denominator is 0) is accumulated
- * in double and rounded once, and *den receives the mean's denominator in double; `loss` may be NULL then
+ * and G NaN.  `total` (reduction 1: the sum; 2: the mean, NaN where the denominator is 0): the sums are
+ * accumulated in double and rounded once to T, the mean is their quotient in T; *den receives the mean's
+ * denominator in double; `loss` may be NULL then
  * (the per-row values are not returned).  Returns the number of kept rows, -1 (no memory), or -2 - r with r
  * the first row whose class is outside [0, k) (checked first: nothing is written). */
 #define DEFINE_INDEX_LOSS(T, SUFFIX)                                                              \
@@ -1118,7 +1119,9 @@ long sa_index_loss_##SUFFIX(const T *z, long R, long k, int kind, double a, cons
         if (reduction) {                                                                          \
             double s = 0;                                                                         \
             for (long r = 0; r < R; r++) s += (double)loss[r];                                    \
-            *total = (T)(reduction == 2 ? (d == 0 ? NAN : s / d) : s);                            \
+            /* the mean: both sums rounded to T, then divided in T (the PyTorch path's and               \
+               F.cross_entropy's: a weights' sum past T's range gives 0, or NaN where the losses' also is) */ \
+            *total = reduction == 2 ? (d == 0 ? (T)NAN : (T)s / (T)d) : (T)s;                     \
         }                                                                                         \
     }                                                                                             \
     if (own_loss) free(loss);                                                                     \
