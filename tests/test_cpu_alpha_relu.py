@@ -86,7 +86,7 @@ def test_matches_the_pytorch_path_on_edge_rows(dtype, alpha, tau_kind, monkeypat
     if alpha in EXACT:  # the same roundings: bit for bit
         assert torch.equal(p.nan_to_num(), ref[0].nan_to_num())
         assert torch.equal(gx.nan_to_num(), ref[1].nan_to_num())
-    else:  # the power exp(e log t) in double, rounded once, against PyTorch's pow in the (compute) dtype
+    else:  # the power in double (exp(e log t); libm's pow for float64), rounded once, against PyTorch's pow
         tol = {F32: dict(rtol=4e-6, atol=1e-30), F64: dict(rtol=1e-13, atol=1e-300),
                BF16: dict(rtol=8e-3, atol=1e-30)}[dtype]
         torch.testing.assert_close(p, ref[0], equal_nan=True, **tol)
@@ -148,10 +148,90 @@ def test_threads_give_the_same_result(tau_kind, alpha, monkeypatch):
         torch.testing.assert_close(a, c, rtol=0 if alpha == 1.5 else 4e-6, atol=0, equal_nan=True)
     if tau_kind == "row":  # one sum per row: the same in any split
         assert torch.equal(two[2].nan_to_num(), one[2].nan_to_num())
-    elif tau_kind == "scalar":  # one sum of per-thread sums: its order depends on the split
-        torch.testing.assert_close(two[2], one[2], rtol=1e-6, atol=0, equal_nan=True)
+    elif tau_kind == "scalar":  # the blocks' sums added in block order: the same for any split
+        assert torch.equal(two[2].nan_to_num(), one[2].nan_to_num())
     if tau_kind != "float":
         torch.testing.assert_close(two[2], ref[2], rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("rows", [64, 8])
+def test_tau_gradient_is_the_same_for_any_thread_count(rows, monkeypatch):
+    """One τ over many blocks (64 x 16384 float64: 256 blocks, their sums in a buffer; 8 rows: 32 blocks, on the
+    stack): at α = 2, ∂L/∂τ of Σ p is exactly minus the count of positive bases (integers in double: any lost
+    update shows); at α = 1.3 the same bits with 1, 2 and 4 threads (and the same as the PyTorch path within its
+    float64 sum's rounding)."""
+    x = torch.randn(rows, 16384, dtype=F64, generator=torch.Generator().manual_seed(8))
+    assert -(-x.numel() // _cpu_rows.RELU_BLOCK) == 4 * rows and x.numel() >= _cpu_rows.PARALLEL_MIN_ELEMENTS
+    spy = _Spy(monkeypatch)
+    old = torch.get_num_threads()
+    grads = {}
+    try:
+        for alpha in (2.0, 1.3):
+            for threads in (1, 2, 4, 4):
+                torch.set_num_threads(threads)
+                assert _cpu_rows._relu_threads(rows, 16384, False) == threads
+                tau = torch.tensor(0.1, dtype=F64, requires_grad=True)
+                sa.alpha_relu(x, alpha, tau).sum().backward()
+                grads.setdefault(alpha, []).append(tau.grad)
+    finally:
+        torch.set_num_threads(old)
+    assert spy.bwd == 8
+    count = float(((x - 0.1) > 0).sum())
+    assert all(float(g) == -count for g in grads[2.0])
+    assert all(torch.equal(g, grads[1.3][0]) for g in grads[1.3])
+    ref = _run(x, 1.3, torch.tensor(0.1, dtype=F64), torch.ones_like(x), False)[2]
+    torch.testing.assert_close(grads[1.3][0], ref, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("alpha", [1.01, 1.3, 10.0])
+def test_float64_powers_within_an_ulp(alpha):
+    """float64 at large |e ln t| (t up to 1e3 at α = 1.01, where p = t^100 nears 1e300; 1e90 at 1.3; 1e300 at
+    10): p = t^{1/a} and ∂p/∂x = t^{1/a - 1} within two ulps of the exact powers (mpmath, 80 digits) of the float64
+    base t = (α - 1) x (libmvec's or libm's pow: about one; exp(e log t) in double was 600-700 off)."""
+    mpmath = pytest.importorskip("mpmath")
+    a = alpha - 1.0
+    top = {1.01: 3.0, 1.3: 90.0, 10.0: 300.0}[alpha]
+    x = (10.0 ** torch.linspace(-2.0, top, 120, dtype=F64)) / a
+    xx = x.clone().requires_grad_()
+    p = sa.alpha_relu(xx, alpha, 0.0)
+    p.backward(torch.ones_like(p))
+    t = x * a
+    worst = 0.0
+    with mpmath.workdps(80):
+        for j in range(x.numel()):
+            base = mpmath.mpf(float(t[j]))
+            for got, e in ((float(p.detach()[j]), 1.0 / a), (float(xx.grad[j]), (1.0 - a) / a)):
+                assert math.isfinite(got) and got > 0
+                worst = max(worst, float(abs(mpmath.mpf(got) - base ** mpmath.mpf(e)) / math.ulp(got)))
+    assert worst <= 2.0, worst
+
+
+@pytest.mark.parametrize("tau_kind", ["float", "scalar", "row"])
+def test_x_modified_in_place_before_the_backward(tau_kind, monkeypatch):
+    """The C path saves x (no copy) and recomputes the base from it: x changed in place after the call raises
+    PyTorch's in-place error at the backward (as documented), never a gradient of the changed x; the PyTorch
+    path, which saves the base, gives the gradient of the x of the call."""
+    w = torch.randn(4, 6, generator=torch.Generator().manual_seed(9))
+    tau = _tau(tau_kind, 4, F32)
+    ref = _run(w * 2, 1.3, tau, torch.ones(4, 6), False)[1]
+    for fused in (True, False):
+        old = _cpu_rows.set_enabled(fused)
+        spy = _Spy(monkeypatch)
+        try:
+            ww = w.clone().requires_grad_()
+            h = ww * 2  # a non-leaf activation, its buffer reused after the call
+            p = sa.alpha_relu(h, 1.3, tau)
+            h.mul_(0)
+            if fused:
+                with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                    p.sum().backward()
+                assert spy.fwd == 1 and spy.bwd == 0
+            else:
+                p.sum().backward()
+                torch.testing.assert_close(ww.grad, 2 * ref)
+                assert spy.fwd == 0
+        finally:
+            _cpu_rows.set_enabled(old)
 
 
 def test_no_gradient_calls_and_expanded_gradients(monkeypatch):

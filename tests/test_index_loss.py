@@ -267,7 +267,7 @@ def test_autograd_semantics(taken):
 def test_class_weights_bit_for_bit_and_against_the_weighted_mean(dtype, taken, monkeypatch):
     """Class weights, F.cross_entropy's convention: the weighted mean divides Σ_r w_{c_r} ℓ_r by the kept rows'
     Σ_r w_{c_r} (ignored rows count in neither).  With weights that are multiples of 1/8 (their sums exact in any
-    order) the values and gradients equal the general path's bit for bit (reductions "sum" and "mean", incoming
+    order) the values and gradients equal the general path's bit for bit (reductions "sum", "mean" and "none", incoming
     gradients 1, 0.7 and 3), also with retain_graph (G kept); against the weighted mean formed here from the
     unweighted per-row losses, and its gradient; one C pass scales G (the backward's products in C)."""
     x, t = edge_rows(12, 40, dtype, seed=5)
@@ -278,16 +278,17 @@ def test_class_weights_bit_for_bit_and_against_the_weighted_mean(dtype, taken, m
     scaled = []
     scale_rows = cpu_rows.scale_rows
     monkeypatch.setattr(cpu_rows, "scale_rows", lambda *a, **k: scaled.append(1) or scale_rows(*a, **k))
-    for reduction in ("sum", "mean"):
+    for reduction in ("sum", "mean", "none"):
         for g in (1.0, 0.7, 3.0):
             for retain in (False, True):
                 xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
                 la = sa.entmax15_loss(xa, t, weight=w, reduction=reduction)
                 lb = fenchel_young(xb, t, "entmax15", {}, LossOptions(reduction=reduction, weight=w))
-                la.backward(torch.full_like(la, g), retain_graph=retain)
-                lb.backward(torch.full_like(lb, g))
+                ga = torch.full_like(la, g) if reduction != "none" else torch.linspace(-2, g, 12, dtype=dtype)
+                la.backward(ga, retain_graph=retain)
+                lb.backward(ga)
                 assert same(la.detach(), lb.detach()) and same(xa.grad, xb.grad), (reduction, g, retain)
-    assert len(taken) == 12 and len(scaled) == 12
+    assert len(taken) == 18 and len(scaled) == 12  # ("none": one product with the incoming gradient's rows)
     # the weighted mean from the unweighted per-row losses (float64), and its gradient
     xc = x.clone().requires_grad_()
     loss = sa.entmax15_loss(xc, t, weight=w)
@@ -322,10 +323,35 @@ def test_class_weights_of_an_all_ignored_batch(taken):
 
 
 @needs_c
+def test_a_weights_sum_past_float32_is_the_general_paths_mean(taken):
+    """float32 weights whose kept rows' sum overflows float32 (6 x 1e38): the mean is the losses' sum over the
+    weights' sum, each rounded to float32, as the general path and F.cross_entropy divide them: 0 where the
+    losses' sum is finite, NaN where it overflows too; the gradient is 0 in both (grad / inf)."""
+    t = torch.tensor([0, 1, 2, 3, 4, 1])
+    small = torch.zeros(6, 5)
+    small[torch.arange(6), t] = 1.2  # entmax15 loss 0.084 a row: Σ w ℓ = 5e37, finite
+    for x, wv, expect in ((small, 1e38, 0.0), (torch.randn(6, 5, generator=torch.Generator().manual_seed(2)), 3e38,
+                                               math.nan)):
+        w = torch.full((5,), wv)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        la = sa.entmax15_loss(xa, t, weight=w)
+        lb = fenchel_young(xb, t, "entmax15", {}, LossOptions(weight=w))
+        la.backward()
+        lb.backward()
+        assert same(la.detach(), torch.tensor(expect)) and same(lb.detach(), torch.tensor(expect)), (la, lb)
+        assert torch.equal(xa.grad, torch.zeros(6, 5)) and torch.equal(xb.grad, torch.zeros(6, 5))
+        # F.cross_entropy's rule on the same weights: a finite Σ w ℓ over an infinite Σ w is 0, an infinite one NaN
+        ce_x = torch.zeros(6, 5)
+        ce_x[torch.arange(6), t] = 30.0 if expect == 0.0 else 0.0
+        assert same(F.cross_entropy(ce_x, t, weight=w), torch.tensor(expect))
+    assert len(taken) == 2
+
+
+@needs_c
 def test_class_weights_are_checked_in_c_without_a_host_read(taken, monkeypatch):
     """The weights' check (finite, non-negative) is one C pass: no aminmax, no tensor read on the host; a float64
     weight with float32 scores is converted first (a value past float32's range is then infinite: the general
-    path takes the call)."""
+    path takes the call and raises, with the C library on or off, where the loss was a silent NaN)."""
     monkeypatch.setattr(torch, "aminmax", None)
     x, t = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
     ok = sa.entmax15_loss(x, t, weight=torch.full((5,), 0.5, dtype=torch.float64))
@@ -333,10 +359,21 @@ def test_class_weights_are_checked_in_c_without_a_host_read(taken, monkeypatch):
     assert len(taken) == 2
     w = torch.ones(5, dtype=torch.float64)
     w[1] = 1e300
-    sa.entmax15_loss(x, t, weight=w)
+    for fused in (True, False):
+        old = cpu_rows.set_enabled(fused)
+        try:
+            for reduction in ("mean", "sum", "none"):
+                with pytest.raises(ValueError, match=r"weight must be finite in the scores' dtype \(torch.float32\)"):
+                    sa.entmax15_loss(x, t, weight=w, reduction=reduction)
+        finally:
+            cpu_rows.set_enabled(old)
     assert len(taken) == 2
+    x64 = x.double()  # (in float64 the weight is finite: taken by the C call)
+    torch.testing.assert_close(sa.entmax15_loss(x64, t, weight=w, reduction="none"),
+                               sa.entmax15_loss(x64, t, reduction="none") * w[t])
+    assert len(taken) == 4
     with pytest.raises(ValueError, match="weight must be finite and non-negative"):
         sa.entmax15_loss(x, t, weight=-w)
-    assert len(taken) == 2
+    assert len(taken) == 4
     assert cpu_rows.weights_ok(torch.tensor([0.0, 1.0, 3e38])) and not cpu_rows.weights_ok(torch.tensor([-0.5, 1.0]))
     assert not cpu_rows.weights_ok(torch.tensor([1.0, math.nan])) and cpu_rows.weights_ok(torch.tensor([-0.0]))

@@ -29,10 +29,17 @@ other (which then runs the general path, with its checks and messages):
   reverse-KL, Jeffrey and reverse-χ² f-divergences (``+inf``, or 0 where the target is the row's one
   unmasked class: :math:`f(0) = +\infty`).
 
-The per-row losses and the gradient equal the general path's bit for bit; the reduced loss sums the
-per-row values in float64 and rounds once (the general path sums in the input's dtype), so it may
-differ from it in the last bit.  So may, with label smoothing, ``⟨θ, y⟩`` (its sum of the scores is taken in
-float64) and, with class weights, the mean's denominator (the weights' sum).
+The per-row losses and the gradient equal the general path's bit for bit, class weights included (with
+``reduction="none"`` too): the general path with the same row solver, the C one.  (Switched off, by
+``SOFTARGMAX_CPU_KERNELS=0`` or :func:`~softargmax.backends.cpu.rows.set_enabled`, the general path
+solves with the PyTorch solver, whose rows may differ from the C solver's in the last bits, weights or
+not.)  The reduced loss sums the per-row values in float64 and rounds once (the general path sums in the
+input's dtype), so it may differ from it in the last bits; the mean is that sum over the denominator (the
+kept rows' count, or their weights' sum, taken in float64 and rounded once), divided in the input's dtype
+as the general path and ``F.cross_entropy`` divide: weights whose sum overflows the dtype give a mean
+of 0 where the weighted losses' sum is finite and NaN where it overflows too, with a zero gradient, in
+both paths.  With label smoothing ``⟨θ, y⟩`` (its sum of the scores is taken in float64) may also differ
+in the last bit.
 """
 
 from __future__ import annotations

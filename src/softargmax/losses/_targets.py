@@ -194,14 +194,19 @@ def _smoothed(index: Optional[Tensor], dense: Optional[Tensor], keep: Tensor, k:
 
 
 def _class_weight(weight: object, k: int, dtype: torch.dtype, weight_name: str) -> Tensor:
-    """Class weights checked (``[k]``, finite, non-negative) and in the compute dtype."""
+    """Class weights checked (``[k]``, finite, non-negative, and still finite in the compute dtype: a float64
+    weight past float32's range would make the loss NaN) and in the compute dtype."""
     if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.shape != (k,):
         raise ValueError(f"{weight_name} must be a floating tensor of shape ({k},) (one weight per class), got "
                          f"{type(weight).__name__ if not isinstance(weight, Tensor) else (tuple(weight.shape), weight.dtype)}")
     wd = weight.detach()
     if values_checkable(wd) and not bool(((wd >= 0) & torch.isfinite(wd)).all()):
         raise ValueError(f"{weight_name} must be finite and non-negative")
-    return weight.to(dtype)
+    w = weight.to(dtype)
+    if w.dtype != weight.dtype and values_checkable(wd) and not bool(torch.isfinite(w.detach()).all()):
+        raise ValueError(f"{weight_name} must be finite in the scores' dtype ({dtype}): a weight overflows it "
+                         f"(largest {float(wd.max()):g})")
+    return w
 
 
 def _label_set_rows(target: Tensor, x: Tensor, rows: Rows) -> Tensor:

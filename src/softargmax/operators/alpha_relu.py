@@ -218,6 +218,14 @@ def alpha_relu(x: Tensor, alpha: float = 1.5, tau: Union[float, Tensor] = 0.0) -
     Returns:
         the non-negative outputs, of ``x``'s shape and dtype (they need not sum to one).
 
+    Note:
+        Where a fused kernel takes the call (Triton on the GPU; on the CPU the C library, for contiguous
+        float32, float64 and bfloat16 tensors), the backward recomputes the base from ``x``, which is saved
+        without a copy: modifying ``x`` in place after the call and before the backward raises PyTorch's
+        ``RuntimeError`` ("one of the variables needed for gradient computation has been modified by an
+        inplace operation").  The PyTorch path saves the base itself and does not.  Give a copy (or do
+        not reuse the buffer) where ``x`` must change before the backward.
+
     Shape:
         - Input: :math:`(*)`, any number of dimensions.
         - tau: a number, or a tensor broadcastable to the input.

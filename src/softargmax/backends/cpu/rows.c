@@ -49,10 +49,15 @@ double exp(double);
 double log(double);
 #pragma omp declare simd notinbranch
 float logf(float);
+#pragma omp declare simd notinbranch
+double pow(double, double);
 #endif
 
-/* b^e for b > 0 as exp(e log b): libmvec's vector exp and log are several times faster
-   than its vector pow, and the relative error stays ~|e log b| ulp */
+/* b^e for b > 0 as exp(e log b), libmvec's vector exp and log (a float64 alpha-ReLU pass of 2^20
+   entries: 2.2 ms, 2.7 with its vector pow): the relative error grows with |e ln b| (log b's rounding
+   scaled by e ln b): hundreds of double ulps where it is large (e = 100, b = 1e3), far below a
+   float's rounding (29 more bits), not for a double result, which takes pow (libmvec's vector pow,
+   within an ulp here; libm's without libmvec) */
 #pragma omp declare simd notinbranch
 static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
 
@@ -758,13 +763,19 @@ DEFINE_ROWS(double, f64, DBL_EPSILON, DBL_MIN)
  * rounded to T; a = 1: no product; NaN stays NaN, -inf gives 0), so that the exact forms are bit for
  * bit that path's: a = 1 (alpha = 2) p = t, d = 1[t > 0] (NaN at NaN); a = 1/2 (alpha = 1.5) p = t^2,
  * d = t; a = 2 (alpha = 3) p = sqrt(t), d = 1/sqrt(t) (0 at t = 0 and NaN).  Other a: the powers are
- * exp(e log t) in double (pow_pos) rounded to T, d is 0 at t = 0 and, where 1/a - 1 < 0, at NaN (the
+ * POW(t, e) in double rounded to T: for float and bfloat16 exp(e log t) (pow_pos; its error, ~|e ln t|
+ * double ulps, is far below a float's rounding), for double pow (within an ulp, as PyTorch's;
+ * exp(e log t) was hundreds of ulps off at alpha = 1.01), d is 0 at t = 0 and, where 1/a - 1 < 0, at NaN (the
  * PyTorch path's where(t > 0, ...)).  dx = g d in T.  bfloat16 entries are computed in float (T) and
  * rounded once when stored, as the PyTorch path computes them in float32 and converts.  The forward reads x and writes p; the backward
  * reads x and g and writes dx (and the sums of dx for tau's gradient): one pass each, no temporary.
- * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row). */
+ * Entries are split over OpenMP threads in blocks of RELU_BLOCK (one tau) or by rows (one tau per row).
+ * tau's gradient with one tau: each block's sum goes to its own slot and the slots are added in block
+ * order after the parallel loop, so the result is the same for every thread count and run (an OpenMP
+ * reduction's order depends on the threads). */
 #define RELU_BLOCK 4096 /* softargmax.backends.cpu.rows.RELU_BLOCK: at most one thread per block */
 #define RELU_CHUNK 256
+#define RELU_SLOTS 64 /* tau's partial sums kept on the stack up to this many blocks */
 
 /* bfloat16 storage: its bits are the top half of a float's; to bfloat16 rounds to nearest even, a NaN to
    the quiet NaN 0x7FC0 (PyTorch's conversion) */
@@ -782,7 +793,7 @@ static inline uint16_t bf16_store(float f) {
 #define SA_SAME(v) (v)
 
 /* S: the stored type, T: the compute type (float for bfloat16), LD/ST: the conversions between them */
-#define DEFINE_ALPHA_RELU(S, T, SUFFIX, LD, ST)                                                       \
+#define DEFINE_ALPHA_RELU(S, T, SUFFIX, LD, ST, POW)                                                     \
 static inline T relu_base_##SUFFIX(T x, T aT, int unit, T tau) {                                      \
     const T t = (unit ? x : x * aT) - tau;                                                            \
     return t < 0 ? (T)0 : t; /* NaN stays NaN */                                                      \
@@ -814,7 +825,7 @@ static void relu_fwd_span_##SUFFIX(const S *x, S *p, long n, double a, T tau) { 
                 buf[j] = t > 0 ? (double)t : 1.0;                                                     \
             }                                                                                         \
             _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            for (long j = 0; j < m; j++) buf[j] = POW(buf[j], e);                                     \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) pc[j] = ST(tb[j] > 0 ? (T)buf[j] : tb[j]);                   \
         }                                                                                             \
@@ -865,7 +876,7 @@ static double relu_bwd_span_##SUFFIX(const S *x, const S *g, S *gx, long n, doub
                 buf[j] = t > 0 ? (double)t : 1.0;                                                     \
             }                                                                                         \
             _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) buf[j] = pow_pos(buf[j], e);                                 \
+            for (long j = 0; j < m; j++) buf[j] = POW(buf[j], e);                                     \
             _Pragma("omp simd reduction(+ : s)")                                                      \
             for (long j = 0; j < m; j++) {                                                            \
                 const T t = tb[j];                                                                    \
@@ -925,19 +936,31 @@ void sa_relu_bwd_##SUFFIX(const S *x, const S *g, long gs, long R, long k, doubl
         return;                                                                                       \
     }                                                                                                 \
     const long n = R * k, blocks = (n + RELU_BLOCK - 1) / RELU_BLOCK;                                 \
+    /* each block's sum in its slot (on the stack for a few blocks), added in block order below: the same \
+       sum for any thread count; no memory for the slots: one thread adds them in that order */       \
+    double slots[RELU_SLOTS];                                                                         \
+    double *part = !want ? NULL : blocks <= RELU_SLOTS ? slots : (double *)malloc((size_t)blocks * sizeof(double)); \
+    const int nt = want && !part ? 1 : nthreads;                                                      \
     double total = 0;                                                                                 \
-    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(+ : total)") \
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")                         \
     for (long b = 0; b < blocks; b++) {                                                               \
         const long i0 = b * RELU_BLOCK;                                                               \
-        total += relu_bwd_range_##SUFFIX(x + i0, g + gs * i0, gs, gx + i0,                           \
-                                         n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau, want); \
+        const double s = relu_bwd_range_##SUFFIX(x + i0, g + gs * i0, gs, gx + i0,                   \
+                                                  n - i0 < RELU_BLOCK ? n - i0 : RELU_BLOCK, a, (T)tau, want); \
+        if (part) part[b] = s;                                                                        \
+        else if (want) total += s; /* (one thread) */                                                 \
     }                                                                                                 \
-    if (want) gtau[0] = total;                                                                        \
+    if (!want) return;                                                                                \
+    if (part) {                                                                                       \
+        for (long b = 0; b < blocks; b++) total += part[b];                                           \
+        if (part != slots) free(part);                                                                \
+    }                                                                                                 \
+    gtau[0] = total;                                                                                  \
 }
 
-DEFINE_ALPHA_RELU(float, float, f32, SA_SAME, SA_SAME)
-DEFINE_ALPHA_RELU(double, double, f64, SA_SAME, SA_SAME)
-DEFINE_ALPHA_RELU(uint16_t, float, bf16, bf16_load, bf16_store)
+DEFINE_ALPHA_RELU(float, float, f32, SA_SAME, SA_SAME, pow_pos)
+DEFINE_ALPHA_RELU(double, double, f64, SA_SAME, SA_SAME, pow)
+DEFINE_ALPHA_RELU(uint16_t, float, bf16, bf16_load, bf16_store, pow_pos)
 
 /* -- the class-index loss's class weights and backward (softargmax.losses._index_loss) ------------
  * sa_weights_ok: whether the k class weights are all finite and >= 0 (NaN is not), one pass.
@@ -984,8 +1007,9 @@ DEFINE_INDEX_SCALE(double, f64)
  * weight (or NULL): per-class weights; the row's loss is then multiplied by w_c in T and w_c is written to
  * wrow[r] (0 in ignored rows), and the mean divides by the kept rows' weights' sum instead of their count.
  * Rows whose target is `ignore` get loss 0 and G = 0 and are not solved; rows with NaN or +inf get loss NaN
- * and G NaN.  `total` (reduction 1: the sum; 2: the mean, NaN where the denominator is 0) is accumulated
- * in double and rounded once, and *den receives the mean's denominator in double; `loss` may be NULL then
+ * and G NaN.  `total` (reduction 1: the sum; 2: the mean, NaN where the denominator is 0): the sums are
+ * accumulated in double and rounded once to T, the mean is their quotient in T; *den receives the mean's
+ * denominator in double; `loss` may be NULL then
  * (the per-row values are not returned).  Returns the number of kept rows, -1 (no memory), or -2 - r with r
  * the first row whose class is outside [0, k) (checked first: nothing is written). */
 #define DEFINE_INDEX_LOSS(T, SUFFIX)                                                              \
@@ -1095,7 +1119,9 @@ long sa_index_loss_##SUFFIX(const T *z, long R, long k, int kind, double a, cons
         if (reduction) {                                                                          \
             double s = 0;                                                                         \
             for (long r = 0; r < R; r++) s += (double)loss[r];                                    \
-            *total = (T)(reduction == 2 ? (d == 0 ? NAN : s / d) : s);                            \
+            /* the mean: both sums rounded to T, then divided in T (the PyTorch path's and               \
+               F.cross_entropy's: a weights' sum past T's range gives 0, or NaN where the losses' also is) */ \
+            *total = reduction == 2 ? (d == 0 ? (T)NAN : (T)s / (T)d) : (T)s;                     \
         }                                                                                         \
     }                                                                                             \
     if (own_loss) free(loss);                                                                     \
