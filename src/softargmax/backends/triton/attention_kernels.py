@@ -45,8 +45,8 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
    block]`` (positive on the kept tiles at the final ``t``: sparsemax and 1.5-entmax the largest row sum of
    ``s``, the general power the largest ``u``; 0 elsewhere), whose columns :func:`attention_bwd_dkdv` lists
-   the same way.  Every tile loop (the max pass, the Newton passes, the output pass, ``dK, dV`` and ``dQ``)
-   walks first the tiles that need no mask (whole key blocks at or before the block's first query, no
+   the same way.  Every tile loop (the max pass, the Newton passes, the output pass, ``dQ``, and ``dK, dV`` on
+   dense inputs without a window or mask) walks first the tiles that need no mask (whole key blocks at or before the block's first query, no
    ``attn_mask``: :func:`_free_blocks`, :func:`_free_query_blocks`; ``u`` straight from the FMA, ``τ = +inf``
    on the rows past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
@@ -872,7 +872,12 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
         lo = 0
+    # a loop over the tiles without a mask, then one over the edge tiles (dense causal or unmasked only: with
+    # VARLEN or WINDOWED the two copies spill 8-56 bytes at 255 registers in 64x64 tiles, so one loop masks all)
+    SPLIT: tl.constexpr = (HAS_MASK == 0) & (VARLEN == 0) & (WINDOWED == 0)
     free_lo, free_hi = _free_query_blocks(pid_n, lo, nq, Sb, window, CAUSAL, HAS_MASK, WINDOWED, BLOCK_M, BLOCK_N)
+    if not SPLIT:
+        free_hi = free_lo
     for g in range(group):
         h = hk * group + g
         bh = b * H + h
@@ -891,7 +896,7 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         n_free = _list_kept(kmap, NKB, LIST + list_base, free_lo, free_hi, LIST_CHUNK)
         n_list = n_free + _list_kept(kmap, NKB, LIST + list_base + n_free, lo, free_lo, LIST_CHUNK)
         n_list += _list_kept(kmap, NKB, LIST + list_base + n_list, free_hi, nq, LIST_CHUNK)
-        for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for part in tl.static_range(0 if SPLIT else 1, 2):  # the tiles without a mask, then the edge tiles
             for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
                 mb = tl.load(LIST + list_base + i)
                 offs_m = mb * BLOCK_M + offs_mb

@@ -86,8 +86,9 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     tiles, whose kept/skipped map they read, with :func:`backward_warps`).  On a GPU, half
     inputs: 64×64 tiles and 4 warps (one warpgroup: a 64-row tile is one ``wgmma`` row block)
     up to ``D = 64`` (64×32 with ``software_log``: the general power below ``ALPHA_FAST_LOG``, whose
-    software ``log2`` spills 44 bytes in the forward and 24 in ``dK, dV`` at 64×64), 8 warps with an
-    ``attn_mask`` (``masked``: 4 warps spill 370–420 bytes there in 64×32 tiles); 64×16 tiles and 8
+    software ``log2`` spills 44 bytes in the forward and 24 in ``dK, dV`` at 64×64), 64×32 and 8 warps with
+    an ``attn_mask`` (``masked``: 4 warps spill 370–420 bytes there in 64×32 tiles; 64×64 spilled 16 bytes
+    in the forward with a window and 92–212 in ``dK, dV``); 64×16 tiles and 8
     warps at ``D = 128``; 2 pipeline stages (:data:`NUM_STAGES`); float32 inputs: 32×32 with 8 warps.
     Chosen from sm_90a compile reports (registers, spills, shared memory; ``ptxas`` of the Triton
     wheel), to keep every kernel free of spills with the most query rows in flight per multiprocessor,
@@ -110,7 +111,7 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     elif dtype == torch.float32:
         chosen = (32, 32, 8)
     else:
-        chosen = (64, 32 if software_log else 64, 8 if masked else 4) if head_dim <= 64 else (64, 16, 8)
+        chosen = (64, 32 if software_log or masked else 64, 8 if masked else 4) if head_dim <= 64 else (64, 16, 8)
     return merged(current_attention(), chosen)
 
 
