@@ -872,9 +872,10 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
         lo = 0
-    # a loop over the tiles without a mask, then one over the edge tiles (dense causal or unmasked only: with
-    # VARLEN or WINDOWED the two copies spill 8-56 bytes at 255 registers in 64x64 tiles, so one loop masks all)
-    SPLIT: tl.constexpr = (HAS_MASK == 0) & (VARLEN == 0) & (WINDOWED == 0)
+    # a loop over the tiles without a mask, then one over the edge tiles (dense half inputs without a mask or
+    # window only: with VARLEN or WINDOWED the two copies spill 8-56 bytes at 255 registers in 64x64 tiles, with
+    # float32's IEEE dots 1.2-1.4 KB, so one loop masks all)
+    SPLIT: tl.constexpr = (HAS_MASK == 0) & (VARLEN == 0) & (WINDOWED == 0) & (DOT != 1)
     free_lo, free_hi = _free_query_blocks(pid_n, lo, nq, Sb, window, CAUSAL, HAS_MASK, WINDOWED, BLOCK_M, BLOCK_N)
     if not SPLIT:
         free_hi = free_lo
