@@ -16,9 +16,10 @@ of that count times the loop's visits per score: the Newton loop's are the forwa
 (Triton's interpreter on a seeded random input, weighted by the tiles of each query block:
 ``--passes-length``, one head), the
 max/histogram pass is visited once, the output pass and the backward loops once per kept tile (the kept
-fraction of the same run: 1 on that input).  The Newton, output and ``dQ`` loops come in two copies, over the
-tiles that need no mask and over the edge tiles (the causal diagonal's), their visits split in the band's
-proportions (:func:`tile_split`: 96.9 % without a mask at L = 4096 in 64 × 32 tiles).  A tile loop is an innermost loop that loads a tile of a streamed
+fraction of the same run: 1 on that input).  Every loop (the max/histogram, Newton, output, ``dK, dV`` and ``dQ``
+loops) comes in two copies, over the tiles that need no mask and over the edge tiles (the causal diagonal's),
+their visits split in the band's proportions (:func:`tile_split`: 96.9 % without a mask at L = 4096 in 64 × 64
+tiles).  A tile loop is an innermost loop that loads a tile of a streamed
 operand (below).  Work outside the tile loops (the Newton step per row, prologues and epilogues) is
 left out: a few hundred instructions per row block, under 1 per score at 4k keys.
 
@@ -367,11 +368,12 @@ def summarize(found: list[LoopCount], specs: list[LoopSpec], visits: dict, per_t
 
 
 #: the library's tile loops per kernel, in PTX order, and their visits per score
-#: (the Newton, output and ``dQ`` loops come in two copies: the tiles without a mask, then the edge tiles, the
-#: causal diagonal's: visited in the proportions of :func:`tile_split`)
-OURS = {"attention_fwd": [LoopSpec("max", "once"), LoopSpec("newton", "passes_free"), LoopSpec("newton", "passes_edge"),
-                          LoopSpec("output", "kept_free"), LoopSpec("output", "kept_edge")],
-        "attention_bwd_dkdv": [LoopSpec("tiles", "kept")],
+#: (every loop comes in two copies: the tiles without a mask, then the edge tiles, the causal diagonal's: visited
+#: in the proportions of :func:`tile_split`)
+OURS = {"attention_fwd": [LoopSpec("max", "once_free"), LoopSpec("max", "once_edge"), LoopSpec("newton", "passes_free"),
+                          LoopSpec("newton", "passes_edge"), LoopSpec("output", "kept_free"),
+                          LoopSpec("output", "kept_edge")],
+        "attention_bwd_dkdv": [LoopSpec("tiles", "kept_free"), LoopSpec("tiles", "kept_edge")],
         "attention_bwd_dq": [LoopSpec("tiles", "kept_free"), LoopSpec("tiles", "kept_edge")]}
 STREAMED = {"attention_fwd": ("K", "V"), "attention_bwd_dkdv": ("Q", "DO"), "attention_bwd_dq": ("K", "V")}
 
@@ -528,8 +530,9 @@ def report(passes: dict, L: int, passes_L: int, H: int, adasplash_path: Optional
                              ("learned_alpha_software_log2", 0, False)):
         run = "learned_alpha" if exact == 0 else key
         per, kept = passes[run]["per_score"], passes[run].get("kept", 1.0)
-        visits = {"once": 1.0, "passes": per, "kept": kept, "passes_free": per * free, "passes_edge": per * (1 - free),
-                  "kept_free": kept * free, "kept_edge": kept * (1 - free)}
+        visits = {"once": 1.0, "once_free": free, "once_edge": 1 - free, "passes": per, "kept": kept,
+                  "passes_free": per * free, "passes_edge": per * (1 - free), "kept_free": kept * free,
+                  "kept_edge": kept * (1 - free)}
         got = ours(exact, visits, fast)
         kernels.update(got)
         totals[key] = round(sum(k["instructions_per_score"] for k in got.values()), 1)

@@ -319,7 +319,7 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
                         (0, True, 0, False, True, True), (1, True, 0, False, False, True),
                         (2, True, 0, False, False, True), (2, True, 0, True, False, True),
                         (2, True, 2, False, False, True)):
-                    bm, bn, warps = F.blocks(D, cuda, dtype, masked=mask != 0)
+                    bm, bn, warps = F.blocks(D, cuda, dtype, masked=mask != 0, software_log=exact == 0 and not fast)
                     if kernel != "attention_fwd":
                         warps = F.backward_warps(D, cuda, dtype, masked_window=mask != 0 and windowed)
                     c = dict(EXACT=exact, CAUSAL=causal, HAS_MASK=mask, DOT=1 if dt == "fp32" else 0, VARLEN=varlen,

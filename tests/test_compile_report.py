@@ -218,8 +218,8 @@ def test_the_table_covers_every_kernel_and_tile_the_launchers_choose(monkeypatch
     # the attention tiles
     fwd = {(v.dtype, v.constexprs["HEAD_DIM"], v.constexprs["BLOCK_M"], v.constexprs["BLOCK_N"], v.warps)
            for v in CR.variants() if v.kernel == "attention_kernels.attention_fwd" and not v.constexprs["HAS_MASK"]}
-    want = {(dt, D, *flash_attention.blocks(D, torch.device("cuda"), getattr(torch, CR.TORCH_DTYPE[dt])))
-            for dt in CR.DTYPES for D in (64, 128)}
+    want = {(dt, D, *flash_attention.blocks(D, torch.device("cuda"), getattr(torch, CR.TORCH_DTYPE[dt]), software_log=sl))
+            for dt in CR.DTYPES for D in (64, 128) for sl in (False, True)}  # (below ALPHA_FAST_LOG: 64 x 32)
     assert fwd == want
     # the quick subset keeps every kernel
     assert {v.kernel for v in CR.variants() if v.quick} == {v.kernel for v in CR.variants()}

@@ -35,21 +35,28 @@ def device(gpu_when_present):
 
 
 @triton.jit
-def _start(Z, T0, n, a, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The forward's start for ``ROWS`` rows of ``n`` scores, binned in tiles of ``BLOCK_N`` keys."""
+def _start(Z, T0, n, a, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, FLUSH: tl.constexpr):
+    """The forward's start for ``ROWS`` rows of ``n`` scores, binned in tiles of ``BLOCK_N`` keys (the tile-shaped
+    counts added to the rows' every ``FLUSH`` tiles)."""
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     m = tl.full([ROWS], float("-inf"), tl.float32)
-    anchor = tl.full([ROWS], float("-inf"), tl.float32)
-    hist = tl.zeros([ROWS], tl.int64)
+    anchor = tl.full([ROWS], -1e30, tl.float32)
+    hist = tl.zeros([ROWS, BLOCK_N], tl.int64)
+    counts = tl.zeros([ROWS, AK.HIST_BINS], tl.float32)
+    c_anchor = anchor
     for nb in range(tl.cdiv(n, BLOCK_N)):
         offs = nb * BLOCK_N + cols
         z = tl.load(Z + rows[:, None] * n + offs[None, :], mask=offs[None, :] < n, other=float("-inf"))
         m = tl.maximum(m, tl.max(z, 1))
-        hist, anchor = AK._hist_add(hist, anchor, m, z, a * AK.HIST_BINS)
+        hist, anchor = AK._hist_add(hist, anchor, m, z, a * AK.HIST_WIDTH)
+        if nb % FLUSH == FLUSH - 1:  # the tile-shaped counts to the rows' (the forward: every HIST_CHUNK blocks)
+            counts, c_anchor = AK._hist_flush(hist, anchor, counts, c_anchor)
+            hist = tl.zeros([ROWS, BLOCK_N], tl.int64)
+    counts, anchor = AK._hist_flush(hist, anchor, counts, c_anchor)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
-    tl.store(T0 + rows, AK._hist_start(hist, anchor, m, a, empty == 0, EXACT, False))
+    tl.store(T0 + rows, AK._hist_start(counts, anchor, m, a, empty == 0, EXACT, False))
 
 
 def _threshold(z, a):
@@ -75,20 +82,23 @@ def _rows(n):
                       0.2 * noise[8:]])                 # flat: large supports
 
 
-@pytest.mark.parametrize("alpha", [2.0, 1.5, 1.3, 1.7, 1.05])
-def test_start_is_below_the_threshold(device, alpha):
+@pytest.mark.parametrize("alpha,flush", [(2.0, 1000), (1.5, 1000), (1.5, 2), (1.3, 3), (1.7, 1000), (1.05, 1000)])
+def test_start_is_below_the_threshold(device, alpha, flush):
     a = alpha - 1
     exact = 1 if alpha == 2.0 else 2 if alpha == 1.5 else 0
     z = _rows(200).float()
     z[3, 150:] = float("-inf")  # a row with masked keys (partly masked tiles, a fully masked one)
     want = _threshold(torch.where(torch.isinf(z), torch.tensor(-1e30), z), a)
     t0 = torch.empty(z.shape[0], dtype=torch.float32, device=device)
-    _start[(1,)](z.to(device).contiguous(), t0, z.shape[1], a, EXACT=exact, ROWS=z.shape[0], BLOCK_N=32)
+    _start[(1,)](z.to(device).contiguous(), t0, z.shape[1], a, EXACT=exact, ROWS=z.shape[0], BLOCK_N=32,
+                 FLUSH=flush)
     t0 = t0.cpu().double()
     assert (t0 <= want).all(), (t0 - want).max()
     assert (t0 >= -1).all()
-    # and close to it: within one bin (the flat rows' thresholds are 0.75 above t = -1; measured: at most 0.19)
-    assert (want - t0).max() <= 1 / AK.HIST_BINS
+    # and close to it: within one bin where the threshold is inside the bins (d > -2/3; measured: at most 0.056),
+    # within 1/3 elsewhere (the start is at least -1; measured: at most 0.25)
+    inside = want > -2 / 3
+    assert ((want - t0)[inside] <= 1 / AK.HIST_WIDTH.value).all() and (want - t0).max() <= 1 / 3
 
 
 def _random_qkv(L, D, H=4, seed=128):
@@ -112,7 +122,9 @@ def test_fewer_passes_and_exact(device, mapping, alpha):
     passes = stats["newton_passes"]
     most, total = BASELINE[(mapping, alpha)]
     assert int(passes.max()) <= most - 1 and int(passes.sum()) <= total - passes.numel() // 2
-    assert (stats["psum"] - 1).abs().max() <= 1e-6
+    # float32 rounding of u = a z - τ at the scores' scale: sparsemax's worst row has 7 keys in its support and
+    # |τ| = 2.7 (up to 7 · 2^-24 · (|z| + |τ|) = 2.4e-6; measured 1.4e-6)
+    assert (stats["psum"] - 1).abs().max() <= 3e-6
     out = FA.flash_attention(q, k, v, mapping=mapping, alpha=alpha, block_m=64, block_n=32)
     import softargmax as sa
 
@@ -136,20 +148,18 @@ def _solve(D, T0, T, P, n, max_iter, EXACT: tl.constexpr, ROWS: tl.constexpr, BL
     last = tl.full([ROWS], float("inf"), tl.float32)
     it = 0
     while tl.sum(go.to(tl.int32), 0) > 0:
-        S = tl.zeros([ROWS, BLOCK_N], tl.float32)
-        Sp = tl.zeros([ROWS, BLOCK_N], tl.float32)
-        cnt = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        S = tl.zeros([ROWS], tl.float32)
+        Sp = tl.zeros([ROWS], tl.float32)
+        cnt = tl.zeros([ROWS], tl.float32)
         k1 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
         k2 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
-        k3 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
         for nb in range(tl.cdiv(n, BLOCK_N)):
             offs = nb * BLOCK_N + cols
             u = tl.load(D + rows[:, None] * n + offs[None, :], mask=offs[None, :] < n, other=float("-inf")) - t[:, None]
             p, s = AK._powers(u, a, EXACT, False)
-            S, Sp, cnt, k1, k2, k3 = AK._support_add(S, Sp, cnt, k1, k2, k3, p, s, u, EXACT)
-        S, Sp, cnt, k1, k2, k3 = AK._support_sums(S, Sp, cnt, k1, k2, k3, EXACT)
-        tn, done, last = AK._certified_step(t, S, Sp, cnt, k1, k2, k3, it, last, 2 * 1.1920929e-07, max_iter, a,
-                                            EXACT)
+            S, Sp, cnt, k1, k2, _ = AK._support_add(S, Sp, cnt, k1, k2, p, s, u, EXACT)
+        S, Sp, cnt, k1, k2 = AK._support_sums(S, Sp, cnt, k1, k2, EXACT)
+        tn, done, last = AK._certified_step(t, S, Sp, cnt, k1, k2, it, last, 2 * 1.1920929e-07, max_iter, a, EXACT)
         t = tl.where(go, tn, t)
         passes = tl.where(go, passes + 1, passes)
         go = go & (done == 0)
@@ -162,7 +172,7 @@ def _solve(D, T0, T, P, n, max_iter, EXACT: tl.constexpr, ROWS: tl.constexpr, BL
 def test_certified_step_drops_the_smallest_scores(device, alpha):
     """The closed-form step certifies the support and ends a row's passes.  From a start ``t0`` below the
     threshold with ``r`` scores in ``(t0, t*]`` (they leave the support), one pass solves the row exactly
-    for ``r`` = 0, 1 and 2 (the candidates that drop the support's ``r`` smallest scores); with ``r = 3``
+    for ``r`` = 0 and 1 (the candidates that drop the support's ``r`` smallest scores); with ``r`` = 2 and 3
     the pass takes a Newton step and a later one certifies.  Against float64 bisection: the threshold to
     float32 rounding and ``Σp = 1``."""
     a = alpha - 1
@@ -185,4 +195,4 @@ def test_certified_step_drops_the_smallest_scores(device, alpha):
     assert (t - want).abs().max() <= 1e-6
     S = ((d.double() - t[:, None]).clamp(min=0) ** (1 / a)).sum(1)
     assert (S - 1).abs().max() <= 1e-5
-    assert (passes[r <= 2] == 1).all() and (passes[r == 3] >= 2).all(), passes
+    assert (passes[r <= 1] == 1).all() and (passes[r >= 2] >= 2).all(), passes

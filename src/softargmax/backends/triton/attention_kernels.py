@@ -19,14 +19,15 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
 1. a pass over the key blocks for the row maxima ``m``, listing the tiles where the bound
    ``a max_ij (z_ij - m_i') + 1 ≥ u_ij`` (``m_i'`` the running maximum, ``t ≥ -1``) is positive:
    a tile where it is ``≤ 0`` is skipped from the first Newton pass on.  The same pass bins the
-   scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_BINS`` wide in
+   scores for the start (:func:`_hist_add`): ``HIST_BINS`` bins ``1/HIST_WIDTH`` wide in
    ``a (z - m)``, anchored to the running maximum, each score counted in the bin just below it;
 2. passes from the start :func:`_hist_start` (Newton steps on the binned row, in registers: below
    the root, since lowered scores have a lower threshold), each accumulating per row over the key
-   blocks ``Σp``, ``Σs`` and, for sparsemax and 1.5-entmax, the support's size and its three smallest
-   ``u`` (the sums in tile-shaped registers, reduced once per pass).  Sparsemax and 1.5-entmax
+   blocks ``Σp``, ``Σs`` and, for sparsemax and 1.5-entmax, the support's size and its two smallest
+   ``u`` (the sums reduced over the tile's rows, the smallest ``u`` in tile-shaped registers, reduced once
+   per pass).  Sparsemax and 1.5-entmax
    (:func:`_certified_step`): the root in closed form on the support, or on the support without its
-   one or two smallest scores, ends the row when it is *certified* (the support it assumes is the one
+   smallest score, ends the row when it is *certified* (the support it assumes is the one
    at that root), without a confirming pass; else a Newton step on ``S^a`` (below the root).  The
    general power: the row solver's step (:func:`softargmax.backends.triton.row_kernels.newton_step`),
    Newton on ``S^a`` until ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation).  Either way a row
@@ -35,17 +36,19 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    data, not fixed.  ``u`` is one FMA per score from the dot and the absolute threshold
    ``τ = a m + t`` (:func:`_u`; the general power: an FMA and a subtraction);
 3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
-   blocks, rotated under a sliding window so that the mask-free tiles lead) and writes the list of the next one: the tiles whose largest ``u`` over their rows at
-   this ``t`` is positive.  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
+   blocks, rotated under a sliding window so that the mask-free tiles lead) and writes the list of the next one: the tiles that hold a ``u > 0`` at this ``t``
+   (sparsemax and 1.5-entmax: from the tile's support counts).  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
    later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
    data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
    tiles as asynchronous copies (``cp.async``) one iteration ahead.  Two halves per query block
    alternate between the passes (no list is overwritten while it is read); the output pass writes the
    final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
-   block]`` (the largest ``u`` of each kept tile at the final ``t``, 0 elsewhere), whose columns
-   :func:`attention_bwd_dkdv` lists the same way.  The Newton, output and ``dQ`` loops walk first the tiles that need no mask (whole key blocks at or before the block's first
-   query, no ``attn_mask``: :func:`_free_blocks`; ``u`` straight from the FMA, ``τ = +inf`` on the rows
-   past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
+   block]`` (positive on the kept tiles at the final ``t``: sparsemax and 1.5-entmax the largest row sum of
+   ``s``, the general power the largest ``u``; 0 elsewhere), whose columns :func:`attention_bwd_dkdv` lists
+   the same way.  Every tile loop (the max pass, the Newton passes, the output pass, ``dQ``, and ``dK, dV`` on
+   dense inputs without a window or mask) walks first the tiles that need no mask (whole key blocks at or before the block's first query, no
+   ``attn_mask``: :func:`_free_blocks`, :func:`_free_query_blocks`; ``u`` straight from the FMA, ``τ = +inf``
+   on the rows past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
    of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
    ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
@@ -116,11 +119,22 @@ from .row_kernels import KIND_POWER, newton_step, newton_update
 _RUNTIME = ("H", "HKV", "L", "S", "NQB", "NKB", "max_iter", "window", "stride_mb", "stride_mh", "stride_mm",
             "stride_mn")
 
-#: bins of the start's histogram (``HIST_BINS`` 16-bit counters packed in one int64 per row), each
-#: ``1 / HIST_BINS`` wide in ``d = a (z - m)``: together they cover ``d ∈ (-1, 0]``, where the support is
-HIST_BINS = tl.constexpr(4)
-#: a row of at least this many keys starts from ``t = -1`` (a bin's 16-bit counter could overflow)
-HIST_MAX_KEYS = tl.constexpr(65536)
+#: bins of the start's histogram, each ``1 / HIST_WIDTH`` wide in ``d = a (z - m)``: together they cover
+#: ``d ∈ (-2/3, 0]``, where the support is on most rows (the scores below are left out: a lower start).
+#: Counted per tile position (one counter per score of a tile, summed over the key blocks: no reduction
+#: per tile), ``HIST_BINS + 1`` slots of ``HIST_BITS`` bits packed in one int64: the last slot takes the
+#: scores below the bins (never read).  8 bins of 1/12 rather than 4 of 1/4: about 0.3 to 0.45 Newton passes
+#: fewer on random rows (a float64 model of the passes at 512 and 2048 keys, 1.5-entmax)
+HIST_BINS = tl.constexpr(8)
+#: bins per unit of ``d``
+HIST_WIDTH = tl.constexpr(12)
+#: bits of a slot: a position's count grows by at most 1 per key block
+HIST_BITS = tl.constexpr(7)
+#: one slot's bits
+HIST_SLOT = tl.constexpr(127)
+#: key blocks counted in the tile-shaped counters before they are added to the rows' counts
+#: (:func:`_hist_flush`): a slot holds up to ``HIST_SLOT``
+HIST_CHUNK = tl.constexpr(127)
 #: Newton steps on the histogram (in registers, no pass over the keys) that give the start
 HIST_STEPS = tl.constexpr(4)
 #: the start is taken this much below the histogram's threshold (float32 rounding of the bins)
@@ -129,6 +143,9 @@ HIST_MARGIN = tl.constexpr(1e-5)
 #: about 30 instructions): off under Triton's interpreter, which runs no inline assembly (decided, as
 #: there, by ``TRITON_INTERPRET`` when this module is imported)
 HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+#: inline PTX for a few instructions Triton's own lowering spends more on (:func:`_kept`, :func:`_bin_bit`): off
+#: under the interpreter (as :data:`HW_LOG2`)
+INLINE_PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 #: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
 LN2 = tl.constexpr(0.6931471805599453)
 #: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles
@@ -182,42 +199,78 @@ def _powers_log(u, a, HW: tl.constexpr):
 
 @triton.jit
 def _hist_add(hist, anchor, m, z, inv_w):
-    """Histogram of a score tile for the start (:func:`_hist_start`), per row: ``hist`` packs
-    ``HIST_BINS`` 16-bit counts, bin ``k`` standing for the value ``anchor - k w`` (``w = 1/inv_w``
-    in scores); every score is counted in the bin just below it (``k = ⌈(anchor - z)/w⌉``; above the
-    anchor: bin 0), so the binned values are lower bounds of the scores.  ``m``: the running row
-    maximum including this tile.  The anchor follows it by whole bins (the counts shift with it:
-    the binned values stay the same), and stays within one bin below it."""
-    anchor = tl.where(anchor == float("-inf"), m, anchor)
-    shift = tl.where(m > float("-inf"), tl.floor((m - anchor) * inv_w), 0.0)
-    anchor = anchor + shift / inv_w
-    sh = shift.to(tl.int64)
-    hist = tl.where(sh >= HIST_BINS, 0, hist << (16 * tl.minimum(sh, HIST_BINS - 1)))
-    k = tl.where(z > float("-inf"), tl.maximum(tl.ceil((anchor[:, None] - z) * inv_w), 0.0), HIST_BINS * 1.0)
-    k = tl.minimum(k, HIST_BINS * 1.0).to(tl.int64)
-    one = tl.full(k.shape, 1, tl.int64)
-    hist += tl.sum(tl.where(k < HIST_BINS, one << (16 * tl.minimum(k, HIST_BINS - 1)), 0), 1)
-    return hist, anchor
+    """Histogram of a score tile for the start (:func:`_hist_start`): ``hist`` (tile-shaped int64, one
+    counter per position, reduced over the row by :func:`_hist_flush`) packs ``HIST_BINS + 1`` slots of
+    ``HIST_BITS`` bits; ``anchor`` (per row, in units of ``w = 1/inv_w``) is ``⌊m / w⌋``, an integer: bin
+    ``k`` stands for the value ``(anchor - k) w``, and every score is counted in the bin just below it,
+    ``k = ⌈anchor - z/w⌉`` (above the anchor: bin 0), so the binned values are lower bounds of the scores.
+    Scores more than ``HIST_BINS - 1`` bins down (and ``-inf``) go to the last slot.  ``m``: the running
+    row maximum including this tile (``-inf``: no key yet, anchor ``-1e30``).  The anchor follows it by
+    whole bins: the counts shift up by as many slots (the binned values stay the same; the ones pushed
+    past the last slot are never read).  Per score: an FMA, a rounding, a clamp, a conversion, a
+    multiplication, two shifts and an addition."""
+    new = tl.where(m > float("-inf"), tl.floor(m * inv_w), -1e30)
+    sh = tl.minimum(new - anchor, HIST_BINS + 1.0).to(tl.int32) * HIST_BITS  # (the first key: all slots out)
+    hist = hist << sh.to(tl.int64)[:, None]
+    hist += _bin_bit(new[:, None] - z * inv_w)
+    return hist, new
 
 
 @triton.jit
-def _hist_start(hist, anchor, m, a, use, EXACT: tl.constexpr, FAST_LOG: tl.constexpr):
-    """The Newton start: ``HIST_STEPS`` Newton steps from ``t = -1`` on the binned row (the maximum
-    at ``d = 0``, the other counts at ``d_k = a (anchor - m) - k / HIST_BINS``), minus
-    ``HIST_MARGIN``, at least ``-1``; ``-1`` where not ``use``.  Scores lowered to the binned values
-    lower the threshold, and Newton on the convex ``S^a`` from below stays below the root: the
-    start is below the row's threshold (the iterates rise monotonically from it)."""
+def _bin_bit(v):
+    """``1 << (HIST_BITS k)`` (int64) for the bin ``k = ⌈v⌉`` clamped to ``[0, HIST_BINS]`` (``+inf``: the last
+    slot).  On a GPU four instructions: ``cvt.rpi.s32.f32`` (⌈v⌉, saturated), ``min.u32`` (a negative ``k``,
+    ``v ≤ -1`` by rounding, goes to the last slot too: left out, which only lowers the start), a multiplication
+    and the shift."""
+    if INLINE_PTX:
+        tl.static_assert((HIST_BINS == 8) & (HIST_BITS == 7), "the constants of _bin_bit's PTX")
+        r = tl.inline_asm_elementwise(
+            "{\n.reg .b32 k;\ncvt.rpi.s32.f32 k, $1;\nmin.u32 k, k, 8;\nmul.lo.u32 k, k, 7;\nshl.b64 $0, 1, k;\n}",
+            "=l,r", [v], dtype=tl.int64, is_pure=True, pack=1)
+    else:
+        k = tl.minimum(tl.maximum(tl.ceil(v), 0.0), HIST_BINS * 1.0).to(tl.int32) * HIST_BITS
+        r = tl.full(v.shape, 1, tl.int64) << k.to(tl.int64)
+    return r
+
+
+@triton.jit
+def _hist_flush(hist, anchor, counts, c_anchor):
+    """The rows' counts ``counts`` (``[rows, HIST_BINS]`` float32, taken at the anchor ``c_anchor``) plus the
+    tile-shaped counters ``hist`` of :func:`_hist_add` (at ``anchor``), at ``anchor``: the old counts move
+    down by the bins the anchor rose (those past the last bin are left out).  Returns
+    ``(counts, anchor)``; the caller zeroes ``hist``."""
     kb = tl.arange(0, HIST_BINS)
-    c = ((hist[:, None] >> (16 * kb[None, :]).to(tl.int64)) & 0xFFFF).to(tl.float32)
-    c = tl.where(kb[None, :] == 0, c - 1.0, c)  # the maximum itself, at d = 0
-    d = a * (anchor - m)[:, None] - kb[None, :].to(tl.float32) * (1.0 / HIST_BINS)
+    sh = tl.minimum(anchor - c_anchor, HIST_BINS * 1.0).to(tl.int32)
+    out = tl.zeros(counts.shape, tl.float32)
+    for j in tl.static_range(HIST_BINS):
+        old = tl.sum(tl.where(kb[None, :] == j, counts, 0.0), 1)
+        out = tl.where(kb[None, :] == (sh + j)[:, None], old[:, None], out)
+        cj = tl.sum(((hist >> (HIST_BITS * j)) & HIST_SLOT).to(tl.int32), 1)  # bin j's counts summed over the row
+        out += tl.where(kb[None, :] == j, cj.to(tl.float32)[:, None], 0.0)
+    return out, anchor
+
+
+@triton.jit
+def _hist_start(c, anchor, m, a, use, EXACT: tl.constexpr, FAST_LOG: tl.constexpr):
+    """The Newton start: ``HIST_STEPS`` Newton steps from ``t = -1`` on the binned row (the counts ``c`` of
+    :func:`_hist_flush`; the maximum at ``d = 0``, the other counts at ``d_k = (anchor - k) / HIST_WIDTH -
+    a m``: the anchor of :func:`_hist_add` is in bins of ``1 / (a HIST_WIDTH)``), minus ``HIST_MARGIN``, at
+    least ``-1``; ``-1`` where not ``use``.  The maximum is counted in the first bin that holds a score (bin
+    0; the bins decrease with the score).  Scores lowered to the binned values (or left out) lower the
+    threshold, and Newton on the convex ``S^a`` from below stays below the root: the start is below the
+    row's threshold (the iterates rise monotonically from it)."""
+    kb = tl.arange(0, HIST_BINS)
+    first = tl.min(tl.where(c > 0, kb[None, :], HIST_BINS), 1)
+    c = tl.where(kb[None, :] == first[:, None], c - 1.0, c)  # the maximum itself, at d = 0
+    d = (anchor[:, None] - kb[None, :].to(tl.float32)) * (1.0 / HIST_WIDTH) - (a * m)[:, None]
+    d = tl.minimum(d, 0.0)
     t = tl.full(m.shape, -1.0, tl.float32)
     for _ in tl.static_range(HIST_STEPS):
         p, s = _powers(d - t[:, None], a, EXACT, FAST_LOG)
         p0, s0 = _powers(-t, a, EXACT, FAST_LOG)
         t = newton_update(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
     t = tl.maximum(t - HIST_MARGIN, -1.0)
-    return tl.where(use & (t == t), t, -1.0)
+    return tl.where(use & (t == t) & (tl.abs(anchor) < 4194304.0), t, -1.0)  # (2^22: the bins' integers exact)
 
 
 @triton.jit
@@ -251,12 +304,16 @@ mm, low = _mm, _low
 @triton.jit
 def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn, window,
-                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``, ``-inf`` outside."""
+                CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr,
+                EDGE: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``; with ``EDGE`` ``-inf`` outside (as
+    :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored)."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     z = _mm(q, kt, DOT) * scale
-    return _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, window, CAUSAL, HAS_MASK,
-                   WINDOWED)
+    if EDGE:
+        z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, window, CAUSAL, HAS_MASK,
+                    WINDOWED)
+    return z
 
 
 @triton.jit
@@ -319,16 +376,6 @@ def _rotated(kb, first, free0, n_blocks, WINDOWED: tl.constexpr):
 
 
 @triton.jit
-def _is_free(keep, nb, free0, n_free, WINDOWED: tl.constexpr):
-    """Whether a kept tile of key block ``nb`` needs no mask: ``nb < n_free`` (:func:`_free_blocks`), and under a
-    window ``nb ≥ free0`` (:func:`_window_blocks`)."""
-    r = keep & (nb < n_free)
-    if WINDOWED:
-        r = r & (nb >= free0)
-    return r
-
-
-@triton.jit
 def _u(x, ascale, shift, t, EXACT: tl.constexpr):
     """``u = a (z - m) - t`` from the dots ``x`` (``z = scale · x``; ``ascale = a · scale``).  Sparsemax and
     1.5-entmax: one FMA per score from the absolute threshold ``shift = τ = a m + t``, ``u = ascale · x - τ``
@@ -374,42 +421,63 @@ def _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, weig
 
 
 @triton.jit
-def _smallest3(a1, a2, a3, b1, b2, b3):
-    """The three smallest of two sorted triples, sorted."""
-    r3 = tl.minimum(tl.minimum(a3, b3), tl.minimum(tl.maximum(a2, b1), tl.maximum(a1, b2)))
-    return tl.minimum(a1, b1), tl.minimum(tl.maximum(a1, b1), tl.minimum(a2, b2)), r3
+def _smallest2(a1, a2, b1, b2):
+    """The two smallest of two sorted pairs, sorted."""
+    return tl.minimum(a1, b1), tl.minimum(tl.maximum(a1, b1), tl.minimum(a2, b2))
 
 
 @triton.jit
-def _support_add(S, Sp, n, k1, k2, k3, p, s, u, EXACT: tl.constexpr):
-    """A tile's scores added to tile-shaped running accumulators (reduced once per pass, by
-    :func:`_support_sums`: no reduction across threads per tile): ``Σp``, ``Σs`` and, for sparsemax and
-    1.5-entmax, the support's size and its three smallest ``u`` per position, sorted (``+inf`` where
-    fewer)."""
-    S += p
-    Sp += s
+def _kept(u):
+    """``(w, c)``: ``w = u`` where ``u > 0`` else ``+inf``, ``c`` 1 there else 0, from one comparison."""
+    if INLINE_PTX:
+        w, c = tl.inline_asm_elementwise(
+            "{\n.reg .pred p;\nsetp.gt.f32 p, $2, 0f00000000;\nselp.f32 $0, $2, 0f7F800000, p;\n"
+            "selp.f32 $1, 0f3F800000, 0f00000000, p;\n}",
+            "=r,=r,r", [u], dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+    else:
+        w = tl.where(u > 0, u, float("inf"))
+        c = tl.where(u > 0, 1.0, 0.0)
+    return w, c
+
+
+@triton.jit
+def _support_add(S, Sp, n, k1, k2, p, s, u, EXACT: tl.constexpr):
+    """A tile's scores added to the running accumulators of a pass: per row ``Σp``, ``Σs`` and, for
+    sparsemax and 1.5-entmax, the support's size (``S``, ``Sp``, ``n``: the tile's sums, reduced over its
+    row); in tile-shaped registers (reduced once per pass, by :func:`_support_sums`) the two smallest
+    ``u`` of the support per position, sorted (``+inf`` where fewer).  Also returns whether the tile holds
+    a ``u > 0`` (sparsemax and 1.5-entmax: from the tile's counts; the general power: its largest ``u``).
+    Sparsemax: ``p = u₊`` and ``s`` is the count's indicator (``Σs = n``; ``p`` and ``s`` are not read)."""
+    if EXACT == 1:
+        w, one = _kept(u)
+        cnt = tl.sum(one, 1)
+        S += tl.sum(tl.maximum(u, 0.0), 1)
+        Sp += cnt
+    else:
+        S += tl.sum(p, 1)
+        Sp += tl.sum(s, 1)
     if EXACT != 0:
-        pos = u > 0
-        n += tl.where(pos, 1.0, 0.0)
-        w = tl.where(pos, u, float("inf"))
-        k3 = tl.minimum(k3, tl.maximum(k2, w))
+        if EXACT == 2:
+            w, one = _kept(u)
+            cnt = tl.sum(one, 1)
+        n += cnt
         k2 = tl.minimum(k2, tl.maximum(k1, w))
         k1 = tl.minimum(k1, w)
-    return S, Sp, n, k1, k2, k3
+        keep = tl.max(cnt, 0) > 0
+    else:
+        keep = tl.max(tl.max(u, 1), 0) > 0
+    return S, Sp, n, k1, k2, keep
 
 
 @triton.jit
-def _support_sums(S, Sp, n, k1, k2, k3, EXACT: tl.constexpr):
-    """The accumulators of :func:`_support_add` reduced per row: ``(Σp, Σs, n, k1 ≤ k2 ≤ k3)`` (the
-    general power: ``Σp``, ``Σs`` and placeholders)."""
-    S = tl.sum(S, 1)
-    Sp = tl.sum(Sp, 1)
+def _support_sums(S, Sp, n, k1, k2, EXACT: tl.constexpr):
+    """The accumulators of :func:`_support_add` per row: ``(Σp, Σs, n, k1 ≤ k2)`` (the smallest ``u``
+    reduced over the row; the general power: ``Σp``, ``Σs`` and placeholders)."""
     if EXACT != 0:
-        n = tl.sum(n, 1)
-        k1, k2, k3 = tl.reduce((k1, k2, k3), 1, _smallest3)
+        k1, k2 = tl.reduce((k1, k2), 1, _smallest2)
     else:
-        n, k1, k2, k3 = S, S, S, S
-    return S, Sp, n, k1, k2, k3
+        n, k1, k2 = S, S, S
+    return S, Sp, n, k1, k2
 
 
 @triton.jit
@@ -444,14 +512,15 @@ def _drop(S, Sp, n, k, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _certified_step(t, S, Sp, n, k1, k2, k3, it, last, tol, max_iter, a, EXACT: tl.constexpr):
+def _certified_step(t, S, Sp, n, k1, k2, it, last, tol, max_iter, a, EXACT: tl.constexpr):
     """The step after a pass at ``t`` (below the root) for sparsemax and 1.5-entmax: ``(t', done, last)``.
 
     The support at the root is the scores above it; the sums at ``t`` (``S``, ``Sp``, the support's size
-    ``n`` and its three smallest ``u``, ``k1 ≤ k2 ≤ k3``) give the root in closed form for the support,
-    and for the support without its ``r = 1, 2`` smallest scores.  A candidate ``δ`` is *certified* when
-    the support it assumes is the one at ``t + δ``: ``k_r ≤ δ ≤ k_{r+1}`` (``k_0 = 0``): the scores it
-    keeps stay positive and the ones it drops do not.  Then ``t' = t + δ`` is the threshold (up to the
+    ``n`` and its two smallest ``u``, ``k1 ≤ k2``) give the root in closed form for the support, and for
+    the support without its smallest score (``r = 1``).  A candidate ``δ`` is *certified* when the support
+    it assumes is the one at ``t + δ``: ``k_r ≤ δ ≤ k_{r+1}`` (``k_0 = 0``): the scores it keeps stay
+    positive and the ones it drops do not.  (Dropping a second score too certified few more rows: on
+    random rows about 0.03 passes more without it, for two fewer instructions per score and pass.)  Then ``t' = t + δ`` is the threshold (up to the
     rounding of the sums) and the row is done without another pass.  Otherwise the Newton step on
     ``S^a`` (below the root) and another pass.  A row is also done when ``|S - 1| ≤ tol`` at ``t``, when
     the residual stops decreasing (from the third pass: rounding), when the step does not move ``t`` up,
@@ -463,13 +532,10 @@ def _certified_step(t, S, Sp, n, k1, k2, k3, it, last, tol, max_iter, a, EXACT: 
     d0, ok0 = _closed_form(S, Sp, n, EXACT)
     S1, Sp1, n1 = _drop(S, Sp, n, k1, EXACT)
     d1, ok1 = _closed_form(S1, Sp1, n1, EXACT)
-    S2, Sp2, n2 = _drop(S1, Sp1, n1, k2, EXACT)
-    d2, ok2 = _closed_form(S2, Sp2, n2, EXACT)
     c0 = ok0 & (d0 >= 0) & (d0 <= k1)
     c1 = ok1 & (d1 >= k1) & (d1 <= k2)
-    c2 = ok2 & (d2 >= k2) & (d2 <= k3)
-    cert = c0 | c1 | c2
-    delta = tl.where(c0, d0, tl.where(c1, d1, d2))
+    cert = c0 | c1
+    delta = tl.where(c0, d0, d1)
     tn = tl.where(cert, t + delta, newton_update(t, S, Sp, a, KIND_POWER, EXACT))
     tn = tl.where(stop & (cert == 0), t, tn)
     tn = tl.where(tn >= t, tn, t)  # never down (rounding), NaN: stays
@@ -488,6 +554,55 @@ def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
         start = b * 0
         n = n_dense + b * 0
     return start, n
+
+
+@triton.jit
+def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, MASK, mask_base,
+              stride_mm, stride_mn, window, LIST, list_base, pid_m, n_blocks, CAUSAL: tl.constexpr,
+              HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """The forward's first pass (:func:`attention_fwd`, step 1): ``(m, counts, anchor, n_list, n_free)``, the row
+    maxima, the histogram of :func:`_hist_flush` at its anchor, and the list of the tiles the Newton passes
+    read (written at ``LIST + list_base``), its first ``n_free`` entries without a mask."""
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    anchor = tl.full([BLOCK_M], -1e30, tl.float32)
+    hist = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)
+    counts = tl.zeros([BLOCK_M, HIST_BINS], tl.float32)
+    c_anchor = anchor
+    inv_w = a * HIST_WIDTH
+    n_list = 0
+    n_counted = 0  # key blocks in hist since the last flush
+    n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
+    first, free0 = _window_blocks(pid_m, n_blocks, window, BLOCK_M, BLOCK_N, WINDOWED)
+    # the steps over the tiles without a mask (blocks free0, ..., n_free_blocks - 1 lead the rotated order)
+    free_end = first + tl.minimum(tl.maximum(n_free_blocks - free0, 0), tl.maximum(n_blocks - first, 0))
+    for part in tl.static_range(2):
+        lo_p = first if part == 0 else free_end
+        hi_p = free_end if part == 0 else n_blocks
+        for c0 in range(lo_p, hi_p, HIST_CHUNK):  # (one chunk up to 127 key blocks: 8128 keys in 64-key tiles)
+            c1 = tl.minimum(c0 + HIST_CHUNK, hi_p)
+            if n_counted + (c1 - c0) > HIST_CHUNK:  # a slot could overflow: the counts so far to the rows'
+                counts, c_anchor = _hist_flush(hist, anchor, counts, c_anchor)
+                hist = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)
+                n_counted = 0
+            for kb in range(c0, c1):
+                nb = _rotated(kb, first, free0, n_blocks, WINDOWED)
+                offs_n = nb * BLOCK_N + offs_nb
+                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
+                                stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
+                zmax = tl.max(z, 1)
+                m = tl.maximum(m, zmax)
+                # (rows past the end: not scored; -inf: no key yet)
+                gap = tl.max(tl.where(rmask, zmax - tl.where(m == float("-inf"), 0.0, m), float("-inf")), 0)
+                keep = a * gap + 1.0 > 0
+                tl.store(LIST + list_base + n_list, nb, mask=keep)
+                n_list += keep.to(tl.int32)
+                hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
+            n_counted += c1 - c0
+        if part == 0:
+            n_free = n_list  # the list's entries without a mask (listed first)
+    counts, anchor = _hist_flush(hist, anchor, counts, c_anchor)
+    return m, counts, anchor, n_list, n_free
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -542,31 +657,16 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
     # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
     # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
-    # the same pass bins the scores for the start (bins 1/HIST_BINS wide in d = a (z - m))
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    anchor = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    hist = tl.zeros([BLOCK_M], tl.int64)
-    inv_w = a * HIST_BINS
-    n_list = 0
-    n_free = 0  # the list's entries below n_free_blocks (listed first)
-    n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
-    first, free0 = _window_blocks(pid_m, n_blocks, window, BLOCK_M, BLOCK_N, WINDOWED)
-    for kb in range(first, n_blocks):
-        nb = _rotated(kb, first, free0, n_blocks, WINDOWED)
-        offs_n = nb * BLOCK_N + offs_nb
-        z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                        stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED)
-        m = tl.maximum(m, tl.max(z, 1))
-        gap = tl.max(tl.max(z - tl.where(m == float("-inf"), 0.0, m)[:, None], 1), 0)  # -inf: no key yet
-        keep = a * gap + 1.0 > 0
-        tl.store(LIST + list_base + n_list, nb, mask=keep)
-        n_list += keep.to(tl.int32)
-        n_free += _is_free(keep, nb, free0, n_free_blocks, WINDOWED).to(tl.int32)
-        hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
+    # the same pass bins the scores for the start (bins 1/HIST_WIDTH wide in d = a (z - m)); the tiles
+    # without a mask first (in the order of the lists), then the edge tiles
+    m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb,
+                                                  scale, a, MASK, mask_base, stride_mm, stride_mn, window, LIST,
+                                                  list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT, WINDOWED,
+                                                  BLOCK_M, BLOCK_N)
     empty = m == float("-inf")
     m = tl.where(empty, 0.0, m)
     # -- Newton passes from the histogram's start until every row of the block is solved ------
-    t = _hist_start(hist, anchor, m, a, (empty == 0) & (hi < HIST_MAX_KEYS), EXACT, FAST_LOG)
+    t = _hist_start(counts, anchor, m, a, empty == 0, EXACT, FAST_LOG)
     go = rmask & (empty == 0)
     last = tl.full([BLOCK_M], float("inf"), tl.float32)
     it = 0
@@ -577,12 +677,11 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         dst = NKB - src
         n_next = 0
         shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
-        S2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        Sp2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        n2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        S2 = tl.zeros([BLOCK_M], tl.float32)
+        Sp2 = tl.zeros([BLOCK_M], tl.float32)
+        n2 = tl.zeros([BLOCK_M], tl.float32)
         q1 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
         q2 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
-        q3 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
         n_next_free = 0
         for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
             for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
@@ -592,8 +691,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                             mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
                             part == 1)
                 p, s = _powers(u, a, EXACT, FAST_LOG)
-                S2, Sp2, n2, q1, q2, q3 = _support_add(S2, Sp2, n2, q1, q2, q3, p, s, u, EXACT)
-                keep = tl.max(tl.max(u, 1), 0) > 0
+                S2, Sp2, n2, q1, q2, keep = _support_add(S2, Sp2, n2, q1, q2, p, s, u, EXACT)
                 tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
                 n_next += keep.to(tl.int32)
             if part == 0:
@@ -601,13 +699,13 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         n_list = n_next
         n_free = n_next_free
         src = dst
-        Ssum, Sp, cnt, k1, k2, k3 = _support_sums(S2, Sp2, n2, q1, q2, q3, EXACT)
+        Ssum, Sp, cnt, k1, k2 = _support_sums(S2, Sp2, n2, q1, q2, EXACT)
         if EXACT == 0:
             tn, stop, last = newton_step(t, Ssum, Sp, cnt, k1, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
             go = go & (stop == 0)
             t = tl.where(go, tn, t)
         else:
-            tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, k3, it, last, tol, max_iter, a, EXACT)
+            tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, it, last, tol, max_iter, a, EXACT)
             t = tl.where(go, tn, t)
             go = go & (stop == 0)
         it += 1
@@ -635,9 +733,13 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                 plogp += tl.sum(p * lg, 1)
             else:
                 p, s = _powers(u, a, EXACT, FAST_LOG)
-            umax = tl.max(tl.max(u, 1), 0)
-            tl.store(BMAX + bmax_base + nb, umax)
-            keep = umax > 0
+            srow = tl.sum(s, 1)
+            if EXACT == 0:  # (from s, the general power's forward took 60 more registers and spilled)
+                smax = tl.max(tl.max(u, 1), 0)
+            else:  # > 0 where a u > 0 (s = u₊ or 1[u > 0]): one reduction per row instead of one per score
+                smax = tl.max(srow, 0)
+            tl.store(BMAX + bmax_base + nb, smax)
+            keep = smax > 0
             tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
             n_next += keep.to(tl.int32)
             v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
@@ -645,7 +747,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             Ssum += tl.sum(p, 1)
-            Sp += tl.sum(s, 1)
+            Sp += srow
         if part == 0:
             n_next_free = n_next
     plogp = plogp * (LN2 / a)
@@ -701,6 +803,27 @@ def _list_kept(KMAP, stride, OUT, lo, hi, CHUNK: tl.constexpr):
     return n
 
 
+@triton.jit
+def _free_query_blocks(pid_n, lo, nq, S, window, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+                       WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(free_lo, free_hi)``: the query blocks ``[free_lo, free_hi)`` of ``[lo, nq)`` whose tiles with key block
+    ``pid_n`` need no mask (:func:`attention_bwd_dkdv`'s, as :func:`_free_blocks` for the forward): a whole key
+    block (``< S``), no ``attn_mask``, every query at or after every key (``CAUSAL``) and within the window of
+    every key (``WINDOWED``: ``i - j < window``).  Query rows past the end need none: their ``q`` and ``dO`` are
+    0 and their saved shift gives ``u ≤ 0``."""
+    free_lo = lo
+    free_hi = lo
+    if HAS_MASK == 0:
+        if CAUSAL:  # the block's first query at or after the key block's last key
+            free_lo = tl.maximum(lo, tl.minimum((pid_n * BLOCK_N + BLOCK_N - 1 + BLOCK_M - 1) // BLOCK_M, nq))
+        hi = nq
+        if WINDOWED:  # the block's last query less than window after the key block's first key
+            hi = tl.minimum(hi, (pid_n * BLOCK_N + window) // BLOCK_M)
+        free_hi = tl.where((pid_n + 1) * BLOCK_N <= S, tl.maximum(hi, free_lo), free_lo)
+    # (lo < nq: lo <= free_lo <= free_hi <= nq; else every range is empty)
+    return free_lo, free_hi
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BMAX, LIST, CU_Q, CU_K,
                        H, HKV, L, S, NQB, NKB, scale, window,
@@ -749,6 +872,13 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         lo = (pid_n * BLOCK_N) // BLOCK_M
     else:
         lo = 0
+    # a loop over the tiles without a mask, then one over the edge tiles (dense half inputs without a mask or
+    # window only: with VARLEN or WINDOWED the two copies spill 8-56 bytes at 255 registers in 64x64 tiles, with
+    # float32's IEEE dots 1.2-1.4 KB, so one loop masks all)
+    SPLIT: tl.constexpr = (HAS_MASK == 0) & (VARLEN == 0) & (WINDOWED == 0) & (DOT != 1)
+    free_lo, free_hi = _free_query_blocks(pid_n, lo, nq, Sb, window, CAUSAL, HAS_MASK, WINDOWED, BLOCK_M, BLOCK_N)
+    if not SPLIT:
+        free_hi = free_lo
     for g in range(group):
         h = hk * group + g
         bh = b * H + h
@@ -762,25 +892,32 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
         # the query blocks whose tile with this key block is kept, listed from the forward's tile map
         list_base = (bh.to(tl.int64) * NKB + pid_n) * NQB
-        n_list = _list_kept(BMAX + bh.to(tl.int64) * NQB * NKB + pid_n, NKB, LIST + list_base, lo, nq, LIST_CHUNK)
-        for i in range(n_list):
-            mb = tl.load(LIST + list_base + i)
-            offs_m = mb * BLOCK_M + offs_mb
-            rmask = offs_m < Lb
-            q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
-            do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
-                         other=0.0)
-            row = row0 + offs_m
-            shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
-            c = tl.load(CROW + row, mask=rmask, other=0.0)
-            u = _u(_mm(q, kt, DOT), a * scale, shift, t, EXACT)
-            dp = _mm(do, vt, DOT)
-            u = _masked(u, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, a, window, CAUSAL,
-                        HAS_MASK, WINDOWED)
-            p, s = _powers(u, a, EXACT, FAST_LOG)
-            dz = s * (dp - c[:, None])
-            dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
-            dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
+        # (those that need no mask first: _free_query_blocks)
+        kmap = BMAX + bh.to(tl.int64) * NQB * NKB + pid_n
+        n_free = _list_kept(kmap, NKB, LIST + list_base, free_lo, free_hi, LIST_CHUNK)
+        n_list = n_free + _list_kept(kmap, NKB, LIST + list_base + n_free, lo, free_lo, LIST_CHUNK)
+        n_list += _list_kept(kmap, NKB, LIST + list_base + n_list, free_hi, nq, LIST_CHUNK)
+        for part in tl.static_range(0 if SPLIT else 1, 2):  # the tiles without a mask, then the edge tiles
+            for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+                mb = tl.load(LIST + list_base + i)
+                offs_m = mb * BLOCK_M + offs_mb
+                rmask = offs_m < Lb
+                q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None],
+                            other=0.0)
+                do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
+                             other=0.0)
+                row = row0 + offs_m
+                shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
+                c = tl.load(CROW + row, mask=rmask, other=0.0)
+                u = _u(_mm(q, kt, DOT), a * scale, shift, t, EXACT)
+                dp = _mm(do, vt, DOT)
+                if part == 1:
+                    u = _masked(u, offs_m, offs_n, Lb, Sb, MASK, mask_base, stride_mm, stride_mn, a, window, CAUSAL,
+                                HAS_MASK, WINDOWED)
+                p, s = _powers(u, a, EXACT, FAST_LOG)
+                dz = s * (dp - c[:, None])
+                dv += _mm(tl.trans(_low(p, do, DOT)), do, DOT)
+                dk += _mm(tl.trans(_low(dz, q, DOT)), q, DOT)
     out = (krow0 + offs_n)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=nmask[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=nmask[:, None])

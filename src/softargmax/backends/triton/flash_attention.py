@@ -81,19 +81,24 @@ def set_enabled(flag: bool) -> bool:
 
 
 def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloat16,
-           masked: bool = False) -> tuple[int, int, int]:
+           masked: bool = False, software_log: bool = False) -> tuple[int, int, int]:
     """``(BLOCK_M, BLOCK_N, num_warps)`` of the forward kernel (the backward kernels use the same
     tiles, whose kept/skipped map they read, with :func:`backward_warps`).  On a GPU, half
-    inputs: 64×32 tiles and 4 warps (one warpgroup: a 64-row tile is one ``wgmma`` row block)
-    up to ``D = 64``, 8 warps with an ``attn_mask`` (``masked``: 4 warps spill 370–420 bytes
-    there, 8 warps none at 221 registers); 64×16 tiles and 8 warps at ``D = 128``; 2 pipeline stages
-    (:data:`NUM_STAGES`); float32 inputs: 32×32 with 8 warps.  Chosen from sm_90a compile
-    reports (registers, spills, shared memory; Triton 3.9, ``ptxas`` of its wheel), to keep
-    every kernel free of spills with the most query rows in flight per multiprocessor:
+    inputs: 64×64 tiles and 4 warps (one warpgroup: a 64-row tile is one ``wgmma`` row block)
+    up to ``D = 64`` (64×32 with ``software_log``: the general power below ``ALPHA_FAST_LOG``, whose
+    software ``log2`` spills 44 bytes in the forward and 24 in ``dK, dV`` at 64×64), 64×32 and 8 warps with
+    an ``attn_mask`` (``masked``: 4 warps spill 370–420 bytes there in 64×32 tiles; 64×64 spilled 16 bytes
+    in the forward with a window and 92–212 in ``dK, dV``); 64×16 tiles and 8
+    warps at ``D = 128``; 2 pipeline stages (:data:`NUM_STAGES`); float32 inputs: 32×32 with 8 warps.
+    Chosen from sm_90a compile reports (registers, spills, shared memory; ``ptxas`` of the Triton
+    wheel), to keep every kernel free of spills with the most query rows in flight per multiprocessor,
+    and from the instructions each score costs (``benchmarks/attention_proxies.py``: 64-key tiles halve
+    the per-tile work per score):
 
-    * ``D = 64``: forward 227 registers (a learned α: 194 with ``FAST_LOG``, 221 without), ``dK, dV``
-      206, ``dQ`` 189, no spills, 2 programs per multiprocessor (128 query rows in flight; the former
-      64×32 with 8 warps: 206 registers, 1 program, 64 rows);
+    * ``D = 64`` (Triton 3.6.0, causal bfloat16): forward 230 registers (a learned α: 190 with ``FAST_LOG``,
+      236 in 64×32 without), ``dK, dV`` 255 (254; 248), ``dQ`` 128 (196; 135), no spills, 2 programs per
+      multiprocessor in the forward (128 query rows in flight); in 64×32 tiles (Triton 3.9) the forward
+      took 227, ``dK, dV`` 206 and ``dQ`` 189;
     * ``D = 128``: forward 208 registers with 8 warps (1 program, 64 rows; 4 warps: 255 and
       96 bytes of spills), ``dK, dV`` 158 and ``dQ`` 190 with 4 warps (2–3 programs; 8 warps
       spill 144–200 bytes); the former 32×32 with 8 warps kept 32 rows in flight.
@@ -106,7 +111,7 @@ def blocks(head_dim: int, device: torch.device, dtype: torch.dtype = torch.bfloa
     elif dtype == torch.float32:
         chosen = (32, 32, 8)
     else:
-        chosen = (64, 32, 8 if masked else 4) if head_dim <= 64 else (64, 16, 8)
+        chosen = (64, 32 if software_log or masked else 64, 8 if masked else 4) if head_dim <= 64 else (64, 16, 8)
     return merged(current_attention(), chosen)
 
 
@@ -279,8 +284,10 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Option
 def _config(prep: _Prepared, block_m: Optional[int], block_n: Optional[int],
             windowed: bool = False) -> tuple[int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, forward warps, backward warps)`` (``windowed``: the kernels' sliding window is on)."""
-    q, masked = prep[0], prep[3] is not None
-    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype, masked=masked)
+    q, masked, a, alpha_h = prep[0], prep[3] is not None, prep[4], prep[5]
+    exact = _exact(a, alpha_h is not None)
+    bm, bn, warps = blocks(q.shape[-1], q.device, q.dtype, masked=masked,
+                           software_log=exact == 0 and not _fast_log(a, exact))
     return (block_m or bm, block_n or bn, warps, backward_warps(q.shape[-1], q.device, q.dtype, masked and windowed))
 
 
