@@ -308,6 +308,48 @@ def test_row_exact_constants():
     assert [_triton_rows.heavy_kind(power, e) for e in (0, 1, 2, _triton_rows.EXACT_FAR)] == [True, False, False, False]
 
 
+INTERPRET_TRUE_SCRIPT = r"""
+import json
+import torch, triton, triton.language as tl
+from softargmax.backends.triton import attention_kernels as A, row_kernels as K
+from softargmax.backends.triton.interpreter import interpreting
+
+@triton.jit
+def logs(X, Y, Z, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(X + i, mask=i < n, other=1.0)
+    tl.store(Y + i, K.fast_log2(x), mask=i < n)
+    tl.store(Z + i, A._log2(x, True), mask=i < n)
+
+x = torch.tensor([0.5, 2.0, 3.0, 1e-30])
+y, z = torch.empty_like(x), torch.empty_like(x)
+logs[(1,)](x, y, z, 4, BLOCK=4)
+print(json.dumps([interpreting(), bool(K.HW_LOG2.value), y.tolist(), z.tolist()]))
+"""
+
+
+def test_interpreter_setting_read_as_triton_reads_it(monkeypatch):
+    """``TRITON_INTERPRET=true`` (or ``on``, ``yes``) runs Triton's interpreter as ``1`` does: the kernel modules
+    then leave out the inline PTX of ``fast_log2`` (the interpreter runs none: it raised), in the row kernels and
+    in the attention's ``_log2`` alike, and the logarithms are ``tl.log2``'s; ``0`` is the GPU."""
+    if _row_kernels is None:
+        pytest.skip("Triton is not installed")
+    from softargmax.backends.triton.interpreter import interpreting
+
+    for value, expected in (("true", True), ("On", True), ("1", True), ("0", False), ("false", False)):
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+        assert interpreting() is expected, value
+    env = dict(os.environ, TRITON_INTERPRET="true")
+    proc = subprocess.run([sys.executable, "-c", INTERPRET_TRUE_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flag, hw, y, z = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert flag is True and hw is False
+    expected = [-1.0, 1.0, math.log2(3.0), math.log2(1e-30)]
+    np.testing.assert_allclose(y, expected, rtol=1e-6)
+    np.testing.assert_allclose(z, expected, rtol=1e-6)
+
+
 def test_streamed_half_rows_move_16_bytes_per_thread(monkeypatch):
     """The streamed kernels give every thread ``BLOCK / (32 · warps)`` contiguous scores: 16 bytes for float32,
     float16 and bfloat16 alike (half as many warps for the 2-byte types, the same chunk), so that Triton emits

@@ -41,7 +41,6 @@ tensors here (the test suite does this at small sizes).
 from __future__ import annotations
 
 import functools
-import os
 from types import ModuleType
 from typing import Optional
 
@@ -53,6 +52,7 @@ from ...divergences import Divergence
 from ..kinds import INFINITE_F0_KINDS, KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
+from .interpreter import interpreting
 from .launch import current_rows
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows", "solve_gradient",
@@ -117,7 +117,7 @@ def set_enabled(flag: bool) -> bool:
 def set_cpu_interpret(flag: bool) -> bool:
     """Route CPU tensors to the kernels (only with ``TRITON_INTERPRET=1``: the interpreter); returns the old setting."""
     global _cpu_interpret
-    if flag and os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if flag and not interpreting():
         raise RuntimeError("set_cpu_interpret needs TRITON_INTERPRET=1 set before Triton is imported")
     if flag:
         from softargmax.backends.triton import interpreter
