@@ -308,6 +308,34 @@ def test_row_exact_constants():
     assert [_triton_rows.heavy_kind(power, e) for e in (0, 1, 2, _triton_rows.EXACT_FAR)] == [True, False, False, False]
 
 
+def test_operators_launch_the_exact_of_operator_kind(triton_device, monkeypatch):
+    """The operators launch the ``(kind, exact)`` that :func:`rows.operator_kind` gives (the one choice): α = 1.3 for
+    every row takes ``EXACT_FAR`` (the hardware log2), its loss too, Jensen–Shannon ``EXACT = 0``; one α per row
+    (``solve_alpha_rows``) keeps ``EXACT = 0`` (the software log2 and the ``t + 1`` variable) even at α = 1.3."""
+    launched = []
+    run = _triton_rows._run
+
+    def spy(z, kind, exact, *args, **kwargs):
+        launched.append((kind, exact))
+        return run(z, kind, exact, *args, **kwargs)
+
+    monkeypatch.setattr(_triton_rows, "_run", spy)
+    z = torch.randn(3, 40, generator=torch.Generator().manual_seed(5)).to(triton_device)
+    far = (_triton_rows.KIND_POWER, _triton_rows.EXACT_FAR)
+    div = get_divergence("alpha", alpha=1.3)
+    assert _triton_rows.operator_kind(div) == far
+    p = sa.entmax(z, 1.3)
+    assert launched == [far]
+    assert _triton_rows.solve(z, div).backend == "triton" and launched[-1] == far
+    js = get_divergence("jensen_shannon")
+    _triton_rows.solve(z, js, row_sums=False)
+    assert launched[-1] == _triton_rows.operator_kind(js) == (_triton_rows.KIND_JS, 0)
+    launched.clear()
+    q = sa.entmax(z, torch.full((3, 1), 1.3, device=z.device))
+    assert launched == [(_triton_rows.KIND_POWER, 0)]
+    torch.testing.assert_close(q, p, atol=2e-6, rtol=1e-5)  # the same operator, by the two variants
+
+
 INTERPRET_TRUE_SCRIPT = r"""
 import json
 import torch, triton, triton.language as tl

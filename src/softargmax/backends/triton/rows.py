@@ -428,18 +428,20 @@ def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solutio
 
 def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Tensor, Tensor]]) -> Optional[Solution]:
     """:func:`solve`; with ``target`` (:func:`_run`) the solution's ``p`` is the loss's gradient."""
-    kind, a = kind_of(div)
-    if kind is None or not _usable(z):
+    launch = operator_kind(div)  # the one choice of (kind, exact)
+    if launch is None or not _usable(z):
         return None
+    kind, exact = launch
     if kind != KIND_POWER:
-        return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
-    assert a is not None  # the power kind carries its exponent a = α - 1 (operator_kind's exact: row_exact)
+        return _run(z, kind, exact, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
+    a = kind_of(div)[1]
+    assert a is not None  # the power kind carries its exponent a = α - 1
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, row_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+    return _run(z, kind, exact, None, a, div.hints.power_offset, c, scale, row_sums, target)
 
 
 def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
