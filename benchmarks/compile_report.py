@@ -205,8 +205,8 @@ def _quick_kind(kind: int) -> bool:
 def _long_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     for dt in DTYPES:
-        block, warps = T._long_launch(ELEM_BYTES[dt])
         for kind, exact, per_row, sums in _solve_modes():
+            block, warps = T._long_launch(ELEM_BYTES[dt], solver=sums)  # (the launcher's warps: rows._run)
             for grad in _grads(per_row, sums):
                 yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
                                 SLOTS=T.long_slots(kind)),
@@ -247,7 +247,7 @@ def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
 def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     for dt in DTYPES:
-        block, warps = T._long_launch(ELEM_BYTES[dt])
+        block, warps = T._long_launch(ELEM_BYTES[dt], solver=True)
         for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
             yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.long_slots(kind),
                             REST=kind == int(_mod("row_kernels").KIND_JS.value)), warps,

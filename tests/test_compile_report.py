@@ -246,8 +246,9 @@ def test_quick_report_compiles_for_sm90_without_streaming_spills(tmp_path):
     every mode of the long-row kernels, the α-ReLU and loss kernels, the attention kernels at D = 64) compiles
     for sm_90 with the launch-time specialization of the usual shapes, and the streaming kernels also without
     it; no streaming kernel spills beyond :data:`KNOWN_STREAMING_SPILLS`; every variant fits at least one CTA
-    per SM; aligned, the streaming kernels store as wide as a thread's share of a chunk allows (16 bytes, or
-    8 for bfloat16 chunks of 4 elements per thread).  About 20 s on the 2-core CPU machine."""
+    per SM; aligned, the streaming kernels store as wide as a thread's share of a chunk allows (16 bytes: 8 scores
+    per thread on the 4 warps of the half-precision passes; 8 bytes in the bfloat16 solves that keep 8 warps,
+    ``rows._long_launch(..., solver=True)``, 4 scores per thread).  About 20 s on the 2-core CPU machine."""
     report, rows = _report(tmp_path)
     assert report["specialization"] == "aligned" and len(rows) == len(CR.select(quick=True))
     streaming = ["row_kernels.*long*", "row_kernels.*split_*", "row_kernels.alpha_relu*", "loss_kernels.*"]
@@ -255,7 +256,7 @@ def test_quick_report_compiles_for_sm90_without_streaming_spills(tmp_path):
     assert odd["specialization"] == "none" and len(odd_rows) == len(CR.select(streaming, quick=True))
     for key, r in rows.items():
         assert 1 <= r["regs"] <= 255 and r["ctas_per_sm"] >= 1 and 0 < r["occupancy"] <= 1, key
-        if r["streaming"]:  # as wide as a thread's share of a BLOCK allows (bfloat16 long rows: 4 x 2 bytes)
+        if r["streaming"]:  # as wide as a thread's share of a BLOCK allows (bfloat16 solves on 8 warps: 4 x 2 bytes)
             share = r["constexprs"]["BLOCK"] // (32 * r["warps"])
             width = min(16, share * CR.ELEM_BYTES[r["dtype"]])
             assert r["widest_ld"] >= width, key

@@ -308,17 +308,93 @@ def test_row_exact_constants():
     assert [_triton_rows.heavy_kind(power, e) for e in (0, 1, 2, _triton_rows.EXACT_FAR)] == [True, False, False, False]
 
 
+def test_operators_launch_the_exact_of_operator_kind(triton_device, monkeypatch):
+    """The operators launch the ``(kind, exact)`` that :func:`rows.operator_kind` gives (the one choice): α = 1.3 for
+    every row takes ``EXACT_FAR`` (the hardware log2), its loss too, Jensen–Shannon ``EXACT = 0``; one α per row
+    (``solve_alpha_rows``) keeps ``EXACT = 0`` (the software log2 and the ``t + 1`` variable) even at α = 1.3."""
+    launched = []
+    run = _triton_rows._run
+
+    def spy(z, kind, exact, *args, **kwargs):
+        launched.append((kind, exact))
+        return run(z, kind, exact, *args, **kwargs)
+
+    monkeypatch.setattr(_triton_rows, "_run", spy)
+    z = torch.randn(3, 40, generator=torch.Generator().manual_seed(5)).to(triton_device)
+    far = (_triton_rows.KIND_POWER, _triton_rows.EXACT_FAR)
+    div = get_divergence("alpha", alpha=1.3)
+    assert _triton_rows.operator_kind(div) == far
+    p = sa.entmax(z, 1.3)
+    assert launched == [far]
+    assert _triton_rows.solve(z, div).backend == "triton" and launched[-1] == far
+    js = get_divergence("jensen_shannon")
+    _triton_rows.solve(z, js, row_sums=False)
+    assert launched[-1] == _triton_rows.operator_kind(js) == (_triton_rows.KIND_JS, 0)
+    launched.clear()
+    q = sa.entmax(z, torch.full((3, 1), 1.3, device=z.device))
+    assert launched == [(_triton_rows.KIND_POWER, 0)]
+    torch.testing.assert_close(q, p, atol=2e-6, rtol=1e-5)  # the same operator, by the two variants
+
+
+INTERPRET_TRUE_SCRIPT = r"""
+import json
+import torch, triton, triton.language as tl
+from softargmax.backends.triton import attention_kernels as A, row_kernels as K
+from softargmax.backends.triton.interpreter import interpreting
+
+@triton.jit
+def logs(X, Y, Z, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(X + i, mask=i < n, other=1.0)
+    tl.store(Y + i, K.fast_log2(x), mask=i < n)
+    tl.store(Z + i, A._log2(x, True), mask=i < n)
+
+x = torch.tensor([0.5, 2.0, 3.0, 1e-30])
+y, z = torch.empty_like(x), torch.empty_like(x)
+logs[(1,)](x, y, z, 4, BLOCK=4)
+print(json.dumps([interpreting(), bool(K.HW_LOG2.value), y.tolist(), z.tolist()]))
+"""
+
+
+def test_interpreter_setting_read_as_triton_reads_it(monkeypatch):
+    """``TRITON_INTERPRET=true`` (or ``on``, ``yes``) runs Triton's interpreter as ``1`` does: the kernel modules
+    then leave out the inline PTX of ``fast_log2`` (the interpreter runs none: it raised), in the row kernels and
+    in the attention's ``_log2`` alike, and the logarithms are ``tl.log2``'s; ``0`` is the GPU."""
+    if _row_kernels is None:
+        pytest.skip("Triton is not installed")
+    from softargmax.backends.triton.interpreter import interpreting
+
+    for value, expected in (("true", True), ("On", True), ("1", True), ("0", False), ("false", False)):
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+        assert interpreting() is expected, value
+    env = dict(os.environ, TRITON_INTERPRET="true")
+    proc = subprocess.run([sys.executable, "-c", INTERPRET_TRUE_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flag, hw, y, z = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert flag is True and hw is False
+    expected = [-1.0, 1.0, math.log2(3.0), math.log2(1e-30)]
+    np.testing.assert_allclose(y, expected, rtol=1e-6)
+    np.testing.assert_allclose(z, expected, rtol=1e-6)
+
+
 def test_streamed_half_rows_move_16_bytes_per_thread(monkeypatch):
     """The streamed kernels give every thread ``BLOCK / (32 · warps)`` contiguous scores: 16 bytes for float32,
     float16 and bfloat16 alike (half as many warps for the 2-byte types, the same chunk), so that Triton emits
-    ``ld.global.v4.b32`` (benchmarks/row_proxies.py reads it in the PTX); a tuning run's warps win."""
+    ``ld.global.v4.b32`` (benchmarks/row_proxies.py reads it in the PTX), but in the heaviest solvers
+    (``solver``: the one-program solve with the loss sums, the split rows' solve), which keep 8 warps (they spill on
+    4 with Triton 3.9); a tuning run's warps win."""
     from softargmax.backends.triton.launch import RowLaunch, overridden
 
     for elem_bytes in (4, 2):
         block, warps = _triton_rows._long_launch(elem_bytes)
         assert block == _triton_rows.LONG_BLOCK and block // (32 * warps) * elem_bytes == 16
+        assert _triton_rows._long_launch(elem_bytes, solver=True) == (block, _triton_rows.LONG_WARPS)
+    assert _triton_rows.LONG_BLOCK // (32 * _triton_rows.LONG_WARPS) * 4 == 16  # split_solve's float32 candidates
     with overridden(rows=RowLaunch(long_warps=8)):
         assert _triton_rows._long_launch(2)[1] == 8
+    with overridden(rows=RowLaunch(long_warps=2)):
+        assert _triton_rows._long_launch(2, solver=True)[1] == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -509,22 +585,26 @@ jobs = []
 jvp_sig = {"P": "*{dt}", "V": "*{dt}", "G": "*{dt}", "ALPHA": "*fp32"}
 jvp_scal = {"a_value": "fp32", "scale": "fp32", "KIND": "constexpr", "EXACT": "constexpr", "PER_ROW": "constexpr"}
 tile = {"ROWS": "constexpr", "CH": "constexpr", "LINE": "constexpr", "SPLIT": "constexpr"}
-for kind, exact in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (4, 0)]:  # (Jeffrey: the kinds with f(0) = +inf)
-    # one warp per row (512), rows split over warps (16384), the streamed kernels; bfloat16 and float32
-    for dt, size, k in (("bf16", 2, 512), ("fp32", 4, T.BLOCK_ROWS_MAX)):
-        rows, ch, line, warps, split = T._tile(k, size)
+for kind, exact in [(0, 0), (0, 1), (0, 2), (0, T.EXACT_FAR), (1, 0), (2, 0), (4, 0)]:  # (Jeffrey: f(0) = +inf)
+    # one warp per row (512), rows split over warps (the longest register rows of the kind), the streamed kernels;
+    # bfloat16 and float32, with the tiles and warps the dispatcher (rows._run, rows._jvp) launches
+    for dt, size, k in (("bf16", 2, 512), ("fp32", 4, T.register_limit(kind, exact))):
+        rows, ch, line, warps, split = T._tile(k, size, T.heavy_kind(kind, exact))
         o = {n: v.format(dt=dt) for n, v in out.items()}
         sig = {"Z": f"*{dt}", **o, **scal, **flags, **tile}
         c = dict(KIND=kind, EXACT=exact, PER_ROW=False, SUMS=k == 512, GRAD=k == 512, ROWS=rows, CH=ch, LINE=line, SPLIT=split)
         jobs.append((K.solve_block_rows, sig, c, warps))
-        if k == 512:
+        if k == 512:  # (the backward's tile is the same for every kind)
+            rows, ch, line, warps, split = T._tile(k, size)
             sig = {**{n: v.format(dt=dt) for n, v in jvp_sig.items()}, "R": "i32", "k": "i32", **jvp_scal, **tile}
             jobs.append((K.jvp_block_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, ROWS=rows, CH=ch, LINE=line, SPLIT=split), warps))
     o = {n: v.format(dt="bf16") for n, v in out.items()}
     sig = {"Z": "*bf16", **o, **scal, **flags, "BLOCK": "constexpr", "SLOTS": "constexpr"}
-    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, GRAD=kind != 0 or exact != 0, BLOCK=T.LONG_BLOCK, SLOTS=T.long_slots(kind)), T.LONG_WARPS))
+    block, warps = T._long_launch(2, solver=True)  # (with the sums)
+    jobs.append((K.solve_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=kind == 0 and exact == 0, SUMS=True, GRAD=kind != 0 or exact != 0, BLOCK=block, SLOTS=T.long_slots(kind)), warps))
     sig = {**{n: v.format(dt="bf16") for n, v in jvp_sig.items()}, "k": "i32", **jvp_scal, "BLOCK": "constexpr"}
-    jobs.append((K.jvp_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, BLOCK=T.LONG_BLOCK), T.LONG_WARPS))
+    block, warps = T._long_launch(2)
+    jobs.append((K.jvp_long_rows, sig, dict(KIND=kind, EXACT=exact, PER_ROW=False, BLOCK=block), warps))
 for exact in (0, 1, 2):
     jobs.append((K.alpha_relu_forward, {"X": "*bf16", "Y": "*bf16", "n": "i64", "a": "fp32", "tau": "fp32", "EXACT": "constexpr", "BLOCK": "constexpr"}, dict(EXACT=exact, BLOCK=T.ELEMENTWISE_BLOCK), 4))
     jobs.append((K.alpha_relu_backward, {"X": "*bf16", "GY": "*bf16", "GX": "*bf16", "n": "i64", "a": "fp32", "tau": "fp32", "EXACT": "constexpr", "BLOCK": "constexpr"}, dict(EXACT=exact, BLOCK=T.ELEMENTWISE_BLOCK), 4))
@@ -547,7 +627,7 @@ def test_kernels_compile_for_sm90():
     proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(done) == 6 * 5 + 6
+    assert len(done) == 7 * 5 + 6
 
 
 @pytest.mark.parametrize("k", [300, 40000])

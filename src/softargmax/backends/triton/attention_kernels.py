@@ -104,12 +104,11 @@ of FlashAttention-2), with ``7 · 2LSDρ`` flops (FlashAttention-2: ``5 · 2LSD`
 and ``dO Vᵀ`` are recomputed in both kernels).
 """
 
-import os
-
 import triton
 import triton.language as tl
 
-from .row_kernels import KIND_POWER, newton_step, newton_update
+from .interpreter import interpreting
+from .row_kernels import KIND_POWER, fast_log2, newton_step, newton_update
 
 #: integer arguments passed as run-time values, never specialized: Triton would otherwise compile
 #: one variant per divisibility by 16 (and a constant for the value 1) of each, that is per
@@ -139,13 +138,10 @@ HIST_CHUNK = tl.constexpr(127)
 HIST_STEPS = tl.constexpr(4)
 #: the start is taken this much below the histogram's threshold (float32 rounding of the bins)
 HIST_MARGIN = tl.constexpr(1e-5)
-#: ``log2`` by the GPU's ``lg2.approx.f32`` (inline PTX) rather than ``tl.log2`` (a software logarithm,
-#: about 30 instructions): off under Triton's interpreter, which runs no inline assembly (decided, as
-#: there, by ``TRITON_INTERPRET`` when this module is imported)
-HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 #: inline PTX for a few instructions Triton's own lowering spends more on (:func:`_kept`, :func:`_bin_bit`): off
-#: under the interpreter (as :data:`HW_LOG2`)
-INLINE_PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+#: under the interpreter (:func:`~softargmax.backends.triton.interpreter.interpreting`), which runs no inline
+#: assembly, as :data:`row_kernels.HW_LOG2 <softargmax.backends.triton.row_kernels.HW_LOG2>`
+INLINE_PTX = tl.constexpr(not interpreting())
 #: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
 LN2 = tl.constexpr(0.6931471805599453)
 #: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles
@@ -154,18 +150,17 @@ LIST_CHUNK = tl.constexpr(64)
 
 @triton.jit
 def _log2(x, HW: tl.constexpr):
-    """``log2 x`` for ``x > 0`` (subnormals included), float32.  On a GPU the hardware approximation
-    ``lg2.approx.f32`` (one MUFU instruction): absolute error at most about ``2^-22`` for ``x`` in
-    ``[1/2, 2]`` and relative error about ``2^-22`` elsewhere (PTX ISA), against 1/2 ulp of a correctly
-    rounded ``log2``.  In the powers ``u^e = 2^{e log2 u}`` (``e = 1/a - 1 ≤ 99`` for ``α ≥ 1.01``; the
-    ``exp2`` is already the hardware's ``ex2.approx``) this is a relative error of at most
-    ``e · 2^-22 · ln 2``: ``2e-7`` at α = 1.5, ``2e-5`` at α = 1.01, where float32 rounding of
-    ``e log2 u`` alone costs ``e |log2 u| · 2^-24 · ln 2``.  The thresholds and the outputs stay exact to
-    the row solver's tolerance for the powers the kernels compute (every pass uses the same ones).
-    Under the interpreter: ``tl.log2``."""
-    if HW and HW_LOG2:
-        r = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
-                                      pack=1)
+    """``log2 x`` for ``x > 0`` (subnormals included), float32.  ``HW``: :func:`row_kernels.fast_log2
+    <softargmax.backends.triton.row_kernels.fast_log2>`, the hardware approximation ``lg2.approx.f32`` (one MUFU
+    instruction; ``tl.log2`` under the interpreter): absolute error at most about ``max(1, |log2 x|) 2^-22``
+    (PTX ISA), against 1/2 ulp of a correctly rounded ``log2``.  In the powers ``u^e = 2^{e log2 u}``
+    (``e = 1/a - 1 ≤ 99`` for ``α ≥ 1.01``; the ``exp2`` is already the hardware's ``ex2.approx``) this is a
+    relative error of at most ``e · max(1, |log2 u|) · 2^-22 · ln 2`` (``2e-7`` at α = 1.5 and ``2e-5`` at
+    α = 1.01 for ``u ≥ 1/2``), where float32 rounding of ``e log2 u`` alone costs ``e |log2 u| · 2^-24 · ln 2``.
+    The thresholds and the outputs stay exact to the row solver's tolerance for the powers the kernels compute
+    (every pass uses the same ones).  Without ``HW``: ``tl.log2``."""
+    if HW:
+        r = fast_log2(x)  # the hardware's, but under the interpreter
     else:
         r = tl.log2(x)
     return r

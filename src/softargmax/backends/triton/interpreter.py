@@ -25,7 +25,30 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from typing import Any
+
+
+def interpreting() -> bool:
+    """Whether Triton runs its kernels in the interpreter: Triton's own setting, ``triton.knobs.runtime.interpret``
+    (``TRITON_INTERPRET`` read as Triton reads it: ``1``, ``true``, ``on``, ``yes``, any case), or where a Triton has
+    no such knob, ``TRITON_INTERPRET == "1"`` as its ``triton.jit`` reads it.  The kernel modules decide with it,
+    when imported, whether they may use inline PTX (the interpreter runs none).
+
+    Examples:
+        >>> from softargmax.backends.triton.interpreter import interpreting
+        >>> isinstance(interpreting(), bool)
+        True
+    """
+    try:
+        from triton import knobs
+    except ImportError:
+        return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is None or not hasattr(runtime, "interpret"):
+        return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return bool(runtime.interpret)
+
 
 #: whether :func:`install` has put the shortcuts in place
 _state = {"installed": False}

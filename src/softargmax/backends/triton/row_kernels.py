@@ -99,10 +99,10 @@ returned) that pass writes the loss's gradient ``G = p - y`` instead of ``p`` (`
 with no separate epilogue pass.  One launch per call, no host synchronization.
 """
 
-import os
-
 import triton
 import triton.language as tl
+
+from .interpreter import interpreting
 
 KIND_POWER = tl.constexpr(0)
 KIND_JS = tl.constexpr(1)
@@ -132,20 +132,23 @@ NEAR_ONE = tl.constexpr(0.25)
 EXACT_FAR = tl.constexpr(3)
 
 #: ``log2`` by ``lg2.approx.f32`` (inline PTX) rather than ``tl.log2`` (a software logarithm of about 25
-#: instructions): off under Triton's interpreter, which runs no inline assembly (decided by
-#: ``TRITON_INTERPRET`` when this module is imported)
-HW_LOG2 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+#: instructions): off under Triton's interpreter, which runs no inline assembly (decided by Triton's own
+#: setting, :func:`~softargmax.backends.triton.interpreter.interpreting`, when this module is imported)
+HW_LOG2 = tl.constexpr(not interpreting())
 
 
 @triton.jit
 def fast_log2(x):
     """``log2 x`` for ``x > 0`` (subnormals included), float32: on a GPU the hardware's ``lg2.approx.f32``
     (one MUFU instruction; absolute error at most about ``2^-22`` for ``x`` in ``[1/2, 2]``, relative error
-    about ``2^-22`` elsewhere, PTX ISA), under the interpreter ``tl.log2``.  In the power
-    ``u^{1/a - 1} = 2^{(1/a - 1) log2 u}`` that is a relative error of at most ``(1/a) 2^-22 ln 2``, ``6.6e-7``
-    for ``a >= NEAR_ONE`` (``5.5e-7`` at α = 1.3), where float32's rounding of the product ``(1/a - 1) log2 u``
-    alone costs ``|(1/a - 1) log2 u| 2^-24 ln 2``; every pass evaluates the same powers, so the threshold
-    solves the row for them to the solver's tolerance."""
+    about ``2^-22`` elsewhere, PTX ISA: an absolute error of at most ``max(1, |log2 x|) 2^-22``), under the
+    interpreter ``tl.log2``.  In the power ``s = u^{1/a - 1} = 2^{(1/a - 1) log2 u}`` (and ``p = s u``) that is a
+    relative error of at most ``(1/a - 1) max(1, |log2 u|) 2^-22 ln 2``: ``(1/a - 1) 2^-22 ln 2 <= 5e-7`` for
+    ``u`` in ``[1/2, 1]`` and ``a >= NEAR_ONE``, growing with ``|log2 u| = a |log2 p|`` below (``1.7e-6`` at
+    ``p = 1e-4``; a float32 emulation of the kernel's power gave at most ``4.6e-6`` relative in ``p`` for
+    ``p > 1e-4``, the same support), where float32's rounding of the product ``(1/a - 1) log2 u`` alone costs
+    ``|(1/a - 1) log2 u| 2^-24 ln 2``; every pass evaluates the same powers, so the threshold solves the row for
+    them to the solver's tolerance."""
     if HW_LOG2:
         r = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
                                       pack=1)

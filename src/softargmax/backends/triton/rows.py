@@ -41,7 +41,6 @@ tensors here (the test suite does this at small sizes).
 from __future__ import annotations
 
 import functools
-import os
 from types import ModuleType
 from typing import Optional
 
@@ -53,6 +52,7 @@ from ...divergences import Divergence
 from ..kinds import INFINITE_F0_KINDS, KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
+from .interpreter import interpreting
 from .launch import current_rows
 
 __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alpha_rows", "solve_gradient",
@@ -62,7 +62,8 @@ __all__ = ["available", "set_enabled", "set_cpu_interpret", "solve", "solve_alph
 BLOCK_ROWS_MAX = 16384
 #: chunk length of the streamed (long-row) kernels
 LONG_BLOCK = 1024
-#: warps per program of the streamed kernels
+#: warps per program of the streamed kernels of float32 rows, and of their heaviest solvers for every dtype
+#: (:func:`_long_launch`)
 LONG_WARPS = 8
 #: scores each lane of the streamed solver keeps in registers (1 to 4): ``LONG_SLOTS · LONG_BLOCK``
 #: candidates per row; a row where a lane would need more iterates on the full row from there
@@ -117,7 +118,7 @@ def set_enabled(flag: bool) -> bool:
 def set_cpu_interpret(flag: bool) -> bool:
     """Route CPU tensors to the kernels (only with ``TRITON_INTERPRET=1``: the interpreter); returns the old setting."""
     global _cpu_interpret
-    if flag and os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if flag and not interpreting():
         raise RuntimeError("set_cpu_interpret needs TRITON_INTERPRET=1 set before Triton is imported")
     if flag:
         from softargmax.backends.triton import interpreter
@@ -207,8 +208,10 @@ def heavy_kind(kind: int, exact: int) -> bool:
     report.  :data:`EXACT_FAR` (the hardware log2) holds 16: its rows stay in registers up to
     :data:`BLOCK_ROWS_MAX`, read once, as sparsemax's (sm_90a, Triton 3.6: no spill in the 33 float16 and the 33
     bfloat16 variants, 63-126 registers; float32 spills 24 bytes at 8192 columns, 16 warps, without the gradient,
-    2 of its 33; the backward's 32-warp tile spills 16-48 bytes as every kind's does; with Triton 3.9 the loss
-    variants of the 32-warp bfloat16 tile spill 12-44 bytes, the operator's none)."""
+    2 of its 33; the backward's 32-warp tile spills 16-48 bytes as every kind's does; with Triton 3.9, 9 of the
+    99 forward variants spill, all with the loss row sums, at the two longest tiles: float32 16 bytes at 8192
+    columns (16 warps) and 24-108 bytes at 16384 (32 warps, 108 with the gradient), float16 and bfloat16 8 bytes
+    at 8192 and 12-44 at 16384; the operator's variants none)."""
     return (kind == KIND_POWER and exact == 0) or kind in INFINITE_F0_KINDS
 
 
@@ -218,14 +221,26 @@ def long_slots(kind: int) -> int:
     return 1 if kind in INFINITE_F0_KINDS else LONG_SLOTS
 
 
-def _long_launch(elem_bytes: int = 4) -> tuple[int, int]:
-    """``(BLOCK, num_warps)`` of the streamed kernels for scores of ``elem_bytes`` bytes: :data:`LONG_BLOCK` and
+def _long_launch(elem_bytes: int = 4, solver: bool = False) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` of a streamed kernel for scores of ``elem_bytes`` bytes: :data:`LONG_BLOCK` and
     :data:`LONG_WARPS`, with as many fewer warps as the scores are narrower than float32 (4 for float16 and
     bfloat16), so that every thread loads and stores ``LONG_BLOCK / (32 · warps)`` contiguous scores, 16 bytes
-    (one ``ld.global.v4.b32``; with 8 warps a thread's 4 half-precision scores were 8 bytes); or a tuning run's.
-    The chunk, and so the candidates each row keeps, stays the same."""
+    (one ``ld.global.v4.b32``; with 8 warps a thread's 4 half-precision scores are 8 bytes); or a tuning run's.
+    ``solver``: the Newton kernels with the most live values, ``solve_long_rows`` with the loss row sums
+    (``SUMS``) and ``split_solve``, keep :data:`LONG_WARPS` whatever the dtype: on 4 warps their float16 and
+    bfloat16 variants spill 8-16 bytes with Triton 3.9 (sm_90a: the power kind with the sums at ``EXACT = 0``
+    and :data:`EXACT_FAR`, Jensen–Shannon's and Jeffrey's with the gradient, ``split_solve`` of 1.5-entmax),
+    none on 8 (``split_solve`` reads float32 candidates: 16 bytes a thread on 8 warps).  The chunk, and so the
+    candidates each row keeps and the slices, stays the same for every kernel.  The launcher and
+    ``benchmarks/compile_report.py`` both ask this function.
+
+    Examples:
+        >>> from softargmax.backends.triton.rows import _long_launch
+        >>> _long_launch(4), _long_launch(2), _long_launch(2, solver=True)
+        ((1024, 8), (1024, 4), (1024, 8))
+    """
     override = current_rows()
-    warps = max(1, LONG_WARPS * elem_bytes // 4)
+    warps = LONG_WARPS if solver else max(1, LONG_WARPS * elem_bytes // 4)
     return override.long_block or LONG_BLOCK, override.long_warps or warps
 
 
@@ -365,7 +380,7 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
             K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=slots, REST=rest, num_warps=warps)
             K.split_solve[(R,)](z, cand, state, aux, bad, alpha, k, ns, a_value, tau_c, tol, MAX_ITER,
                                 KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=slots,
-                                REST=rest, num_warps=warps)
+                                REST=rest, num_warps=_long_launch(z.element_size(), solver=True)[1])
             K.split_write[(R * ns,)](z, p, state, part, alpha, idx, keep, k, length, ns, a_value, omega_c,
                                      KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums, GRAD=grad, BLOCK=block,
                                      num_warps=warps)
@@ -375,8 +390,8 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
         else:
             K.solve_long_rows[(R,)](z, p, aux, bad, row_sums, alpha, R, k, a_value, tau_c, tol, MAX_ITER, omega_c,
                                     omega_scale, idx, keep, KIND=kind, EXACT=exact, PER_ROW=per_row, SUMS=sums,
-                                    GRAD=grad, BLOCK=block,
-                                    SLOTS=slots, num_warps=warps)
+                                    GRAD=grad, BLOCK=block, SLOTS=slots,
+                                    num_warps=_long_launch(z.element_size(), solver=sums)[1])
 
     def jvp(v: Tensor, scale: float) -> Tensor:
         return _jvp(p, v, kind, exact, alpha_rows, a_value, scale)
@@ -428,18 +443,20 @@ def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solutio
 
 def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Tensor, Tensor]]) -> Optional[Solution]:
     """:func:`solve`; with ``target`` (:func:`_run`) the solution's ``p`` is the loss's gradient."""
-    kind, a = kind_of(div)
-    if kind is None or not _usable(z):
+    launch = operator_kind(div)  # the one choice of (kind, exact)
+    if launch is None or not _usable(z):
         return None
+    kind, exact = launch
     if kind != KIND_POWER:
-        return _run(z, kind, 0, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
-    assert a is not None  # the power kind carries its exponent a = α - 1 (operator_kind's exact: row_exact)
+        return _run(z, kind, exact, None, 1.0, 0.0, 0.0, 1.0, row_sums, target)
+    a = kind_of(div)[1]
+    assert a is not None  # the power kind carries its exponent a = α - 1
     # the kernel's raw regularizer sum is Σ (p^α - c p) for the power kind: with c = α it is
     # α(α-1) Σ [f(p) - f(0)] of the α-divergence; with c = 0 (chi-square: f(p) - f(0) = p²/2) twice it
     chi = div.hints.power_offset == 0.0  # g(v) = [v]_+ (chi-square): f(p) - f(0) = p²/2
     c = 0.0 if chi else a + 1.0
     scale = 0.5 if chi else 1.0 / ((a + 1.0) * a)
-    return _run(z, kind, row_exact(a), None, a, div.hints.power_offset, c, scale, row_sums, target)
+    return _run(z, kind, exact, None, a, div.hints.power_offset, c, scale, row_sums, target)
 
 
 def solve_gradient(z: Tensor, div: Divergence, index: Tensor,
