@@ -179,7 +179,9 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z.half(), covered) is None  # the C solver reads float32/64 only
     assert _kernels.select(z, alpha_rows=torch.full((4, 1), 1.7)) is cpu
     assert _kernels.select(z, alpha_rows=torch.tensor([[1.5], [2.5], [1.5], [1.5]])) is None
-    assert _kernels.select(z, alpha_relu=1.5) is None  # α-ReLU has GPU kernels only
+    assert _kernels.select(z, alpha_relu=1.5) is cpu  # the C α-ReLU: one τ, or one per row
+    assert _kernels.select(z, alpha_relu=1.5, relu_tau=torch.zeros(4, 1)) is cpu
+    assert _kernels.select(z, alpha_relu=1.5, relu_tau=torch.zeros(64)) is None  # τ per column: PyTorch
     assert threshold.solve(z, covered).backend == "cpu"
     assert threshold.solve(z, covered, candidates_only=True).backend == "torch"
     # the loss values: the C solver computes their row sums for α-entmax; the dense generators that it alone
