@@ -101,6 +101,24 @@ def test_start_is_below_the_threshold(device, alpha, flush):
     assert ((want - t0)[inside] <= 1 / AK.HIST_WIDTH.value).all() and (want - t0).max() <= 1 / 3
 
 
+@pytest.mark.parametrize("alpha", [2.0, 1.5])
+def test_start_is_below_the_threshold_far_from_zero(device, alpha):
+    """Rows whose scores sit on the bins' edges, their maximum far from 0: the bins' ``d_k`` round at the scale
+    of ``|a m|``, and the start must stay below the threshold there too (it was above it from 1e3 on)."""
+    a = alpha - 1
+    exact = 1 if alpha == 2.0 else 2
+    w = 1.0 / (AK.HIST_WIDTH.value * a)
+    gen = torch.Generator().manual_seed(3)
+    for off in (1e3, 1e4, -1e4):
+        k = torch.randint(0, 6, (16, 64), generator=gen).double()
+        k[:, 0] = 0
+        z = ((off // w) * w - k * w).float()
+        t0 = torch.empty(16, dtype=torch.float32, device=device)
+        _start[(1,)](z.to(device).contiguous(), t0, 64, a, EXACT=exact, ROWS=16, BLOCK_N=32, FLUSH=1000)
+        t0 = t0.cpu().double()
+        assert (t0 <= _threshold(z, a)).all(), (off, (t0 - _threshold(z, a)).max())
+
+
 def _random_qkv(L, D, H=4, seed=128):
     gen = torch.Generator().manual_seed(seed)
     return [torch.randn(1, H, L, D, generator=gen) for _ in range(3)]

@@ -136,8 +136,11 @@ HIST_SLOT = tl.constexpr(127)
 HIST_CHUNK = tl.constexpr(127)
 #: Newton steps on the histogram (in registers, no pass over the keys) that give the start
 HIST_STEPS = tl.constexpr(4)
-#: the start is taken this much below the histogram's threshold (float32 rounding of the bins)
+#: the start is taken this much below the histogram's threshold (float32 rounding of the bins) ...
 HIST_MARGIN = tl.constexpr(1e-5)
+#: ... plus this many times ``|a m|``: the roundings of the bins' ``d_k`` and of each score's bin at that scale
+#: (about four float32 units, 2^-22; 5e-7 with room)
+HIST_ROUNDING = tl.constexpr(5e-7)
 #: inline PTX for a few instructions Triton's own lowering spends more on (:func:`_kept`, :func:`_bin_bit`): off
 #: under the interpreter (:func:`~softargmax.backends.triton.interpreter.interpreting`), which runs no inline
 #: assembly, as :data:`row_kernels.HW_LOG2 <softargmax.backends.triton.row_kernels.HW_LOG2>`
@@ -223,7 +226,9 @@ def _bin_bit(v):
             "{\n.reg .b32 k;\ncvt.rpi.s32.f32 k, $1;\nmin.u32 k, k, 8;\nmul.lo.u32 k, k, 7;\nshl.b64 $0, 1, k;\n}",
             "=l,r", [v], dtype=tl.int64, is_pure=True, pack=1)
     else:
-        k = tl.minimum(tl.maximum(tl.ceil(v), 0.0), HIST_BINS * 1.0).to(tl.int32) * HIST_BITS
+        # as the PTX: v <= -1 (a negative ⌈v⌉, -inf) to the last slot, NaN to bin 0
+        k = tl.where(v <= -1.0, HIST_BINS * 1.0, tl.minimum(tl.maximum(tl.ceil(v), 0.0), HIST_BINS * 1.0))
+        k = k.to(tl.int32) * HIST_BITS
         r = tl.full(v.shape, 1, tl.int64) << k.to(tl.int64)
     return r
 
@@ -264,7 +269,9 @@ def _hist_start(c, anchor, m, a, use, EXACT: tl.constexpr, FAST_LOG: tl.constexp
         p, s = _powers(d - t[:, None], a, EXACT, FAST_LOG)
         p0, s0 = _powers(-t, a, EXACT, FAST_LOG)
         t = newton_update(t, tl.sum(c * p, 1) + p0, tl.sum(c * s, 1) + s0, a, KIND_POWER, EXACT)
-    t = tl.maximum(t - HIST_MARGIN, -1.0)
+    # the bins' d_k and the binning of each score round at the scale of |a m|: a few float32 units of it below
+    # (a row far from 0, its scores on the bins' edges, was started above its threshold at |a m| >= 1e3)
+    t = tl.maximum(t - HIST_MARGIN - tl.abs(a * m) * HIST_ROUNDING, -1.0)
     return tl.where(use & (t == t) & (tl.abs(anchor) < 4194304.0), t, -1.0)  # (2^22: the bins' integers exact)
 
 
