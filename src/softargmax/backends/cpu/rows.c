@@ -799,6 +799,19 @@ static inline T relu_base_##SUFFIX(T x, T aT, int unit, T tau) {                
     return t < 0 ? (T)0 : t; /* NaN stays NaN */                                                      \
 }                                                                                                     \
                                                                                                       \
+/* the bases t = relu_base(x) of a chunk of m <= RELU_CHUNK entries into tb, and buf = t^e in double where t > 0 (1 \
+   elsewhere: the caller keeps t there) */                                                           \
+static inline void relu_chunk_powers_##SUFFIX(const S *xc, long m, T aT, T tau, double e, T *tb, double *buf) { \
+    _Pragma("omp simd")                                                                              \
+    for (long j = 0; j < m; j++) {                                                                   \
+        const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                       \
+        tb[j] = t;                                                                                   \
+        buf[j] = t > 0 ? (double)t : 1.0;                                                            \
+    }                                                                                                \
+    _Pragma("omp simd")                                                                              \
+    for (long j = 0; j < m; j++) buf[j] = POW(buf[j], e);                                            \
+}                                                                                                    \
+                                                                                                     \
 static void relu_fwd_span_##SUFFIX(const S *x, S *p, long n, double a, T tau) {                      \
     const T aT = (T)a;                                                                                \
     if (a == 1.0) {                                                                                   \
@@ -818,14 +831,7 @@ static void relu_fwd_span_##SUFFIX(const S *x, S *p, long n, double a, T tau) { 
             const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
             const S *xc = x + i0;                                                                     \
             S *pc = p + i0;                                                                           \
-            _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) {                                                            \
-                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
-                tb[j] = t;                                                                            \
-                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
-            }                                                                                         \
-            _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) buf[j] = POW(buf[j], e);                                     \
+            relu_chunk_powers_##SUFFIX(xc, m, aT, tau, e, tb, buf);                                   \
             _Pragma("omp simd")                                                                       \
             for (long j = 0; j < m; j++) pc[j] = ST(tb[j] > 0 ? (T)buf[j] : tb[j]);                   \
         }                                                                                             \
@@ -869,14 +875,7 @@ static double relu_bwd_span_##SUFFIX(const S *x, const S *g, S *gx, long n, doub
             const long m = n - i0 < RELU_CHUNK ? n - i0 : RELU_CHUNK;                                 \
             const S *xc = x + i0, *gc = g + i0;                                                       \
             S *oc = gx + i0;                                                                          \
-            _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) {                                                            \
-                const T t = relu_base_##SUFFIX(LD(xc[j]), aT, 0, tau);                                \
-                tb[j] = t;                                                                            \
-                buf[j] = t > 0 ? (double)t : 1.0;                                                     \
-            }                                                                                         \
-            _Pragma("omp simd")                                                                       \
-            for (long j = 0; j < m; j++) buf[j] = POW(buf[j], e);                                     \
+            relu_chunk_powers_##SUFFIX(xc, m, aT, tau, e, tb, buf);                                   \
             _Pragma("omp simd reduction(+ : s)")                                                      \
             for (long j = 0; j < m; j++) {                                                            \
                 const T t = tb[j];                                                                    \
