@@ -102,6 +102,22 @@ def keeps_graph() -> bool:
     return True if query is None else bool(query())
 
 
+def chunk_logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], dtype: Optional[torch.dtype],
+                 softcap: Optional[float], keep_tanh: bool = True) -> tuple[Tensor, Optional[Tensor]]:
+    """A chunk's logits ``h Wᵀ + b``, converted to ``dtype`` (``None``: the GEMM's, the input's), soft-capped
+    where asked: ``(θ, tanh(z / c))`` (the backward's chain factor), or ``(θ, None)`` without a cap or with
+    ``keep_tanh`` false (then θ is capped in place: one buffer)."""
+    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
+    if dtype is not None and z.dtype != dtype:
+        z = z.to(dtype)
+    if softcap is None:
+        return z, None
+    t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
+    if not keep_tanh:
+        return t.mul_(softcap), None
+    return t * softcap, t
+
+
 class LinearFY(torch.autograd.Function):
     """The reduced fused loss: every chunk's gradients computed in the forward, scaled in the backward.
 
@@ -146,14 +162,8 @@ class LinearFY(torch.autograd.Function):
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
             h = hidden2d[start:end]
-            logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
             part = rows_of(tgt, start, end)
-            z = logits if mode == "native" else logits.to(cdt)
-            del logits
-            t = None
-            if softcap is not None:
-                t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
-                z = t * softcap
+            z, t = chunk_logits(h, weight, bias, None if mode == "native" else cdt, softcap)
             w = part.item_weight
             n = end - start
             marks = None if tiles is None else tiles.reset(n)

@@ -53,7 +53,7 @@ from .._utils.checks import compute_dtype
 from .._utils.rows import shift_by_row_max
 from ..backends import TileFlags
 from ..divergences import Divergence
-from ._linear_chunks import backprop_chunk
+from ._linear_chunks import backprop_chunk, chunk_logits
 from ._prediction_stats import StatsSink
 from ._rows import RowsCompute, p_minus_y
 from ._targets import Target, rows_of
@@ -104,21 +104,6 @@ class ElementwisePrediction:
         return self.compute(theta, part, inplace=True)[2]
 
 
-def _logits(h: Tensor, weight: Tensor, bias: Optional[Tensor], cdt: torch.dtype) -> Tensor:
-    logits = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
-    return logits.to(cdt)
-
-
-def _native_chunk(h: Tensor, weight: Tensor, bias: Optional[Tensor],
-                  softcap: Optional[float]) -> tuple[Tensor, Optional[Tensor]]:
-    """A chunk's logits in the input's dtype, soft-capped where asked: ``(θ, tanh(z/c) or None)``."""
-    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
-    if softcap is None:
-        return z, None
-    t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
-    return t * softcap, t
-
-
 class LinearFYPerToken(torch.autograd.Function):
     """Per-token fused loss ``[N]`` (module docstring); ``sink``: a :class:`~._prediction_stats.StatsSink` or ``None``.
 
@@ -143,7 +128,7 @@ class LinearFYPerToken(torch.autograd.Function):
             ctx.tau = None
             for start in range(0, N, chunk):
                 end = min(N, start + chunk)
-                theta, _ = _native_chunk(hidden2d[start:end], weight, bias, softcap)
+                theta, _ = chunk_logits(hidden2d[start:end], weight, bias, None, softcap, keep_tanh=False)
                 part = rows_of(tgt, start, end)
                 if sink is None:  # G is written over the chunk's own logits (discarded: the backward solves again)
                     loss = compute(theta, part, inplace=True, overwrite=True)[0]
@@ -157,9 +142,7 @@ class LinearFYPerToken(torch.autograd.Function):
         states: list[Any] = []  # the predictor's per-chunk state: [R, 1] thresholds, or None
         for start in range(0, N, chunk):
             end = min(N, start + chunk)
-            theta = _logits(hidden2d[start:end], weight, bias, cdt)
-            if softcap is not None:
-                theta = theta.div_(softcap).tanh_().mul_(softcap)
+            theta, _ = chunk_logits(hidden2d[start:end], weight, bias, cdt, softcap, keep_tanh=False)
             part = rows_of(tgt, start, end)
             loss, p, G = compute(theta, part, inplace=False)
             del G
@@ -194,27 +177,19 @@ class LinearFYPerToken(torch.autograd.Function):
             h = hidden2d[start:end]
             marks = None if tiles is None else tiles.reset(end - start)
             if ctx.native:  # the chunk solved again by the kernel that writes the scaled G (class docstring)
-                theta, t = _native_chunk(h, weight, bias, softcap)
+                theta, t = chunk_logits(h, weight, bias, None, softcap)
                 G = ctx.compute(theta, rows_of(ctx.tgt, start, end), inplace=True, scale=scale_all[start:end],
                                 overwrite=True, tiles=marks)[2]
                 del theta
                 backprop_chunk(G, t, hidden2d.dtype, weight, h, None if gh is None else gh[start:end], gw, gb, marks)
                 del G, t
                 continue
-            z = _logits(h, weight, bias, cdt)
-            if softcap is not None:
-                t = z.div_(softcap).tanh_()  # in place: z is this chunk's own buffer
-                theta = t * softcap
-            else:
-                theta = z
+            theta, t = chunk_logits(h, weight, bias, cdt, softcap)
             tau = None if ctx.tau is None else ctx.tau[start:end]
             G = ctx.predictor.gradient(theta, rows_of(ctx.tgt, start, end), tau)
-            del theta, z
+            del theta
             G = G.mul_(scale_all[start:end].unsqueeze(1))
-            backprop_chunk(G, t if softcap is not None else None, hidden2d.dtype, weight, h,
-                           None if gh is None else gh[start:end], gw, gb, marks)
-            del G
-            if softcap is not None:
-                del t  # the chunk's soft-capped buffer is freed before the next chunk's is made
+            backprop_chunk(G, t, hidden2d.dtype, weight, h, None if gh is None else gh[start:end], gw, gb, marks)
+            del G, t  # the chunk's buffers are freed before the next chunk's are made
         return (gh, None if gw is None else gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype),
                 None, None, None, None, None, None, None, None)

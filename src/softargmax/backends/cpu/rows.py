@@ -513,7 +513,7 @@ def scale_rows(G: Tensor, factor: float, wrow: Optional[Tensor] = None, in_place
     rows = n // k if k else 0
     out = G if in_place else torch.empty_like(G)
     INDEX_KERNELS[G.dtype][1](G.data_ptr(), out.data_ptr(), rows, k, None if wrow is None else wrow.data_ptr(),
-                              factor, 1 if n < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows)))
+                              factor, threads_for(rows, k))
     return out
 
 
@@ -545,7 +545,7 @@ def index_loss(z: Tensor, rows: int, kind: int, a: float, omega: tuple[float, fl
     wrow = None if weight is None else z.new_empty(rows)
     den = ctypes.c_double(0.0)
     eps, ys, yc = (0.0, 0.0, 1.0) if smoothing is None else smoothing
-    threads = 1 if rows * k < PARALLEL_MIN_ELEMENTS else max(1, min(torch.get_num_threads(), rows))
+    threads = threads_for(rows, k)
     ptr = loss.data_ptr()
     kept: int = _index_loss_fn(z.dtype)(
         z.data_ptr(), rows, k, kind, a, target.data_ptr(), ignore_index, omega[0], omega[1], cy, cy, eps, ys, yc,
@@ -607,12 +607,12 @@ RELU_BLOCK = 4096
 
 
 def _relu_threads(R: int, k: int, per_row: bool) -> int:
-    """The OpenMP threads of the C α-ReLU: one below :data:`PARALLEL_MIN_ELEMENTS`, else at most one per row
-    (one τ per row) or per block of :data:`RELU_BLOCK` entries (one τ)."""
+    """The OpenMP threads of the C α-ReLU: :func:`threads_for` with one τ per row (at most one per row), else at
+    most one per block of :data:`RELU_BLOCK` entries."""
     n = R * k
-    if n < PARALLEL_MIN_ELEMENTS:
-        return 1
-    return max(1, min(torch.get_num_threads(), R if per_row else -(-n // RELU_BLOCK)))
+    if per_row or n < PARALLEL_MIN_ELEMENTS:
+        return threads_for(R, k)
+    return max(1, min(torch.get_num_threads(), -(-n // RELU_BLOCK)))
 
 
 def alpha_relu_forward(x: Tensor, alpha: float, tau: Union[float, Tensor]) -> Optional[Tensor]:
