@@ -42,12 +42,10 @@ def interpreting() -> bool:
     """
     try:
         from triton import knobs
-    except ImportError:
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # a Triton without the knob
         return os.environ.get("TRITON_INTERPRET", "0") == "1"
-    runtime = getattr(knobs, "runtime", None)
-    if runtime is None or not hasattr(runtime, "interpret"):
-        return os.environ.get("TRITON_INTERPRET", "0") == "1"
-    return bool(runtime.interpret)
 
 
 #: whether :func:`install` has put the shortcuts in place
