@@ -115,7 +115,9 @@ def render_report(results: dict, figures: list) -> str:
               f"does not): **{ordering(results)}**."]
     others = [k for k in q1 if k not in TABLE3]
     if others and "kl" in L:
-        lines += ["", "The other losses against KL (one seed): " + "; ".join(
+        counts = sorted({len(L[k]['seeds']) for k in others})
+        seeds = " or ".join(str(n) for n in counts) + (" seed" if counts == [1] else " seeds")
+        lines += ["", f"The other losses against KL ({seeds} each): " + "; ".join(
             f"{NAMES[k]} > KL: {beats(results, k, 'kl')}" for k in others) + "."]
     lines += [""]
     lines += _significance_section(results)
