@@ -146,6 +146,122 @@ def test_compile_on_the_triton_path(triton_device):
         torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True)
 
 
+# -- a user's generator -------------------------------------------------------------------
+
+
+def _my_kl(sharpness=1.0, declared=False):
+    """KL from its four functions, f(u) = u log u / c (its mapping: softmax(c x)), with g' declared or not."""
+    c = sharpness
+    return sa.CustomDivergence(
+        f=lambda u: torch.special.xlogy(u, u) / c, f_prime=lambda u: (torch.log(u) + 1) / c,
+        conj=lambda v: torch.exp(c * v - 1) / c, conj_prime=lambda v: torch.exp(c * v - 1),
+        conj_prime2=(lambda v: c * torch.exp(c * v - 1)) if declared else None, name=f"kl_{c}")
+
+
+class _Pearson(sa.Divergence):
+    """A subclass with the four methods: chi-square (sparse, its mapping is sparsemax), no fused kernel."""
+
+    f_prime_zero = 0.0
+
+    def f(self, u):
+        return (u * u - 1) / 2
+
+    def f_prime(self, u):
+        return u
+
+    def conj(self, v):
+        return (v * v + 1) / 2
+
+    def conj_prime(self, v):
+        return torch.clamp(v, min=0)
+
+
+@pytest.mark.parametrize("case", ["custom_autograd_g'", "custom_declared_g'", "subclass_sparse"])
+def test_user_divergences_compile_fullgraph(case):
+    """A CustomDivergence (g' by autograd or declared) and a Divergence subclass cross the custom operators by a
+    name of this process: fullgraph=True, values and gradients equal eager's, the float64 softmax and sparsemax,
+    and gradcheck holds through the compiled function."""
+    div = {"custom_autograd_g'": _my_kl(), "custom_declared_g'": _my_kl(declared=True),
+           "subclass_sparse": _Pearson()}[case]
+    ref = sa.sparsemax if case == "subclass_sparse" else (lambda x: torch.softmax(x, -1))
+    x = X[:3, :12].clone()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: sa.f_softargmax(x, div), fullgraph=True, backend="aot_eager")
+    eager = _values_and_grads(lambda xs: (sa.f_softargmax(xs[0], div),), 1)
+    _compare(eager, _values_and_grads(lambda xs: (compiled(xs[0]),), 1))
+    torch.testing.assert_close(compiled(x), ref(x), rtol=1e-10, atol=1e-12)
+    if case == "subclass_sparse":
+        assert (compiled(X) == 0).any()  # exact zeros
+    assert torch.autograd.gradcheck(compiled, (x.requires_grad_(True),), atol=1e-6)
+
+
+def test_user_divergence_objects_get_their_own_graphs():
+    """Two CustomDivergences passed to one compiled function (and to its loss) give their own results (softmax of x
+    and of 2x): each object crosses by its own name, the compiler guards it and compiles once per object."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x, div: (sa.f_softargmax(x, div), sa.fenchel_young_loss(x, Y, div)),
+                             fullgraph=True, backend="aot_eager")
+    one, two = _my_kl(1.0), _my_kl(2.0)
+    for _ in range(2):
+        for c, div in ((1.0, one), (2.0, two)):
+            p, loss = compiled(X, div)
+            torch.testing.assert_close(p, torch.softmax(c * X, -1), rtol=1e-10, atol=1e-12)
+            kept = Y != -100  # the loss of f = u log u / c: cross-entropy of c x, over c
+            want = torch.nn.functional.cross_entropy(c * X[kept], Y[kept]) / c
+            torch.testing.assert_close(loss, want, rtol=1e-10, atol=1e-12)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_user_divergence_losses_compile_fullgraph():
+    """The Fenchel–Young loss of a CustomDivergence under fullgraph=True: eager's value and gradient."""
+    div = _my_kl(declared=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: sa.fenchel_young_loss(x, Y, div, reduction="sum"), fullgraph=True,
+                             backend="aot_eager")
+    fn = lambda xs: (sa.fenchel_young_loss(xs[0], Y, div, reduction="sum"),)  # noqa: E731
+    _compare(_values_and_grads(fn, 1), _values_and_grads(lambda xs: (compiled(xs[0]),), 1))
+
+
+def test_user_divergence_in_attention_and_decoding_compiles_fullgraph():
+    """sa.attention and sa.decode_attention with a Divergence subclass as the mapping, fullgraph=True: eager's
+    outputs, and those of the built-in sparsemax."""
+    div = _Pearson()
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, n, 8, generator=gen, dtype=torch.float64) for n in (3, 10, 10))
+    ends = torch.tensor([10, 7])
+
+    def run(q, k, v, ends):
+        return (sa.attention(q, k, v, mapping=div),
+                sa.decode_attention(q, k[:, :2], v[:, :2], ends, mapping=div))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    builtin = (sa.attention(q, k, v, mapping="sparsemax"),
+               sa.decode_attention(q, k[:, :2], v[:, :2], ends, mapping="sparsemax"))
+    for got, eager, same in zip(compiled(q, k, v, ends), run(q, k, v, ends), builtin):
+        torch.testing.assert_close(got, eager, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(got, same, rtol=1e-10, atol=1e-12)
+
+
+def test_a_freed_user_divergence_is_named_in_the_error():
+    from softargmax.operators._carried import carried_divergence
+
+    with pytest.raises(ValueError, match="not alive in this process"):
+        carried_divergence("user:123456789:gone")
+
+
+def test_autograd_functions_break_the_graph_rather_than_crash():
+    """f_softmax (no operator of its own) under fullgraph=False: a graph break around its autograd function (the
+    tracer once failed on its apply with an internal error), eager's value and gradient."""
+    torch._dynamo.reset()
+    fn = lambda xs: (sa.f_softmax(xs[0], "jensen_shannon") * 2,)  # noqa: E731
+    compiled = torch.compile(lambda x: sa.f_softmax(x, "jensen_shannon") * 2, backend="aot_eager")
+    _compare(_values_and_grads(fn, 1), _values_and_grads(lambda xs: (compiled(xs[0]),), 1))
+
+
 # -- GPU ---------------------------------------------------------------------------------
 
 #: the operators and losses the GPU kernels cover, with float parameters (a per-row tensor α

@@ -324,3 +324,120 @@ def test_jit_script_compiles_the_activation_modules(name):
 def test_jit_script_names_the_way_out_where_it_cannot_compile(module):
     with pytest.raises(TypeError, match=r"torch\.export\.export"):
         torch.jit.script(module)
+
+
+# -- decode_attention: its kernels' operator decomposed, and ONNX --------------------------
+
+
+class _Pearson(softargmax.Divergence):
+    """A user's generator: chi-square from its four functions (its mapping is sparsemax)."""
+
+    f_prime_zero = 0.0
+
+    def f(self, u):
+        return (u * u - 1) / 2
+
+    def f_prime(self, u):
+        return u
+
+    def conj(self, v):
+        return (v * v + 1) / 2
+
+    def conj_prime(self, v):
+        return torch.clamp(v, min=0)
+
+
+class _Decode(torch.nn.Module):
+    """A decoding step; the mask and the block table are used where the options say so."""
+
+    def __init__(self, masked=False, paged=False, **options):
+        super().__init__()
+        self.masked, self.paged, self.options = masked, paged, options
+
+    def forward(self, q, k, v, ends, starts, mask, table):
+        return softargmax.decode_attention(q, k, v, ends, starts, attn_mask=mask if self.masked else None,
+                                           block_table=table if self.paged else None, **self.options)
+
+
+#: case: (module options, α of the float64 brute force (per head: a tensor))
+DECODE_CASES = {
+    "gqa_ranges_sparsemax": ({"mapping": "sparsemax"}, 2.0),
+    "mask_window_entmax": ({"masked": True, "window": 5, "mapping": "entmax", "alpha": 1.25}, 1.25),
+    "paged_per_head_alpha": ({"paged": True, "mapping": "entmax", "alpha": torch.tensor([1.2, 1.5, 2.0, 1.7])},
+                             torch.tensor([1.2, 1.5, 2.0, 1.7])),
+    "user_divergence": ({"mapping": _Pearson()}, 2.0),
+}
+
+
+def _decode_inputs(seed, ends, starts):
+    """2 sequences, 4 query heads over 2, 3 new queries, a cache of 12 positions whose values are the identity
+    (the output is then the attention weights themselves, exact zeros included); a mask with one query that sees
+    no key; the cache as shuffled pages of 4 positions and their block table."""
+    from test_decoding import _paged
+
+    gen = torch.Generator().manual_seed(seed)
+    B, H, Hkv, L, S, D = 2, 4, 2, 3, 12, 8
+    q = torch.randn(B, H, L, D, generator=gen) * 1.5
+    k = torch.randn(B, Hkv, S, D, generator=gen) * 1.5
+    v = torch.eye(S).expand(B, Hkv, S, S).contiguous()
+    mask = torch.rand(B, 1, L, S, generator=gen) > 0.3
+    mask[1, 0, 0] = False
+    kp, table = _paged(k, 4, gen)
+    vp = torch.empty(kp.shape[0], 4, Hkv, S)
+    vp[table.reshape(-1)] = v.transpose(1, 2).reshape(-1, 4, Hkv, S)
+    return (q, k, v, torch.tensor(ends), torch.tensor(starts), mask, table), (kp, vp)
+
+
+def _decode_args(module, seed, ends, starts):
+    (q, k, v, e, s, mask, table), (kp, vp) = _decode_inputs(seed, ends, starts)
+    return (q, kp, vp, e, s, mask, table) if module.paged else (q, k, v, e, s, mask, table), (q, k, v, mask)
+
+
+def _as_on_a_gpu(monkeypatch):
+    """The kernels take the call (as on a GPU): tracing records their operator, or (ONNX) must not run them."""
+    from softargmax.backends.triton import decoding as kernels
+
+    monkeypatch.setattr(kernels, "covers", lambda *args, **kwargs: True)
+
+
+@pytest.mark.parametrize("case", list(DECODE_CASES))
+def test_decode_attention_operator_decomposes(monkeypatch, case):
+    """torch.export records the kernels' softargmax::decode_attention (as on a GPU); decomposed, the program holds
+    PyTorch's operators only and gives the float64 brute force's weights (the values are the identity), its exact
+    zeros included, and eager's outputs, for lengths other than the exported ones."""
+    from test_decoding import _brute_force
+
+    options, alpha_ref = DECODE_CASES[case]
+    module = _Decode(**options)
+    with monkeypatch.context() as m:
+        _as_on_a_gpu(m)
+        program = torch.export.export(module, _decode_args(module, 0, [12, 9], [0, 2])[0])
+    ours = lambda p: {str(n.target) for n in p.graph.nodes if str(n.target).startswith("softargmax")}  # noqa: E731
+    assert ours(program) == {"softargmax.decode_attention.default"}
+    flat = program.run_decompositions(softargmax.export.decompositions())
+    assert not ours(flat)
+    for seed, ends, starts in ((1, [12, 9], [0, 2]), (2, [10, 12], [3, 0])):
+        args, (q, k, v, mask) = _decode_args(module, seed, ends, starts)
+        got = flat.module()(*args)
+        want = _brute_force(q, k, v, ends, starts, alpha_ref, window=options.get("window"),
+                            mask=mask if module.masked else None)
+        torch.testing.assert_close(got.double(), want, atol=2e-6, rtol=1e-5)
+        assert torch.equal(got == 0, want == 0)
+        torch.testing.assert_close(got, module(*args), atol=1e-6, rtol=1e-5)  # eager: the reference path
+        if module.masked:
+            assert torch.all(got[1, :, 0] == 0)  # the query that sees no key
+
+
+def test_decode_attention_exports_to_onnx(ort, monkeypatch):
+    """torch.onnx.export of a decoding step where the kernels would take the call (as on a GPU) records the
+    materialized path (a mask, a window, grouped heads, an α of the Newton solver): no softargmax operator, and
+    onnxruntime gives eager's outputs for other lengths, the query that sees no key a zero output."""
+    module = _Decode(masked=True, window=5, mapping="entmax", alpha=1.25)
+    with monkeypatch.context() as m:
+        _as_on_a_gpu(m)
+        session = _onnx_session(ort, module, _decode_args(module, 0, [12, 9], [0, 2])[0], None)
+    for seed, ends, starts in ((1, [12, 9], [0, 2]), (2, [10, 12], [3, 0])):
+        args = _decode_args(module, seed, ends, starts)[0]
+        got = _run(session, *args)[0]
+        torch.testing.assert_close(got, module(*args), atol=1e-6, rtol=1e-5)
+        assert torch.all(got[1, :, 0] == 0)

@@ -6,16 +6,17 @@ read tensor values now (not while tracing, not during CUDA-graph capture, not on
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
 from torch.autograd import forward_ad
 from torch.nn import Parameter
 
-__all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "graph_mode", "onnx_capture", "use_custom_ops",
-           "values_checkable", "without_autograd"]
+__all__ = ["CUSTOM_OPS", "EAGER", "LIBRARY_OPS", "GRAPH", "compiling", "function_apply", "graph_mode", "onnx_capture",
+           "recording_graph", "use_custom_ops", "values_checkable", "without_autograd"]
 
 
 #: ``torch.library.custom_op`` (torch >= 2.4): the operators torch.compile uses are registered
@@ -23,6 +24,11 @@ CUSTOM_OPS = hasattr(torch.library, "custom_op")
 
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 _is_jit_tracing = torch._C._is_tracing
+
+#: ``torch.autograd.Function.apply`` as a function of the class: the library's autograd functions override ``apply``
+#: (their ``DTensor`` hook) and call this, not ``super().apply``, which ``torch.compile``'s tracer cannot follow
+#: there (an internal error where a graph break belongs: a forward it cannot trace then runs eagerly)
+function_apply: Callable[..., Any] = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
 
 #: the three answers of :func:`graph_mode`
 EAGER, LIBRARY_OPS, GRAPH = 0, 1, 2
@@ -43,6 +49,22 @@ def onnx_capture() -> bool:
     return compiling() and _onnx_exporting()
 
 
+#: the open :func:`recording_graph` blocks (a decomposition of :func:`softargmax.export.decompositions` runs)
+_recording = [0]
+
+
+@contextlib.contextmanager
+def recording_graph() -> Iterator[None]:
+    """Within the block :func:`graph_mode` answers :data:`GRAPH`: the decompositions of
+    :func:`softargmax.export.decompositions` that call a public function record its graph of PyTorch's
+    own operators, whatever table or tracer runs them."""
+    _recording[0] += 1
+    try:
+        yield
+    finally:
+        _recording[0] -= 1
+
+
 def graph_mode() -> int:
     """How the public functions run this call.
 
@@ -50,9 +72,11 @@ def graph_mode() -> int:
     * :data:`LIBRARY_OPS`: ``torch.compile`` or ``torch.export`` traces: one opaque ``torch.library``
       operator per call (:mod:`softargmax.operators._library_ops`);
     * :data:`GRAPH`: ``torch.onnx.export`` or ``torch.jit.trace`` records a graph that must run
-      without Python: the fixed-step forms of :mod:`softargmax.solvers.traceable`, made of
-      PyTorch's own operators.
+      without Python (or a decomposition records one: :func:`recording_graph`): the fixed-step
+      forms of :mod:`softargmax.solvers.traceable`, made of PyTorch's own operators.
     """
+    if _recording[0]:
+        return GRAPH
     if compiling():  # first: torch.compile's tracer cannot call the TorchScript query below
         return GRAPH if _onnx_exporting() else (LIBRARY_OPS if CUSTOM_OPS else EAGER)
     return GRAPH if _is_jit_tracing() else EAGER
@@ -66,12 +90,13 @@ def use_custom_ops() -> bool:
 def values_checkable(t: Tensor) -> bool:
     """Whether a check may read the values of ``t`` now.
 
-    Not while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces (the custom
-    operators of :mod:`softargmax.operators._library_ops` run the same checks at run time) and
-    not for a CUDA tensor while its stream is being captured into a CUDA graph (reading a
-    value would synchronize with the host), and not for a ``meta`` tensor (it has none).
+    Not while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, nor while a decomposition
+    records a graph (:func:`recording_graph`) (the custom operators of
+    :mod:`softargmax.operators._library_ops` run the same checks at run time) and not for a CUDA tensor
+    while its stream is being captured into a CUDA graph (reading a value would synchronize with the
+    host), and not for a ``meta`` tensor (it has none).
     """
-    if compiling() or _is_jit_tracing() or t.device.type == "meta":
+    if _recording[0] or compiling() or _is_jit_tracing() or t.device.type == "meta":
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 

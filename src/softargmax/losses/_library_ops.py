@@ -9,8 +9,10 @@ as in eager mode); its autograd formula multiplies that by the incoming gradient
 equal eager's; gradients equal them up to the rounding of one multiplication (eager rounds
 the per-row factor to the input dtype first).
 
-Not covered (these stay eager, so ``fullgraph=True`` fails on them): ``return_prediction``,
-a :class:`~softargmax.divergences.CustomDivergence`, a tensor ``tau`` for α-ReLU.
+A user's generator (a :class:`~softargmax.divergences.CustomDivergence`, a subclass of
+:class:`~softargmax.divergences.Divergence`) crosses by its name in this process
+(:mod:`softargmax.operators._carried`).  Not covered (these stay eager, so ``fullgraph=True`` fails on
+them): ``return_prediction``, a tensor ``tau`` for α-ReLU, one α per row given inside the divergence.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import Tensor
 
 from .._utils.checks import compute_dtype
 from .._utils.tracing import CUSTOM_OPS
+from ..operators._carried import PREFIX, carried_divergence
 from ..operators._library_ops import define
 from ._fenchel_young import prepare
 from ._options import LossOptions
@@ -36,6 +39,8 @@ def _row_loss(mapping: str, param: float, tau: float) -> RowLoss:
     """The loss that :meth:`~softargmax.losses._rows.RowLoss.operator_spec` named."""
     if mapping == "alpha_relu":
         return resolve_loss("alpha_relu", {"alpha": param, "tau": tau})
+    if mapping.startswith(PREFIX):  # a user's generator (softargmax.operators._carried)
+        return resolve_loss(carried_divergence(mapping), {})
     return resolve_loss(mapping, {"alpha": param} if mapping == "alpha" else {})
 
 

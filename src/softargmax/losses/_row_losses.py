@@ -33,6 +33,7 @@ from ..backends import (
 )
 from ..backends.solution import sum_f_minus_f0
 from ..divergences import AlphaDivergence, Divergence, spec_of
+from ..operators._carried import carried_name
 from ..operators.mappings import MAPPING_NAMES, resolve
 from ..solvers.threshold import solve
 from ._omega import f_at_zero, one_hot_omega
@@ -245,7 +246,11 @@ class FenchelYoungRowLoss(RowLoss):
 
     def operator_spec(self) -> Optional[tuple[str, float, float]]:
         spec = spec_of(self.divergence)
-        return None if spec is None else (spec[0], spec[1], 0.0)
+        if spec is not None:
+            return spec[0], spec[1], 0.0
+        if self.row_parameters() is not None:  # one α per row: a tensor the operator cannot carry
+            return None
+        return carried_name(self.divergence), 0.0, 0.0  # a user's generator, by its name in this process
 
 
 def omega_y(div: Divergence, target: Target, q: Optional[Tensor], f0: Union[float, Tensor],

@@ -28,6 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from .. import backends as _kernels
 from .._utils.rows import Rows, sum_to
+from .._utils.tracing import function_apply
 from ..backends.solution import Solution
 from ..divergences import AlphaDivergence, Divergence, get_divergence
 from ..solvers.threshold import solve
@@ -228,7 +229,7 @@ class NormalizedMapping(torch.autograd.Function):
             from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args, dim=args[-1])
-        return super().apply(x, *args)
+        return function_apply(cls, x, *args)  # (torch.compile's tracer follows this, not super())
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergence: Optional[Divergence],

@@ -10,8 +10,10 @@ solver's data-dependent iteration never reaches the tracer.
 The backward operator solves the rows again from the saved input and applies the same
 backward as eager (one more forward pass in exchange for saving only the input; the
 results equal eager's).  A divergence crosses the operator boundary by name and parameter
-(:func:`divergence_spec`); a :class:`~softargmax.divergences.CustomDivergence` has none and
-stays on the eager path (``fullgraph=True`` then fails at its autograd function).
+(:func:`divergence_spec`): a built-in one by its registry name, a user's generator (a
+:class:`~softargmax.divergences.CustomDivergence`, a subclass of :class:`~softargmax.divergences.Divergence`)
+by a name that this process maps back to the object (:mod:`softargmax.operators._carried`), so
+``fullgraph=True`` holds for them too.
 
 Operators (namespace ``softargmax``): ``normalized``, ``normalized_backward``,
 ``alpha_relu``, ``alpha_relu_backward``, ``normmax``, ``normmax_backward`` (whose backward
@@ -34,6 +36,7 @@ from .._utils.checks import check_alpha, check_dim, check_q, check_tensor
 from .._utils.tracing import CUSTOM_OPS, GRAPH, LIBRARY_OPS, graph_mode, without_autograd
 from ..divergences import Divergence, get_divergence, spec_of
 from ._autograd import NormalizedMapping, normalized_forward
+from ._carried import PREFIX, carried_divergence, carried_name
 from ._traceable import normalized_graph
 from .alpha_relu import AlphaReLUFunction
 from .normmax import normmax_eager
@@ -41,15 +44,22 @@ from .normmax import normmax_eager
 __all__ = ["divergence_spec", "normalized_operator_divergence", "normalized", "alpha_relu"]
 
 
-def divergence_spec(div: Optional[Divergence]) -> Optional[tuple[str, float]]:
-    """``(name, parameter)`` that :func:`get_divergence` maps back to ``div``, or ``None`` (a custom generator)."""
-    return ("", 0.0) if div is None else spec_of(div)
+def divergence_spec(div: Optional[Divergence]) -> tuple[str, float]:
+    """``(name, parameter)`` that :func:`normalized_operator_divergence` maps back to ``div``: a built-in
+    generator's registry name and parameter, a user's generator's name in this process
+    (:func:`~softargmax.operators._carried.carried_name`), ``("", 0.0)`` for ``None`` (a tensor α)."""
+    if div is None:
+        return "", 0.0
+    spec = spec_of(div)
+    return spec if spec is not None else (carried_name(div), 0.0)
 
 
 def normalized_operator_divergence(name: str, param: float) -> Optional[Divergence]:
     """The generator that ``softargmax::normalized``'s ``(divergence, param)`` arguments name (``None``: a tensor α)."""
     if not name:
         return None
+    if name.startswith(PREFIX):
+        return carried_divergence(name)
     return get_divergence(name, alpha=param) if name == "alpha" else get_divergence(name)
 
 
@@ -130,9 +140,8 @@ def normalized(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], divergen
         return normalized_graph(x, q, alpha, divergence, temperature, dim)
     if mode == LIBRARY_OPS:
         spec = divergence_spec(divergence)
-        if spec is not None:
-            return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
-    elif without_autograd(x, q, alpha):  # eager, no gradient: the forward without the autograd function's cost
+        return torch.ops.softargmax.normalized(x, q, alpha, spec[0], spec[1], float(temperature), dim)
+    if without_autograd(x, q, alpha):  # eager, no gradient: the forward without the autograd function's cost
         return normalized_forward(x, q, alpha, divergence, temperature, dim)
     return NormalizedMapping.apply(x, q, alpha, divergence, temperature, dim)
 

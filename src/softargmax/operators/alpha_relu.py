@@ -33,7 +33,7 @@ from torch.nn import Parameter
 from .. import backends as _kernels
 from .._utils.checks import check_alpha, check_tau, check_tensor, compute_dtype
 from .._utils.rows import sum_to
-from .._utils.tracing import EAGER, GRAPH, LIBRARY_OPS, graph_mode, without_autograd
+from .._utils.tracing import EAGER, GRAPH, LIBRARY_OPS, function_apply, graph_mode, without_autograd
 
 __all__ = ["alpha_relu", "alpha_relu_graph"]
 
@@ -135,7 +135,7 @@ class AlphaReLUFunction(torch.autograd.Function):
             from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args)
-        return super().apply(x, *args)
+        return function_apply(cls, x, *args)  # (torch.compile's tracer follows this, not super())
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, tau: Union[float, Tensor], alpha: float) -> Tensor:

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
 from ..backends.triton import flash_attention as _flash_attention
+from ..divergences import Divergence
 from .mappings import MAPPING_NAMES as MAPPINGS
 from .mappings import normalize
 
@@ -56,7 +57,8 @@ def _alpha_for_scores(alpha: Union[float, Tensor, None], scores: Tensor) -> Unio
     return alpha
 
 
-def attention_weights(scores: Tensor, mapping: str = "entmax15", alpha: Union[float, Tensor, None] = None) -> Tensor:
+def attention_weights(scores: Tensor, mapping: Union[str, Divergence] = "entmax15",
+                      alpha: Union[float, Tensor, None] = None) -> Tensor:
     r"""Attention weights: the scores normalized over the keys by a sparse mapping.
 
     .. math::

@@ -14,7 +14,9 @@ query heads of a group packed, solves each row's threshold exactly with the row 
 computes ``P·V`` split over the cache, skipping the tiles outside the support.  Either path holds
 the float32 scores of at most :data:`SCORES_BUDGET` entries at once: many new queries (a chunked
 prefill) are taken in consecutive blocks of queries, each block bottom-right aligned at its own end.
-While ``torch.compile`` traces, the kernel path is one opaque operator (``softargmax::decode_attention``).
+While ``torch.compile`` or ``torch.export`` traces, the kernel path is one opaque operator
+(``softargmax::decode_attention``), which :func:`softargmax.export.decompositions` replaces by the materialized path;
+``torch.onnx.export`` and ``torch.jit.trace`` record the materialized path.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
-from .._utils.tracing import CUSTOM_OPS, use_custom_ops
+from .._utils.tracing import CUSTOM_OPS, EAGER, LIBRARY_OPS, graph_mode
 from ..backends.triton import decoding as _decoding
+from ..divergences import Divergence
+from ._carried import PREFIX, carried_divergence
 from ._library_ops import define, divergence_spec
 from .attention import attention_weights
 from .mappings import check_mapping
@@ -115,7 +119,7 @@ def decode_attention(
         scale: the factor :math:`s` of the scores. Default: ``None`` (:math:`1/\sqrt{D}`).
         mapping: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or any
             f-divergence name, or a :class:`~softargmax.divergences.Divergence`, as :func:`softargmax.attention`
-            (while ``torch.compile`` traces, a user's generator takes the reference path). Default: ``"entmax15"``.
+            (a user's generator too, under ``torch.compile``). Default: ``"entmax15"``.
         alpha: α of ``"entmax"``: a float or a per-head tensor ``(H,)`` (a learned α, at inference).
             Default: ``None``.
         block_table: int32/int64 ``[B, pages per sequence]``: page ``block_table[b, n]`` of ``key`` and
@@ -230,13 +234,14 @@ def _one_pass(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Ten
               scale: float, mapping: str, alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
               num_splits: Optional[int], window: Optional[int]) -> Tensor:
     """One pass over the cache: the kernels where they cover the call (an opaque operator while compiling), else
-    the reference."""
+    the reference (which also records the graph for ``torch.onnx.export`` and ``torch.jit.trace``)."""
     if _decoding.covers(query, key, value, block_table, alpha):
-        if not use_custom_ops():
+        mode = graph_mode()
+        if mode == EAGER:
             return _kernels(query, key, value, end, start, mask, scale, mapping, alpha, block_table, num_splits,
                             window)
-        carried = _operator_mapping(mapping, alpha)
-        if carried is not None:  # else (a user's generator) the reference, which the compiler traces
+        carried = _operator_mapping(mapping, alpha) if mode == LIBRARY_OPS else None
+        if carried is not None:  # else (a Divergence with an alpha too) the reference, which the compiler traces
             return torch.ops.softargmax.decode_attention(
                 query, key, value, end, start, mask, block_table, alpha if isinstance(alpha, Tensor) else None,
                 carried[1], scale, carried[0], num_splits, window)
@@ -245,20 +250,26 @@ def _one_pass(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Ten
 
 def _operator_mapping(mapping: Any, alpha: Union[float, Tensor, None]) -> Optional[tuple[str, Optional[float]]]:
     """The mapping (checked: a name or a :class:`~softargmax.divergences.Divergence`) as the operator's ``(mapping,
-    alpha_value)`` arguments (a name and a float α), or ``None`` where they cannot carry it: a divergence crosses by
-    the name and parameter from which the registry rebuilds it (:func:`divergence_spec`; none for a user's
-    generator, nor with an ``alpha`` too)."""
+    alpha_value)`` arguments (a name and a float α), or ``None`` where they cannot carry it (a divergence with an
+    ``alpha`` too): a divergence crosses by the name and parameter from which the registry rebuilds it, a user's
+    generator by its name in this process (:func:`divergence_spec`; :func:`_operator_mapping_back` reads both)."""
     if isinstance(mapping, str):
         return mapping, None if alpha is None or isinstance(alpha, Tensor) else float(alpha)
-    spec = divergence_spec(mapping) if alpha is None else None
-    if spec is None:
+    if alpha is not None:
         return None
+    spec = divergence_spec(mapping)
     return spec[0], spec[1] if spec[0] == "alpha" else None
 
 
+def _operator_mapping_back(mapping: str) -> Union[str, Divergence]:
+    """The operator's ``mapping`` argument as :func:`attention_weights` takes it: a mapping name as it is, a user's
+    generator's name (:func:`~softargmax.operators._carried.carried_name`) as the object."""
+    return carried_divergence(mapping) if mapping.startswith(PREFIX) else mapping
+
+
 def _kernels(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
-             scale: float, mapping: str, alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
-             num_splits: Optional[int], window: Optional[int]) -> Tensor:
+             scale: float, mapping: Union[str, Divergence], alpha: Union[float, Tensor, None],
+             block_table: Optional[Tensor], num_splits: Optional[int], window: Optional[int]) -> Tensor:
     """The Triton path: the split-K scores, the row solver, the split-K ``P·V``."""
     lay = _decoding.layout(query, key, block_table, num_splits)
     # the kernels index the lengths and the table with unit strides
@@ -274,8 +285,17 @@ def _kernels(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tens
 def _kernels_op(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
                 block_table: Optional[Tensor], alpha: Optional[Tensor], alpha_value: Optional[float], scale: float,
                 mapping: str, num_splits: Optional[int], window: Optional[int]) -> Tensor:
-    return _kernels(query, key, value, end, start, mask, scale, mapping, alpha if alpha is not None else alpha_value,
-                    block_table, num_splits, window)
+    return _kernels(query, key, value, end, start, mask, scale, _operator_mapping_back(mapping),
+                    alpha if alpha is not None else alpha_value, block_table, num_splits, window)
+
+
+def reference_op(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+                 block_table: Optional[Tensor], alpha: Optional[Tensor], alpha_value: Optional[float], scale: float,
+                 mapping: str, num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    """``softargmax::decode_attention`` (its arguments) by the materialized path: what the operator computes, in
+    PyTorch's own operators where the mapping records its graph form (:func:`softargmax.export.decompositions`)."""
+    return _reference(query, key, value, end, start, scale, _operator_mapping_back(mapping),
+                      alpha if alpha is not None else alpha_value, block_table, window, mask)
 
 
 def _kernels_fake(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
@@ -288,8 +308,8 @@ def _kernels_fake(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start:
 _OPERATOR = define("softargmax::decode_attention", _kernels_op, _kernels_fake) if CUSTOM_OPS else None
 
 
-def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float, mapping: str,
-               alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
+def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float,
+               mapping: Union[str, Divergence], alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
                window: Optional[int] = None, mask: Optional[Tensor] = None) -> Tensor:
     """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``."""
     if block_table is not None:

@@ -8,7 +8,8 @@ r"""Export and deployment: what ONNX, ``torch.export`` and TorchScript record fo
 * ``torch.jit.trace`` records the same graphs, so a traced module holds only PyTorch's
   operators and runs wherever TorchScript runs (C++ included).
 * ``torch.export.export`` and ``torch.compile`` record one ``torch.library`` operator per call
-  (``softargmax::normalized``, ``softargmax::alpha_relu``, ``softargmax::normmax``), which runs
+  (``softargmax::normalized``, ``softargmax::alpha_relu``, ``softargmax::normmax``; on a GPU
+  ``softargmax::decode_attention`` for :func:`softargmax.decode_attention`'s kernels), which runs
   the eager implementation (fused kernels included) and has an autograd formula; a program
   saved with ``torch.export.save`` loads where :mod:`softargmax` is imported.
   :func:`decompositions` replaces those operators by the graphs above, for runtimes without
@@ -28,9 +29,11 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
+from .._utils.tracing import recording_graph
 from ._library_ops import normalized_operator_divergence
 from ._traceable import normalized_graph
 from .alpha_relu import alpha_relu_graph
+from .decoding import reference_op
 from .normmax import normmax_graph
 
 __all__ = ["decompositions"]
@@ -50,6 +53,14 @@ def _normmax(x: Tensor, alpha: Optional[Tensor], alpha_value: float, dim: int) -
     return normmax_graph(x, alpha_value if alpha is None else alpha, dim % x.dim())
 
 
+def _decode_attention(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
+                      block_table: Optional[Tensor], alpha: Optional[Tensor], alpha_value: Optional[float],
+                      scale: float, mapping: str, num_splits: Optional[int], window: Optional[int]) -> Tensor:
+    with recording_graph():  # the mapping of the scores by its graph form, whatever else the table holds
+        return reference_op(query, key, value, end, start, mask, block_table, alpha, alpha_value, scale, mapping,
+                            num_splits, window)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     r"""A decomposition table that replaces the library's ``torch.library`` operators by PyTorch's own.
 
@@ -63,16 +74,22 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         \qquad \texttt{normmax}:\ p = \operatorname{normalize}\big(\operatorname{entmax}_{2 - 1/\alpha}
         (\tfrac{\alpha x}{\alpha - 1})^{1/\alpha}\big),
 
+    and ``decode_attention`` (the kernels of a decoding step, recorded on a GPU) becomes its materialized path,
+    :math:`o = \operatorname{mapping}(z)\, V` with the scores :math:`z` masked to each query's keys (its range, the
+    causal and window bounds, ``attn_mask``; grouped heads, a paged cache gathered by its block table),
+
     with :math:`\tau` from the sort-based closed forms of sparsemax and 1.5-entmax or a fixed number
     of safeguarded Newton steps (:func:`softargmax.solvers.traceable.solve_rows`): equal to the eager
     operators to float32 rounding, with no gradient formula of its own (for inference), and runnable
-    where Python and this library are not.
+    where Python and this library are not.  An operator that carries a user's generator (a
+    :class:`~softargmax.divergences.CustomDivergence`, by a name of the process that holds it) decomposes in
+    that process, into the graph of its functions.
 
     Returns:
-        ``{operator overload: function}`` for ``softargmax::normalized``, ``softargmax::alpha_relu``
-        and ``softargmax::normmax``, merged into ``torch.export.default_decompositions()`` (so the
-        result also lowers PyTorch's operators to the core ATen set, as ``run_decompositions()``
-        does by default).
+        ``{operator overload: function}`` for ``softargmax::normalized``, ``softargmax::alpha_relu``,
+        ``softargmax::normmax`` and ``softargmax::decode_attention``, merged into
+        ``torch.export.default_decompositions()`` (so the result also lowers PyTorch's operators to the
+        core ATen set, as ``run_decompositions()`` does by default).
 
     Examples:
         >>> import torch, softargmax as sa
@@ -104,6 +121,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         ops.normalized.default: _normalized,
         ops.alpha_relu.default: _alpha_relu,
         ops.normmax.default: _normmax,
+        ops.decode_attention.default: _decode_attention,
     }
     for op, fn in own.items():
         table[op] = fn

@@ -33,6 +33,7 @@ from torch.autograd.function import once_differentiable
 
 from .._utils.checks import check_dim, check_positive_number, check_q, check_tensor
 from .._utils.rows import Rows
+from .._utils.tracing import function_apply
 from ..divergences import Divergence, get_divergence
 from ..solvers.threshold import solve
 from ._autograd import grad_to_param
@@ -135,7 +136,7 @@ class _FSoftmax(torch.autograd.Function):
             from ._dtensor import dtensor_apply
 
             return dtensor_apply(super().apply, x, *args, dim=args[-1], drops_dim=True)
-        return super().apply(x, *args)
+        return function_apply(cls, x, *args)  # (torch.compile's tracer follows this, not super())
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, q: Optional[Tensor], divergence: Divergence, temperature: float,

@@ -1,0 +1,97 @@
+r"""A user's generator across the boundary of the ``torch.library`` operators, by a name valid in this process.
+
+The operators of :mod:`softargmax.operators._library_ops` take a divergence as a string and a float
+(their schemas hold no Python object): a built-in generator by its registry name and parameter
+(:func:`softargmax.divergences.spec_of`), from which :func:`~softargmax.divergences.get_divergence`
+rebuilds it.  A :class:`~softargmax.divergences.CustomDivergence`, or a user's subclass of
+:class:`~softargmax.divergences.Divergence`, has no such name: :func:`carried_name` gives it one,
+``"user:<n>:<its name>"``, and keeps a weak reference to the object under that name, which
+:func:`carried_divergence` looks up when the operator runs (in the same process).  While
+``torch.compile`` traces, the name is a constant of the graph, and the compiler guards the
+object's identity: another object is another name and another graph.
+
+A name outlives nothing: an exported program that records one runs (and decomposes) in the process
+that holds the object; elsewhere, or once the object is freed, :func:`carried_divergence` raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..divergences import Divergence
+
+__all__ = ["PREFIX", "carried_name", "carried_divergence"]
+
+#: the names :func:`carried_name` gives begin with it (no registry name holds a colon)
+PREFIX = "user:"
+
+_objects: "weakref.WeakValueDictionary[str, Divergence]" = weakref.WeakValueDictionary()
+_kept: dict[str, Divergence] = {}  # objects that take no weak reference (a class with __slots__), kept alive
+_names: dict[int, str] = {}  # id(object) -> its name (checked against the object: an id is reused once freed)
+_counter = itertools.count()
+
+
+def _lookup(name: str) -> Optional[Divergence]:
+    return _kept.get(name) or _objects.get(name)
+
+
+def _name_of(divergence: Divergence) -> str:
+    name = _names.get(id(divergence))
+    if name is not None and _lookup(name) is divergence:
+        return name
+    name = f"{PREFIX}{next(_counter)}:{getattr(divergence, 'name', type(divergence).__name__)}"
+    try:
+        _objects[name] = divergence
+    except TypeError:  # no weak reference to it
+        _kept[name] = divergence
+    _names[id(divergence)] = name
+    return name
+
+
+_assume_constant: Optional[Callable[[Any], Any]] = getattr(getattr(torch, "compiler", None), "assume_constant_result",
+                                                           None)
+#: the tracer calls it as Python and records its result as a constant (guarding the object)
+_traced_name_of = _assume_constant(_name_of) if _assume_constant is not None else _name_of
+
+
+def carried_name(divergence: Divergence) -> str:
+    """The name under which an operator carries ``divergence`` (the same object, the same name).
+
+    Args:
+        divergence: a :class:`~softargmax.divergences.Divergence` that the registry cannot rebuild.
+
+    Returns:
+        ``"user:<n>:<divergence.name>"``, which :func:`carried_divergence` maps back to ``divergence``.
+
+    Examples:
+        >>> import torch, softargmax as sa
+        >>> from softargmax.operators._carried import carried_divergence, carried_name
+        >>> kl = sa.CustomDivergence(f=lambda u: torch.special.xlogy(u, u), f_prime=lambda u: torch.log(u) + 1,
+        ...                          conj=lambda v: torch.exp(v - 1), conj_prime=lambda v: torch.exp(v - 1),
+        ...                          name="my_kl")
+        >>> name = carried_name(kl)
+        >>> name.startswith("user:") and name.endswith(":my_kl") and carried_name(kl) == name
+        True
+        >>> carried_divergence(name) is kl
+        True
+    """
+    return _traced_name_of(divergence)
+
+
+def carried_divergence(name: str) -> Divergence:
+    """The divergence that :func:`carried_name` named ``name``.
+
+    Raises:
+        ValueError: no object of this process holds that name (freed, or a program from another process).
+    """
+    divergence = _lookup(name)
+    if divergence is None:
+        raise ValueError(
+            f"divergence {name!r}: the user-defined generator that this compiled or exported graph refers to is "
+            "not alive in this process (it was freed, or the graph was saved elsewhere); a graph that calls a "
+            "CustomDivergence or a Divergence subclass runs only in the process that holds the object")
+    return divergence
