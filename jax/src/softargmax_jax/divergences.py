@@ -503,6 +503,9 @@ class JensenShannon(_JensenStart):
         y = jnp.exp(c) if state is None else state
         return y, (0.5 * y) * (2 * y)
 
+    #: its own terms' sums, not _JensenStart's (the sum of -c and the row length)
+    jensen_sums = Divergence.jensen_sums
+
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         return jnp.log(0.25 * (a1 + jnp.sqrt(a1 * a1 + 4.0 * a2)))
 
