@@ -11,7 +11,10 @@ For rows :math:`z` (already divided by the temperature) along the last axis, a r
 Newton's method on :math:`(S^\rho - 1)/\rho` (:math:`\log S` at :math:`\rho = 0`) runs from the lower end
 under ``lax.while_loop``; a step that leaves the current bracket is replaced by bisection.  Where the
 transform is convex (``Divergence.monotone``) the iterates increase to the root and the loop also
-stops once the residual stops decreasing.  The rows are shifted to maximum 0 first (every mapping is
+stops once the residual stops decreasing.  A generator may take its own step (``Divergence.newton_step``:
+Jensen–Shannon's on :math:`1/S` in :math:`e^\tau`) and bound the residual after a step
+(``Divergence.step_error``): without :math:`q` a step from below whose bound is within half the tolerance ends
+the row unevaluated, so the pass that writes :math:`p` is the next one over the row.  The rows are shifted to maximum 0 first (every mapping is
 invariant to adding a constant to a row).  Sparsemax and 1.5-entmax finish with their closed form
 on the support found (Michelot's algorithm is Newton's method for sparsemax), so they are exact
 to rounding; α-entmax with α > 2 is solved in the entmax variable :math:`t = (\alpha-1)\tau_f - 1`,
@@ -187,6 +190,9 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     rho = div.newton_power
     monotone = div.monotone
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
+    # without q every iterate is at or above lo = -f'(1) on rows shifted to maximum 0: Divergence.step_error's
+    # premises (and the iterates of a monotone generator stay below the root)
+    certify = q is None and monotone and not values
 
     def evaluate(tau: Array) -> tuple[Array, Array]:
         g, gp = div.g_and_gp_rows(c, tau, rows_state)
@@ -194,15 +200,26 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
             g, gp = g * q, gp * q
         return g, gp
 
+    def sums(tau: Array) -> tuple[Array, Array, Optional[Array], Optional[Array]]:
+        # XLA's CPU backend fuses a row sum with its elementwise producer, but writes out a producer two sums share
+        # (g, and then reads it twice); Divergence.row_sums gives the two sums separately fused (one variadic
+        # reduction of the pair, lax.reduce, took 2.5 times as long at 64 x 32000)
+        pair = None if (q is not None or values) else div.row_sums(c, tau, rows_state)
+        if pair is not None:
+            return _psum(pair[0], axis_name), _psum(pair[1], axis_name), None, None
+        g, gp = evaluate(tau)
+        return _rowsum(g, axis_name), _rowsum(gp, axis_name), g, gp
+
+    def step(tau: Array, S: Array, Sp: Array) -> Array:
+        new = div.newton_step(tau, S, Sp)
+        return newton_update(tau, S, Sp, rho) if new is None else new
+
     def cond(state: tuple) -> Array:
         return (state[0] < max_iter) & ~jnp.all(state[4])
 
     def body(state: tuple) -> tuple:
         it, tau, lo, hi, done, prev = state[:6]
-        g, gp = evaluate(tau)
-        # (XLA's CPU backend fuses the two sums with their producer; one variadic reduction of the pair, lax.reduce,
-        # took 2.5 times as long at 64 x 32000)
-        S, Sp = _rowsum(g, axis_name), _rowsum(gp, axis_name)
+        S, Sp, g, gp = sums(tau)
         resid = S - 1
         ares = jnp.abs(resid)
         done = done | (ares <= tol) | (hi - lo <= 4 * eps * (1 + jnp.abs(tau)))
@@ -211,9 +228,17 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
         done = done | jnp.isnan(resid)
         lo = jnp.where(resid >= 0, tau, lo)
         hi = jnp.where(resid < 0, tau, hi)
-        new = newton_update(tau, S, Sp, rho)
+        new = step(tau, S, Sp)
         inside = (new > lo) & (new < hi)
         new = jnp.where(inside, new, 0.5 * (lo + hi))
+        if certify:
+            # a Newton step from below the root whose bounded error is within the tolerance ends the row without
+            # an evaluation at its end (the caller's pass that writes p is the next one over the row)
+            bound = div.step_error(tau, S, Sp, new)
+            if bound is not None:
+                sure = ~done & inside & (resid >= 0) & (bound <= 0.5 * tol)
+                tau = jnp.where(done, tau, new)
+                return it + 1, tau, lo, hi, done | sure, ares
         tau = jnp.where(done, tau, new)
         return (it + 1, tau, lo, hi, done, ares) + ((g, gp, Sp) if values else ())
 
@@ -236,12 +261,14 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     return (tau, *lax.cond(jnp.all(out[4]), lambda _: out[6:9], again, None))
 
 
-def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str]) -> Optional[Array]:
-    """The dense generators' start of Newton's method (``Divergence.jensen_start``), in ``[lo, hi]``, or ``None``."""
-    terms = div.jensen_terms(c)
-    if terms is None:
+def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str],
+                  rows_state: Optional[Array] = None) -> Optional[Array]:
+    """The dense generators' start of Newton's method (``Divergence.jensen_start``), in ``[lo, hi]``, or ``None``
+    (``rows_state``: ``div.rows_state(c)``)."""
+    sums = div.jensen_sums(c, rows_state, lambda t: _rowsum(t, axis_name))
+    if sums is None:
         return None
-    start = div.jensen_start(_rowsum(terms[0], axis_name), _rowsum(terms[1], axis_name))
+    start = div.jensen_start(*sums)
     return jnp.clip(jnp.where(jnp.isnan(start), lo, start), lo, jnp.where(jnp.isfinite(hi), hi, jnp.inf))
 
 
@@ -440,11 +467,11 @@ def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_ite
     if q is None:
         div = div.rows_variant()
     lo, hi = _bounds(div, c, q, k, axis_name)
+    rows_state = div.rows_state(c)
     # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root
-    start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name)
+    start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name, rows_state)
     if start is None and q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
         lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
-    rows_state = div.rows_state(c)
 
     closes = _closes_in_form(div)
     carry = div.values_in_loop and not closes

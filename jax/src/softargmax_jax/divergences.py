@@ -37,7 +37,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +98,25 @@ class Divergence:
         there than elementwise (the default: ``g_and_gp(c - tau)``)."""
         return self.g_and_gp(c - tau)
 
+    def row_sums(self, c: Array, tau: Array, state: Optional[Array]) -> Optional[tuple[Array, Array]]:
+        r"""``(S, S_p)``, the row sums of :meth:`g_and_gp_rows` ``(c, tau, state)`` (``[..., 1]``), each written as its own
+        expression of ``c`` (or ``state``) so that XLA fuses each sum with its elementwise producer and never writes
+        ``g`` or ``g'`` out; ``None`` (the default): the solver sums :meth:`g_and_gp_rows`."""
+        return None
+
+    def newton_step(self, tau: Array, S: Array, Sp: Array) -> Optional[Array]:
+        r"""The next Newton iterate from ``tau`` with :math:`S(\tau)` and :math:`S_p = -S'(\tau)` (``[..., 1]``), for a
+        generator with a transform better suited than :math:`(S^\rho - 1)/\rho`; ``None`` (the default): Newton's
+        step on that transform with :attr:`newton_power`."""
+        return None
+
+    def step_error(self, tau: Array, S: Array, Sp: Array, new: Array) -> Optional[Array]:
+        r"""An upper bound of :math:`\lvert S(\mathrm{new}) - 1\rvert` in exact arithmetic after the Newton step from
+        ``tau`` to ``new`` (``[..., 1]``), for rows shifted to maximum 0, no reference measure and
+        :math:`-f'(1) \le \tau \le \mathrm{new} \le` the root: where it is below the tolerance the solver takes the
+        step without evaluating :math:`S` there (one pass over the rows less); ``None`` (the default): no bound."""
+        return None
+
     def rows_variant(self) -> Divergence:
         """A generator equal to this one whose :meth:`g_and_gp_rows` may assume rows shifted to maximum 0, no reference
         measure and thresholds ``τ >= -f'(1)`` (the solver's iterates there; a generator may evaluate faster with
@@ -110,11 +129,19 @@ class Divergence:
         a lower bound of every iterate, is there in every row), or ``None`` (the default)."""
         return None
 
-    def jensen_terms(self, c: Array) -> Optional[tuple[Array, Array]]:
+    def jensen_terms(self, c: Array, state: Optional[Array] = None) -> Optional[tuple[Array, Array]]:
         r"""Elementwise terms of the two row sums :math:`a_1, a_2` from which :meth:`jensen_start` bounds the
-        root from below, for rows ``c`` shifted to maximum 0 (``-inf`` masked) and :math:`q = 1`; ``None``
-        (the default): no such bound, the solver starts from the bracket's lower end."""
+        root from below, for rows ``c`` shifted to maximum 0 (``-inf`` masked) and :math:`q = 1` (``state``: the
+        :meth:`rows_state` of ``c``, or ``None``); ``None`` (the default): no such bound, the solver starts from the
+        bracket's lower end."""
         return None
+
+    def jensen_sums(self, c: Array, state: Optional[Array],
+                    rowsum: Callable[[Array], Array]) -> Optional[tuple[Array, Array]]:
+        r"""The row sums ``(a1, a2)`` (``[..., 1]``) of :meth:`jensen_terms` with ``rowsum`` (the solver's row sum,
+        keepdims, over every device of a mapped axis), or ``None``; a generator may compute them more cheaply."""
+        terms = self.jensen_terms(c, state)
+        return None if terms is None else (rowsum(terms[0]), rowsum(terms[1]))
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         r"""A lower bound of the root :math:`\tau` of the shifted rows from the row sums of :meth:`jensen_terms`.
@@ -181,9 +208,23 @@ class _JensenStart(Divergence):
     :math:`e_j = -c_j`, so the :math:`\tau` where :math:`n\, g(-\tau - \bar e) = 1` is below the root;
     :math:`a_1 = \sum_j e_j` and :math:`a_2 = n`."""
 
-    def jensen_terms(self, c: Array) -> Optional[tuple[Array, Array]]:
+    def jensen_terms(self, c: Array, state: Optional[Array] = None) -> Optional[tuple[Array, Array]]:
         fin = c > -jnp.inf
         return jnp.where(fin, -c, 0.0), fin.astype(c.dtype)
+
+    def jensen_sums(self, c: Array, state: Optional[Array],
+                    rowsum: Callable[[Array], Array]) -> Optional[tuple[Array, Array]]:
+        # where no entry is masked, a1 = Σ -c (one fused pass over the rows; the selects of jensen_terms keep XLA's
+        # CPU backend from fusing them with their sums, and it writes both terms out) and a2 = the row length;
+        # rows with a masked entry (a1 = +inf) take jensen_terms
+        a1 = rowsum(-c)
+        n = rowsum(jnp.full(c.shape[:-1] + (1,), c.shape[-1], c.dtype))
+
+        def masked(_: None) -> tuple[Array, Array]:
+            t1, t2 = self.jensen_terms(c, state)  # type: ignore[misc]
+            return rowsum(t1), rowsum(t2)
+
+        return jax.lax.cond(jnp.all(a1 < jnp.inf), lambda _: (a1, n), masked, None)
 
 
 class ReverseKL(_JensenStart):
@@ -390,7 +431,23 @@ class _JeffreySeries(Jeffrey):
 
 
 class JensenShannon(_JensenStart):
-    r"""Jensen–Shannon, :math:`g(v) = 1/(2 e^{-v} - 1)` (:math:`v < \log 2`)."""
+    r"""Jensen–Shannon, :math:`g(v) = 1/(2 e^{-v} - 1)` (:math:`v < \log 2`).
+
+    Newton's method runs on :math:`1/S` as a function of :math:`u = e^\tau` (:meth:`newton_step`): with
+    :math:`y_j = e^{c_j}`, each term is :math:`1/L_j(u)`, :math:`L_j = 2u/y_j - 1` affine in :math:`u`, so
+    :math:`\psi = 1/S = (\sum_j 1/L_j)^{-1}` is concave and increasing in :math:`u` (a harmonic sum of affine
+    functions), and exact for one term and for the softmax-like limit of many small terms.  From below the
+    steps increase monotonically to the root (the tangent lies above :math:`\psi`), as with :math:`\log S` in
+    :math:`\tau`, but in fewer steps: on 64 rows of 32000 Gaussian scores of scale 3, residuals
+    :math:`0.3 \to 2.5\cdot 10^{-3} \to 2\cdot 10^{-7}` from Jensen's start, against
+    :math:`0.3 \to 1.7\cdot 10^{-2} \to 6\cdot 10^{-5} \to 10^{-9}` for Newton's method on :math:`\log S`.
+
+    :meth:`step_error` bounds the residual after a step: :math:`\psi'' = -(2/S) \operatorname{Var}_w(r)` with
+    weights :math:`w_j = g_j/S` and :math:`r_j = L_j'/L_j = 2/(2u - y_j) \in (1/u, 2/(2u - 1)]` (rows shifted to
+    maximum 0: :math:`y_j \le 1`; :math:`u \ge 1`), so :math:`\lvert\psi''\rvert \le (M - m)^2/2` with
+    :math:`M - m = 1/(u(2u - 1))` (Popoviciu's inequality; :math:`S \ge 1` below the root) and the step
+    :math:`\delta = u\,(e^{\Delta\tau} - 1)` leaves :math:`1 - \psi \le (e^{\Delta\tau} - 1)^2 / (4 (2u - 1)^2)`.
+    """
 
     name = "jensen_shannon"
     f_zero = math.log(2.0)
@@ -419,17 +476,51 @@ class JensenShannon(_JensenStart):
         g = y / (2 * jnp.exp(tau) - y)
         return g, g + g * g
 
-    def jensen_terms(self, c: Array) -> Optional[tuple[Array, Array]]:
+    def row_sums(self, c: Array, tau: Array, state: Optional[Array]) -> Optional[tuple[Array, Array]]:
+        # S = Σ y/(C - y) and S_p = Σ g (1 + g) = Σ (y/C)/(1 - y/C)^2, C = 2 e^τ: two expressions with no common
+        # subexpression of the rows' shape (XLA would write a shared one out, and g with it)
+        y = jnp.exp(c) if state is None else state
+        C = 2 * jnp.exp(tau)
+        S = jnp.sum(y / (C - y), -1, keepdims=True)
+        iC = 1.0 / C
+        w = 1 - y * iC
+        return S, jnp.sum(y * iC / (w * w), -1, keepdims=True)
+
+    def newton_step(self, tau: Array, S: Array, Sp: Array) -> Optional[Array]:
+        # Newton on 1/S = 1 in u = e^τ: dS/du = -Sp/u, so u' = u (1 + S (S - 1)/Sp); |S (S - 1)/Sp| <= |S - 1|
+        # (Sp = Σ g + g^2 >= S), so the log1p's argument is above -1
+        return tau + jnp.log1p(S * (S - 1) / Sp)
+
+    def step_error(self, tau: Array, S: Array, Sp: Array, new: Array) -> Optional[Array]:
+        u = jnp.exp(tau)
+        b = 0.25 * jnp.square(jnp.expm1(new - tau) / (2 * u - 1))  # a bound of 1 - 1/S(new)
+        return b / jnp.maximum(1 - b, 0.0)
+
+    def jensen_terms(self, c: Array, state: Optional[Array] = None) -> Optional[tuple[Array, Array]]:
         # g(v) >= x + x^2 with x = e^v / 2: S(τ) >= X a1 + X^2 a2 with X = e^{-τ}/2, a1 = Σ y, a2 = Σ y^2, y = e^c
-        y = jnp.exp(c)
-        return y, y * y
+        # (from rows_state when given: no second exp per entry).  y^2 as (y/2)(2y), exact: XLA rewrites
+        # exp(c) * exp(c) as exp(2c), a second exp per entry from the shifted rows written out for it
+        y = jnp.exp(c) if state is None else state
+        return y, (0.5 * y) * (2 * y)
+
+    #: its own terms' sums, not _JensenStart's (the sum of -c and the row length)
+    jensen_sums = Divergence.jensen_sums
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         return jnp.log(0.25 * (a1 + jnp.sqrt(a1 * a1 + 4.0 * a2)))
 
 
 class SquaredHellinger(_JensenStart):
-    r"""Squared Hellinger, :math:`f(u) = (\sqrt u - 1)^2`, :math:`g(v) = 1/(1 - v)^2` (:math:`v < 1`)."""
+    r"""Squared Hellinger, :math:`f(u) = (\sqrt u - 1)^2`, :math:`g(v) = 1/(1 - v)^2` (:math:`v < 1`).
+
+    Newton's method on :math:`\psi = S^{-1/2}` (:attr:`newton_power` :math:`-1/2`), concave in :math:`\tau` (with
+    :math:`u_j = 1 + \tau - c_j`, :math:`\psi = (\sum_j u_j^{-2})^{-1/2}` is a power mean of exponent :math:`-2` of
+    affine functions) and exact for one entry.  :meth:`step_error`: :math:`\psi'' = -3\psi \operatorname{Var}_w(r)`
+    with weights :math:`w_j = g_j/S` and :math:`r_j = 1/u_j \in (0, 1/(1 + \tau)]`, so below the root
+    (:math:`\psi \le 1`) a step :math:`\delta` leaves :math:`1 - \psi \le 3\delta^2/(8 (1 + \tau)^2)` (Popoviciu's
+    inequality); on rows of thousands of entries :math:`\tau` is large and Jensen's start is usually certified
+    after its one pass.
+    """
 
     name = "squared_hellinger"
     f_zero = 1.0
@@ -449,6 +540,20 @@ class SquaredHellinger(_JensenStart):
         r = 1.0 / (1 - v)
         g = r * r
         return g, 2 * g * r
+
+    def row_sums(self, c: Array, tau: Array, state: Optional[Array]) -> Optional[tuple[Array, Array]]:
+        # S = Σ 1/(1 + τ - c)^2 and S_p = 2 Σ 1/(1 + τ - c)^3 = -2 Σ 1/(c - 1 - τ)^3: no common subexpression of the
+        # rows' shape (not even a broadcast constant: XLA would write a shared one out)
+        d = (1 + tau) - c
+        S = jnp.sum(1.0 / (d * d), -1, keepdims=True)
+        e = c + (-1.0 - tau)
+        return S, jnp.sum(-2.0 / (e * e * e), -1, keepdims=True)
+
+    def step_error(self, tau: Array, S: Array, Sp: Array, new: Array) -> Optional[Array]:
+        # ψ = S^{-1/2}: ψ'' = -3 ψ Var_w(r), r_j = 1/(1 + τ + e_j) in (0, 1/(1 + τ)], weights w_j = g_j/S;
+        # ψ <= 1 below the root, so |ψ''| <= 3/(4 (1 + τ)^2) and the step δ leaves 1 - ψ <= 3 δ^2/(8 (1 + τ)^2)
+        b = 0.375 * jnp.square((new - tau) / (1 + tau))
+        return 1 / jnp.square(jnp.maximum(1 - b, 0.0)) - 1
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         return jnp.sqrt(a2) - 1.0 - a1 / a2
