@@ -238,9 +238,8 @@ def _split_scan_configs() -> Iterable[tuple[str, dict, int, bool]]:
     T = _mod("rows")
     for dt in DTYPES:
         block, warps = T._long_launch(ELEM_BYTES[dt])
-        js = int(_mod("row_kernels").KIND_JS.value)
-        # the slots each kind keeps (rows.long_slots) and REST (Jensen–Shannon's sums of the scores not kept)
-        for slots, rest in sorted({(T.long_slots(kind), kind == js) for kind, _, _ in _row_kinds()}, reverse=True):
+        # the slots each kind keeps (rows.long_slots) and REST (rows.rest_kind: the statistics of the scores not kept)
+        for slots, rest in sorted({(T.long_slots(kind), T.rest_kind(kind)) for kind, _, _ in _row_kinds()}, reverse=True):
             yield dt, dict(BLOCK=block, SLOTS=slots, REST=rest), warps, dt == "bf16" and slots == T.LONG_SLOTS and not rest
 
 
@@ -250,7 +249,7 @@ def _split_solve_configs() -> Iterable[tuple[str, dict, int, bool]]:
         block, warps = T._long_launch(ELEM_BYTES[dt], solver=True)
         for kind, exact, per_row in _jvp_modes():  # (the solve's modes without the sums: it writes none)
             yield (dt, dict(KIND=kind, EXACT=exact, PER_ROW=per_row, BLOCK=block, SLOTS=T.long_slots(kind),
-                            REST=kind == int(_mod("row_kernels").KIND_JS.value)), warps,
+                            REST=T.rest_kind(kind)), warps,
                    dt == "bf16" and (kind, exact, per_row) in _QUICK_SPLIT)
 
 

@@ -704,6 +704,46 @@ def test_half_outputs_within_their_rounding(case, dtype, layout, triton_device):
     assert torch.isnan(p[5]).all() and fast.bad_rows.squeeze(1).tolist() == [False] * 5 + [True]
 
 
+def _top_in_one_lane(k: int, lanes: int, tops: int, device) -> torch.Tensor:
+    """A row whose ``tops`` largest scores (equal) all fall in lane 5 of ``lanes`` (columns ``≡ 5`` modulo
+    ``lanes``), far above the rest: with ``tops`` one more than a lane keeps, the score it drops carries
+    ``p = 1/tops``, which the first pass's power sums of Jensen–Shannon leave partly out."""
+    z = torch.randn(k, generator=torch.Generator().manual_seed(tops)) * 0.3 - 30.0
+    z[5::lanes][:tops] = 0.0
+    return z.to(device)
+
+
+@pytest.mark.parametrize("case", [("jensen_shannon", {}), ("squared_hellinger", {})], ids=_ids)
+@pytest.mark.parametrize("layout", ["streamed", "streamed-overflow"], indirect=True)
+def test_dense_streamed_rows_from_the_first_pass_statistics(case, layout, triton_device):
+    """Jensen–Shannon solves a streamed row from its first pass (the kept scores and the power sums of the rest)
+    when what the sums leave out is below the tolerance, and goes on over the full row where it is not (a lane
+    that dropped a score with ``p`` of 1/5, or 1/2 with one slot per lane); squared Hellinger starts its
+    full-row steps from the kept scores and a Taylor estimate of the rest.  Against the float64 solver: ``p``
+    within 1e-6, ``τ``, and ``Σ p`` within 1e-6 of 1 (taking the registers' root on the last row leaves it
+    4e-6 off with 4 slots, 7e-4 with one)."""
+    name, params = case
+    div = get_divergence(name, **params)
+    k = row_length(100, layout)
+    gen = torch.Generator().manual_seed(11)
+    z = torch.randn(5, k, generator=gen)
+    z[0] *= 3.0
+    z[1] *= 0.3  # nearly flat: every score counts
+    z[2] = z[2] * 2.0 + 1000.0
+    z[3, ::3] = -math.inf
+    z[4] = _top_in_one_lane(k, _triton_rows.LONG_BLOCK, _triton_rows.LONG_SLOTS + 1, "cpu")
+    z = z.to(triton_device)
+    fast = solve(z, div)
+    assert fast.backend == "triton"
+    with reference_path():
+        ref = solve(z.double(), div)
+    p = fast.dense_p().double()
+    torch.testing.assert_close(p, ref.dense_p(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(fast.tau.double(), ref.tau, atol=1e-5, rtol=2e-6)
+    torch.testing.assert_close(fast.s_sum.double(), ref.s_sum, atol=1e-6, rtol=1e-5)
+    assert float((p.sum(-1) - 1).abs().max()) <= 1e-6
+
+
 #: the dense kinds with f(0) = +inf: reverse KL, Jeffrey (Lambert W), reverse chi-square
 INFINITE_F0 = INFINITE_F0_COVERED
 
@@ -942,12 +982,16 @@ if triton is not None:
         tl.store(OUT, K._second_order(t, tl.load(IN + 1), tl.load(IN + 2), tl.load(IN + 3), KIND))
 
     @triton.jit
-    def _rest_kernel(Z, OUT, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr):
-        c0, c1, c2, c3, e1, e2 = K.scan_lanes(Z, 0, k, k, BLOCK, SLOTS, True)
+    def _rest_kernel(Z, OUT, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
+        c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = K.scan_lanes(Z, 0, k, k, BLOCK, SLOTS, REST)
         m = tl.max(c0, 0)
-        r1, r2 = K._rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
-        tl.store(OUT, r1)
-        tl.store(OUT + 1, r2)
+        M1, M2, M3, M4, M5, M6 = K._rest_row(c0, r1, r2, r3, r4, r5, r6, m, REST)
+        tl.store(OUT, M1)
+        tl.store(OUT + 1, M2)
+        tl.store(OUT + 2, M3)
+        tl.store(OUT + 3, M4)
+        tl.store(OUT + 4, M5)
+        tl.store(OUT + 5, M6)
 
 
 @pytest.fixture(scope="module")
@@ -979,20 +1023,30 @@ def test_second_order_step_leaves_an_error_of_the_residual_cube(kind, row_kernel
         assert abs(_dense_sums64(z, m, newton, kind)[0] - 1) > 10 * after or resid < 2e-3  # the order shows
 
 
-def test_rest_sums_are_the_sums_over_the_scores_not_kept(row_kernels):
-    """Jensen–Shannon's register start: Σ e^{z - m} and Σ e^{2(z - m)} over the scores no lane kept, against
-    a brute-force float64 sum (masked entries and a lane with no finite score included)."""
-    _, rest = row_kernels
-    BLOCK, SLOTS, k = 16, 2, 150
-    z = torch.randn(k, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+@pytest.mark.parametrize("rest", [1, 2], ids=["jensen_shannon", "squared_hellinger"])
+@pytest.mark.parametrize("slots", [1, 2, 4])
+def test_rest_statistics_are_those_of_the_scores_not_kept(rest, slots, row_kernels):
+    """The first pass's statistics of the scores no lane kept, relative to the row maximum ``m``, against a
+    brute-force float64 sum over the same scores (masked entries and a lane with no finite score included):
+    Jensen–Shannon's power sums ``Σ e^{n(z - m)}``, ``n = 1..6``; squared Hellinger's count, ``Σ (m - z)`` and
+    ``Σ (m - z)²``."""
+    _, rest_kernel = row_kernels
+    BLOCK, k = 16, 150
+    z = torch.randn(k, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
     z[::7] = -math.inf
     z[5::BLOCK] = -math.inf  # lane 5 holds no finite score
-    out = torch.empty(2)
-    rest[(1,)](z.float(), out, k, BLOCK=BLOCK, SLOTS=SLOTS)
+    out = torch.empty(6)
+    rest_kernel[(1,)](z.float(), out, k, BLOCK=BLOCK, SLOTS=slots, REST=rest)
     zz = torch.cat([z.float().double(), torch.full((-k % BLOCK,), -math.inf, dtype=torch.float64)]).view(-1, BLOCK)
-    kept = zz.sort(0, descending=True).values[:SLOTS]
+    dropped = zz.sort(0, descending=True).values[slots:]
+    dropped = dropped[torch.isfinite(dropped)]
     m = zz.max()
-    rest_w = torch.exp(zz - m).sum() - torch.exp(kept - m).sum()
-    rest_w2 = torch.exp(2 * (zz - m)).sum() - torch.exp(2 * (kept - m)).sum()
-    torch.testing.assert_close(out.double(), torch.stack([rest_w, rest_w2]), rtol=1e-5, atol=1e-6)
-    assert float(rest_w) > 0.05  # the rest is not negligible here
+    if rest == 1:
+        want = torch.stack([torch.exp(n * (dropped - m)).sum() for n in range(1, 7)])
+        got = out.double()
+    else:
+        y = m - dropped
+        want = torch.stack([torch.tensor(float(y.numel()), dtype=torch.float64), y.sum(), (y * y).sum()])
+        got = out.double()[:3]
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-9)
+    assert float(want[0]) > (0.01 if rest == 1 else 10.0)  # the rest is not negligible here

@@ -67,16 +67,25 @@ Row layouts:
   Newton steps run on those registers, exactly for the power kind when no lane overflowed,
   otherwise as a lower bound from which the full-row Newton passes continue; the last pass
   writes ``p``.  Forward: 2 reads and 1 write of the row (power kind), plus one read per
-  full-row Newton step (the dense kinds, overflowing rows).  Jensen–Shannon's pass 1 also sums,
-  per lane, ``e^{z - c0}`` and ``e^{2(z - c0)}`` (``c0`` the lane's running maximum, as an online
-  softmax): the register Newton adds the scores no lane kept as a lower bound of their terms
-  (:func:`_rest_sums`), so its root is within :data:`DENSE_ACCEPT` of the row's on the rows
-  measured and one full-row step (a second-order one) ends the solve.
+  full-row Newton step (the dense kinds, overflowing rows).  The dense kinds with ``f(0)`` finite
+  also keep, per lane, statistics of the scores the lane drops from its slots (:func:`_rest_add`,
+  relative to the lane's running maximum ``c0`` and re-expressed as it grows, as an online softmax's
+  sum, :func:`_rest_shift`).  Jensen–Shannon: the power sums ``M_n = Σ e^{n(z - m)}``, ``n = 1..6``:
+  since ``p = w/(2 - w) = Σ_n (w/2)^n``, the register Newton adds ``Σ_{n<=6} (e^{-t}/2)^n M_n`` for those
+  scores (:func:`_rest_terms`), short of their sum by at most :func:`_rest_tail` (every dropped score is
+  at most its lane's smallest kept one); when that is below half the tolerance the registers' root is
+  the row's and the forward is 2 reads and 1 write, as the power kind's, else the full-row steps
+  follow (a lane that dropped a score of large ``p``: a row's few largest scores in one lane).
+  Squared Hellinger: the count, ``Σ (c0 - z)`` and ``Σ (c0 - z)²``, for a second-order Taylor
+  estimate of the rest about its mean (not a bound: it starts the full-row steps, whose transform is
+  concave, so a start above the root steps below it), within :data:`DENSE_ACCEPT_HELLINGER` on the
+  rows measured: one full-row step (a second-order one) ends the solve.
 * Split rows (few long rows: too few programs to fill the GPU with one per row) take the same
   passes over several programs per row, each on a slice of ``L`` entries, in three or four
   launches with no host synchronization between them: :func:`split_scan` (per slice, the
-  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice, two more
-  rows of ``BLOCK`` for Jensen–Shannon's sums of the scores not kept),
+  lanes' largest scores into a small candidate buffer: ``SLOTS · BLOCK`` float32 per slice,
+  :data:`REST_STATS` more rows of ``BLOCK`` for the statistics of the scores not kept of Jensen–Shannon and
+  squared Hellinger),
   :func:`split_solve` (one program per row: it merges them into the one-program kernel's
   registers and iterates as it does: for the dense kinds or an overflowing lane, its full-row
   steps read the row in that one program), :func:`split_write` (per slice, ``p`` and partial row sums)
@@ -121,6 +130,11 @@ KIND_RCHI = tl.constexpr(5)
 #: million)
 DENSE_ACCEPT = tl.constexpr(4e-3)
 DENSE_ACCEPT_HELLINGER = tl.constexpr(1e-3)
+
+#: the statistics per lane of the scores the streamed kernels do not keep (Jensen–Shannon: the power sums
+#: ``Σ e^{n(z - c)}``, ``n = 1..6``; squared Hellinger: the count, ``Σ (c - z)`` and ``Σ (c - z)²``, ``c`` the lane's
+#: maximum: :func:`_rest_add`): rows of the split kernels' candidate buffer (``rows.REST_STATS``)
+REST_STATS = tl.constexpr(6)
 
 #: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
 #: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
@@ -607,68 +621,133 @@ def _slot_sums(c0, c1, c2, c3, m, t, a, KIND: tl.constexpr, EXACT: tl.constexpr,
 
 
 @triton.jit
-def _scan_rest(x, c0, e1, e2):
-    """Jensen–Shannon's pass 1, per lane, before ``x`` is inserted (NaN already ``+inf``): the running
-    ``Σ e^{z - c0}`` and ``Σ e^{2(z - c0)}`` over the lane's scores, ``c0`` its running maximum (rescaled as it
-    grows, as an online softmax's sum); 0 where no finite maximum is known."""
-    new = tl.maximum(c0, x)
-    fin = (new > float("-inf")) & (new < float("inf"))
-    scale = tl.where(fin, tl.exp(c0 - new), 0.0)
-    e = tl.where(fin, tl.exp(x - new), 0.0)
-    return e1 * scale + e, e2 * (scale * scale) + e * e
+def _rest_shift(r1, r2, r3, r4, r5, r6, ref, new, REST: tl.constexpr):
+    """The statistics of a lane's scores not kept (:func:`_rest_add`), taken relative to ``ref``, re-expressed
+    relative to ``new >= ref`` (a running maximum that grew, or the row maximum): Jensen–Shannon's power sums
+    ``Σ u^n`` (``u = e^{z - ref}``) times ``e^{n (ref - new)}``, squared Hellinger's ``(count, Σ y, Σ y²)``
+    (``y = ref - z``) shifted by ``new - ref``.  0 where no finite reference is known (nothing was counted)."""
+    if REST == 1:
+        fin = (new > float("-inf")) & (new < float("inf"))
+        s = tl.where(fin, tl.exp(ref - new), 0.0)
+        s2 = s * s
+        s3 = s2 * s
+        r1 = r1 * s
+        r2 = r2 * s2
+        r3 = r3 * s3
+        r4 = r4 * (s2 * s2)
+        r5 = r5 * (s3 * s2)
+        r6 = r6 * (s3 * s3)
+    else:
+        d = tl.where((ref > float("-inf")) & (new < float("inf")), new - ref, 0.0)
+        r3 = r3 + d * (2.0 * r2 + d * r1)
+        r2 = r2 + d * r1
+    return r1, r2, r3, r4, r5, r6
+
+
+@triton.jit
+def _rest_add(v, ref, r1, r2, r3, r4, r5, r6, REST: tl.constexpr):
+    """Add one score ``v <= ref`` that a lane does not keep (``-inf`` adds nothing) to its statistics relative to
+    ``ref``: ``REST = 1`` (Jensen–Shannon) the power sums ``Σ u^n``, ``n = 1..6``, of ``u = e^{v - ref}``;
+    ``REST = 2`` (squared Hellinger) the count, ``Σ y`` and ``Σ y²`` of ``y = ref - v`` (``r4..r6`` unused)."""
+    fin = (v > float("-inf")) & (ref < float("inf"))
+    if REST == 1:
+        u = tl.where(fin, tl.exp(v - ref), 0.0)
+        u2 = u * u
+        u3 = u2 * u
+        r1 += u
+        r2 += u2
+        r3 += u3
+        r4 += u2 * u2
+        r5 += u3 * u2
+        r6 += u3 * u3
+    else:
+        y = tl.where(fin, ref - v, 0.0)
+        r1 += tl.where(fin, 1.0, 0.0)
+        r2 += y
+        r3 += y * y
+    return r1, r2, r3, r4, r5, r6
 
 
 @triton.jit
 def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """Pass 1 of a streamed row over its entries ``[start, start + L)`` (``< k``) in ``BLOCK`` chunks, lane ``j``
     seeing the columns ``≡ j`` modulo ``BLOCK``: every lane's ``SLOTS`` largest scores ``c0 >= c1 >= c2 >= c3``
-    (:func:`_insert`; NaN counts as ``+inf``, ``-inf`` in unused slots) and, with ``REST`` (Jensen–Shannon),
-    :func:`_scan_rest`'s sums ``e1, e2`` (else 0).  Returns ``(c0, c1, c2, c3, e1, e2)``: the one first pass of
-    :func:`solve_long_rows` (the whole row) and :func:`split_scan` (a slice)."""
+    (:func:`_insert`; NaN counts as ``+inf``, ``-inf`` in unused slots) and, with ``REST`` (1 Jensen–Shannon,
+    2 squared Hellinger), the statistics ``r1..r6`` of the scores the lane dropped (:func:`_rest_add`, relative to
+    the lane's running maximum ``c0``, :func:`_rest_shift`; else 0).  Returns ``(c0, c1, c2, c3, r1, ..., r6)``:
+    the one first pass of :func:`solve_long_rows` (the whole row) and :func:`split_scan` (a slice)."""
     cols = tl.arange(0, BLOCK)
     c0 = tl.full([BLOCK], float("-inf"), tl.float32)
     c1 = c0
     c2 = c0
     c3 = c0
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
+    r1 = tl.zeros([BLOCK], tl.float32)
+    r2 = r1
+    r3 = r1
+    r4 = r1
+    r5 = r1
+    r6 = r1
     for j0 in range(0, L, BLOCK):
         idx = start + j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
         x = tl.where(x == x, x, float("inf"))
         if REST:
-            e1, e2 = _scan_rest(x, c0, e1, e2)
+            new = tl.maximum(c0, x)
+            r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, c0, new, REST)
+            dropped = tl.minimum(_last_slot(c0, c1, c2, c3, SLOTS), x)
+            r1, r2, r3, r4, r5, r6 = _rest_add(dropped, new, r1, r2, r3, r4, r5, r6, REST)
         c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
-    return c0, c1, c2, c3, e1, e2
+    return c0, c1, c2, c3, r1, r2, r3, r4, r5, r6
 
 
 @triton.jit
-def _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS: tl.constexpr):
-    """``(R1, R2) = (Σ e^{z - m}, Σ e^{2(z - m)})`` over the scores the lanes did not keep (:func:`_scan_rest`'s
-    sums less the kept scores'): Jensen–Shannon's ``p = w/(2 - w) = w/2 + w²/4 + ...`` (``w = e^{z - m - t}``)
-    over those scores is at least ``e^{-t} R1/2 + e^{-2t} R2/4``, which the register Newton adds to the kept
-    scores' sums: its root stays a lower bound of the row's, much closer to it."""
-    f = tl.where(c0 > float("-inf"), tl.exp(c0 - m), 0.0)
-    k1 = tl.zeros_like(c0)
-    k2 = tl.zeros_like(c0)
-    w = tl.where(c0 > float("-inf"), tl.exp(c0 - m), 0.0)
-    k1 += w
-    k2 += w * w
-    if SLOTS >= 2:
-        w = tl.where(c1 > float("-inf"), tl.exp(c1 - m), 0.0)
-        k1 += w
-        k2 += w * w
-    if SLOTS >= 3:
-        w = tl.where(c2 > float("-inf"), tl.exp(c2 - m), 0.0)
-        k1 += w
-        k2 += w * w
-    if SLOTS >= 4:
-        w = tl.where(c3 > float("-inf"), tl.exp(c3 - m), 0.0)
-        k1 += w
-        k2 += w * w
-    r1 = tl.maximum(e1 * f - k1, 0.0)
-    r2 = tl.maximum(e2 * (f * f) - k2, 0.0)
-    return tl.reduce((r1, r2), 0, _sums2)
+def _sums6(a0, b0, c0, d0, e0, f0, a1, b1, c1, d1, e1, f1):
+    return a0 + a1, b0 + b1, c0 + c1, d0 + d1, e0 + e1, f0 + f1
+
+
+@triton.jit
+def _rest_row(c0, r1, r2, r3, r4, r5, r6, m, REST: tl.constexpr):
+    """The row's statistics of the scores no lane kept: every lane's (:func:`scan_lanes`, relative to its maximum
+    ``c0``) re-expressed relative to the row maximum ``m`` (:func:`_rest_shift`) and added up."""
+    r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, c0, tl.zeros_like(c0) + m, REST)
+    return tl.reduce((r1, r2, r3, r4, r5, r6), 0, _sums6)
+
+
+@triton.jit
+def _rest_terms(t, M1, M2, M3, M4, M5, M6, REST: tl.constexpr):
+    """``(S, Σ s)`` of the scores no lane kept at ``t``, from their row statistics (:func:`_rest_row`).
+
+    Jensen–Shannon (``REST = 1``): ``p = w/(2 - w) = Σ_n (w/2)^n`` and ``s = Σ_n n (w/2)^n`` with
+    ``w = u e^{-t}``, so with the power sums ``M_n = Σ u^n`` of those scores the first six terms are
+    ``Σ_n x^n M_n`` and ``Σ_n n x^n M_n``, ``x = e^{-t}/2``: lower bounds, short of the rest by at most
+    :func:`_rest_tail`.  Squared Hellinger (``REST = 2``, ``p = 1/(1 + t + y)²``, ``y = m - z``): the
+    second-order Taylor sum about the mean ``ȳ`` of the ``n`` scores, ``n/A² + 3V/A⁴`` (``A = 1 + t + ȳ``,
+    ``V = Σ (y - ȳ)²``, its share held to a quarter of the first term): an estimate, not a bound (Jensen's
+    ``n/A²`` alone is a lower bound), which only starts the full-row steps."""
+    if REST == 1:
+        x = 0.5 * tl.exp(-t)
+        S = x * (M1 + x * (M2 + x * (M3 + x * (M4 + x * (M5 + x * M6)))))
+        Sp = x * (M1 + x * (2.0 * M2 + x * (3.0 * M3 + x * (4.0 * M4 + x * (5.0 * M5 + x * (6.0 * M6))))))
+    else:
+        n = tl.where(M1 > 0, M1, 1.0)
+        A = 1.0 + t + M2 / n
+        A2 = A * A
+        V = tl.maximum(M3 - M2 * (M2 / n), 0.0)
+        V = tl.minimum(V, n * A2 / 12.0)
+        S = (M1 + 3.0 * V / A2) / A2
+        Sp = (2.0 * M1 + 12.0 * V / A2) / (A2 * A)
+    return S, Sp
+
+
+@triton.jit
+def _rest_tail(t, M6, U):
+    """Jensen–Shannon: what :func:`_rest_terms` leaves out at ``t``, at most: every score not kept has
+    ``u <= U``, so ``Σ_{n>6} x^n M_n <= x^6 M_6 · xU/(1 - xU)`` (``x = e^{-t}/2``, ``xU <= 1/2``)."""
+    x = 0.5 * tl.exp(-t)
+    x2 = x * x
+    x6 = x2 * x2 * x2
+    xu = x * U
+    return x6 * M6 * xu / (1.0 - xu)
 
 
 @triton.jit
@@ -740,11 +819,13 @@ def _jensen_sums(zrow, k, m, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl.constexpr, EXACT: tl.constexpr,
-                     BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
+def _slots_threshold(zrow, k, c0, c1, c2, c3, r1, r2, r3, r4, r5, r6, a, tol, max_iter, KIND: tl.constexpr,
+                     EXACT: tl.constexpr, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """The threshold of a streamed row from every lane's ``SLOTS`` largest scores ``c0 >= c1 >= ...``
     (NaN counted as ``+inf``): Newton on those registers, then over the full row ``zrow`` where they
-    may not hold every candidate (see :func:`solve_long_rows`); the kinds of :func:`_jensen_start` take
+    may not hold every candidate (see :func:`solve_long_rows`), adding with ``REST`` the scores no lane
+    kept from their statistics ``r1..r6`` (:func:`_rest_terms`; Jensen–Shannon skips the full-row steps
+    where :func:`_rest_tail` is below half the tolerance); the kinds of :func:`_jensen_start` take
     the row's maximum alone from them and start the full-row steps from Jensen's bound (one more read of
     the row).  Returns ``(m, t, Σ s, bad, empty)`` (``m`` is 0 in empty and bad rows; ``Σ s`` at the
     final ``t`` for the power kind)."""
@@ -770,19 +851,24 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND: tl
         go = empty == 0
         last = float("inf")
         it = 0
-        if REST:  # Jensen–Shannon: the scores not kept, as a lower bound of their sums (_rest_sums)
-            r1, r2 = _rest_sums(c0, c1, c2, c3, e1, e2, m, SLOTS)
+        if REST:  # the scores no lane kept, from the statistics of pass 1 (_rest_terms)
+            M1, M2, M3, M4, M5, M6 = _rest_row(c0, r1, r2, r3, r4, r5, r6, m, REST)
         while go:
             S, Sp, n, umin = _slot_sums(c0, c1, c2, c3, m, t, a, KIND, EXACT, SLOTS)
             if REST:
-                q1 = 0.5 * tl.exp(-t) * r1
-                q2 = 0.25 * tl.exp(-2.0 * t) * r2
-                S += q1 + q2
-                Sp += q1 + 2.0 * q2
+                S_rest, Sp_rest = _rest_terms(t, M1, M2, M3, M4, M5, M6, REST)
+                S += S_rest
+                Sp += Sp_rest
             tn, stop, last = newton_step(t, S, Sp, n, umin, it, last, tol, max_iter, a, KIND, EXACT, False)
             go = stop == 0
             t = tl.where(go, tn, t)
             it += 1
+        if REST == 1:
+            # Jensen–Shannon: the registers' root solves the row when what the six power sums leave out is
+            # below the tolerance (every score not kept is at most its lane's smallest kept one)
+            low = _last_slot(c0, c1, c2, c3, SLOTS)
+            U = tl.max(tl.where(low > float("-inf"), tl.exp(low - m), 0.0), 0)
+            full = (it > max_iter) | (_rest_tail(t, M6, U) > 0.5 * tol)
     # -- Newton over the full row, from the registers' root or Jensen's bound (lower bounds) --
     go = (empty == 0) & full
     last = float("inf")
@@ -874,9 +960,10 @@ def solve_long_rows(Z, P, AUX, BAD, SUMS_OUT, ALPHA, R, k, a_value, tau_c, tol, 
     else:
         a = a_value
     # -- pass 1: every lane's largest scores ------------------------------------------------
-    c0, c1, c2, c3, e1, e2 = scan_lanes(zrow, 0, k, k, BLOCK, SLOTS, KIND == KIND_JS)
-    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
-                                            SLOTS, KIND == KIND_JS)
+    REST: tl.constexpr = 1 if KIND == KIND_JS else 2 if KIND == KIND_HELL else 0
+    c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = scan_lanes(zrow, 0, k, k, BLOCK, SLOTS, REST)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, r1, r2, r3, r4, r5, r6, a, tol, max_iter, KIND,
+                                            EXACT, BLOCK, SLOTS, REST)
     # -- the last pass: write p (power kind: Sp is Σ s at the final t, the last evaluation was there)
     target, keep = _row_target(IDX, KEEP, row, GRAD)
     s_sum, zp, omega = _write_span(zrow, prow, 0, k, k, m, t, a, bad, empty, omega_c, target, keep, KIND, EXACT,
@@ -971,17 +1058,24 @@ def split_scan(Z, CAND, k, L, ns, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST
     """Pass 1 of a split row (one program per slice of ``L`` entries, ``ns`` per row, ``L`` a multiple of
     ``BLOCK``): every lane's ``SLOTS`` largest scores of the slice (NaN counts as ``+inf``), as
     :func:`solve_long_rows` keeps them, into ``CAND[row, slice]`` (``[SLOTS, BLOCK]`` float32, ``-inf``
-    in unused slots; with ``REST`` (Jensen–Shannon) two more rows, :func:`_scan_rest`'s sums relative to the
-    slice lane's maximum).  Lane ``j`` of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the
-    one-program kernel."""
-    WIDTH: tl.constexpr = SLOTS + 2 * REST
+    in unused slots; with ``REST`` (Jensen–Shannon, squared Hellinger) :data:`REST_STATS` more rows, the
+    statistics of the scores the slice's lane dropped, relative to its maximum: :func:`scan_lanes`).  Lane ``j``
+    of every slice sees the columns ``≡ j`` modulo ``BLOCK``, as in the one-program kernel."""
+    WIDTH: tl.constexpr = SLOTS + REST_STATS * (REST > 0)
     row, j = _slice_program(ns)
     cols = tl.arange(0, BLOCK)
-    c0, c1, c2, c3, e1, e2 = scan_lanes(Z + row.to(tl.int64) * k, j.to(tl.int64) * L, L, k, BLOCK, SLOTS, REST)
+    c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = scan_lanes(Z + row.to(tl.int64) * k, j.to(tl.int64) * L, L, k, BLOCK,
+                                                        SLOTS, REST)
     out = CAND + (row.to(tl.int64) * ns + j) * (WIDTH * BLOCK) + cols
     if REST:
-        tl.store(out + SLOTS * BLOCK, e1)
-        tl.store(out + (SLOTS + 1) * BLOCK, e2)
+        rest = out + SLOTS * BLOCK
+        tl.store(rest, r1)
+        tl.store(rest + BLOCK, r2)
+        tl.store(rest + 2 * BLOCK, r3)
+        if REST == 1:
+            tl.store(rest + 3 * BLOCK, r4)
+            tl.store(rest + 4 * BLOCK, r5)
+            tl.store(rest + 5 * BLOCK, r6)
     tl.store(out, c0)
     if SLOTS >= 2:
         tl.store(out + BLOCK, c1)
@@ -998,7 +1092,8 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
     """The threshold of a split row (one program per row), after :func:`split_scan`: every lane merges
     its slices' kept scores into its ``SLOTS`` largest of the whole row (one read of the small
     candidate buffer), which are exactly :func:`solve_long_rows`'s after its first pass (with ``REST``,
-    the slices' sums of :func:`_scan_rest` too, rescaled to the lane's maximum), and the
+    the statistics of the scores not kept too: the slices', re-expressed relative to the lane's maximum, and
+    the kept scores the merge drops), and the
     same iterations follow (:func:`_slots_threshold`: Newton on the registers, then, for the dense
     kinds or a lane that overflowed, full-row steps in this program).  Writes
     ``STATE[row] = (m, t)`` (``m = +inf`` marks a bad row, ``-inf`` an all-masked one), ``τ_f`` and
@@ -1015,24 +1110,51 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
     c1 = c0
     c2 = c0
     c3 = c0
-    WIDTH: tl.constexpr = SLOTS + 2 * REST
+    WIDTH: tl.constexpr = SLOTS + REST_STATS * (REST > 0)
     crow = CAND + row.to(tl.int64) * ns * (WIDTH * BLOCK)
-    e1 = tl.zeros([BLOCK], tl.float32)
-    e2 = e1
+    r1 = tl.zeros([BLOCK], tl.float32)
+    r2 = r1
+    r3 = r1
+    r4 = r1
+    r5 = r1
+    r6 = r1
     for j in range(ns):
         sl = crow + j * (WIDTH * BLOCK) + cols
-        if REST:  # the slice's sums, relative to its lane maximum (its first slot), onto the lane's running one
+        if REST:
+            # the lane's statistics and the slice's (relative to its lane maximum, its first slot) onto the
+            # larger of the two maxima; then every kept score of the slice goes in, and what the merge drops
+            # joins the statistics
             top = tl.load(sl)
             new = tl.maximum(c0, top)
-            fin = (new > float("-inf")) & (new < float("inf"))
-            old_scale = tl.where(fin, tl.exp(c0 - new), 0.0)
-            scale = tl.where(fin, tl.exp(top - new), 0.0)
-            e1 = e1 * old_scale + tl.load(sl + SLOTS * BLOCK) * scale
-            e2 = e2 * (old_scale * old_scale) + tl.load(sl + (SLOTS + 1) * BLOCK) * (scale * scale)
-        for c in range(SLOTS):
-            c0, c1, c2, c3 = _insert(tl.load(sl + c * BLOCK), c0, c1, c2, c3, SLOTS)
-    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, e1, e2, a, tol, max_iter, KIND, EXACT, BLOCK,
-                                            SLOTS, REST)
+            r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, c0, new, REST)
+            rest = sl + SLOTS * BLOCK
+            q1 = tl.load(rest)
+            q2 = tl.load(rest + BLOCK)
+            q3 = tl.load(rest + 2 * BLOCK)
+            q4 = q1
+            q5 = q1
+            q6 = q1
+            if REST == 1:
+                q4 = tl.load(rest + 3 * BLOCK)
+                q5 = tl.load(rest + 4 * BLOCK)
+                q6 = tl.load(rest + 5 * BLOCK)
+            q1, q2, q3, q4, q5, q6 = _rest_shift(q1, q2, q3, q4, q5, q6, top, new, REST)
+            r1 += q1
+            r2 += q2
+            r3 += q3
+            r4 += q4
+            r5 += q5
+            r6 += q6
+            for c in range(SLOTS):
+                x = tl.load(sl + c * BLOCK)
+                dropped = tl.minimum(_last_slot(c0, c1, c2, c3, SLOTS), x)
+                r1, r2, r3, r4, r5, r6 = _rest_add(dropped, new, r1, r2, r3, r4, r5, r6, REST)
+                c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+        else:
+            for c in range(SLOTS):
+                c0, c1, c2, c3 = _insert(tl.load(sl + c * BLOCK), c0, c1, c2, c3, SLOTS)
+    m, t, Sp, bad, empty = _slots_threshold(zrow, k, c0, c1, c2, c3, r1, r2, r3, r4, r5, r6, a, tol, max_iter, KIND,
+                                            EXACT, BLOCK, SLOTS, REST)
     tl.store(STATE + 2 * row, tl.where(bad, float("inf"), tl.where(empty, float("-inf"), m)))
     tl.store(STATE + 2 * row + 1, t)
     tl.store(AUX + 2 * row, tl.where(bad, float("nan"), _tau_f(t, m, a, tau_c, KIND)))

@@ -17,7 +17,9 @@ Design (the CPU row solver's, mapped to the GPU):
   longer rows are streamed: one pass for the maximum and the
   candidates (each lane keeps its :data:`LONG_SLOTS` largest scores in registers), the
   Newton steps on those registers (plus full-row passes where they are not enough: the
-  dense kinds, or a lane that overflowed), and one pass that writes ``p``;
+  dense kinds, or a lane that overflowed; Jensen–Shannon's first pass also keeps the power sums
+  of the scores no lane keeps, which solve the row with the registers unless a lane dropped a
+  score of large ``p``, :func:`rest_kind`), and one pass that writes ``p``;
 * few long rows (fewer than :data:`SPLIT_ROWS_PER_SM` per multiprocessor) are split over
   several programs each (:func:`_slices`): the same passes, each program on a slice of the row,
   and one program per row in between that finds the threshold from every slice's candidates
@@ -49,7 +51,7 @@ from torch import Tensor
 
 from ..._utils.extras import LazyModule
 from ...divergences import Divergence
-from ..kinds import INFINITE_F0_KINDS, KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
+from ..kinds import INFINITE_F0_KINDS, KIND_HELL, KIND_JS, KIND_POWER, alpha_rows_covered, kind_of
 from ..solution import Solution
 from ..switch import Switch
 from .interpreter import interpreting
@@ -68,6 +70,9 @@ LONG_WARPS = 8
 #: scores each lane of the streamed solver keeps in registers (1 to 4): ``LONG_SLOTS · LONG_BLOCK``
 #: candidates per row; a row where a lane would need more iterates on the full row from there
 LONG_SLOTS = 4
+#: statistics per lane of the scores the streamed kernels do not keep (``row_kernels.REST_STATS``): rows of the
+#: split kernels' candidate buffer for the kinds of :func:`rest_kind`
+REST_STATS = 6
 #: streamed rows are split over several programs each when there are fewer rows than this per
 #: multiprocessor (a program per row would leave the GPU partly idle)
 SPLIT_ROWS_PER_SM = 2
@@ -221,6 +226,20 @@ def long_slots(kind: int) -> int:
     return 1 if kind in INFINITE_F0_KINDS else LONG_SLOTS
 
 
+def rest_kind(kind: int) -> int:
+    """The streamed kernels' ``REST`` for ``kind``: what their first pass also keeps, per lane, of the scores the lane
+    does not keep (``row_kernels.scan_lanes``): 1 for Jensen–Shannon (the power sums ``Σ e^{n(z - c)}``,
+    ``n = 1..6``, from which the register Newton solves the row), 2 for squared Hellinger (the count, ``Σ (c - z)``
+    and ``Σ (c - z)²``: the start of its full-row steps), else 0 (nothing).
+
+    Examples:
+        >>> from softargmax.backends.triton.rows import KIND_HELL, KIND_JS, KIND_POWER, rest_kind
+        >>> rest_kind(KIND_JS), rest_kind(KIND_HELL), rest_kind(KIND_POWER)
+        (1, 2, 0)
+    """
+    return 1 if kind == KIND_JS else 2 if kind == KIND_HELL else 0
+
+
 def _long_launch(elem_bytes: int = 4, solver: bool = False) -> tuple[int, int]:
     """``(BLOCK, num_warps)`` of a streamed kernel for scores of ``elem_bytes`` bytes: :data:`LONG_BLOCK` and
     :data:`LONG_WARPS`, with as many fewer warps as the scores are narrower than float32 (4 for float16 and
@@ -369,12 +388,12 @@ def _run(z: Tensor, kind: int, exact: int, alpha_rows: Optional[Tensor], a_value
         ns, length = _slices(R, k, z.device, block)
         slots = long_slots(kind)
         if ns > 1:
-            # one float32 workspace: the candidates [R, ns, SLOTS (+ 2 for Jensen–Shannon's sums of the scores
-            # not kept), BLOCK] (at its start: 16-byte aligned whatever z is, so their loads are vectors;
-            # benchmarks/compile_report.py compiles them so), the rows' (maximum, t) [R, 2] and the slices'
-            # partial sums [R, ns, 3]
-            rest = kind == KIND_JS
-            n_cand = R * ns * (slots + 2 * rest) * block
+            # one float32 workspace: the candidates [R, ns, SLOTS (+ REST_STATS for the statistics of the scores
+            # not kept: Jensen–Shannon, squared Hellinger), BLOCK] (at its start: 16-byte aligned whatever z is, so their loads are
+            # vectors; benchmarks/compile_report.py compiles them so), the rows' (maximum, t) [R, 2] and the
+            # slices' partial sums [R, ns, 3]
+            rest = rest_kind(kind)
+            n_cand = R * ns * (slots + REST_STATS * (rest > 0)) * block
             work = torch.empty(n_cand + 2 * R + 3 * R * ns, dtype=torch.float32, device=z.device)
             cand, state, part = work[:n_cand], work[n_cand:n_cand + 2 * R], work[n_cand + 2 * R:]
             K.split_scan[(R * ns,)](z, cand, k, length, ns, BLOCK=block, SLOTS=slots, REST=rest, num_warps=warps)
