@@ -425,8 +425,8 @@ def _scale_configs() -> Iterable[tuple[str, dict, int, bool]]:
         yield dt, dict(BLOCK=L.BLOCK), 4, dt == "bf16"  # 4: Triton's default warps
 
 
-#: the attention kernels' iteration counts and packed batches' offsets
-_ATT = {"ITERS": "*i32", "LIST": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
+#: the attention kernels' iteration counts, lists and tile map (a bit per tile) and packed batches' offsets
+_ATT = {"ITERS": "*i32", "LIST": "*i32", "KEPT": "*i32", "CU_Q": "*i32", "CU_K": "*i32"}
 #: the row kernels' outputs besides p: the bad rows, a bool tensor
 _ROWS = {"BAD": "*u1", "IDX": "*i64", "KEEP": "*u8"}
 #: the decoding kernels' sequence ends, starts and block table

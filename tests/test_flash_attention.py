@@ -197,8 +197,8 @@ def test_block_sparsity_is_exact(device):
 
 def test_lists_of_kept_tiles(device):
     """The loops over key (query) blocks walk lists of the kept tiles (their loads then pipeline): the
-    forward's final list of each query block is, in order, the key blocks of its tiles with a positive
-    bound in the tile map, and the backward built on the lists (the forward's for ``dQ``, the columns of
+    forward's final list of each query block is, in order, the key blocks of its tiles whose bit is set
+    in the tile map, and the backward built on the lists (the forward's for ``dQ``, the columns of
     the tile map for ``dK, dV``) matches the materialized path in float64 on a block-sparse input."""
     B, H, L, S, D = 1, 1, 40, 40, 16
     q, k, v, go = _inputs(B, H, H, L, S, D, device, seed=5)
@@ -208,16 +208,124 @@ def test_lists_of_kept_tiles(device):
         prep = FA._prepare(q, k, v, None, causal, "sparsemax", None)
         cfg = FA._config(prep, 16, 16)
         A = FA._kernel_a(q, None, 1.0)
-        _, _, _, bmax, _, lists = FA._forward(q, k, v, A, 1, None, causal, 0.25, cfg)
-        nk = bmax.shape[-1]
-        assert (bmax > 0).sum() < bmax.numel() // 2  # most tiles are skipped
-        for bq in range(bmax.shape[0]):
-            for mq in range(bmax.shape[1]):
+        _, _, _, words, _, lists = FA._forward(q, k, v, A, 1, None, causal, 0.25, cfg)
+        nk = FA._grid(q, k, cfg, None)[2]
+        kept = FA.kept_tiles(words, nk)
+        assert kept.sum() < kept.numel() // 2  # most tiles are skipped
+        for bq in range(kept.shape[0]):
+            for mq in range(kept.shape[1]):
                 n, half = lists[bq, mq, 2 * nk].item(), lists[bq, mq, 2 * nk + 1].item()
                 assert half in (0, nk)
-                want = torch.nonzero(bmax[bq, mq] > 0).flatten().tolist()
+                want = torch.nonzero(kept[bq, mq]).flatten().tolist()
                 assert lists[bq, mq, half:half + n].tolist() == want
     _close(_fused(q, k, v, go, mapping="entmax15"), _reference(q, k, v, go, mapping="entmax15"), atol=2e-5)
+
+
+def test_kept_tiles_unpacks_the_bits():
+    """``kept_tiles``: bit ``b`` of word ``w`` is key block ``32 w + b`` (bit 31 included: a negative int32), the
+    bits past the last key block are left out; a wrong dtype or word count is refused."""
+    words = torch.tensor([[[5 - 2 ** 31, 2 ** 30], [0, 6]]], dtype=torch.int32)  # [1 row, 2 query blocks, 2 words]
+    got = FA.kept_tiles(words, 34)
+    want = torch.zeros(1, 2, 34, dtype=torch.bool)
+    want[0, 0, [0, 2, 31]] = True
+    want[0, 1, [33]] = True  # (bit 2 of the second word: key block 34, past the end)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="nk"):
+        FA.kept_tiles(words, 65)
+    with pytest.raises(TypeError, match="int32"):
+        FA.kept_tiles(words.long(), 34)
+
+
+#: key blocks of the tile-map tests: 37 = 32 + 5, two words per query block, the second partly used
+MAP_KEY_BLOCKS = 37
+
+
+def classed(B, H, Hkv, L, S, D, device, seed, block_m=16):
+    """Inputs (``[B, heads, length, D]``) where query block ``i`` (``block_m`` rows) attends the key blocks ``j``
+    (16 keys) with ``7 j ≡ i (mod 5)``: about one key tile in five kept, spread over the whole key range (both
+    words of the tile map), the others far below the threshold."""
+    q, k, v, go = _inputs(B, H, Hkv, L, S, D, device, seed=seed)
+    qc = torch.nn.functional.one_hot((torch.arange(L) // block_m) % 5, D).float().to(device)
+    kc = torch.nn.functional.one_hot(((torch.arange(S) // 16) * 7) % 5, D).float().to(device)
+    return 0.1 * q + 16 * qc, 0.1 * k + kc, v, go
+
+
+def tile_pattern(w, block_m, block_n):
+    """``[..., nq, nk]`` bool: the ``block_m × block_n`` tiles of the weights ``w [..., L, S]`` that hold a
+    nonzero weight (the tiles past the end padded with zeros)."""
+    L, S = w.shape[-2:]
+    nm, nn_ = -(-L // block_m), -(-S // block_n)
+    wp = torch.nn.functional.pad(w, (0, nn_ * block_n - S, 0, nm * block_m - L))
+    return (wp.reshape(*w.shape[:-2], nm, block_m, nn_, block_n) != 0).any(-1).any(-2)
+
+
+def check_map(stats, want, words, nk=MAP_KEY_BLOCKS):
+    """The forward's tile map (``forward_stats``) is ``want`` (from float64 weights) over ``nk`` key blocks
+    (33 to 63: two words), keeps some tiles and skips others in each word, and the words written (``words``:
+    captured by :func:`capture_words`) have no bit set past the last key block."""
+    got = stats["tile_map"]
+    assert got.shape == want.shape and got.shape[-1] == nk
+    assert torch.equal(got.cpu(), want.cpu()), (got ^ want.to(got.device)).nonzero()[:8].tolist()
+    assert stats["kept"] == int(want.sum())
+    for lo, hi in ((0, 32), (32, nk)):
+        assert want[..., lo:hi].any() and not want[..., lo:hi].all()
+    assert len(words) == 1 and words[0].shape[-1] == 2
+    assert (words[0][..., 1].cpu() >> (nk - 32) == 0).all()
+
+
+def capture_words(monkeypatch):
+    """Makes the forward's tile map start as all ones (every word must be written) and records it."""
+    seen = []
+    real = FA.tile_words
+
+    def filled(*args):
+        w = real(*args).fill_(-1)
+        seen.append(w)
+        return w
+
+    monkeypatch.setattr(FA, "tile_words", filled)
+    return seen
+
+
+@pytest.mark.parametrize("mapping,alpha,causal,mask", [
+    ("sparsemax", None, False, None), ("entmax15", None, True, None), ("entmax", 1.3, False, "additive"),
+    ("entmax", "learned", False, "boolean")])
+def test_tile_map_bits(device, monkeypatch, mapping, alpha, causal, mask):
+    """One bit per tile: the forward's tile map (two words per query block, the second partly used) is the
+    set of tiles with a nonzero weight of the materialized path in float64, every word written; ``dK, dV`` (which
+    lists its columns of it, over 2 query heads sharing a key/value head) and ``dQ`` match the float64
+    gradients.  Sparsemax, 1.5-entmax causal, α = 1.3 with an additive mask, one learned α per head with a
+    boolean mask."""
+    S = 16 * MAP_KEY_BLOCKS - 5  # a partial last key block
+    L = S if causal else 40
+    bm = 128 if causal else 16  # (128-row query blocks: fewer tiles for the interpreter)
+    q, k, v, go = classed(1, 2, 1, L, S, 16, device, seed=21, block_m=bm)
+    gen = torch.Generator().manual_seed(22)
+    kw = dict(mapping=mapping, is_causal=causal)
+    if mask == "additive":
+        add = 0.3 * torch.randn(L, S, generator=gen)
+        add[torch.rand(L, S, generator=gen) < 0.2] = -math.inf
+        add[:, 16 * 33:16 * 34] = -math.inf  # a whole key block masked: a skipped tile in the second word
+        add[3] = -math.inf  # a row without any key
+        kw["attn_mask"] = add.to(device)
+    elif mask == "boolean":
+        keep = torch.rand(1, 2, L, S, generator=gen) > 0.2
+        keep[:, 1, :, 16 * 2:16 * 20] = False  # the second head: key blocks 2-19 masked
+        kw["attn_mask"] = keep.to(device)
+    alpha_t = torch.tensor([1.3, 1.7], device=device) if alpha == "learned" else None
+    al = alpha_t if alpha_t is not None else alpha
+    words = capture_words(monkeypatch)
+    stats = FA.forward_stats(q, k, v, alpha=al, block_m=bm, block_n=16, **kw)
+    _, w = sa.attention(q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1),
+                        alpha=al.double() if alpha_t is not None else al, return_weights=True, **kw)
+    check_map(stats, tile_pattern(w, bm, 16), words)
+    if alpha_t is None:
+        kw["alpha_float"] = alpha
+    got = _fused(q, k, v, go, alpha=alpha_t, block_m=bm, block_n=16, **kw)
+    want = _reference(q, k, v, go, alpha=alpha_t, **kw)
+    _close(got[:4], want[:4], atol=5e-5)
+    if alpha_t is not None:
+        torch.testing.assert_close(got[4].double(), want[4], atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.parametrize("mapping", ["sparsemax", "entmax15"])
@@ -346,7 +454,7 @@ def signature(fn, consts, dt):
             sig[name] = "*" + dt
         elif name == "MASK":
             sig[name] = "*u8" if consts.get("HAS_MASK") == 2 else "*fp32"
-        elif name in ("CU_Q", "CU_K", "ITERS", "LIST"):
+        elif name in ("CU_Q", "CU_K", "ITERS", "LIST", "KEPT"):
             sig[name] = "*i32"
         elif name.isupper() and name not in ("H", "HKV", "L", "S", "NQB", "NKB"):
             sig[name] = "*fp32"

@@ -63,7 +63,8 @@ def _fused(q, k, v, go, lq, lk, alpha=None, **kw):
     al = None if alpha is None else alpha.detach().clone().requires_grad_()
     packed = FA.Packed(_offsets(lq, q.device), _offsets(lk, q.device), max(lq), max(lk))
     out = FA.flash_attention(qq, kk, vv, alpha=al if al is not None else kw.get("alpha_float"), packed=packed,
-                             mapping=kw["mapping"], is_causal=kw.get("is_causal", False))
+                             mapping=kw["mapping"], is_causal=kw.get("is_causal", False),
+                             block_m=kw.get("block_m"), block_n=kw.get("block_n"))
     assert out.shape == (sum(lq), q.shape[1], v.shape[-1]) and out.is_contiguous()
     out.backward(go)
     return out, qq.grad, kk.grad, vv.grad, None if al is None else al.grad
@@ -97,6 +98,38 @@ def test_different_query_and_key_lengths_learned_alpha_gqa(device):
     _close(got[:4], want[:4], atol=5e-5)
     torch.testing.assert_close(got[4].double(), want[4], atol=1e-3, rtol=1e-3)
     assert (got[0][-3:] == 0).all() and (got[1][-3:] == 0).all()  # the sequence without keys
+
+
+def test_packed_tile_map_bits(device, monkeypatch):
+    """The tile map (one bit per tile) of a packed batch, causal, sequences of 17, 1, 0 and 530 tokens (34 key
+    blocks of 16: two words per query block), 2 query heads over 1, sparsemax: each sequence's tiles with a
+    nonzero float64 weight, counted from its own start, every word written; gradients against each sequence
+    alone."""
+    from test_flash_attention import capture_words, check_map, tile_pattern
+
+    lq = [17, 1, 0, 530]
+    q, k, v, go = _packed(lq, lq, 2, 1, 16, device, seed=24)
+    pos = torch.cat([torch.arange(n) for n in lq])  # the position in its sequence
+    qc = torch.nn.functional.one_hot((pos // 128) % 5, 16).float().to(device)[:, None]
+    kc = torch.nn.functional.one_hot(((pos // 16) * 7) % 5, 16).float().to(device)[:, None]
+    q, k = 0.1 * q + 16 * qc, 0.1 * k + kc  # query block i (128 rows) attends the key blocks j with 7 j = i (mod 5)
+    packed = FA.Packed(_offsets(lq, device), _offsets(lq, device), max(lq), max(lq))
+    words = capture_words(monkeypatch)
+    stats = FA.forward_stats(q, k, v, mapping="sparsemax", is_causal=True, packed=packed, block_m=128, block_n=16)
+    nq, nk = -(-max(lq) // 128), -(-max(lq) // 16)
+    want = torch.zeros(len(lq), 2, nq, nk, dtype=torch.bool)
+    q0 = 0
+    for b, n in enumerate(lq):
+        if n:
+            qs, ks, vs = (t[q0:q0 + n].double().transpose(0, 1)[None] for t in (q, k, v))
+            _, w = sa.attention(qs, ks.repeat_interleave(2, 1), vs.repeat_interleave(2, 1), mapping="sparsemax",
+                                is_causal=True, return_weights=True)
+            tiles = tile_pattern(w[0], 128, 16)
+            want[b, :, :tiles.shape[-2], :tiles.shape[-1]] = tiles.cpu()
+        q0 += n
+    check_map(stats, want, words, nk)
+    kw = dict(mapping="sparsemax", is_causal=True, block_m=128, block_n=16)
+    _close(_fused(q, k, v, go, lq, lq, **kw), _each_sequence(q, k, v, go, lq, lq, **kw), atol=3e-5)
 
 
 def test_public_function_dispatches_packed_batches(device, monkeypatch):

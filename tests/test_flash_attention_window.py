@@ -6,7 +6,8 @@ window with a padding mask (Transformers' sliding layers) and in a packed batch.
 
 import pytest
 import torch
-from test_flash_attention import _close, _fused, _inputs, _reference  # noqa: E402
+from test_flash_attention import (_close, _fused, _inputs, _reference, capture_words, check_map,  # noqa: E402
+                                  classed, tile_pattern)
 from test_flash_attention_varlen import _offsets, _packed  # noqa: E402
 
 import softargmax as sa
@@ -139,3 +140,19 @@ def test_packed_batch_with_window(device):
         for got, want in ((out, ref), (qq.grad, qs.grad), (kk.grad, ks.grad), (vv.grad, vs.grad)):
             torch.testing.assert_close(got[q0:q0 + n].double().transpose(0, 1), want, atol=3e-5, rtol=1e-3)
         q0 += n
+
+
+def test_window_tile_map_bits(device, monkeypatch):
+    """The tile map (one bit per tile, two words per query block) under a window of 200 over 587 positions in
+    128×16 tiles: the tiles with a nonzero float64 weight, every word written; α = 1.3 with 2 query heads over 1,
+    gradients against the float64 reference (``dK, dV`` lists the query blocks of its column that see it)."""
+    L, window = 16 * 37 - 5, 200
+    q, k, v, go = classed(1, 2, 1, L, L, 16, device, seed=23, block_m=128)
+    words = capture_words(monkeypatch)
+    stats = FA.forward_stats(q, k, v, mapping="entmax", alpha=1.3, window=window, block_m=128, block_n=16)
+    band = _band(L, L, window, device)
+    _, w = sa.attention(q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1),
+                        mapping="entmax", alpha=1.3, attn_mask=band, return_weights=True)
+    check_map(stats, tile_pattern(w, 128, 16), words)
+    got = _fused(q, k, v, go, mapping="entmax", alpha_float=1.3, window=window, block_m=128, block_n=16)
+    _close(got, _reference(q, k, v, go, mapping="entmax", alpha_float=1.3, attn_mask=band), atol=3e-5)

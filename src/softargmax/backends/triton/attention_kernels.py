@@ -42,10 +42,13 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
    tiles as asynchronous copies (``cp.async``) one iteration ahead.  Two halves per query block
    alternate between the passes (no list is overwritten while it is read); the output pass writes the
-   final list, which :func:`attention_bwd_dq` walks, and the tile map ``BMAX[bh, query block, key
-   block]`` (positive on the kept tiles at the final ``t``: sparsemax and 1.5-entmax the largest row sum of
-   ``s``, the general power the largest ``u``; 0 elsewhere), whose columns :func:`attention_bwd_dkdv` lists
-   the same way.  Every tile loop (the max pass, the Newton passes, the output pass, ``dQ``, and ``dK, dV`` on
+   final list, which :func:`attention_bwd_dq` walks, and from it the tile map ``KEPT``: one bit per tile,
+   ``KEPT[bh, query block, w]`` an int32 word whose bit ``b`` is set where the tile with key block ``32 w + b``
+   is kept at the final ``t`` (it holds a ``u > 0``; :func:`_kept_words`), whose columns
+   :func:`attention_bwd_dkdv` lists the same way (:func:`_list_kept`).  Each program owns its query block's row
+   of words: it builds them in registers from its final list after the output pass and writes every word, with
+   no atomics (32 bits in the 4 bytes a float32 maximum per tile took before: 0.5 MB instead of 16.8 MB at
+   ``L = 16384``, ``B = 2``, ``H = 16`` in 64×32 tiles).  Every tile loop (the max pass, the Newton passes, the output pass, ``dQ``, and ``dK, dV`` on
    dense inputs without a window or mask) walks first the tiles that need no mask (whole key blocks at or before the block's first query, no
    ``attn_mask``: :func:`_free_blocks`, :func:`_free_query_blocks`; ``u`` straight from the FMA, ``τ = +inf``
    on the rows past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
@@ -93,7 +96,7 @@ fraction of tiles kept).  The one-read-one-write floor of the forward is ``b (2L
 (read ``q, k, v``, write ``O``); this forward reads ``q`` once, the key tiles
 ``n_q (1 + Pρ')`` times and the value tiles ``n_q ρ`` times (``ρ' ≥ ρ``: tiles still
 evaluated while ``t`` rises; FlashAttention-2 reads both ``n_q`` times, mostly from L2), and
-writes ``O`` and ``W`` (``2bLD``) plus 5 floats per row and ``n_q ⌈S/BLOCK_N⌉`` tile maxima.
+writes ``O`` and ``W`` (``2bLD``) plus 5 floats per row and ``n_q ⌈S/BLOCK_N⌉`` bits of the tile map.
 Its matrix work is ``2LSD (1 + Pρ' + 2ρ)`` flops against FlashAttention-2's ``4LSD``: the
 price of exact thresholds is the ``P`` score passes.  The backward's floor is
 ``b (3LD + 4SD)`` (read ``q, dO, k, v``, write ``dq, dk, dv``); it reads ``dO`` and ``W``
@@ -147,8 +150,14 @@ HIST_ROUNDING = tl.constexpr(5e-7)
 INLINE_PTX = tl.constexpr(not interpreting())
 #: ln 2: ``log p = ln 2 · log2(u) / a`` for ``p = u^{1/a}``
 LN2 = tl.constexpr(0.6931471805599453)
-#: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles
+#: entries of the tile map read per step when ``attention_bwd_dkdv`` lists its kept tiles, and of the final list
+#: per step when the forward sets the map's bits (:func:`_kept_words`)
 LIST_CHUNK = tl.constexpr(64)
+#: tiles per word of the tile map ``KEPT`` (int32: one bit per tile)
+WORD_BITS = tl.constexpr(32)
+#: words of the tile map the forward builds per step (:func:`_kept_words`: ``LIST_CHUNK × KEPT_WORDS`` tile-shaped
+#: comparisons per step, 8 per thread with 4 warps)
+KEPT_WORDS = tl.constexpr(16)
 
 
 @triton.jit
@@ -608,7 +617,7 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, BMAX, ITERS, LIST, CU_Q, CU_K,
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, ITERS, LIST, CU_Q, CU_K,
                   H, HKV, L, S, NQB, NKB, scale, tol, max_iter, window,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
@@ -620,7 +629,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
 
     Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
     sequence ``b`` the rows ``CU_Q[b] : CU_Q[b+1]`` (keys ``CU_K[b] : CU_K[b+1]``); the batch
-    strides are unused.  ``NQB``/``NKB``: query/key blocks per row of ``BMAX``.  The per-row
+    strides are unused.  ``NQB``/``NKB``: query/key blocks of the lists and of the tile map ``KEPT``
+    (``[B·H, NQB, ⌈NKB / 32⌉]`` int32, one bit per tile, every word written here).  The per-row
     outputs (``Wv`` and the row statistics) are indexed ``(b·H + h)·L + i`` (dense) or
     ``h·L + CU_Q[b] + i`` (packed); ``O`` by its strides.  ``WINDOWED`` (with ``CAUSAL``): query ``i`` sees
     keys ``i - window < j ≤ i`` only, and the key blocks wholly before its block's window are never read."""
@@ -652,7 +662,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         hi = Sb
     hi = tl.where(pid_m * BLOCK_M < Lb, hi, 0)  # a query block past this sequence's end: no work
     n_blocks = tl.cdiv(hi, BLOCK_N)
-    bmax_base = (bh.to(tl.int64) * NQB + pid_m) * NKB
+    n_words = tl.cdiv(NKB, WORD_BITS)
     # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length, half
     # and entries without a mask
     list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)
@@ -740,7 +750,6 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                 smax = tl.max(tl.max(u, 1), 0)
             else:  # > 0 where a u > 0 (s = u₊ or 1[u > 0]): one reduction per row instead of one per score
                 smax = tl.max(srow, 0)
-            tl.store(BMAX + bmax_base + nb, smax)
             keep = smax > 0
             tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
             n_next += keep.to(tl.int32)
@@ -774,6 +783,9 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     tl.store(LIST + list_base + 2 * NKB, n_next)  # the kept tiles, for attention_bwd_dq
     tl.store(LIST + list_base + 2 * NKB + 1, dst)
     tl.store(LIST + list_base + 2 * NKB + 2, n_next_free)
+    tl.debug_barrier()  # the final list, complete for every thread
+    _kept_words(LIST + list_base + dst, n_next, KEPT + (bh.to(tl.int64) * NQB + pid_m) * n_words, n_words,
+                LIST_CHUNK, KEPT_WORDS)
 
 
 @triton.jit
@@ -791,14 +803,39 @@ def _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _list_kept(KMAP, stride, OUT, lo, hi, CHUNK: tl.constexpr):
-    """Writes to ``OUT`` the indices ``i`` in ``[lo, hi)`` with ``KMAP[i · stride] > 0`` (the kept tiles of a
-    column of the tile map), in order, and returns their number; ``CHUNK`` of them per step (a prefix
-    sum places them).  A barrier follows: every thread of the program reads the whole list."""
+def _or(x, y):
+    return x | y
+
+
+@triton.jit
+def _kept_words(TILES, n, WORDS, n_words, CHUNK: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Writes the words ``WORDS[0 : n_words]`` (int32) of one row of the tile map: bit ``b`` of word ``w`` is set
+    where key block ``32 w + b`` is one of the ``n`` entries of ``TILES`` (distinct, below ``32 n_words``, in
+    any order), every other bit 0.  Built in registers, ``BLOCK_W`` words and ``CHUNK`` entries per step (each
+    entry's bit ``1 << (nb mod 32)`` where ``nb // 32`` is the word's index, or-ed into tile-shaped registers and
+    reduced over the entries once per ``BLOCK_W`` words), and stored once: no atomics, no read of the map.
+    Every thread reads ``TILES``: the caller puts a barrier after writing it."""
+    for w0 in range(0, n_words, BLOCK_W):
+        widx = w0 + tl.arange(0, BLOCK_W)
+        acc = tl.zeros([CHUNK, BLOCK_W], tl.int32)
+        for c0 in range(0, n, CHUNK):
+            idx = c0 + tl.arange(0, CHUNK)
+            nb = tl.load(TILES + idx, mask=idx < n, other=0)
+            bit = tl.where(idx < n, tl.full([CHUNK], 1, tl.int32) << (nb % WORD_BITS), 0)
+            acc |= tl.where((nb // WORD_BITS)[:, None] == widx[None, :], bit[:, None], 0)
+        tl.store(WORDS + widx, tl.reduce(acc, 0, _or), mask=widx < n_words)
+
+
+@triton.jit
+def _list_kept(KMAP, stride, bit, OUT, lo, hi, CHUNK: tl.constexpr):
+    """Writes to ``OUT`` the indices ``i`` in ``[lo, hi)`` where bit ``bit`` of the word ``KMAP[i · stride]`` is
+    set (the kept tiles of a column of the tile map: :func:`_kept_words`), in order, and returns their number;
+    ``CHUNK`` of them per step (a prefix sum places them).  A barrier follows: every thread of the program
+    reads the whole list."""
     n = 0
     for c0 in range(lo, hi, CHUNK):
         idx = c0 + tl.arange(0, CHUNK)
-        keep = (tl.load(KMAP + idx.to(tl.int64) * stride, mask=idx < hi, other=0.0) > 0).to(tl.int32)
+        keep = (tl.load(KMAP + idx.to(tl.int64) * stride, mask=idx < hi, other=0) >> bit) & 1
         tl.store(OUT + n + tl.cumsum(keep, 0) - 1, idx, mask=keep != 0)
         n += tl.sum(keep, 0)
     tl.debug_barrier()
@@ -827,7 +864,7 @@ def _free_query_blocks(pid_n, lo, nq, S, window, CAUSAL: tl.constexpr, HAS_MASK:
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BMAX, LIST, CU_Q, CU_K,
+def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, KEPT, LIST, CU_Q, CU_K,
                        H, HKV, L, S, NQB, NKB, scale, window,
                        stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_ol,
@@ -879,6 +916,9 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
     # float32's IEEE dots 1.2-1.4 KB, so one loop masks all)
     SPLIT: tl.constexpr = (HAS_MASK == 0) & (VARLEN == 0) & (WINDOWED == 0) & (DOT != 1)
     free_lo, free_hi = _free_query_blocks(pid_n, lo, nq, Sb, window, CAUSAL, HAS_MASK, WINDOWED, BLOCK_M, BLOCK_N)
+    n_words = tl.cdiv(NKB, WORD_BITS)  # the tile map's words per query block
+    word = pid_n // WORD_BITS
+    bit = pid_n % WORD_BITS
     if not SPLIT:
         free_hi = free_lo
     for g in range(group):
@@ -895,10 +935,11 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, BM
         # the query blocks whose tile with this key block is kept, listed from the forward's tile map
         list_base = (bh.to(tl.int64) * NKB + pid_n) * NQB
         # (those that need no mask first: _free_query_blocks)
-        kmap = BMAX + bh.to(tl.int64) * NQB * NKB + pid_n
-        n_free = _list_kept(kmap, NKB, LIST + list_base, free_lo, free_hi, LIST_CHUNK)
-        n_list = n_free + _list_kept(kmap, NKB, LIST + list_base + n_free, lo, free_lo, LIST_CHUNK)
-        n_list += _list_kept(kmap, NKB, LIST + list_base + n_list, free_hi, nq, LIST_CHUNK)
+        # (one word per query block: bit pid_n mod 32 of word pid_n // 32 of each row of words)
+        kmap = KEPT + bh.to(tl.int64) * NQB * n_words + word
+        n_free = _list_kept(kmap, n_words, bit, LIST + list_base, free_lo, free_hi, LIST_CHUNK)
+        n_list = n_free + _list_kept(kmap, n_words, bit, LIST + list_base + n_free, lo, free_lo, LIST_CHUNK)
+        n_list += _list_kept(kmap, n_words, bit, LIST + list_base + n_list, free_hi, nq, LIST_CHUNK)
         for part in tl.static_range(0 if SPLIT else 1, 2):  # the tiles without a mask, then the edge tiles
             for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
                 mb = tl.load(LIST + list_base + i)

@@ -340,11 +340,33 @@ def _mask_args(mask4: Optional[Tensor], like: Tensor) -> tuple[Tensor, tuple[int
 
 
 def _grid(q: Tensor, k: Tensor, cfg: tuple[int, ...], packed: Optional[Packed]) -> tuple[int, int, int]:
-    """``(sequences, query blocks, key blocks)`` of the launch grids and the tile map."""
+    """``(sequences, query blocks, key blocks)`` of the launch grids and the tile map (:func:`tile_words`)."""
     B, L, S = q.shape[0], q.shape[2], k.shape[2]
     if packed is not None:
         B, L, S = packed.cu_q.numel() - 1, max(packed.max_q, 1), max(packed.max_k, 1)
     return B, -(-L // cfg[0]), -(-S // cfg[1])
+
+
+def tile_words(rows: int, nq: int, nk: int, device: torch.device) -> Tensor:
+    """The forward's tile map, uninitialized (its kernel writes every word): ``[rows, nq, ⌈nk / 32⌉]`` int32, one
+    bit per tile, bit ``b`` of word ``w`` of ``[r, i]`` for the tile of query block ``i`` and key block ``32 w + b``
+    (:func:`kept_tiles` unpacks it).  One bit instead of a float32 per tile: at ``L = 16384``, ``B = 2``,
+    ``H = 16`` in 64×32 tiles 0.5 MB instead of 16.8 MB (64×64: 0.26 MB instead of 8.4 MB)."""
+    return torch.empty(rows, nq, -(-nk // 32), dtype=torch.int32, device=device)
+
+
+def kept_tiles(words: Tensor, nk: int) -> Tensor:
+    """The tile map of :func:`tile_words` as booleans, ``[rows, nq, nk]``: ``True`` on the kept tiles.
+
+    Example: ``kept_tiles(torch.tensor([[[5]]], dtype=torch.int32), 3)`` is ``[[[True, False, True]]]``."""
+    if words.dtype != torch.int32:
+        raise TypeError(f"kept_tiles: words must be int32, got {words.dtype}")
+    if words.dim() < 1 or words.shape[-1] != -(-nk // 32):
+        raise ValueError(f"kept_tiles: nk = {nk} needs {-(-nk // 32)} words per row, words has shape "
+                         f"{tuple(words.shape)}")
+    shifts = torch.arange(32, dtype=torch.int32, device=words.device)
+    bits = (words.unsqueeze(-1) >> shifts) & 1  # [..., words, 32], bit b of word w: key block 32 w + b
+    return bits.flatten(-2)[..., :nk] != 0
 
 
 def _offsets(packed: Optional[Packed], device: torch.device) -> tuple[Tensor, Tensor]:
@@ -364,7 +386,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
              window: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`; ``window``: the kernels'
     sliding window, 0 for none, with ``causal``); returns the output (4-D,
-    a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map, the Newton
+    a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map (one bit per
+    tile: :func:`tile_words`), the Newton
     passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 3]`` int32:
     two halves the passes alternate between, then per query block the number of kept tiles, the offset
     of the half that lists them and how many of them need no mask)."""
@@ -380,20 +403,20 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
         o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
     rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
-    bmax = torch.zeros(nb * H, nq, nk, dtype=torch.float32, device=dev)
+    kept = tile_words(nb * H, nq, nk, dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
     lists = torch.empty(nb * H, nq, 2 * nk + 3, dtype=torch.int32, device=dev)
     cu_q, cu_k = _offsets(packed, q.device)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
     K.attention_fwd[(nq, nb * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], bmax, iters, lists, cu_q, cu_k,
+        q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], kept, iters, lists, cu_q, cu_k,
         H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER, window,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
         EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
         FAST_LOG=fast, WINDOWED=window > 0, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
-    return o, w, rows, bmax, iters, lists
+    return o, w, rows, kept, iters, lists
 
 
 def _row_buffers(n: int, length: int, device: torch.device) -> Tensor:
@@ -434,8 +457,8 @@ class FlashEntmaxAttention(torch.autograd.Function):
         A = _kernel_a(q, alpha_h, a)
         exact = _exact(a, alpha_h is not None)
         fast = _fast_log(a, exact)
-        o, w, rows, bmax, _, lists = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast, window)
-        ctx.save_for_backward(q, k, v, o, w, rows, bmax, lists, A)
+        o, w, rows, kept, _, lists = _forward(q, k, v, A, exact, mask4, causal, scale, cfg, packed, fast, window)
+        ctx.save_for_backward(q, k, v, o, w, rows, kept, lists, A)
         ctx.mask4, ctx.causal, ctx.scale, ctx.cfg, ctx.exact, ctx.packed = mask4, causal, scale, cfg, exact, packed
         ctx.window = window
         ctx.alpha_h, ctx.fast = alpha_h is not None, fast
@@ -445,7 +468,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, do: Tensor) -> tuple[Optional[Tensor], ...]:
-        q, k, v, o, w, rows, bmax, lists, A = ctx.saved_tensors
+        q, k, v, o, w, rows, kept, lists, A = ctx.saved_tensors
         K = _module()
         B, H, L, D = q.shape
         Hkv, S = k.shape[1], k.shape[2]
@@ -467,7 +490,7 @@ class FlashEntmaxAttention(torch.autograd.Function):
                       VARLEN=packed is not None, FAST_LOG=ctx.fast, WINDOWED=ctx.window > 0, BLOCK_M=BM, BLOCK_N=BN,
                       HEAD_DIM=D, **_launch_options(q, warps))
         columns = torch.empty(nb * H, nk, nq, dtype=torch.int32, device=q.device)  # dK, dV's lists of kept tiles
-        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], rows[5], c, bmax, columns,
+        K.attention_bwd_dkdv[(nk, nb * Hkv)](q, k, v, do, dk, dv, mask, A, rows[0], rows[1], rows[5], c, kept, columns,
                                              cu_q, cu_k, H, Hkv, L, S, nq, nk, ctx.scale, ctx.window, *strides,
                                              **consts)
         K.attention_bwd_dq[(nq, nb * H)](q, k, v, do, dq, mask, A, rows[0], rows[1], rows[5], c, plg, lists, cu_q, cu_k,
@@ -494,8 +517,11 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     """One fused forward's diagnostics: ``psum`` (``Σ_j p_j`` per query row, ``[B, H, L]``, or
     ``[1, H, total]`` for a packed batch; 0 for empty rows), ``tiles`` and ``kept`` (the score
     tiles inside the causal band, or the sliding window's, and those the output pass used),
-    ``block_sparsity = 1 - kept / tiles``, and ``newton_passes`` (``[B, H, query blocks]``: the
-    Newton passes each block of query rows took; blocks past a packed sequence's end count 0)."""
+    ``block_sparsity = 1 - kept / tiles``, ``newton_passes`` (``[B, H, query blocks]``: the
+    Newton passes each block of query rows took; blocks past a packed sequence's end count 0) and
+    ``tile_map`` (``[B, H, query blocks, key blocks]`` bool, the forward's tile map unpacked by
+    :func:`kept_tiles`: ``True`` on the tiles the output pass kept, those ``dK, dV`` walk; ``B`` the sequences
+    of a packed batch, its blocks counted from each sequence's start)."""
     window = check_window(window)
     prep = _prepare(query, key, value, attn_mask, is_causal, mapping, alpha, packed)
     if prep is None:
@@ -507,8 +533,8 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     exact = _exact(a, alpha_h is not None)
     is_causal = bool(is_causal) or window is not None
     win = _kernel_window(window, q, packed)
-    _, _, rows, bmax, iters, _ = _forward(q, k, v, A, exact, mask4, is_causal, scale, cfg, packed,
-                                       _fast_log(a, exact), win)
+    _, _, rows, words, iters, _ = _forward(q, k, v, A, exact, mask4, is_causal, scale, cfg, packed,
+                                        _fast_log(a, exact), win)
     B, H, L, _ = q.shape
     BM, BN = cfg[0], cfg[1]
     nb, nq, nk = _grid(q, k, cfg, packed)
@@ -524,7 +550,9 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
                         for Lb, Sb in lengths])  # [sequences, nq, nk]
     band = band.repeat_interleave(H, 0)
     tiles = int(band.sum())
-    kept = int(((bmax > 0) & band).sum())
+    tile_map = kept_tiles(words, nk)
+    kept = int((tile_map & band).sum())
     passes = torch.where(band.any(-1), iters, torch.zeros_like(iters))
     return {"psum": rows[3].view(B, H, L), "tiles": tiles, "kept": kept,
-            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": passes.view(nb, H, -1)}
+            "block_sparsity": 1.0 - kept / max(tiles, 1), "newton_passes": passes.view(nb, H, -1),
+            "tile_map": tile_map.reshape(nb, H, nq, nk)}
