@@ -23,14 +23,29 @@ Per case (``B × H`` heads, ``L`` queries = keys, head dim ``D``, bfloat16) and 
 D = 64), or ``QUICK_SHAPES`` with ``SOFTARGMAX_BENCH_ATTENTION_SHAPES=quick``; then the ``VARIANTS``
 (``QUICK_VARIANTS``): grouped-query attention, 32 query heads over 8 key/value heads (the fused kernels
 read the grouped heads in place; SDPA with ``enable_gqa=True``; AdaSplash, which takes one key/value head
-per query head, on repeated copies made before the timing), and a causal sliding window (the fused
+per query head in AdaSplash-1, on repeated copies made before the timing; AdaSplash-2 reads the grouped
+heads in place where the installed package does, as 0.2.2 does, else repeated copies too; ``kv_input`` says
+which), and a causal sliding window (the fused
 kernels and the materialized path with ``window=``; ``sdpa`` there is plain causal SDPA, which has no
 window: its ratio is against attention over the whole causal triangle; AdaSplash is skipped).  A
 variant's case records ``variant``, ``kv_heads`` and ``window``.
 
+**Inputs**: every case records ``inputs``.  ``"random"`` (the shapes and the variants): independent standard
+normal ``q, k, v, dO`` (seed 0), on which 1.5-entmax keeps scattered keys and the fused kernels skip almost no
+tile (block sparsity 0.02 % at L = 4096, 1.3 % at 16384).  ``"structured"`` (``STRUCTURED``, ``QUICK_STRUCTURED``):
+the same draw with a recency bias and four attention sinks written into four dimensions of ``q`` and ``k``
+(``attention_inputs.py`` says how and why they resemble trained attention), its knob, the ``locality`` λ,
+set for a target block sparsity (``target_block_sparsity``: about 0.5, 0.7 and 0.85 for causal D = 64 at
+L = 4096 and 16384, 0.7 for D = 128 and for 32 query heads over 8 at L = 8192), from the CPU calibration
+``benchmarks/calibrate_attention_inputs.py`` (``benchmarks/results/attention-structured-inputs.json``), whose
+prediction is recorded as ``cpu_block_sparsity``; the case also records ``kv_heads``, ``sinks`` and
+``sink_level``.  The block sparsity reached is measured by the run itself (``block_sparsity`` of the fused
+kernels, as everywhere).  The structured cases run after the shapes and before the variants.
+
 **Order and time limits.**  Every case runs SDPA, our kernels and the materialized path
 first; the peers (AdaSplash) run afterwards, over every case again, so a slow peer never costs
-our numbers.  Each implementation of each case has a time limit (``IMPL_LIMIT_S``, for the
+our numbers (grouped by head dim and masking, in the order the groups first appear, so that each
+group's autotuning happens once).  Each implementation of each case has a time limit (``IMPL_LIMIT_S``, for the
 peers ``PEER_LIMIT_S``; environment ``SOFTARGMAX_BENCH_IMPL_LIMIT_S`` and
 ``SOFTARGMAX_BENCH_PEER_LIMIT_S``): no timed call starts once it has passed since the first
 call (compilation, autotuning) ended, and a watchdog (``SIGALRM``) interrupts whatever still
@@ -65,7 +80,9 @@ import os
 import signal
 import threading
 import time
+from typing import NamedTuple, Optional
 
+import attention_inputs as AI  # next to this file (as run_gpu.py imports this one)
 import torch
 import torch.nn.functional as F
 
@@ -85,6 +102,52 @@ QUICK_SHAPES = [(True, 64, 1024), (True, 64, 4096), (True, 64, 16384), (True, 12
 VARIANTS = [("gqa_32_over_8", True, 128, 8192, 32, 8, None), ("gqa_32_over_8", True, 64, 16384, 32, 8, None),
             ("window_4096", True, 64, 16384, 16, 16, 4096), ("window_4096", True, 64, 32768, 16, 16, 4096)]
 QUICK_VARIANTS = [("gqa_32_over_8", True, 128, 4096, 32, 8, None), ("window_1024", True, 64, 16384, 16, 16, 1024)]
+
+
+class Structured(NamedTuple):
+    """A causal case on structured inputs (``attention_inputs.structured_inputs``): the locality λ gives about
+    ``target`` block sparsity (``cpu_block_sparsity``: the CPU calibration's prediction, measured again by the run)."""
+
+    head_dim: int
+    length: int
+    heads: int
+    kv_heads: int
+    target: Optional[float]
+    locality: float
+    cpu_block_sparsity: Optional[float]
+
+
+#: the CPU calibration of the structured inputs' knob (benchmarks/calibrate_attention_inputs.py)
+CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "attention-structured-inputs.json")
+
+
+def structured_cases(path=CALIBRATION):
+    """The structured cases of the full list, from the calibration's chosen λ (``path``): each ``(D, L, target)``
+    at ``H`` heads, and at D = 128 also 32 query heads over 8 (the same λ: grouping leaves each head's scores as
+    they are); none, with a line on stderr, where the calibration is missing."""
+    import json
+    import sys
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            chosen = json.load(f)["chosen"]
+    except (OSError, ValueError, KeyError) as err:
+        print(f"attention_gpu: no structured cases ({path}: {err})", file=sys.stderr)
+        return []
+    out = []
+    for c in chosen:
+        for heads, kv_heads in ((H, H), (32, 8)) if c["head_dim"] == 128 else ((H, H),):
+            out.append(Structured(c["head_dim"], c["length"], heads, kv_heads, c["target"], c["locality"],
+                                  c["cpu_block_sparsity"]))
+    return out
+
+
+#: structured inputs (batch ``B``): about 0.5, 0.7 and 0.85 block sparsity at L = 4096 and 16384 (D = 64), 0.7
+#: at D = 128, L = 8192 (16 heads, and 32 query heads over 8)
+STRUCTURED = structured_cases()
+#: the three targets at L = 4096 (a few seconds of device time)
+QUICK_STRUCTURED = [st for st in STRUCTURED if st.length == 4096]
+SMOKE_STRUCTURED = [Structured(16, 64, 1, 1, None, 20.0, None)]
 SMOKE_SHAPES = [(True, 16, 32)]
 SMOKE_BH = (1, 1)
 ALPHA = 1.5
@@ -108,6 +171,14 @@ def chosen_variants(smoke=False):
     if smoke:
         return []
     return QUICK_VARIANTS if os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick" else VARIANTS
+
+
+def chosen_structured(smoke=False):
+    """The structured-input cases of this run: the smoke, quick or full list (as :func:`chosen_shapes`)."""
+    if smoke:
+        return SMOKE_STRUCTURED
+    quick = os.environ.get("SOFTARGMAX_BENCH_ATTENTION_SHAPES", "full") == "quick"
+    return QUICK_STRUCTURED if quick else STRUCTURED
 
 
 class Unsupported(Exception):
@@ -199,13 +270,29 @@ class AdaSplashTuning:
                 "configurations": {n: len(c) for n, c in self.original.items()}, "pinned": dict(self.pinned)}
 
 
+def _reads_grouped_heads(module_name):
+    """Whether the installed AdaSplash module takes fewer key/value heads than query heads (grouped-query
+    attention): AdaSplash 0.2.2's ``adasplash_v2`` does (its kernels index the key/value head ``h // GROUP_SIZE``
+    of ``N_KV_H``); ``adasplash_block_mask`` (AdaSplash-1) does not."""
+    import importlib
+    import inspect
+
+    try:
+        source = inspect.getsource(importlib.import_module(module_name))
+    except Exception:
+        return False
+    return "N_KV_H" in source and "GROUP_SIZE" in source
+
+
 def _adasplash():
     """AdaSplash's entry points, when the package is installed: ``{name: fn(q, k, v, causal)}``.
 
     ``adasplash_v2`` took ``alpha`` and ``is_causal`` in early releases; from 0.2 it is
     ``adasplash_v2(q, k, v, niter=1, varlen=None)``, causal 1.5-entmax only (AdaSplash-2): a
     non-causal case is then skipped.  Both run with the package's default iteration counts
-    except ``adasplash_v1`` (``niter=10``)."""
+    except ``adasplash_v1`` (``niter=10``).  An entry point that reads grouped key/value heads
+    in place (:func:`_reads_grouped_heads`) has ``grouped_kv = True``; the others get one key/value head
+    per query head."""
     import inspect
 
     try:
@@ -228,6 +315,7 @@ def _adasplash():
                 return v2(q, k, v)
 
             impls["adasplash2_a1.5"] = v2_causal
+        impls["adasplash2_a1.5"].grouped_kv = _reads_grouped_heads("adasplash.adasplash_v2")
     v1 = getattr(A, "adasplash_v1", None) or getattr(A, "adasplash", None)
     if v1 is not None:
         impls["adasplash1_a1.5"] = lambda q, k, v, causal: v1(q, k, v, alpha=ALPHA, niter=10, is_causal=causal)
@@ -369,7 +457,8 @@ def _fused_stats(name, q, k, v, causal, alpha_h, window=None):
 
 def _log_line(case, name, r, log):
     causal, (_, _, L, D) = case["causal"], case["shape"]
-    head = f"attention {case.get('variant', 'causal' if causal else 'full'):>6} D={D:<3} L={L:<6} {name:>22}"
+    label = case.get("variant") or ("struct" if case.get("inputs") == "structured" else "causal" if causal else "full")
+    head = f"attention {label:>6} D={D:<3} L={L:<6} {name:>22}"
     if "ms" not in r:
         why = r.get("error") or r.get("timed_out") or r.get("skipped") or r.get("stopped")
         log(f"{head}  {why}")
@@ -388,10 +477,11 @@ class _Runner:
         self.save, self.log, self.tuning = save, log, tuning
         self.given_up = {}  # (name, causal, D, variant) -> why (a timeout or out of memory)
 
-    def run(self, case, name, fn, tensors, limit, peer=False):
+    def run(self, case, name, fn, tensors, limit, peer=False, note=None):
+        """``note``: entries added to the implementation's record (how the peer was given the key/value heads)."""
         causal, D = case["causal"], case["shape"][3]
         q, k, v, do = tensors
-        group = (name, causal, D, case.get("variant"))
+        group = (name, causal, D, case.get("variant"), case.get("inputs"))
         if group in self.given_up:
             res = {"skipped": f"{self.given_up[group]} at a shorter length"}
         else:
@@ -406,6 +496,7 @@ class _Runner:
             base = case["impls"].get("sdpa", {}).get("ms")
             if "ms" in res and base:
                 res["ratio_sdpa"] = round(res["ms"] / base, 3)
+        res.update(note or {})
         case["impls"][name] = res
         ours = case["impls"].get("fused_entmax15", {}).get("ms")
         for other in PEERS:
@@ -419,14 +510,40 @@ class _Runner:
         _log_line(case, name, res, self.log)
 
 
+def _run_peers(cases, case_peers, inputs, runner, tuning, limit, device):
+    """The peers over every case again, grouped by head dim and masking (in the order the groups first appear:
+    one autotuning per group), each given the grouped key/value heads if it reads them, else repeated copies."""
+    groups = {}
+    for case in cases:
+        groups.setdefault((case["causal"], case["shape"][3]), len(groups))
+    group = None
+    for case in sorted(cases, key=lambda c: groups[(c["causal"], c["shape"][3])]):
+        causal, (_, h, _, D) = case["causal"], case["shape"]
+        its_peers = case_peers[id(case)]
+        if not its_peers:
+            continue
+        if tuning is not None and (causal, D) != group:
+            tuning.new_group()
+            group = (causal, D)
+        hkv = case.get("kv_heads") or h
+        grouped = inputs(case)
+        expanded = inputs(case, expanded=True) if hkv != h else grouped
+        for name, fn in its_peers.items():
+            reads_groups = getattr(fn, "grouped_kv", False)
+            note = None if hkv == h else {"kv_input": "grouped" if reads_groups else "repeated"}
+            runner.run(case, name, fn, grouped if reads_groups else expanded, limit, peer=True, note=note)
+        del grouped, expanded
+        _free(device)
+
+
 def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=None, impls=None, peers=None,
                     shapes=None, batch_heads=None, limits=(None, None), tuning=None, clock=time.perf_counter,
-                    variants=None):
+                    variants=None, structured=None):
     """Run every case (module docstring); ``emit(case)`` is called once per case when it starts
     (the case dict is then filled in place) and ``save()`` after every implementation.
-    ``impls``/``peers``/``shapes``/``batch_heads``/``limits``/``tuning``/``variants`` replace the defaults
-    (tests; given ``shapes``, no variant runs unless ``variants`` are given too, with the default
-    implementations)."""
+    ``impls``/``peers``/``shapes``/``batch_heads``/``limits``/``tuning``/``variants``/``structured`` replace the
+    defaults (tests; given ``shapes``, no variant or structured case runs unless ``variants`` or ``structured``
+    are given too, with the default implementations)."""
     b, heads = batch_heads or (SMOKE_BH if smoke else (B, H))
     fused_ok = FA.available() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
     default_impls, default_peers, _ = _implementations(device, heads, fused_ok)
@@ -434,58 +551,55 @@ def attention_cases(device, repeats, smoke=False, log=print, emit=None, save=Non
     peers = default_peers if peers is None else peers
     if variants is None:
         variants = chosen_variants(smoke) if shapes is None else []
-    if tuning is None and (peers or (variants and default_peers)):
+    if structured is None:
+        structured = chosen_structured(smoke) if shapes is None else []
+    if tuning is None and (peers or ((variants or structured) and default_peers)):
         tuning = AdaSplashTuning(os.environ.get("SOFTARGMAX_BENCH_ADASPLASH_TUNING", "once"))
     runner = _Runner(device, repeats, 0 if smoke else max(2, repeats // 5), save or (lambda: None), log, tuning, clock)
 
-    def inputs(D, L, h=heads, hkv=None, expanded=False):
-        """``q, k, v, dO``: ``k`` and ``v`` with ``hkv`` heads (repeated to ``h`` when ``expanded``)."""
-        gen = torch.Generator().manual_seed(0)
-        q, k, v, do = (torch.randn(b, h if i in (0, 3) else (hkv or h), L, D, generator=gen).to(device, torch.bfloat16)
-                       for i in range(4))
-        if expanded and k.shape[1] != h:
-            k, v = (t.repeat_interleave(h // t.shape[1], 1) for t in (k, v))
+    def inputs(case, expanded=False):
+        """``q, k, v, dO`` of a case, bfloat16 on the device: ``k`` and ``v`` with the case's key/value heads
+        (repeated to the query heads when ``expanded``)."""
+        (_, h, L, D), hkv = case["shape"], case.get("kv_heads") or case["shape"][1]
+        if case["inputs"] == "structured":
+            made = AI.structured_inputs(b, h, hkv, L, D, case["locality"], sinks=case["sinks"],
+                                        sink_level=case["sink_level"])
+        else:
+            made = AI.random_inputs(b, h, hkv, L, D)
+        q, k, v, do = (t.to(device, torch.bfloat16) for t in made)
+        if expanded and hkv != h:
+            k, v = (t.repeat_interleave(h // hkv, 1) for t in (k, v))
         return [q, k, v, do]
 
-    cases = []
+    cases, case_peers = [], {}
+
+    def start(case, case_impls, its_peers):
+        cases.append(case)
+        case_peers[id(case)] = its_peers
+        if emit is not None:
+            emit(case)
+        tensors = inputs(case)
+        for name, fn in case_impls.items():
+            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
+        del tensors
+        _free(device)
+
     for causal, D, L in shapes if shapes is not None else chosen_shapes(smoke):
-        case = {"op": "attention", "causal": causal, "shape": [b, heads, L, D], "dtype": "bfloat16",
-                "pass": "fwd+bwd", "impls": {}}
-        cases.append(case)
-        if emit is not None:
-            emit(case)
-        tensors = inputs(D, L)
-        for name, fn in impls.items():
-            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
-        del tensors
-        _free(device)
-    variant_peers = {}
+        start({"op": "attention", "inputs": "random", "causal": causal, "shape": [b, heads, L, D],
+               "dtype": "bfloat16", "pass": "fwd+bwd", "impls": {}}, impls, peers)
+    for st in structured:
+        h, hkv = (heads, heads) if smoke else (st.heads, st.kv_heads)
+        ours, its_peers, _ = _implementations(device, h, fused_ok)
+        start({"op": "attention", "inputs": "structured", "causal": True, "shape": [b, h, st.length, st.head_dim],
+               "kv_heads": hkv, "locality": st.locality, "sinks": AI.SINKS, "sink_level": AI.SINK_LEVEL,
+               "target_block_sparsity": st.target, "cpu_block_sparsity": st.cpu_block_sparsity,
+               "dtype": "bfloat16", "pass": "fwd+bwd", "impls": {}}, ours, its_peers)
     for variant, causal, D, L, h, hkv, window in variants:
-        case = {"op": "attention", "variant": variant, "causal": causal, "shape": [b, h, L, D], "kv_heads": hkv,
-                "window": window, "dtype": "bfloat16", "pass": "fwd+bwd", "impls": {}}
-        cases.append(case)
-        if emit is not None:
-            emit(case)
-        ours, variant_peers[id(case)], _ = _implementations(device, h, fused_ok, window)
-        tensors = inputs(D, L, h, hkv)
-        for name, fn in ours.items():
-            runner.run(case, name, fn, tensors, limits[0] or IMPL_LIMIT_S)
-        del tensors
-        _free(device)
-    group = None
-    for case in cases:  # the peers last, over every case again
-        causal, (_, h, L, D) = case["causal"], case["shape"]
-        its_peers = variant_peers.get(id(case), peers) if "variant" in case else peers
-        if not its_peers:
-            continue
-        if tuning is not None and (causal, D) != group:
-            tuning.new_group()
-            group = (causal, D)
-        tensors = inputs(D, L, h, case.get("kv_heads"), expanded=True)  # the peers take one key/value head per query head
-        for name, fn in its_peers.items():
-            runner.run(case, name, fn, tensors, limits[1] or PEER_LIMIT_S, peer=True)
-        del tensors
-        _free(device)
+        ours, its_peers, _ = _implementations(device, h, fused_ok, window)
+        start({"op": "attention", "inputs": "random", "variant": variant, "causal": causal, "shape": [b, h, L, D],
+               "kv_heads": hkv, "window": window, "dtype": "bfloat16", "pass": "fwd+bwd", "impls": {}},
+              ours, its_peers)
+    _run_peers(cases, case_peers, inputs, runner, tuning, limits[1] or PEER_LIMIT_S, device)
     return cases
 
 

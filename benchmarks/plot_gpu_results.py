@@ -8,7 +8,8 @@ Usage::
 prints the Markdown tables of the documentation's performance page (row operators and losses as
 ratios to ``torch.softmax`` and ``F.cross_entropy`` timed in the same run, the peers' times with
 their errors beside them, the fused output layer against its unfused path and its peers, attention
-against SDPA and its peers) and draws the ratios as one PNG.  The folder
+against SDPA and its peers, on random inputs and, where the run has them, on structured ones with their block
+sparsity) and draws the ratios as one PNG.  The folder
 holds ``call*/bench/gpu-*.json``; where two calls measured the same section, the later call's
 file is read.  ``tests/test_gpu_results.py`` checks that the page shows what this script renders.
 """
@@ -127,7 +128,9 @@ def fused_own_table(case: dict) -> str:
 
 def attention_table(cases: list[dict]) -> str:
     """Attention, forward + backward: each implementation's time (÷ SDPA's, same run) and peak memory; "–" where
-    an implementation did not run (or was stopped) in that case."""
+    an implementation did not run (or was stopped) in that case.  The random inputs' cases (the structured ones:
+    :func:`structured_attention_table`)."""
+    cases = [c for c in cases if c.get("inputs", "random") == "random"]
     names = [n for n in ATTENTION_NAMES if any(n in c["impls"] for c in cases)]
     lines = ["| mask | batch × heads × length × head dim | " + " | ".join(ATTENTION_NAMES[n] for n in names) + " |",
              "|---|---|" + "---|" * len(names)]
@@ -142,6 +145,44 @@ def attention_table(cases: list[dict]) -> str:
             ratio = f" ({r['ms'] / sdpa:.2f}×)" if sdpa and n != "sdpa" else ""
             cells.append(f"{r['ms']:.2f} ms{ratio}, {r['peak_mib']:.0f} MiB")
         lines.append(f"| {'causal' if c['causal'] else 'full'} | {_shape(c['shape'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _heads(case: dict) -> str:
+    b, h, L, D = case["shape"]
+    kv = case.get("kv_heads") or h
+    return f"{b}×{h}{f' (over {kv})' if kv != h else ''}×{L}×{D}"
+
+
+def _ms_cell(case: dict, name: str) -> str:
+    r = case["impls"].get(name) or {}
+    sdpa = case["impls"].get("sdpa", {}).get("ms")
+    if r.get("ms") is None:
+        return "–"
+    return f"{r['ms']:.2f} ms" + (f" ({r['ms'] / sdpa:.2f}×)" if sdpa and name != "sdpa" else "")
+
+
+def structured_attention_table(cases: list[dict]) -> str:
+    """Causal attention on structured inputs (a recency bias and attention sinks, with the knob λ: the
+    benchmark's ``attention_inputs.py``) beside the random inputs of the same shapes: the block sparsity the
+    fused 1.5-entmax kernels measured (the share of the causal band's score tiles they skipped), the time of
+    SDPA, ours and AdaSplash-2 (÷ SDPA's), and ours ÷ AdaSplash-2's, forward + backward."""
+    structured = [c for c in cases if c.get("inputs") == "structured"]
+    shapes = {(tuple(c["shape"]), c.get("kv_heads")) for c in structured}
+    rows = [c for c in cases if c.get("inputs", "random") == "random" and c["causal"] and not c.get("window")
+            and (tuple(c["shape"]), c.get("kv_heads")) in shapes] + structured
+    rows.sort(key=lambda c: (c["shape"][3], c.get("kv_heads") or c["shape"][1], c["shape"][2],
+                             c.get("locality", 0)))
+    lines = ["| inputs | batch × heads × length × head dim | block sparsity | SDPA | ours, fused 1.5-entmax | "
+             "AdaSplash-2 | ours ÷ AdaSplash-2 |", "|---|---|---|---|---|---|---|"]
+    for c in rows:
+        kind = f"structured, λ = {c['locality']:g}" if c.get("inputs") == "structured" else "random"
+        sparsity = (c["impls"].get("fused_entmax15") or {}).get("block_sparsity")
+        ours = (c["impls"].get("fused_entmax15") or {}).get("ms")
+        peer = (c["impls"].get("adasplash2_a1.5") or {}).get("ms")
+        lines.append(f"| {kind} | {_heads(c)} | {'–' if sparsity is None else f'{sparsity:.1%}'} | "
+                     f"{_ms_cell(c, 'sdpa')} | {_ms_cell(c, 'fused_entmax15')} | {_ms_cell(c, 'adasplash2_a1.5')} | "
+                     f"{f'{ours / peer:.2f}×' if ours and peer else '–'} |")
     return "\n".join(lines)
 
 
@@ -161,6 +202,8 @@ def render_tables(folder: Path) -> str:
         parts.append(fused_table(sections["peers"]["fused"]))
     if "attention" in sections:
         parts.append(attention_table(sections["attention"]))
+        if any(c.get("inputs") == "structured" for c in sections["attention"]):
+            parts.append(structured_attention_table(sections["attention"]))
     return "\n\n".join(parts) + "\n"
 
 

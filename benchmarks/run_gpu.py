@@ -384,6 +384,7 @@ def _section_config(args, only) -> dict:
         cfg["attention"] = {"batch_heads": attention_gpu.SMOKE_BH if smoke else (attention_gpu.B, attention_gpu.H),
                             "causal_headdim_length": attention_gpu.chosen_shapes(smoke),
                             "variants": attention_gpu.chosen_variants(smoke),
+                            "structured": [st._asdict() for st in attention_gpu.chosen_structured(smoke)],
                             "limits_s": [attention_gpu.IMPL_LIMIT_S, attention_gpu.PEER_LIMIT_S],
                             "dtype": "bfloat16"}
     if "decode" in only:

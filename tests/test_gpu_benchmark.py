@@ -38,16 +38,24 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     assert {"f_reverse_kl", "f_jeffrey", "f_reverse_chi_square"} <= {c["op"] for c in result["cases"]}
     assert {c["baseline"] for c in result["loss_cases"] if c["op"].endswith("_ls0.1")} == {"cross_entropy_ls0.1"}
     assert result["fused"]["time_ratio"] > 0
-    (case,) = result["attention"]  # the attention section's plumbing (the fused kernels in the interpreter)
-    impls = case["impls"]
-    assert {"sdpa", "materialized_entmax15"} <= set(impls) and all(r["ms"] > 0 for r in impls.values())
-    assert all(r["first_call_s"] > 0 and r["psum_dtype"] == "bfloat16" for r in impls.values())
-    if "fused_entmax15" in impls:
-        for name in ("fused_entmax15", "fused_learned_alpha"):
-            # Σp read off the bfloat16 output (within its rounding and that of p), and the solver's own float32 sum
-            assert impls[name]["max_abs_psum_minus_1"] <= 2 * impls[name]["psum_resolution"]
-            assert impls[name]["psum_solver"] < 1e-5
-            assert 0 <= impls[name]["block_sparsity"] < 1
+    # the attention section's plumbing (the fused kernels in the interpreter): a random case and a structured one
+    random_case, structured_case = result["attention"]
+    assert random_case["inputs"] == "random" and structured_case["inputs"] == "structured"
+    assert structured_case["shape"] == [1, 1, 64, 16] and structured_case["locality"] == 20.0
+    assert structured_case["sinks"] == 4 and structured_case["kv_heads"] == 1
+    assert result["config"]["attention"]["structured"] == [
+        {"head_dim": 16, "length": 64, "heads": 1, "kv_heads": 1, "target": None, "locality": 20.0,
+         "cpu_block_sparsity": None}]
+    for case in result["attention"]:
+        impls = case["impls"]
+        assert {"sdpa", "materialized_entmax15"} <= set(impls) and all(r["ms"] > 0 for r in impls.values())
+        assert all(r["first_call_s"] > 0 and r["psum_dtype"] == "bfloat16" for r in impls.values())
+        if "fused_entmax15" in impls:
+            for name in ("fused_entmax15", "fused_learned_alpha"):
+                # Σp read off the bfloat16 output (within its rounding and that of p), and the solver's float32 sum
+                assert impls[name]["max_abs_psum_minus_1"] <= 2 * impls[name]["psum_resolution"]
+                assert impls[name]["psum_solver"] < 1e-5
+                assert 0 <= impls[name]["block_sparsity"] < 1
     (case,) = result["decode"]  # the decode section's plumbing (the reference path on the CPU)
     assert case["cache_len"] == 64 and set(case["impls"]) == {"sdpa", "decode_entmax15", "decode_sparsemax",
                                                               "attention_entmax15"}

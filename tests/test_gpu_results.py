@@ -60,3 +60,30 @@ def test_tables_mark_failed_peers_and_missing_cases():
     ops = script.operator_table([{"op": "entmax15", "shape": [4, 8], "dtype": "float32", "ms": 2.0,
                                   "softmax_ms": 1.0, "ratio": 2.0}])
     assert ops.splitlines()[-1] == "| 4×8 | float32 | 1.000 | 2.00× |"
+
+
+def test_structured_attention_cases_have_their_own_table():
+    """Structured-input cases stay out of the attention table (whose rows are the random inputs' as before) and
+    get a table of their own, beside the random case of the same shape, with the block sparsity the kernels
+    measured and ours ÷ AdaSplash-2's time."""
+    script = _script()
+
+    def case(inputs, ms, sparsity, **extra):
+        impls = {"sdpa": {"ms": 1.0, "peak_mib": 10.0},
+                 "fused_entmax15": {"ms": ms, "peak_mib": 9.0, "block_sparsity": sparsity},
+                 "adasplash2_a1.5": {"ms": 2.0, "peak_mib": 9.0}}
+        return {"op": "attention", "inputs": inputs, "causal": True, "shape": [2, 16, 4096, 64], "impls": impls,
+                **extra}
+
+    random = case("random", 6.0, 0.0002)
+    sparse = case("structured", 1.5, 0.712, locality=17.5, kv_heads=16)
+    cases = [random, sparse]
+    plain = script.attention_table(cases)
+    assert plain == script.attention_table([random]) and len(plain.splitlines()) == 3
+    table = script.structured_attention_table(cases).splitlines()
+    assert table[2] == "| random | 2×16×4096×64 | 0.0% | 1.00 ms | 6.00 ms (6.00×) | 2.00 ms (2.00×) | 3.00× |"
+    assert table[3] == ("| structured, λ = 17.5 | 2×16×4096×64 | 71.2% | 1.00 ms | 1.50 ms (1.50×) | 2.00 ms (2.00×) "
+                        "| 0.75× |")
+    gqa = case("structured", 1.0, 0.7, locality=9.0, kv_heads=8)
+    gqa["shape"] = [2, 32, 8192, 128]
+    assert "| 2×32 (over 8)×8192×128 | 70.0% |" in script.structured_attention_table([gqa])
