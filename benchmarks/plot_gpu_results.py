@@ -167,12 +167,14 @@ def structured_attention_table(cases: list[dict]) -> str:
     benchmark's ``attention_inputs.py``) beside the random inputs of the same shapes: the block sparsity the
     fused 1.5-entmax kernels measured (the share of the causal band's score tiles they skipped), the time of
     SDPA, ours and AdaSplash-2 (÷ SDPA's), and ours ÷ AdaSplash-2's, forward + backward."""
+    def layout(c: dict) -> tuple:  # the shape and the key/value heads (a case without kv_heads has as many as h)
+        return tuple(c["shape"]), c.get("kv_heads") or c["shape"][1]
+
     structured = [c for c in cases if c.get("inputs") == "structured"]
-    shapes = {(tuple(c["shape"]), c.get("kv_heads")) for c in structured}
+    shapes = {layout(c) for c in structured}
     rows = [c for c in cases if c.get("inputs", "random") == "random" and c["causal"] and not c.get("window")
-            and (tuple(c["shape"]), c.get("kv_heads")) in shapes] + structured
-    rows.sort(key=lambda c: (c["shape"][3], c.get("kv_heads") or c["shape"][1], c["shape"][2],
-                             c.get("locality", 0)))
+            and layout(c) in shapes] + structured
+    rows.sort(key=lambda c: (c["shape"][3], layout(c)[1], c["shape"][2], c.get("locality", 0)))
     lines = ["| inputs | batch × heads × length × head dim | block sparsity | SDPA | ours, fused 1.5-entmax | "
              "AdaSplash-2 | ours ÷ AdaSplash-2 |", "|---|---|---|---|---|---|---|"]
     for c in rows:

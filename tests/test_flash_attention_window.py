@@ -6,8 +6,7 @@ window with a padding mask (Transformers' sliding layers) and in a packed batch.
 
 import pytest
 import torch
-from test_flash_attention import (_close, _fused, _inputs, _reference, capture_words, check_map,  # noqa: E402
-                                  classed, tile_pattern)
+from test_flash_attention import _close, _fused, _inputs, _reference, capture_words, check_map, classed, tile_pattern  # noqa: E402
 from test_flash_attention_varlen import _offsets, _packed  # noqa: E402
 
 import softargmax as sa

@@ -10,8 +10,8 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
 import softargmax_jax as sj  # noqa: E402
+from jax import lax  # noqa: E402
 from softargmax_jax import _solver  # noqa: E402
 from softargmax_jax.divergences import get_divergence  # noqa: E402
 from test_jax_operators import assert_close  # noqa: E402

@@ -983,7 +983,7 @@ if triton is not None:
 
     @triton.jit
     def _rest_kernel(Z, OUT, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
-        c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = K.scan_lanes(Z, 0, k, k, BLOCK, SLOTS, REST)
+        c0, _c1, _c2, _c3, r1, r2, r3, r4, r5, r6 = K.scan_lanes(Z, 0, k, k, BLOCK, SLOTS, REST)
         m = tl.max(c0, 0)
         M1, M2, M3, M4, M5, M6 = K._rest_row(c0, r1, r2, r3, r4, r5, r6, m, REST)
         tl.store(OUT, M1)

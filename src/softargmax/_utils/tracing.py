@@ -28,7 +28,8 @@ _is_jit_tracing = torch._C._is_tracing
 #: ``torch.autograd.Function.apply`` as a function of the class: the library's autograd functions override ``apply``
 #: (their ``DTensor`` hook) and call this, not ``super().apply``, which ``torch.compile``'s tracer cannot follow
 #: there (an internal error where a graph break belongs: a forward it cannot trace then runs eagerly)
-function_apply: Callable[..., Any] = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+_apply = torch.autograd.Function.apply
+function_apply: Callable[..., Any] = _apply.__func__  # type: ignore[attr-defined]  # a classmethod; stubs: a callable
 
 #: the three answers of :func:`graph_mode`
 EAGER, LIBRARY_OPS, GRAPH = 0, 1, 2

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any, Callable, Optional
-
-import torch
+from typing import Optional
 
 from ..divergences import Divergence
 
@@ -52,10 +50,12 @@ def _name_of(divergence: Divergence) -> str:
     return name
 
 
-_assume_constant: Optional[Callable[[Any], Any]] = getattr(getattr(torch, "compiler", None), "assume_constant_result",
-                                                           None)
-#: the tracer calls it as Python and records its result as a constant (guarding the object)
-_traced_name_of = _assume_constant(_name_of) if _assume_constant is not None else _name_of
+#: the tracer calls it as Python and records its result as a constant (guarding the object): the mark that
+#: ``torch.compiler.assume_constant_result`` sets, set here because calling that imports ``torch._dynamo`` (and
+#: with it sympy, numpy and Triton, about a second) at ``import softargmax``; the fullgraph tests of user
+#: generators fail if a PyTorch reads another mark
+_name_of._dynamo_marked_constant = True  # type: ignore[attr-defined]  # a new attribute of a function
+_traced_name_of = _name_of
 
 
 def carried_name(divergence: Divergence) -> str:

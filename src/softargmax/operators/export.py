@@ -10,7 +10,9 @@ r"""Export and deployment: what ONNX, ``torch.export`` and TorchScript record fo
 * ``torch.export.export`` and ``torch.compile`` record one ``torch.library`` operator per call
   (``softargmax::normalized``, ``softargmax::alpha_relu``, ``softargmax::normmax``; on a GPU
   ``softargmax::decode_attention`` for :func:`softargmax.decode_attention`'s kernels), which runs
-  the eager implementation (fused kernels included) and has an autograd formula; a program
+  the eager implementation (fused kernels included) and has an autograd formula (but
+  ``decode_attention``, recorded only where no gradient is asked: with one, the materialized path is
+  traced); a program
   saved with ``torch.export.save`` loads where :mod:`softargmax` is imported.
   :func:`decompositions` replaces those operators by the graphs above, for runtimes without
   Python (and for ``torch.onnx.export`` of an already exported program).
