@@ -744,6 +744,25 @@ def test_dense_streamed_rows_from_the_first_pass_statistics(case, layout, triton
     assert float((p.sum(-1) - 1).abs().max()) <= 1e-6
 
 
+@pytest.mark.parametrize("layout", ["streamed"], indirect=True)
+def test_jensen_shannon_power_sums_on_rising_rows(layout, triton_device):
+    """A row that rises steadily (a running maximum that grows at every chunk of each lane) rescales the first
+    pass's power sums at every chunk if they follow the maximum: each rescale rounds, and 250 chunks per lane
+    (4000 entries in lanes of 16, as 262,144 entries in lanes of 1024 on a GPU) put ``Σ p`` 6e-6 off after the
+    registers' root was taken from them.  Rescaled only past ``REST_RESCALE``, it stays at float32's rounding
+    (``Σ p`` within 1e-6 of 1, ``p`` against the float64 solver)."""
+    div = get_divergence("jensen_shannon")
+    k = 4000 if not ON_GPU else 262_144
+    z = torch.stack([torch.linspace(-1.0, 0.0, k), torch.linspace(-3.0, 0.0, k)]).to(triton_device)
+    fast = solve(z, div)
+    assert fast.backend == "triton"
+    with reference_path():
+        ref = solve(z.double(), div)
+    p = fast.dense_p().double()
+    torch.testing.assert_close(p, ref.dense_p(), atol=1e-9, rtol=1e-5)
+    assert float((p.sum(-1) - 1).abs().max()) <= 1e-6
+
+
 #: the dense kinds with f(0) = +inf: reverse KL, Jeffrey (Lambert W), reverse chi-square
 INFINITE_F0 = INFINITE_F0_COVERED
 

@@ -135,6 +135,11 @@ DENSE_ACCEPT_HELLINGER = tl.constexpr(1e-3)
 #: ``Σ e^{n(z - c)}``, ``n = 1..6``; squared Hellinger: the count, ``Σ (c - z)`` and ``Σ (c - z)²``, ``c`` the lane's
 #: maximum: :func:`_rest_add`): rows of the split kernels' candidate buffer (``rows.REST_STATS``)
 REST_STATS = tl.constexpr(6)
+#: Jensen–Shannon's power sums in :func:`scan_lanes` move their reference to a lane's running maximum only once the
+#: maximum passed it by more than this (``e^{6·8}`` stays far inside float32): a rescale rounds every sum, and
+#: rescaling at each rise of a steadily rising row added that rounding up (Σp off by 6e-6 at 4000 chunks per
+#: lane); this way the sums rescaled ``k`` times weigh at most ``e^{-8k}`` of the row
+REST_RESCALE = tl.constexpr(8.0)
 
 #: below this ``a = α - 1`` the power kind iterates on ``t + 1`` and takes ``log(1 + w)``
 #: without cancellation (the base ``1 + w`` is within ``a`` of 1: ``p`` lost ``ε/a``)
@@ -646,7 +651,7 @@ def _rest_shift(r1, r2, r3, r4, r5, r6, ref, new, REST: tl.constexpr):
 
 @triton.jit
 def _rest_add(v, ref, r1, r2, r3, r4, r5, r6, REST: tl.constexpr):
-    """Add one score ``v <= ref`` that a lane does not keep (``-inf`` adds nothing) to its statistics relative to
+    """Add one score ``v <= ref`` (Jensen–Shannon: ``v <= ref + REST_RESCALE``) that a lane does not keep (``-inf`` adds nothing) to its statistics relative to
     ``ref``: ``REST = 1`` (Jensen–Shannon) the power sums ``Σ u^n``, ``n = 1..6``, of ``u = e^{v - ref}``;
     ``REST = 2`` (squared Hellinger) the count, ``Σ y`` and ``Σ y²`` of ``y = ref - v`` (``r4..r6`` unused)."""
     fin = (v > float("-inf")) & (ref < float("inf"))
@@ -687,16 +692,22 @@ def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST
     r4 = r1
     r5 = r1
     r6 = r1
+    ref = c0  # the reference of the statistics: the running maximum (Jensen–Shannon: within REST_RESCALE of it)
     for j0 in range(0, L, BLOCK):
         idx = start + j0 + cols
         x = tl.load(zrow + idx, mask=idx < k, other=float("-inf")).to(tl.float32)
         x = tl.where(x == x, x, float("inf"))
         if REST:
             new = tl.maximum(c0, x)
-            r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, c0, new, REST)
+            if REST == 1:  # rescaled only when the maximum passed the reference by REST_RESCALE (its rounding)
+                new = tl.where(new > ref + REST_RESCALE, new, ref)
+            r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, ref, new, REST)
             dropped = tl.minimum(_last_slot(c0, c1, c2, c3, SLOTS), x)
             r1, r2, r3, r4, r5, r6 = _rest_add(dropped, new, r1, r2, r3, r4, r5, r6, REST)
+            ref = new
         c0, c1, c2, c3 = _insert(x, c0, c1, c2, c3, SLOTS)
+    if REST == 1:  # relative to the lane's maximum c0 >= ref at last: one rounding
+        r1, r2, r3, r4, r5, r6 = _rest_shift(r1, r2, r3, r4, r5, r6, ref, c0, REST)
     return c0, c1, c2, c3, r1, r2, r3, r4, r5, r6
 
 
@@ -865,7 +876,7 @@ def _slots_threshold(zrow, k, c0, c1, c2, c3, r1, r2, r3, r4, r5, r6, a, tol, ma
             it += 1
         if REST == 1:
             # Jensen–Shannon: the registers' root solves the row when what the six power sums leave out is
-            # below the tolerance (every score not kept is at most its lane's smallest kept one)
+            # below half the tolerance (every score not kept is at most its lane's smallest kept one)
             low = _last_slot(c0, c1, c2, c3, SLOTS)
             U = tl.max(tl.where(low > float("-inf"), tl.exp(low - m), 0.0), 0)
             full = (it > max_iter) | (_rest_tail(t, M6, U) > 0.5 * tol)
