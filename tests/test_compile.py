@@ -246,6 +246,59 @@ def test_user_divergence_in_attention_and_decoding_compiles_fullgraph():
         torch.testing.assert_close(got, same, rtol=1e-10, atol=1e-12)
 
 
+class _Sharp(sa.Divergence):
+    """f(u) = (u² - 1)/(2c): its mapping is sparsemax(c x); ``c`` has a class default, which an object that has not
+    run ``__init__`` would silently use."""
+
+    f_prime_zero = 0.0
+    c = 1.0
+
+    def __init__(self, c=1.0):
+        self.c = c
+
+    def f(self, u):
+        return (u * u - 1) / (2 * self.c)
+
+    def f_prime(self, u):
+        return u / self.c
+
+    def conj(self, v):
+        return (self.c * v) ** 2 / (2 * self.c) + 0.5 / self.c
+
+    def conj_prime(self, v):
+        return torch.clamp(self.c * v, min=0)
+
+
+def test_a_user_divergence_created_inside_the_compiled_function_is_refused():
+    """A generator built inside the traced function: the tracer's stand-in has not run ``__init__`` (it would have
+    computed sparsemax(x), not sparsemax(4x), with no error); it is refused with a message that says where to create
+    it, for the mapping and the loss, and the same object created outside compiles to eager's values."""
+    torch._dynamo.reset()
+    for fn in (lambda x: sa.f_softargmax(x, _Sharp(4.0)),
+               lambda x: sa.fenchel_young_loss(x, Y, _Sharp(4.0), reduction="none")):
+        with pytest.raises(Exception, match=r"created inside the function that torch\.compile"):
+            torch.compile(fn, fullgraph=True, backend="aot_eager")(X)
+    outside = _Sharp(4.0)
+    torch._dynamo.reset()
+    got = torch.compile(lambda x: sa.f_softargmax(x, outside), fullgraph=True, backend="aot_eager")(X)
+    torch.testing.assert_close(got, sa.sparsemax(4 * X), rtol=1e-10, atol=1e-12)
+
+
+def test_a_freed_user_divergence_forgets_its_id():
+    """The id of a freed generator leaves the table of names (ids are reused: the table would otherwise grow)."""
+    import gc
+
+    from softargmax.operators import _carried
+
+    div = _Sharp(2.0)
+    key = id(div)
+    _carried.carried_name(div)
+    assert key in _carried._names
+    del div
+    gc.collect()
+    assert key not in _carried._names
+
+
 def test_a_freed_user_divergence_is_named_in_the_error():
     from softargmax.operators._carried import carried_divergence
 

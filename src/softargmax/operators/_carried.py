@@ -8,7 +8,8 @@ rebuilds it.  A :class:`~softargmax.divergences.CustomDivergence`, or a user's s
 ``"user:<n>:<its name>"``, and keeps a weak reference to the object under that name, which
 :func:`carried_divergence` looks up when the operator runs (in the same process).  While
 ``torch.compile`` traces, the name is a constant of the graph, and the compiler guards the
-object's identity: another object is another name and another graph.
+object's identity: another object is another name and another graph.  An object created inside the traced
+function is refused with a ``ValueError`` (the tracer's stand-in for it is not built yet).
 
 A name outlives nothing: an exported program that records one runs (and decomposes) in the process
 that holds the object; elsewhere, or once the object is freed, :func:`carried_divergence` raises.
@@ -17,6 +18,7 @@ that holds the object; elsewhere, or once the object is freed, :func:`carried_di
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 from typing import Optional
 
@@ -37,16 +39,39 @@ def _lookup(name: str) -> Optional[Divergence]:
     return _kept.get(name) or _objects.get(name)
 
 
+def _made_while_tracing(divergence: Divergence) -> bool:
+    """Whether ``torch.compile``'s tracer created ``divergence`` inside the region it traces: it then stands for
+    the object with one that has not run ``__init__`` (the attributes set there are pending side effects of the
+    graph), so the operator would call the generator's functions on a half-built object."""
+    convert = sys.modules.get("torch._dynamo.symbolic_convert")
+    new_object = getattr(sys.modules.get("torch._dynamo.variables.base"), "AttributeMutationNew", None)
+    if convert is None or new_object is None:  # nothing traces: torch._dynamo was never imported
+        return False
+    try:
+        tx = convert.InstructionTranslator.current_tx()
+        tracked = tx.output.side_effects.id_to_variable.get(id(divergence)) if tx is not None else None
+    except Exception:  # another PyTorch's internals, or no frame being traced: nothing to check with
+        return False
+    return isinstance(getattr(tracked, "mutation_type", None), new_object)
+
+
 def _name_of(divergence: Divergence) -> str:
     name = _names.get(id(divergence))
     if name is not None and _lookup(name) is divergence:
         return name
+    if _made_while_tracing(divergence):
+        raise ValueError(
+            f"divergence: a {type(divergence).__name__} created inside the function that torch.compile or "
+            "torch.export traces cannot cross the library's operators (the tracer has not built the object yet); "
+            "create it once outside that function (e.g. in the module's __init__) and use it there")
     name = f"{PREFIX}{next(_counter)}:{getattr(divergence, 'name', type(divergence).__name__)}"
+    key = id(divergence)
     try:
         _objects[name] = divergence
+        weakref.finalize(divergence, _names.pop, key, None)  # forget the id once the object is freed
     except TypeError:  # no weak reference to it
         _kept[name] = divergence
-    _names[id(divergence)] = name
+    _names[key] = name
     return name
 
 
