@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -51,7 +52,11 @@ def onnx_capture() -> bool:
 
 
 #: the open :func:`recording_graph` blocks (a decomposition of :func:`softargmax.export.decompositions` runs)
-_recording = [0]
+_recording = threading.local()  # per thread: another thread's eager calls keep their path and checks
+
+
+def _recording_depth() -> int:
+    return getattr(_recording, "depth", 0)
 
 
 @contextlib.contextmanager
@@ -59,11 +64,11 @@ def recording_graph() -> Iterator[None]:
     """Within the block :func:`graph_mode` answers :data:`GRAPH`: the decompositions of
     :func:`softargmax.export.decompositions` that call a public function record its graph of PyTorch's
     own operators, whatever table or tracer runs them."""
-    _recording[0] += 1
+    _recording.depth = _recording_depth() + 1
     try:
         yield
     finally:
-        _recording[0] -= 1
+        _recording.depth -= 1
 
 
 def graph_mode() -> int:
@@ -76,7 +81,7 @@ def graph_mode() -> int:
       without Python (or a decomposition records one: :func:`recording_graph`): the fixed-step
       forms of :mod:`softargmax.solvers.traceable`, made of PyTorch's own operators.
     """
-    if _recording[0]:
+    if _recording_depth():
         return GRAPH
     if compiling():  # first: torch.compile's tracer cannot call the TorchScript query below
         return GRAPH if _onnx_exporting() else (LIBRARY_OPS if CUSTOM_OPS else EAGER)
@@ -97,7 +102,7 @@ def values_checkable(t: Tensor) -> bool:
     while its stream is being captured into a CUDA graph (reading a value would synchronize with the
     host), and not for a ``meta`` tensor (it has none).
     """
-    if _recording[0] or compiling() or _is_jit_tracing() or t.device.type == "meta":
+    if _recording_depth() or compiling() or _is_jit_tracing() or t.device.type == "meta":
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
