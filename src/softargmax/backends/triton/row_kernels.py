@@ -651,9 +651,10 @@ def _rest_shift(r1, r2, r3, r4, r5, r6, ref, new, REST: tl.constexpr):
 
 @triton.jit
 def _rest_add(v, ref, r1, r2, r3, r4, r5, r6, REST: tl.constexpr):
-    """Add one score ``v <= ref`` (Jensen–Shannon: ``v <= ref + REST_RESCALE``) that a lane does not keep (``-inf`` adds nothing) to its statistics relative to
-    ``ref``: ``REST = 1`` (Jensen–Shannon) the power sums ``Σ u^n``, ``n = 1..6``, of ``u = e^{v - ref}``;
-    ``REST = 2`` (squared Hellinger) the count, ``Σ y`` and ``Σ y²`` of ``y = ref - v`` (``r4..r6`` unused)."""
+    """Add one score ``v <= ref`` (Jensen–Shannon: ``v <= ref + REST_RESCALE``) that a lane does not keep (``-inf``
+    adds nothing) to its statistics relative to ``ref``: ``REST = 1`` (Jensen–Shannon) the power sums ``Σ u^n``,
+    ``n = 1..6``, of ``u = e^{v - ref}``; ``REST = 2`` (squared Hellinger) the count, ``Σ y`` and ``Σ y²`` of
+    ``y = ref - v`` (``r4..r6`` unused)."""
     fin = (v > float("-inf")) & (ref < float("inf"))
     if REST == 1:
         u = tl.where(fin, tl.exp(v - ref), 0.0)
