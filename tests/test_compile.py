@@ -158,22 +158,28 @@ def _my_kl(sharpness=1.0, declared=False):
         conj_prime2=(lambda v: c * torch.exp(c * v - 1)) if declared else None, name=f"kl_{c}")
 
 
-class _Pearson(sa.Divergence):
-    """A subclass with the four methods: chi-square (sparse, its mapping is sparsemax), no fused kernel."""
+class _Sharp(sa.Divergence):
+    """A subclass with the four methods, f(u) = (u² - 1)/(2c): its mapping is sparsemax(c x), with no fused kernel
+    (c = 1: chi-square); ``c`` has a class default, which an object that has not run ``__init__`` would silently
+    use."""
 
     f_prime_zero = 0.0
+    c = 1.0
+
+    def __init__(self, c=1.0):
+        self.c = c
 
     def f(self, u):
-        return (u * u - 1) / 2
+        return (u * u - 1) / (2 * self.c)
 
     def f_prime(self, u):
-        return u
+        return u / self.c
 
     def conj(self, v):
-        return (v * v + 1) / 2
+        return (self.c * v) ** 2 / (2 * self.c) + 0.5 / self.c
 
     def conj_prime(self, v):
-        return torch.clamp(v, min=0)
+        return torch.clamp(self.c * v, min=0)
 
 
 @pytest.mark.parametrize("case", ["custom_autograd_g'", "custom_declared_g'", "subclass_sparse"])
@@ -182,7 +188,7 @@ def test_user_divergences_compile_fullgraph(case):
     name of this process: fullgraph=True, values and gradients equal eager's, the float64 softmax and sparsemax,
     and gradcheck holds through the compiled function."""
     div = {"custom_autograd_g'": _my_kl(), "custom_declared_g'": _my_kl(declared=True),
-           "subclass_sparse": _Pearson()}[case]
+           "subclass_sparse": _Sharp()}[case]
     ref = sa.sparsemax if case == "subclass_sparse" else (lambda x: torch.softmax(x, -1))
     x = X[:3, :12].clone()
     torch._dynamo.reset()
@@ -228,7 +234,7 @@ def test_user_divergence_losses_compile_fullgraph():
 def test_user_divergence_in_attention_and_decoding_compiles_fullgraph():
     """sa.attention and sa.decode_attention with a Divergence subclass as the mapping, fullgraph=True: eager's
     outputs, and those of the built-in sparsemax."""
-    div = _Pearson()
+    div = _Sharp()
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, n, 8, generator=gen, dtype=torch.float64) for n in (3, 10, 10))
     ends = torch.tensor([10, 7])
@@ -244,29 +250,6 @@ def test_user_divergence_in_attention_and_decoding_compiles_fullgraph():
     for got, eager, same in zip(compiled(q, k, v, ends), run(q, k, v, ends), builtin):
         torch.testing.assert_close(got, eager, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(got, same, rtol=1e-10, atol=1e-12)
-
-
-class _Sharp(sa.Divergence):
-    """f(u) = (u² - 1)/(2c): its mapping is sparsemax(c x); ``c`` has a class default, which an object that has not
-    run ``__init__`` would silently use."""
-
-    f_prime_zero = 0.0
-    c = 1.0
-
-    def __init__(self, c=1.0):
-        self.c = c
-
-    def f(self, u):
-        return (u * u - 1) / (2 * self.c)
-
-    def f_prime(self, u):
-        return u / self.c
-
-    def conj(self, v):
-        return (self.c * v) ** 2 / (2 * self.c) + 0.5 / self.c
-
-    def conj_prime(self, v):
-        return torch.clamp(self.c * v, min=0)
 
 
 def test_a_user_divergence_created_inside_the_compiled_function_is_refused():

@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from test_compile import _Sharp  # a user's generator: chi-square (c = 1) from its four functions
 
 import softargmax
 from softargmax import nn as snn
@@ -329,24 +330,6 @@ def test_jit_script_names_the_way_out_where_it_cannot_compile(module):
 # -- decode_attention: its kernels' operator decomposed, and ONNX --------------------------
 
 
-class _Pearson(softargmax.Divergence):
-    """A user's generator: chi-square from its four functions (its mapping is sparsemax)."""
-
-    f_prime_zero = 0.0
-
-    def f(self, u):
-        return (u * u - 1) / 2
-
-    def f_prime(self, u):
-        return u
-
-    def conj(self, v):
-        return (v * v + 1) / 2
-
-    def conj_prime(self, v):
-        return torch.clamp(v, min=0)
-
-
 class _Decode(torch.nn.Module):
     """A decoding step; the mask and the block table are used where the options say so."""
 
@@ -365,7 +348,7 @@ DECODE_CASES = {
     "mask_window_entmax": ({"masked": True, "window": 5, "mapping": "entmax", "alpha": 1.25}, 1.25),
     "paged_per_head_alpha": ({"paged": True, "mapping": "entmax", "alpha": torch.tensor([1.2, 1.5, 2.0, 1.7])},
                              torch.tensor([1.2, 1.5, 2.0, 1.7])),
-    "user_divergence": ({"mapping": _Pearson()}, 2.0),
+    "user_divergence": ({"mapping": _Sharp()}, 2.0),
 }
 
 

@@ -675,6 +675,14 @@ def _rest_add(v, ref, r1, r2, r3, r4, r5, r6, REST: tl.constexpr):
 
 
 @triton.jit
+def _empty_lanes(BLOCK: tl.constexpr):
+    """Every lane's slots ``c0..c3`` empty (``-inf``) and the statistics ``r1..r6`` of the scores it dropped 0."""
+    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
+    r1 = tl.zeros([BLOCK], tl.float32)
+    return c0, c0, c0, c0, r1, r1, r1, r1, r1, r1
+
+
+@triton.jit
 def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST: tl.constexpr):
     """Pass 1 of a streamed row over its entries ``[start, start + L)`` (``< k``) in ``BLOCK`` chunks, lane ``j``
     seeing the columns ``≡ j`` modulo ``BLOCK``: every lane's ``SLOTS`` largest scores ``c0 >= c1 >= c2 >= c3``
@@ -683,16 +691,7 @@ def scan_lanes(zrow, start, L, k, BLOCK: tl.constexpr, SLOTS: tl.constexpr, REST
     the lane's running maximum ``c0``, :func:`_rest_shift`; else 0).  Returns ``(c0, c1, c2, c3, r1, ..., r6)``:
     the one first pass of :func:`solve_long_rows` (the whole row) and :func:`split_scan` (a slice)."""
     cols = tl.arange(0, BLOCK)
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    r1 = tl.zeros([BLOCK], tl.float32)
-    r2 = r1
-    r3 = r1
-    r4 = r1
-    r5 = r1
-    r6 = r1
+    c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = _empty_lanes(BLOCK)
     ref = c0  # the reference of the statistics: the running maximum (Jensen–Shannon: within REST_RESCALE of it)
     for j0 in range(0, L, BLOCK):
         idx = start + j0 + cols
@@ -1118,18 +1117,9 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
         a = tl.load(ALPHA + row).to(tl.float32) - 1.0
     else:
         a = a_value
-    c0 = tl.full([BLOCK], float("-inf"), tl.float32)
-    c1 = c0
-    c2 = c0
-    c3 = c0
+    c0, c1, c2, c3, r1, r2, r3, r4, r5, r6 = _empty_lanes(BLOCK)
     WIDTH: tl.constexpr = SLOTS + REST_STATS * (REST > 0)
     crow = CAND + row.to(tl.int64) * ns * (WIDTH * BLOCK)
-    r1 = tl.zeros([BLOCK], tl.float32)
-    r2 = r1
-    r3 = r1
-    r4 = r1
-    r5 = r1
-    r6 = r1
     for j in range(ns):
         sl = crow + j * (WIDTH * BLOCK) + cols
         if REST:
@@ -1151,12 +1141,7 @@ def split_solve(Z, CAND, STATE, AUX, BAD, ALPHA, k, ns, a_value, tau_c, tol, max
                 q5 = tl.load(rest + 4 * BLOCK)
                 q6 = tl.load(rest + 5 * BLOCK)
             q1, q2, q3, q4, q5, q6 = _rest_shift(q1, q2, q3, q4, q5, q6, top, new, REST)
-            r1 += q1
-            r2 += q2
-            r3 += q3
-            r4 += q4
-            r5 += q5
-            r6 += q6
+            r1, r2, r3, r4, r5, r6 = _sums6(r1, r2, r3, r4, r5, r6, q1, q2, q3, q4, q5, q6)
             for c in range(SLOTS):
                 x = tl.load(sl + c * BLOCK)
                 dropped = tl.minimum(_last_slot(c0, c1, c2, c3, SLOTS), x)
