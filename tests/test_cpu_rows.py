@@ -311,3 +311,142 @@ def test_loss_through_c_row_sums_equals_torch_path(mapping):
     ref = sa.fenchel_young_loss(x.double(), y, mapping, reduction="none")
     torch.testing.assert_close(values[0][0].double(), ref, atol=2e-5, rtol=1e-5)
     assert torch.isfinite(values[0][0]).all() and torch.isfinite(values[0][1]).all()
+
+
+# -- a reference measure q (the power kind's weights) ---------------------------------------------
+
+POWER_KINDS = [c for c in COVERED if c[0] == "chi_square" or (c[0] == "alpha" and 1 < c[1]["alpha"] <= 2)]
+
+
+def _torch_solve_q(z, div, q):
+    old = _cpu_rows.set_enabled(False)
+    try:
+        return solve(z, div, q)
+    finally:
+        _cpu_rows.set_enabled(old)
+
+
+def _weights(rows, k, dtype, seed):
+    """Positive weights over twelve orders of magnitude (a learned reference measure can be far from 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.exp(torch.empty(rows, k, dtype=torch.float64).uniform_(-6, 6, generator=gen) * math.log(10)).to(dtype)
+
+
+@pytest.mark.parametrize("case", POWER_KINDS, ids=_ids)
+@pytest.mark.parametrize("k", [1, 7, 300, 2048])
+@pytest.mark.parametrize("shared", [True, False], ids=["q-shared", "q-per-row"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weighted_power_kind_matches_torch_solver(case, k, shared, dtype):
+    """With a reference measure ``q`` (``[1, k]`` or ``[R, k]``) the C solver's weighted power kind,
+    ``p_j = q_j [a z_j - t]_+^{1/a}``, agrees with the PyTorch solver field by field on the edge rows, and the
+    backends' one decision sends it there."""
+    name, params = case
+    div = get_divergence(name, **params)
+    z = edge_rows(k, dtype, torch.Generator().manual_seed(k))
+    q = _weights(1 if shared else z.shape[0], k, dtype, k + shared)
+    fused = solve(z, div, q)
+    assert fused.backend == "cpu"
+    # the reference: the PyTorch solver in float64 (in float32 its Newton sums over weights of 1e-6..1e6 round
+    # more than the C solver's, which iterates in double: 2e-3 off in a one-entry row with q = 1e5)
+    ref = _torch_solve_q(z.double(), div, q.double())
+    assert ref.backend == "torch"
+    # float64: the reference's own Newton sums round to 3e-9 relative on a flat row of 2048 weights over twelve
+    # orders (the C solver is exact there: q_j / Σ q, checked below)
+    tol = dict(atol=1e-10, rtol=1e-8) if dtype == torch.float64 else dict(atol=3e-6, rtol=1e-5)
+
+    def close(a, b):
+        torch.testing.assert_close(a.double(), b, equal_nan=True, **tol)
+
+    close(fused.dense_p(), ref.dense_p())
+    ok = torch.ones(9, dtype=torch.bool)
+    ok[[2, 3, 4]] = False  # masked / bad rows: tau is a convention there
+    ok[7] = dtype == torch.float64  # scores ~1e4: tau (and s at its ulp) carry float32's rounding of the scores
+    close(fused.tau[ok], ref.tau[ok])
+    s_ref = ref.scatter(ref.s)[ok]
+    torch.testing.assert_close(fused.s[ok].double(), s_ref, atol=tol["atol"] * (1 + s_ref.abs().amax().item()),
+                               rtol=tol["rtol"])
+    close(fused.s_sum[ok], ref.s_sum[ok])
+    assert torch.all(fused.p[2] == 0) and torch.all(fused.s[2] == 0)
+    assert torch.isnan(fused.dense_p()[3]).all() and torch.isnan(fused.dense_p()[4]).all()
+    # the constant row: p = q / Σ q whatever the generator, up to the rounding of the base raised to 1/a and the
+    # solver's stopping test (|Σ p - 1| <= 8 ε₆₄ log2(k + 1) for a outside {1/2, 1})
+    q5, a = q[0 if shared else 5].double(), params.get("alpha", 2.0) - 1
+    rtol = 8 * torch.finfo(dtype).eps / a + 8 * torch.finfo(torch.float64).eps * math.log2(k + 1)
+    torch.testing.assert_close(fused.dense_p()[5].double(), q5 / q5.sum(), atol=0, rtol=rtol)
+    good = [0, 1, 5, 6, 7, 8]
+    # Σ p - 1 within the rounding of the scores passed on by the Jacobian weights: Σ_j s_j |z_j| ε (with q up to
+    # 1e6 and scores of 1e4 it is not 1e-12: p_j = q_j (z_j - τ) with τ within an ulp of z_j)
+    zs = torch.where(fused.s > 0, fused.s.double() * (z.double().abs() + 1), torch.zeros_like(fused.s, dtype=torch.float64))
+    bound = 8 * torch.finfo(dtype).eps * zs.sum(-1)[good] + (1e-12 if dtype == torch.float64 else 2e-6)
+    assert ((fused.dense_p()[good].double().sum(-1) - 1).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.3])
+def test_weighted_power_kind_against_brute_force(alpha):
+    """The weighted solution maximizes ``⟨p, x⟩ - Σ_j q_j f(p_j / q_j)`` over the simplex (an SLSQP optimizer in
+    float64, independent of both solvers), with exact zeros where the optimizer's are zero."""
+    pytest.importorskip("scipy")
+    from conftest import brute_force_fsoftargmax
+
+    div = get_divergence("alpha", alpha=alpha)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 6, dtype=torch.float64, generator=gen)
+    q = torch.rand(4, 6, dtype=torch.float64, generator=gen) * 3 + 0.05
+    got = solve(x, div, q)
+    assert got.backend == "cpu"
+    p = got.dense_p()
+    for r in range(4):
+        ref, _ = brute_force_fsoftargmax(div, x[r].numpy(), q[r].numpy(), 1.0)
+        np.testing.assert_allclose(p[r].numpy(), ref, atol=2e-6)
+
+
+def test_weighted_flat_rows_and_tiny_weights_against_float64():
+    """Rows where most entries are candidates, and weights as small as 1e-30 or as large as 1e30 (the start, from the
+    block maxima's own weights, stays below the root), against the PyTorch solver in float64."""
+    div = get_divergence("alpha", alpha=1.5)
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(6, 4096, dtype=torch.float64, generator=gen) * 0.05
+    q = torch.ones(6, 4096, dtype=torch.float64)
+    q[1] = 1e-30
+    q[2] = 1e30
+    q[3, ::2] = 1e-8  # the row maximum's weight tiny in half the blocks
+    q[4, :2048] = 1e6
+    z[5, ::16] += 1.0  # the block maxima alone carry the support
+    fused = solve(z, div, q)
+    assert fused.backend == "cpu"
+    ref = _torch_solve_q(z, div, q)
+    rows = [0, 1, 3, 4, 5]
+    torch.testing.assert_close(fused.dense_p()[rows], ref.dense_p()[rows], atol=1e-12, rtol=1e-9)
+    torch.testing.assert_close(fused.dense_p().sum(-1), torch.ones(6, dtype=torch.float64), atol=1e-12, rtol=0)
+    # q = 1e30: the bases are 1e-15, below the gaps between the scores: the maximum alone, p = 1 (the PyTorch path,
+    # which forms the base as a z - (a τ - 1) with τ near 2, rounds it to 0.9984 there)
+    one_hot = torch.nn.functional.one_hot(z[2].argmax(), 4096).double()
+    assert torch.equal(fused.dense_p()[2] > 0, one_hot > 0)
+    torch.testing.assert_close(fused.dense_p()[2], one_hot, atol=1e-15, rtol=0)
+
+
+@pytest.mark.parametrize("mapping", ["entmax15", "sparsemax", "chi_square"])
+def test_weighted_operators_and_losses_equal_the_torch_path(mapping):
+    """``f_softargmax``, ``f_softmax`` and the Fenchel–Young loss with ``q`` (through the C solver, the loss value from
+    its weighted row sums) equal the PyTorch path's, values and gradients (also ``q``'s), with masked entries."""
+    gen = torch.Generator().manual_seed(0)
+    div = sa.mappings.resolve(mapping, None)
+    x = torch.randn(16, 500, generator=gen, dtype=torch.float64) * 2
+    x[3, :100] = -math.inf
+    q0 = torch.rand(500, generator=gen, dtype=torch.float64) * 2 + 0.1
+    y = torch.randint(100, 500, (16,), generator=gen)
+    results = []
+    for enabled in (True, False):
+        old = _cpu_rows.set_enabled(enabled)
+        try:
+            xx, q = x.clone().requires_grad_(), q0.clone().requires_grad_()
+            p = sa.f_softargmax(xx, div, q=q)
+            v = sa.f_softmax(xx, div, q=q)
+            loss = sa.f_divergence_loss(xx, y, div, q=q, reduction="none")
+            w = torch.randn(16, 500, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+            ((p * w).sum() + v.sum() + loss.sum()).backward()
+            results.append([p.detach(), v.detach(), loss.detach(), xx.grad, q.grad])
+        finally:
+            _cpu_rows.set_enabled(old)
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)

@@ -58,7 +58,9 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     whose ``τ`` the fused solvers convert with cancellation (``div.hints.fused_tau_exact`` false:
     α near 1) then takes the PyTorch path.
 
-    The rules: a reference measure ``q`` is never on a fast path; tensors where the Triton
+    The rules: a reference measure ``q`` (``[R|1, k]``) is on the C solver's power kind alone (α-entmax and
+    the α-divergence with α ∈ (1, 2], sparsemax, χ²; :func:`softargmax.backends.cpu.rows.covers_weights`), on
+    the CPU, also for ``candidates_only`` (the PyTorch path prunes no candidates with ``q``); tensors where the Triton
     kernels run go to them (:func:`softargmax.backends.triton.rows.covers`), other CPU tensors to
     the C solver (:func:`softargmax.backends.cpu.rows.covers`); α-ReLU goes to the Triton kernels with a
     float τ and 1 < α <= 2, to the C library's with one τ or one τ per row
@@ -66,9 +68,13 @@ def select(x: Tensor, div: Optional[Divergence] = None, *, q: Optional[Tensor] =
     backend covers (``backend.covers_divergence``: a kind of :func:`softargmax.backends.kinds.kind_of`,
     and the backend's own limits, such as the C solver's rows near α = 1).
     """
-    if q is not None:
-        return None
     gpu = _triton_rows.usable_device(x)
+    if q is not None:
+        if gpu or div is None or alpha_rows is not None or alpha_relu is not None or (
+                exact_tau and not div.hints.fused_tau_exact):
+            return None
+        covered = _cpu_rows.covers(x) and _cpu_rows.covers_divergence(x, div) and _cpu_rows.covers_weights(x, div, q)
+        return _cpu_rows if covered else None
     if alpha_relu is not None:
         if gpu:
             return _triton_rows if not isinstance(relu_tau, Tensor) and _triton_rows.covers_alpha_relu(x, alpha_relu) \
@@ -94,15 +100,16 @@ def solve(z: Tensor, div: Divergence) -> Optional[Solution]:
     return None if backend is None else backend.solve(z, div)
 
 
-def probabilities(z: Tensor, div: Divergence) -> Optional[Tensor]:
+def probabilities(z: Tensor, div: Divergence, q: Optional[Tensor] = None) -> Optional[Tensor]:
     """The dense ``[R, k]`` output of a fused solver alone (NaN in rows with NaN or ``+inf``), as
     ``solve(z, div).dense_p()``, or ``None`` where no fused solver covers it.  On the CPU the C
-    solver then writes ``p`` alone (for callers that need no gradient)."""
-    backend = select(z, div)
+    solver then writes ``p`` alone (for callers that need no gradient).  ``q``: a reference measure
+    ``[R|1, k]``, as :func:`select` takes it."""
+    backend = select(z, div, q=q)
     if backend is None:
         return None
     if backend is _cpu_rows:
-        return _cpu_rows.probabilities(z, div)
+        return _cpu_rows.probabilities(z, div, q)
     sol = backend.solve(z, div, row_sums=False)
     assert sol is not None  # select() said that this backend covers the call
     return sol.dense_p()

@@ -63,8 +63,9 @@ class Solution:
         jvp_kernel: the backend's ``jvp_kernel(v, scale)`` returning the dense
             :math:`\mathrm{scale} \cdot s \odot (v - \langle s, v\rangle/\sum_j s_j)` (used by
             :meth:`jvp`). Default: ``None`` (:meth:`jvp` computes it from ``s``).
-        zp, omega: ``[R]`` row sums :math:`\langle z, p\rangle` and :math:`\sum_{p_j > 0} f(p_j) - f(0)`
-            (``q = 1``) computed by the backend (used by :meth:`inner` and :meth:`f_sum`).
+        zp, omega: ``[R]`` row sums :math:`\langle z, p\rangle` and :math:`\sum_{p_j > 0} q_j [f(p_j/q_j) - f(0)]`
+            (with the ``q`` the backend solved with, 1 for most) computed by the backend (used by :meth:`inner`
+            and :meth:`f_sum`).
             Default: ``None`` (computed from the candidates).
         omega_star: ``[R]`` float64, the conjugate of every row,
             :math:`\Omega^*(z) = \tau + \sum_j [f^*(z_j - \tau) + f(0)]`, which equals
@@ -192,7 +193,7 @@ class Solution:
 
     def f_sum(self, div: Divergence, q: Optional[Tensor], f0: float, dtype: torch.dtype) -> Tensor:
         r""":math:`\sum_{p_j > 0} q_j [f(p_j/q_j) - f(0)]` per row ``[R]`` (``q``: ``None`` or ``[R|1, k]``; ``f0 = f(0)`` finite)."""
-        if self.omega is not None and q is None:
+        if self.omega is not None:  # the backend's, with the q it solved with
             return self.omega.to(dtype)
         R = self.p.shape[0]
         q_c = None if q is None else self.gather(q.expand(R, self.k))

@@ -286,7 +286,7 @@ def solve(
         backend = _kernels.select(z, divergence, q=q, candidates_only=candidates_only, exact_tau=exact_tau,
                                   row_sums=row_sums)
         if backend is not None:
-            return backend.solve(z, divergence, row_sums=candidates_only or row_sums)  # the loss values' row sums
+            return backend.solve(z, divergence, row_sums=candidates_only or row_sums, q=q)  # the loss values' row sums
     if trace is None and row_blocks.covers(z, divergence, q, prune, row_sums):  # a block of rows at a time, in cache
         return row_blocks.solve_row_blocks(
             z, divergence, q, lambda zb, qb: _solve_rows(zb, divergence, qb, prune, max_iter, None), row_sums=row_sums)

@@ -11,8 +11,8 @@
  * Row status: 0 solved, 1 every entry is -inf (p = s = 0), 2 the row has NaN or +inf
  * (p = NaN, s = 0, tau = NaN): the conventions of softargmax.threshold.
  *
- * Kinds (all with q = 1):
- *   KIND_POWER  sum_j [y_j - t]_+^{1/a} = 1 with y = a z, a in (0, 1]: alpha-entmax
+ * Kinds (with q = 1; KIND_POWER also with weights q_j, a reference measure):
+ *   KIND_POWER  sum_j q_j [y_j - t]_+^{1/a} = 1 with y = a z, a in (0, 1]: alpha-entmax
  *               (a = alpha - 1; a = 1 is sparsemax).  Newton on S^a (the 1/a-norm of
  *               [y - t]_+, convex and decreasing in t) from t = max y - 1 increases
  *               monotonically to the root, so an entry with y_j <= t is dropped for good
@@ -76,27 +76,38 @@ static inline double pow_pos(double b, double e) { return exp(e * log(b)); }
 /* Newton/Michelot on the candidates d[0..n) (shifted: the largest is 0, all > t_start), from t_start,
  * a lower bound of the root (-1, or the root of a subset of the row's entries).
  * Returns t; *n becomes the support size, d/idx its entries.  For a not in {1, 1/2},
- * w_out[0..n) holds g' = (d - t)^{1/a - 1} at the returned t (every exit follows a pass). */
-static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, double a, double tol,
-                            int *iters, double t_start) {
+ * w_out[0..n) holds g' = (d - t)^{1/a - 1} at the returned t (every exit follows a pass).
+ * weighted: the sums are sum_j c_j [d_j - t]_+^{1/a} with the weights c[0..n) (a reference measure q,
+ * compacted with d; c has room for the padding), t_start a lower bound of that root; the same
+ * iteration (the weighted 1/a-norm of [d - t]_+ is convex and decreasing in t too).  Inlined with a
+ * constant flag: iterate_power and iterate_power_weighted below. */
+static inline __attribute__((always_inline)) double iterate_power_impl(
+        double *d, double *w_out, double *c, int32_t *idx, long *n_io, double a, double tol, int *iters,
+        double t_start, const int weighted) {
     const double ex = 1.0 / a - 1.0;
     long n = *n_io;
     double t = t_start, last = INFINITY;
     int it = 0;
     for (;;) {
         if (a == 0.5) { /* compaction and the quadratic's sums in one pass over the candidates */
-            /* four partial sums: one chain of dependent additions would wait on each add's latency */
-            double s1v[4] = {0, 0, 0, 0}, s2v[4] = {0, 0, 0, 0}, dminv[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+            /* four partial sums: one chain of dependent additions would wait on each add's latency;
+               s0: the candidates' weight (their count unweighted) */
+            double s0v[4] = {0, 0, 0, 0}, s1v[4] = {0, 0, 0, 0}, s2v[4] = {0, 0, 0, 0};
+            double dminv[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
             long w = 0, i = 0;
             for (; i + 4 <= n; i += 4) {
                 for (int l = 0; l < 4; l++) {
                     const double v = d[i + l];
                     const int32_t j = idx[i + l];
                     const int keep = v > t;
-                    const double vk = keep ? v : 0.0;
-                    d[w] = v; idx[w] = j; w += keep;
-                    s1v[l] += vk;
-                    s2v[l] += vk * vk;
+                    const double cw = weighted ? c[i + l] : 1.0;
+                    const double ck = keep ? cw : 0.0, vk = keep ? v : 0.0;
+                    d[w] = v; idx[w] = j;
+                    if (weighted) c[w] = cw;
+                    w += keep;
+                    if (weighted) s0v[l] += ck;
+                    s1v[l] += ck * vk;
+                    s2v[l] += ck * vk * vk;
                     dminv[l] = keep && v < dminv[l] ? v : dminv[l];
                 }
             }
@@ -104,22 +115,27 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
                 const double v = d[i];
                 const int32_t j = idx[i];
                 const int keep = v > t;
-                const double vk = keep ? v : 0.0;
-                d[w] = v; idx[w] = j; w += keep;
-                s1v[0] += vk;
-                s2v[0] += vk * vk;
+                const double cw = weighted ? c[i] : 1.0;
+                const double ck = keep ? cw : 0.0, vk = keep ? v : 0.0;
+                d[w] = v; idx[w] = j;
+                if (weighted) c[w] = cw;
+                w += keep;
+                if (weighted) s0v[0] += ck;
+                s1v[0] += ck * vk;
+                s2v[0] += ck * vk * vk;
                 dminv[0] = keep && v < dminv[0] ? v : dminv[0];
             }
             const double s1 = (s1v[0] + s1v[1]) + (s1v[2] + s1v[3]);
             const double s2 = (s2v[0] + s2v[1]) + (s2v[2] + s2v[3]);
             const double dmin = fmin(fmin(dminv[0], dminv[1]), fmin(dminv[2], dminv[3]));
             n = w;
-            const double mean = s1 / (double)n;
-            const double disc = mean * mean - (s2 - 1.0) / (double)n;
+            const double s0 = weighted ? (s0v[0] + s0v[1]) + (s0v[2] + s0v[3]) : (double)n;
+            const double mean = s1 / s0;
+            const double disc = mean * mean - (s2 - 1.0) / s0;
             const double tc = mean - sqrt(disc > 0 ? disc : 0.0);
             if (disc >= 0 && tc >= t && tc < dmin) { t = tc; it++; break; }
-            const double P = s1 - (double)n * t;
-            const double S = s2 - 2.0 * t * s1 + (double)n * t * t;
+            const double P = s1 - s0 * t;
+            const double S = s2 - 2.0 * t * s1 + s0 * t * t;
             const double resid = fabs(S - 1.0);
             if (resid <= tol || (it > 1 && resid >= last)) break;
             last = resid;
@@ -133,23 +149,33 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
         for (long i = 0; i < n; i++) { /* branch-free compaction */
             const double v = d[i];
             const int32_t j = idx[i];
-            d[w] = v; idx[w] = j; w += v > t;
+            d[w] = v; idx[w] = j;
+            if (weighted) c[w] = c[i];
+            w += v > t;
         }
         const long dropped = n - w;
         n = w;
         double tn;
         if (a == 1.0) {
             if (it > 0 && dropped == 0) break; /* t was solved on exactly this support */
-            double s1 = 0;
+            double s1 = 0, s0 = 0;
+            if (weighted) {
+#pragma omp simd reduction(+ : s0, s1)
+                for (long i = 0; i < n; i++) { s0 += c[i]; s1 += c[i] * d[i]; }
+            } else {
 #pragma omp simd reduction(+ : s1)
-            for (long i = 0; i < n; i++) s1 += d[i];
-            tn = (s1 - 1.0) / (double)n;
+                for (long i = 0; i < n; i++) s1 += d[i];
+                s0 = (double)n;
+            }
+            tn = (s1 - 1.0) / s0;
             if (!(tn > t) && it > 0) break;
         } else {
             double S = 0, P = 0;
             {
                 const long np = (n + PAD - 1) / PAD * PAD;
                 for (long i = n; i < np; i++) d[i] = -INFINITY;
+                if (weighted)
+                    for (long i = n; i < np; i++) c[i] = 0.0;
                 /* three simple loops, each vectorized (GCC 12 left the single loop that tested,
                    powered and summed scalar, calling the scalar exp and log): the bases (padding
                    slots and dropped entries evaluate 1^ex and are zeroed by a product, not a select,
@@ -166,9 +192,10 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
                 for (long i = 0; i < np; i++) {
                     const double b = d[i] - t;
                     const double gp = w_out[i] * (b > 0 ? 1.0 : 0.0);
+                    const double cg = weighted ? c[i] * gp : gp;
                     w_out[i] = gp;
-                    S += gp * (b > 0 ? b : 0.0);
-                    P += gp;
+                    S += cg * (b > 0 ? b : 0.0);
+                    P += cg;
                 }
             }
             const double resid = fabs(S - 1.0);
@@ -184,6 +211,21 @@ static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, 
     *n_io = n;
     *iters = it;
     return t;
+}
+
+/* q^{-a}, the start's distance from an entry of weight q (a square root at a = 1/2, a division at a = 1) */
+static inline double weight_power(double q, double a) {
+    return a == 0.5 ? 1.0 / sqrt(q) : a == 1.0 ? 1.0 / q : pow_pos(q, -a);
+}
+
+static double iterate_power(double *d, double *w_out, int32_t *idx, long *n_io, double a, double tol,
+                            int *iters, double t_start) {
+    return iterate_power_impl(d, w_out, NULL, idx, n_io, a, tol, iters, t_start, 0);
+}
+
+static double iterate_power_weighted(double *d, double *w_out, double *c, int32_t *idx, long *n_io, double a,
+                                     double tol, int *iters, double t_start) {
+    return iterate_power_impl(d, w_out, c, idx, n_io, a, tol, iters, t_start, 1);
 }
 
 /* -- the dense kinds (f'(0) = -inf: every entry is in the support) -------------------------------- */
@@ -552,9 +594,69 @@ static T row_max_##SUFFIX(const T *z, long k, int *bad) {                       
     return m;                                                                                    \
 }                                                                                                \
                                                                                                  \
-static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, T *ssum,       \
-                              double *d, double *w, int32_t *idx, int *iters, double *sums,     \
-                              double oc, double osc) {                                           \
+/* The start of a row weighted by q (a lower bound of its root, in the variable y = a (z - m)): a      \
+   single entry j has q_j (y_j - t)^{1/a} >= 1 for t <= y_j - q_j^{-a}, so the largest such bound is   \
+   below the root.  It is within a factor k^a of the root's distance to the entries (the root has   \
+   some q_j (y_j - t)^{1/a} >= 1/k), so that the first Newton step does not round away the base of   \
+   a row whose maximum has a tiny weight (from t = -q_max^{-a} = -40 to a root at -0.016, the step   \
+   left Sum p - 1 = 6e-13).  Short rows (bmax NULL): that bound over every entry.  Longer rows: over \
+   the block maxima, then the root on the block maxima above it (a subset's root is below the       \
+   row's), less a rounding margin.  Writes the block maxima into bmax (as the unweighted start);    \
+   qpow: q_j^{-a} (one q for all rows) or NULL; d, w, c, idx: scratch. */                        \
+static double weighted_start_##SUFFIX(const T *z, const T *q, const double *qpow, long k, double a, \
+                                      double m, double tol, double *bmax, double *d, double *w,   \
+                                      double *c, int32_t *idx) {                                  \
+    /* q_j^{-a}: precomputed (qpow, one q for all rows) or computed for the entries that can raise \
+       the bound (those above it: the row maximum's first, so that most fall below) */           \
+    if (!bmax) {                                                                                 \
+        long jm = 0;                                                                             \
+        while (jm < k - 1 && (double)z[jm] != m) jm++;                                           \
+        double lo = -(qpow ? qpow[jm] : weight_power((double)q[jm], a));                         \
+        for (long j = 0; j < k; j++) {                                                           \
+            const double v = a * ((double)z[j] - m);                                             \
+            if (v > lo) {                                                                        \
+                const double bound = v - (qpow ? qpow[j] : weight_power((double)q[j], a));       \
+                lo = bound > lo ? bound : lo;                                                    \
+            }                                                                                    \
+        }                                                                                        \
+        return lo;                                                                               \
+    }                                                                                            \
+    const long nblocks = (k + BLOCK - 1) / BLOCK;                                                \
+    long top = 0;                                                                                \
+    for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                         \
+        const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                         \
+        T bm = -INFINITY;                                                                        \
+        _Pragma("omp simd reduction(max : bm)")                                                  \
+        for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                               \
+        long jb = j1 - 1; /* the maximum's first entry (its weight): a vectorized min reduction */ \
+        _Pragma("omp simd reduction(min : jb)")                                                  \
+        for (long j = j0; j < j1; j++) jb = z[j] == bm && j < jb ? j : jb;                       \
+        const double v = a * ((double)bm - m);                                                   \
+        bmax[b] = v;                                                                             \
+        d[b] = v; c[b] = (double)q[jb]; idx[b] = (int32_t)jb;                                    \
+        top = v > d[top] ? b : top;                                                              \
+    }                                                                                            \
+    double lo = d[top] - (qpow ? qpow[idx[top]] : weight_power(c[top], a));                     \
+    for (long b = 0; b < nblocks; b++) {                                                         \
+        if (d[b] > lo) {                                                                         \
+            const double bound = d[b] - (qpow ? qpow[idx[b]] : weight_power(c[b], a));          \
+            lo = bound > lo ? bound : lo;                                                        \
+        }                                                                                        \
+    }                                                                                            \
+    long nb = 0;                                                                                 \
+    for (long b = 0; b < nblocks; b++) { /* the block maxima above the bound */                  \
+        d[nb] = d[b]; c[nb] = c[b]; idx[nb] = 0; nb += d[b] > lo;                                \
+    }                                                                                            \
+    if (nb == 0) return lo;                                                                      \
+    int it0 = 0;                                                                                 \
+    const double t0 = iterate_power_weighted(d, w, c, idx, &nb, a, tol, &it0, lo);               \
+    const double t1 = t0 - 64 * DBL_EPSILON * (fabs(t0) > 1.0 ? fabs(t0) : 1.0);                 \
+    return t1 > lo ? t1 : lo;                                                                    \
+}                                                                                                \
+                                                                                                 \
+static int row_power_##SUFFIX(const T *z, const T *q, const double *qpow, long k, double a, T *p, T *s, T *tau, \
+                              T *ssum, double *d, double *w, double *c, int32_t *idx, int *iters, \
+                              double *sums, double oc, double osc) {                             \
     int bad;                                                                                     \
     const double m = (double)row_max_##SUFFIX(z, k, &bad);                                       \
     memset(p, 0, (size_t)k * sizeof(T));                                                         \
@@ -573,10 +675,13 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
        entries above it are candidates (flat rows: a tenth of the row instead of most of it) */  \
     double t0 = -1.0;                                                                            \
     const long nblocks = (k + BLOCK - 1) / BLOCK;                                                \
-    /* the block maxima a (max - m), kept for the candidate pass in w[nblocks, 2 nblocks): w has  \
-       k + PAD >= 2 nblocks entries and the start's iterations use w[0, nblocks) only */          \
-    double *const bmax = nblocks >= 8 ? w + nblocks : NULL;                                      \
-    if (bmax) {                                                                                  \
+    /* the block maxima a (max - m), kept for the candidate pass in w[nblocks + PAD, 2 nblocks +  \
+       PAD): w has k + PAD >= 2 nblocks + PAD entries and the start's iterations use w[0, nblocks  \
+       + PAD) only (the padding included) */                                                     \
+    double *const bmax = nblocks >= 8 ? w + nblocks + PAD : NULL;                                \
+    if (q) { /* weighted: the start below */                                                     \
+        t0 = weighted_start_##SUFFIX(z, q, qpow, k, a, m, tol, bmax, d, w, c, idx);              \
+    } else if (bmax) {                                                                           \
         long nb = 0;                                                                             \
         for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                     \
             const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                     \
@@ -608,22 +713,25 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
             v0 = a * ((double)bm - m);                                                           \
         }                                                                                        \
         if (!(v0 > t0)) continue;                                                                \
-        for (long j = j0; j < j1; j++) { /* branch-free: n <= j, so d[n] is in the buffer */     \
-            const double v = a * ((double)z[j] - m);                                             \
-            d[n] = v; idx[n] = (int32_t)j; n += v > t0;                                          \
+        if (q) {                                                                                 \
+            for (long j = j0; j < j1; j++) {                                                     \
+                const double v = a * ((double)z[j] - m);                                         \
+                d[n] = v; c[n] = (double)q[j]; idx[n] = (int32_t)j; n += v > t0;                 \
+            }                                                                                    \
+        } else {                                                                                 \
+            for (long j = j0; j < j1; j++) { /* branch-free: n <= j, so d[n] is in the buffer */ \
+                const double v = a * ((double)z[j] - m);                                         \
+                d[n] = v; idx[n] = (int32_t)j; n += v > t0;                                      \
+            }                                                                                    \
         }                                                                                        \
     }                                                                                            \
-    const double t = iterate_power(d, w, idx, &n, a, tol, iters, t0);                            \
+    const double t = q ? iterate_power_weighted(d, w, c, idx, &n, a, tol, iters, t0)             \
+                       : iterate_power(d, w, idx, &n, a, tol, iters, t0);                        \
     double sum_s = 0;                                                                            \
-    if (a == 1.0 || a == 0.5) {                                                                  \
-        for (long i = 0; i < n; i++) {                                                           \
-            const double b = d[i] - t, gp = a == 1.0 ? 1.0 : b;                                  \
-            p[idx[i]] = (T)(gp * b); s[idx[i]] = (T)gp; sum_s += gp;                             \
-        }                                                                                        \
-    } else {                                                                                     \
-        for (long i = 0; i < n; i++) {                                                           \
-            p[idx[i]] = (T)(w[i] * (d[i] - t)); s[idx[i]] = (T)w[i]; sum_s += w[i];              \
-        }                                                                                        \
+    for (long i = 0; i < n; i++) { /* p_j = c_j g, s_j = c_j g' (c = q_j, or 1) */               \
+        const double b = d[i] - t, gp = a == 1.0 ? 1.0 : a == 0.5 ? b : w[i];                    \
+        const double cg = q ? c[i] * gp : gp;                                                    \
+        p[idx[i]] = (T)(cg * b); s[idx[i]] = (T)cg; sum_s += cg;                                 \
     }                                                                                            \
     if (sums) { /* <z, p> and osc * sum_j p_j (p_j^a - oc) over the support (p^a = d - t), from p as written */ \
         double zp = 0, om = 0;                                                                   \
@@ -641,11 +749,13 @@ static int row_power_##SUFFIX(const T *z, long k, double a, T *p, T *s, T *tau, 
                                                                                                  \
 DEFINE_DENSE(T, SUFFIX, EPS)                                                                     \
                                                                                                  \
-/* Solve rows [r0, r1) with the thread's buffers: buf (2 (k + PAD) doubles), idx (k + PAD), and  \
-   srow (k entries, for s when s is NULL).  Returns the most Newton steps of those rows;       \
-   *bad |= 1 if one of them has status 2. */                                                     \
+/* Solve rows [r0, r1) with the thread's buffers: buf (2 (k + PAD) doubles, 3 (k + PAD) with q), idx \
+   (k + PAD), and srow (k entries, for s when s is NULL).  Returns the most Newton steps of those    \
+   rows; *bad |= 1 if one of them has status 2. */                                               \
 static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, const double *a, \
-                                long a_stride, T *p, T *s, T *tau, T *ssum, int8_t *status,     \
+                                long a_stride, const T *q, long q_stride, const double *qpow,   \
+                                T *p, T *s, T *tau,                                              \
+                                T *ssum, int8_t *status,                                         \
                                 int convert, double offset, double *sums, double oc, double osc, \
                                 double *buf, int32_t *idx, T *srow, int *bad) {                   \
     int most = 0, any_bad = 0;                                                                   \
@@ -657,7 +767,8 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
         T *pr = p + r * k, *sr = s ? s + r * k : srow;                                           \
         const double ar = a[r * a_stride];                                                       \
         const int st = kind == KIND_POWER                                                        \
-            ? row_power_##SUFFIX(zr, k, ar, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it, \
+            ? row_power_##SUFFIX(zr, q ? q + r * q_stride : NULL, qpow, k, ar, pr, sr, &tau_r, &ssum_r, \
+                                 buf, buf + k + PAD, buf + 2 * (k + PAD), idx, &it,             \
                                  sums ? row_sums : NULL, oc, osc)                                \
             : row_dense_##SUFFIX(zr, k, kind, pr, sr, &tau_r, &ssum_r, buf, buf + k + PAD, &it,    \
                                  sums && (kind == KIND_JS || kind == KIND_HELL) ? row_sums : NULL);      \
@@ -675,7 +786,9 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
     return most;                                                                                 \
 }                                                                                                \
                                                                                                  \
-/* Solve rows [0, R) of z.  a: per-row exponents (a_stride 0: one for all rows).  convert: for \
+/* Solve rows [0, R) of z.  a: per-row exponents (a_stride 0: one for all rows).  q (or NULL):    \
+   KIND_POWER's reference measure, positive and finite, row r at q + r * q_stride (q_stride 0: one  \
+   for all rows): p_j = q_j [y_j - t]_+^{1/a} and s_j = q_j g' (the other kinds take NULL).  convert: for \
    KIND_POWER, write tau_f = (t + offset)/a (in T) instead of t.  s, tau, ssum and status may  \
    be NULL (not written: a caller that needs p alone).  Returns 2 * (the most Newton steps    \
    any row took) + (1 if some row has status 2), or -1 (no memory); status[r] as described at \
@@ -683,23 +796,34 @@ static int solve_range_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
    KIND_POWER per row <z, p> and osc * sum_j p_j (p_j^a - oc) over the support; for KIND_JS and  \
    KIND_HELL the conjugate Omega*(z) (dense_conjugate) and 0; the other kinds leave it unwritten.  One thread solves without entering an OpenMP parallel region. */           \
 int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, long a_stride,    \
-                      T *p, T *s, T *tau, T *ssum, int8_t *status, int nthreads, int convert,  \
-                      double offset, double *sums, double oc, double osc) {                      \
+                      const T *q, long q_stride, T *p, T *s, T *tau, T *ssum, int8_t *status,  \
+                      int nthreads, int convert, double offset, double *sums, double oc,         \
+                      double osc) {                                                              \
     int most = 0, failed = 0, bad = 0;                                                           \
     const size_t srow_size = s ? 0 : (size_t)k * sizeof(T);                                      \
+    const long nbuf = (q ? 3 : 2) * (k + PAD);                                                   \
+    /* one q and one a for all rows: the starts' q_j^{-a} computed once (R k of them otherwise) */   \
+    double *qpow = NULL;                                                                         \
+    if (q && q_stride == 0 && a_stride == 0 && kind == KIND_POWER && R > 1) {                    \
+        qpow = (double *)malloc((size_t)k * sizeof(double));                                     \
+        if (!qpow) return -1;                                                                    \
+        for (long j = 0; j < k; j++) qpow[j] = weight_power((double)q[j], a[0]);                 \
+    }                                                                                            \
     if (nthreads <= 1) {                                                                         \
-        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double) + srow_size);    \
+        double *buf = (double *)malloc((size_t)nbuf * sizeof(double) + srow_size);               \
         int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
         if (!buf || !idx) failed = 1;                                                            \
-        else most = solve_range_##SUFFIX(z, 0, R, k, kind, a, a_stride, p, s, tau, ssum, status, \
-                                         convert, offset, sums, oc, osc, buf, idx, (T *)(buf + 2 * (k + PAD)), &bad); \
+        else most = solve_range_##SUFFIX(z, 0, R, k, kind, a, a_stride, q, q_stride, qpow, p, s, tau, \
+                                         ssum, status, convert, offset, sums, oc, osc, buf, idx, \
+                                         (T *)(buf + nbuf), &bad);                               \
         free(buf);                                                                               \
         free(idx);                                                                               \
+        free(qpow);                                                                              \
         return failed ? -1 : 2 * most + bad;                                                     \
     }                                                                                            \
     _Pragma("omp parallel num_threads(nthreads) reduction(max : most) reduction(| : failed, bad)") \
     {                                                                                            \
-        double *buf = (double *)malloc((size_t)(2 * (k + PAD)) * sizeof(double) + srow_size);    \
+        double *buf = (double *)malloc((size_t)nbuf * sizeof(double) + srow_size);               \
         int32_t *idx = (int32_t *)malloc((size_t)(k + PAD) * sizeof(int32_t));                   \
         const int ok = buf && idx;                                                               \
         if (!ok) failed = 1;                                                                     \
@@ -707,14 +831,15 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
         _Pragma("omp for schedule(static)")                                                      \
         for (long r = 0; r < R; r++) {                                                           \
             if (!ok) continue;                                                                   \
-            const int it = solve_range_##SUFFIX(z, r, r + 1, k, kind, a, a_stride, p, s, tau,    \
-                                                ssum, status, convert, offset, sums, oc, osc, buf, idx,         \
-                                                (T *)(buf + 2 * (k + PAD)), &bad);               \
+            const int it = solve_range_##SUFFIX(z, r, r + 1, k, kind, a, a_stride, q, q_stride, qpow, p, \
+                                                s, tau, ssum, status, convert, offset, sums, oc, \
+                                                osc, buf, idx, (T *)(buf + nbuf), &bad);         \
             most = it > most ? it : most;                                                        \
         }                                                                                        \
         free(buf);                                                                               \
         free(idx);                                                                               \
     }                                                                                            \
+    free(qpow);                                                                                  \
     return failed ? -1 : 2 * most + bad;                                                         \
 }                                                                                                \
                                                                                                  \
@@ -727,7 +852,7 @@ int sa_solve_##SUFFIX(const T *z, long R, long k, int kind, const double *a, lon
    Returns as sa_solve. */                                                                        \
 int sa_map_##SUFFIX(const T *z, long R, long k, int kind, double a, T *p, T *s, T *sc,          \
                     int nthreads) {                                                              \
-    const int ret = sa_solve_##SUFFIX(z, R, k, kind, &a, 0, p, s, NULL, sc, NULL, nthreads, 0,   \
+    const int ret = sa_solve_##SUFFIX(z, R, k, kind, &a, 0, NULL, 0, p, s, NULL, sc, NULL, nthreads, 0, \
                                       0.0, NULL, 0.0, 1.0);                                      \
     if (sc && ret >= 0)                                                                          \
         for (long r = 0; r < R; r++)                                                             \
@@ -1037,7 +1162,7 @@ static void index_rows_##SUFFIX(const T *z, long r0, long r1, long k, int kind, 
         T tau_r, ssum_r, l;                                                                       \
         double sums[2];                                                                           \
         if (kind == KIND_POWER) {                                                                 \
-            row_power_##SUFFIX(zr, k, a, gr, srow, &tau_r, &ssum_r, buf, buf + k + PAD, idx, &it,\
+            row_power_##SUFFIX(zr, NULL, NULL, k, a, gr, srow, &tau_r, &ssum_r, buf, buf + k + PAD, NULL, idx, &it,\
                                sums, oc, osc);                                                    \
             l = ((T)sums[0] - (eps > 0 ? (T)zy : zr[c])) + (cy - (T)sums[1]);                     \
             l = l < 0 ? (T)0 : l; /* NaN stays NaN (rows with NaN or +inf: sums are NaN) */       \

@@ -4,19 +4,20 @@ r"""The fused CPU row solver: one C call per batch instead of a dozen tensor ops
 dispatch (a few microseconds for each of ~15 tensor operations per Newton step, whatever
 the row length).  ``_cpu_rows.c`` solves each row in one pass over the data plus a few
 passes over its shrinking candidate list, in double precision, with the rows spread over
-OpenMP threads.  It covers the operators of the speed targets, all with ``q = 1``:
+OpenMP threads.  It covers the operators of the speed targets, with ``q = 1``:
 
 * α-entmax for α ∈ (1, 2] with a float α or one α per row (sparsemax is α = 2, also as
   the ``"chi_square"`` divergence), except α just above 1 (α - 1 below :data:`MIN_A`);
   sparsemax and 1.5-entmax are exact (Michelot's iteration and its quadratic analogue on
-  the candidates);
+  the candidates); these also with a reference measure ``q`` (:func:`covers_weights`: the
+  same iteration on ``Σ_j q_j [a z_j - t]_+^{1/a} = 1``);
 * the Jensen–Shannon, squared-Hellinger, reverse-KL, Jeffrey and reverse-χ² f-softargmax (the
   last three on the CPU only: :data:`~softargmax.backends.kinds.CPU_KINDS`);
 * α-ReLU, elementwise, forward and backward in one pass each (:func:`alpha_relu_forward`,
   :func:`alpha_relu_backward`), with one τ or one τ per row.
 
 It returns the same :class:`~softargmax.backends.solution.Solution` (dense candidates) as the
-PyTorch path, which stays the reference and handles everything else (``q``, other
+PyTorch path, which stays the reference and handles everything else (``q`` for the other kinds, other
 generators, α > 2 or α < 1, tracing).  The tests run both paths against each other and
 against the brute-force references.
 
@@ -226,7 +227,7 @@ def _open() -> Union[ctypes.CDLL, Literal[False]]:
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
-                           ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
                            ctypes.c_void_p, ctypes.c_double, ctypes.c_double]
         for dtype, name in ((torch.float32, "sa_map_f32"), (torch.float64, "sa_map_f64")):
@@ -346,18 +347,21 @@ def covers_alpha_rows(z: Tensor, alpha2d: Tensor) -> bool:
 
 def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional[Tensor], tau: Optional[Tensor],
           ssum: Optional[Tensor], status: Optional[Tensor], offset: Optional[float],
-          sums: Optional[Tensor] = None, omega: tuple[float, float] = (0.0, 1.0)) -> int:
+          sums: Optional[Tensor] = None, omega: tuple[float, float] = (0.0, 1.0), q: Optional[Tensor] = None) -> int:
     """One call of the C solver on the rows of ``z``, writing ``p`` (and ``s``, ``tau``, ``ssum``, ``status``
     unless ``None``); with an ``offset`` (the power kind) ``τ_f = (t + offset)/a`` in ``z``'s dtype.
     ``sums`` (float64 ``[R, 2]``, or ``None``): for the power kind per row ``⟨z, p⟩`` and
-    ``omega[1] · Σ_j p_j (p_j^a - omega[0])`` over the support; for :data:`CONJUGATE_KINDS` ``Ω*(z)`` and 0.
+    ``omega[1] · Σ_j p_j ((p_j/q_j)^a - omega[0])`` over the support; for :data:`CONJUGATE_KINDS` ``Ω*(z)`` and 0.
+    ``q``: the power kind's reference measure, ``[R, k]`` or ``[1, k]``, contiguous, of ``z``'s dtype (``None``: 1).
     Returns the C function's value (``2 · iterations + some row bad``)."""
     R, k = z.shape
     threads = threads_for(R, k)
     lib = _load()
     assert lib  # _usable() loaded it
     fn = lib.sa_solve_f32 if z.dtype == torch.float32 else lib.sa_solve_f64
-    ret: int = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, p.data_ptr(),
+    q_stride = 0 if q is None or q.shape[0] == 1 else k
+    ret: int = fn(z.data_ptr(), R, k, kind, a.data_ptr(), a_stride, None if q is None else q.data_ptr(), q_stride,
+             p.data_ptr(),
              None if s is None else s.data_ptr(), None if tau is None else tau.data_ptr(),
              None if ssum is None else ssum.data_ptr(), None if status is None else status.data_ptr(),
              threads, offset is not None, 0.0 if offset is None else offset,
@@ -368,12 +372,12 @@ def _call(z: Tensor, kind: int, a: Tensor, a_stride: int, p: Tensor, s: Optional
 
 
 def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float] = None,
-         omega: Optional[tuple[float, float]] = None, conjugate: bool = False) -> Solution:
+         omega: Optional[tuple[float, float]] = None, conjugate: bool = False, q: Optional[Tensor] = None) -> Solution:
     """Solve the rows of ``z`` (:func:`~softargmax.backends.kinds.solve_with`'s ``run``).  With an
     ``offset`` (the power kind) the C code writes ``τ_f = (t + offset)/a`` in ``z``'s dtype.  With
     ``omega`` (the power kind) it also writes the loss values' row sums, ``zp`` and ``omega``
     (:func:`omega_constants`); with ``conjugate`` (:data:`CONJUGATE_KINDS`) the rows' ``Ω*(z)``,
-    ``omega_star``."""
+    ``omega_star``.  ``q``: the power kind's reference measure, as :func:`_call` takes it."""
     R = z.shape[0]
     wants = (omega is not None and kind == KIND_POWER) or (conjugate and kind in CONJUGATE_KINDS)
     sums = torch.empty(R, 2, dtype=torch.float64) if wants else None
@@ -382,7 +386,7 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float]
     tau = torch.empty(R, 1, dtype=z.dtype)
     ssum = torch.empty(R, 1, dtype=z.dtype)
     status = torch.empty(R, dtype=torch.int8)
-    ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset, sums, omega or (0.0, 1.0))
+    ret = _call(z, kind, a, a_stride, p, s, tau, ssum, status, offset, sums, omega or (0.0, 1.0), q)
     # the low bit: some row has NaN or +inf (status 2), so no reduction over status is needed
     bad = (status == 2).unsqueeze(1) if ret & 1 else None
 
@@ -399,15 +403,29 @@ def _run(z: Tensor, kind: int, a: Tensor, a_stride: int, offset: Optional[float]
                     omega_star=None if sums is None or kind == KIND_POWER else sums[:, 0], jvp_kernel=jvp_kernel)
 
 
-def probabilities(z: Tensor, div: Divergence) -> Tensor:
-    """``solve(z, div).dense_p()`` alone: the C solver writes ``p`` (NaN in rows with NaN or
+def probabilities(z: Tensor, div: Divergence, q: Optional[Tensor] = None) -> Tensor:
+    """``solve(z, div, q=q).dense_p()`` alone: the C solver writes ``p`` (NaN in rows with NaN or
     ``+inf``) and no Jacobian weights, thresholds or statuses, for callers that need no
     gradient.  The caller has checked that the operator is covered (:func:`softargmax.backends.select`)."""
     kind, a = kind_of(div, CPU_KINDS)
     assert kind is not None  # covered (the caller asked select())
     p = torch.empty_like(z)
-    _call(z, kind, cpu_parameter(1.0 if a is None else a), 0, p, None, None, None, None, None)
+    _call(z, kind, cpu_parameter(1.0 if a is None else a), 0, p, None, None, None, None, None,
+          q=None if q is None else weights_for(z, q))
     return p
+
+
+def covers_weights(z: Tensor, div: Divergence, q: Tensor) -> bool:
+    """Whether the C solver takes rows ``z`` with the reference measure ``q`` (``[R|1, k]``): the power kind
+    (α-entmax and the α-divergence with α ∈ (1, 2], sparsemax and χ²), ``q`` on the CPU and not traced
+    (the caller has checked that it is positive and finite)."""
+    return (kind_of(div, CPU_KINDS)[0] == KIND_POWER and q.device.type == "cpu" and q.dim() == 2
+            and q.shape[-1] == z.shape[-1] and q.shape[0] in (1, z.shape[0]) and not _compiling())
+
+
+def weights_for(z: Tensor, q: Tensor) -> Tensor:
+    """``q`` as the C solver reads it: contiguous ``[R|1, k]`` in ``z``'s dtype."""
+    return q.detach().to(z.dtype).contiguous()
 
 
 def omega_constants(div: Divergence) -> Optional[tuple[float, float]]:
@@ -437,15 +455,22 @@ def computes_row_sums(div: Divergence) -> bool:
     return omega_constants(div) is not None or kind_of(div, CPU_KINDS)[0] in CONJUGATE_KINDS
 
 
-def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
-    """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
+def solve(z: Tensor, div: Divergence, row_sums: bool = True, q: Optional[Tensor] = None) -> Optional[Solution]:
+    r"""The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]``, or ``None`` if not covered.
 
     ``row_sums``: also the Fenchel–Young loss values' row sums (:func:`computes_row_sums`): for the power
     kind (α-entmax) ``zp`` and ``omega``, from the pass that writes ``p``; for Jensen–Shannon and squared
     Hellinger the conjugate ``omega_star`` (the other dense kinds leave them to
-    :class:`~softargmax.backends.solution.Solution`, which computes them from ``p``)."""
+    :class:`~softargmax.backends.solution.Solution`, which computes them from ``p``).  ``q``: the
+    reference measure ``[R|1, k]`` (``None``: 1), for the power kind only (:func:`covers_weights`); the
+    row sums then hold :math:`\sum_j q_j [f(p_j/q_j) - f(0)]`."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
+    if q is not None:
+        if not covers_weights(z, div, q):
+            return None
+        run = functools.partial(_run, omega=omega_constants(div) if row_sums else None, q=weights_for(z, q))
+        return solve_with(run, z, div, converts_tau=True, kinds=CPU_KINDS)
     omega = omega_constants(div) if row_sums else None
     if omega is not None:
         return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True, kinds=CPU_KINDS)

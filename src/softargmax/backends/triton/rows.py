@@ -450,14 +450,16 @@ def _jvp(p: Tensor, v: Tensor, kind: int, exact: int, alpha_rows: Optional[Tenso
     return g
 
 
-def solve(z: Tensor, div: Divergence, row_sums: bool = True) -> Optional[Solution]:
+def solve(z: Tensor, div: Divergence, row_sums: bool = True, q: Optional[Tensor] = None) -> Optional[Solution]:
     """The :class:`~softargmax.backends.solution.Solution` of ``z`` ``[R, k]`` (``q = 1``), or ``None`` if not covered.
 
     One kernel launch and no host synchronization; ``tau`` is already in the f-divergence
     parametrization.  ``row_sums``: also compute ``zp`` and ``omega`` (the Fenchel–Young loss
     values' row sums); the operators, which never use them, pass ``False`` and get ``None``.
+    ``q``: a reference measure is not covered here (``None`` is returned; :func:`softargmax.backends.select`
+    gives these kernels none).
     """
-    return _solve(z, div, row_sums, None)
+    return None if q is not None else _solve(z, div, row_sums, None)
 
 
 def _solve(z: Tensor, div: Divergence, row_sums: bool, target: Optional[tuple[Tensor, Tensor]]) -> Optional[Solution]:

@@ -73,7 +73,12 @@ def reference_measure_gradient(hidden: Tensor, weight: Tensor, target: Tensor, q
     for start in range(0, N, chunk_size):
         logits = (h2d[start: start + chunk_size] @ weight.T).to(dtype)
         p = sa.sampling.probabilities(logits, mapping, q=qq)
-        total -= _h(div, p / qq, f0).sum(0)
+        if div.sparse:  # h(0) = f(0) off the support: h evaluated on the non-zeros alone
+            rows, cols = p.nonzero(as_tuple=True)
+            total.index_add_(0, cols, _h(div, p[rows, cols] / qq[cols], f0) - f0, alpha=-1.0)
+            total -= p.shape[0] * f0
+        else:
+            total -= _h(div, p / qq, f0).sum(0)
     counts = torch.bincount(y, minlength=V).to(dtype)
     # the targets' side: h(1/q_j) for the rows whose target is j, h(0) = f(0) for the others
     total += counts * _h(div, 1.0 / qq, f0) + (N - counts) * f0
