@@ -165,14 +165,24 @@ def test_solution_without_weights_points_to_jvp():
 
 
 def test_one_decision_for_the_fast_paths():
-    """select() is the one place: q, loss values on CPU, uncovered divergences -> the PyTorch path."""
+    """select() is the one place: a q outside the C solver's power kind, loss values on CPU, uncovered
+    divergences -> the PyTorch path."""
     z = torch.randn(4, 64)
     covered = get_divergence("alpha", alpha=1.5)
     cpu = _kernels._cpu_rows
     if not cpu.available():
         pytest.skip("the fused CPU row solver could not be built here")
     assert _kernels.select(z, covered) is cpu
-    assert _kernels.select(z, covered, q=torch.ones(1, 64)) is None
+    # a reference measure: the C solver's power kind alone ([1, k] or [R, k]; also for the candidates, which the
+    # PyTorch path does not prune with a q), never a dense kind, a traced call or one α per row
+    assert _kernels.select(z, covered, q=torch.ones(1, 64)) is cpu
+    assert _kernels.select(z, covered, q=torch.ones(4, 64), candidates_only=True) is cpu
+    assert _kernels.select(z, get_divergence("chi_square"), q=torch.ones(1, 64)) is cpu
+    assert _kernels.select(z, covered, q=torch.ones(64)) is None  # not [R|1, k]: the solver's caller reshapes q
+    assert _kernels.select(z, get_divergence("jensen_shannon"), q=torch.ones(1, 64)) is None
+    assert _kernels.select(z, get_divergence("kl"), q=torch.ones(1, 64)) is None
+    assert _kernels.select(z, alpha_rows=torch.full((4, 1), 1.7), q=torch.ones(1, 64)) is None
+    assert threshold.solve(z, covered, torch.ones(1, 64)).backend == "cpu"
     assert _kernels.select(z, covered, candidates_only=True) is None
     assert _kernels.select(z, get_divergence("kl")) is None
     assert _kernels.select(z, get_divergence("alpha", alpha=2.5)) is None
@@ -198,8 +208,10 @@ def test_one_decision_for_the_fast_paths():
         assert _kernels.select(z, get_divergence(dense), candidates_only=True) is None
         sol = threshold.solve(z, get_divergence(dense), candidates_only=True, row_sums=True)
         assert sol.backend == "cpu" and sol.omega_star is not None and sol.zp is None
-    assert _kernels.select(z, covered, q=torch.ones(1, 64), candidates_only=True, row_sums=True) is None
+    assert _kernels.select(z, covered, q=torch.ones(1, 64), candidates_only=True, row_sums=True) is cpu
     sol = threshold.solve(z, covered, candidates_only=True, row_sums=True)
+    assert sol.backend == "cpu" and sol.zp is not None and sol.omega is not None
+    sol = threshold.solve(z, covered, torch.ones(1, 64), candidates_only=True, row_sums=True)
     assert sol.backend == "cpu" and sol.zp is not None and sol.omega is not None
     # τ itself (f_softmax's value): the fused τ = (t + 1)/(α - 1) cancels near α = 1
     near_one = get_divergence("alpha", alpha=1.1)
@@ -207,6 +219,7 @@ def test_one_decision_for_the_fast_paths():
     assert _kernels.select(z, near_one) is cpu
     assert _kernels.select(z, near_one, exact_tau=True) is None
     assert _kernels.select(z, covered, exact_tau=True) is cpu
+    assert _kernels.select(z, near_one, q=torch.ones(1, 64), exact_tau=True) is None  # (with q too)
 
 
 class _Tsallis15(Divergence):

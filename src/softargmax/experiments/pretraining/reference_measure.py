@@ -73,7 +73,9 @@ def reference_measure_gradient(hidden: Tensor, weight: Tensor, target: Tensor, q
     for start in range(0, N, chunk_size):
         logits = (h2d[start: start + chunk_size] @ weight.T).to(dtype)
         p = sa.sampling.probabilities(logits, mapping, q=qq)
-        if div.sparse:  # h(0) = f(0) off the support: h evaluated on the non-zeros alone
+        if div.hints.softmax:  # KL: h(u) = -u, so -Σ_rows h(p_j / q_j) = Σ_rows p_j / q_j
+            total += p.sum(0) / qq
+        elif div.sparse:  # h(0) = f(0) off the support: h evaluated on the non-zeros alone
             rows, cols = p.nonzero(as_tuple=True)
             total.index_add_(0, cols, _h(div, p[rows, cols] / qq[cols], f0) - f0, alpha=-1.0)
             total -= p.shape[0] * f0
