@@ -245,6 +245,50 @@ SHARD_MAP_SCRIPT = textwrap.dedent("""
 """)
 
 
+MESH_2D_SCRIPT = textwrap.dedent("""
+    import os
+    assert "--xla_force_host_platform_device_count=4" in os.environ["XLA_FLAGS"]
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import PartitionSpec as P
+    jax.config.update("jax_enable_x64", True)
+    import softargmax_jax as sj
+    mesh = jax.make_mesh((2, 2), ("rows", "vocab"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(6, 24)) * 2)
+    x = x.at[4, 3].set(-jnp.inf)
+    labels = jnp.asarray(rng.integers(0, 24, size=6)).at[4].set(5)
+    # one mapping per path of the solver: 1.5-entmax's and sparsemax's closed forms, alpha > 2 (its own loop and
+    # conditional), Newton with the bracket, the dense generators' start (a conditional on masked rows), Jeffrey's
+    # variants (a conditional between two solvers)
+    cases = [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 3.0}), ("entmax", {"alpha": 1.3}),
+             ("jensen_shannon", {}), ("jeffrey", {})]
+    for name, params in cases:
+        kw = dict(label_smoothing=0.1, **params)  # (finite for the generators with f(0) = +inf too)
+        def sharded(t):
+            return jax.shard_map(lambda tt, yy: sj.vocab_parallel_fenchel_young_loss(tt, yy, name, axis_name="vocab", **kw),
+                                 mesh=mesh, in_specs=(P("rows", "vocab"), P("rows")), out_specs=P("rows"))(t, labels)
+        ref = sj.fenchel_young_loss(x, labels, name, **kw)
+        got = jax.jit(sharded)(x)
+        assert bool(jnp.all(jnp.isfinite(ref))), name
+        err = float(jnp.max(jnp.abs(got - ref)))
+        assert err < 1e-12, (name, params, err)
+        g = jax.jit(jax.grad(lambda t: sharded(t).sum()))(x)
+        gref = jax.grad(lambda t: sj.fenchel_young_loss(t, labels, name, **kw).sum())(x)
+        gerr = float(jnp.max(jnp.abs(g - gref)))
+        assert gerr < 1e-12, (name, params, gerr)
+    print("ok")
+""")
+
+
+def test_vocab_parallel_loss_on_a_mesh_of_rows_and_classes():
+    """A 2 × 2 mesh, the rows split over one axis and the classes over the other: the solver's loop carries and
+    branches start as constants and vary over the rows' axis (shard_map's types), and every generator's loss and
+    gradient equal the unsharded ones (they raised a type error in lax.while_loop before)."""
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"))
+    out = subprocess.run([sys.executable, "-c", MESH_2D_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr[-3000:]
+
+
 def test_vocab_parallel_loss_under_shard_map_on_four_cpu_devices():
     env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"))
     out = subprocess.run([sys.executable, "-c", SHARD_MAP_SCRIPT], capture_output=True, text=True, timeout=300,

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import _control
 from .divergences import AlphaDivergence, ChiSquare, Divergence
 
 Array = jax.Array
@@ -248,7 +249,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     if values:
         zeros = jnp.zeros(jnp.broadcast_shapes(c.shape, () if q is None else q.shape), c.dtype)
         state = state + (zeros, zeros, prev0)
-    out = lax.while_loop(cond, body, state)
+    out = _control.while_loop(cond, body, state, like=(c, q))
     tau = out[1]
     if not values:
         return tau, None, None, None
@@ -258,7 +259,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
         return g, gp, _rowsum(gp, axis_name)
 
     # rows stopped by max_iter (or a loop that never ran) moved after their last evaluation
-    return (tau, *lax.cond(jnp.all(out[4]), lambda _: out[6:9], again, None))
+    return (tau, *_control.cond(jnp.all(out[4]), lambda _: out[6:9], again, None, like=(c, q)))
 
 
 def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str],
@@ -323,7 +324,7 @@ def _michelot(c: Array, tau: Array, max_iter: int, axis_name: Optional[str]) -> 
 
     inf = jnp.full(tau.shape, jnp.inf, c.dtype)
     state = (jnp.int32(0), tau, inf, jnp.zeros(tau.shape, bool))
-    _, t, count, _ = lax.while_loop(cond, body, state)
+    _, t, count, _ = _control.while_loop(cond, body, state, like=c)
     return t, count
 
 
@@ -371,7 +372,7 @@ def _entmax15(c: Array, tau: Array, k: int, max_iter: int, axis_name: Optional[s
 
     t0 = 0.5 * tau - 1
     state = (jnp.int32(0), t0, jnp.zeros(t0.shape, bool), jnp.zeros(t0.shape, c.dtype))
-    _, t, _, s_sum = lax.while_loop(cond, body, state)
+    _, t, _, s_sum = _control.while_loop(cond, body, state, like=c)
     return 2 * (t + 1), s_sum
 
 
@@ -416,7 +417,7 @@ def _steep(c: Array, q: Optional[Array], a: Union[float, Array], k: int, max_ite
         return it + 1, t, lo, hi, done
 
     state = (jnp.int32(0), t_lo, t_lo, t_hi, jnp.zeros(t_lo.shape, bool))
-    t = lax.while_loop(cond, body, state)[1]
+    t = _control.while_loop(cond, body, state, like=(c, q))[1]
     g, gp = evaluate(t)
     S = _rowsum(g, axis_name)
     # p / S is the α-entmax of the scores scaled by S^{-a}, a change at rounding level: rows sum to 1
@@ -494,7 +495,7 @@ def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_ite
     if variant is None:
         return run(div)
     floor, fast = variant
-    return lax.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None)
+    return _control.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None, like=(c, q))
 
 
 def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Optional[str] = None,
@@ -572,4 +573,4 @@ def _solve_row_alpha(div: RowAlpha, c: Array, q: Optional[Array], k: int, max_it
 
     if axis_name is not None:  # the same decision on every device: both paths
         return with_steep(None)
-    return lax.cond(jnp.any(steep), with_steep, lambda _: (tau, g, gp), None)
+    return _control.cond(jnp.any(steep), with_steep, lambda _: (tau, g, gp), None, like=(c, q))

@@ -42,6 +42,8 @@ from typing import Any, Callable, Optional, Union
 import jax
 import jax.numpy as jnp
 
+from . import _control
+
 Array = jax.Array
 
 __all__ = ["Divergence", "KL", "ReverseKL", "Jeffrey", "JensenShannon", "SquaredHellinger", "ChiSquare",
@@ -224,7 +226,7 @@ class _JensenStart(Divergence):
             t1, t2 = self.jensen_terms(c, state)  # type: ignore[misc]
             return rowsum(t1), rowsum(t2)
 
-        return jax.lax.cond(jnp.all(a1 < jnp.inf), lambda _: (a1, n), masked, None)
+        return _control.cond(jnp.all(a1 < jnp.inf), lambda _: (a1, n), masked, None, like=c)
 
 
 class ReverseKL(_JensenStart):
