@@ -582,6 +582,14 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
 
 #define DEFINE_ROWS(T, SUFFIX, EPS, TINY)                                                        \
 /* the row maximum; *bad set if the row has NaN or +inf */                                       \
+/* max_j z[j] over the block [j0, j1) (-inf for a masked block; NaN-free rows: row_max checked them) */ \
+static inline T block_max_##SUFFIX(const T *z, long j0, long j1) {                             \
+    T bm = -INFINITY;                                                                            \
+    _Pragma("omp simd reduction(max : bm)")                                                      \
+    for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                                   \
+    return bm;                                                                                   \
+}                                                                                                \
+                                                                                                 \
 static T row_max_##SUFFIX(const T *z, long k, int *bad) {                                        \
     T m = -INFINITY;                                                                             \
     int b = 0;                                                                                   \
@@ -625,9 +633,7 @@ static double weighted_start_##SUFFIX(const T *z, const T *q, const double *qpow
     long top = 0;                                                                                \
     for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                         \
         const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                         \
-        T bm = -INFINITY;                                                                        \
-        _Pragma("omp simd reduction(max : bm)")                                                  \
-        for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                               \
+        const T bm = block_max_##SUFFIX(z, j0, j1);                                          \
         long jb = j1 - 1; /* the maximum's first entry (its weight): a vectorized min reduction */ \
         _Pragma("omp simd reduction(min : jb)")                                                  \
         for (long j = j0; j < j1; j++) jb = z[j] == bm && j < jb ? j : jb;                       \
@@ -685,9 +691,7 @@ static int row_power_##SUFFIX(const T *z, const T *q, const double *qpow, long k
         long nb = 0;                                                                             \
         for (long j0 = 0, b = 0; j0 < k; j0 += BLOCK, b++) {                                     \
             const long j1 = j0 + BLOCK < k ? j0 + BLOCK : k;                                     \
-            T bm = -INFINITY;                                                                    \
-            _Pragma("omp simd reduction(max : bm)")                                              \
-            for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                           \
+            const T bm = block_max_##SUFFIX(z, j0, j1);                                      \
             const double v = a * ((double)bm - m);                                               \
             bmax[b] = v;                                                                         \
             d[nb] = v; idx[nb] = 0; nb += v > -1.0;                                              \
@@ -707,9 +711,7 @@ static int row_power_##SUFFIX(const T *z, const T *q, const double *qpow, long k
         if (bmax) {                                                                              \
             v0 = bmax[b];                                                                        \
         } else {                                                                                 \
-            T bm = -INFINITY;                                                                    \
-            _Pragma("omp simd reduction(max : bm)")                                              \
-            for (long j = j0; j < j1; j++) bm = z[j] > bm ? z[j] : bm;                           \
+            const T bm = block_max_##SUFFIX(z, j0, j1);                                      \
             v0 = a * ((double)bm - m);                                                           \
         }                                                                                        \
         if (!(v0 > t0)) continue;                                                                \

@@ -466,12 +466,12 @@ def solve(z: Tensor, div: Divergence, row_sums: bool = True, q: Optional[Tensor]
     row sums then hold :math:`\sum_j q_j [f(p_j/q_j) - f(0)]`."""
     if not (_usable(z) and covers_divergence(z, div)):
         return None
+    omega = omega_constants(div) if row_sums else None
     if q is not None:
         if not covers_weights(z, div, q):
             return None
-        run = functools.partial(_run, omega=omega_constants(div) if row_sums else None, q=weights_for(z, q))
+        run = functools.partial(_run, omega=omega, q=weights_for(z, q))
         return solve_with(run, z, div, converts_tau=True, kinds=CPU_KINDS)
-    omega = omega_constants(div) if row_sums else None
     if omega is not None:
         return solve_with(functools.partial(_run, omega=omega), z, div, converts_tau=True, kinds=CPU_KINDS)
     if row_sums and kind_of(div, CPU_KINDS)[0] in CONJUGATE_KINDS:
