@@ -445,6 +445,9 @@ def test_weighted_operators_and_losses_equal_the_torch_path(mapping):
             loss = sa.f_divergence_loss(xx, y, div, q=q, reduction="none")
             w = torch.randn(16, 500, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
             ((p * w).sum() + v.sum() + loss.sum()).backward()
+            with torch.no_grad():  # the output alone (the C solver writes p and nothing else)
+                p_alone = sa.f_softargmax(x, div, q=q0)
+            torch.testing.assert_close(p_alone, p.detach(), atol=0, rtol=0)
             results.append([p.detach(), v.detach(), loss.detach(), xx.grad, q.grad])
         finally:
             _cpu_rows.set_enabled(old)

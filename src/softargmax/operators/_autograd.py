@@ -211,9 +211,9 @@ def normalized_forward(x: Tensor, q: Optional[Tensor], alpha: Optional[Tensor], 
     same output, with no ``ctx`` kept; a fused solver writes the output alone
     (:func:`softargmax.backends.probabilities`)."""
     rows, z = _rows_of(x, q, divergence, temperature, dim)
-    if q is None and alpha is None:
+    if alpha is None:
         assert divergence is not None  # alpha or divergence names the mapping
-        p = _kernels.probabilities(z, divergence)
+        p = _kernels.probabilities(z, divergence, None if q is None else rows.class_param(q))
         if p is not None:
             return rows.restore(p)
     sol = _solve(rows, z, q, alpha, divergence)[0]
