@@ -259,17 +259,18 @@ def tile_pattern(w, block_m, block_n):
     return (wp.reshape(*w.shape[:-2], nm, block_m, nn_, block_n) != 0).any(-1).any(-2)
 
 
-def check_map(stats, want, words, nk=MAP_KEY_BLOCKS):
-    """The forward's tile map (``forward_stats``) is ``want`` (from float64 weights) over ``nk`` key blocks
-    (33 to 63: two words), keeps some tiles and skips others in each word, and the words written (``words``:
-    captured by :func:`capture_words`) have no bit set past the last key block."""
-    got = stats["tile_map"]
-    assert got.shape == want.shape and got.shape[-1] == nk
+def check_map(want, words, nk=MAP_KEY_BLOCKS):
+    """The tile map of the one fused forward that :func:`capture_words` recorded (``words``, unpacked by
+    :func:`FA.kept_tiles <softargmax.backends.triton.flash_attention.kept_tiles>`, as ``forward_stats`` and
+    ``dK, dV`` read it) is ``want`` (from float64 weights) over ``nk`` key blocks (33 to 63: two words), keeps
+    some tiles and skips others in each word, and the words written have no bit set past the last key block."""
+    assert len(words) == 1 and words[0].shape[-1] == 2
+    got = FA.kept_tiles(words[0], nk)
+    assert got.numel() == want.numel() and got.shape[-1] == nk
+    got = got.reshape(want.shape)
     assert torch.equal(got.cpu(), want.cpu()), (got ^ want.to(got.device)).nonzero()[:8].tolist()
-    assert stats["kept"] == int(want.sum())
     for lo, hi in ((0, 32), (32, nk)):
         assert want[..., lo:hi].any() and not want[..., lo:hi].all()
-    assert len(words) == 1 and words[0].shape[-1] == 2
     assert (words[0][..., 1].cpu() >> (nk - 32) == 0).all()
 
 
@@ -314,14 +315,13 @@ def test_tile_map_bits(device, monkeypatch, mapping, alpha, causal, mask):
         kw["attn_mask"] = keep.to(device)
     alpha_t = torch.tensor([1.3, 1.7], device=device) if alpha == "learned" else None
     al = alpha_t if alpha_t is not None else alpha
-    words = capture_words(monkeypatch)
-    stats = FA.forward_stats(q, k, v, alpha=al, block_m=bm, block_n=16, **kw)
     _, w = sa.attention(q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1),
                         alpha=al.double() if alpha_t is not None else al, return_weights=True, **kw)
-    check_map(stats, tile_pattern(w, bm, 16), words)
     if alpha_t is None:
         kw["alpha_float"] = alpha
+    words = capture_words(monkeypatch)
     got = _fused(q, k, v, go, alpha=alpha_t, block_m=bm, block_n=16, **kw)
+    check_map(tile_pattern(w, bm, 16), words)
     want = _reference(q, k, v, go, alpha=alpha_t, **kw)
     _close(got[:4], want[:4], atol=5e-5)
     if alpha_t is not None:
