@@ -32,11 +32,10 @@ KNOWN_STREAMING_SPILLS: dict = {}
 #: what it loads and stores (the sums, the gradient, a dense target, the tile flags), at one kind (the general power
 #: kind: the kinds differ in arithmetic only, and one α per row where the kernel has it); the aligned report
 #: compiles every kind
-UNALIGNED = ["row_kernels.*long* *KIND=0 EXACT=0 *", "row_kernels.*split_* *PER_ROW=1*", "row_kernels.split_write *GRAD=1*",
-             "row_kernels.split_scan*",
-             "row_kernels.split_finish *KIND=0*", "row_kernels.alpha_relu* *EXACT=0*", "loss_kernels.gradient_rows*",
-             "loss_kernels.softmax_gradient_rows*", "loss_kernels.scale_rows*",
-             "loss_kernels.alpha_relu_gradient_rows *EXACT=0*"]
+UNALIGNED = ["row_kernels.*long* *KIND=0 EXACT=0 *", "row_kernels.*split_* *PER_ROW=1*",
+             "row_kernels.split_write *GRAD=1*", "row_kernels.split_scan*", "row_kernels.split_finish *KIND=0*",
+             "row_kernels.alpha_relu* *EXACT=0*", "loss_kernels.gradient_rows*", "loss_kernels.softmax_gradient_rows*",
+             "loss_kernels.scale_rows*", "loss_kernels.alpha_relu_gradient_rows *EXACT=0*"]
 
 
 def test_ctas_per_sm_by_hand():

@@ -113,7 +113,6 @@ def test_packed_tile_map_bits(device, monkeypatch):
     qc = torch.nn.functional.one_hot((pos // 128) % 5, 16).float().to(device)[:, None]
     kc = torch.nn.functional.one_hot(((pos // 16) * 7) % 5, 16).float().to(device)[:, None]
     q, k = 0.1 * q + 16 * qc, 0.1 * k + kc  # query block i (128 rows) attends the key blocks j with 7 j = i (mod 5)
-    packed = FA.Packed(_offsets(lq, device), _offsets(lq, device), max(lq), max(lq))
     nq, nk = -(-max(lq) // 128), -(-max(lq) // 16)
     want = torch.zeros(len(lq), 2, nq, nk, dtype=torch.bool)
     q0 = 0
