@@ -53,12 +53,6 @@ def vjp_jax(f, *args, v):
     return jax.jit(run)(args, jnp.asarray(v))
 
 
-def value_and_vjp(f, *args, v):
-    """``(f(*args), the vector-Jacobian product with v)`` as :func:`vjp_jax` gives them, as NumPy arrays."""
-    out, grads = vjp_jax(f, *args, v=v)
-    return np.asarray(out), [np.asarray(g) for g in grads]
-
-
 def vjp_torch(f, *args, v):
     ts = [to_torch(a) for a in args]
     out = f(*ts)

@@ -581,7 +581,6 @@ static int row_dense_##SUFFIX(const T *z, long k, int kind, T *p, T *s, T *tau, 
 }
 
 #define DEFINE_ROWS(T, SUFFIX, EPS, TINY)                                                        \
-/* the row maximum; *bad set if the row has NaN or +inf */                                       \
 /* max_j z[j] over the block [j0, j1) (-inf for a masked block; NaN-free rows: row_max checked them) */ \
 static inline T block_max_##SUFFIX(const T *z, long j0, long j1) {                             \
     T bm = -INFINITY;                                                                            \
@@ -590,6 +589,7 @@ static inline T block_max_##SUFFIX(const T *z, long j0, long j1) {              
     return bm;                                                                                   \
 }                                                                                                \
                                                                                                  \
+/* the row maximum; *bad set if the row has NaN or +inf */                                       \
 static T row_max_##SUFFIX(const T *z, long k, int *bad) {                                        \
     T m = -INFINITY;                                                                             \
     int b = 0;                                                                                   \
