@@ -8,7 +8,7 @@ labels is drawn from a Poisson (*ours*: mean 2) with rejection to ``[1, K]``, th
 uniformly without replacement; the label proportions ``q`` are uniform over the active
 labels ("uniform mixtures") or drawn from a flat Dirichlet over them ("random
 mixtures").  The document length is Poisson with mean ``L̄`` (200 … 2,000), and its
-words are drawn from the mixture ``Σ_k q_k M_k`` of label-specific multinomials ``M_k``
+words are drawn from the mixture :math:`\sum_k q_k M_k` of label-specific multinomials ``M_k``
 over a vocabulary of size ``V = K`` (*ours*: ``M_k`` from a flat Dirichlet, fixed per
 dataset seed; ``K`` = 10 and, in the default preset, 50).  1,200 training and 1,000 test
 documents, as in the paper.
@@ -18,10 +18,10 @@ standardized to zero mean and unit variance on the training set),
 trained by full-batch L-BFGS (at most 100 iterations) on the Fenchel–Young loss of each
 mapping with the soft target ``q``: logistic (softmax, the paper's baseline), sparsemax
 (the paper's proposal), and as extra lines 1.5-entmax and the α-divergence loss with
-α = 1.25.  The L2 constant ``λ ‖W‖²`` is picked by 5-fold cross-validation on the training
+α = 1.25.  The L2 constant :math:`\lambda \lVert W \rVert^2` is picked by 5-fold cross-validation on the training
 set (mean squared error), as in the paper (*ours*: 3 folds and 3 values of λ in the
 default preset, to stay within 15 minutes on two cores).  Metrics on the test set: the mean squared
-error ``‖q − p‖²`` and the Jensen–Shannon divergence ``JS(q, p)`` (natural log), averaged
+error :math:`\lVert q - p \rVert^2` and the Jensen–Shannon divergence :math:`\mathrm{JS}(q, p)` (natural log), averaged
 over documents.
 
 References:

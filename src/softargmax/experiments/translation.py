@@ -10,7 +10,7 @@ cross-entropy, sparsemax + sparsemax loss, 1.5-entmax + 1.5-entmax loss, 1.5-ReL
 reports, beside the paper's numbers: test BLEU (Table 1), training curves against
 steps and wall-clock (Figs. 2–3), time per step and tokens/s (Table 5), inference time
 against beam size (Fig. 4), the empty-string rate on dev (Table 2), the exact-zero
-share per decoding step (Figs. 5–6), ``Σ α-ReLU(z)`` per decoding step (Fig. 9) and τ
+share per decoding step (Figs. 5–6), :math:`\sum_j \alpha\text{-ReLU}(z)_j` per decoding step (Fig. 9) and τ
 against the data-free formula (Table 3).
 
 Presets:
