@@ -64,28 +64,29 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def _site_pages(html):
-    """Every page of the site but Sphinx's generated ones (index of names, search), relative to ``html``."""
-    skip = {"genindex.html", "search.html", "py-modindex.html"}
-    return sorted(str(p.relative_to(html)) for p in html.rglob("*.html")
-                  if p.name not in skip and not p.relative_to(html).parts[0].startswith("_"))
-
-
-def _formulas_page(html):
-    """The landing page with its article replaced by every formula of every page, each in an element that names
-    its page (a ``div``: a display formula is one): the same scripts and MathJax configuration as the site's pages."""
+    """Every page of the site but Sphinx's generated ones (index of names, search), relative to ``html``, parsed."""
     from bs4 import BeautifulSoup
 
-    page = BeautifulSoup((html / "index.html").read_text(encoding="utf-8"), "html.parser")
+    skip = {"genindex.html", "search.html", "py-modindex.html"}
+    names = sorted(str(p.relative_to(html)) for p in html.rglob("*.html")
+                   if p.name not in skip and not p.relative_to(html).parts[0].startswith("_"))
+    return {name: BeautifulSoup((html / name).read_text(encoding="utf-8"), "html.parser") for name in names}
+
+
+def _formulas_page(pages):
+    """The landing page with its article replaced by every formula of every page, each in an element that names
+    its page (a ``div``: a display formula is one): the same scripts and MathJax configuration as the site's pages."""
+    import copy
+
+    page = copy.copy(pages["index.html"])
     article = page.select_one("article") or page.body
     article.clear()
-    count = 0
-    for name in _site_pages(html):
-        for math in BeautifulSoup((html / name).read_text(encoding="utf-8"), "html.parser").select(".math"):
+    for name, dom in pages.items():
+        for math in dom.select(".math"):
             wrapper = page.new_tag("div", attrs={"data-page": name})  # (a <p> ends before a <div>)
-            wrapper.append(BeautifulSoup(str(math), "html.parser"))
+            wrapper.append(copy.copy(math))
             article.append(wrapper)
-            count += 1
-    return str(page), count
+    return str(page)
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +97,12 @@ def site(docs_build):
     html, returncode, stderr = docs_build
     if returncode != 0:
         pytest.fail("the documentation does not build (test_docs.py shows why):\n" + stderr[-2000:])
-    formulas, count = _formulas_page(html)
-    handler = functools.partial(_QuietHandler, directory=str(html), extra={"/" + FORMULAS: formulas.encode()})
+    pages = _site_pages(html)
+    formulas = _formulas_page(pages).encode()
+    handler = functools.partial(_QuietHandler, directory=str(html), extra={"/" + FORMULAS: formulas})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield html, f"http://127.0.0.1:{server.server_address[1]}/", count
+    yield html, f"http://127.0.0.1:{server.server_address[1]}/", pages
     server.shutdown()
 
 
@@ -183,7 +185,8 @@ def test_every_formula_of_the_site_typesets(site, tmp_path):
     """Every element that Sphinx marks as math, on every page, is typeset by MathJax with no parse error."""
     from bs4 import BeautifulSoup
 
-    _, base, count = site
+    _, base, pages = site
+    count = sum(len(dom.select(".math")) for dom in pages.values())
     assert count >= 500, count  # (the API reference alone holds hundreds)
     dom = BeautifulSoup(_chromium(base + FORMULAS, tmp_path, "--dump-dom"), "html.parser")
     article = dom.select_one("article") or dom.body
@@ -203,12 +206,8 @@ CODE_NOTATION = {"fast-paths.html"}
 def test_no_page_shows_latex_outside_math_or_formulas_as_code(site):
     """What MathJax leaves alone, on every page of the site: text outside math (no LaTeX source, no plain-text
     formula) and inline code (no formula, but on the pages of :data:`CODE_NOTATION`)."""
-    from bs4 import BeautifulSoup
-
-    html, _, _ = site
-    pages = _site_pages(html)
+    _, _, pages = site
     assert {"index.html", "api/operators.html", "auto_examples/plot_sparse_vs_softmax.html"} <= set(pages)
     assert CODE_NOTATION <= set(pages)
-    for page in pages:
-        dom = BeautifulSoup((html / page).read_text(encoding="utf-8"), "html.parser")
+    for page, dom in pages.items():
         _check_text(page, dom.select_one("article") or dom.body, code=page not in CODE_NOTATION)
