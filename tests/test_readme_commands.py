@@ -116,10 +116,12 @@ def _fenced_lines():
 
 
 def _plain(command):
-    """A command without what .ci/run adds to the documented form: pip's ``-q``, the lock that keeps two builds in
-    the source tree apart, and the path of the documentation environment's pip."""
-    command = re.sub(r'flock "\$\w+" ', "", command).replace('"$docs_venv/bin/pip" install', "pip install")
-    return re.sub(r" -q\b", "", command)
+    """A command without what .ci/run adds to the documented form: pip's ``-q`` and ``--no-compile`` (the clean
+    environments skip byte-compiling), the lock that keeps two builds in the source tree apart, and the path of a
+    clean environment's pip (the documentation's, the wheels' checks)."""
+    command = re.sub(r'flock "\$\w+" ', "", command)
+    command = re.sub(r'"\$\w+/bin/pip" ', "pip ", command)
+    return re.sub(r" (-q|--no-compile)\b", "", command)
 
 
 def _ci_text():
