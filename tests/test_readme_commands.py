@@ -116,9 +116,9 @@ def _fenced_lines():
 
 
 def _plain(command):
-    """A command without what .ci/run adds to the documented form: pip's ``-q`` and ``--no-compile`` (the clean
-    environments skip byte-compiling), the lock that keeps two builds in the source tree apart, and the path of a
-    clean environment's pip (the documentation's, the wheels' checks)."""
+    """A command without what .ci/run adds to the documented form: pip's ``-q`` and ``--no-compile`` (the wheels'
+    clean environments skip byte-compiling), the lock that keeps two builds in the source tree apart, and the path
+    of a clean environment's pip (the documentation's, the wheels' checks')."""
     command = re.sub(r'flock "\$\w+" ', "", command)
     command = re.sub(r'"\$\w+/bin/pip" ', "pip ", command)
     return re.sub(r" (-q|--no-compile)\b", "", command)
