@@ -405,6 +405,25 @@ def test_a_call_stopped_after_its_runs_trained_keeps_their_records(smoke_run, tm
                                                 "memory": {"peak_mb": None}})  # timings aside
 
 
+def test_runs_with_a_learned_q_go_to_the_lanes_first():
+    """The runs trained in processes start with the learned-q runs (the longest), each group in the plan's order: every
+    run once, and the lanes end on the shorter runs."""
+    from softargmax.experiments.pretraining.jobs import dispatch_order
+    from softargmax.experiments.pretraining.plan import PRESETS, run_specs
+
+    for preset in ("full", "default", "smoke"):
+        P = PRESETS[preset]
+        specs = run_specs(P, P["systems"], 0)
+        order = dispatch_order(specs)
+        assert sorted(s.name for s in order) == sorted(s.name for s in specs)
+        flags = [s.learned_q for s in order]
+        assert flags == sorted(flags, reverse=True)  # every learned-q run before every other
+        for group in (True, False):
+            assert [s.name for s in order if s.learned_q == group] == [s.name for s in specs if s.learned_q == group]
+    full = run_specs(PRESETS["full"], PRESETS["full"]["systems"], 0)
+    assert sum(s.learned_q for s in full) == 6 and dispatch_order(full)[0].name == "kl+q-seed0"
+
+
 def test_default_preset_holds_its_learning_rate_over_the_plateau_window():
     """The default preset: Table 3's losses at 3 seeds, and a learning rate that is constant (2% of the peak)
     over the whole last share of the steps on which the plateau is measured, so that the rise is not the decay's."""

@@ -90,6 +90,7 @@ from .pretraining.jobs import (
     OVERHEAD_RATIO,
     WHAT,
     JobEstimate,
+    dispatch_order,
     score_run,
     train_in_processes,
     training_time,
@@ -158,7 +159,8 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     torch thread, which writes its checkpoints and evaluation scores; this process then loads them
     and goes on as after a resumed experiment (sampling, timing and memory with ``threads``).  For a
     small model, two processes of one thread each train faster on two cores than one process of two.
-    Each run's log lines are written when it finishes.  Default (``None``): :data:`CPU_JOBS` of the preset on
+    Each run's log lines are written when it finishes; the runs with a learned ``q``, the longest, start first
+    (:func:`.pretraining.jobs.dispatch_order`).  Default (``None``): :data:`CPU_JOBS` of the preset on
     the CPU (2 for ``default`` and ``full``, sized for two cores), else 1.
     """
     check_checkpoint_every(checkpoint_every)
@@ -236,7 +238,7 @@ def run(preset: str = "default", data_dir: Optional[str] = None, out: str = "run
     est = JobEstimate(specs, P, jobs if parallel else 1)
     if parallel:
         work = [(spec, cfg, S, train_ids, held, runs_dir / spec.name, prints[spec.name], device, P["eval_rows"],
-                 checkpoint_every) for spec in specs]
+                 checkpoint_every) for spec in dispatch_order(specs)]
         train_in_processes(work, jobs, log, est)
     unigram = torch.bincount(train_ids, minlength=len(vocab)).double()
     n_sent = int(held["test"].sentence.max()) + 1
