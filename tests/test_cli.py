@@ -29,13 +29,21 @@ def test_python_dash_m_entry_point():
     assert r.returncode == 0 and "--quick" in r.stdout
 
 
-def test_bad_arguments():
+def test_bad_arguments(capsys):
     import pytest
+
+    from softargmax.bench import OPERATORS
 
     with pytest.raises(SystemExit):
         main(["bench", "--shapes", "64by32"])
-    with pytest.raises(ValueError, match="ops: unknown"):
-        main(["bench", "--quick", "--ops", "nope"])
+    # an unknown operator: one error line that lists the names, exit status 2, before the table's header
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--quick", "--ops", "sparsemax", "nope"])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == "", out
+    assert err.count("\n") == 1 and err.startswith("error: argument --ops: unknown operator 'nope'"), err
+    assert ", ".join(OPERATORS) in err and "sparsemax" in OPERATORS and "f_jeffrey" in OPERATORS
 
 
 def test_attention_bench_quick_schema(tmp_path):

@@ -62,6 +62,15 @@ def _device(text: str) -> str:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
+def _operator(text: str) -> str:
+    """A ``bench --ops`` item: an operator the benchmark times (:data:`.bench.operators.OPERATORS`)."""
+    from .bench.operators import OPERATORS
+
+    if text not in OPERATORS:
+        raise argparse.ArgumentTypeError(f"unknown operator {text!r}; accepted: {', '.join(OPERATORS)}")
+    return text
+
+
 def _folder(text: str) -> str:
     """``--data-dir``: an existing folder."""
     path = Path(text).expanduser()
@@ -103,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--losses", action="store_true", help="time the losses against F.cross_entropy and the fused output layer")
     b.add_argument("--attention", action="store_true", help="time sparse attention against scaled_dot_product_attention")
     b.add_argument("--shapes", type=_shape, nargs="+", help="row x column sizes, e.g. 64x32000 256x1000")
-    b.add_argument("--ops", nargs="+", help="operators to time (default: all)")
+    b.add_argument("--ops", nargs="+", type=_operator, metavar="OP",
+                   help="operators to time (default: all; an unknown name is refused with the list of them)")
     b.add_argument("--pass", dest="passes", choices=["fwd", "fwd+bwd", "both"], default="both")
     b.add_argument("--threads", type=_checked("check_threads", "threads"), default=2, help="torch CPU threads (default 2)")
     b.add_argument("--repeats", type=_checked("check_count", "repeats"), default=None,

@@ -10,9 +10,9 @@ table and returns JSON with the device, the versions and the sizes.
 
 from .attention import ATTENTION_LENGTHS, ATTENTION_VARIANTS, run_attention
 from .losses import FUSED_SHAPE, LOSS_SHAPES, fused_case, run_losses
-from .operators import FULL_SHAPES, LONG, QUICK_SHAPES, SHORT, entmax_package, run, target_ratio
+from .operators import FULL_SHAPES, LONG, OPERATORS, QUICK_SHAPES, SHORT, entmax_package, run, target_ratio
 from .timing import device_name, header, save, targets, time_calls, time_thunks
 
 __all__ = ["run", "entmax_package", "run_losses", "run_attention", "fused_case", "target_ratio", "targets", "time_thunks", "time_calls",
-           "device_name", "header", "save", "FULL_SHAPES", "LONG", "SHORT", "QUICK_SHAPES", "LOSS_SHAPES", "FUSED_SHAPE",
+           "device_name", "header", "save", "FULL_SHAPES", "LONG", "OPERATORS", "SHORT", "QUICK_SHAPES", "LOSS_SHAPES", "FUSED_SHAPE",
            "ATTENTION_LENGTHS", "ATTENTION_VARIANTS"]

@@ -53,6 +53,10 @@ def _ours() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     }
 
 
+#: the operators :func:`run` times, by the names ``ops`` takes (``softargmax bench --ops``)
+OPERATORS = tuple(_ours())
+
+
 def entmax_package() -> dict[str, dict[str, Callable[[torch.Tensor], torch.Tensor]]]:
     """The reference ``entmax`` package's counterparts (full sort, k=100 partial sort, bisection)."""
     try:
