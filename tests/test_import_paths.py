@@ -68,7 +68,10 @@ def test_old_paths_first_imported_in_a_fresh_process():
             "import softargmax.attention, softargmax.entmax, softargmax.alpha_relu, softargmax.normmax; "
             "import softargmax.analysis as A, softargmax.backends.triton.row_kernels as R; assert I is A and K is R; "
             "assert all(callable(getattr(softargmax, n)) for n in ('attention', 'entmax', 'alpha_relu', 'normmax')); "
-            "from softargmax.fdiv import f_softargmax; assert f_softargmax is softargmax.f_softargmax")
+            "from softargmax.fdiv import f_softargmax; assert f_softargmax is softargmax.f_softargmax; "
+            # the attribute after a plain import (the alias is in sys.modules: the import sets no attribute)
+            "import softargmax.fdiv, softargmax.fused; assert softargmax.fdiv.f_softargmax is softargmax.f_softargmax; "
+            "assert softargmax.fused.linear_fenchel_young_loss is softargmax.linear_fenchel_young_loss")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -85,7 +88,8 @@ def test_every_module_of_the_last_release_is_listed():
 
 def test_the_root_exports_only_documented_modules_and_keeps_its_old_attributes():
     """Every module in ``softargmax.__all__`` has an API page (an ``automodule`` in docs/api of it or, for a
-    package, of its modules); the module attributes of earlier releases that are no longer exported (``tau``, ``threshold``) still resolve."""
+    package, of its modules); the module attributes of earlier releases that are no longer exported (``tau``,
+    ``threshold``) and every old module path (``softargmax.fdiv``) still resolve."""
     import types
     from pathlib import Path
 
@@ -100,3 +104,14 @@ def test_the_root_exports_only_documented_modules_and_keeps_its_old_attributes()
     assert softargmax.tau is softargmax.alpha_relu_tau is importlib.import_module("softargmax.operators.alpha_relu_tau")
     assert softargmax.threshold is importlib.import_module("softargmax.solvers.threshold")
     from softargmax import tau, threshold  # noqa: F401  (the old form of the import)
+    # every old path is an attribute naming its new module, but where a function of the root now has the name
+    from softargmax._moved import MOVED
+
+    for old, new in MOVED.items():
+        value = getattr(softargmax, old)
+        if old in ("entmax", "alpha_relu", "normmax", "attention"):
+            assert callable(value) and not isinstance(value, types.ModuleType), old
+        else:
+            assert value is importlib.import_module(f"softargmax.{new}"), old
+    with pytest.raises(AttributeError, match="no attribute 'fdivv'"):
+        softargmax.fdivv  # noqa: B018

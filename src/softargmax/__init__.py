@@ -97,15 +97,16 @@ __all__ = [
 
 
 _LAZY = ("nn", "analysis", "inspect", "compat")
-#: module attributes of earlier releases, no longer exported: their modules' new paths (softargmax._moved)
-_OLD_ATTRIBUTES = ("tau", "threshold")
 
 
-def __getattr__(name: str) -> _ModuleType:  # lazy submodules that import torch.nn, and the old attributes
-    if name in _LAZY or name in _OLD_ATTRIBUTES:
+def __getattr__(name: str) -> _ModuleType:  # lazy submodules that import torch.nn, and the old module paths
+    # an old path of softargmax._moved is an attribute too (softargmax.fdiv.f_softargmax after `import softargmax.fdiv`,
+    # which finds the alias in sys.modules and so sets no attribute), except where a function now has its name
+    # (softargmax.entmax, alpha_relu, normmax, attention: found before this is called)
+    if name in _LAZY or name in _moved.MOVED:
         import importlib
 
-        return importlib.import_module(f".{_moved.MOVED[name] if name in _OLD_ATTRIBUTES else name}", __name__)
+        return importlib.import_module(f".{name if name in _LAZY else _moved.MOVED[name]}", __name__)
     raise AttributeError(f"module 'softargmax' has no attribute {name!r}")
 
 

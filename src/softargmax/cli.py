@@ -62,12 +62,18 @@ def _device(text: str) -> str:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
+def _bench_module() -> ModuleType:
+    """:mod:`softargmax.bench`, imported when a ``bench`` command needs it (it imports torch and the library)."""
+    from . import bench
+
+    return bench
+
+
 def _operator(text: str) -> str:
     """A ``bench --ops`` item: an operator the benchmark times (:data:`.bench.operators.OPERATORS`)."""
-    from .bench.operators import OPERATORS
-
-    if text not in OPERATORS:
-        raise argparse.ArgumentTypeError(f"unknown operator {text!r}; accepted: {', '.join(OPERATORS)}")
+    names = _bench_module().OPERATORS
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown operator {text!r}; accepted: {', '.join(names)}")
     return text
 
 
@@ -530,8 +536,7 @@ def _bench(args: argparse.Namespace) -> int:
     """``softargmax bench``: the operators' (default), the losses' or attention's benchmark; the exit status."""
     import torch
 
-    from . import bench
-
+    bench = _bench_module()
     repeats = args.repeats or (3 if args.quick else 20)
     log = lambda line: print(line, flush=True)  # noqa: E731
     if args.attention:
