@@ -101,3 +101,10 @@ def test_a_learnable_alpha_range_must_stay_above_zero_even_when_the_sigmoid_satu
     assert float(m.alpha) == 0.25
     p = m(torch.randn(3, 6))
     assert torch.isfinite(p).all() and torch.allclose(p.sum(-1), torch.ones(3))
+
+
+def test_loss_modules_show_their_mapping_and_options():
+    """The loss modules' repr: the mapping, then each option given, comma-separated (no trailing separator)."""
+    assert repr(snn.Entmax15Loss()) == "Entmax15Loss(mapping='entmax15')"
+    assert repr(snn.SparsemaxLoss(ignore_index=3)) == "SparsemaxLoss(mapping='sparsemax', ignore_index=3)"
+    assert repr(snn.FenchelYoungLoss("entmax", alpha=1.3)) == "FenchelYoungLoss(mapping='entmax', alpha=1.3)"

@@ -73,7 +73,7 @@ class FenchelYoungLoss(nn.Module):
         return fenchel_young_loss(x, target, self.mapping, **self.options)
 
     def extra_repr(self) -> str:
-        return f"mapping={self.mapping!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return ", ".join([f"mapping={self.mapping!r}"] + [f"{k}={v!r}" for k, v in self.options.items()])
 
 
 class SparsemaxLoss(FenchelYoungLoss):
