@@ -185,6 +185,13 @@ def test_loss_bad_inputs():
         sj.alpha_relu_loss(x, jnp.array([0, 1]), alpha=0.5)
     with pytest.raises(TypeError, match="do not learn"):
         sj.entmax_loss(x, jnp.array([0, 1]), alpha=jnp.array(1.5))
+    # PyTorch's reduction=, which the per-example losses do not take, is named as such (not as a divergence's
+    # parameter), by every loss
+    for loss in (sj.entmax15_loss, sj.sparsemax_loss, sj.f_divergence_loss, sj.alpha_relu_loss):
+        with pytest.raises(ValueError, match="reduction: the JAX losses return one value per example"):
+            loss(x, jnp.array([0, 1]), reduction="mean")
+    with pytest.raises(ValueError, match="reduction: the JAX losses"):
+        sj.linear_fenchel_young_loss(x, jnp.ones((3, 4)), jnp.array([0, 1]), "entmax15", reduction="sum")
     # traced labels are not checked (no error under jit)
     jax.jit(lambda y: sj.sparsemax_loss(x, y))(jnp.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]))
 

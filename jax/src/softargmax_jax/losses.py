@@ -74,6 +74,9 @@ class LossSpec(NamedTuple):
 def resolve_loss(mapping: Union[str, Divergence], temperature: Any = 1.0, **params: Any) -> LossSpec:
     """The :class:`LossSpec` of a mapping name (or a :class:`~softargmax_jax.divergences.Divergence`)
     and its parameters, validated."""
+    if "reduction" in params:  # PyTorch's option, which these per-example losses do not take
+        raise ValueError("reduction: the JAX losses return one value per example and take no reduction=; reduce "
+                         "them yourself (the mean over the examples kept: loss.sum() / the number of them)")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number > 0 for the losses, got {type(temperature).__name__}")
     beta = check_positive(temperature, "temperature")
