@@ -104,6 +104,7 @@ def test_the_root_exports_only_documented_modules_and_keeps_its_old_attributes()
     assert softargmax.tau is softargmax.alpha_relu_tau is importlib.import_module("softargmax.operators.alpha_relu_tau")
     assert softargmax.threshold is importlib.import_module("softargmax.solvers.threshold")
     from softargmax import tau, threshold  # noqa: F401  (the old form of the import)
+
     # every old path is an attribute naming its new module, but where a function of the root now has the name
     from softargmax._moved import MOVED
 

@@ -3,9 +3,10 @@
 and so on.  Each old path names the very module object of the new one (``sys.modules``, and the package's
 ``__getattr__`` for the attribute), so ``from softargmax.fdiv import f_softargmax`` and
 ``softargmax.fdiv.f_softargmax is softargmax.f_softargmax`` hold; where a function of the package now has
-the old name (``entmax``, ``alpha_relu``, ``normmax``, ``attention``), the attribute is the function.  Modules that importing the package has already loaded are
-aliased at once; the others (the Triton kernels, ``inspect``, now :mod:`softargmax.analysis`)
-on their first import, so that an old path never imports more than the new one would.
+the old name (``entmax``, ``alpha_relu``, ``normmax``, ``attention``), the attribute is the function.
+Modules that importing the package has already loaded are aliased at once; the others (the Triton kernels,
+``inspect``, now :mod:`softargmax.analysis`) on their first import, so that an old path never imports more
+than the new one would.
 """
 
 from __future__ import annotations
