@@ -109,7 +109,7 @@ def dispatch_order(specs: list[RunSpec]) -> list[RunSpec]:
         >>> [s.name for s in dispatch_order(run_specs(P, P["systems"], 0))][:4]
         ['kl+q-seed0', 'kl+q-seed1', 'kl+q-seed2', 'alpha1.5+q-seed0']
     """
-    return [s for s in specs if s.learned_q] + [s for s in specs if not s.learned_q]
+    return sorted(specs, key=lambda s: not s.learned_q)  # (a stable sort: each group keeps its order)
 
 
 def train_in_processes(work: list, jobs: int, log: Log, est: JobEstimate) -> None:
