@@ -471,8 +471,15 @@ KERNELS: list[KernelSpec] = [
 ]
 
 
+def _defaults(fn: Any, constexprs: dict) -> dict:
+    """``constexprs`` with the defaults of the kernel's constexpr parameters that it does not give (a diagnostics
+    switch such as the forward's ``STATS``: its training value, and the label stays as it was)."""
+    return {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **constexprs}
+
+
 def _signature(fn: Any, spec: KernelSpec, dtype: str, constexprs: dict) -> dict:
     sig = {}
+    constexprs = _defaults(fn, constexprs)
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
@@ -607,7 +614,7 @@ def build(fn: Any, signature: dict, constexprs: dict, warps: int, stages: Option
     triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton: captured here
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
-        c = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+        c = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=_defaults(fn, constexprs),
                                      attrs=_attrs(fn, signature, aligned, scratch)), target=GPUTarget(*TARGET),
                            options=dict(num_warps=warps, **({"num_stages": stages} if stages else {})))
     text = log.getvalue()

@@ -35,9 +35,10 @@ def device(gpu_when_present):
 
 
 @triton.jit
-def _start(Z, T0, n, a, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, FLUSH: tl.constexpr):
-    """The forward's start for ``ROWS`` rows of ``n`` scores, binned in tiles of ``BLOCK_N`` keys (the tile-shaped
-    counts added to the rows' every ``FLUSH`` tiles)."""
+def _start(Z, T0, n, a, scale, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+           FLUSH: tl.constexpr):
+    """The forward's start for ``ROWS`` rows of ``n`` scores ``scale · Z`` (``Z`` as the dots the forward bins),
+    binned in tiles of ``BLOCK_N`` keys (the tile-shaped counts added to the rows' every ``FLUSH`` tiles)."""
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     m = tl.full([ROWS], float("-inf"), tl.float32)
@@ -48,8 +49,8 @@ def _start(Z, T0, n, a, EXACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.con
     for nb in range(tl.cdiv(n, BLOCK_N)):
         offs = nb * BLOCK_N + cols
         z = tl.load(Z + rows[:, None] * n + offs[None, :], mask=offs[None, :] < n, other=float("-inf"))
-        m = tl.maximum(m, tl.max(z, 1))
-        hist, anchor = AK._hist_add(hist, anchor, m, z, a * AK.HIST_WIDTH)
+        m = tl.maximum(m, tl.max(z, 1) * scale)
+        hist, anchor = AK._hist_add(hist, anchor, m, z, a * AK.HIST_WIDTH, a * AK.HIST_WIDTH * scale)
         if nb % FLUSH == FLUSH - 1:  # the tile-shaped counts to the rows' (the forward: every HIST_CHUNK blocks)
             counts, c_anchor = AK._hist_flush(hist, anchor, counts, c_anchor)
             hist = tl.zeros([ROWS, BLOCK_N], tl.int64)
@@ -86,11 +87,13 @@ def _rows(n):
 def test_start_is_below_the_threshold(device, alpha, flush):
     a = alpha - 1
     exact = 1 if alpha == 2.0 else 2 if alpha == 1.5 else 0
-    z = _rows(200).float()
-    z[3, 150:] = float("-inf")  # a row with masked keys (partly masked tiles, a fully masked one)
-    want = _threshold(torch.where(torch.isinf(z), torch.tensor(-1e30), z), a)
+    scale = 0.1443  # the dots are binned, the scores are scale times them (not a power of two: rounded)
+    x = (_rows(200) / scale).float()
+    x[3, 150:] = float("-inf")  # a row with masked keys (partly masked tiles, a fully masked one)
+    z = x.double() * scale
+    want = _threshold(torch.where(torch.isinf(z), torch.tensor(-1e30, dtype=torch.float64), z), a)
     t0 = torch.empty(z.shape[0], dtype=torch.float32, device=device)
-    _start[(1,)](z.to(device).contiguous(), t0, z.shape[1], a, EXACT=exact, ROWS=z.shape[0], BLOCK_N=32,
+    _start[(1,)](x.to(device).contiguous(), t0, z.shape[1], a, scale, EXACT=exact, ROWS=z.shape[0], BLOCK_N=32,
                  FLUSH=flush)
     t0 = t0.cpu().double()
     assert (t0 <= want).all(), (t0 - want).max()
@@ -109,14 +112,15 @@ def test_start_is_below_the_threshold_far_from_zero(device, alpha):
     exact = 1 if alpha == 2.0 else 2
     w = 1.0 / (AK.HIST_WIDTH.value * a)
     gen = torch.Generator().manual_seed(3)
-    for off in (1e3, 1e4, -1e4):
+    for off, scale in ((1e3, 1.0), (1e4, 1.0), (-1e4, 1.0), (1e3, 0.1443), (-1e4, 0.1443)):
         k = torch.randint(0, 6, (16, 64), generator=gen).double()
         k[:, 0] = 0
-        z = ((off // w) * w - k * w).float()
+        x = (((off // w) * w - k * w) / scale).float()  # the dots: their scores are on the edges, up to rounding
+        z = x.double() * scale
         t0 = torch.empty(16, dtype=torch.float32, device=device)
-        _start[(1,)](z.to(device).contiguous(), t0, 64, a, EXACT=exact, ROWS=16, BLOCK_N=32, FLUSH=1000)
+        _start[(1,)](x.to(device).contiguous(), t0, 64, a, scale, EXACT=exact, ROWS=16, BLOCK_N=32, FLUSH=1000)
         t0 = t0.cpu().double()
-        assert (t0 <= _threshold(z, a)).all(), (off, (t0 - _threshold(z, a)).max())
+        assert (t0 <= _threshold(z, a)).all(), (off, scale, (t0 - _threshold(z, a)).max())
 
 
 def _random_qkv(L, D, H=4, seed=128):
@@ -169,8 +173,8 @@ def _solve(D, T0, T, P, n, max_iter, EXACT: tl.constexpr, ROWS: tl.constexpr, BL
         S = tl.zeros([ROWS], tl.float32)
         Sp = tl.zeros([ROWS], tl.float32)
         cnt = tl.zeros([ROWS], tl.float32)
-        k1 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
-        k2 = tl.full([ROWS, BLOCK_N], float("inf"), tl.float32)
+        k1 = AK._no_key(ROWS, BLOCK_N)
+        k2 = AK._no_key(ROWS, BLOCK_N)
         for nb in range(tl.cdiv(n, BLOCK_N)):
             offs = nb * BLOCK_N + cols
             u = tl.load(D + rows[:, None] * n + offs[None, :], mask=offs[None, :] < n, other=float("-inf")) - t[:, None]
@@ -214,3 +218,34 @@ def test_certified_step_drops_the_smallest_scores(device, alpha):
     S = ((d.double() - t[:, None]).clamp(min=0) ** (1 / a)).sum(1)
     assert (S - 1).abs().max() <= 1e-5
     assert (passes[r <= 1] == 1).all() and (passes[r >= 2] >= 2).all(), passes
+
+
+@pytest.mark.parametrize("alpha", [1.3, 1.7])
+def test_a_predicted_last_step_is_checked_by_the_output_pass(device, alpha, monkeypatch):
+    """The general power takes a row's last Newton step without a pass at its iterate when the residual is small
+    (``AK.PREDICT_RESIDUAL``): the output pass evaluates the row there, and a second launch goes on with the rows
+    that evaluation does not stop.  Whatever that residual (0: never; the default; 1: from the first pass, so that
+    the second launch takes over nearly every row), the thresholds are those of a pass at every iterate, bit for
+    bit, and so are the outputs.  The default saves passes on this input."""
+    if device != "cpu":
+        pytest.skip("the residual is a constexpr of the compiled kernels: changed here under the interpreter only")
+    q, k, v = _random_qkv(192, 64, H=2)
+    alpha_h = torch.full((2,), alpha)  # a per-head alpha: the general power (EXACT 0)
+    scale = 1 / 8
+    A = FA._kernel_a(q, alpha_h, alpha - 1)
+    fast = FA._fast_log(alpha - 1, 0)
+    runs = {}
+    for residual in (0.0, None, 1.0):
+        if residual is not None:
+            monkeypatch.setattr(AK, "PREDICT_RESIDUAL", tl.constexpr(residual))
+        else:
+            monkeypatch.undo()
+        o, _, rows, _, iters, _ = FA._forward(q, k, v, A, 0, None, True, scale, (64, 32, 4, 4), None, fast, 0)
+        runs[residual] = o, rows[1].clone(), rows[6].clone(), iters.clone()
+    o0, t0, redo0, iters0 = runs[0.0]
+    for residual in (None, 1.0):
+        o, t, _, _ = runs[residual]
+        assert torch.equal(t, t0), (residual, (t - t0).abs().max())
+        assert torch.equal(o, o0), residual
+    assert int(redo0.sum()) == 0 and int(runs[1.0][2].sum()) > 0.5 * t0.numel()  # the second launch ran
+    assert int(runs[None][3].sum()) < int(iters0.sum()), (runs[None][3], iters0)

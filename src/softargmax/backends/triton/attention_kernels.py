@@ -30,14 +30,17 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    smallest score, ends the row when it is *certified* (the support it assumes is the one
    at that root), without a confirming pass; else a Newton step on ``S^a`` (below the root).  The
    general power: the row solver's step (:func:`softargmax.backends.triton.row_kernels.newton_step`),
-   Newton on ``S^a`` until ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation).  Either way a row
+   Newton on ``S^a`` until ``|Σp - 1| ≤ 2 ε_float32`` (from the first evaluation); from a residual of at most
+   ``PREDICT_RESIDUAL`` the next step is taken without a pass at its iterate, the output pass evaluating the row
+   there (step 4).  Either way a row
    also stops when its residual stops decreasing (rounding), when the step vanishes, or after
    ``max_iter`` passes.  The loop runs while a row of the block goes on: its length is set by the
    data, not fixed.  ``u`` is one FMA per score from the dot and the absolute threshold
    ``τ = a m + t`` (:func:`_u`; the general power: an FMA and a subtraction);
 3. **block sparsity**: each pass walks a list of the kept tiles (``LIST``, in the order of the key
    blocks, rotated under a sliding window so that the mask-free tiles lead) and writes the list of the next one: the tiles that hold a ``u > 0`` at this ``t``
-   (sparsemax and 1.5-entmax: from the tile's support counts).  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
+   (sparsemax and 1.5-entmax: from the tile's support counts, which count a ``u = +0`` too; the general power: from
+   its sums of ``s``).  The iterates ``t`` only grow, so a dropped tile has ``p = 0`` for every
    later ``t``.  Walking a list rather than branching on a tile map leaves the loops without a
    data-dependent branch around their loads: Triton's software pipeliner issues the ``K`` and ``V``
    tiles as asynchronous copies (``cp.async``) one iteration ahead.  Two halves per query block
@@ -54,7 +57,12 @@ decreasing in ``t``, so Newton's iterates from any ``t`` below the root stay bel
    on the rows past the end), then the edge tiles (the causal diagonal's, the last partial one) with the mask;
 4. the output pass: ``O = Σ_j p_j v_j`` and ``W = Σ_j s_j v_j / Σ_j s_j`` (both ``tl.dot``
    of the tile with ``V``), plus per row ``m``, ``t``, ``Σs``, ``Σp`` and (the general power,
-   ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).
+   ``EXACT = 0``) ``Σ p log p``, from the power's own ``log2 u`` (``log p = ln 2 · log2(u) / a``).  ``Σp`` is summed
+   for the general power, whose output pass applies the row solver's test to the rows whose last step it evaluates
+   (a row it does not stop is marked in ``REDO``, and a second launch with ``REPAIR`` takes the step, the passes to
+   the end and the output pass again: the thresholds of a pass at every iterate), and with ``STATS``
+   (:func:`flash_attention.forward_stats <softargmax.backends.triton.flash_attention.forward_stats>`); sparsemax's
+   and 1.5-entmax's training forward does not sum it (``PSUM`` is 0 there).
 
 The general power takes ``log2`` from the GPU's ``lg2.approx.f32`` with ``FAST_LOG`` (the launcher sets it
 when every head's α is at least ``flash_attention.ALPHA_FAST_LOG``; :func:`_log2` gives its error), else
@@ -144,7 +152,13 @@ HIST_MARGIN = tl.constexpr(1e-5)
 #: ... plus this many times ``|a m|``: the roundings of the bins' ``d_k`` and of each score's bin at that scale
 #: (about four float32 units, 2^-22; 5e-7 with room)
 HIST_ROUNDING = tl.constexpr(5e-7)
-#: inline PTX for a few instructions Triton's own lowering spends more on (:func:`_kept`, :func:`_bin_bit`): off
+#: the general power's residual ``|Σp - 1|`` from which a row's next Newton step is taken without a pass at it: the
+#: output pass evaluates the row there and applies the row solver's test; a row it does not stop goes on with more
+#: passes (each at its iterate) and the output pass again, so the thresholds are those of a pass at every iterate.
+#: From ``1e-3`` quadratic convergence ends about every row at the next iterate: one pass fewer per query block
+#: (a float32 model of the passes on random rows at α = 1.1, 1.5 and 1.9)
+PREDICT_RESIDUAL = tl.constexpr(1e-3)
+#: inline PTX for a few instructions Triton's own lowering spends more on (:func:`_support_key`, :func:`_bin_bit`): off
 #: under the interpreter (:func:`~softargmax.backends.triton.interpreter.interpreting`), which runs no inline
 #: assembly, as :data:`row_kernels.HW_LOG2 <softargmax.backends.triton.row_kernels.HW_LOG2>`
 INLINE_PTX = tl.constexpr(not interpreting())
@@ -205,12 +219,13 @@ def _powers_log(u, a, HW: tl.constexpr):
 
 
 @triton.jit
-def _hist_add(hist, anchor, m, z, inv_w):
+def _hist_add(hist, anchor, m, z, inv_w, inv_wz):
     """Histogram of a score tile for the start (:func:`_hist_start`): ``hist`` (tile-shaped int64, one
     counter per position, reduced over the row by :func:`_hist_flush`) packs ``HIST_BINS + 1`` slots of
     ``HIST_BITS`` bits; ``anchor`` (per row, in units of ``w = 1/inv_w``) is ``⌊m / w⌋``, an integer: bin
     ``k`` stands for the value ``(anchor - k) w``, and every score is counted in the bin just below it,
-    ``k = ⌈anchor - z/w⌉`` (above the anchor: bin 0), so the binned values are lower bounds of the scores.
+    ``k = ⌈anchor - z/w⌉`` (above the anchor: bin 0), so the binned values are lower bounds of the scores
+    (``z``: the tile's values, ``inv_wz = inv_w`` times the factor :func:`_score_scale` from them to the scores).
     Scores more than ``HIST_BINS - 1`` bins down (and ``-inf``) go to the last slot.  ``m``: the running
     row maximum including this tile (``-inf``: no key yet, anchor ``-1e30``).  The anchor follows it by
     whole bins: the counts shift up by as many slots (the binned values stay the same; the ones pushed
@@ -219,7 +234,7 @@ def _hist_add(hist, anchor, m, z, inv_w):
     new = tl.where(m > float("-inf"), tl.floor(m * inv_w), -1e30)
     sh = tl.minimum(new - anchor, HIST_BINS + 1.0).to(tl.int32) * HIST_BITS  # (the first key: all slots out)
     hist = hist << sh.to(tl.int64)[:, None]
-    hist += _bin_bit(new[:, None] - z * inv_w)
+    hist += _bin_bit(new[:, None] - z * inv_wz)
     return hist, new
 
 
@@ -317,14 +332,29 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn, window,
                 CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr,
                 EDGE: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask``; with ``EDGE`` ``-inf`` outside (as
-    :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored)."""
+    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask`` with an additive mask (``HAS_MASK`` 1), else
+    the dots ``q kᵀ`` (the caller scales per row what it needs: :func:`_score_scale`); with ``EDGE`` ``-inf``
+    outside (as :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored)."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
-    z = _mm(q, kt, DOT) * scale
+    z = _mm(q, kt, DOT)
+    if HAS_MASK == 1:
+        z = z * scale
     if EDGE:
         z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, window, CAUSAL, HAS_MASK,
                     WINDOWED)
     return z
+
+
+@triton.jit
+def _score_scale(scale, HAS_MASK: tl.constexpr):
+    """The factor from :func:`_score_tile`'s values to the scores: 1 where it scaled them (an additive mask), else
+    ``scale`` (``scale > 0``: the row maxima of the dots scale to those of the scores, and a score's bin is one FMA
+    from its dot; one multiplication per score fewer)."""
+    if HAS_MASK == 1:
+        r = 1.0
+    else:
+        r = scale
+    return r
 
 
 @triton.jit
@@ -438,54 +468,78 @@ def _smallest2(a1, a2, b1, b2):
 
 
 @triton.jit
-def _kept(u):
-    """``(w, c)``: ``w = u`` where ``u > 0`` else ``+inf``, ``c`` 1 there else 0, from one comparison."""
+def _support_key(u):
+    """``(key, c)`` of a tile's ``u`` for the support's accumulators (:func:`_support_add`): ``key``, the bits of
+    ``u`` as ``uint32``, which order the scores with a clear sign bit (``u ≥ +0``) as ``u`` and put every other
+    (``u ≤ -0``, ``-inf``) above them all, so that the support's smallest ``u`` are unsigned minima of the bits,
+    with no selection; ``c`` 1.0 where the sign bit is clear, else 0.0: the support as the closed form
+    (:func:`_certified_step`) counts it, from one instruction (PTX ``set``).  A score at ``u = +0`` is counted
+    with ``p = s = 0``: then the smallest ``u`` is 0 and the step drops it (:func:`_drop`)."""
+    bits = u.to(tl.int32, bitcast=True)
     if INLINE_PTX:
-        w, c = tl.inline_asm_elementwise(
-            "{\n.reg .pred p;\nsetp.gt.f32 p, $2, 0f00000000;\nselp.f32 $0, $2, 0f7F800000, p;\n"
-            "selp.f32 $1, 0f3F800000, 0f00000000, p;\n}",
-            "=r,=r,r", [u], dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        c = tl.inline_asm_elementwise("set.ge.f32.s32 $0, $1, 0;", "=r,r", [bits], dtype=tl.float32, is_pure=True,
+                                      pack=1)
     else:
-        w = tl.where(u > 0, u, float("inf"))
-        c = tl.where(u > 0, 1.0, 0.0)
-    return w, c
+        c = tl.where(bits >= 0, 1.0, 0.0)
+    return bits.to(tl.uint32, bitcast=True), c
+
+
+@triton.jit
+def _no_key(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The smallest-``u`` trackers' start: every bit set, above every :func:`_support_key`."""
+    return tl.full([BLOCK_M, BLOCK_N], -1, tl.int32).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _key_value(key):
+    """A row's smallest ``u`` from its :func:`_support_key`: the float where it is one of ``u ≥ +0``, finite;
+    ``+inf`` (none) else."""
+    ki = key.to(tl.int32, bitcast=True)
+    return tl.where((ki >= 0) & (ki < 0x7F800000), ki.to(tl.float32, bitcast=True), float("inf"))
 
 
 @triton.jit
 def _support_add(S, Sp, n, k1, k2, p, s, u, EXACT: tl.constexpr):
     """A tile's scores added to the running accumulators of a pass: per row ``Σp``, ``Σs`` and, for
     sparsemax and 1.5-entmax, the support's size (``S``, ``Sp``, ``n``: the tile's sums, reduced over its
-    row); in tile-shaped registers (reduced once per pass, by :func:`_support_sums`) the two smallest
-    ``u`` of the support per position, sorted (``+inf`` where fewer).  Also returns whether the tile holds
-    a ``u > 0`` (sparsemax and 1.5-entmax: from the tile's counts; the general power: its largest ``u``).
-    Sparsemax: ``p = u₊`` and ``s`` is the count's indicator (``Σs = n``; ``p`` and ``s`` are not read)."""
-    if EXACT == 1:
-        w, one = _kept(u)
-        cnt = tl.sum(one, 1)
-        S += tl.sum(tl.maximum(u, 0.0), 1)
-        Sp += cnt
-    else:
+    row); in tile-shaped registers (reduced once per pass, by :func:`_support_sums`) the keys
+    (:func:`_support_key`) of the two smallest ``u`` of the support per position, sorted (all bits set where
+    fewer).  Also returns whether the tile holds a ``u ≥ 0`` (sparsemax and 1.5-entmax: from the tile's counts)
+    or an ``s > 0`` (the general power: from its sums of ``s``, one reduction per row rather than one per score).
+    Sparsemax: ``Σp = Σ u₊`` and ``Σs = n`` (kept in ``Sp``; ``p``, ``s`` and ``n`` are not read).  Per score of
+    1.5-entmax: the count's ``set`` and addition, the two sums' FMA and addition, and an unsigned minimum, maximum
+    and minimum for the keys."""
+    if EXACT == 0:
+        srow = tl.sum(s, 1)
         S += tl.sum(p, 1)
-        Sp += tl.sum(s, 1)
-    if EXACT != 0:
-        if EXACT == 2:
-            w, one = _kept(u)
-            cnt = tl.sum(one, 1)
-        n += cnt
-        k2 = tl.minimum(k2, tl.maximum(k1, w))
-        k1 = tl.minimum(k1, w)
-        keep = tl.max(cnt, 0) > 0
+        Sp += srow
+        keep = tl.max(srow, 0) > 0  # (s > 0 where u > 0 but for an underflow, where p = 0 too, for every later t)
     else:
-        keep = tl.max(tl.max(u, 1), 0) > 0
+        key, c = _support_key(u)
+        cnt = tl.sum(c, 1)
+        if EXACT == 1:
+            S += tl.sum(tl.maximum(u, 0.0), 1)
+            Sp += cnt
+        else:
+            S += tl.sum(p, 1)
+            Sp += tl.sum(s, 1)
+            n += cnt
+        k2 = tl.minimum(k2, tl.maximum(k1, key))
+        k1 = tl.minimum(k1, key)
+        keep = tl.max(cnt, 0) > 0
     return S, Sp, n, k1, k2, keep
 
 
 @triton.jit
 def _support_sums(S, Sp, n, k1, k2, EXACT: tl.constexpr):
     """The accumulators of :func:`_support_add` per row: ``(Σp, Σs, n, k1 ≤ k2)`` (the smallest ``u``
-    reduced over the row; the general power: ``Σp``, ``Σs`` and placeholders)."""
+    reduced over the row, as floats: :func:`_key_value`; the general power: ``Σp``, ``Σs`` and placeholders)."""
     if EXACT != 0:
         k1, k2 = tl.reduce((k1, k2), 1, _smallest2)
+        k1 = _key_value(k1)
+        k2 = _key_value(k2)
+        if EXACT == 1:
+            n = Sp
     else:
         n, k1, k2 = S, S, S
     return S, Sp, n, k1, k2
@@ -580,7 +634,9 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
     hist = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)
     counts = tl.zeros([BLOCK_M, HIST_BINS], tl.float32)
     c_anchor = anchor
+    zs = _score_scale(scale, HAS_MASK)  # scores = zs · the tiles of _score_tile
     inv_w = a * HIST_WIDTH
+    inv_wz = inv_w * zs
     n_list = 0
     n_counted = 0  # key blocks in hist since the last flush
     n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
@@ -601,14 +657,14 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
                 offs_n = nb * BLOCK_N + offs_nb
                 z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
                                 stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
-                zmax = tl.max(z, 1)
+                zmax = tl.max(z, 1) * zs
                 m = tl.maximum(m, zmax)
                 # (rows past the end: not scored; -inf: no key yet)
                 gap = tl.max(tl.where(rmask, zmax - tl.where(m == float("-inf"), 0.0, m), float("-inf")), 0)
                 keep = a * gap + 1.0 > 0
                 tl.store(LIST + list_base + n_list, nb, mask=keep)
                 n_list += keep.to(tl.int32)
-                hist, anchor = _hist_add(hist, anchor, m, z, inv_w)
+                hist, anchor = _hist_add(hist, anchor, m, z, inv_w, inv_wz)
             n_counted += c1 - c0
         if part == 0:
             n_free = n_list  # the list's entries without a mask (listed first)
@@ -617,14 +673,15 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, ITERS, LIST, CU_Q, CU_K,
+def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, REDO, KEPT, ITERS, LIST, CU_Q, CU_K,
                   H, HKV, L, S, NQB, NKB, scale, tol, max_iter, window,
                   stride_qb, stride_qh, stride_ql, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_yb, stride_yh, stride_yl,
                   stride_mb, stride_mh, stride_mm, stride_mn,
                   EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
                   VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STATS: tl.constexpr = False,
+                  REPAIR: tl.constexpr = False):
     """One (batch·head, query block): threshold, output, and the rows the backward needs.
 
     Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
@@ -666,23 +723,98 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     # this block's lists of kept tiles: two halves [0, NKB) and [NKB, 2 NKB), then the final list's length, half
     # and entries without a mask
     list_base = (bh.to(tl.int64) * NQB + pid_m) * (2 * NKB + 3)
-    # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
-    # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
-    # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
-    # the same pass bins the scores for the start (bins 1/HIST_WIDTH wide in d = a (z - m)); the tiles
-    # without a mask first (in the order of the lists), then the edge tiles
-    m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb,
-                                                  scale, a, MASK, mask_base, stride_mm, stride_mn, window, LIST,
-                                                  list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                                                  BLOCK_M, BLOCK_N)
-    empty = m == float("-inf")
-    m = tl.where(empty, 0.0, m)
-    # -- Newton passes from the histogram's start until every row of the block is solved ------
-    t = _hist_start(counts, anchor, m, a, empty == 0, EXACT, FAST_LOG)
-    go = rmask & (empty == 0)
-    last = tl.full([BLOCK_M], float("inf"), tl.float32)
-    it = 0
-    src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
+    if REPAIR:
+        # the general power's second launch: the query blocks where the output pass's evaluation went on (REDO) take
+        # the step from its sums, the passes to the end and the output pass again; the others return
+        row = _row_index(bh, h, q0, L, offs_m, VARLEN)
+        go = tl.load(REDO + row, mask=rmask, other=0.0) > 0
+        if tl.sum(go.to(tl.int32), 0) > 0:
+            m = tl.load(MROW + row, mask=rmask, other=float("-inf"))
+            empty = m == float("-inf")
+            m = tl.where(empty, 0.0, m)
+            t = tl.load(TROW + row, mask=rmask, other=0.0)
+            Ssum = tl.load(PSUM + row, mask=rmask, other=1.0)
+            Sp = tl.load(SSUM + row, mask=rmask, other=1.0)
+            it = tl.load(ITERS + bh.to(tl.int64) * NQB + pid_m)
+            n_list = tl.load(LIST + list_base + 2 * NKB)
+            src = tl.load(LIST + list_base + 2 * NKB + 1)
+            n_free = tl.load(LIST + list_base + 2 * NKB + 2)
+            # newton_step at that evaluation: its residual is the next test's (from the third evaluation on)
+            last = tl.where(it > 1, tl.abs(Ssum - 1.0), float("inf"))
+            t = tl.where(go, newton_update(t, Ssum, Sp, a, KIND_POWER, EXACT), t)
+            it += 1
+            pending = go & (go == 0)
+            t, pending, last, it, src, n_list, n_free = _newton_passes(
+                q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last,
+                it, tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
+                n_free, NKB, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, False)
+            _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale,
+                         a, m, t, empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
+                         n_free, NKB, O, Wv, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L,
+                         stride_yb, stride_yh, stride_yl, b, h, q0, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED,
+                         VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
+            tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
+    else:
+        # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
+        # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
+        # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
+        # the same pass bins the scores for the start (bins 1/HIST_WIDTH wide in d = a (z - m)); the tiles
+        # without a mask first (in the order of the lists), then the edge tiles
+        m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb,
+                                                      scale, a, MASK, mask_base, stride_mm, stride_mn, window, LIST,
+                                                      list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT, WINDOWED,
+                                                      BLOCK_M, BLOCK_N)
+        empty = m == float("-inf")
+        m = tl.where(empty, 0.0, m)
+        # -- Newton passes from the histogram's start until every row of the block is solved ------
+        t = _hist_start(counts, anchor, m, a, empty == 0, EXACT, FAST_LOG)
+        go = rmask & (empty == 0)
+        pending = go & (empty != empty)  # (none yet) rows whose last step awaits the output pass's check (EXACT 0)
+        last = tl.full([BLOCK_M], float("inf"), tl.float32)
+        it = 0
+        src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
+        t, pending, last, it, src, n_list, n_free = _newton_passes(
+            q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
+            tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N)
+        # -- output pass ------------------------------------------------------------------------
+        Ssum, Sp = _output_pass(
+            q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t,
+            empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB, O, Wv,
+            MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L, stride_yb, stride_yh, stride_yl, b,
+            h, q0, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
+        if EXACT == 0:
+            # the rows whose last step awaited the output pass's evaluation and that the row solver's test does not stop
+            # there: the second launch (REPAIR) goes on with them (PREDICT_RESIDUAL)
+            _, stop, _ = newton_step(t, Ssum, Sp, Sp, Ssum, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
+            tl.store(REDO + _row_index(bh, h, q0, L, offs_m, VARLEN), (pending & (stop == 0)).to(tl.float32),
+                     mask=rmask)
+        tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
+
+
+@triton.jit
+def _row_index(bh, h, q0, L, offs_m, VARLEN: tl.constexpr):
+    """The indices of the per-row outputs of the query rows ``offs_m``: ``(b·H + h)·L + i`` (dense) or
+    ``h·L + CU_Q[b] + i`` (packed)."""
+    if VARLEN:
+        row = h.to(tl.int64) * L + q0 + offs_m
+    else:
+        row = bh.to(tl.int64) * L + offs_m
+    return row
+
+
+@triton.jit
+def _newton_passes(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending,
+                   last, it, tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
+                   n_free, NKB, EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+                   FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PREDICT: tl.constexpr = True):
+    """The forward's Newton passes (:func:`attention_fwd`, step 2) while a row of ``go`` goes on, from ``t``: each
+    walks the list of kept tiles at ``src`` (``n_list`` entries, the first ``n_free`` without a mask) and writes
+    the next one.  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
+    :func:`_certified_step`.  The general power: the row solver's step; with ``PREDICT``, a row whose residual is at
+    most ``PREDICT_RESIDUAL`` takes its next step with no pass of its own, joining ``pending``: the output pass
+    evaluates it there."""
     ascale = a * scale
     while tl.sum(go.to(tl.int32), 0) > 0:
         tl.debug_barrier()  # the list written by the last pass, complete for every thread
@@ -692,8 +824,8 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         S2 = tl.zeros([BLOCK_M], tl.float32)
         Sp2 = tl.zeros([BLOCK_M], tl.float32)
         n2 = tl.zeros([BLOCK_M], tl.float32)
-        q1 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
-        q2 = tl.full([BLOCK_M, BLOCK_N], float("inf"), tl.float32)
+        q1 = _no_key(BLOCK_M, BLOCK_N)
+        q2 = _no_key(BLOCK_M, BLOCK_N)
         n_next_free = 0
         for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
             for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
@@ -714,14 +846,30 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         Ssum, Sp, cnt, k1, k2 = _support_sums(S2, Sp2, n2, q1, q2, EXACT)
         if EXACT == 0:
             tn, stop, last = newton_step(t, Ssum, Sp, cnt, k1, it, last, tol, max_iter, a, KIND_POWER, EXACT, True)
-            go = go & (stop == 0)
+            go = (go | pending) & (stop == 0)  # (a pending row at its iterate: this pass evaluates it)
             t = tl.where(go, tn, t)
+            if PREDICT:
+                pending = go & (tl.abs(Ssum - 1.0) <= PREDICT_RESIDUAL)
+                go = go & (pending == 0)
         else:
             tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, it, last, tol, max_iter, a, EXACT)
             t = tl.where(go, tn, t)
             go = go & (stop == 0)
         it += 1
-    # -- output pass ------------------------------------------------------------------------
+    return t, pending, last, it, src, n_list, n_free
+
+
+@triton.jit
+def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m,
+                 t, empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB, O,
+                 Wv, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L, stride_yb, stride_yh,
+                 stride_yl, b, h, q0, EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+                 DOT: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, VARLEN: tl.constexpr,
+                 STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The forward's output pass (:func:`attention_fwd`, step 4) at ``t`` over the list at ``src``, and its stores: the
+    output, ``W``, the rows the backward needs, the final list and the tile map.
+    Returns ``(Σp, Σs)`` per row (``Σp`` is summed for the general power, whose output pass is also an evaluation of
+    the Newton passes, and with ``STATS``: 0 else)."""
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     accw = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     Sp = tl.zeros([BLOCK_M], tl.float32)
@@ -757,7 +905,10 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                         other=0.0)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
-            Ssum += tl.sum(p, 1)
+            if EXACT == 0:
+                Ssum += tl.sum(p, 1)
+            elif STATS:
+                Ssum += tl.sum(p, 1)
             Sp += srow
         if part == 0:
             n_next_free = n_next
@@ -766,10 +917,9 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     # the output offsets, computed here rather than kept live through the passes (registers)
     if VARLEN:
         y_base = q0.to(tl.int64) * stride_yl + h * stride_yh
-        row = h.to(tl.int64) * L + q0 + offs_m
     else:
         y_base = b.to(tl.int64) * stride_yb + h * stride_yh
-        row = bh.to(tl.int64) * L + offs_m
+    row = _row_index(bh, h, q0, L, offs_m, VARLEN)
     tl.store(O + y_base + offs_m[:, None] * stride_yl + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=rmask[:, None])
     tl.store(Wv + row[:, None] * HEAD_DIM + offs_d[None, :], w.to(Wv.dtype.element_ty), mask=rmask[:, None])
@@ -779,13 +929,13 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     tl.store(SSUM + row, Sp, mask=rmask)
     tl.store(PSUM + row, Ssum, mask=rmask)
     tl.store(PLOGP + row, plogp, mask=rmask)
-    tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
     tl.store(LIST + list_base + 2 * NKB, n_next)  # the kept tiles, for attention_bwd_dq
     tl.store(LIST + list_base + 2 * NKB + 1, dst)
     tl.store(LIST + list_base + 2 * NKB + 2, n_next_free)
     tl.debug_barrier()  # the final list, complete for every thread
     _kept_words(LIST + list_base + dst, n_next, KEPT + (bh.to(tl.int64) * NQB + pid_m) * n_words, n_words,
                 LIST_CHUNK, KEPT_WORDS)
+    return Ssum, Sp
 
 
 @triton.jit

@@ -383,9 +383,10 @@ def _launch_options(q: Tensor, warps: int) -> dict:
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Optional[Tensor], causal: bool,
              scale: float, cfg: tuple[int, int, int, int], packed: Optional[Packed] = None, fast: bool = False,
-             window: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+             window: int = 0, stats: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Launch the forward kernel (``fast``: its ``FAST_LOG``, :func:`_fast_log`; ``window``: the kernels'
-    sliding window, 0 for none, with ``causal``); returns the output (4-D,
+    sliding window, 0 for none, with ``causal``; ``stats``: its ``STATS``, ``Σp`` per row for sparsemax and
+    1.5-entmax too, which their training forward does not sum); returns the output (4-D,
     a view of a ``[total, H, D]`` tensor for a packed batch), ``W``, the saved rows, the tile map (one bit per
     tile: :func:`tile_words`), the Newton
     passes per query block and the lists of kept tiles (``[B·H, query blocks, 2 · key blocks + 3]`` int32:
@@ -402,20 +403,25 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     else:
         o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
-    rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
+    # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u), the rows the second launch takes on
+    rows = _row_buffers(7, B * H * L, dev)
     kept = tile_words(nb * H, nq, nk, dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
     lists = torch.empty(nb * H, nq, 2 * nk + 3, dtype=torch.int32, device=dev)
     cu_q, cu_k = _offsets(packed, q.device)
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
-    K.attention_fwd[(nq, nb * H)](
-        q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], kept, iters, lists, cu_q, cu_k,
-        H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER, window,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
-        EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
-        FAST_LOG=fast, WINDOWED=window > 0, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, **_launch_options(q, warps))
+    # the general power's second launch goes on with the rows whose last Newton step the output pass's evaluation did
+    # not confirm (attention_kernels.PREDICT_RESIDUAL): its programs without one return at once
+    for repair in (False, True) if exact == 0 else (False,):
+        K.attention_fwd[(nq, nb * H)](
+            q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], rows[6], kept, iters, lists,
+            cu_q, cu_k, H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER, window,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
+            EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
+            FAST_LOG=fast, WINDOWED=window > 0, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, STATS=stats, REPAIR=repair,
+            **_launch_options(q, warps))
     return o, w, rows, kept, iters, lists
 
 
@@ -518,7 +524,8 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     ``[1, H, total]`` for a packed batch; 0 for empty rows), ``tiles`` and ``kept`` (the score
     tiles inside the causal band, or the sliding window's, and those the output pass used),
     ``block_sparsity = 1 - kept / tiles``, ``newton_passes`` (``[B, H, query blocks]``: the
-    Newton passes each block of query rows took; blocks past a packed sequence's end count 0) and
+    Newton passes each block of query rows took, with the general power's output passes that went on to more
+    passes, each counted as one; blocks past a packed sequence's end count 0) and
     ``tile_map`` (``[B, H, query blocks, key blocks]`` bool, the forward's tile map unpacked by
     :func:`kept_tiles`: ``True`` on the tiles the output pass kept, those ``dK, dV`` walk; ``B`` the sequences
     of a packed batch, its blocks counted from each sequence's start)."""
@@ -534,7 +541,7 @@ def forward_stats(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
     is_causal = bool(is_causal) or window is not None
     win = _kernel_window(window, q, packed)
     _, _, rows, words, iters, _ = _forward(q, k, v, A, exact, mask4, is_causal, scale, cfg, packed,
-                                        _fast_log(a, exact), win)
+                                        _fast_log(a, exact), win, stats=True)
     B, H, L, _ = q.shape
     BM, BN = cfg[0], cfg[1]
     nb, nq, nk = _grid(q, k, cfg, packed)
