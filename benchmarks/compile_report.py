@@ -298,7 +298,8 @@ HEAD_DIMS = (64, 128)
 def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, int, bool]]]:
     """The fused attention kernels at D = 64, 128 with the tiles ``flash_attention.blocks`` chooses on CUDA (the
     backward's warps: ``flash_attention.backward_warps``): causal without a mask for EXACT 0/1/2 (EXACT 0 with
-    the hardware's ``log2``, ``FAST_LOG``, and without), the 1.5-entmax one on a packed variable-length batch
+    the hardware's ``log2``, ``FAST_LOG``, and without; the forward's second launch, ``REPAIR``, with ``FAST_LOG``),
+    the 1.5-entmax one on a packed variable-length batch
     (``VARLEN``), and with a boolean mask, not causal (the forward's warps: ``blocks(..., masked=True)``); with a
     sliding window (``WINDOWED``): causal for EXACT 0 (``FAST_LOG``)/1/2, packed, and with a boolean mask (the
     Transformers integration's sliding layers)."""
@@ -328,6 +329,9 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
                     c["FAST_LOG"] = fast
                     c["WINDOWED"] = windowed
                     yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen and not windowed
+                    if kernel == "attention_fwd" and exact == 0 and fast and not windowed:
+                        # the general power's second launch (the rows the output pass's evaluation did not stop)
+                        yield dt, dict(c, REPAIR=True), warps, False
 
     return configs
 

@@ -710,7 +710,6 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     offs_nb = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     rmask = offs_m < Lb
-    q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
     mask_base = b.to(tl.int64) * stride_mb + h * stride_mh
     a = tl.load(A + h).to(tl.float32)
     if CAUSAL:
@@ -729,6 +728,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         row = _row_index(bh, h, q0, L, offs_m, VARLEN)
         go = tl.load(REDO + row, mask=rmask, other=0.0) > 0
         if tl.sum(go.to(tl.int32), 0) > 0:
+            q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
             m = tl.load(MROW + row, mask=rmask, other=float("-inf"))
             empty = m == float("-inf")
             m = tl.where(empty, 0.0, m)
@@ -755,6 +755,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                          VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
             tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
     else:
+        q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
         # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
         # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
         # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
