@@ -249,3 +249,24 @@ def test_a_predicted_last_step_is_checked_by_the_output_pass(device, alpha, monk
         assert torch.equal(o, o0), residual
     assert int(redo0.sum()) == 0 and int(runs[1.0][2].sum()) > 0.5 * t0.numel()  # the second launch ran
     assert int(runs[None][3].sum()) < int(iters0.sum()), (runs[None][3], iters0)
+
+
+def test_a_row_at_its_rounding_floor_stops_a_pass_earlier(device, monkeypatch):
+    """The general power stops a row whose residual is within ``AK.FLOOR_TOL`` tolerances and whose next step
+    moves ``t`` by at most one unit of its last place: its float32 rounding floor, where the next evaluation
+    would end the row on the residual's stagnation.  Against the forward without that test (``FLOOR_TOL`` 0):
+    fewer passes, and every row still within ``FLOOR_TOL · 2 ε`` of ``Σp = 1``."""
+    if device != "cpu":
+        pytest.skip("the floor is a constexpr of the compiled kernels: changed here under the interpreter only")
+    q, k, v = _random_qkv(256, 64, H=2, seed=5)
+    alpha = torch.full((2,), 1.5)  # a tensor: the general power
+    runs = {}
+    for floor in (0.0, None):
+        if floor is not None:
+            monkeypatch.setattr(AK, "FLOOR_TOL", tl.constexpr(floor))
+        else:
+            monkeypatch.undo()
+        runs[floor] = FA.forward_stats(q, k, v, is_causal=True, mapping="entmax", alpha=alpha, block_m=64, block_n=64)
+    eps = torch.finfo(torch.float32).eps
+    assert int(runs[None]["newton_passes"].sum()) < int(runs[0.0]["newton_passes"].sum())
+    assert (runs[None]["psum"] - 1).abs().max() <= AK.FLOOR_TOL.value * 2 * eps
