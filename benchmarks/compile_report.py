@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import fnmatch
 import functools
+import inspect
 import io
 import itertools
 import json
@@ -478,7 +479,9 @@ KERNELS: list[KernelSpec] = [
 def _defaults(fn: Any, constexprs: dict) -> dict:
     """``constexprs`` with the defaults of the kernel's constexpr parameters that it does not give (a diagnostics
     switch such as the forward's ``STATS``: its training value, and the label stays as it was)."""
-    return {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **constexprs}
+    params = inspect.signature(getattr(fn, "fn", fn)).parameters.values()  # (the interpreter's kernels too)
+    return {**{p.name: p.default for p in params if "constexpr" in str(p.annotation)
+               and p.default is not inspect.Parameter.empty}, **constexprs}
 
 
 def _signature(fn: Any, spec: KernelSpec, dtype: str, constexprs: dict) -> dict:
