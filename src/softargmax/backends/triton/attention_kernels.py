@@ -782,7 +782,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         t, pending, last, it, src, n_list, n_free = _newton_passes(
             q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
             tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
-            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N)
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, _predicts(DOT, HEAD_DIM))
         # -- output pass ------------------------------------------------------------------------
         Ssum, Sp = _output_pass(
             q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t,
@@ -796,6 +796,14 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
             tl.store(REDO + _row_index(bh, h, q0, L, offs_m, VARLEN), (pending & (stop == 0)).to(tl.float32),
                      mask=rmask)
         tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
+
+
+@triton.constexpr_function
+def _predicts(DOT, HEAD_DIM):
+    """Whether the forward takes the general power's last step without a pass (``PREDICT_RESIDUAL``): not for
+    float32 inputs at head dim 128, whose forward the pending rows' bookkeeping tips into spills (sm_90a, Triton
+    3.6: 128 registers and 296 bytes of spills instead of 120 and none)."""
+    return not (DOT == 1 and HEAD_DIM > 64)
 
 
 @triton.jit
