@@ -329,8 +329,11 @@ def _attention_configs(kernel: str) -> Callable[[], Iterable[tuple[str, dict, in
                         c["ALPHA_GRAD"] = exact == 0
                     c["FAST_LOG"] = fast
                     c["WINDOWED"] = windowed
+                    predicts = exact == 0 and not (dt == "fp32" and D > 64)  # (flash_attention._predicts)
+                    if kernel == "attention_fwd" and exact == 0 and not predicts:
+                        c["PREDICT"] = False
                     yield dt, c, warps, dt == "bf16" and D == 64 and exact == 2 and causal and not varlen and not windowed
-                    if kernel == "attention_fwd" and exact == 0 and fast and not windowed:
+                    if kernel == "attention_fwd" and predicts and fast and not windowed:
                         # the general power's second launch (the rows the output pass's evaluation did not stop)
                         yield dt, dict(c, REPAIR=True), warps, False
 

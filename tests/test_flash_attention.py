@@ -79,6 +79,16 @@ def test_values_and_gradients(device, mapping, alpha, causal):
     _close(_fused(q, k, v, go, **kw), _reference(q, k, v, go, **kw), atol=2e-5)
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+@pytest.mark.parametrize("mapping,alpha", [("sparsemax", None), ("entmax15", None), ("entmax", 1.3)])
+def test_a_scale_that_is_not_positive(device, mapping, alpha, scale):
+    """The max pass maximizes and bins the dots unscaled only for a positive scale (a negative one would turn the
+    row maxima into minima; zero times a masked ``-inf`` is NaN): with ``scale ≤ 0`` it scales every score."""
+    q, k, v, go = _inputs(1, 2, 2, 33, 33, 16, device)
+    kw = dict(mapping=mapping, alpha_float=alpha, is_causal=True, scale=scale)
+    _close(_fused(q, k, v, go, **kw), _reference(q, k, v, go, **kw), atol=2e-5)
+
+
 def test_learned_alpha_per_head_gqa_padding(device):
     """One α per head (its gradient too), 4 query heads sharing 2 key/value heads, key
     padding that empties a whole batch element, and a strided (transposed) query."""

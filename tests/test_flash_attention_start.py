@@ -234,20 +234,38 @@ def test_a_predicted_last_step_is_checked_by_the_output_pass(device, alpha, monk
     scale = 1 / 8
     A = FA._kernel_a(q, alpha_h, alpha - 1)
     fast = FA._fast_log(alpha - 1, 0)
-    runs = {}
+    marked = []  # per second launch, the rows the first one marked for it (the kernel's REDO argument)
+    module = FA._module()
+
+    class _Recording:
+        def __getattr__(self, name):
+            kernel = getattr(module, name)
+            if name != "attention_fwd":
+                return kernel
+
+            class _Launch:
+                def __getitem__(self, grid):
+                    def launch(*args, **kw):
+                        if kw.get("REPAIR"):
+                            marked.append(int(args[13].sum()))
+                        return kernel[grid](*args, **kw)
+                    return launch
+            return _Launch()
+
+    monkeypatch.setattr(FA, "_module", lambda: _Recording())
+    runs, default = {}, AK.PREDICT_RESIDUAL
     for residual in (0.0, None, 1.0):
-        if residual is not None:
-            monkeypatch.setattr(AK, "PREDICT_RESIDUAL", tl.constexpr(residual))
-        else:
-            monkeypatch.undo()
+        monkeypatch.setattr(AK, "PREDICT_RESIDUAL", default if residual is None else tl.constexpr(residual))
+        marked.clear()
         o, _, rows, _, iters, _ = FA._forward(q, k, v, A, 0, None, True, scale, (64, 32, 4, 4), None, fast, 0)
-        runs[residual] = o, rows[1].clone(), rows[6].clone(), iters.clone()
+        runs[residual] = o, rows[1].clone(), sum(marked), iters.clone()
+        assert len(marked) == 1  # the second launch of the general power
     o0, t0, redo0, iters0 = runs[0.0]
     for residual in (None, 1.0):
         o, t, _, _ = runs[residual]
         assert torch.equal(t, t0), (residual, (t - t0).abs().max())
         assert torch.equal(o, o0), residual
-    assert int(redo0.sum()) == 0 and int(runs[1.0][2].sum()) > 0.5 * t0.numel()  # the second launch ran
+    assert redo0 == 0 and runs[1.0][2] > 0.5 * t0.numel()  # the rows the second launch went on with
     assert int(runs[None][3].sum()) < int(iters0.sum()), (runs[None][3], iters0)
 
 

@@ -337,13 +337,14 @@ mm, low = _mm, _low
 def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn, window,
                 CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr,
-                EDGE: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask`` with an additive mask (``HAS_MASK`` 1), else
-    the dots ``q kᵀ`` (the caller scales per row what it needs: :func:`_score_scale`); with ``EDGE`` ``-inf``
+                POS_SCALE: tl.constexpr, EDGE: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask`` with an additive mask (``HAS_MASK`` 1) or
+    ``scale ≤ 0`` (not ``POS_SCALE``), else the dots ``q kᵀ`` (the caller scales per row what it needs:
+    :func:`_score_scale`); with ``EDGE`` ``-inf``
     outside (as :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored)."""
     kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
     z = _mm(q, kt, DOT)
-    if HAS_MASK == 1:
+    if (HAS_MASK == 1) or (not POS_SCALE):
         z = z * scale
     if EDGE:
         z = _masked(z, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, 1.0, window, CAUSAL, HAS_MASK,
@@ -352,11 +353,11 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
 
 
 @triton.jit
-def _score_scale(scale, HAS_MASK: tl.constexpr):
-    """The factor from :func:`_score_tile`'s values to the scores: 1 where it scaled them (an additive mask), else
-    ``scale`` (``scale > 0``: the row maxima of the dots scale to those of the scores, and a score's bin is one FMA
-    from its dot; one multiplication per score fewer)."""
-    if HAS_MASK == 1:
+def _score_scale(scale, HAS_MASK: tl.constexpr, POS_SCALE: tl.constexpr):
+    """The factor from :func:`_score_tile`'s values to the scores: 1 where it scaled them (an additive mask, or
+    ``scale ≤ 0``: not ``POS_SCALE``), else ``scale`` (``scale > 0``: the row maxima of the dots scale to those of
+    the scores, and a score's bin is one FMA from its dot; one multiplication per score fewer)."""
+    if (HAS_MASK == 1) or (not POS_SCALE):
         r = 1.0
     else:
         r = scale
@@ -509,8 +510,8 @@ def _support_add(S, Sp, n, k1, k2, p, s, u, EXACT: tl.constexpr):
     """A tile's scores added to the running accumulators of a pass: per row ``Σp``, ``Σs`` and, for
     sparsemax and 1.5-entmax, the support's size (``S``, ``Sp``, ``n``: the tile's sums, reduced over its
     row); in tile-shaped registers (reduced once per pass, by :func:`_support_sums`) the keys
-    (:func:`_support_key`) of the two smallest ``u`` of the support per position, sorted (all bits set where
-    fewer).  Also returns whether the tile holds a ``u ≥ 0`` (sparsemax and 1.5-entmax: from the tile's counts)
+    (:func:`_support_key`) of the two smallest ``u`` of the support per position, sorted (where fewer, a key
+    with the sign bit set, which :func:`_key_value` reads as none).  Also returns whether the tile holds a ``u ≥ 0`` (sparsemax and 1.5-entmax: from the tile's counts)
     or an ``s > 0`` (the general power: from its sums of ``s``, one reduction per row rather than one per score).
     Sparsemax: ``Σp = Σ u₊`` and ``Σs = n`` (kept in ``Sp``; ``p``, ``s`` and ``n`` are not read).  Per score of
     1.5-entmax: the count's ``set`` and addition, the two sums' FMA and addition, and an unsigned minimum, maximum
@@ -631,7 +632,7 @@ def _sequence(CU, b, n_dense, VARLEN: tl.constexpr):
 def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, MASK, mask_base,
               stride_mm, stride_mn, window, LIST, list_base, pid_m, n_blocks, CAUSAL: tl.constexpr,
               HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr):
+              BLOCK_N: tl.constexpr, POS_SCALE: tl.constexpr):
     """The forward's first pass (:func:`attention_fwd`, step 1): ``(m, counts, anchor, n_list, n_free)``, the row
     maxima, the histogram of :func:`_hist_flush` at its anchor, and the list of the tiles the Newton passes
     read (written at ``LIST + list_base``), its first ``n_free`` entries without a mask."""
@@ -640,7 +641,7 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
     hist = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)
     counts = tl.zeros([BLOCK_M, HIST_BINS], tl.float32)
     c_anchor = anchor
-    zs = _score_scale(scale, HAS_MASK)  # scores = zs · the tiles of _score_tile
+    zs = _score_scale(scale, HAS_MASK, POS_SCALE)  # scores = zs · the tiles of _score_tile
     inv_w = a * HIST_WIDTH
     inv_wz = inv_w * zs
     n_list = 0
@@ -662,7 +663,7 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
                 nb = _rotated(kb, first, free0, n_blocks, WINDOWED)
                 offs_n = nb * BLOCK_N + offs_nb
                 z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                                stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
+                                stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, POS_SCALE, part == 1)
                 zmax = tl.max(z, 1) * zs
                 m = tl.maximum(m, zmax)
                 # (rows past the end: not scored; -inf: no key yet)
@@ -687,7 +688,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
                   EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
                   VARLEN: tl.constexpr, FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STATS: tl.constexpr = False,
-                  REPAIR: tl.constexpr = False):
+                  REPAIR: tl.constexpr = False, PREDICT: tl.constexpr = True, POS_SCALE: tl.constexpr = True):
     """One (batch·head, query block): threshold, output, and the rows the backward needs.
 
     Dense: ``L``, ``S`` the lengths.  Packed (``VARLEN``): ``L``, ``S`` the total lengths and
@@ -770,7 +771,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb,
                                                       scale, a, MASK, mask_base, stride_mm, stride_mn, window, LIST,
                                                       list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                                                      BLOCK_M, BLOCK_N)
+                                                      BLOCK_M, BLOCK_N, POS_SCALE)
         empty = m == float("-inf")
         m = tl.where(empty, 0.0, m)
         # -- Newton passes from the histogram's start until every row of the block is solved ------
@@ -783,7 +784,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         t, pending, last, it, src, n_list, n_free = _newton_passes(
             q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
             tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
-            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, _predicts(DOT, HEAD_DIM))
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT)
         # -- output pass ------------------------------------------------------------------------
         Ssum, Sp = _output_pass(
             q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t,
@@ -799,20 +800,12 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
         tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
 
 
-@triton.constexpr_function
-def _predicts(DOT, HEAD_DIM):
-    """Whether the forward takes the general power's last step without a pass (``PREDICT_RESIDUAL``): not for
-    float32 inputs at head dim 128, whose forward the pending rows' bookkeeping tips into spills (sm_90a, Triton
-    3.6: 128 registers and 296 bytes of spills instead of 120 and none)."""
-    return not (DOT == 1 and HEAD_DIM > 64)
-
-
 @triton.jit
 def _power_step(t, S, Sp, it, last, tol, max_iter, a):
     """The general power's stopping test and next iterate after an evaluation at ``t`` (``S = Σp``, ``Sp = Σs``):
     ``(tn, stop, last)`` of the row solver's :func:`~softargmax.backends.triton.row_kernels.newton_step`, which also
     stops a row at its float32 rounding floor: a residual of at most ``FLOOR_TOL`` tolerances whose step moves ``t``
-    by at most one unit of its last place (the next evaluation, at about the same residual, would stop the row on
+    by at most ``ε |t|`` (one or two units of its last place; the next evaluation, at about the same residual, would stop the row on
     the residual's stagnation; here the row stops a pass earlier).  On the attention proxies' input (one head,
     L = 512, α = 1.5 as a tensor) the query blocks take 3.13 passes instead of 4.13 and none needs the forward's
     second launch (4 of 8 did), every row ending within ``4.8e-7`` of ``Σp = 1`` (``2.4e-7`` before; 4 ε float32)."""

@@ -403,8 +403,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     else:
         o = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)
     w = torch.empty(B, H, L, D, dtype=q.dtype, device=dev)  # per-row layout
-    # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u), the rows the second launch takes on
-    rows = _row_buffers(7, B * H * L, dev)
+    rows = _row_buffers(6, B * H * L, dev)  # m, t, Σs, Σp, Σ p log p, the shift (τ = a m + t: attention_kernels._u)
     kept = tile_words(nb * H, nq, nk, dev)
     iters = torch.empty(nb * H, nq, dtype=torch.int32, device=dev)
     lists = torch.empty(nb * H, nq, 2 * nk + 3, dtype=torch.int32, device=dev)
@@ -412,17 +411,27 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     mask, ms, has_mask = _mask_args(mask4, q)
     tol = 2 * torch.finfo(torch.float32).eps
     # the general power's second launch goes on with the rows whose last Newton step the output pass's evaluation did
-    # not confirm (attention_kernels.PREDICT_RESIDUAL): its programs without one return at once
-    for repair in (False, True) if exact == 0 else (False,):
+    # not confirm (attention_kernels.PREDICT_RESIDUAL, marked in redo): its programs without one return at once
+    predict = _predicts(exact, q)
+    redo = torch.empty(B * H * L, dtype=torch.float32, device=dev) if predict else rows[0]
+    for repair in (False, True) if predict else (False,):
         K.attention_fwd[(nq, nb * H)](
-            q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], rows[6], kept, iters, lists,
+            q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], redo, kept, iters, lists,
             cu_q, cu_k, H, Hkv, L, S, nq, nk, scale, tol, MAX_ITER, window,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), *ms,
             EXACT=exact, CAUSAL=causal, HAS_MASK=has_mask, DOT=_dot_mode(q), VARLEN=packed is not None,
             FAST_LOG=fast, WINDOWED=window > 0, BLOCK_M=BM, BLOCK_N=BN, HEAD_DIM=D, STATS=stats, REPAIR=repair,
-            **_launch_options(q, warps))
+            PREDICT=predict, POS_SCALE=scale > 0, **_launch_options(q, warps))
     return o, w, rows, kept, iters, lists
+
+
+def _predicts(exact: int, q: Tensor) -> bool:
+    """Whether the forward takes the general power's last Newton step without a pass at its iterate (the kernels'
+    ``PREDICT``; ``attention_kernels.PREDICT_RESIDUAL``): not for float32 inputs at head dim 128, whose forward the
+    pending rows' bookkeeping tips into spills (sm_90a, Triton 3.6: 128 registers and 296 bytes of spills instead of
+    120 and none), nor for sparsemax and 1.5-entmax, whose rows end on a certified root."""
+    return exact == 0 and not (_dot_mode(q) == 1 and q.shape[-1] > 64)
 
 
 def _row_buffers(n: int, length: int, device: torch.device) -> Tensor:
