@@ -105,6 +105,15 @@ def test_learned_alpha_per_head_gqa_padding(device):
     assert (got[0][1] == 0).all() and (got[1][1] == 0).all()
 
 
+def test_learned_alpha_float32_at_head_dim_128(device):
+    """Float32 inputs at head dim 128 with one α per head: the forward that takes no step without a pass
+    (``flash_attention._predicts``) and launches once; values and gradients, α's too, against float64."""
+    q, k, v, go = _inputs(1, 2, 2, 33, 33, 128, device, seed=2)
+    alpha = torch.tensor([1.3, 1.7], device=device)
+    kw = dict(mapping="entmax", is_causal=True)
+    _close(_fused(q, k, v, go, alpha=alpha, **kw), _reference(q, k, v, go, alpha=alpha, **kw), atol=5e-5)
+
+
 if FA.available():
     import triton
     import triton.language as tl

@@ -791,7 +791,7 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
             empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB, O, Wv,
             MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L, stride_yb, stride_yh, stride_yl, b,
             h, q0, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
-        if EXACT == 0:
+        if (EXACT == 0) and PREDICT:
             # the rows whose last step awaited the output pass's evaluation and that the row solver's test does not stop
             # there: the second launch (REPAIR) goes on with them (PREDICT_RESIDUAL)
             _, stop, _ = _power_step(t, Ssum, Sp, it, last, tol, max_iter, a)
