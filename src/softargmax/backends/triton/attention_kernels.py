@@ -732,10 +732,15 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
     if REPAIR:
         # the general power's second launch: the query blocks where the output pass's evaluation went on (REDO) take
         # the step from its sums, the passes to the end and the output pass again; the others return
-        row = _row_index(bh, h, q0, L, offs_m, VARLEN)
-        go = tl.load(REDO + row, mask=rmask, other=0.0) > 0
-        if tl.sum(go.to(tl.int32), 0) > 0:
-            q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+        go = tl.load(REDO + _row_index(bh, h, q0, L, offs_m, VARLEN), mask=rmask, other=0.0) > 0
+        work = tl.sum(go.to(tl.int32), 0) > 0
+    else:
+        go = rmask  # (set by the max pass below)
+        work = True
+    if work:
+        q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
+        if REPAIR:
+            row = _row_index(bh, h, q0, L, offs_m, VARLEN)
             m = tl.load(MROW + row, mask=rmask, other=float("-inf"))
             empty = m == float("-inf")
             m = tl.where(empty, 0.0, m)
@@ -750,48 +755,36 @@ def attention_fwd(Q, K, V, O, Wv, MASK, A, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP,
             last = tl.where(it > 1, tl.abs(Ssum - 1.0), float("inf"))
             t = tl.where(go, newton_update(t, Ssum, Sp, a, KIND_POWER, EXACT), t)
             it += 1
-            pending = go & (go == 0)
-            t, pending, last, it, src, n_list, n_free = _newton_passes(
-                q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last,
-                it, tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
-                n_free, NKB, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, False)
-            _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale,
-                         a, m, t, empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
-                         n_free, NKB, O, Wv, MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L,
-                         stride_yb, stride_yh, stride_yl, b, h, q0, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED,
-                         VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
-            tl.store(ITERS + bh.to(tl.int64) * NQB + pid_m, it)
-    else:
-        q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None], other=0.0)
-        # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
-        # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
-        # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
-        # the same pass bins the scores for the start (bins 1/HIST_WIDTH wide in d = a (z - m)); the tiles
-        # without a mask first (in the order of the lists), then the edge tiles
-        m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb,
-                                                      scale, a, MASK, mask_base, stride_mm, stride_mn, window, LIST,
-                                                      list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                                                      BLOCK_M, BLOCK_N, POS_SCALE)
-        empty = m == float("-inf")
-        m = tl.where(empty, 0.0, m)
-        # -- Newton passes from the histogram's start until every row of the block is solved ------
-        t = _hist_start(counts, anchor, m, a, empty == 0, EXACT, FAST_LOG)
-        go = rmask & (empty == 0)
-        pending = go & (empty != empty)  # (none yet) rows whose last step awaits the output pass's check (EXACT 0)
-        last = tl.full([BLOCK_M], float("inf"), tl.float32)
-        it = 0
-        src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
+        else:
+            # -- pass 1: row maxima, and per tile a bound on u at every later t --------------------------
+            # u_ij = a (z_ij - m_i) - t_i <= a max_ij (z_ij - m_i') + 1 with m_i' <= m_i the running
+            # maximum and t_i >= -1: a tile where this bound is <= 0 has p = 0 from the first Newton pass on
+            # the same pass bins the scores for the start (bins 1/HIST_WIDTH wide in d = a (z - m)); the tiles
+            # without a mask first (in the order of the lists), then the edge tiles
+            m, counts, anchor, n_list, n_free = _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb,
+                                                          Sb, scale, a, MASK, mask_base, stride_mm, stride_mn, window,
+                                                          LIST, list_base, pid_m, n_blocks, CAUSAL, HAS_MASK, DOT,
+                                                          WINDOWED, BLOCK_M, BLOCK_N, POS_SCALE)
+            empty = m == float("-inf")
+            m = tl.where(empty, 0.0, m)
+            # -- Newton passes from the histogram's start until every row of the block is solved ------
+            t = _hist_start(counts, anchor, m, a, empty == 0, EXACT, FAST_LOG)
+            go = rmask & (empty == 0)
+            last = tl.full([BLOCK_M], float("inf"), tl.float32)
+            it = 0
+            src = 0  # the half of the list this pass reads (the other one receives the tiles still kept)
+        pending = go & (go == 0)  # (none yet) rows whose last step awaits the output pass's check (EXACT 0)
         t, pending, last, it, src, n_list, n_free = _newton_passes(
             q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
             tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
-            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT)
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT and not REPAIR)
         # -- output pass ------------------------------------------------------------------------
         Ssum, Sp = _output_pass(
             q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t,
             empty, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB, O, Wv,
             MROW, TROW, SHIFT, SSUM, PSUM, PLOGP, KEPT, n_words, bh, pid_m, NQB, L, stride_yb, stride_yh, stride_yl, b,
             h, q0, EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, VARLEN, STATS, BLOCK_M, BLOCK_N, HEAD_DIM)
-        if (EXACT == 0) and PREDICT:
+        if (EXACT == 0) and PREDICT and (not REPAIR):
             # the rows whose last step awaited the output pass's evaluation and that the row solver's test does not stop
             # there: the second launch (REPAIR) goes on with them (PREDICT_RESIDUAL)
             _, stop, _ = _power_step(t, Ssum, Sp, it, last, tol, max_iter, a)

@@ -413,7 +413,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, A: Tensor, exact: int, mask4: Opti
     # the general power's second launch goes on with the rows whose last Newton step the output pass's evaluation did
     # not confirm (attention_kernels.PREDICT_RESIDUAL, marked in redo): its programs without one return at once
     predict = _predicts(exact, q)
-    redo = torch.empty(B * H * L, dtype=torch.float32, device=dev) if predict else rows[0]
+    redo = torch.empty(B * H * L, dtype=torch.float32, device=dev) if predict else rows[0]  # (untouched without)
     for repair in (False, True) if predict else (False,):
         K.attention_fwd[(nq, nb * H)](
             q, k, v, o, w, mask, A, rows[0], rows[1], rows[5], rows[2], rows[3], rows[4], redo, kept, iters, lists,
