@@ -210,7 +210,7 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
         elif shape[1] == 1500:
             x[1, :700] = -np.inf
             x[2] += 1e4
-        else:  # long rows, every start at or above 999: Jeffrey's W by the asymptotic series alone (checked below)
+        else:  # long rows, every start at or above 999 (Jeffrey: every L = 1 + τ - c at least 1000)
             x[1] *= 0.01 / 3
             x[2] += 1e4
         v = rng.normal(size=shape)
@@ -225,15 +225,13 @@ def test_dense_generators_start_from_jensens_bound_and_match_pytorch(x64, name):
         c, _, _, shift = _solver.shift_rows(jnp.asarray(x))
         lo, hi = _solver._bounds(div, c, None, shape[1], None)
         start = _solver._jensen_start(div, c, lo, hi, None)
-        if shape[1] == 1501 and name == "jeffrey":  # the series branch of the solver's lax.cond is taken
-            assert bool(jnp.all(start >= div.threshold_variant()[0])), np.asarray(start).ravel().tolist()
         tau = _solver.solve(jnp.asarray(x), div).tau - shift
         assert np.all(np.asarray(start) <= np.asarray(tau) + 1e-12 * (1 + np.abs(np.asarray(tau))))
 
 
 def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
     mpmath = pytest.importorskip("mpmath")
-    from softargmax_jax.divergences import _lambertw_exp_above_one, _lambertw_exp_fast
+    from softargmax_jax.divergences import _inverse_lambertw_exp_above_one, _lambertw_exp_above_one, _lambertw_exp_fast
 
     L = np.concatenate([[-700.0, -40.0, -30.0, -29.9, -5.0, 0.0, 0.5, 0.999, 1.0, 1.5, 2.0, 1e3, 1e30, 1e300],
                         np.linspace(-10, 10, 41), np.geomspace(1, 1e8, 30)])
@@ -257,6 +255,27 @@ def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
     w1 = np.asarray(_lambertw_exp_above_one(jnp.asarray(L1[keep].astype(np.float32))), np.float64)
     assert np.max(np.abs(w1 / reference(L1[keep].astype(np.float32)) - 1)) <= 1.2e-7
     assert float(_lambertw_exp_above_one(jnp.asarray(np.inf))) == np.inf
+    # Jeffrey's g = 1/W(e^L) for L >= 1 as the solver evaluates it (one fraction, its own log), to float32's largest L
+    g1 = np.asarray(_inverse_lambertw_exp_above_one(jnp.asarray(L1)))
+    assert np.max(np.abs(g1 * ref1 - 1)) <= 4.5e-16
+    L2 = np.concatenate([L1[keep], [1e37, 5e37]]).astype(np.float32)  # g a normal float32 number
+    g2 = np.asarray(_inverse_lambertw_exp_above_one(jnp.asarray(L2)), np.float64)
+    assert np.max(np.abs(g2 * reference(L2) - 1)) <= 2e-7
+    assert 0 <= float(_inverse_lambertw_exp_above_one(jnp.asarray(np.float32(3e38)))) <= np.finfo(np.float32).tiny
+    assert float(_inverse_lambertw_exp_above_one(jnp.asarray(np.float32(np.inf)))) == 0.0
+
+
+def test_log_at_least_one_within_float32_rounding():
+    """The solver's own log for x >= 1 (float32): within 1.2 units in the last place of the float64 log, as
+    jnp.log, from 1 to float32's largest number."""
+    from softargmax_jax.divergences import _log_at_least_one
+
+    x = np.concatenate([np.linspace(1, 3, 200001), np.geomspace(3, 3.4e38, 100001)]).astype(np.float32)
+    ref = np.log(x.astype(np.float64))
+    ours = np.asarray(_log_at_least_one(jnp.asarray(x)), np.float64)
+    assert ours[0] == 0.0
+    ulp = np.spacing(ref[1:].astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(ours[1:] - ref[1:]) / ulp) <= 1.2
 
 
 # -- finite differences, jvp = vjp, jit and vmap -------------------------------------------------------------
@@ -301,7 +320,9 @@ def test_properties_sum_shift_argmax(x64, name, params):
 
 @pytest.mark.parametrize("fn", [sj.sparsemax, sj.entmax15, lambda t: sj.entmax(t, 1.25),
                                 lambda t: sj.entmax(t, 3.0), lambda t: sj.f_softargmax(t, "jensen_shannon"),
-                                lambda t: sj.f_softargmax(t, "kl", q=jnp.array([1.0, 2.0, 1.0, 1.0]))])
+                                lambda t: sj.f_softargmax(t, "kl", q=jnp.array([1.0, 2.0, 1.0, 1.0])),
+                                lambda t: sj.f_softargmax(t, "jeffrey"),
+                                lambda t: sj.f_softargmax(t, "jeffrey", q=jnp.array([1.0, 2.0, 1.0, 1.0]))])
 def test_masked_rows_nan_rows_and_gradients(fn):
     x = jnp.array([[1.0, -jnp.inf, 0.5, 0.2], [-jnp.inf] * 4, [0.3, jnp.nan, 0.1, 0.0], [2.0, 1.0, 0.0, -1.0]])
     p = fn(x)
@@ -320,6 +341,30 @@ def test_nan_propagates_on_long_rows(fn):
     x[0, 0], x[1, 3], x[2, -1] = np.nan, np.nan, np.nan
     p = np.asarray(fn(jnp.asarray(x)))
     assert np.isnan(p[:3]).all() and not np.isnan(p[3]).any()
+
+
+def test_jeffrey_does_not_iterate_on_a_masked_or_nan_row(monkeypatch):
+    """Jeffrey's loop carries its evaluations (g masked as the solver returns p): a row that is entirely -inf or
+    NaN is done before the loop, instead of iterating to max_iter on the masked sum (which is 0 there): the rows
+    take as many evaluations of W with those rows as without them."""
+    from softargmax_jax import divergences
+
+    calls = []
+    evaluate = divergences._JeffreyAboveOne.g_and_gp_rows
+
+    def counted(self, c, tau, state):
+        jax.debug.callback(lambda: calls.append(1))
+        return evaluate(self, c, tau, state)
+
+    monkeypatch.setattr(divergences._JeffreyAboveOne, "g_and_gp_rows", counted)
+    x = np.random.default_rng(3).normal(size=(4, 300)).astype(np.float32) * 3
+    jeffrey = jax.jit(lambda t: sj.f_softargmax(t, "jeffrey"))
+    jax.block_until_ready(jeffrey(jnp.asarray(x[[0, 3]])))
+    finite_rows = len(calls)
+    x[1], x[2, 7] = -np.inf, np.nan
+    p = np.asarray(jeffrey(jnp.asarray(x)))
+    assert 1 <= finite_rows <= 3 and len(calls) - finite_rows == finite_rows, (finite_rows, len(calls))
+    assert np.allclose(p[[0, 3]].sum(-1), 1, atol=1e-6) and (p[1] == 0).all() and np.isnan(p[2]).all()
 
 
 def test_f_softmax_of_masked_row_is_minus_inf():

@@ -172,94 +172,124 @@ def _bounds(div: Divergence, c: Array, q: Optional[Array], k: int,
     return lo, zero - div.f_prime(1.0 / _rowsum(qb, axis_name))
 
 
+def _check(div: Divergence, it: Array, tau: Array, lo: Array, hi: Array, done: Array, prev: Array, S: Array,
+           tol: float, eps: float) -> tuple[Array, Array, Array, Array, Array]:
+    """From the row sums ``S`` at ``τ``: ``(done, lo, hi, |S - 1|, S - 1)``, the rows that stop there (the residual
+    within ``tol``, the bracket at the rounding, a monotone generator's residual no longer falling from the third
+    evaluation on, NaN) and the bracket of the root."""
+    resid = S - 1
+    ares = jnp.abs(resid)
+    done = done | (ares <= tol) | (hi - lo <= 4 * eps * (1 + jnp.abs(tau)))
+    if div.monotone:
+        done = done | ((it >= 2) & (ares >= prev))
+    done = done | jnp.isnan(resid)
+    lo = jnp.where(resid >= 0, tau, lo)
+    hi = jnp.where(resid < 0, tau, hi)
+    return done, lo, hi, ares, resid
+
+
+def _step(div: Divergence, tau: Array, S: Array, Sp: Array, lo: Array, hi: Array) -> tuple[Array, Array]:
+    """``(next iterate, whether Newton's step is inside the bracket)``: the generator's step, or Newton's step on
+    ``(S^ρ - 1)/ρ``, and the bracket's midpoint where that step leaves ``(lo, hi)``."""
+    new = div.newton_step(tau, S, Sp)
+    new = newton_update(tau, S, Sp, div.newton_power) if new is None else new
+    inside = (new > lo) & (new < hi)
+    return jnp.where(inside, new, 0.5 * (lo + hi)), inside
+
+
 def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
             axis_name: Optional[str], start: Optional[Array] = None, rows_state: Optional[Array] = None) -> Array:
     """The safeguarded Newton iteration on shifted rows ``c`` from ``start`` (default ``lo``) inside
     ``[lo, hi]`` (``rows_state``: ``div.rows_state(c)``); returns ``τ`` ``[..., 1]``."""
-    return _newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, False)[0]
-
-
-def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
-                   axis_name: Optional[str], start: Optional[Array], rows_state: Optional[Array],
-                   values: bool) -> tuple[Array, Optional[Array], Optional[Array], Optional[Array]]:
-    """:func:`_newton`, and with ``values`` also ``(g, g', Σ g')`` at the returned ``τ`` (times ``q``), from the
-    loop's last evaluation: a row stops where its evaluation says so and keeps its ``τ`` from then on, so the
-    evaluation that ended the loop is at every row's final ``τ`` (a row stopped by ``max_iter`` alone is
-    evaluated once more): no pass over the rows after the loop."""
     eps = float(jnp.finfo(c.dtype).eps)
     tol = _tolerance(c.dtype, k)
-    rho = div.newton_power
-    monotone = div.monotone
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
     # without q every iterate is at or above lo = -f'(1) on rows shifted to maximum 0: Divergence.step_error's
     # premises (and the iterates of a monotone generator stay below the root)
-    certify = q is None and monotone and not values
+    certify = q is None and div.monotone
 
-    def evaluate(tau: Array) -> tuple[Array, Array]:
-        g, gp = div.g_and_gp_rows(c, tau, rows_state)
-        if q is not None:
-            g, gp = g * q, gp * q
-        return g, gp
-
-    def sums(tau: Array) -> tuple[Array, Array, Optional[Array], Optional[Array]]:
+    def sums(tau: Array) -> tuple[Array, Array]:
         # XLA's CPU backend fuses a row sum with its elementwise producer, but writes out a producer two sums share
         # (g, and then reads it twice); Divergence.row_sums gives the two sums separately fused (one variadic
         # reduction of the pair, lax.reduce, took 2.5 times as long at 64 x 32000)
-        pair = None if (q is not None or values) else div.row_sums(c, tau, rows_state)
+        pair = None if q is not None else div.row_sums(c, tau, rows_state)
         if pair is not None:
-            return _psum(pair[0], axis_name), _psum(pair[1], axis_name), None, None
-        g, gp = evaluate(tau)
-        return _rowsum(g, axis_name), _rowsum(gp, axis_name), g, gp
-
-    def step(tau: Array, S: Array, Sp: Array) -> Array:
-        new = div.newton_step(tau, S, Sp)
-        return newton_update(tau, S, Sp, rho) if new is None else new
+            return _psum(pair[0], axis_name), _psum(pair[1], axis_name)
+        g, gp = div.g_and_gp_rows(c, tau, rows_state)
+        if q is not None:
+            g, gp = g * q, gp * q
+        return _rowsum(g, axis_name), _rowsum(gp, axis_name)
 
     def cond(state: tuple) -> Array:
         return (state[0] < max_iter) & ~jnp.all(state[4])
 
     def body(state: tuple) -> tuple:
-        it, tau, lo, hi, done, prev = state[:6]
-        S, Sp, g, gp = sums(tau)
-        resid = S - 1
-        ares = jnp.abs(resid)
-        done = done | (ares <= tol) | (hi - lo <= 4 * eps * (1 + jnp.abs(tau)))
-        if monotone:
-            done = done | ((it >= 2) & (ares >= prev))
-        done = done | jnp.isnan(resid)
-        lo = jnp.where(resid >= 0, tau, lo)
-        hi = jnp.where(resid < 0, tau, hi)
-        new = step(tau, S, Sp)
-        inside = (new > lo) & (new < hi)
-        new = jnp.where(inside, new, 0.5 * (lo + hi))
+        it, tau, lo, hi, done, prev = state
+        S, Sp = sums(tau)
+        done, lo, hi, ares, resid = _check(div, it, tau, lo, hi, done, prev, S, tol, eps)
+        new, inside = _step(div, tau, S, Sp, lo, hi)
         if certify:
             # a Newton step from below the root whose bounded error is within the tolerance ends the row without
             # an evaluation at its end (the caller's pass that writes p is the next one over the row)
             bound = div.step_error(tau, S, Sp, new)
             if bound is not None:
                 sure = ~done & inside & (resid >= 0) & (bound <= 0.5 * tol)
-                tau = jnp.where(done, tau, new)
-                return it + 1, tau, lo, hi, done | sure, ares
+                return it + 1, jnp.where(done, tau, new), lo, hi, done | sure, ares
+        return it + 1, jnp.where(done, tau, new), lo, hi, done, ares
+
+    state = (jnp.int32(0), lo if start is None else start, lo, hi, jnp.zeros(lo.shape, bool),
+             jnp.full(lo.shape, jnp.inf, c.dtype))
+    return _control.while_loop(cond, body, state, like=(c, q))[1]
+
+
+def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
+                   axis_name: Optional[str], start: Optional[Array], rows_state: Optional[Array],
+                   finite: Array, bad: Array) -> tuple[Array, Array, Array, Array]:
+    """:func:`_newton` for a generator whose :math:`g'` follows from :math:`g` (``Divergence.gp_from_g``), returning
+    ``(τ, g, g', Σ g')`` (times ``q``) from the loop's last evaluation: the loop carries ``g`` and its row sum, a
+    row stops where its evaluation says so and keeps its ``τ`` and ``g`` from then on (a row that ``max_iter``
+    stops keeps the iterate of its last evaluation), and :math:`g'` is derived from ``g`` where a step needs its
+    sum (inside the loop) and once after it: no evaluation after the loop, and none of :math:`g'` where nothing
+    reads it (a forward alone).  The first evaluation is made before the loop (at least one, whatever
+    ``max_iter``): a row whose start is its root (Jeffrey's Jensen start, nearly always) never enters it.
+
+    ``g`` is returned as :func:`solve` returns ``p``: NaN on the rows ``bad`` and 0 on the other rows that are not
+    ``finite`` (masked in every evaluation, where it costs nothing, instead of in a pass after the loop: a row with
+    a NaN sum stops at once)."""
+    eps = float(jnp.finfo(c.dtype).eps)
+    tol = _tolerance(c.dtype, k)
+    hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
+
+    def evaluate(tau: Array) -> tuple[Array, Array]:
+        g = div.g_and_gp_rows(c, tau, rows_state)[0]
+        if q is not None:
+            g = g * q
+        g = jnp.where(finite, g, jnp.where(bad, jnp.asarray(jnp.nan, c.dtype), 0.0))
+        return g, _rowsum(g, axis_name)
+
+    def slope_sum(g: Array) -> Array:
+        return _rowsum(div.gp_from_g(g, q), axis_name)
+
+    def cond(state: tuple) -> Array:
+        return (state[0] < max_iter) & ~jnp.all(state[4])
+
+    def body(state: tuple) -> tuple:
+        it, tau, lo, hi, done, prev, g, S = state
+        new = _step(div, tau, S, slope_sum(g), lo, hi)[0]
         tau = jnp.where(done, tau, new)
-        return (it + 1, tau, lo, hi, done, ares) + ((g, gp, Sp) if values else ())
+        g, S = evaluate(tau)
+        done, lo, hi, ares, _ = _check(div, it, tau, lo, hi, done, prev, S, tol, eps)
+        return it + 1, tau, lo, hi, done, ares, g, S
 
-    done0 = jnp.zeros(lo.shape, bool)
-    prev0 = jnp.full(lo.shape, jnp.inf, c.dtype)
-    state = (jnp.int32(0), lo if start is None else start, lo, hi, done0, prev0)
-    if values:
-        zeros = jnp.zeros(jnp.broadcast_shapes(c.shape, () if q is None else q.shape), c.dtype)
-        state = state + (zeros, zeros, prev0)
-    out = _control.while_loop(cond, body, state, like=(c, q))
-    tau = out[1]
-    if not values:
-        return tau, None, None, None
-
-    def again(_: None) -> tuple[Array, Array, Array]:
-        g, gp = evaluate(tau)
-        return g, gp, _rowsum(gp, axis_name)
-
-    # rows stopped by max_iter (or a loop that never ran) moved after their last evaluation
-    return (tau, *_control.cond(jnp.all(out[4]), lambda _: out[6:9], again, None, like=(c, q)))
+    tau = lo if start is None else start
+    g, S = evaluate(tau)
+    # a row that is not finite is done before it starts (its g is masked: its sum says nothing)
+    done, lo, hi, ares, _ = _check(div, jnp.int32(0), tau, lo, hi, jnp.broadcast_to(~finite, lo.shape),
+                                   jnp.full(lo.shape, jnp.inf, c.dtype), S, tol, eps)
+    out = _control.while_loop(cond, body, (jnp.int32(1), tau, lo, hi, done, ares, g, S), like=(c, q))
+    g = out[6]
+    gp = div.gp_from_g(g, q)
+    return out[1], g, gp, _rowsum(gp, axis_name)
 
 
 def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str],
@@ -461,10 +491,11 @@ def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Arra
     return None
 
 
-def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int,
-                  axis_name: Optional[str]) -> tuple[Array, Array, Array, Optional[Array]]:
-    """``(τ, g, g', Σ g' or None)`` of the shifted rows ``c`` by the safeguarded Newton iteration (:func:`solve`'s
-    general case; ``g`` and ``g'`` times ``q``)."""
+def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int, axis_name: Optional[str],
+                  finite: Array, bad: Array) -> tuple[Array, Array, Array, Optional[Array], bool]:
+    """``(τ, g, g', Σ g' or None, masked)`` of the shifted rows ``c`` by the safeguarded Newton iteration
+    (:func:`solve`'s general case; ``g`` and ``g'`` times ``q``); ``masked``: ``g``, ``g'`` and the sum are already
+    :func:`solve`'s ``p``, ``s`` and ``s_sum`` on the rows that are not ``finite`` (:func:`_newton_values`)."""
     if q is None:
         div = div.rows_variant()
     lo, hi = _bounds(div, c, q, k, axis_name)
@@ -477,25 +508,16 @@ def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_ite
     closes = _closes_in_form(div)
     carry = div.values_in_loop and not closes
 
-    def run(d: Divergence) -> tuple[Array, Array, Array, Optional[Array]]:
-        t, g, gp, sp = _newton_values(d, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, carry)
-        if carry:
-            assert g is not None and gp is not None  # (values=True)
-            return t, g, gp, sp
-        closed = _finish_closed_form(d, c, q, t, axis_name)
-        if closed is not None:
-            t = closed
-        g, gp = d.g_and_gp_rows(c, t, rows_state)
-        if q is not None:
-            g, gp = g * q, gp * q
-        return t, g, gp, None
-
-    # a faster variant where every row starts (and so stays: the iterates increase) above its threshold
-    variant = None if start is None else div.threshold_variant()
-    if variant is None:
-        return run(div)
-    floor, fast = variant
-    return _control.cond(jnp.all(start >= floor), lambda _: run(fast), lambda _: run(div), None, like=(c, q))
+    if carry:
+        return (*_newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, finite, bad), True)
+    t = _newton(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state)
+    closed = _finish_closed_form(div, c, q, t, axis_name)
+    if closed is not None:
+        t = closed
+    g, gp = div.g_and_gp_rows(c, t, rows_state)
+    if q is not None:
+        g, gp = g * q, gp * q
+    return t, g, gp, None, False
 
 
 def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Optional[str] = None,
@@ -542,7 +564,10 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         tau, s_known = _entmax15(c, lo, k, max_iter, axis_name)
         g, gp = div.g_and_gp(c - tau)
     else:
-        tau, g, gp, s_known = _solve_newton(div, c, q, k, max_iter, axis_name)
+        tau, g, gp, s_known, masked = _solve_newton(div, c, q, k, max_iter, axis_name, finite, bad)
+        if masked:
+            assert s_known is not None
+            return Solution(tau + shift, g, gp, s_known, finite, bad, c, shift)
     nan = jnp.asarray(jnp.nan, c.dtype)
     p = jnp.where(finite, g, jnp.where(bad, nan, 0.0))
     s = jnp.where(finite, gp, jnp.where(bad, nan, 0.0))

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from . import _control
 
@@ -71,10 +72,10 @@ class Divergence:
     f_zero: Optional[float] = None
     newton_power: float = 0.0
     monotone = False
-    #: the Newton loop keeps its last evaluation's ``g`` and ``g'`` (two arrays the size of the rows, written every
-    #: iteration) instead of evaluating them once more after it: worth it where an evaluation costs more than those
-    #: writes (Jeffrey's Lambert W: 6.3x -> 4.8x jax.nn.softmax forward at 64 x 32000 on the CPU; the cheaper
-    #: generators were slower with it)
+    #: the Newton loop keeps its last evaluation's ``g`` (an array the size of the rows, written every iteration)
+    #: instead of evaluating it once more after the loop, and takes ``g'`` from it (:meth:`gp_from_g`, which such a
+    #: generator defines): worth it where an evaluation costs more than that write (Jeffrey's Lambert W; the
+    #: cheaper generators were slower with it)
     values_in_loop = False
 
     def f(self, u: Array) -> Array:
@@ -87,6 +88,11 @@ class Divergence:
         raise NotImplementedError
 
     def g_and_gp(self, v: Array) -> tuple[Array, Array]:
+        raise NotImplementedError
+
+    def gp_from_g(self, g: Array, q: Optional[Array]) -> Array:
+        r""":math:`g'` (times ``q``) from :math:`g` (times ``q``) alone, for a generator with :attr:`values_in_loop`
+        (elsewhere not needed: the default raises)."""
         raise NotImplementedError
 
     def rows_state(self, c: Array) -> Optional[Array]:
@@ -124,12 +130,6 @@ class Divergence:
         measure and thresholds ``τ >= -f'(1)`` (the solver's iterates there; a generator may evaluate faster with
         that), or itself (the default)."""
         return self
-
-    def threshold_variant(self) -> Optional[tuple[float, Divergence]]:
-        """``(τ_min, variant)``: a generator equal to this one whose :meth:`g_and_gp_rows` is faster but holds only
-        for thresholds ``τ >= τ_min`` of shifted rows (the solver takes it where the start of Newton's method,
-        a lower bound of every iterate, is there in every row), or ``None`` (the default)."""
-        return None
 
     def jensen_terms(self, c: Array, state: Optional[Array] = None) -> Optional[tuple[Array, Array]]:
         r"""Elementwise terms of the two row sums :math:`a_1, a_2` from which :meth:`jensen_start` bounds the
@@ -293,13 +293,14 @@ def lambertw_exp(L: Array, iterations: int = 6) -> Array:
     return jnp.where(L == -jnp.inf, 0.0, w)
 
 
-def _fritsch_step(w: Array, base: Array, num: Array) -> Array:
+def _fritsch_step(w: Array, base: Array, num: Optional[Array] = None) -> Array:
     r"""One step of Fritsch's iteration for :math:`w e^w = x`, from a relative error ``e`` to about ``e^4 / 100``,
-    with :math:`\log(x/w) = \mathrm{base} + \log(\mathrm{num}/w)` (``base = L``, ``num = 1`` for large :math:`L`;
-    ``base = 0``, ``num = x`` below, where :math:`L - \log w` would cancel), scaled by ``1/(1 + w)`` so that it
-    does not overflow for large ``w``."""
+    with :math:`\log(x/w) = \mathrm{base} + \log(\mathrm{num}/w)` (``base = L``, ``num`` omitted (1) for large
+    :math:`L`; ``base = 0``, ``num = x`` below, where :math:`L - \log w` would cancel), scaled by ``1/(1 + w)`` so
+    that it does not overflow for large ``w``."""
     r = 1.0 / (1.0 + w)
-    a = (base + jnp.log(num / w) - w) * r
+    log_ratio = -jnp.log(w) if num is None else jnp.log(num / w)
+    a = (base + log_ratio - w) * r
     b = a * r
     q = 2.0 + (4.0 / 3.0) * a
     return w + w * a * (q - b) / (q - 2.0 * b)
@@ -331,41 +332,101 @@ def _lambertw_exp_fast(L: Array) -> Array:
     return jnp.where(L == jnp.inf, jnp.inf, jnp.where(jnp.isnan(L), L, w))
 
 
+def _log_estimate(x: Array) -> Array:
+    r""":math:`\log x` for finite :math:`x \ge 1` within :math:`4.4\cdot 10^{-3}`, without a transcendental function:
+    the float's exponent times :math:`\log 2` plus :math:`t\,(0.94056 - 0.25179\,t)` for its mantissa
+    :math:`1 + t`, :math:`t \in [0, 1)` (a near-minimax quadratic of :math:`\log(1 + t)`); float32 and float64."""
+    info = jnp.finfo(x.dtype)
+    bits = jnp.int32 if info.bits == 32 else jnp.int64
+    one = (-info.minexp + 1) << info.nmant  # the bits of 1.0: the exponent's bias, shifted
+    i = lax.bitcast_convert_type(x, bits)
+    t = lax.bitcast_convert_type((i & ((1 << info.nmant) - 1)) | one, x.dtype) - 1
+    e = ((i >> info.nmant) - (-info.minexp + 1)).astype(x.dtype)
+    return e * math.log(2.0) + t * (0.9405587 - 0.2517925 * t)
+
+
+#: :math:`\log(1 + t) \approx t - t^2/2 + t^3 P(t)` for :math:`1 + t \in [\sqrt{1/2}, \sqrt 2)`, the form of Cephes'
+#: ``logf`` with a polynomial of degree 6 instead of 8, fitted (minimax) for an absolute error of
+#: :math:`7\cdot 10^{-9}`, below float32's rounding of :math:`\log x` for :math:`x \ge 1` (about :math:`6\cdot 10^{-8}`)
+_LOG1P_POLY = (3.3334165931e-1, -2.5001698853e-1, 1.9954875062e-1, -1.6564422359e-1, 1.4977997733e-1,
+               -1.4379033417e-1, 8.6722031847e-2)
+
+
+def _log_at_least_one(x: Array) -> Array:
+    r""":math:`\log x` for finite :math:`x \ge 1`, float32 within its rounding (as Cephes' ``logf``: the exponent,
+    the mantissa brought into :math:`[\sqrt{1/2}, \sqrt 2)` by integer arithmetic on the bits, and a polynomial),
+    with none of ``jnp.log``'s handling of zero, negative, subnormal and infinite arguments: about half its
+    instructions (XLA's CPU code for this fusion is bound by its instruction count); ``jnp.log`` for float64.
+
+    References:
+        Stephen L. Moshier, *Methods and Programs for Mathematical Functions*, Prentice-Hall, 1989 (the Cephes
+        library)
+    """
+    if jnp.finfo(x.dtype).bits != 32:
+        return jnp.log(x)
+    sqrt_half = 0x3F3504F3  # the bits of sqrt(1/2) in float32
+    i = lax.bitcast_convert_type(x, jnp.int32) + (0x3F800000 - sqrt_half)
+    e = ((i >> 23) - 127).astype(x.dtype)
+    t = lax.bitcast_convert_type((i & 0x7FFFFF) + sqrt_half, x.dtype) - 1
+    z = t * t
+    # the polynomial by Estrin's scheme (pairs, then pairs of pairs): fewer dependent steps than Horner's
+    c0, c1, c2, c3, c4, c5, c6 = _LOG1P_POLY
+    z4 = z * z
+    p = (c0 + c1 * t) + (c2 + c3 * t) * z + ((c4 + c5 * t) + c6 * z) * z4
+    # log 2 = 0.693359375 - 2.12194440e-4, the first part exact in float32
+    return t + (p * t * z - 0.5 * z - 2.12194440e-4 * e) + 0.693359375 * e
+
+
+def _lambertw_exp_start(L: Array) -> Array:
+    r"""A start within 0.9% of :math:`W(e^L)` for finite :math:`L \ge 1`, at least 1:
+    :math:`L - \ell + \ell/(L + 0.775)` with :math:`\ell` the estimate of :math:`\log L` of :func:`_log_estimate`
+    (no transcendental function; the asymptotic expansion :math:`L - \log L + \log L / L`, exact at
+    :math:`L = 1`, with a shift of its last term fitted to :math:`1 \le L \le 20`)."""
+    lL = _log_estimate(L)
+    return L - lL + lL / (L + 0.775)
+
+
 def _lambertw_exp_above_one(L: Array) -> Array:
     r""":math:`W(e^L)` for :math:`L \ge 1` (``+inf`` for ``+inf``), branch-free, exact to the rounding of the dtype:
-    Fritsch's steps from a start within 1.2% (below :math:`L = 4` the Taylor polynomial
-    :math:`1 + d/2 + d^2/16 - d^3/192` in :math:`d = L - 1`, above it :math:`L - \log L + \log L / L`), after
-    which one step leaves :math:`3\cdot 10^{-11}` (float32 and below: one step, two logs per element) and two
-    leave float64's rounding (three logs); no exp."""
+    Fritsch's steps from :func:`_lambertw_exp_start`, after which one step leaves :math:`10^{-10}` (float32 and
+    below: one step, one log per element) and two leave float64's rounding."""
     fin = L < jnp.inf
     Lf = jnp.where(fin, L, 1.0)
-    lL = jnp.log(Lf)
-    d = Lf - 1
-    w = jnp.where(Lf < 4.0, 1 + d * (0.5 + d * (0.0625 - d * (1.0 / 192.0))), Lf - lL + lL / Lf)
-    one = jnp.ones((), L.dtype)
-    w = _fritsch_step(w, Lf, one)
+    w = _fritsch_step(_lambertw_exp_start(Lf), Lf)
     if jnp.finfo(L.dtype).bits > 32:
-        w = _fritsch_step(w, Lf, one)
+        w = _fritsch_step(w, Lf)
     return jnp.where(fin, w, L)
 
 
-#: from this L on, :func:`_lambertw_exp_series` is exact to float64's rounding
-_SERIES_MIN = 1000.0
+def _inverse_lambertw_exp_above_one(L: Array) -> Array:
+    r""":math:`1/W(e^L)` for :math:`L \ge 1` (0 for ``+inf``), exact to the rounding of the dtype: Jeffrey's
+    :math:`g` on shifted rows, the solver's inner loop.
 
-
-def _lambertw_exp_series(L: Array) -> Array:
-    r""":math:`W(e^L)` for :math:`L \ge 1000` (``+inf`` for ``+inf``) by the asymptotic series of Corless et al.
-    (1996, eq. 4.19) to :math:`L^{-5}`, with :math:`l = \log L`, :math:`u = 1/L`: relative error below
-    :math:`10^{-18}` there, one log per element."""
-    fin = jnp.isfinite(L)
-    Ls = jnp.where(fin, L, _SERIES_MIN)
-    l = jnp.log(Ls)
-    u = 1.0 / Ls
-    c2 = (6.0 + l * (-9.0 + 2.0 * l)) * (1.0 / 6.0)
-    c3 = (-12.0 + l * (36.0 + l * (-22.0 + 3.0 * l))) * (1.0 / 12.0)
-    c4 = (60.0 + l * (-300.0 + l * (350.0 + l * (-125.0 + 12.0 * l)))) * (1.0 / 60.0)
-    w = (Ls - l) + u * l * (1.0 + u * (0.5 * (l - 2.0) + u * (c2 + u * (c3 + u * c4))))
-    return jnp.where(fin, w, L)
+    :func:`_lambertw_exp_above_one`'s last step of Fritsch's iteration, :math:`w_1 = w (1 + a (q - b)/(q - 2b))`
+    with :math:`a = z/u`, :math:`b = a/u`, :math:`q = 2 + 4a/3`, :math:`u = 1 + w`, :math:`z = L - \log w - w`,
+    is taken as one fraction, :math:`1/w_1 = uD / (w (uD + zN))` with :math:`N = 2u^2 + 4zu/3 - z` and
+    :math:`D = N - z`, and :math:`u` and :math:`z` scaled by the power of two :math:`s \approx 2/u` (exact) so
+    that nothing overflows (and the fraction's two sides by :math:`s` again): one division and one log
+    (:func:`_log_at_least_one`) per element, and no result
+    used twice, which lets XLA fuse the whole evaluation into one loop (it writes out an expensive operation's
+    result, a division or a log, that has several users)."""
+    fin = L < jnp.inf
+    Lf = jnp.where(fin, L, 1.0)
+    w = _lambertw_exp_start(Lf)
+    if jnp.finfo(L.dtype).bits > 32:
+        w = _fritsch_step(w, Lf)
+    info = jnp.finfo(L.dtype)
+    bits = jnp.int32 if info.bits == 32 else jnp.int64
+    exponent = ((1 << (info.bits - 1 - info.nmant)) - 1) << info.nmant  # the exponent field's bits
+    u = 1 + w
+    # s = 2^(1 - e) for u = 2^e m, m in [1, 2): us in [2, 4), and s a normal number up to u's largest exponent
+    s = lax.bitcast_convert_type(exponent - (lax.bitcast_convert_type(u, bits) & exponent), L.dtype)
+    us = u * s
+    zs = (Lf - _log_at_least_one(w) - w) * s
+    N = us * (2.0 * us + (4.0 / 3.0) * zs) - zs * s
+    uD = us * (N - zs * s)
+    # scaled by s once more: w s is about 2, and w (uD + zs N) would overflow from L of about 1e36 in float32
+    return jnp.where(fin, (uD * s) / ((w * s) * (uD + zs * N)), 0.0)
 
 
 class Jeffrey(_JensenStart):
@@ -400,13 +461,13 @@ class Jeffrey(_JensenStart):
         g = 1.0 / w  # w = +inf (a masked entry): g = g' = 0
         return g, g / (1.0 + w)
 
+    def gp_from_g(self, g: Array, q: Optional[Array]) -> Array:
+        # g = 1/W and g' = g/(1 + W) = g^2/(1 + g); with q, q g' = (q g)^2/(q + q g); a masked entry (g = 0) gives 0
+        return g * g / (1 + g) if q is None else g * g / (q + g)
+
     def rows_variant(self) -> Divergence:
         # shifted rows, q = 1, τ >= -f'(1) = 0: every L = 1 + τ - c >= 1
         return _JeffreyAboveOne()
-
-    def threshold_variant(self) -> Optional[tuple[float, Divergence]]:
-        # every L = 1 + τ - c >= 1 + τ: from τ = 999 on, the asymptotic series alone (one log per entry)
-        return _SERIES_MIN - 1.0, _JeffreySeries()
 
     def jensen_start(self, a1: Array, a2: Array) -> Array:
         return a2 + jnp.log(a2) - 1.0 - a1 / a2
@@ -414,22 +475,12 @@ class Jeffrey(_JensenStart):
 
 class _JeffreyAboveOne(Jeffrey):
     r"""Jeffrey on shifted rows without a reference measure at thresholds ``τ >= 0``, where every
-    :math:`L = 1 + τ - c_j \ge 1`: :math:`W` by :func:`_lambertw_exp_above_one` (:meth:`Jeffrey.rows_variant`)."""
+    :math:`L = 1 + τ - c_j \ge 1`: :math:`g = 1/W(e^L)` by :func:`_inverse_lambertw_exp_above_one`
+    (:meth:`Jeffrey.rows_variant`), and :math:`g'` from it (:meth:`Jeffrey.gp_from_g`)."""
 
     def g_and_gp_rows(self, c: Array, tau: Array, state: Optional[Array]) -> tuple[Array, Array]:
-        w = _lambertw_exp_above_one(1 + tau - c)
-        g = 1.0 / w  # w = +inf (a masked entry): g = g' = 0
-        return g, g / (1.0 + w)
-
-
-class _JeffreySeries(Jeffrey):
-    r"""Jeffrey for thresholds ``τ >= 999`` of shifted rows, where every :math:`L = 1 + τ - c_j \ge 1000`:
-    :math:`W` by :func:`_lambertw_exp_series` (:meth:`Jeffrey.threshold_variant`)."""
-
-    def g_and_gp_rows(self, c: Array, tau: Array, state: Optional[Array]) -> tuple[Array, Array]:
-        w = _lambertw_exp_series(1 + tau - c)
-        g = 1.0 / w  # w = +inf (a masked entry): g = g' = 0
-        return g, g / (1.0 + w)
+        g = _inverse_lambertw_exp_above_one(1 + tau - c)  # a masked entry: g = g' = 0
+        return g, self.gp_from_g(g, None)
 
 
 class JensenShannon(_JensenStart):
