@@ -266,7 +266,7 @@ MESH_2D_SCRIPT = textwrap.dedent("""
     labels = jnp.asarray(rng.integers(0, 24, size=6)).at[4].set(5)
     # one mapping per path of the solver: 1.5-entmax's and sparsemax's closed forms, alpha > 2 (its own loop and
     # conditional), Newton with the bracket, the dense generators' start (a conditional on masked rows), Jeffrey's
-    # variants (a conditional between two solvers)
+    # loop that carries its evaluations
     cases = [("entmax15", {}), ("sparsemax", {}), ("entmax", {"alpha": 3.0}), ("entmax", {"alpha": 1.3}),
              ("jensen_shannon", {}), ("jeffrey", {})]
     for name, params in cases:

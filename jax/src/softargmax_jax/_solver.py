@@ -36,7 +36,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,25 @@ class Solution(NamedTuple):
     bad: Array
     shifted: Array
     shift: Array
+
+
+class _Shifted(NamedTuple):
+    """The shifted rows of :func:`shift_rows`, ``c = where(finite, z - shift, 0)``, kept as their parts: a loop
+    computes ``c`` inside its body from ``z`` (already in memory) instead of capturing ``c``, which XLA would write
+    out (a pass over the rows); ``neg_sum``, :math:`\\sum_j -c_j` per row, comes from the pass that looks for NaN
+    (:func:`_shift_rows`), not from ``c`` (``None``: not taken there)."""
+
+    z: Array
+    shift: Array
+    finite: Array
+    neg_sum: Optional[Array]
+
+    def c(self, tau: Optional[Array] = None) -> Array:
+        """``c``; inside a loop pass the loop's ``τ``: the shift then depends on it (for no value: it is taken where
+        ``τ == τ``, on every row whose ``τ`` is not NaN, and the others are not finite), so XLA does not hoist
+        ``c`` out of the loop, which would write it out all the same."""
+        shift = self.shift if tau is None else jnp.where(tau == tau, self.shift, 0.0)
+        return jnp.where(self.finite, self.z - shift, 0.0)
 
 
 class RowAlpha(Divergence):
@@ -151,14 +170,23 @@ def _tolerance(dtype: jnp.dtype, k: int) -> float:
 def shift_rows(z: Array, axis_name: Optional[str] = None) -> tuple[Array, Array, Array, Array]:
     """``(rows shifted to maximum 0, finite, bad, shift)``: rows whose maximum is not finite are
     replaced by zeros (solved harmlessly, zeroed or set to NaN afterwards)."""
+    return _shift_rows(z, axis_name, False)[:4]
+
+
+def _shift_rows(z: Array, axis_name: Optional[str],
+                with_neg_sum: bool) -> tuple[Array, Array, Array, Array, Optional[Array]]:
+    """:func:`shift_rows`, and with ``with_neg_sum`` :math:`\\sum_j -c_j` per row too (0 on the rows that are not
+    finite): the pass that looks for NaN then sums ``m - z`` (``-c`` where the row is finite) instead of ``z``."""
     m = _pmax(jnp.max(z, -1, keepdims=True), axis_name)
-    # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN; a sum cannot
-    nan_row = jnp.isnan(_rowsum(z, axis_name))
+    # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN; a sum cannot (m - z is NaN only
+    # there where m is finite)
+    total = _rowsum(m - z if with_neg_sum else z, axis_name)
+    nan_row = jnp.isnan(total) & (jnp.isfinite(m) if with_neg_sum else True)
     finite = jnp.isfinite(m) & ~nan_row
     bad = jnp.isnan(m) | (m == jnp.inf) | nan_row
     shift = jnp.where(finite, m, 0.0).astype(z.dtype)
     c = jnp.where(finite, z - shift, 0.0)
-    return c, finite, bad, shift
+    return c, finite, bad, shift, (jnp.where(finite, total, 0.0) if with_neg_sum else None)
 
 
 def _bounds(div: Divergence, c: Array, q: Optional[Array], k: int,
@@ -200,7 +228,9 @@ def _step(div: Divergence, tau: Array, S: Array, Sp: Array, lo: Array, hi: Array
 def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
             axis_name: Optional[str], start: Optional[Array] = None, rows_state: Optional[Array] = None) -> Array:
     """The safeguarded Newton iteration on shifted rows ``c`` from ``start`` (default ``lo``) inside
-    ``[lo, hi]`` (``rows_state``: ``div.rows_state(c)``); returns ``τ`` ``[..., 1]``."""
+    ``[lo, hi]`` (``rows_state``: ``div.rows_state(c)``); returns ``τ`` ``[..., 1]``.  The loop reads ``c`` from
+    memory: its row sums fuse their producers with ``c`` but not with ``c``'s select and shift, which they would
+    write out on every iteration."""
     eps = float(jnp.finfo(c.dtype).eps)
     tol = _tolerance(c.dtype, k)
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
@@ -244,7 +274,7 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
 
 def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
                    axis_name: Optional[str], start: Optional[Array], rows_state: Optional[Array],
-                   finite: Array, bad: Array) -> tuple[Array, Array, Array, Array]:
+                   finite: Array, bad: Array, rows: Optional[_Shifted] = None) -> tuple[Array, Array, Array, Array]:
     """:func:`_newton` for a generator whose :math:`g'` follows from :math:`g` (``Divergence.gp_from_g``), returning
     ``(τ, g, g', Σ g')`` (times ``q``) from the loop's last evaluation: the loop carries ``g`` and its row sum, a
     row stops where its evaluation says so and keeps its ``τ`` and ``g`` from then on (a row that ``max_iter``
@@ -260,7 +290,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     tol = _tolerance(c.dtype, k)
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
 
-    def evaluate(tau: Array) -> tuple[Array, Array]:
+    def evaluate(tau: Array, c: Array = c) -> tuple[Array, Array]:
         g = div.g_and_gp_rows(c, tau, rows_state)[0]
         if q is not None:
             g = g * q
@@ -277,7 +307,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
         it, tau, lo, hi, done, prev, g, S = state
         new = _step(div, tau, S, slope_sum(g), lo, hi)[0]
         tau = jnp.where(done, tau, new)
-        g, S = evaluate(tau)
+        g, S = evaluate(tau, c if rows is None else rows.c(tau))
         done, lo, hi, ares, _ = _check(div, it, tau, lo, hi, done, prev, S, tol, eps)
         return it + 1, tau, lo, hi, done, ares, g, S
 
@@ -293,10 +323,11 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
 
 
 def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Optional[str],
-                  rows_state: Optional[Array] = None) -> Optional[Array]:
+                  rows_state: Optional[Array] = None, rows: Optional[_Shifted] = None) -> Optional[Array]:
     """The dense generators' start of Newton's method (``Divergence.jensen_start``), in ``[lo, hi]``, or ``None``
-    (``rows_state``: ``div.rows_state(c)``)."""
-    sums = div.jensen_sums(c, rows_state, lambda t: _rowsum(t, axis_name))
+    (``rows_state``: ``div.rows_state(c)``; ``rows``: ``c``'s parts, for the sum of ``-c``)."""
+    sums = div.jensen_sums(c, rows_state, lambda t: _rowsum(t, axis_name), None if rows is None else rows.neg_sum,
+                           None if rows is None else rows.c)
     if sums is None:
         return None
     start = div.jensen_start(*sums)
@@ -491,25 +522,33 @@ def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Arra
     return None
 
 
+def _carries_values(div: Any) -> bool:
+    """Whether :func:`_solve_newton` runs :func:`_newton_values` for ``div`` (after ``rows_variant``)."""
+    return bool(getattr(div, "values_in_loop", False)) and not _closes_in_form(div)
+
+
 def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int, axis_name: Optional[str],
-                  finite: Array, bad: Array) -> tuple[Array, Array, Array, Optional[Array], bool]:
+                  finite: Array, bad: Array, rows: _Shifted) -> tuple[Array, Array, Array, Optional[Array], bool]:
     """``(τ, g, g', Σ g' or None, masked)`` of the shifted rows ``c`` by the safeguarded Newton iteration
     (:func:`solve`'s general case; ``g`` and ``g'`` times ``q``); ``masked``: ``g``, ``g'`` and the sum are already
-    :func:`solve`'s ``p``, ``s`` and ``s_sum`` on the rows that are not ``finite`` (:func:`_newton_values`)."""
+    :func:`solve`'s ``p``, ``s`` and ``s_sum`` on the rows that are not ``finite`` (:func:`_newton_values`);
+    ``rows``: ``c``'s parts (:class:`_Shifted`)."""
     if q is None:
         div = div.rows_variant()
+    carry = _carries_values(div)
     lo, hi = _bounds(div, c, q, k, axis_name)
     rows_state = div.rows_state(c)
-    # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root
-    start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name, rows_state)
+    # the dense generators start from Jensen's bound; the others on long rows from the block maxima's root.  Where
+    # the loop carries its values it computes c itself, and nothing else writes c out if Jensen's sums are taken
+    # from c's parts too; elsewhere c is in memory for the loop, and those sums read it (from z and the maximum,
+    # they were slower there)
+    start = None if q is not None else _jensen_start(div, c, lo, hi, axis_name, rows_state, rows if carry else None)
     if start is None and q is None and div.monotone and c.shape[-1] >= PRESOLVE_MIN_LENGTH:
         lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
 
-    closes = _closes_in_form(div)
-    carry = div.values_in_loop and not closes
-
     if carry:
-        return (*_newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, finite, bad), True)
+        return (*_newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, finite, bad, rows),
+                True)
     t = _newton(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state)
     closed = _finish_closed_form(div, c, q, t, axis_name)
     if closed is not None:
@@ -537,7 +576,9 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         give NaN.
     """
     k = z.shape[-1] if k is None else k
-    c, finite, bad, shift = shift_rows(z, axis_name)
+    # the loop that carries its values (Jeffrey's) computes c itself; Jensen's start then takes Σ -c from the NaN check
+    carries = q is None and _carries_values(div.rows_variant() if isinstance(div, Divergence) else div)
+    c, finite, bad, shift, neg_sum = _shift_rows(z, axis_name, carries)
     if q is not None:
         q = q.astype(c.dtype)
     s_known: Optional[Array] = None
@@ -564,7 +605,8 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         tau, s_known = _entmax15(c, lo, k, max_iter, axis_name)
         g, gp = div.g_and_gp(c - tau)
     else:
-        tau, g, gp, s_known, masked = _solve_newton(div, c, q, k, max_iter, axis_name, finite, bad)
+        rows = _Shifted(z.astype(c.dtype), shift, finite, neg_sum)
+        tau, g, gp, s_known, masked = _solve_newton(div, c, q, k, max_iter, axis_name, finite, bad, rows)
         if masked:
             assert s_known is not None
             return Solution(tau + shift, g, gp, s_known, finite, bad, c, shift)

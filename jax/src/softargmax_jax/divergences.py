@@ -138,10 +138,13 @@ class Divergence:
         bracket's lower end."""
         return None
 
-    def jensen_sums(self, c: Array, state: Optional[Array],
-                    rowsum: Callable[[Array], Array]) -> Optional[tuple[Array, Array]]:
+    def jensen_sums(self, c: Array, state: Optional[Array], rowsum: Callable[[Array], Array],
+                    neg_sum: Optional[Array] = None,
+                    shifted: Optional[Callable[[], Array]] = None) -> Optional[tuple[Array, Array]]:
         r"""The row sums ``(a1, a2)`` (``[..., 1]``) of :meth:`jensen_terms` with ``rowsum`` (the solver's row sum,
-        keepdims, over every device of a mapped axis), or ``None``; a generator may compute them more cheaply."""
+        keepdims, over every device of a mapped axis), or ``None``; a generator may compute them more cheaply
+        (``neg_sum``: :math:`\sum_j -c_j` per row, and ``shifted``: a function that computes ``c``, for a branch of
+        ``lax.cond`` that should compute it rather than capture it, where the solver has them)."""
         terms = self.jensen_terms(c, state)
         return None if terms is None else (rowsum(terms[0]), rowsum(terms[1]))
 
@@ -214,16 +217,18 @@ class _JensenStart(Divergence):
         fin = c > -jnp.inf
         return jnp.where(fin, -c, 0.0), fin.astype(c.dtype)
 
-    def jensen_sums(self, c: Array, state: Optional[Array],
-                    rowsum: Callable[[Array], Array]) -> Optional[tuple[Array, Array]]:
+    def jensen_sums(self, c: Array, state: Optional[Array], rowsum: Callable[[Array], Array],
+                    neg_sum: Optional[Array] = None,
+                    shifted: Optional[Callable[[], Array]] = None) -> Optional[tuple[Array, Array]]:
         # where no entry is masked, a1 = Σ -c (one fused pass over the rows; the selects of jensen_terms keep XLA's
         # CPU backend from fusing them with their sums, and it writes both terms out) and a2 = the row length;
-        # rows with a masked entry (a1 = +inf) take jensen_terms
-        a1 = rowsum(-c)
+        # rows with a masked entry (a1 = +inf) take jensen_terms (with c computed in the branch where the solver
+        # can: a c the branch captures is written out before the lax.cond, whichever branch runs)
+        a1 = rowsum(-c) if neg_sum is None else neg_sum
         n = rowsum(jnp.full(c.shape[:-1] + (1,), c.shape[-1], c.dtype))
 
         def masked(_: None) -> tuple[Array, Array]:
-            t1, t2 = self.jensen_terms(c, state)  # type: ignore[misc]
+            t1, t2 = self.jensen_terms(c if shifted is None else shifted(), state)  # type: ignore[misc]
             return rowsum(t1), rowsum(t2)
 
         return _control.cond(jnp.all(a1 < jnp.inf), lambda _: (a1, n), masked, None, like=c)
