@@ -103,8 +103,9 @@ def test_step_error_bounds_the_residual_after_the_step(x64, name):
     assert tight[2] < tight[1] < tight[0], tight
 
 
-def passes(name, x):
-    """The Newton loop's iterations for ``f_softargmax(x, name)`` (one pass over the rows each)."""
+def passes(name, x, values=True):
+    """The Newton loop's iterations for ``f_softargmax(x, name)`` (one pass over the rows each; with ``values``
+    false, the generator without ``values_in_loop``: the loop that certifies its last step)."""
     counts = []
     orig = lax.while_loop
 
@@ -113,9 +114,12 @@ def passes(name, x):
         counts.append(int(out[0]))
         return out
 
+    div = get_divergence(name)
+    if not values:
+        div = type("Uncarried", (type(div),), {"values_in_loop": False})()
     _solver.lax.while_loop = record
     try:
-        p = _solver.solve(jnp.asarray(x), get_divergence(name)).p
+        p = _solver.solve(jnp.asarray(x), div).p
     finally:
         _solver.lax.while_loop = orig
     return counts, np.asarray(p)
@@ -123,12 +127,17 @@ def passes(name, x):
 
 @pytest.mark.parametrize("name,most", [("jensen_shannon", 2), ("squared_hellinger", 2)])
 def test_certified_step_ends_the_loop_one_pass_early(name, most):
-    """On 16 float32 rows of 4000 Gaussian scores of scale 3 the loop ends on the certified step: Jensen–Shannon in
-    two passes and squared Hellinger in two on these rows (the benchmark's 64 x 32000: two and one); the
-    rows still sum to 1 and match the float64 roots' mapping to float32's rounding."""
+    """On 16 float32 rows of 4000 Gaussian scores of scale 3 the loop without ``values_in_loop`` ends on the
+    certified step: Jensen–Shannon in two passes and squared Hellinger in two on these rows (the benchmark's
+    64 x 32000: two and one); the rows still sum to 1 and match the float64 roots' mapping to float32's rounding.
+    The loop that carries its values (the built-in generators' choice) evaluates at the certified step's end
+    instead, where the other makes its pass that writes ``p``: at most one evaluation more, no more passes."""
     x = (np.random.default_rng(3).normal(size=(16, 4000)) * 3).astype(np.float32)
-    counts, p = passes(name, x)
+    counts, p = passes(name, x, values=False)
     assert counts == [most], counts
+    carried, p_carried = passes(name, x)
+    assert len(carried) == 1 and most <= carried[0] <= most + 1, carried
+    np.testing.assert_allclose(p_carried, p, rtol=0, atol=2e-7)
     c = x.astype(np.float64) - x.max(-1, keepdims=True)
     ref = g_rows(name, c, roots(name, c))[0]
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=4e-6)

@@ -36,7 +36,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -146,6 +146,18 @@ def _pmax(x: Array, axis_name: Optional[str]) -> Array:
 
 def _rowsum(x: Array, axis_name: Optional[str]) -> Array:
     return _psum(jnp.sum(x, -1, keepdims=True), axis_name)
+
+
+def _rowsum_or_dot(axis_name: Optional[str]) -> Callable[..., Array]:
+    """The row sum handed to the generators: ``f(t)`` sums ``t``'s rows, ``f(a, b)`` sums ``a * b``'s as a dot
+    product (keepdims, over every device of a mapped axis)."""
+
+    def rowsum(a: Array, b: Optional[Array] = None) -> Array:
+        if b is None:
+            return _rowsum(a, axis_name)
+        return _psum(jnp.einsum("...j,...j->...", a, b)[..., None], axis_name)
+
+    return rowsum
 
 
 def newton_update(tau: Array, S: Array, Sp: Array, rho: Union[float, Array]) -> Array:
@@ -297,15 +309,14 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
         g = jnp.where(finite, g, jnp.where(bad, jnp.asarray(jnp.nan, c.dtype), 0.0))
         return g, _rowsum(g, axis_name)
 
-    def slope_sum(g: Array) -> Array:
-        return _rowsum(div.gp_from_g(g, q), axis_name)
+    rowsum = _rowsum_or_dot(axis_name)
 
     def cond(state: tuple) -> Array:
         return (state[0] < max_iter) & ~jnp.all(state[4])
 
     def body(state: tuple) -> tuple:
         it, tau, lo, hi, done, prev, g, S = state
-        new = _step(div, tau, S, slope_sum(g), lo, hi)[0]
+        new = _step(div, tau, S, div.gp_rowsum_from_g(g, S, q, rowsum), lo, hi)[0]
         tau = jnp.where(done, tau, new)
         g, S = evaluate(tau, c if rows is None else rows.c(tau))
         done, lo, hi, ares, _ = _check(div, it, tau, lo, hi, done, prev, S, tol, eps)
@@ -318,6 +329,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
                                    jnp.full(lo.shape, jnp.inf, c.dtype), S, tol, eps)
     out = _control.while_loop(cond, body, (jnp.int32(1), tau, lo, hi, done, ares, g, S), like=(c, q))
     g = out[6]
+    # after the loop g' is an array anyway where anything reads its sum (the backward reads both): its plain row sum
     gp = div.gp_from_g(g, q)
     return out[1], g, gp, _rowsum(gp, axis_name)
 
@@ -326,7 +338,7 @@ def _jensen_start(div: Divergence, c: Array, lo: Array, hi: Array, axis_name: Op
                   rows_state: Optional[Array] = None, rows: Optional[_Shifted] = None) -> Optional[Array]:
     """The dense generators' start of Newton's method (``Divergence.jensen_start``), in ``[lo, hi]``, or ``None``
     (``rows_state``: ``div.rows_state(c)``; ``rows``: ``c``'s parts, for the sum of ``-c``)."""
-    sums = div.jensen_sums(c, rows_state, lambda t: _rowsum(t, axis_name), None if rows is None else rows.neg_sum,
+    sums = div.jensen_sums(c, rows_state, _rowsum_or_dot(axis_name), None if rows is None else rows.neg_sum,
                            None if rows is None else rows.c)
     if sums is None:
         return None
@@ -577,7 +589,8 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
     """
     k = z.shape[-1] if k is None else k
     # the loop that carries its values (Jeffrey's) computes c itself; Jensen's start then takes Σ -c from the NaN check
-    carries = q is None and _carries_values(div.rows_variant() if isinstance(div, Divergence) else div)
+    rows_div = div.rows_variant() if isinstance(div, Divergence) else div
+    carries = q is None and _carries_values(rows_div) and bool(getattr(rows_div, "jensen_neg_sum", False))
     c, finite, bad, shift, neg_sum = _shift_rows(z, axis_name, carries)
     if q is not None:
         q = q.astype(c.dtype)
