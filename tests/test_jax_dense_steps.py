@@ -3,7 +3,8 @@
 (``Divergence.step_error``) against the residual computed in float64 at the step's end, the loop ending on that
 bound without evaluating the step's end (the number of passes), the separately fused row sums
 (``Divergence.row_sums``) and Jensen's sums without the masked-entry selects (``_JensenStart.jensen_sums``) against
-the plain sums; every row against a float64 root found by bisection."""
+the plain sums; every row against a float64 root found by bisection.  And every built-in dense generator's g' from
+g (``Divergence.gp_from_g``, ``gp_rowsum_from_g``: the loop that carries its values) against ``g_and_gp``."""
 
 import numpy as np
 import pytest
@@ -178,3 +179,23 @@ def test_float32_and_float64_against_the_float64_roots(x64, name):
     ref = g_rows(name, c, roots(name, c))[0]
     assert_close(sj.f_softargmax(jnp.asarray(x), name), ref, 1e-12)
     assert_close(sj.f_softargmax(jnp.asarray(x.astype(np.float32)), name), ref, 2e-6)
+
+
+@pytest.mark.parametrize("name", ["reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger",
+                                  "reverse_chi_square"])
+def test_gp_from_g_and_its_row_sum_equal_g_and_gp(x64, name):
+    """The loop that carries its values takes g' from g (``Divergence.gp_from_g``) and the row sum of g' from g and
+    its sum (``gp_rowsum_from_g``): both against ``g_and_gp``'s g' at thresholds above the root and at a random
+    reference measure ``q`` (times q), masked entries included (g = g' = 0)."""
+    div = get_divergence(name)
+    assert div.values_in_loop
+    c = jnp.asarray(edge_rows(5))
+    q = jnp.asarray(np.random.default_rng(6).uniform(0.3, 3.0, c.shape))
+    rowsum = _solver._rowsum_or_dot(None)
+    for tau in (jnp.full((c.shape[0], 1), 1.5), jnp.full((c.shape[0], 1), 40.0)):
+        g, gp = div.g_and_gp(jnp.where(c > -jnp.inf, c - tau, -jnp.inf))
+        for qq in (None, q):
+            G, GP = (g, gp) if qq is None else (g * qq, gp * qq)
+            assert_close(div.gp_from_g(G, qq), GP, 1e-13)
+            S = jnp.sum(G, -1, keepdims=True)
+            assert_close(div.gp_rowsum_from_g(G, S, qq, rowsum), jnp.sum(GP, -1, keepdims=True), 1e-13)
