@@ -199,3 +199,19 @@ def test_gp_from_g_and_its_row_sum_equal_g_and_gp(x64, name):
             assert_close(div.gp_from_g(G, qq), GP, 1e-13)
             S = jnp.sum(G, -1, keepdims=True)
             assert_close(div.gp_rowsum_from_g(G, S, qq, rowsum), jnp.sum(GP, -1, keepdims=True), 1e-13)
+
+
+def test_a_subclass_that_redefines_g_takes_the_loop_that_reads_g_and_gp():
+    """``values_in_loop`` is inherited, ``gp_from_g`` too: a subclass of a built-in generator that redefines
+    ``g_and_gp`` and not ``gp_from_g`` must not take g' from its parent's formula: it takes the other loop, which
+    reads g' from ``g_and_gp``; the built-ins (their rows variants included) take the loop that carries g."""
+    from softargmax_jax.divergences import ReverseKL
+
+    class Tempered(ReverseKL):  # another g, for which the parent's g' = g^2 would be wrong (here g' = g^2 / 2)
+        def g_and_gp(self, v):
+            g = -2.0 / v
+            return g, 0.5 * g * g
+
+    for name in ["reverse_kl", "jeffrey", "jensen_shannon", "squared_hellinger", "reverse_chi_square"]:
+        assert _solver._carries_values(get_divergence(name).rows_variant()), name
+    assert not _solver._carries_values(Tempered())

@@ -333,14 +333,20 @@ def test_masked_rows_nan_rows_and_gradients(fn):
     assert bool(jnp.all(g[1] == 0)) and float(g[0, 1]) == 0.0
 
 
-@pytest.mark.parametrize("fn", [sj.sparsemax, sj.entmax15, lambda t: sj.entmax(t, 1.25),
-                                lambda t: sj.f_softargmax(t, "jensen_shannon")])
+@pytest.mark.parametrize("fn", [sj.sparsemax, sj.entmax15, lambda t: sj.entmax(t, 1.25)]
+                         + [(lambda n: lambda t: sj.f_softargmax(t, n))(n) for n in
+                            ("jensen_shannon", "jeffrey", "reverse_kl", "squared_hellinger", "reverse_chi_square")])
 def test_nan_propagates_on_long_rows(fn):
-    """A NaN anywhere in a long row (where XLA's CPU maximum can skip it) makes the row NaN, and only it."""
-    x = np.random.default_rng(21).normal(size=(4, 4100)).astype(np.float32)
+    """A NaN anywhere in a long row (where XLA's CPU maximum can skip it) makes the row NaN, and only it: among
+    finite scores, in a row of -inf and NaN (whose maximum XLA may then take as -inf) and in a row all NaN; a row
+    all -inf gives zeros."""
+    x = np.random.default_rng(21).normal(size=(7, 4100)).astype(np.float32)
     x[0, 0], x[1, 3], x[2, -1] = np.nan, np.nan, np.nan
+    x[3], x[3, 100] = -np.inf, np.nan
+    x[4] = np.nan
+    x[5] = -np.inf
     p = np.asarray(fn(jnp.asarray(x)))
-    assert np.isnan(p[:3]).all() and not np.isnan(p[3]).any()
+    assert np.isnan(p[:5]).all() and (p[5] == 0).all() and not np.isnan(p[6]).any()
 
 
 def test_jeffrey_does_not_iterate_on_a_masked_or_nan_row(monkeypatch):

@@ -14,7 +14,10 @@ transform is convex (``Divergence.monotone``) the iterates increase to the root 
 stops once the residual stops decreasing.  A generator may take its own step (``Divergence.newton_step``:
 Jensen–Shannon's on :math:`1/S` in :math:`e^\tau`) and bound the residual after a step
 (``Divergence.step_error``): without :math:`q` a step from below whose bound is within half the tolerance ends
-the row unevaluated, so the pass that writes :math:`p` is the next one over the row.  The rows are shifted to maximum 0 first (every mapping is
+the row unevaluated, so the pass that writes :math:`p` is the next one over the row.  A generator whose
+:math:`g'` follows from :math:`g` (``Divergence.values_in_loop``, every built-in dense one) takes a loop that
+carries its last evaluation's :math:`g` instead, which is then :math:`p` (each evaluation one fused pass that
+writes :math:`g`, and sums of :math:`g` alone).  The rows are shifted to maximum 0 first (every mapping is
 invariant to adding a constant to a row).  Sparsemax and 1.5-entmax finish with their closed form
 on the support found (Michelot's algorithm is Newton's method for sparsemax), so they are exact
 to rounding; α-entmax with α > 2 is solved in the entmax variable :math:`t = (\alpha-1)\tau_f - 1`,
@@ -190,10 +193,12 @@ def _shift_rows(z: Array, axis_name: Optional[str],
     """:func:`shift_rows`, and with ``with_neg_sum`` :math:`\\sum_j -c_j` per row too (0 on the rows that are not
     finite): the pass that looks for NaN then sums ``m - z`` (``-c`` where the row is finite) instead of ``z``."""
     m = _pmax(jnp.max(z, -1, keepdims=True), axis_name)
-    # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN; a sum cannot (m - z is NaN only
-    # there where m is finite)
-    total = _rowsum(m - z if with_neg_sum else z, axis_name)
-    nan_row = jnp.isnan(total) & (jnp.isfinite(m) if with_neg_sum else True)
+    # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN (a row of -inf and NaN then has
+    # m = -inf); a sum cannot.  With the neg sum: of m' - z, m' = m where finite and 0 elsewhere, NaN exactly where
+    # the row holds a NaN (where m = +inf the row is bad anyway), and -c where the row is finite
+    shifted_max = jnp.where(jnp.isfinite(m), m, 0.0) if with_neg_sum else None
+    total = _rowsum(z if shifted_max is None else shifted_max - z, axis_name)
+    nan_row = jnp.isnan(total)
     finite = jnp.isfinite(m) & ~nan_row
     bad = jnp.isnan(m) | (m == jnp.inf) | nan_row
     shift = jnp.where(finite, m, 0.0).astype(z.dtype)
@@ -290,10 +295,10 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     """:func:`_newton` for a generator whose :math:`g'` follows from :math:`g` (``Divergence.gp_from_g``), returning
     ``(τ, g, g', Σ g')`` (times ``q``) from the loop's last evaluation: the loop carries ``g`` and its row sum, a
     row stops where its evaluation says so and keeps its ``τ`` and ``g`` from then on (a row that ``max_iter``
-    stops keeps the iterate of its last evaluation), and :math:`g'` is derived from ``g`` where a step needs its
+    stops is evaluated at its last step's end), and :math:`g'` is derived from ``g`` where a step needs its
     sum (inside the loop) and once after it: no evaluation after the loop, and none of :math:`g'` where nothing
-    reads it (a forward alone).  The first evaluation is made before the loop (at least one, whatever
-    ``max_iter``): a row whose start is its root (Jeffrey's Jensen start, nearly always) never enters it.
+    reads it (a forward alone).  The first evaluation is made before the loop: a batch whose rows all start at
+    their roots (Jeffrey's Jensen start, nearly always) never enters it.
 
     ``g`` is returned as :func:`solve` returns ``p``: NaN on the rows ``bad`` and 0 on the other rows that are not
     ``finite`` (masked in every evaluation, where it costs nothing, instead of in a pass after the loop: a row with
@@ -312,7 +317,8 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     rowsum = _rowsum_or_dot(axis_name)
 
     def cond(state: tuple) -> Array:
-        return (state[0] < max_iter) & ~jnp.all(state[4])
+        # state[0] counts the evaluations: at most max_iter steps after the first one
+        return (state[0] <= max_iter) & ~jnp.all(state[4])
 
     def body(state: tuple) -> tuple:
         it, tau, lo, hi, done, prev, g, S = state
@@ -534,9 +540,21 @@ def _finish_closed_form(div: Divergence, c: Array, q: Optional[Array], tau: Arra
     return None
 
 
+def _defined_in(cls: type, name: str) -> Optional[type]:
+    """The class of ``cls``'s method resolution order that defines ``name``."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
 def _carries_values(div: Any) -> bool:
-    """Whether :func:`_solve_newton` runs :func:`_newton_values` for ``div`` (after ``rows_variant``)."""
-    return bool(getattr(div, "values_in_loop", False)) and not _closes_in_form(div)
+    """Whether :func:`_solve_newton` runs :func:`_newton_values` for ``div`` (after ``rows_variant``): where it asks
+    to (``values_in_loop``) and its ``gp_from_g`` is defined where its ``g_and_gp`` is, or below (a subclass of a
+    built-in generator that redefines ``g_and_gp`` but not ``gp_from_g`` takes the other loop, which reads ``g'``
+    from ``g_and_gp``; a rows variant's ``g_and_gp_rows`` evaluates the same ``g``)."""
+    if not getattr(div, "values_in_loop", False) or _closes_in_form(div):
+        return False
+    gp = _defined_in(type(div), "gp_from_g")
+    g = _defined_in(type(div), "g_and_gp")
+    return gp is not None and (g is None or issubclass(gp, g))
 
 
 def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int, axis_name: Optional[str],
@@ -588,7 +606,7 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         give NaN.
     """
     k = z.shape[-1] if k is None else k
-    # the loop that carries its values (Jeffrey's) computes c itself; Jensen's start then takes Σ -c from the NaN check
+    # the loop that carries its values computes c itself; Jensen's start then takes Σ -c from the NaN check
     rows_div = div.rows_variant() if isinstance(div, Divergence) else div
     carries = q is None and _carries_values(rows_div) and bool(getattr(rows_div, "jensen_neg_sum", False))
     c, finite, bad, shift, neg_sum = _shift_rows(z, axis_name, carries)

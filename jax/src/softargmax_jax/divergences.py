@@ -371,7 +371,8 @@ def _log_estimate(x: Array) -> Array:
 
 #: :math:`\log(1 + t) \approx t - t^2/2 + t^3 P(t)` for :math:`1 + t \in [\sqrt{1/2}, \sqrt 2)`, the form of Cephes'
 #: ``logf`` with a polynomial of degree 6 instead of 8, fitted (minimax) for an absolute error of
-#: :math:`7\cdot 10^{-9}`, below float32's rounding of :math:`\log x` for :math:`x \ge 1` (about :math:`6\cdot 10^{-8}`)
+#: :math:`7\cdot 10^{-9}`: the log within 1.2 units in the last place, as ``jnp.log`` (checked on every float32
+#: from 1 up)
 _LOG1P_POLY = (3.3334165931e-1, -2.5001698853e-1, 1.9954875062e-1, -1.6564422359e-1, 1.4977997733e-1,
                -1.4379033417e-1, 8.6722031847e-2)
 
@@ -423,8 +424,8 @@ def _lambertw_exp_above_one(L: Array) -> Array:
 
 
 def _inverse_lambertw_exp_above_one(L: Array) -> Array:
-    r""":math:`1/W(e^L)` for :math:`L \ge 1` (0 for ``+inf``), exact to the rounding of the dtype: Jeffrey's
-    :math:`g` on shifted rows, the solver's inner loop.
+    r""":math:`1/W(e^L)` for :math:`L \ge 1` (0 for ``+inf``, NaN for NaN), within 2.1e-7 (3.2 units in the last
+    place) in float32 and float64's rounding: Jeffrey's :math:`g` on shifted rows, the solver's inner loop.
 
     :func:`_lambertw_exp_above_one`'s last step of Fritsch's iteration, :math:`w_1 = w (1 + a (q - b)/(q - 2b))`
     with :math:`a = z/u`, :math:`b = a/u`, :math:`q = 2 + 4a/3`, :math:`u = 1 + w`, :math:`z = L - \log w - w`,
@@ -450,14 +451,16 @@ def _inverse_lambertw_exp_above_one(L: Array) -> Array:
     N = us * (2.0 * us + (4.0 / 3.0) * zs) - zs * s
     uD = us * (N - zs * s)
     # scaled by s once more: w s is about 2, and w (uD + zs N) would overflow from L of about 1e36 in float32
-    return jnp.where(fin, (uD * s) / ((w * s) * (uD + zs * N)), 0.0)
+    return jnp.where(fin, (uD * s) / ((w * s) * (uD + zs * N)), jnp.where(L == jnp.inf, 0.0, L))
 
 
 class Jeffrey(_JensenStart):
     r"""Jeffrey, :math:`f(u) = (u - 1) \log u`, :math:`g(v) = 1/W(e^{1 - v})`.
 
     Newton's method on :math:`(S^{-1/2} - 1)/(-1/2)` is monotone (the transform is convex in :math:`\tau`).
-    :math:`W` is evaluated by Fritsch's iteration (:func:`_lambertw_exp_fast`).
+    :math:`W` is evaluated by Fritsch's iteration: on shifted rows without a reference measure, where every
+    :math:`L = 1 - v \ge 1`, as :math:`g = 1/W` in one fused pass (:func:`_inverse_lambertw_exp_above_one`), and
+    for any :math:`L` by :func:`_lambertw_exp_fast`.
 
     References:
         F. N. Fritsch, R. E. Shafer and W. P. Crowley, *Algorithm 443: Solution of the transcendental
@@ -590,8 +593,8 @@ class JensenShannon(_JensenStart):
     def jensen_terms(self, c: Array, state: Optional[Array] = None) -> Optional[tuple[Array, Array]]:
         # g(v) >= x + x^2 with x = e^v / 2: S(τ) >= X a1 + X^2 a2 with X = e^{-τ}/2, a1 = Σ y, a2 = Σ y^2, y = e^c
         # (from rows_state when given: no second exp per entry, and y * y, which XLA would rewrite as exp(2c), a
-        # second exp per entry from c written out for it, had y been an exp; its row sum is XLA's CPU backend's
-        # fastest reduction, a product of two arrays)
+        # second exp per entry from c written out for it, had y been an exp; a sum of a product of two arrays is
+        # among XLA's CPU backend's fastest reductions)
         y = self.rows_state(c) if state is None else state
         return y, y * y
 
