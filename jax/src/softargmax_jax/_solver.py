@@ -191,7 +191,7 @@ def shift_rows(z: Array, axis_name: Optional[str] = None) -> tuple[Array, Array,
 def _shift_rows(z: Array, axis_name: Optional[str],
                 with_neg_sum: bool) -> tuple[Array, Array, Array, Array, Optional[Array]]:
     """:func:`shift_rows`, and with ``with_neg_sum`` :math:`\\sum_j -c_j` per row too (0 on the rows that are not
-    finite): the pass that looks for NaN then sums ``m - z`` (``-c`` where the row is finite) instead of ``z``."""
+    finite): the pass that looks for NaN then sums ``m' - z`` (``-c`` where the row is finite) instead of ``z``."""
     m = _pmax(jnp.max(z, -1, keepdims=True), axis_name)
     # XLA's CPU maximum over long rows (a few thousand entries) can skip NaN (a row of -inf and NaN then has
     # m = -inf); a sum cannot.  With the neg sum: of m' - z, m' = m where finite and 0 elsewhere, NaN exactly where
