@@ -79,6 +79,7 @@ class _Shifted(NamedTuple):
     z: Array
     shift: Array
     finite: Array
+    bad: Array
     neg_sum: Optional[Array]
 
     def c(self, tau: Optional[Array] = None) -> Array:
@@ -291,7 +292,7 @@ def _newton(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array,
 
 def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi: Array, k: int, max_iter: int,
                    axis_name: Optional[str], start: Optional[Array], rows_state: Optional[Array],
-                   finite: Array, bad: Array, rows: Optional[_Shifted] = None) -> tuple[Array, Array, Array, Array]:
+                   rows: _Shifted) -> tuple[Array, Array, Array, Array]:
     """:func:`_newton` for a generator whose :math:`g'` follows from :math:`g` (``Divergence.gp_from_g``), returning
     ``(τ, g, g', Σ g')`` (times ``q``) from the loop's last evaluation: the loop carries ``g`` and its row sum, a
     row stops where its evaluation says so and keeps its ``τ`` and ``g`` from then on (a row that ``max_iter``
@@ -300,9 +301,10 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
     reads it (a forward alone).  The first evaluation is made before the loop: a batch whose rows all start at
     their roots (Jeffrey's Jensen start, nearly always) never enters it.
 
-    ``g`` is returned as :func:`solve` returns ``p``: NaN on the rows ``bad`` and 0 on the other rows that are not
-    ``finite`` (masked in every evaluation, where it costs nothing, instead of in a pass after the loop: a row with
-    a NaN sum stops at once)."""
+    ``g`` is returned as :func:`solve` returns ``p``: NaN on the rows ``rows.bad`` and 0 on the other rows that are
+    not ``rows.finite`` (masked in every evaluation, where it costs nothing, instead of in a pass after the loop);
+    ``rows``: ``c``'s parts, from which the loop's body computes ``c``."""
+    finite, bad = rows.finite, rows.bad
     eps = float(jnp.finfo(c.dtype).eps)
     tol = _tolerance(c.dtype, k)
     hi = jnp.where(jnp.isfinite(hi), hi, lo + 1)
@@ -324,7 +326,7 @@ def _newton_values(div: Divergence, c: Array, q: Optional[Array], lo: Array, hi:
         it, tau, lo, hi, done, prev, g, S = state
         new = _step(div, tau, S, div.gp_rowsum_from_g(g, S, q, rowsum), lo, hi)[0]
         tau = jnp.where(done, tau, new)
-        g, S = evaluate(tau, c if rows is None else rows.c(tau))
+        g, S = evaluate(tau, rows.c(tau))
         done, lo, hi, ares, _ = _check(div, it, tau, lo, hi, done, prev, S, tol, eps)
         return it + 1, tau, lo, hi, done, ares, g, S
 
@@ -558,7 +560,7 @@ def _carries_values(div: Any) -> bool:
 
 
 def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_iter: int, axis_name: Optional[str],
-                  finite: Array, bad: Array, rows: _Shifted) -> tuple[Array, Array, Array, Optional[Array], bool]:
+                  rows: _Shifted) -> tuple[Array, Array, Array, Optional[Array], bool]:
     """``(τ, g, g', Σ g' or None, masked)`` of the shifted rows ``c`` by the safeguarded Newton iteration
     (:func:`solve`'s general case; ``g`` and ``g'`` times ``q``); ``masked``: ``g``, ``g'`` and the sum are already
     :func:`solve`'s ``p``, ``s`` and ``s_sum`` on the rows that are not ``finite`` (:func:`_newton_values`);
@@ -577,8 +579,7 @@ def _solve_newton(div: Divergence, c: Array, q: Optional[Array], k: int, max_ite
         lo = _presolved_start(div, c, lo, hi, k, max_iter, axis_name)
 
     if carry:
-        return (*_newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, finite, bad, rows),
-                True)
+        return (*_newton_values(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state, rows), True)
     t = _newton(div, c, q, lo, hi, k, max_iter, axis_name, start, rows_state)
     closed = _finish_closed_form(div, c, q, t, axis_name)
     if closed is not None:
@@ -636,8 +637,8 @@ def solve(z: Array, div: Divergence, q: Optional[Array] = None, *, axis_name: Op
         tau, s_known = _entmax15(c, lo, k, max_iter, axis_name)
         g, gp = div.g_and_gp(c - tau)
     else:
-        rows = _Shifted(z.astype(c.dtype), shift, finite, neg_sum)
-        tau, g, gp, s_known, masked = _solve_newton(div, c, q, k, max_iter, axis_name, finite, bad, rows)
+        rows = _Shifted(z.astype(c.dtype), shift, finite, bad, neg_sum)
+        tau, g, gp, s_known, masked = _solve_newton(div, c, q, k, max_iter, axis_name, rows)
         if masked:
             assert s_known is not None
             return Solution(tau + shift, g, gp, s_known, finite, bad, c, shift)

@@ -356,16 +356,20 @@ def _lambertw_exp_fast(L: Array) -> Array:
     return jnp.where(L == jnp.inf, jnp.inf, jnp.where(jnp.isnan(L), L, w))
 
 
+def _float_layout(dtype: Any) -> tuple[Any, int, int]:
+    """``(integer type of the same width, mantissa bits, exponent bias)`` of float32 or float64."""
+    info = jnp.finfo(dtype)
+    return (jnp.int32 if info.bits == 32 else jnp.int64), info.nmant, -info.minexp + 1
+
+
 def _log_estimate(x: Array) -> Array:
     r""":math:`\log x` for finite :math:`x \ge 1` within :math:`4.4\cdot 10^{-3}`, without a transcendental function:
     the float's exponent times :math:`\log 2` plus :math:`t\,(0.94056 - 0.25179\,t)` for its mantissa
     :math:`1 + t`, :math:`t \in [0, 1)` (a near-minimax quadratic of :math:`\log(1 + t)`); float32 and float64."""
-    info = jnp.finfo(x.dtype)
-    bits = jnp.int32 if info.bits == 32 else jnp.int64
-    one = (-info.minexp + 1) << info.nmant  # the bits of 1.0: the exponent's bias, shifted
+    bits, nmant, bias = _float_layout(x.dtype)
     i = lax.bitcast_convert_type(x, bits)
-    t = lax.bitcast_convert_type((i & ((1 << info.nmant) - 1)) | one, x.dtype) - 1
-    e = ((i >> info.nmant) - (-info.minexp + 1)).astype(x.dtype)
+    t = lax.bitcast_convert_type((i & ((1 << nmant) - 1)) | (bias << nmant), x.dtype) - 1  # bias << nmant: 1.0
+    e = ((i >> nmant) - bias).astype(x.dtype)
     return e * math.log(2.0) + t * (0.9405587 - 0.2517925 * t)
 
 
@@ -441,9 +445,8 @@ def _inverse_lambertw_exp_above_one(L: Array) -> Array:
     w = _lambertw_exp_start(Lf)
     if jnp.finfo(L.dtype).bits > 32:
         w = _fritsch_step(w, Lf)
-    info = jnp.finfo(L.dtype)
-    bits = jnp.int32 if info.bits == 32 else jnp.int64
-    exponent = ((1 << (info.bits - 1 - info.nmant)) - 1) << info.nmant  # the exponent field's bits
+    bits, nmant, bias = _float_layout(L.dtype)
+    exponent = (2 * bias + 1) << nmant  # the exponent field's bits
     u = 1 + w
     # s = 2^(1 - e) for u = 2^e m, m in [1, 2): us in [2, 4), and s a normal number up to u's largest exponent
     s = lax.bitcast_convert_type(exponent - (lax.bitcast_convert_type(u, bits) & exponent), L.dtype)
