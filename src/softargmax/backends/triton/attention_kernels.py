@@ -334,15 +334,44 @@ mm, low = _mm, _low
 
 
 @triton.jit
-def _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, scale,
+def _rows_tile(P, base, stride, start, offs, offs_d, n, EDGE: tl.constexpr, TRANS: tl.constexpr,
+               HOIST: tl.constexpr):
+    """The rows ``start + offs`` of a ``[n, D]`` operand at ``P + base`` (row stride ``stride``, unit column
+    stride) as a ``[len(offs), D]`` tile, or ``[D, len(offs)]`` with ``TRANS``.  With ``EDGE`` the rows past
+    ``n`` read as 0.  Without, every row is below ``n`` (a tile that needs no mask) and the load takes no mask:
+    a comparison and two selections fewer per asynchronous copy.  ``HOIST``: each thread's offsets inside the
+    tile (which do not depend on ``start``) are kept out of the loop by the compiler, and a tile's addresses cost
+    one 64-bit addition per copy rather than a multiplication and a wide multiply-add, for two more registers
+    per copy (the forward's loops have them; the backward kernels, at 128 and 255 registers, do not)."""
+    if TRANS:
+        rows = (start + offs)[None, :]
+        inside = offs[None, :] * stride + offs_d[:, None]
+        ptr = P + base + rows * stride + offs_d[:, None]
+    else:
+        rows = (start + offs)[:, None]
+        inside = offs[:, None] * stride + offs_d[None, :]
+        ptr = P + base + rows * stride + offs_d[None, :]
+    if HOIST:
+        ptr = P + (base + start * stride) + inside
+    if EDGE:
+        x = tl.load(ptr, mask=rows < n, other=0.0)
+    else:
+        x = tl.load(ptr)
+    return x
+
+
+@triton.jit
+def _score_tile(q, K, k_base, stride_kn, offs_m, n0, offs_nb, offs_d, L, S, scale,
                 MASK, mask_base, stride_mm, stride_mn, window,
                 CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr, WINDOWED: tl.constexpr,
                 POS_SCALE: tl.constexpr, EDGE: tl.constexpr):
     """``[BLOCK_M, BLOCK_N]`` float32 scores ``scale · q kᵀ + mask`` with an additive mask (``HAS_MASK`` 1) or
     ``scale ≤ 0`` (not ``POS_SCALE``), else the dots ``q kᵀ`` (the caller scales per row what it needs:
     :func:`_score_scale`); with ``EDGE`` ``-inf``
-    outside (as :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored)."""
-    kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
+    outside (as :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored).  The keys
+    ``n0 + offs_nb``."""
+    offs_n = n0 + offs_nb
+    kt = _rows_tile(K, k_base, stride_kn, n0, offs_nb, offs_d, S, EDGE, True, True)
     z = _mm(q, kt, DOT)
     if (HAS_MASK == 1) or (not POS_SCALE):
         z = z * scale
@@ -365,15 +394,14 @@ def _score_scale(scale, HAS_MASK: tl.constexpr, POS_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, L, S, ascale, shift, t, a,
+def _u_tile(q, kt, offs_m, offs_n, L, S, ascale, shift, t, a,
             MASK, mask_base, stride_mm, stride_mn, window,
             EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
             WINDOWED: tl.constexpr, EDGE: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile from the dot ``x = q kᵀ`` (:func:`_u`); with ``EDGE``
-    ``-inf`` outside the matrix, where masked, above the diagonal and before the window (:func:`_masked`).
-    Without: a tile inside the matrix, below the diagonal and inside the window, with no mask (rows past
-    the end: ``shift = +inf``)."""
-    kt = tl.load(K + k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < S, other=0.0)
+    """``[BLOCK_M, BLOCK_N]`` float32 ``u`` of a tile from the dot ``x = q kᵀ`` (:func:`_u`; ``kt``: the keys
+    ``offs_n`` as a ``[D, BLOCK_N]`` tile, :func:`_rows_tile`); with ``EDGE`` ``-inf`` outside the matrix, where
+    masked, above the diagonal and before the window (:func:`_masked`).  Without: a tile inside the matrix,
+    below the diagonal and inside the window, with no mask (rows past the end: ``shift = +inf``)."""
     u = _u(_mm(q, kt, DOT), ascale, shift, t, EXACT)
     if EDGE:
         u = _masked(u, offs_m, offs_n, L, S, MASK, mask_base, stride_mm, stride_mn, a, window, CAUSAL, HAS_MASK,
@@ -661,9 +689,9 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
                 n_counted = 0
             for kb in range(c0, c1):
                 nb = _rotated(kb, first, free0, n_blocks, WINDOWED)
-                offs_n = nb * BLOCK_N + offs_nb
-                z = _score_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, scale, MASK, mask_base,
-                                stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, POS_SCALE, part == 1)
+                z = _score_tile(q, K, k_base, stride_kn, offs_m, nb * BLOCK_N, offs_nb, offs_d, Lb, Sb, scale, MASK,
+                                mask_base, stride_mm, stride_mn, window, CAUSAL, HAS_MASK, DOT, WINDOWED, POS_SCALE,
+                                part == 1)
                 zmax = tl.max(z, 1) * zs
                 m = tl.maximum(m, zmax)
                 # (rows past the end: not scored; -inf: no key yet)
@@ -825,53 +853,78 @@ def _newton_passes(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, 
                    FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    PREDICT: tl.constexpr = True):
     """The forward's Newton passes (:func:`attention_fwd`, step 2) while a row of ``go`` goes on, from ``t``: each
-    walks the list of kept tiles at ``src`` (``n_list`` entries, the first ``n_free`` without a mask) and writes
-    the next one.  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
+    walks the list of kept tiles at ``src`` (``n_list`` entries, the first ``n_free`` without a mask); the first
+    writes the next one, the tiles that hold a ``u ≥ 0`` at its ``t``, which the later passes (at larger ``t``)
+    walk too: a tile's test is a reduction over the block's rows, across its warps (two barriers), which they
+    leave out.  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
     :func:`_certified_step`.  The general power: the row solver's step; with ``PREDICT``, a row whose residual is at
     most ``PREDICT_RESIDUAL`` takes its next step with no pass of its own, joining ``pending``: the output pass
     evaluates it there."""
-    ascale = a * scale
+    if tl.sum(go.to(tl.int32), 0) > 0:
+        t, go, pending, last, src, n_list, n_free = _newton_pass(
+            q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
+            tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT, True)
+        it += 1
     while tl.sum(go.to(tl.int32), 0) > 0:
-        tl.debug_barrier()  # the list written by the last pass, complete for every thread
-        dst = NKB - src
-        n_next = 0
-        shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
-        S2 = tl.zeros([BLOCK_M], tl.float32)
-        Sp2 = tl.zeros([BLOCK_M], tl.float32)
-        n2 = tl.zeros([BLOCK_M], tl.float32)
-        q1 = _no_key(BLOCK_M, BLOCK_N)
-        q2 = _no_key(BLOCK_M, BLOCK_N)
-        n_next_free = 0
-        for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
-            for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
-                nb = tl.load(LIST + list_base + src + i)
-                offs_n = nb * BLOCK_N + offs_nb
-                u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                            mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                            part == 1)
-                p, s = _powers(u, a, EXACT, FAST_LOG)
-                S2, Sp2, n2, q1, q2, keep = _support_add(S2, Sp2, n2, q1, q2, p, s, u, EXACT)
+        t, go, pending, last, src, n_list, n_free = _newton_pass(
+            q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
+            tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT, False)
+        it += 1
+    return t, pending, last, it, src, n_list, n_free
+
+
+@triton.jit
+def _newton_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last,
+                 it, tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list,
+                 n_free, NKB, EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+                 FAST_LOG: tl.constexpr, WINDOWED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 PREDICT: tl.constexpr, COMPACT: tl.constexpr):
+    """One pass of :func:`_newton_passes` (the ``it``-th) at ``t`` and the step after it: ``(t, go, pending, last,
+    src, n_list, n_free)``.  With ``COMPACT`` it writes the tiles that hold a ``u ≥ 0`` (the general power: an
+    ``s > 0``) to the other half of the block's lists, which becomes the list."""
+    tl.debug_barrier()  # the list written by the last pass, complete for every thread
+    dst = NKB - src
+    n_next = 0
+    shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
+    ascale = a * scale
+    S2 = tl.zeros([BLOCK_M], tl.float32)
+    Sp2 = tl.zeros([BLOCK_M], tl.float32)
+    n2 = tl.zeros([BLOCK_M], tl.float32)
+    q1 = _no_key(BLOCK_M, BLOCK_N)
+    q2 = _no_key(BLOCK_M, BLOCK_N)
+    n_next_free = 0
+    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+        for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
+            nb = tl.load(LIST + list_base + src + i)
+            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, True)
+            u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
+                        stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
+            p, s = _powers(u, a, EXACT, FAST_LOG)
+            S2, Sp2, n2, q1, q2, keep = _support_add(S2, Sp2, n2, q1, q2, p, s, u, EXACT)
+            if COMPACT:  # (else keep's reduction over the rows is dead code)
                 tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
                 n_next += keep.to(tl.int32)
-            if part == 0:
-                n_next_free = n_next
+        if part == 0:
+            n_next_free = n_next
+    if COMPACT:
         n_list = n_next
         n_free = n_next_free
         src = dst
-        Ssum, Sp, cnt, k1, k2 = _support_sums(S2, Sp2, n2, q1, q2, EXACT)
-        if EXACT == 0:
-            tn, stop, last = _power_step(t, Ssum, Sp, it, last, tol, max_iter, a)
-            go = (go | pending) & (stop == 0)  # (a pending row at its iterate: this pass evaluates it)
-            t = tl.where(go, tn, t)
-            if PREDICT:
-                pending = go & (tl.abs(Ssum - 1.0) <= PREDICT_RESIDUAL)
-                go = go & (pending == 0)
-        else:
-            tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, it, last, tol, max_iter, a, EXACT)
-            t = tl.where(go, tn, t)
-            go = go & (stop == 0)
-        it += 1
-    return t, pending, last, it, src, n_list, n_free
+    Ssum, Sp, cnt, k1, k2 = _support_sums(S2, Sp2, n2, q1, q2, EXACT)
+    if EXACT == 0:
+        tn, stop, last = _power_step(t, Ssum, Sp, it, last, tol, max_iter, a)
+        go = (go | pending) & (stop == 0)  # (a pending row at its iterate: this pass evaluates it)
+        t = tl.where(go, tn, t)
+        if PREDICT:
+            pending = go & (tl.abs(Ssum - 1.0) <= PREDICT_RESIDUAL)
+            go = go & (pending == 0)
+    else:
+        tn, stop, last = _certified_step(t, Ssum, Sp, cnt, k1, k2, it, last, tol, max_iter, a, EXACT)
+        t = tl.where(go, tn, t)
+        go = go & (stop == 0)
+    return t, go, pending, last, src, n_list, n_free
 
 
 @triton.jit
@@ -899,10 +952,9 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
     for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + src + i)
-            offs_n = nb * BLOCK_N + offs_nb
-            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                        mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                        part == 1)
+            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, True)
+            u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
+                        stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
             if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
                 p, s, lg = _powers_log(u, a, FAST_LOG)
                 plogp += tl.sum(p * lg, 1)
@@ -916,8 +968,7 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
             keep = smax > 0
             tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
             n_next += keep.to(tl.int32)
-            v = tl.load(V + v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Sb,
-                        other=0.0)
+            v = _rows_tile(V, v_base, stride_vn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, False, True)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             if EXACT == 0:
@@ -1110,10 +1161,9 @@ def attention_bwd_dkdv(Q, K, V, DO, DK, DV, MASK, A, MROW, TROW, SHIFT, CROW, KE
                 mb = tl.load(LIST + list_base + i)
                 offs_m = mb * BLOCK_M + offs_mb
                 rmask = offs_m < Lb
-                q = tl.load(Q + q_base + offs_m[:, None] * stride_ql + offs_d[None, :], mask=rmask[:, None],
-                            other=0.0)
-                do = tl.load(DO + o_base + offs_m[:, None] * stride_ol + offs_d[None, :], mask=rmask[:, None],
-                             other=0.0)
+                # (masked in both loops: without the mask the kernel, at 255 registers, spills)
+                q = _rows_tile(Q, q_base, stride_ql, mb * BLOCK_M, offs_mb, offs_d, Lb, True, False, False)
+                do = _rows_tile(DO, o_base, stride_ol, mb * BLOCK_M, offs_mb, offs_d, Lb, True, False, False)
                 row = row0 + offs_m
                 shift, t = _saved_shift(MROW, TROW, SHIFT, row, rmask, a, EXACT)
                 c = tl.load(CROW + row, mask=rmask, other=0.0)
@@ -1182,13 +1232,11 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIS
     for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + i)
-            offs_n = nb * BLOCK_N + offs_nb
-            nmask = offs_n < Sb
-            u = _u_tile(q, K, k_base, stride_kn, offs_m, offs_n, offs_d, Lb, Sb, ascale, shift, t, a, MASK,
-                        mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED,
-                        part == 1)
-            vt = tl.load(V + v_base + offs_n[None, :] * stride_vn + offs_d[:, None], mask=nmask[None, :], other=0.0)
-            k = tl.load(K + k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=nmask[:, None], other=0.0)
+            # the key tile loaded once, for the scores (transposed) and for dQ
+            k = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, False, False)
+            vt = _rows_tile(V, v_base, stride_vn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, False)
+            u = _u_tile(q, tl.trans(k), offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
+                        stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
             dp = _mm(do, vt, DOT)
             if ALPHA_GRAD:  # (EXACT = 0) Σ_j g_j p_j log p_j, log p = ln 2 · log2(u) / a from the power's log2
                 p, s, lg = _powers_log(u, a, FAST_LOG)
