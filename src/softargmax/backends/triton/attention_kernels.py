@@ -342,7 +342,8 @@ def _rows_tile(P, base, stride, start, offs, offs_d, n, EDGE: tl.constexpr, TRAN
     a comparison and two selections fewer per asynchronous copy.  ``HOIST``: each thread's offsets inside the
     tile (which do not depend on ``start``) are kept out of the loop by the compiler, and a tile's addresses cost
     one 64-bit addition per copy rather than a multiplication and a wide multiply-add, for two more registers
-    per copy (the forward's loops have them; the backward kernels, at 128 and 255 registers, do not)."""
+    per copy: the forward's loops take it for half inputs (float32's, twice the copies, spilled at head dimension
+    128), the backward kernels (at 128 and 255 registers) do not."""
     if TRANS:
         rows = (start + offs)[None, :]
         inside = offs[None, :] * stride + offs_d[:, None]
@@ -371,7 +372,7 @@ def _score_tile(q, K, k_base, stride_kn, offs_m, n0, offs_nb, offs_d, L, S, scal
     outside (as :func:`_u_tile`: without, a tile that needs no mask; rows past the end are then scored).  The keys
     ``n0 + offs_nb``."""
     offs_n = n0 + offs_nb
-    kt = _rows_tile(K, k_base, stride_kn, n0, offs_nb, offs_d, S, EDGE, True, True)
+    kt = _rows_tile(K, k_base, stride_kn, n0, offs_nb, offs_d, S, EDGE, True, DOT != 1)
     z = _mm(q, kt, DOT)
     if (HAS_MASK == 1) or (not POS_SCALE):
         z = z * scale
@@ -673,12 +674,16 @@ def _max_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, s
     inv_w = a * HIST_WIDTH
     inv_wz = inv_w * zs
     n_list = 0
+    n_free = 0
     n_counted = 0  # key blocks in hist since the last flush
     n_free_blocks = _free_blocks(pid_m, Sb, BLOCK_M, BLOCK_N, CAUSAL, HAS_MASK)
     first, free0 = _window_blocks(pid_m, n_blocks, window, BLOCK_M, BLOCK_N, WINDOWED)
     # the steps over the tiles without a mask (blocks free0, ..., n_free_blocks - 1 lead the rotated order)
     free_end = first + tl.minimum(tl.maximum(n_free_blocks - free0, 0), tl.maximum(n_blocks - first, 0))
-    for part in tl.static_range(2):
+    # with a mask every tile is an edge tile and the first loop (the tiles without one) never runs: float32's
+    # IEEE-dot kernels leave it out (with it, at head dimension 128, they spilled 56-872 bytes), the half kernels
+    # keep it (without it, in 64 x 32 tiles, they spilled 124); so do the Newton, output and dQ loops
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):
         lo_p = first if part == 0 else free_end
         hi_p = free_end if part == 0 else n_blocks
         for c0 in range(lo_p, hi_p, HIST_CHUNK):  # (one chunk up to 127 key blocks: 8128 keys in 64-key tiles)
@@ -856,7 +861,7 @@ def _newton_passes(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, 
     walks the list of kept tiles at ``src`` (``n_list`` entries, the first ``n_free`` without a mask); the first
     writes the next one, the tiles that hold a ``u ≥ 0`` at its ``t``, which the later passes (at larger ``t``)
     walk too: a tile's test is a reduction over the block's rows, across its warps (two barriers), which they
-    leave out.  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
+    leave out (but with float32's IEEE dots, ``DOT = 1``, whose two different loops spilled at head dimension 128).  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
     :func:`_certified_step`.  The general power: the row solver's step; with ``PREDICT``, a row whose residual is at
     most ``PREDICT_RESIDUAL`` takes its next step with no pass of its own, joining ``pending``: the output pass
     evaluates it there."""
@@ -870,7 +875,7 @@ def _newton_passes(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, 
         t, go, pending, last, src, n_list, n_free = _newton_pass(
             q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb, scale, a, m, t, go, pending, last, it,
             tol, max_iter, MASK, mask_base, stride_mm, stride_mn, window, LIST, list_base, src, n_list, n_free, NKB,
-            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT, False)
+            EXACT, CAUSAL, HAS_MASK, DOT, FAST_LOG, WINDOWED, BLOCK_M, BLOCK_N, PREDICT, DOT == 1)
         it += 1
     return t, pending, last, it, src, n_list, n_free
 
@@ -895,10 +900,10 @@ def _newton_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb
     q1 = _no_key(BLOCK_M, BLOCK_N)
     q2 = _no_key(BLOCK_M, BLOCK_N)
     n_next_free = 0
-    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + src + i)
-            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, True)
+            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
             u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
                         stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
             p, s = _powers(u, a, EXACT, FAST_LOG)
@@ -949,10 +954,10 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
     shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
     ascale = a * scale
     n_next_free = 0
-    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + src + i)
-            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, True)
+            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
             u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
                         stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
             if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
@@ -968,7 +973,7 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
             keep = smax > 0
             tl.store(LIST + list_base + dst + n_next, nb, mask=keep)
             n_next += keep.to(tl.int32)
-            v = _rows_tile(V, v_base, stride_vn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, False, True)
+            v = _rows_tile(V, v_base, stride_vn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, False, DOT != 1)
             acc += _mm(_low(p, v, DOT), v, DOT)
             accw += _mm(_low(s, v, DOT), v, DOT)
             if EXACT == 0:
@@ -1229,7 +1234,7 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIS
     list_base += tl.load(LIST + list_base + 2 * NKB + 1)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for part in tl.static_range(2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + i)
             # the key tile loaded once, for the scores (transposed) and for dQ
