@@ -861,7 +861,8 @@ def _newton_passes(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, 
     walks the list of kept tiles at ``src`` (``n_list`` entries, the first ``n_free`` without a mask); the first
     writes the next one, the tiles that hold a ``u ≥ 0`` at its ``t``, which the later passes (at larger ``t``)
     walk too: a tile's test is a reduction over the block's rows, across its warps (two barriers), which they
-    leave out (but with float32's IEEE dots, ``DOT = 1``, whose two different loops spilled at head dimension 128).  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
+    leave out (but with float32's IEEE dots, ``DOT = 1``, whose two different loops spilled at head dimension
+    128).  Returns ``(t, pending, last, it, src, n_list, n_free)``.  Sparsemax and 1.5-entmax:
     :func:`_certified_step`.  The general power: the row solver's step; with ``PREDICT``, a row whose residual is at
     most ``PREDICT_RESIDUAL`` takes its next step with no pass of its own, joining ``pending``: the output pass
     evaluates it there."""
@@ -900,7 +901,7 @@ def _newton_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb
     q1 = _no_key(BLOCK_M, BLOCK_N)
     q2 = _no_key(BLOCK_M, BLOCK_N)
     n_next_free = 0
-    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # unmasked tiles, then the edge
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + src + i)
             kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
@@ -954,7 +955,7 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
     shift = tl.where(rmask, _shift(m, t, a, EXACT), float("inf"))
     ascale = a * scale
     n_next_free = 0
-    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # unmasked tiles, then the edge
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + src + i)
             kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
@@ -1234,7 +1235,7 @@ def attention_bwd_dq(Q, K, V, DO, DQ, MASK, A, MROW, TROW, SHIFT, CROW, PLG, LIS
     list_base += tl.load(LIST + list_base + 2 * NKB + 1)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     plg = tl.zeros([BLOCK_M], tl.float32)
-    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # the tiles without a mask, then the edge tiles
+    for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # unmasked tiles, then the edge
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
             nb = tl.load(LIST + list_base + i)
             # the key tile loaded once, for the scores (transposed) and for dQ
