@@ -236,7 +236,7 @@ def test_jeffrey_lambert_w_against_a_50_digit_reference(x64):
     L = np.concatenate([[-700.0, -40.0, -30.0, -29.9, -5.0, 0.0, 0.5, 0.999, 1.0, 1.5, 2.0, 1e3, 1e30, 1e300],
                         np.linspace(-10, 10, 41), np.geomspace(1, 1e8, 30)])
 
-    known: dict = {}  # (the 50-digit evaluations are most of the test's time: each value once)
+    known: dict = {}  # each value evaluated once at 50 digits
 
     def reference(values):
         with mpmath.workdps(50):
