@@ -411,6 +411,21 @@ def _u_tile(q, kt, offs_m, offs_n, L, S, ascale, shift, t, a,
 
 
 @triton.jit
+def _listed_u(q, K, ENTRY, k_base, stride_kn, offs_m, offs_nb, offs_d, L, S, ascale, shift, t, a,
+              MASK, mask_base, stride_mm, stride_mn, window,
+              EXACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, DOT: tl.constexpr,
+              WINDOWED: tl.constexpr, BLOCK_N: tl.constexpr, EDGE: tl.constexpr):
+    """``(nb, u)`` for the forward's passes over a block's list of kept tiles: the key block ``nb`` of the list's
+    entry at ``ENTRY`` and its tile's ``u`` (:func:`_u_tile`), the keys loaded by :func:`_rows_tile` (their
+    offsets kept out of the loop for half inputs)."""
+    nb = tl.load(ENTRY)
+    kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, S, EDGE, True, DOT != 1)
+    u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, L, S, ascale, shift, t, a, MASK, mask_base, stride_mm,
+                stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, EDGE)
+    return nb, u
+
+
+@triton.jit
 def _free_blocks(pid_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                  HAS_MASK: tl.constexpr):
     """The key blocks ``[0, n)`` whose tiles with query block ``pid_m`` need no mask: whole blocks of keys
@@ -903,10 +918,9 @@ def _newton_pass(q, K, k_base, stride_kn, offs_m, offs_nb, offs_d, rmask, Lb, Sb
     n_next_free = 0
     for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # unmasked tiles, then the edge
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
-            nb = tl.load(LIST + list_base + src + i)
-            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
-            u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
-                        stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
+            nb, u = _listed_u(q, K, LIST + list_base + src + i, k_base, stride_kn, offs_m, offs_nb, offs_d, Lb, Sb,
+                              ascale, shift, t, a, MASK, mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL,
+                              HAS_MASK, DOT, WINDOWED, BLOCK_N, part == 1)
             p, s = _powers(u, a, EXACT, FAST_LOG)
             S2, Sp2, n2, q1, q2, keep = _support_add(S2, Sp2, n2, q1, q2, p, s, u, EXACT)
             if COMPACT:  # (else keep's reduction over the rows is dead code)
@@ -957,10 +971,9 @@ def _output_pass(q, K, V, k_base, v_base, stride_kn, stride_vn, offs_m, offs_nb,
     n_next_free = 0
     for part in tl.static_range(1 if (HAS_MASK != 0) and (DOT == 1) else 0, 2):  # unmasked tiles, then the edge
         for i in range(0 if part == 0 else n_free, n_free if part == 0 else n_list):
-            nb = tl.load(LIST + list_base + src + i)
-            kt = _rows_tile(K, k_base, stride_kn, nb * BLOCK_N, offs_nb, offs_d, Sb, part == 1, True, DOT != 1)
-            u = _u_tile(q, kt, offs_m, nb * BLOCK_N + offs_nb, Lb, Sb, ascale, shift, t, a, MASK, mask_base,
-                        stride_mm, stride_mn, window, EXACT, CAUSAL, HAS_MASK, DOT, WINDOWED, part == 1)
+            nb, u = _listed_u(q, K, LIST + list_base + src + i, k_base, stride_kn, offs_m, offs_nb, offs_d, Lb, Sb,
+                              ascale, shift, t, a, MASK, mask_base, stride_mm, stride_mn, window, EXACT, CAUSAL,
+                              HAS_MASK, DOT, WINDOWED, BLOCK_N, part == 1)
             if EXACT == 0:  # Σ p log p too (the α gradient's): log p = ln 2 · log2(u) / a from the power's log2
                 p, s, lg = _powers_log(u, a, FAST_LOG)
                 plogp += tl.sum(p * lg, 1)
