@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from .. import _progress as progress
+from .._allocator import keep_freed_memory
 from .._common import Log, load_checkpoint, save_checkpoint
 from .evaluation import score_tokens
 from .model import Decoder
@@ -89,6 +90,8 @@ def _train_and_score(item: tuple) -> tuple[list, float, int, float]:
     spec, cfg, S, train_ids, held, rdir, fp, device, rows, checkpoint_every = item
     t0 = time.perf_counter()
     torch.set_num_threads(1)
+    if str(device).startswith("cpu"):
+        keep_freed_memory()  # as the calling process does (:func:`.lm.run`)
     lines: list = []
     model, log_q, rec = train_run(spec, cfg, S, train_ids, held["valid"], rdir, fp, device, lines.append,
                                   checkpoint_every=checkpoint_every)

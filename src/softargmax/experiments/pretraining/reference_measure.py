@@ -19,7 +19,7 @@ with :math:`h(0) = f(0)` (the limit; it must be finite, as for KL and the α-div
 :func:`reference_measure_gradient` computes the mean of this gradient over the rows, one chunk
 of logits at a time (the logits are never all stored, but computed a second time: the cost
 of one more output projection and solve per step).  :func:`linear_loss_with_learned_q` adds
-it to the fused loss through a term of value zero whose gradient with respect to ``q`` is
+it to the fused loss (KL aside: an output bias ``log q`` there, in one pass) through a term of value zero whose gradient with respect to ``q`` is
 exactly that mean, so that ``loss.backward()`` reaches ``q`` (and whatever ``q`` is computed
 from, e.g. ``q = exp(s)``).
 
@@ -90,7 +90,15 @@ def reference_measure_gradient(hidden: Tensor, weight: Tensor, target: Tensor, q
 def linear_loss_with_learned_q(hidden: Tensor, weight: Tensor, target: Tensor, q: Tensor,
                                mapping: Union[str, sa.Divergence], chunk_size: int = 1024) -> Tensor:
     """The mean fused loss ``linear_fenchel_young_loss(hidden, weight, target, mapping=mapping, q=q)`` with a gradient
-    with respect to ``q`` too (the value is the fused loss's, unchanged)."""
+    with respect to ``q`` too (the value is the fused loss's, unchanged).
+
+    KL takes one pass: its loss with ``q`` is the cross-entropy of the logits plus the output bias ``log q``
+    (:math:`\log \sum_j q_j e^{\theta_j} - \theta_y - \log q_y`), so the fused loss with that bias has the same value
+    and carries the gradient, :math:`(p_j - y_j) / q_j` with respect to :math:`q_j`.  The other mappings take the
+    second pass of :func:`reference_measure_gradient`."""
+    if q.requires_grad and torch.is_grad_enabled() and sa.mappings.resolve(mapping, None).hints.softmax:
+        return sa.linear_fenchel_young_loss(hidden, weight, target, bias=torch.log(q), mapping=mapping,
+                                            chunk_size=chunk_size)
     loss = sa.linear_fenchel_young_loss(hidden, weight, target, mapping=mapping, q=q.detach(), chunk_size=chunk_size)
     if q.requires_grad and torch.is_grad_enabled():
         g = reference_measure_gradient(hidden.detach(), weight.detach(), target, q.detach(), mapping, chunk_size)

@@ -61,7 +61,9 @@ def render_report(results: dict, figures: list) -> str:
     lines = [
         "# Language-model pretraining with f-divergence losses (Roulet et al. 2025, §4.2, Table 3)", "",
         f"Preset `{st['preset']}`, seeds {st['seeds']} (Table 3's losses; the others seed {st['other_seeds']}, learned q "
-        f"seed {st['learned_q_seeds']}), {st['device']}, torch {st['torch']}, softargmax {st['softargmax']}; "
+        f"seed {st['learned_q_seeds']}), {st['device']}"
+        + (" (glibc's malloc keeping freed memory, so a step makes no page faults)" if st.get("malloc_keeps_freed_memory")
+           else "") + f", torch {st['torch']}, softargmax {st['softargmax']}; "
         f"{st['total_seconds'] / 60:.1f} min"
         + (f" (this call; it trained {len(st['this_call'])} of the {len(st['runs_in'])} runs in the report, the "
            f"others came from the run records of earlier calls)" if "this_call" in st and
