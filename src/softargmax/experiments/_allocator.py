@@ -36,7 +36,9 @@ def keep_freed_memory() -> bool:
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
-        libc.gnu_get_libc_version  # glibc's own function: another C library has no mallopt of these parameters
+        # glibc's own function: another C library has no mallopt of these parameters
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return False
         mallopt = libc.mallopt
     except (OSError, AttributeError, TypeError):
         return False

@@ -101,10 +101,11 @@ def _train_and_score(item: tuple) -> tuple[list, float, int, float]:
 
 def dispatch_order(specs: list[RunSpec]) -> list[RunSpec]:
     """The order in which :func:`train_in_processes` hands the runs to its lanes: the runs with a learned ``q``
-    first (their steps cost 1.2-1.6 times the others': the gradient with respect to ``q``), each group in the plan's
-    order.  The lanes then end on the shorter runs, and the one that finishes first idles less: over the 21 runs of
-    the ``full`` preset, with the times of its committed report, a simulation of two lanes gives 99.3 min against
-    101.6 in the plan's order (the runs' numbers do not depend on the order: each has its own seed and process).
+    first (α = 1.5's with a learned ``q`` take about 1.3 times the others' time: the second pass for the gradient
+    with respect to ``q``), each group in the plan's order.  The lanes then end on the shorter runs, and the one that
+    finishes first idles less: over the 21 runs of the ``full`` preset, with the times of its committed report, a
+    simulation of two lanes gives 83.2 min against 85.4 in the plan's order (the runs' numbers do not depend on the
+    order: each has its own seed and process).
 
     Example:
         >>> from softargmax.experiments.pretraining.plan import PRESETS, run_specs

@@ -68,7 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                     timing_batches=1, memory_tokens=1024, memory_mappings=("softmax", "entmax15"), bootstrap=2000,
                     eval_rows=32),
     # the default, the other losses (Jensen–Shannon, reverse χ²) and the learned q, all at the default's 3 seeds:
-    # 21 runs, about 75 minutes on two cores
+    # 21 runs: 83.7 minutes on two cores (reports/lm-full/, 2026-12-04)
     "full": dict(vocab=1024, train_tokens=None, eval_tokens=None, systems=tuple(LOSSES),
                  model=_CPU_MODEL, train=_CPU_TRAIN,
                  seeds=(0, 1, 2), other_seeds=(0, 1, 2), learned_q_seeds=(0, 1, 2), samples=32, prompt=16,

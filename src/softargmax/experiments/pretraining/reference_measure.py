@@ -89,7 +89,7 @@ def reference_measure_gradient(hidden: Tensor, weight: Tensor, target: Tensor, q
 
 def linear_loss_with_learned_q(hidden: Tensor, weight: Tensor, target: Tensor, q: Tensor,
                                mapping: Union[str, sa.Divergence], chunk_size: int = 1024) -> Tensor:
-    """The mean fused loss ``linear_fenchel_young_loss(hidden, weight, target, mapping=mapping, q=q)`` with a gradient
+    r"""The mean fused loss ``linear_fenchel_young_loss(hidden, weight, target, mapping=mapping, q=q)`` with a gradient
     with respect to ``q`` too (the value is the fused loss's, unchanged).
 
     KL takes one pass: its loss with ``q`` is the cross-entropy of the logits plus the output bias ``log q``

@@ -62,7 +62,7 @@ def render_report(results: dict, figures: list) -> str:
         "# Language-model pretraining with f-divergence losses (Roulet et al. 2025, §4.2, Table 3)", "",
         f"Preset `{st['preset']}`, seeds {st['seeds']} (Table 3's losses; the others seed {st['other_seeds']}, learned q "
         f"seed {st['learned_q_seeds']}), {st['device']}"
-        + (" (glibc's malloc keeping freed memory, so a step makes no page faults)" if st.get("malloc_keeps_freed_memory")
+        + (", glibc's malloc keeping the memory it frees (a step reuses its buffers)" if st.get("malloc_keeps_freed_memory")
            else "") + f", torch {st['torch']}, softargmax {st['softargmax']}; "
         f"{st['total_seconds'] / 60:.1f} min"
         + (f" (this call; it trained {len(st['this_call'])} of the {len(st['runs_in'])} runs in the report, the "
@@ -223,7 +223,8 @@ def _learned_q(results: dict) -> list:
            "constant, so its gradient is computed separately in closed form, ∂ℓ/∂q_j = h(y_j/q_j) − h(p_j/q_j) with "
            "h(u) = f(u) − u f'(u) (Danskin's theorem; checked against finite differences in float64), from a second "
            "chunked pass over the logits (its cost is in the timing table). For KL, learning q is learning an output "
-           "bias log q.", "",
+           "bias log q (the loss with q is the cross-entropy of θ + log q), so KL's q is trained as that bias of the "
+           "fused loss, in one pass.", "",
            "| loss | q | seeds | validation (%) | test (%) | learned log q: range, std, correlation with log unigram "
            "frequency |", "| --- | --- | --- | --- | --- | --- |"]
     for k in keys:
@@ -329,7 +330,8 @@ def _cost_text(results: dict) -> list:
                 "loss value's row sums in the pass that writes the prediction (`benchmarks/run_cpu_lm_step.py` "
                 "times the output layer and loss against `F.cross_entropy` and the whole step, in process CPU "
                 "time, at several logit scales). A learned q "
-                "(q ≠ 1) takes the general solver and a second chunked pass over the logits for q's gradient."]
+                "(q ≠ 1) takes the general solver and a second chunked pass over the logits for q's gradient, except "
+                "for KL, where q is an output bias."]
     what = ("the growth of the CUDA allocator's peak" if str(M.get("device", "cpu")).startswith("cuda")
             else "the growth of the resident set")
     out += ["", f"Peak memory: {what} during one forward and backward of the output layer and "
