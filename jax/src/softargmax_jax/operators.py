@@ -228,10 +228,13 @@ def safe_softmax(x: Array, axis: int = -1) -> Array:
     x = check_array(x)
     axis = check_axis(x, axis)
     xc = x.astype(compute_dtype(x.dtype))
-    m = jnp.max(jax.lax.stop_gradient(xc), axis, keepdims=True)
-    masked = m == -jnp.inf
-    p = jax.nn.softmax(jnp.where(masked, 0.0, xc), axis=axis)
-    return jnp.where(masked, 0.0, p).astype(x.dtype)
+    m = jax.lax.stop_gradient(jnp.max(xc, axis, keepdims=True))
+    # one maximum and one pass of exponentials (as jax.nn.softmax takes): an entirely -inf row has e = 0 and a zero
+    # sum, so p = 0 where softmax's 0/0 is NaN; NaN and +inf still give NaN.  Selecting the masked rows before and
+    # after jax.nn.softmax instead took two more passes over x (twice the time under jit on the CPU)
+    e = jnp.exp(xc - jnp.where(jnp.isfinite(m), m, 0.0))
+    s = jnp.sum(e, axis, keepdims=True)
+    return (e / jnp.where(s == 0, 1.0, s)).astype(x.dtype)  # (a NaN sum stays NaN)
 
 
 def _scaled_rows(x: Array, temperature: Any) -> Array:
