@@ -5,7 +5,7 @@ gradients: a few MiB each).  glibc's ``malloc`` serves blocks above its mmap thr
 them with ``munmap``, and gives the top of its heap back to the system above its trim threshold, so the next step
 touches fresh pages: the small language model of ``softargmax reproduce lm`` took about 2,900 page faults a step (11
 MiB), 5 ms of its 65 ms on one thread (2026-12-04, AMD EPYC, torch 2.13).  :func:`keep_freed_memory` raises both
-thresholds, as ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` would, so freed blocks are reused: 2 page
+thresholds, as ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` would, so freed blocks are reused: 2 to 40 page
 faults a step.  Numbers are unchanged; only the time moves.  (PyTorch's CPU tuning guide suggests jemalloc or
 TCMalloc for the same reason: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html)
 """

@@ -19,7 +19,8 @@ with :math:`h(0) = f(0)` (the limit; it must be finite, as for KL and the α-div
 :func:`reference_measure_gradient` computes the mean of this gradient over the rows, one chunk
 of logits at a time (the logits are never all stored, but computed a second time: the cost
 of one more output projection and solve per step).  :func:`linear_loss_with_learned_q` adds
-it to the fused loss (KL aside: an output bias ``log q`` there, in one pass) through a term of value zero whose gradient with respect to ``q`` is
+it to the fused loss (KL aside: there ``log q`` is an output bias, in one pass) through a term of
+value zero whose gradient with respect to ``q`` is
 exactly that mean, so that ``loss.backward()`` reaches ``q`` (and whatever ``q`` is computed
 from, e.g. ``q = exp(s)``).
 
