@@ -13,9 +13,11 @@ from softargmax.experiments._allocator import keep_freed_memory
 torch.set_num_threads(1)
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 from softargmax.experiments.pretraining.model import Decoder, DecoderConfig
+from softargmax.experiments.pretraining.plan import PRESETS
 from softargmax.experiments.pretraining.training import training_loss
 torch.manual_seed(0)
-model = Decoder(DecoderConfig(vocab=1024, d=128, heads=4, layers=2, ff=512, context=64))
+P = PRESETS["full"]
+model = Decoder(DecoderConfig(vocab=P["vocab"], **P["model"]))
 x, y = torch.randint(0, 1024, (16, 64)), torch.randint(0, 1024, (16, 64))
 def step():
     model.zero_grad(set_to_none=True)
