@@ -609,6 +609,9 @@ def test_two_calls_with_disjoint_runs_merge_into_the_results_of_one_call(split_r
     env = rec["environment"]
     assert env["code"] == code_identity() and env["device_type"] == "cpu" and env["autocast"] is None
     assert env["tf32_matmul"] is False and two["runs"][0]["precision"] == "float32"
+    from softargmax.experiments._allocator import keep_freed_memory
+
+    assert env["malloc_keeps_freed_memory"] is keep_freed_memory()  # set on the CPU (False without glibc)
     assert {"bleu", "history", "kept_step", "steps_done", "seconds_per_step", "tokens_per_second", "inference_seconds",
             "empty_string_rate", "zero_fraction", "sum_per_step"} <= set(rec["results"])
     report = (base / "two" / "report.md").read_text()
