@@ -76,7 +76,10 @@ row sees whole first (:func:`_rotated`), so the lists keep the mask-free tiles i
 stops at the last query block that sees its key block; ``dQ`` walks the forward's lists.  The tiles
 outside the band are never read: ``O(L · window)`` work.
 
-**Grouped heads**: query head ``h`` reads key/value head ``h // (H / HKV)`` in place (no copy).
+**Grouped heads**: query head ``h`` reads key/value head ``h // (H / HKV)`` in place (no copy).  One query
+head per program in the forward and ``dQ``: a tile holds ``BLOCK_M`` query rows whichever heads they belong to, so
+packing a group's heads into it (as :mod:`softargmax.backends.triton.decode_kernels` does, for ``L < BLOCK_M``)
+would load each key and value tile as often per query row, and walk a tile wherever any head of the group keeps it.
 
 **Packed sequences** (``VARLEN``): sequence ``b`` is query rows ``CU_Q[b] : CU_Q[b+1]`` and
 key rows ``CU_K[b] : CU_K[b+1]`` of ``[1, H, total, D]`` views; each program reads its
