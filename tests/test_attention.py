@@ -70,6 +70,59 @@ def test_gradcheck_including_alpha_per_head():
     assert torch.autograd.gradcheck(g, (q, k, v), atol=1e-6)
 
 
+def _refuse_copies(monkeypatch):
+    """Make every way of copying key/value heads per query head fail (``Tensor.repeat_interleave``, ``repeat``)."""
+    def refused(name):
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"Tensor.{name} called on grouped heads")
+        return refuse
+
+    for name in ("repeat_interleave", "repeat"):
+        monkeypatch.setattr(torch.Tensor, name, refused(name))
+
+
+@pytest.mark.parametrize("mapping,alpha", [("softmax", None), ("entmax15", None),
+                                           ("entmax", torch.tensor([1.2, 1.5, 1.9, 1.3, 1.7, 2.0], dtype=F64))])
+@pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"window": 2}, {"attn_mask": "padding"}])
+def test_grouped_heads_equal_repeated_heads_with_gradients(monkeypatch, mapping, alpha, kwargs):
+    """``enable_gqa`` on the materialized path: 6 query heads over 2 key/value heads (and over 1), a query in the
+    ``[B, L, H, E]`` memory layout of Transformers' attention functions, keys broadcast over the batch.  Output,
+    weights and the gradients of ``q``, ``k``, ``v`` (and α per head) equal those of the heads repeated, in float64;
+    softmax also equals SDPA's ``enable_gqa``.  No key/value head is copied per query head."""
+    g = torch.Generator().manual_seed(3)
+    B, H, L, S, E, Ev = 2, 6, 5, 7, 8, 4
+    if kwargs.get("attn_mask") == "padding":
+        mask = torch.rand(B, 1, 1, S, generator=g) > 0.3
+        mask[..., 0] = True
+        kwargs = {"attn_mask": mask}
+    for hkv, kb in ((2, 1), (1, B)):
+        q = torch.randn(B, L, H, E, generator=g, dtype=F64).transpose(1, 2)  # strided: heads and rows not one view
+        k, v = torch.randn(kb, hkv, S, E, generator=g, dtype=F64), torch.randn(kb, hkv, S, Ev, generator=g, dtype=F64)
+        go = torch.randn(B, H, L, Ev, generator=g, dtype=F64)
+
+        def run(group, q=q, k=k, v=v):
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            al = None if alpha is None else alpha.detach().clone().requires_grad_()
+            qq, kk, vv = leaves
+            if group:
+                kk, vv = kk.repeat_interleave(H // hkv, 1), vv.repeat_interleave(H // hkv, 1)
+            out, w = sa.attention(qq, kk, vv, mapping=mapping, alpha=al, enable_gqa=not group, return_weights=True,
+                                  **kwargs)
+            out.backward(go)
+            return [out, w] + [t.grad for t in leaves] + ([] if al is None else [al.grad])
+
+        want = run(True)
+        with monkeypatch.context() as m:
+            _refuse_copies(m)
+            got = run(False)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+        if mapping == "softmax" and "window" not in kwargs:
+            torch.testing.assert_close(got[0], F.scaled_dot_product_attention(q, k.expand(B, -1, -1, -1),
+                                                                              v.expand(B, -1, -1, -1),
+                                                                              enable_gqa=True, **kwargs))
+
+
 @pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax"])
 def test_fully_masked_rows_give_zero_output(mapping):
     q, k, v = (t.requires_grad_() for t in _qkv())

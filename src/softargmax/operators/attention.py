@@ -22,7 +22,8 @@ On CUDA, ``return_weights=False`` calls with ``dropout_p = 0`` and ``mapping``
 FlashAttention-style Triton kernels (``O(L)`` memory, the weights never stored; grouped
 key/value heads read in place, never repeated; the tiles outside a sliding window never read; coverage in
 :mod:`softargmax.backends.triton.flash_attention`, switch: ``SOFTARGMAX_FLASH_ATTENTION=0``); the rest (and
-``return_weights=True``, dropout, CPU) computes the weights, the reference path.
+``return_weights=True``, dropout, CPU) computes the weights, the reference path, which does not repeat grouped
+key/value heads either (each one's group of query rows is one product).
 
 ``mapping`` is ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
 ``alpha``: a float or a per-head tensor, e.g. shape ``(H,)`` or ``(H, 1, 1)``, which
@@ -156,7 +157,8 @@ def attention(
             be learned. Default: ``None``.
         return_weights: also return the ``[..., L, S]`` attention weights. Default: ``False``.
         enable_gqa: allow fewer key/value heads (dimension -3) than query heads, each shared by
-            consecutive query heads (grouped-query attention). Default: ``False``.
+            consecutive query heads (grouped-query attention; the heads are read in place, never repeated).
+            Default: ``False``.
         cu_seqlens_q: a *packed* batch of variable-length sequences, as FlashAttention's varlen
             API: ``query`` is ``[total_q, H, E]``, the rows of all sequences one after the other, and
             sequence :math:`b` is rows ``cu_seqlens_q[b]`` to ``cu_seqlens_q[b+1] - 1``; a 1-D
@@ -255,13 +257,13 @@ def attention(
         query, key, value, attn_mask, dropout_p, is_causal, scale, mapping, alpha, return_weights, window=window)
     if fused is not None:
         return fused
-    if gqa and key.shape[-3] != query.shape[-3]:  # the materialized path: grouped heads repeated
-        group = query.shape[-3] // key.shape[-3]
-        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
-    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale, window), mapping, alpha)
+    # the materialized path: grouped key/value heads are not repeated, each takes its group's query rows
+    group = query.shape[-3] // key.shape[-3] if gqa and key.shape[-3] != query.shape[-3] else 1
+    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
+                                alpha)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)
-    out = weights @ value
+    out = grouped_product(weights, value, group)
     return (out, weights) if return_weights else out
 
 
@@ -415,18 +417,39 @@ def _check_mask(attn_mask: object, query: Tensor, key_batch: Sequence[int], S: i
                         "the attention scores' shape [..., L, S] =")
 
 
+def grouped_product(x: Tensor, y: Tensor, group: int) -> Tensor:
+    """``x @ y`` for ``x`` ``[..., H, L, M]`` and ``y`` ``[..., H / group, M, N]``: query head ``h`` takes ``y``'s head
+    ``h // group``, whose group's rows are one product (``[..., H / group, group · L, M]``: neither ``y``
+    repeated per query head nor its gradient summed afterwards; ``x`` is copied only where its heads and rows
+    cannot be viewed as one dimension).  ``group = 1``: ``x @ y``.
+
+    Example:
+        >>> x, y = torch.randn(2, 4, 3, 5), torch.randn(2, 2, 5, 6)
+        >>> torch.allclose(grouped_product(x, y, 2), x @ y.repeat_interleave(2, 1), atol=1e-6)
+        True
+    """
+    if group == 1:
+        return x @ y
+    *batch, H, L, M = x.shape
+    out = x.reshape(*batch, H // group, group * L, M) @ y
+    return out.view(*out.shape[:-3], H, L, out.shape[-1])
+
+
 def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
-                   window: Optional[int] = None) -> Tensor:
+                   window: Optional[int] = None, group: int = 1) -> Tensor:
     """``scale · q kᵀ`` with the causal or given mask (a boolean mask as ``-inf``, a float one added in the
-    scores' dtype, as the fused kernels read it) and the sliding window's band ``i - window < j <= i``."""
-    scores = (query @ key.transpose(-2, -1)) * scale
+    scores' dtype, as the fused kernels read it) and the sliding window's band ``i - window < j <= i``; ``group``
+    query heads share each key head (:func:`grouped_product`).  The scale multiplies the queries (as SDPA's math
+    path does), and the masks are applied in place: the scores are a temporary of this function, and each full-size
+    pass or copy of them costs as much as a product on the CPU."""
+    scores = grouped_product(query * scale, key.transpose(-2, -1), group)
     if is_causal or window is not None:
         causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if window is not None:
             causal = causal.triu(1 - window)  # j - i > -window
-        scores = scores.masked_fill(~causal, float("-inf"))
+        scores.masked_fill_(~causal, float("-inf"))
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:
-        return scores.masked_fill(~attn_mask, float("-inf"))
-    return scores + attn_mask.to(scores.dtype)
+        return scores.masked_fill_(~attn_mask, float("-inf"))
+    return scores.add_(attn_mask.to(scores.dtype))
