@@ -123,6 +123,33 @@ def test_grouped_heads_equal_repeated_heads_with_gradients(monkeypatch, mapping,
                                                                               enable_gqa=True, **kwargs))
 
 
+@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax", "jensen_shannon", "reverse_kl"])
+def test_masked_scores_pass_the_gradient_as_it_is(mapping):
+    """The causal band, the window and a boolean mask set the scores to ``-inf`` in place, and their backward passes
+    the gradient through with no pass over it (the mapping's gradient is already 0 at a ``-inf`` score): the
+    gradients of ``q``, ``k``, ``v`` from a loss on the output and on the weights equal those of out-of-place
+    ``masked_fill`` (PyTorch's autograd) in float64, a row with every key masked included (zero, never NaN)."""
+    q, k, v = (t.requires_grad_() for t in _qkv(L=6, S=6))
+    g = torch.Generator().manual_seed(4)
+    mask = torch.rand(2, 1, 6, 6, generator=g) > 0.3
+    mask[..., 0] = True
+    mask[1, :, 3] = False  # every key of a row masked
+    go, gw = torch.randn(2, 3, 6, 4, generator=g, dtype=F64), torch.randn(2, 3, 6, 6, generator=g, dtype=F64)
+    alpha = 1.3 if mapping == "entmax" else None
+
+    def grads(out, w):
+        return torch.autograd.grad((out * go).sum() + (w * gw).sum(), (q, k, v))
+
+    got = grads(*sa.attention(q, k, v, attn_mask=mask, window=3, mapping=mapping, alpha=alpha, return_weights=True))
+    band = torch.ones(6, 6, dtype=torch.bool).tril().triu(-2)
+    scores = ((q @ k.transpose(-2, -1)) / math.sqrt(8)).masked_fill(~band, -math.inf).masked_fill(~mask, -math.inf)
+    w = sa.operators.attention.attention_weights(scores, mapping, alpha)
+    want = grads(w @ v, w)
+    for a, b in zip(got, want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
 @pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax"])
 def test_fully_masked_rows_give_zero_output(mapping):
     q, k, v = (t.requires_grad_() for t in _qkv())

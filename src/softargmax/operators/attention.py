@@ -447,9 +447,29 @@ def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_c
         causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if window is not None:
             causal = causal.triu(1 - window)  # j - i > -window
-        scores.masked_fill_(~causal, float("-inf"))
+        scores = _MaskedScores.apply(scores, ~causal)
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:
-        return scores.masked_fill_(~attn_mask, float("-inf"))
+        return _MaskedScores.apply(scores, ~attn_mask)
     return scores.add_(attn_mask.to(scores.dtype))
+
+
+class _MaskedScores(torch.autograd.Function):
+    """``scores`` with ``-inf`` where ``drop`` (broadcast), in place: the scores are a temporary.  The gradient passes
+    as it is, with no pass over it: every mapping's weights are constant in a ``-inf`` score (its weight is 0 whatever
+    its value), so the mapping's gradient there is 0 already, which ``masked_fill``'s backward would set again (a
+    copy and a pass over the full-size gradient: a tenth of a causal forward and backward on the CPU)."""
+
+    @staticmethod
+    def forward(scores: Tensor, drop: Tensor) -> Tensor:
+        scores.masked_fill_(drop, float("-inf"))
+        return scores
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
+        ctx.mark_dirty(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
