@@ -259,7 +259,7 @@ def attention(
         return fused
     # the materialized path: grouped key/value heads are not repeated, each takes its group's query rows
     group = query.shape[-3] // key.shape[-3] if gqa and key.shape[-3] != query.shape[-3] else 1
-    weights = attention_weights(_masked_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
+    weights = attention_weights(_attention_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
                                 alpha)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)
@@ -435,7 +435,7 @@ def grouped_product(x: Tensor, y: Tensor, group: int) -> Tensor:
     return out.view(*out.shape[:-3], H, L, out.shape[-1])
 
 
-def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
+def _attention_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
                    window: Optional[int] = None, group: int = 1) -> Tensor:
     """``scale · q kᵀ`` with the causal or given mask (a boolean mask as ``-inf``, a float one added in the
     scores' dtype, as the fused kernels read it) and the sliding window's band ``i - window < j <= i``; ``group``
@@ -447,12 +447,24 @@ def _masked_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_c
         causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if window is not None:
             causal = causal.triu(1 - window)  # j - i > -window
-        scores = _MaskedScores.apply(scores, ~causal)
+        scores = masked_scores(scores, ~causal)
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:
-        return _MaskedScores.apply(scores, ~attn_mask)
+        return masked_scores(scores, ~attn_mask)
     return scores.add_(attn_mask.to(scores.dtype))
+
+
+def masked_scores(scores: Tensor, drop: Tensor) -> Tensor:
+    """``scores`` (a temporary: changed in place) with ``-inf`` where ``drop`` (broadcast), whose backward passes the
+    gradient as it is (:class:`_MaskedScores`).
+
+    Example:
+        >>> masked_scores(torch.zeros(2, 2), torch.tensor([[False, True], [False, False]]))
+        tensor([[0., -inf],
+                [0., 0.]])
+    """
+    return _MaskedScores.apply(scores, drop)
 
 
 class _MaskedScores(torch.autograd.Function):

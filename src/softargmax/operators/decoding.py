@@ -32,7 +32,7 @@ from ..backends.triton import decoding as _decoding
 from ..divergences import Divergence
 from ._carried import PREFIX, carried_divergence
 from ._library_ops import define, divergence_spec
-from .attention import attention_weights, grouped_product
+from .attention import attention_weights, grouped_product, masked_scores
 from .mappings import check_mapping
 
 __all__ = ["decode_attention", "SCORES_BUDGET"]
@@ -295,7 +295,7 @@ def reference_op(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: 
     """``softargmax::decode_attention`` (its arguments) by the materialized path: what the operator computes, in
     PyTorch's own operators where the mapping records its graph form (:func:`softargmax.export.decompositions`)."""
     return _reference(query, key, value, end, start, scale, _operator_mapping_back(mapping),
-                      alpha if alpha is not None else alpha_value, block_table, window, mask)
+                      alpha if alpha is not None else alpha_value, block_table, window, mask, functional=True)
 
 
 def _kernels_fake(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
@@ -310,8 +310,10 @@ _OPERATOR = define("softargmax::decode_attention", _kernels_op, _kernels_fake) i
 
 def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float,
                mapping: Union[str, Divergence], alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
-               window: Optional[int] = None, mask: Optional[Tensor] = None) -> Tensor:
-    """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``."""
+               window: Optional[int] = None, mask: Optional[Tensor] = None, functional: bool = False) -> Tensor:
+    """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``.  The mask is applied
+    to the scores in place (:func:`~softargmax.operators.attention.masked_scores`), or with ``functional`` (the
+    operator's decomposition, whose graph must be functional) out of place."""
     if block_table is not None:
         key, value = _gathered(key, block_table), _gathered(value, block_table)
     B, H, L, _ = query.shape
@@ -325,8 +327,8 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
         keep = keep & (pos > last - window)
     if mask is not None:
         keep = keep & mask
-    # (not in place: this function is also the operator's decomposition, whose graph must be functional)
-    weights = attention_weights(scores.masked_fill(~keep, float("-inf")), mapping, alpha)
+    scores = scores.masked_fill(~keep, float("-inf")) if functional else masked_scores(scores, ~keep)
+    weights = attention_weights(scores, mapping, alpha)
     # positions outside a sequence (or before its window) may hold anything (an uninitialized or recycled cache,
     # NaN included): their values are zeroed, as 0 · NaN would otherwise reach the output
     first = start if window is None else torch.maximum(start, end - L + 1 - window)
