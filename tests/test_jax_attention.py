@@ -64,6 +64,12 @@ def test_attention_per_head_alpha_gqa_and_float32(x64):
     alpha = np.array([1.2, 1.5, 2.0])
     run_both(q, k, v, {}, {"enable_gqa": True}, "entmax", alpha=alpha)
     run_both(q, k, v, {"is_causal": True}, {"is_causal": True, "enable_gqa": True}, "entmax", alpha=np.array(1.7))
+    q, k, v = qkv(5, H=4, Hkv=2)  # two groups of two query heads, each group's rows in one product
+    mask = np.random.default_rng(6).uniform(size=(2, 1, 4, 5)) < 0.7
+    mask[..., 0] = True
+    run_both(q, k, v, {"mask": jnp.asarray(mask)}, {"attn_mask": torch.tensor(mask), "enable_gqa": True}, "entmax",
+             alpha=np.array([1.2, 1.5, 1.8, 2.0]))
+    run_both(q, k, v, {"is_causal": True}, {"is_causal": True, "enable_gqa": True}, "sparsemax")
     q, k, v = qkv(4, dtype=np.float32)
     o, _ = run_both(q, k, v, {"is_causal": True}, {"is_causal": True}, "entmax15", tol=1e-6)
     assert o.dtype == np.float32

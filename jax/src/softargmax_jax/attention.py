@@ -108,7 +108,8 @@ def attention(query: Array, key: Array, value: Array, mask: Optional[Array] = No
     (:math:`-\infty` where a query may not attend).  The layout is ``[..., L, E]`` (heads before the
     sequence, as ``torch.nn.functional.scaled_dot_product_attention``; from Flax's ``[B, L, H, E]``
     swap the axes -2 and -3); the batch axes broadcast; ``key``/``value`` may have fewer heads
-    (axis -3) than ``query``, each shared by consecutive query heads (grouped-query attention).
+    (axis -3) than ``query``, each shared by consecutive query heads (grouped-query attention; each key/value
+    head's group of query rows is one product, with no copy of the keys or values per query head).
     Query rows whose keys are all masked get zero weights and a zero output, never NaN.  For
     dropout on the weights, take ``return_weights=True`` and apply it before ``weights @ value``.
 
@@ -161,12 +162,13 @@ def attention(query: Array, key: Array, value: Array, mask: Optional[Array] = No
         raise ValueError(f"query and key must have the same feature size E, got {query.shape[-1]} and {key.shape[-1]}")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key and value must have the same length S, got {key.shape[-2]} and {value.shape[-2]}")
+    group = 1
     if key.ndim >= 3 and query.ndim >= 3 and key.shape[-3] != query.shape[-3] and key.shape[-3] != 1:
         hq, hk = query.shape[-3], key.shape[-3]
         if hk == 0 or hq % hk or value.shape[-3] != hk:
             raise ValueError(f"the key/value heads ({hk}, {value.shape[-3]}) must equal or divide the query heads "
                              f"({hq})")
-        key, value = jnp.repeat(key, hq // hk, axis=-3), jnp.repeat(value, hq // hk, axis=-3)
+        group = hq // hk
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
@@ -174,7 +176,7 @@ def attention(query: Array, key: Array, value: Array, mask: Optional[Array] = No
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     _check_mapping(mapping)
-    scores = jnp.einsum("...le,...se->...ls", query, key) * jnp.asarray(scale, query.dtype)
+    scores = _grouped_einsum("...le,...se->...ls", query * jnp.asarray(scale, query.dtype), key, group)
     L, S = query.shape[-2], key.shape[-2]
     if bias is not None:
         bias = jnp.asarray(bias)
@@ -192,8 +194,19 @@ def attention(query: Array, key: Array, value: Array, mask: Optional[Array] = No
     if is_causal:
         scores = jnp.where(jnp.tril(jnp.ones((L, S), dtype=bool)), scores, -jnp.inf)
     weights = attention_weights(scores, mapping, alpha)
-    out = jnp.einsum("...ls,...sv->...lv", weights, value)
+    out = _grouped_einsum("...ls,...sv->...lv", weights, value, group)
     return (out, weights) if return_weights else out
+
+
+def _grouped_einsum(spec: str, x: Array, y: Array, group: int) -> Array:
+    """``einsum(spec, x, y)`` of ``x`` ``[..., H, L, M]`` and ``y`` ``[..., H / group, M', N]``, query head ``h`` taking
+    ``y``'s head ``h // group``: ``x`` reshaped to ``[..., H / group, group · L, M]``, each group's rows one product, so
+    ``y`` is never repeated per query head."""
+    if group == 1:
+        return jnp.einsum(spec, x, y)
+    *batch, h, length, m = x.shape
+    out = jnp.einsum(spec, x.reshape(*batch, h // group, group * length, m), y)
+    return out.reshape(*out.shape[:-3], h, length, out.shape[-1])
 
 
 def _check_broadcast(a: Array, scores: Array, name: str) -> None:
