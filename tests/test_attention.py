@@ -150,6 +150,76 @@ def test_masked_scores_pass_the_gradient_as_it_is(mapping):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
 
 
+_BLOCK_CASES = {
+    "causal_gqa": dict(H=4, Hkv=2, L=50, S=50),
+    "more_queries_than_keys": dict(L=50, S=37),
+    "fewer_queries_than_keys": dict(L=37, S=50),
+    "window": dict(L=50, S=50, window=20),
+    "window_1_js": dict(L=50, S=50, window=1, mapping="jensen_shannon"),
+    "window_past_the_keys": dict(L=60, S=20, window=3, mapping="sparsemax"),
+    "window_and_mask": dict(H=2, Hkv=1, L=50, S=50, window=10, mask=(2, 1, 50, 50)),
+    "window_and_padding": dict(L=50, S=50, window=10, mask=(2, 1, 1, 50)),
+    "window_and_float_mask": dict(L=50, S=50, window=10, mask="float", mapping="softmax"),
+    "alpha_per_head": dict(L=50, S=50, mapping="entmax", alpha=(1.2, 1.5, 1.8)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BLOCK_CASES))
+def test_causal_attention_by_blocks_equals_one_block(monkeypatch, case):
+    """Causal and sliding-window attention without weights runs by blocks of query rows, each against the keys it can
+    see (16-row blocks here): output and gradients (q, k, v, α) equal those of the whole matrix (``return_weights``)
+    in float64, rows past every key, empty rows and masks included."""
+    c = {**dict(H=3, Hkv=None, window=None, mask=None, mapping="entmax15", alpha=None), **_BLOCK_CASES[case]}
+    monkeypatch.setattr(sa.operators.attention, "CAUSAL_BLOCK", 16)
+    g = torch.Generator().manual_seed(7)
+    B, H, L, S, hkv = 2, c["H"], c["L"], c["S"], c["Hkv"] or c["H"]
+    q = torch.randn(B, H, L, 8, generator=g, dtype=F64).requires_grad_()
+    k, v = (torch.randn(B, hkv, S, 8, generator=g, dtype=F64).requires_grad_() for _ in range(2))
+    leaves = [q, k, v]
+    alpha = None
+    if c["alpha"] is not None:
+        alpha = torch.tensor(c["alpha"], dtype=F64, requires_grad=True)
+        leaves.append(alpha)
+    mask = c["mask"]
+    if mask == "float":
+        mask = torch.randn(L, S, generator=g, dtype=F64)
+    elif mask is not None:
+        mask = torch.rand(*mask, generator=g) > 0.3
+    kw = dict(attn_mask=mask, is_causal=mask is None, window=c["window"], mapping=c["mapping"], alpha=alpha,
+              enable_gqa=hkv != H)
+    go = torch.randn(B, H, L, 8, generator=g, dtype=F64)
+    out = sa.attention(q, k, v, **kw)
+    got = torch.autograd.grad(out, leaves, go)
+    whole, _ = sa.attention(q, k, v, return_weights=True, **kw)
+    want = torch.autograd.grad(whole, leaves, go)
+    for a, b in zip((out,) + got, (whole,) + want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+def test_causal_blocks_never_score_above_the_diagonal(monkeypatch):
+    """The blocks' score products: 16-row blocks of 64 causal queries score 2,560 of the 4,096 query-key pairs (each
+    block up to its last row), with a window of 8 keys 1,168 (from each block's first row's first key on)."""
+    A = sa.operators.attention
+    monkeypatch.setattr(A, "CAUSAL_BLOCK", 16)
+    scored = []
+    product = A.grouped_product
+
+    def counted(x, y, group):
+        out = product(x, y, group)
+        if y.shape[-1] != 4:  # the scores (not the product with the values, whose last dimension is 4)
+            scored.append(out.shape[-2] * out.shape[-1])
+        return out
+
+    monkeypatch.setattr(A, "grouped_product", counted)
+    q, k, v = _qkv(B=1, H=1, L=64, S=64)
+    sa.attention(q, k, v, is_causal=True)
+    assert sum(scored) == 16 * (16 + 32 + 48 + 64)
+    scored.clear()
+    sa.attention(q, k, v, window=8)
+    assert sum(scored) == 16 * 16 + 3 * 16 * (16 + 7)
+
+
 @pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax"])
 def test_fully_masked_rows_give_zero_output(mapping):
     q, k, v = (t.requires_grad_() for t in _qkv())
