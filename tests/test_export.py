@@ -131,6 +131,24 @@ class _Attention(torch.nn.Module):
         return softargmax.attention(q, k, v, attn_mask=mask, mapping=self.mapping, alpha=self.alpha)
 
 
+def test_causal_attention_exports_for_any_length(monkeypatch):
+    """Eager causal attention runs by blocks of query rows past ``CAUSAL_BLOCK`` (16 here); ``torch.export`` with a
+    dynamic length, from an example longer than a block, records the one-block graph, which runs at any length."""
+    monkeypatch.setattr(softargmax.operators.attention, "CAUSAL_BLOCK", 16)
+
+    class Causal(torch.nn.Module):
+        def forward(self, q, k, v):
+            return softargmax.attention(q, k, v, is_causal=True, mapping="entmax15")
+
+    g = torch.Generator().manual_seed(5)
+    D = torch.export.Dim.DYNAMIC
+    program = torch.export.export(Causal(), tuple(torch.randn(1, 2, 40, 8, generator=g) for _ in range(3)),
+                                  dynamic_shapes=({2: D}, {2: D}, {2: D}))
+    for L in (10, 70):
+        q, k, v = (torch.randn(1, 2, L, 8, generator=g) for _ in range(3))
+        torch.testing.assert_close(program.module()(q, k, v), Causal()(q, k, v), atol=1e-6, rtol=1e-5)
+
+
 def test_attention_function_and_module_export_with_dynamic_batch_and_length(ort):
     """The function and the module, each with a dynamic batch and dynamic query and key lengths."""
     D = torch.export.Dim.DYNAMIC

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
+from .._utils.tracing import EAGER, compiling, graph_mode
 from ..backends.triton import flash_attention as _flash_attention
 from ..divergences import Divergence
 from .mappings import MAPPING_NAMES as MAPPINGS
@@ -260,7 +261,9 @@ def attention(
         return fused
     # the materialized path: grouped key/value heads are not repeated, each takes its group's query rows
     group = query.shape[-3] // key.shape[-3] if gqa and key.shape[-3] != query.shape[-3] else 1
-    if (is_causal or window is not None) and not return_weights and dropout_p == 0 and query.shape[-2] > CAUSAL_BLOCK:
+    # (a traced graph keeps one block, for any length: the length is not even compared there)
+    if (is_causal or window is not None) and not return_weights and dropout_p == 0 and graph_mode() == EAGER \
+            and not compiling() and query.shape[-2] > CAUSAL_BLOCK:
         return _causal_blocks(query, key, value, attn_mask, scale, window, group, mapping, alpha)
     weights = attention_weights(_attention_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
                                 alpha)
