@@ -161,6 +161,9 @@ _BLOCK_CASES = {
     "window_and_padding": dict(L=50, S=50, window=10, mask=(2, 1, 1, 50)),
     "window_and_float_mask": dict(L=50, S=50, window=10, mask="float", mapping="softmax"),
     "alpha_per_head": dict(L=50, S=50, mapping="entmax", alpha=(1.2, 1.5, 1.8)),
+    "alpha_per_row": dict(L=50, S=50, window=30, mapping="entmax", alpha="rows"),
+    "scalar_mask": dict(L=50, S=50, window=10, mask=()),
+    "key_mask_1d": dict(L=50, S=50, window=10, mask=(50,)),
 }
 
 
@@ -177,14 +180,17 @@ def test_causal_attention_by_blocks_equals_one_block(monkeypatch, case):
     k, v = (torch.randn(B, hkv, S, 8, generator=g, dtype=F64).requires_grad_() for _ in range(2))
     leaves = [q, k, v]
     alpha = None
-    if c["alpha"] is not None:
+    if c["alpha"] == "rows":  # one α per query row: [B, H, L, 1]
+        alpha = (1.1 + 0.9 * torch.rand(B, H, L, 1, generator=g, dtype=F64)).requires_grad_()
+        leaves.append(alpha)
+    elif c["alpha"] is not None:
         alpha = torch.tensor(c["alpha"], dtype=F64, requires_grad=True)
         leaves.append(alpha)
     mask = c["mask"]
     if mask == "float":
         mask = torch.randn(L, S, generator=g, dtype=F64)
     elif mask is not None:
-        mask = torch.rand(*mask, generator=g) > 0.3
+        mask = torch.rand(mask, generator=g) > (0.3 if mask else 0.0)  # (a scalar mask: True)
     kw = dict(attn_mask=mask, is_causal=mask is None, window=c["window"], mapping=c["mapping"], alpha=alpha,
               enable_gqa=hkv != H)
     go = torch.randn(B, H, L, 8, generator=g, dtype=F64)
@@ -197,9 +203,31 @@ def test_causal_attention_by_blocks_equals_one_block(monkeypatch, case):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
 
 
+def test_masked_attention_traces_and_takes_forward_mode_derivatives():
+    """The masks' in-place autograd function runs in eager calls only: ``torch.jit.trace`` records causal, windowed
+    and boolean-masked attention (the traced function gives eager's output), and ``torch.func.jvp`` (forward mode) of
+    causal attention equals a central difference in float64."""
+    q, k, v = _qkv(B=1, H=2, L=6, S=6)
+    mask = torch.rand(1, 1, 6, 6, generator=torch.Generator().manual_seed(5)) > 0.3
+    mask[..., 0] = True
+    for kw in (dict(is_causal=True), dict(window=2), dict(attn_mask=mask)):
+        def f(a, b, c, kw=kw):
+            return sa.attention(a, b, c, mapping="entmax15", **kw)
+
+        traced = torch.jit.trace(f, (q, k, v), check_trace=False)
+        torch.testing.assert_close(traced(q, k, v), f(q, k, v))
+    t = torch.randn(q.shape, generator=torch.Generator().manual_seed(6), dtype=F64)
+
+    def g(a):
+        return sa.attention(a, k, v, is_causal=True, mapping="softmax")
+
+    _, tangent = torch.func.jvp(g, (q,), (t,))
+    torch.testing.assert_close(tangent, (g(q + 1e-6 * t) - g(q - 1e-6 * t)) / 2e-6, atol=1e-6, rtol=1e-5)
+
+
 def test_causal_blocks_never_score_above_the_diagonal(monkeypatch):
     """The blocks' score products: 16-row blocks of 64 causal queries score 2,560 of the 4,096 query-key pairs (each
-    block up to its last row), with a window of 8 keys 1,168 (from each block's first row's first key on)."""
+    block up to its last row), with a window of 8 keys 1,360 (from each block's first row's first key on)."""
     A = sa.operators.attention
     monkeypatch.setattr(A, "CAUSAL_BLOCK", 16)
     scored = []
@@ -207,7 +235,7 @@ def test_causal_blocks_never_score_above_the_diagonal(monkeypatch):
 
     def counted(x, y, group):
         out = product(x, y, group)
-        if y.shape[-1] != 4:  # the scores (not the product with the values, whose last dimension is 4)
+        if x.shape[-1] == 8:  # the scores: the queries' 8 features (the weights of the product with the values: keys)
             scored.append(out.shape[-2] * out.shape[-1])
         return out
 

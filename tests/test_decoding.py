@@ -179,6 +179,25 @@ def test_nan_outside_the_sequences_never_reaches_the_output():
     torch.testing.assert_close(out, want)
 
 
+def test_huge_values_outside_the_sequences_keep_gradients_finite():
+    """Finite garbage of 3e38 in the cache outside the sequences: the output and the gradients of the query, the keys
+    and the values equal those with zeros there (the values' gradient is 0 outside), and stay finite (``dO · v`` at
+    those positions would overflow, were the values not zeroed before the product)."""
+    q, k, v = _data(2, 2, 1, 2, 10, 4, seed=8)
+    go = torch.randn(q.shape[:3] + (v.shape[-1],), generator=torch.Generator().manual_seed(9), dtype=q.dtype)
+    ends, starts = torch.tensor([7, 10]), torch.tensor([2, 0])
+    results = []
+    for fill in (0.0, 3e38):
+        kk, vv = k.clone(), v.clone()
+        kk[0, :, 7:], vv[0, :, 7:], kk[0, :, :2], vv[0, :, :2] = (fill,) * 4
+        leaves = [t.detach().clone().float().requires_grad_() for t in (q, kk, vv)]
+        out = sa.decode_attention(*leaves, ends, starts)
+        results.append([out] + list(torch.autograd.grad(out, leaves, go.float())))
+    for a, b in zip(*results):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(b, a)
+
+
 def _blocks(monkeypatch, n, B, H, S):
     """Sets the scores budget so that one pass takes ``n`` (a multiple of 16) new queries; returns the passes' query
     counts as the calls record them."""

@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd import forward_ad
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
 from .._utils.tracing import EAGER, compiling, graph_mode
@@ -457,14 +458,21 @@ def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optiona
         k1 = max(min(r1, S), 1)  # (rows past every key see them all: top-left aligned)
         k0 = min(max(r0 - window + 1, 0), k1 - 1) if window is not None else 0
         mask = attn_mask
-        if mask is not None:  # its rows and keys of the block, where it has them (not broadcast)
-            mask = mask[..., k0:k1] if mask.shape[-1] != 1 else mask
-            if mask.dim() > 1 and mask.shape[-2] != 1:
-                mask = mask[..., r0:r1, :]
-        scores = _attention_scores(query[..., r0:r1, :], key[..., k0:k1, :], mask, True, scale, window, group,
-                                   r0 - k0)
-        outs.append(grouped_product(attention_weights(scores, mapping, alpha), value[..., k0:k1, :], group))
+        if mask is not None and mask.dim() >= 1 and mask.shape[-1] != 1:  # the block's keys (where not broadcast)
+            mask = mask[..., k0:k1]
+        scores = _attention_scores(query[..., r0:r1, :], key[..., k0:k1, :], _block_rows(mask, r0, r1), True, scale,
+                                   window, group, r0 - k0)
+        weights = attention_weights(scores, mapping, _block_rows(alpha, r0, r1))
+        outs.append(grouped_product(weights, value[..., k0:k1, :], group))
     return torch.cat(outs, -2)
+
+
+def _block_rows(t: Any, r0: int, r1: int) -> Any:
+    """Query rows ``r0:r1`` of a mask or a per-row α (dimension -2) where it has them, not broadcast (a float, a
+    per-head α ``(H,)`` and sizes 1 are kept)."""
+    if isinstance(t, Tensor) and t.dim() > 1 and t.shape[-2] != 1:
+        return t[..., r0:r1, :]
+    return t
 
 
 #: query rows per block of the materialized causal attention (:func:`_causal_blocks`; longer queries only)
@@ -494,21 +502,29 @@ def _attention_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], i
 
 def masked_scores(scores: Tensor, drop: Tensor) -> Tensor:
     """``scores`` (a temporary: changed in place) with ``-inf`` where ``drop`` (broadcast), whose backward passes the
-    gradient as it is (:class:`_MaskedScores`).
+    gradient as it is (:class:`_MaskedScores`), in eager calls; ``masked_fill`` where a graph is traced
+    (``torch.jit.trace`` takes no in-place autograd function, and a traced graph is functionalized anyway), under
+    ``torch.func`` transforms and with forward-mode AD (which the function does not define).
 
     Example:
         >>> masked_scores(torch.zeros(2, 2), torch.tensor([[False, True], [False, False]]))
         tensor([[0., -inf],
                 [0., 0.]])
     """
-    return _MaskedScores.apply(scores, drop)
+    if graph_mode() == EAGER and not compiling() and forward_ad._current_level < 0 and not _functorch_active():
+        return _MaskedScores.apply(scores, drop)
+    return scores.masked_fill(drop, float("-inf"))
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 class _MaskedScores(torch.autograd.Function):
     """``scores`` with ``-inf`` where ``drop`` (broadcast), in place: the scores are a temporary.  The gradient passes
-    as it is, with no pass over it: every mapping's weights are constant in a ``-inf`` score (its weight is 0 whatever
-    its value), so the mapping's gradient there is 0 already, which ``masked_fill``'s backward would set again (a
-    copy and a pass over the full-size gradient: a tenth of a causal forward and backward on the CPU)."""
+    as it is: every mapping's weights are constant in a ``-inf`` score (its weight is 0 whatever its value), so the
+    mapping's gradient there is 0 already, which ``masked_fill``'s backward would set again (a copy and a pass over
+    the full-size gradient: a tenth of a causal forward and backward on the CPU).  (Scores of grouped heads are a view
+    of their product, :func:`grouped_product`: autograd copies the gradient once there all the same.)"""
 
     @staticmethod
     def forward(scores: Tensor, drop: Tensor) -> Tensor:

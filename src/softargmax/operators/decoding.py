@@ -331,10 +331,12 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
     weights = attention_weights(scores, mapping, alpha)
     # positions outside a sequence (or before its window) may hold anything (an uninitialized or recycled cache,
     # NaN included): their weights are exactly 0, which zeroes every finite value, and 0 · NaN or 0 · inf would reach
-    # the output.  On the CPU, where reading a value is free, the product is taken as it is and again with those
-    # values zeroed only where its output is not finite (a copy of the cache's values saved: 3 of 10 ms in
-    # benchmarks/run_cpu_decode.py's step); elsewhere, and while a graph is traced, the values are zeroed first
-    if value.device.type == "cpu" and values_checkable(value):
+    # the output.  On the CPU, where reading a value is free, a call without gradients takes the product as it is and
+    # again with those values zeroed only where its output is not finite (a copy of the cache's values saved: 3 of
+    # 10 ms in benchmarks/run_cpu_decode.py's step); with gradients (the weights' gradient there, dO · v, could
+    # overflow), elsewhere, and while a graph is traced, the values are zeroed first
+    grads = torch.is_grad_enabled() and (weights.requires_grad or value.requires_grad)
+    if value.device.type == "cpu" and not grads and values_checkable(value):
         out = grouped_product(weights, value, group)
         if bool(torch.isfinite(out).all()):
             return out
