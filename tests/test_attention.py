@@ -123,6 +123,30 @@ def test_grouped_heads_equal_repeated_heads_with_gradients(monkeypatch, mapping,
                                                                               enable_gqa=True, **kwargs))
 
 
+def _autograd_nodes(t):
+    """The names of every node of ``t``'s autograd graph."""
+    seen, stack, names = set(), [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(f for f, _ in node.next_functions)
+    return names
+
+
+def test_grouped_scores_are_masked_in_place_without_copies():
+    """Grouped heads' scores are a tensor of their own (not a view of their product), so the in-place causal and
+    boolean masks add no ``CopySlices`` node (autograd copying the full-size gradient) to the graph."""
+    q, k, v = (t.requires_grad_() for t in _qkv(B=1, H=4, L=6, S=6))
+    k2, v2 = k[:, :2].detach().requires_grad_(), v[:, :2].detach().requires_grad_()
+    mask = torch.ones(1, 1, 6, 6, dtype=torch.bool).tril()
+    for kw in (dict(is_causal=True), dict(attn_mask=mask)):
+        names = _autograd_nodes(sa.attention(q, k2, v2, enable_gqa=True, **kw))
+        assert "CopySlices" not in names and "AsStridedBackward0" not in names, names
+
+
 @pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15", "entmax", "jensen_shannon", "reverse_kl"])
 def test_masked_scores_pass_the_gradient_as_it_is(mapping):
     """The causal band, the window and a boolean mask set the scores to ``-inf`` in place, and their backward passes

@@ -439,7 +439,10 @@ def grouped_product(x: Tensor, y: Tensor, group: int) -> Tensor:
         return x @ y
     *batch, H, L, M = x.shape
     out = x.reshape(*batch, H // group, group * L, M) @ y
-    return out.view(*out.shape[:-3], H, L, out.shape[-1])
+    shape = (*out.shape[:-3], H, L, out.shape[-1])
+    # in eager calls not a view of the product but a tensor of its own on the same memory, as torch.matmul's own
+    # reshapes are: the scores are masked in place (masked_scores), and on a view autograd would copy their gradient
+    return torch.ops.aten._unsafe_view(out, shape) if _eager_autograd() else out.view(shape)
 
 
 def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], scale: float,
@@ -511,7 +514,7 @@ def masked_scores(scores: Tensor, drop: Tensor) -> Tensor:
         tensor([[0., -inf],
                 [0., 0.]])
     """
-    if graph_mode() == EAGER and not compiling() and forward_ad._current_level < 0 and not _functorch_active():
+    if _eager_autograd():
         return _MaskedScores.apply(scores, drop)
     return scores.masked_fill(drop, float("-inf"))
 
@@ -519,12 +522,17 @@ def masked_scores(scores: Tensor, drop: Tensor) -> Tensor:
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
+def _eager_autograd() -> bool:
+    """Whether this call runs eagerly under plain (backward-mode) autograd: no graph traced or compiled, no
+    ``torch.func`` transform, no forward-mode AD level open."""
+    return graph_mode() == EAGER and not compiling() and forward_ad._current_level < 0 and not _functorch_active()
+
+
 class _MaskedScores(torch.autograd.Function):
     """``scores`` with ``-inf`` where ``drop`` (broadcast), in place: the scores are a temporary.  The gradient passes
     as it is: every mapping's weights are constant in a ``-inf`` score (its weight is 0 whatever its value), so the
     mapping's gradient there is 0 already, which ``masked_fill``'s backward would set again (a copy and a pass over
-    the full-size gradient: a tenth of a causal forward and backward on the CPU).  (Scores of grouped heads are a view
-    of their product, :func:`grouped_product`: autograd copies the gradient once there all the same.)"""
+    the full-size gradient: a tenth of a causal forward and backward on the CPU)."""
 
     @staticmethod
     def forward(scores: Tensor, drop: Tensor) -> Tensor:
