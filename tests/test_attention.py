@@ -249,6 +249,34 @@ def test_masked_attention_traces_and_takes_forward_mode_derivatives():
     torch.testing.assert_close(tangent, (g(q + 1e-6 * t) - g(q - 1e-6 * t)) / 2e-6, atol=1e-6, rtol=1e-5)
 
 
+def test_masks_that_hide_the_future_take_the_causal_blocks(monkeypatch):
+    """A boolean or float mask with every key after its query hidden (Transformers' causal mask with padding) takes
+    the causal blocks, with the output and gradients of the whole matrix in float64; a mask that lets one query see
+    a later key, and a float mask of large finite values instead of ``-inf``, keep the whole matrix."""
+    A = sa.operators.attention
+    monkeypatch.setattr(A, "CAUSAL_BLOCK", 16)
+    taken = []
+    blocks = A._causal_blocks
+    monkeypatch.setattr(A, "_causal_blocks", lambda *a: taken.append(1) or blocks(*a))
+    q, k, v = (t.requires_grad_() for t in _qkv(B=2, H=2, L=40, S=40))
+    causal = torch.ones(40, 40, dtype=torch.bool).tril()
+    padded = causal & (torch.arange(40) >= torch.tensor([0, 7])[:, None, None, None])  # [2, 1, 40, 40]
+    padded[1, :, :7, 0] = True  # (the padded queries see the first key)
+    leaky = padded.clone()
+    leaky[0, 0, 3, 30] = True
+    finite = torch.zeros(40, 40, dtype=F64).masked_fill(~causal, -1e30)
+    infinite = torch.zeros(40, 40, dtype=F64).masked_fill(~causal, float("-inf"))
+    go = torch.randn(2, 2, 40, 4, generator=torch.Generator().manual_seed(8), dtype=F64)
+    for mask, blocked in ((padded, True), (infinite, True), (leaky, False), (finite, False)):
+        taken.clear()
+        out = sa.attention(q, k, v, attn_mask=mask, mapping="entmax15")
+        assert bool(taken) == blocked
+        whole, _ = sa.attention(q, k, v, attn_mask=mask, mapping="entmax15", return_weights=True)
+        for a, b in zip(torch.autograd.grad(out, (q, k, v), go), torch.autograd.grad(whole, (q, k, v), go)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+        torch.testing.assert_close(out, whole, atol=1e-12, rtol=1e-10)
+
+
 def test_causal_blocks_never_score_above_the_diagonal(monkeypatch):
     """The blocks' score products: 16-row blocks of 64 causal queries score 2,560 of the 4,096 query-key pairs (each
     block up to its last row), with a window of 8 keys 1,360 (from each block's first row's first key on)."""

@@ -24,7 +24,8 @@ key/value heads read in place, never repeated; the tiles outside a sliding windo
 :mod:`softargmax.backends.triton.flash_attention`, switch: ``SOFTARGMAX_FLASH_ATTENTION=0``); the rest (and
 ``return_weights=True``, dropout, CPU) computes the weights, the reference path, which does not repeat grouped
 key/value heads either (each one's group of query rows is one product), and computes causal and sliding-window
-attention without weights by blocks of query rows, each against the keys it can see.
+attention without weights (and, on the CPU, attention whose mask hides every later key, as Transformers' causal
+masks with padding do) by blocks of query rows, each against the keys it can see.
 
 ``mapping`` is ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with
 ``alpha``: a float or a per-head tensor, e.g. shape ``(H,)`` or ``(H, 1, 1)``, which
@@ -263,8 +264,9 @@ def attention(
     # the materialized path: grouped key/value heads are not repeated, each takes its group's query rows
     group = query.shape[-3] // key.shape[-3] if gqa and key.shape[-3] != query.shape[-3] else 1
     # (a traced graph keeps one block, for any length: the length is not even compared there)
-    if (is_causal or window is not None) and not return_weights and dropout_p == 0 and graph_mode() == EAGER \
-            and not compiling() and query.shape[-2] > CAUSAL_BLOCK:
+    if not return_weights and dropout_p == 0 and graph_mode() == EAGER and not compiling() \
+            and query.shape[-2] > CAUSAL_BLOCK \
+            and (is_causal or window is not None or _hides_the_future(attn_mask, query.shape[-2], key.shape[-2])):
         return _causal_blocks(query, key, value, attn_mask, scale, window, group, mapping, alpha)
     weights = attention_weights(_attention_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
                                 alpha)
@@ -480,6 +482,20 @@ def _block_rows(t: Any, r0: int, r1: int) -> Any:
 
 #: query rows per block of the materialized causal attention (:func:`_causal_blocks`; longer queries only)
 CAUSAL_BLOCK = 256
+
+
+def _hides_the_future(attn_mask: Optional[Tensor], L: int, S: int) -> bool:
+    """Whether ``attn_mask`` (``[..., L, S]``, not broadcast over the queries) hides every key after its query (top-left
+    aligned: ``False``, or ``-inf`` for a float mask, wherever ``j > i``), as the causal masks with padding that
+    Transformers builds do: the causal blocks then compute the same attention.  One pass over the mask, read on the
+    host: CPU masks only (no synchronization with a device), in eager calls."""
+    if attn_mask is None or attn_mask.device.type != "cpu" or attn_mask.dim() < 2 or attn_mask.shape[-2] != L \
+            or attn_mask.shape[-1] != S:
+        return False
+    future = torch.ones(L, S, dtype=torch.bool, device=attn_mask.device).triu(1)
+    if attn_mask.dtype == torch.bool:
+        return not bool((attn_mask & future).any())
+    return bool(torch.where(future, attn_mask, float("-inf")).eq(float("-inf")).all())
 
 
 def _attention_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
