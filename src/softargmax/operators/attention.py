@@ -487,15 +487,21 @@ CAUSAL_BLOCK = 256
 def _hides_the_future(attn_mask: Optional[Tensor], L: int, S: int) -> bool:
     """Whether ``attn_mask`` (``[..., L, S]``, not broadcast over the queries) hides every key after its query (top-left
     aligned: ``False``, or ``-inf`` for a float mask, wherever ``j > i``), as the causal masks with padding that
-    Transformers builds do: the causal blocks then compute the same attention.  One pass over the mask, read on the
-    host: CPU masks only (no synchronization with a device), in eager calls."""
+    Transformers builds do: the causal blocks then compute the same attention.  Read on the host: CPU masks only (no
+    synchronization with a device), in eager calls; the first query's last key first (a mask that shows it, as a
+    bidirectional padding mask does, costs no more), then one pass over the mask."""
     if attn_mask is None or attn_mask.device.type != "cpu" or attn_mask.dim() < 2 or attn_mask.shape[-2] != L \
             or attn_mask.shape[-1] != S:
         return False
-    future = torch.ones(L, S, dtype=torch.bool, device=attn_mask.device).triu(1)
-    if attn_mask.dtype == torch.bool:
-        return not bool((attn_mask & future).any())
-    return bool(torch.where(future, attn_mask, float("-inf")).eq(float("-inf")).all())
+    with torch.no_grad():
+        if attn_mask.dtype == torch.bool:
+            hidden = lambda m: ~m  # noqa: E731
+        else:
+            hidden = torch.isneginf
+        if S > 1 and not bool(hidden(attn_mask[..., 0, S - 1]).all()):
+            return False
+        past = torch.ones(L, S, dtype=torch.bool, device=attn_mask.device).tril()
+        return bool((hidden(attn_mask) | past).all())
 
 
 def _attention_scores(query: Tensor, key: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: float,
