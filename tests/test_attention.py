@@ -72,13 +72,10 @@ def test_gradcheck_including_alpha_per_head():
 
 def _refuse_copies(monkeypatch):
     """Make every way of copying key/value heads per query head fail (``Tensor.repeat_interleave``, ``repeat``)."""
-    def refused(name):
-        def refuse(self, *args, **kwargs):
-            raise AssertionError(f"Tensor.{name} called on grouped heads")
-        return refuse
+    from test_flash_attention_window import _refused
 
     for name in ("repeat_interleave", "repeat"):
-        monkeypatch.setattr(torch.Tensor, name, refused(name))
+        monkeypatch.setattr(torch.Tensor, name, _refused(name))
 
 
 @pytest.mark.parametrize("mapping,alpha", [("softmax", None), ("entmax15", None),

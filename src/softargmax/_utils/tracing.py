@@ -110,6 +110,23 @@ def values_checkable(t: Tensor) -> bool:
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
+def _plain_autograd() -> bool:
+    """No ``torch.func`` transform active and no forward-mode AD level open: backward-mode autograd alone."""
+    return forward_ad._current_level < 0 and not _functorch_active()
+
+
+def eager() -> bool:
+    """Whether this call runs eagerly: no graph traced, compiled or recorded (:func:`graph_mode` is :data:`EAGER`
+    while ``torch.compile`` traces where the custom operators do not exist: that too is excluded)."""
+    return graph_mode() == EAGER and not compiling()
+
+
+def eager_autograd() -> bool:
+    """Whether this call runs eagerly (:func:`eager`) under backward-mode autograd alone: where an autograd function
+    may change its input in place and define no forward mode."""
+    return eager() and _plain_autograd()
+
+
 def without_autograd(*tensors: Optional[Tensor]) -> bool:
     """Whether an eager call may compute its forward alone, without an autograd function.
 
@@ -130,4 +147,4 @@ def without_autograd(*tensors: Optional[Tensor]) -> bool:
             return False
         if grad and t.requires_grad:
             return False
-    return forward_ad._current_level < 0 and not _functorch_active()
+    return _plain_autograd()

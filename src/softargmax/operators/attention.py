@@ -41,10 +41,9 @@ from typing import Any, Optional, Sequence, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd import forward_ad
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
-from .._utils.tracing import EAGER, compiling, graph_mode
+from .._utils.tracing import eager, eager_autograd
 from ..backends.triton import flash_attention as _flash_attention
 from ..divergences import Divergence
 from .mappings import MAPPING_NAMES as MAPPINGS
@@ -264,8 +263,7 @@ def attention(
     # the materialized path: grouped key/value heads are not repeated, each takes its group's query rows
     group = query.shape[-3] // key.shape[-3] if gqa and key.shape[-3] != query.shape[-3] else 1
     # (a traced graph keeps one block, for any length: the length is not even compared there)
-    if not return_weights and dropout_p == 0 and graph_mode() == EAGER and not compiling() \
-            and query.shape[-2] > CAUSAL_BLOCK \
+    if not return_weights and dropout_p == 0 and eager() and query.shape[-2] > CAUSAL_BLOCK \
             and (is_causal or window is not None or _hides_the_future(attn_mask, query.shape[-2], key.shape[-2])):
         return _causal_blocks(query, key, value, attn_mask, scale, window, group, mapping, alpha)
     weights = attention_weights(_attention_scores(query, key, attn_mask, is_causal, scale, window, group), mapping,
@@ -444,7 +442,7 @@ def grouped_product(x: Tensor, y: Tensor, group: int) -> Tensor:
     shape = (*out.shape[:-3], H, L, out.shape[-1])
     # in eager calls not a view of the product but a tensor of its own on the same memory, as torch.matmul's own
     # reshapes are: the scores are masked in place (masked_scores), and on a view autograd would copy their gradient
-    return torch.ops.aten._unsafe_view(out, shape) if _eager_autograd() else out.view(shape)
+    return torch.ops.aten._unsafe_view(out, shape) if eager_autograd() else out.view(shape)
 
 
 def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], scale: float,
@@ -462,21 +460,19 @@ def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optiona
         r1 = min(r0 + CAUSAL_BLOCK, L)
         k1 = max(min(r1, S), 1)  # (rows past every key see them all: top-left aligned)
         k0 = min(max(r0 - window + 1, 0), k1 - 1) if window is not None else 0
-        mask = attn_mask
-        if mask is not None and mask.dim() >= 1 and mask.shape[-1] != 1:  # the block's keys (where not broadcast)
-            mask = mask[..., k0:k1]
-        scores = _attention_scores(query[..., r0:r1, :], key[..., k0:k1, :], _block_rows(mask, r0, r1), True, scale,
-                                   window, group, r0 - k0)
-        weights = attention_weights(scores, mapping, _block_rows(alpha, r0, r1))
+        mask = _part(_part(attn_mask, -1, k0, k1), -2, r0, r1)  # the block's rows and keys
+        scores = _attention_scores(query[..., r0:r1, :], key[..., k0:k1, :], mask, True, scale, window, group, r0 - k0)
+        weights = attention_weights(scores, mapping, _part(alpha, -2, r0, r1))
         outs.append(grouped_product(weights, value[..., k0:k1, :], group))
     return torch.cat(outs, -2)
 
 
-def _block_rows(t: Any, r0: int, r1: int) -> Any:
-    """Query rows ``r0:r1`` of a mask or a per-row α (dimension -2) where it has them, not broadcast (a float, a
-    per-head α ``(H,)`` and sizes 1 are kept)."""
-    if isinstance(t, Tensor) and t.dim() > 1 and t.shape[-2] != 1:
-        return t[..., r0:r1, :]
+def _part(t: Any, dim: int, lo: int, hi: int) -> Any:
+    """Entries ``lo:hi`` along ``dim`` (-1: keys, -2: query rows) of a mask or a per-row α broadcast to the scores,
+    where it has that dimension unbroadcast (``None``, a float, a per-head α ``(H,)`` for ``dim = -2``, and sizes 1
+    are kept)."""
+    if isinstance(t, Tensor) and t.dim() >= -dim and t.shape[dim] != 1:
+        return t.narrow(dim, lo, hi - lo)
     return t
 
 
@@ -536,18 +532,9 @@ def masked_scores(scores: Tensor, drop: Tensor) -> Tensor:
         tensor([[0., -inf],
                 [0., 0.]])
     """
-    if _eager_autograd():
+    if eager_autograd():
         return _MaskedScores.apply(scores, drop)
     return scores.masked_fill(drop, float("-inf"))
-
-
-_functorch_active = torch._C._are_functorch_transforms_active
-
-
-def _eager_autograd() -> bool:
-    """Whether this call runs eagerly under plain (backward-mode) autograd: no graph traced or compiled, no
-    ``torch.func`` transform, no forward-mode AD level open."""
-    return graph_mode() == EAGER and not compiling() and forward_ad._current_level < 0 and not _functorch_active()
 
 
 class _MaskedScores(torch.autograd.Function):

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .._utils.checks import check_broadcastable, check_real, check_tensor, check_window
-from .._utils.tracing import CUSTOM_OPS, EAGER, LIBRARY_OPS, graph_mode, values_checkable
+from .._utils.tracing import CUSTOM_OPS, EAGER, LIBRARY_OPS, graph_mode, values_checkable, without_autograd
 from ..backends.triton import decoding as _decoding
 from ..divergences import Divergence
 from ._carried import PREFIX, carried_divergence
@@ -295,7 +295,7 @@ def reference_op(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: 
     """``softargmax::decode_attention`` (its arguments) by the materialized path: what the operator computes, in
     PyTorch's own operators where the mapping records its graph form (:func:`softargmax.export.decompositions`)."""
     return _reference(query, key, value, end, start, scale, _operator_mapping_back(mapping),
-                      alpha if alpha is not None else alpha_value, block_table, window, mask, functional=True)
+                      alpha if alpha is not None else alpha_value, block_table, window, mask)
 
 
 def _kernels_fake(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, mask: Optional[Tensor],
@@ -310,10 +310,10 @@ _OPERATOR = define("softargmax::decode_attention", _kernels_op, _kernels_fake) i
 
 def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Tensor, scale: float,
                mapping: Union[str, Divergence], alpha: Union[float, Tensor, None], block_table: Optional[Tensor],
-               window: Optional[int] = None, mask: Optional[Tensor] = None, functional: bool = False) -> Tensor:
+               window: Optional[int] = None, mask: Optional[Tensor] = None) -> Tensor:
     """The materialized path: the masked scores of the grouped rows, the row operators, ``P·V``.  The mask is applied
-    to the scores in place (:func:`~softargmax.operators.attention.masked_scores`), or with ``functional`` (the
-    operator's decomposition, whose graph must be functional) out of place."""
+    by :func:`~softargmax.operators.attention.masked_scores`: in place in eager calls, out of place where a graph is
+    recorded (the operator's decomposition, whose graph must be functional)."""
     if block_table is not None:
         key, value = _gathered(key, block_table), _gathered(value, block_table)
     B, H, L, _ = query.shape
@@ -327,16 +327,14 @@ def _reference(query: Tensor, key: Tensor, value: Tensor, end: Tensor, start: Te
         keep = keep & (pos > last - window)
     if mask is not None:
         keep = keep & mask
-    scores = scores.masked_fill(~keep, float("-inf")) if functional else masked_scores(scores, ~keep)
-    weights = attention_weights(scores, mapping, alpha)
+    weights = attention_weights(masked_scores(scores, ~keep), mapping, alpha)
     # positions outside a sequence (or before its window) may hold anything (an uninitialized or recycled cache,
     # NaN included): their weights are exactly 0, which zeroes every finite value, and 0 · NaN or 0 · inf would reach
     # the output.  On the CPU, where reading a value is free, a call without gradients takes the product as it is and
     # again with those values zeroed only where its output is not finite (a copy of the cache's values saved: 3 of
     # 10 ms in benchmarks/run_cpu_decode.py's step); with gradients (the weights' gradient there, dO · v, could
     # overflow), elsewhere, and while a graph is traced, the values are zeroed first
-    grads = torch.is_grad_enabled() and (weights.requires_grad or value.requires_grad)
-    if value.device.type == "cpu" and not grads and values_checkable(value):
+    if value.device.type == "cpu" and values_checkable(value) and without_autograd(weights, value):
         out = grouped_product(weights, value, group)
         if bool(torch.isfinite(out).all()):
             return out
